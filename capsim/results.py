@@ -1,0 +1,173 @@
+"""The result model: the only contract between the simulation and the report.
+
+``sim.simulate`` returns a :class:`RunResult`; ``metrics.summarize`` turns it
+into :class:`SummaryRow` objects; ``report`` renders both. Every model here
+round-trips through JSON (``model_dump_json`` / ``model_validate_json``).
+
+Units: seconds and bytes internally (``_s``, ``_bytes``); milliseconds only in
+summary columns whose names end in ``_ms``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+FINISHED = "finished"
+REJECTED = "rejected"
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestRecords(_Result):
+    """One entry per request of the trace, column-wise (all lists have length N).
+
+    Times are absolute simulated seconds; NaN where a request never reached
+    that point (e.g. ``first_token_s`` of a rejected request).
+    """
+
+    request_id: list[int]
+    class_id: list[int]
+    replica: list[int]                 # replica that served it (-1 if rejected before routing)
+    arrival_s: list[float]
+    prompt_tokens: list[int]
+    output_tokens: list[int]
+    status: list[str]                  # FINISHED or REJECTED
+    reject_reason: list[str]           # "" when finished
+    first_scheduled_s: list[float]     # first step that computed any of its tokens
+    first_token_s: list[float]         # end of the step that emitted output token 1
+    finish_s: list[float]              # end of the step that emitted its last token
+    num_preemptions: list[int]
+    max_itl_s: list[float]             # largest gap between two of its consecutive tokens
+
+
+class ItlRuns(_Result):
+    """Inter-token gaps recorded as weighted runs (DESIGN.md "Metrics").
+
+    Run ``i`` says: ``count[i]`` gaps of ``gap_s[i]`` seconds, all by requests
+    of class ``class_id[i]``. Percentiles over the runs are exact.
+    """
+
+    gap_s: list[float]
+    count: list[int]
+    class_id: list[int]
+
+
+class ReplicaTimeline(_Result):
+    """Per-replica activity in fixed-width time bins starting at t = 0.
+
+    Bin ``k`` covers ``[k * bin_s, (k + 1) * bin_s)``. Lists have one value per bin.
+    """
+
+    replica: int
+    pool: str                          # "colocated", "prefill" or "decode"
+    bin_s: float
+    steps: list[int]                   # engine steps that ended in the bin
+    busy_s: list[float]                # GPU-busy seconds in the bin
+    batch_tokens_mean: list[float]     # mean tokens per step (prefill + decode)
+    prefill_tokens: list[int]          # prefill tokens computed in the bin
+    decode_tokens: list[int]           # decode tokens computed in the bin
+    kv_used_blocks_max: list[int]
+    queue_len_max: list[int]           # waiting requests (not yet admitted)
+    running_max: list[int]             # sequences in the running batch
+
+
+class ReplicaStats(_Result):
+    """Whole-run totals for one replica (one tensor-parallel engine)."""
+
+    replica: int
+    pool: str
+    hardware: str
+    tensor_parallel_size: int
+    num_gpu_blocks: int
+    block_size: int
+    kv_cache_tokens: int
+    steps: int
+    busy_s: float
+    flops: float                       # summed over its GPUs
+    hbm_bytes: float                   # summed over its GPUs
+    compute_bound_steps: int
+    prefill_tokens: int                # computed prefill tokens (recompute included)
+    decode_tokens: int
+    preemptions: int
+    peak_kv_used_blocks: int
+    slot_steps_held: int               # Σ over steps of sequences holding a batch slot
+    slot_steps_useful: int             # Σ over steps of sequences that emitted a token
+    slot_capacity: int                 # Σ over steps of max_num_seqs
+
+
+class RunResult(_Result):
+    """Everything one variant's run produced."""
+
+    variant: str
+    seed: int
+    scheduler: str
+    num_replicas: int
+    num_gpus: int
+    hardware: str
+    model: str
+    price_per_hour_usd: float          # all GPUs of the variant
+    peak_flops_per_gpu: float
+    hbm_bandwidth_per_gpu_bytes_per_s: float
+    class_names: list[str]
+    sim_end_s: float
+    wall_s: float
+    requests: RequestRecords
+    itl: ItlRuns
+    replicas: list[ReplicaStats]
+    timelines: list[ReplicaTimeline]
+    log: list[str]                     # vLLM-style startup lines ("GPU KV cache size: ...")
+
+
+class SummaryRow(_Result):
+    """One row of summary.csv: a variant × request class (``cls == "all"`` for the total).
+
+    Latency columns are milliseconds. Percentiles follow numpy's default
+    (linear interpolation), as ``vllm bench serve`` reports them.
+    """
+
+    variant: str
+    cls: str
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    ttft_mean_ms: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    ttft_p999_ms: float
+    ttft_max_ms: float
+    tpot_mean_ms: float
+    tpot_p50_ms: float
+    tpot_p90_ms: float
+    tpot_p99_ms: float
+    itl_mean_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    itl_p999_ms: float
+    itl_max_ms: float
+    itl_stalls: int                    # gaps above slo.stall_threshold_ms
+    e2el_mean_ms: float
+    e2el_p50_ms: float
+    e2el_p90_ms: float
+    e2el_p99_ms: float
+    queue_mean_ms: float
+    queue_p99_ms: float
+    request_throughput_per_s: float
+    output_throughput_tok_per_s: float
+    total_throughput_tok_per_s: float
+    goodput_req_per_s: float
+    goodput_fraction: float            # finished requests meeting every per-request SLO ÷ all requests
+    num_gpus: int
+    gpu_busy_frac: float
+    mfu: float
+    mbu: float
+    kv_peak_frac: float
+    preemptions: int
+    slot_occupancy: float              # useful slot-steps ÷ (max_num_seqs × steps), seed 000's occupancy
+    cost_per_hour_usd: float
+    cost_per_million_output_tokens_usd: float
+    slo_pass: bool                     # every scenario SLO target met (targets apply to cls == "all" and per class)
+    slo_failed: str                    # "" or "; "-joined failed targets, e.g. "itl_p99_ms 120.3 > 100"

@@ -1,0 +1,183 @@
+"""Paged KV block allocator: a FIFO free list plus a reference count per block.
+
+The model is vLLM v1's block pool (``vllm/v1/core/block_pool.py`` with the
+free queue of ``vllm/v1/core/kv_cache_utils.py``): blocks start on the free
+queue in id order, allocation pops from the front, a freed block is appended
+at the back, and a block returns to the queue only when its last reference
+goes. Sharing (``fork`` for parallel sampling) just bumps the count.
+
+This sits in the per-step hot loop, so blocks are plain ``int`` ids, the
+counts live in one ``list[int]`` and the free queue is a ``deque[int]``: every
+operation costs O(blocks touched) and allocates nothing but the list it
+returns. No SimPy here (DESIGN.md: the allocator is pure, deterministic).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OutOfBlocks(Exception):
+    """An allocation asked for more blocks than are free.
+
+    A programming-error guard: callers (schedulers) must check
+    :meth:`BlockAllocator.can_allocate` first and preempt or wait instead.
+    """
+
+
+class KVInvariantError(AssertionError):
+    """A KV bookkeeping invariant broke: double free, leak, or free-list drift."""
+
+
+class BlockAllocator:
+    """Free list + per-block refcount over ``num_blocks`` physical KV blocks.
+
+    Args:
+        num_blocks: physical blocks in the pool (``num_gpu_blocks``), >= 1.
+        block_size: tokens per block (vLLM ``--block-size``, default 16), >= 1.
+
+    Invariants (checked by :meth:`check_consistency`): ``num_free_blocks +
+    num_used_blocks == num_blocks``; a block is on the free list iff its
+    refcount is 0; no refcount is negative.
+
+    Counters: ``peak_used_blocks`` (max blocks in use at once) and
+    ``num_cow_copies`` (copy-on-write copies made through :meth:`cow`).
+    """
+
+    __slots__ = ("num_blocks", "block_size", "_refcount", "_free",
+                 "peak_used_blocks", "num_cow_copies")
+
+    def __init__(self, num_blocks: int, block_size: int):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"need num_blocks >= 1 and block_size >= 1, "
+                             f"got {num_blocks} and {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._refcount = [0] * num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+        self.peak_used_blocks = 0
+        self.num_cow_copies = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks on the free list (refcount 0)."""
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks with refcount >= 1 (a shared block counts once)."""
+        return self.num_blocks - len(self._free)
+
+    def can_allocate(self, n: int) -> bool:
+        """True if ``n`` fresh blocks can be allocated now."""
+        return n <= len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        """Pop ``n`` blocks from the front of the free list, refcount 1 each.
+
+        Returns:
+            the block ids, in allocation order (length ``n``).
+        Raises:
+            OutOfBlocks: fewer than ``n`` blocks are free (nothing is taken).
+        """
+        free = self._free
+        if n > len(free):
+            raise OutOfBlocks(f"asked for {n} blocks, {len(free)} free "
+                              f"of {self.num_blocks}")
+        pop = free.popleft
+        refcount = self._refcount
+        out = [pop() for _ in range(n)]
+        for b in out:
+            refcount[b] = 1
+        used = self.num_blocks - len(free)
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        return out
+
+    def share(self, blocks: list[int]) -> None:
+        """Add one reference to each block (a fork shares its parent's blocks).
+
+        Raises:
+            KVInvariantError: a block is free (refcount 0); sharing it would
+                make a block both free and in use.
+        """
+        refcount = self._refcount
+        for b in blocks:
+            if refcount[b] == 0:
+                raise KVInvariantError(f"share of free block {b}")
+            refcount[b] += 1
+
+    def free(self, blocks: list[int]) -> int:
+        """Drop one reference from each block; a block whose count reaches 0
+        goes to the back of the free list.
+
+        Returns:
+            how many blocks actually returned to the free list.
+        Raises:
+            KVInvariantError: a block's refcount would go below 0 (double
+                free). Blocks earlier in ``blocks`` have already been released
+                by then; the error means the caller's bookkeeping is broken.
+        """
+        refcount = self._refcount
+        append = self._free.append
+        returned = 0
+        for b in blocks:
+            c = refcount[b] - 1
+            if c < 0:
+                raise KVInvariantError(f"double free of block {b}")
+            refcount[b] = c
+            if c == 0:
+                append(b)
+                returned += 1
+        return returned
+
+    def cow(self, block: int) -> int:
+        """Copy-on-write: give the caller a private copy of a shared block.
+
+        Takes one fresh block, drops the caller's reference to ``block`` and
+        counts the copy in ``num_cow_copies``. (The simulator moves no bytes;
+        the copy's cost is accounted elsewhere.)
+
+        Returns:
+            the new block id (refcount 1).
+        Raises:
+            OutOfBlocks: no free block for the copy (nothing changes).
+        """
+        (new,) = self.allocate(1)
+        self.free((block,))
+        self.num_cow_copies += 1
+        return new
+
+    def refcount(self, block: int) -> int:
+        """Current reference count of ``block`` (0 = on the free list)."""
+        return self._refcount[block]
+
+    def check_all_free(self) -> None:
+        """End-of-run invariant: every block is back on the free list.
+
+        Raises:
+            KVInvariantError: naming up to 20 leaked blocks and their counts.
+        """
+        if len(self._free) == self.num_blocks:
+            return
+        leaked = [(b, c) for b, c in enumerate(self._refcount) if c]
+        shown = ", ".join(f"{b} (refcount {c})" for b, c in leaked[:20])
+        more = f" and {len(leaked) - 20} more" if len(leaked) > 20 else ""
+        raise KVInvariantError(f"{len(leaked)} KV blocks leaked: {shown}{more}")
+
+    def check_consistency(self) -> None:
+        """O(num_blocks) audit for tests: free list has no duplicates, holds
+        exactly the blocks with refcount 0, and no refcount is negative.
+
+        Raises:
+            KVInvariantError: describing the first violation found.
+        """
+        free = set(self._free)
+        if len(free) != len(self._free):
+            raise KVInvariantError("a block is on the free list twice")
+        for b, c in enumerate(self._refcount):
+            if c < 0:
+                raise KVInvariantError(f"block {b} has refcount {c}")
+            if (c == 0) != (b in free):
+                raise KVInvariantError(
+                    f"block {b} refcount {c} but on free list: {b in free}")

@@ -26,7 +26,7 @@ for numeric traces.
 
 All user-caused problems raise :class:`~capsim.errors.ScenarioError` with
 ``path`` set to the YAML field (``workload.trace.path``,
-``workload.classes[0].prompt_tokens.path``) and ``file`` set to the CSV.
+``workload.classes.0.prompt_tokens.path``) and ``file`` set to the CSV.
 """
 
 from __future__ import annotations
@@ -208,11 +208,11 @@ def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
         rows = np.flatnonzero(class_id == i)
         prompt[rows] = sample_lengths(
             cls.prompt_tokens, len(rows), np.random.default_rng(prompt_ss),
-            base_dir=base_dir, yaml_path=f"workload.classes[{i}].prompt_tokens",
+            base_dir=base_dir, yaml_path=f"workload.classes.{i}.prompt_tokens",
         )
         output[rows] = sample_lengths(
             cls.output_tokens, len(rows), np.random.default_rng(output_ss),
-            base_dir=base_dir, yaml_path=f"workload.classes[{i}].output_tokens",
+            base_dir=base_dir, yaml_path=f"workload.classes.{i}.output_tokens",
         )
 
     return RequestTrace(

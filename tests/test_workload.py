@@ -321,7 +321,7 @@ def test_empirical_errors(tmp_path):
     dist = {"dist": "empirical", "path": "lens.csv", "column": "len"}
     with pytest.raises(ScenarioError) as info:
         build(synthetic(classes=one_class(output=dist)), 0, tmp_path)
-    assert info.value.path == "workload.classes[0].output_tokens.path"
+    assert info.value.path == "workload.classes.0.output_tokens.path"
     assert "line 3" in str(info.value) and "'abc'" in str(info.value)
     dist = {"dist": "empirical", "path": "nope.csv", "column": "len"}
     with pytest.raises(ScenarioError, match="empirical length file not found"):

@@ -63,16 +63,15 @@ class BlockTable:
         """
         if n <= 0:
             return
-        alloc = self.allocator
-        need = self.slots_needed(n)
-        if not alloc.can_allocate(need):
-            raise OutOfBlocks(f"append of {n} tokens needs {need} blocks, "
+        alloc, b, t, blocks = self.allocator, self.block_size, self.num_tokens, self.blocks
+        cow = t % b != 0 and alloc.refcount(blocks[-1]) > 1
+        grow = (t + n + b - 1) // b - len(blocks)
+        if not alloc.can_allocate(grow + cow):
+            raise OutOfBlocks(f"append of {n} tokens needs {grow + cow} blocks, "
                               f"{alloc.num_free_blocks} free")
-        blocks = self.blocks
-        if self._needs_cow():
+        if cow:
             blocks[-1] = alloc.cow(blocks[-1])
-        self.num_tokens += n
-        grow = blocks_needed(self.num_tokens, self.block_size) - len(blocks)
+        self.num_tokens = t + n
         if grow:
             blocks.extend(alloc.allocate(grow))
 
@@ -88,7 +87,8 @@ class BlockTable:
         """Drop this table's reference to every block (finish, abort or
         preemption by recompute) and empty it.
 
-        Blocks are freed tail first, as vLLM v1's KV cache manager does, so
+        Blocks are freed tail first, as vLLM v1 does
+        (``vllm/v1/core/single_type_kv_cache_manager.py``, ``free``), so
         the blocks a later prefix cache is least likely to reuse go out first.
         """
         self.allocator.free(self.blocks[::-1])

@@ -17,7 +17,7 @@ REJECTED = "rejected"
 
 
 class _Result(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class RequestRecords(_Result):

@@ -1,0 +1,74 @@
+"""A request's progress, tracked the way vLLM v1 tracks it.
+
+A request has ``num_computed_tokens`` against ``prompt_tokens + num_generated``
+known tokens (vllm/v1/request.py). A step that brings ``num_computed`` up to
+the known length emits one output token. A "prefill" is any step in which a
+request still has more than one token to compute; recompute preemption resets
+``num_computed`` to 0, so the re-prefill covers prompt + generated tokens.
+
+While a request is decoding, its counters are kept implicitly by the
+scheduler (``dec_*`` fields + the replica's decode epoch) so a decode step does
+not touch every sequence; :meth:`ContinuousScheduler.sync` materialises them.
+"""
+
+from __future__ import annotations
+
+import math
+
+WAITING, RUNNING, FINISHED, REJECTED = "waiting", "running", "finished", "rejected"
+
+
+class Request:
+    """One request inside a replica. Times are absolute simulated seconds."""
+
+    __slots__ = (
+        "rid", "class_id", "arrival_s", "prompt_tokens", "output_tokens",
+        "num_computed", "num_generated", "blocks", "state", "replica", "reject_reason",
+        "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
+        "num_preemptions", "max_itl_s", "admit_order",
+        "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
+    )
+
+    def __init__(self, rid: int, class_id: int, arrival_s: float, prompt_tokens: int,
+                 output_tokens: int):
+        self.rid = rid
+        self.class_id = class_id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.num_computed = 0
+        self.num_generated = 0
+        self.blocks: list[int] = []
+        self.state = WAITING
+        self.replica = -1
+        self.reject_reason = ""
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.last_token_s = math.nan
+        self.finish_s = math.nan
+        self.num_preemptions = 0
+        self.max_itl_s = math.nan
+        self.admit_order = -1
+        self.dec_epoch0 = -1          # decode epoch at which it joined the decode set (-1: not decoding)
+        self.dec_computed0 = 0
+        self.dec_generated0 = 0
+        self.dec_bucket = -1
+        self.dec_version = 0          # bumps when it leaves the decode set (lazy heap deletion)
+
+    @property
+    def num_tokens(self) -> int:
+        """Known tokens: prompt + generated output (vLLM ``num_tokens``)."""
+        return self.prompt_tokens + self.num_generated
+
+    @property
+    def remaining_to_compute(self) -> int:
+        return self.num_tokens - self.num_computed
+
+    @property
+    def total_tokens(self) -> int:
+        """KV slots it will hold at its last step: prompt + output − 1 (the last token is never fed back)."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+    def note_gap(self, gap_s: float) -> None:
+        if not gap_s <= self.max_itl_s:      # also true when max_itl_s is NaN
+            self.max_itl_s = gap_s

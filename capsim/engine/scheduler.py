@@ -1,0 +1,318 @@
+"""Continuous (iteration-level) batching, with or without chunked prefill.
+
+Pure Python, no SimPy: a test drives it with ``add`` / ``schedule`` /
+``complete`` and asserts the exact batches.
+
+Policies (DESIGN.md "The step model"):
+
+- **chunked** (Sarathi-Serve; vLLM v1 ``vllm/v1/core/sched/scheduler.py``):
+  every decoding sequence first (one token each), then running partial
+  prefills in admission order, then waiting requests FCFS, all inside one
+  ``max_num_batched_tokens`` budget and priced as ONE step. New requests are
+  admitted only if no preemption happened this step (as vLLM v1 does).
+- **unchunked** (Orca / vLLM v0 ``_schedule_default``): if waiting prompts
+  fit (whole prompt within the budget, ``max_num_seqs`` and free KV blocks),
+  the step prefills only them and running decodes stall for that step;
+  otherwise the step decodes every running sequence.
+
+KV blocks are allocated on demand, one block when a sequence's next token
+crosses a block boundary. When none is free, the most recently admitted
+running request is preempted by recompute (blocks freed, ``num_computed`` reset,
+put at the front of the waiting queue), as vLLM does. A partial prefill never
+evicts a decode already scheduled in the same step: it evicts later partial
+prefills, or itself.
+
+Decode bookkeeping is implicit for speed: a decoding request records the
+replica's decode *epoch* when it joined plus its counters then; a decode step
+updates O(1) aggregates, allocates blocks only for the sequences crossing a
+block boundary (bucketed by ``(epoch0 − computed0) mod block_size``) and pops
+finished sequences from a heap. Per-step cost therefore does not grow with the
+number of tokens or of running sequences.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import deque
+
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
+from capsim.engine.step import Step
+from capsim.kv.allocator import BlockAllocator
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class ContinuousScheduler:
+    """Iteration-level scheduler for one replica.
+
+    Args:
+        max_num_seqs: cap on running sequences (vLLM ``max_num_seqs``).
+        max_num_batched_tokens: token budget per step.
+        chunked: ``enable_chunked_prefill``.
+        allocator: this replica's paged KV pool.
+        num_classes: request classes, for per-class ITL runs.
+        itl: the run's ITL recorder.
+    """
+
+    def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
+                 allocator: BlockAllocator, num_classes: int, itl: ItlRecorder):
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.chunked = chunked
+        self.alloc = allocator
+        self.bs = allocator.block_size
+        self.itl = itl
+        self.num_classes = num_classes
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}      # admission order; tail = newest
+        self.prefilling: dict[int, Request] = {}   # running, still computing prompt tokens
+        self._buckets: list[dict[int, Request]] = [{} for _ in range(self.bs)]
+        self._finish_heap: list[tuple[int, int, int, Request]] = []
+        self.epoch = 0                 # decode steps completed
+        self.num_decoding = 0
+        self._dec_offset = 0           # Σ (computed0 − epoch0) over decoding sequences
+        self._epoch_end = array("d")   # end time of each decode step
+        self._epoch_gap = array("d")   # gap seen at each decode step by the previous step's decoders
+        self._cohort_t = math.nan      # when the decoders of the last decode step emitted
+        self._cohort = [0] * num_classes
+        self._pending: dict[float, list[int]] = {}   # joined since: emit time → class counts
+        self._admitted = 0
+        self._now = 0.0
+        self._preempted_now = False
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.slot_steps_useful = 0
+        self.slot_steps_held = 0
+        self.steps = 0
+        self.finished: list[Request] = []           # filled by complete(); caller drains it
+
+    # ----------------------------------------------------------------- queue
+    def add(self, req: Request) -> None:
+        """Queue an arrived request (its total KV need must fit the pool; the caller checks)."""
+        req.state = WAITING
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    # -------------------------------------------------------------- schedule
+    def schedule(self, now: float = 0.0) -> Step | None:
+        """Pick the batch of a step starting at ``now``, or None when nothing is runnable."""
+        self._preempted_now = False
+        self._now = now
+        step = self._schedule_chunked() if self.chunked else self._schedule_unchunked()
+        if not step.prefills and not step.decode_seqs:
+            return None
+        return step
+
+    def _schedule_chunked(self) -> Step:
+        step = Step()
+        budget = self.budget
+        if self.num_decoding:
+            self._grow_decoders()
+            budget -= self._add_decodes(step)
+        for req in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            if req.state != RUNNING:
+                continue            # evicted by an earlier request's reservation this step
+            n = min(req.remaining_to_compute, budget)
+            if self._reserve_prefill(req, n):
+                step.add_prefill(req, n)
+                budget -= n
+        if not self._preempted_now:
+            self._admit_waiting(step, budget, whole_prompts=False)
+        return step
+
+    def _schedule_unchunked(self) -> Step:
+        step = Step()
+        self._admit_waiting(step, self.budget, whole_prompts=True)
+        if step.prefills:
+            return step                      # prefill-only step: decodes stall (Orca / vLLM v0)
+        if self.num_decoding:
+            self._grow_decoders()
+            self._add_decodes(step)
+        return step
+
+    def _admit_waiting(self, step: Step, budget: int, whole_prompts: bool) -> None:
+        alloc = self.alloc
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            todo = req.remaining_to_compute
+            if whole_prompts and todo > budget:
+                break
+            n = min(todo, budget)
+            need = blocks_for(req.num_computed + n, self.bs) - len(req.blocks)
+            if not alloc.can_allocate(need):
+                break
+            self.waiting.popleft()
+            req.blocks.extend(alloc.allocate(need))
+            req.state = RUNNING
+            req.admit_order = self._admitted
+            if req.first_scheduled_s != req.first_scheduled_s:    # NaN: first admission
+                req.first_scheduled_s = self._now
+            self._admitted += 1
+            self.running[req.rid] = req
+            self.prefilling[req.rid] = req
+            step.add_prefill(req, n)
+            budget -= n
+
+    def _add_decodes(self, step: Step) -> int:
+        n = self.num_decoding
+        step.decode_seqs = n
+        step.emitting_decodes = n
+        step.decode_ctx_tokens = n * (self.epoch + 1) + self._dec_offset
+        return n
+
+    def _grow_decoders(self) -> None:
+        """Give a new block to every decoder whose next token starts one; preempt if short."""
+        bucket = self._buckets[self.epoch % self.bs]
+        alloc = self.alloc
+        while bucket and not alloc.can_allocate(len(bucket)):
+            self._preempt(next(reversed(self.running.values())))
+        if bucket:
+            new = alloc.allocate(len(bucket))
+            for req, block in zip(bucket.values(), new):
+                req.blocks.append(block)
+
+    def _reserve_prefill(self, req: Request, n: int) -> bool:
+        """Blocks for a running prefill's next chunk; evicts newer prefills, else itself."""
+        need = blocks_for(req.num_computed + n, self.bs) - len(req.blocks)
+        while not self.alloc.can_allocate(need):
+            victim = next(reversed(self.prefilling.values()))
+            self._preempt(victim)
+            if victim is req:
+                return False
+        if need > 0:
+            req.blocks.extend(self.alloc.allocate(need))
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute preemption: free every block, back to the front of the queue."""
+        if req.dec_epoch0 >= 0:
+            self._leave_decode(req)
+        else:
+            del self.prefilling[req.rid]
+        del self.running[req.rid]
+        self.alloc.free(req.blocks)
+        req.blocks = []
+        self.recomputed_tokens += req.num_computed
+        req.num_computed = 0
+        req.num_preemptions += 1
+        req.state = WAITING
+        self.waiting.appendleft(req)
+        self.preemptions += 1
+        self._preempted_now = True
+
+    # -------------------------------------------------------------- complete
+    def complete(self, step: Step, now: float) -> None:
+        """Apply a finished step that ended at ``now``: emit tokens, finish requests.
+
+        Finished requests are appended to ``self.finished``.
+        """
+        self.steps += 1
+        self.slot_steps_held += len(self.running)
+        emitted = 0
+        if step.decode_seqs:
+            emitted += step.decode_seqs
+            self._complete_decodes(now)
+        for req, n in step.prefills:
+            req.num_computed += n
+            if req.num_computed == req.num_tokens:
+                emitted += 1
+                self._emit_after_prefill(req, now)
+        self.slot_steps_useful += emitted
+
+    def _complete_decodes(self, now: float) -> None:
+        gap = now - self._cohort_t if self._epoch_end else math.nan
+        if self._epoch_end:
+            self.itl.add(gap, self._cohort)
+        for t, counts in self._pending.items():
+            self.itl.add(now - t, counts)
+            for c, k in enumerate(counts):
+                self._cohort[c] += k
+        self._pending.clear()
+        self._cohort_t = now
+        self._epoch_end.append(now)
+        self._epoch_gap.append(gap)
+        self.epoch += 1
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.epoch:
+            _, _, version, req = heapq.heappop(heap)
+            if version == req.dec_version and req.dec_epoch0 >= 0:
+                self._leave_decode(req)
+                self._finish(req, now)
+
+    def _emit_after_prefill(self, req: Request, now: float) -> None:
+        del self.prefilling[req.rid]
+        req.num_generated += 1
+        if req.num_generated == 1:
+            req.first_token_s = now
+        else:                                    # resumed after preemption
+            gap = now - req.last_token_s
+            req.note_gap(gap)
+            self.itl.add_one(gap, req.class_id)
+        req.last_token_s = now
+        if req.num_generated == req.output_tokens:
+            self._finish(req, now)
+        else:
+            self._join_decode(req, now)
+
+    def _join_decode(self, req: Request, now: float) -> None:
+        e0, c0 = self.epoch, req.num_computed
+        req.dec_epoch0, req.dec_computed0, req.dec_generated0 = e0, c0, req.num_generated
+        req.dec_bucket = (e0 - c0) % self.bs
+        self._buckets[req.dec_bucket][req.rid] = req
+        self.num_decoding += 1
+        self._dec_offset += c0 - e0
+        done_epoch = e0 + req.output_tokens - req.num_generated
+        heapq.heappush(self._finish_heap, (done_epoch, req.admit_order, req.dec_version, req))
+        counts = self._pending.get(now)
+        if counts is None:
+            counts = self._pending[now] = [0] * self.num_classes
+        counts[req.class_id] += 1
+
+    def _leave_decode(self, req: Request) -> None:
+        """Materialise a decoder's counters and take it out of the decode set."""
+        steps = self.epoch - req.dec_epoch0
+        req.num_computed = req.dec_computed0 + steps
+        req.num_generated = req.dec_generated0 + steps
+        del self._buckets[req.dec_bucket][req.rid]
+        self.num_decoding -= 1
+        self._dec_offset -= req.dec_computed0 - req.dec_epoch0
+        if steps:
+            req.note_gap(self._epoch_end[req.dec_epoch0] - req.last_token_s)
+            if steps > 1:
+                req.note_gap(max(self._epoch_gap[req.dec_epoch0 + 1:self.epoch]))
+            req.last_token_s = self._epoch_end[self.epoch - 1]
+            self._cohort[req.class_id] -= 1
+        else:
+            self._pending[req.last_token_s][req.class_id] -= 1
+        req.dec_epoch0 = -1
+        req.dec_version += 1
+
+    def _finish(self, req: Request, now: float) -> None:
+        del self.running[req.rid]
+        self.alloc.free(req.blocks)
+        req.blocks = []
+        req.state = FINISHED
+        req.finish_s = now
+        self.finished.append(req)
+
+    # ------------------------------------------------------------ invariants
+    def sync(self) -> None:
+        """Materialise every decoder's counters (for inspection in tests)."""
+        for bucket in self._buckets:
+            for req in bucket.values():
+                steps = self.epoch - req.dec_epoch0
+                req.num_computed = req.dec_computed0 + steps
+                req.num_generated = req.dec_generated0 + steps

@@ -1,0 +1,161 @@
+"""Table columns shared by the HTML verdict table and the terminal summary.
+
+A :class:`Column` names a :class:`~capsim.results.SummaryRow` field, how to
+format it and which header group it sits under. :func:`target_status` says
+whether a cell meets the scenario's SLO target for that column (same rule as
+:func:`capsim.slo.failed_targets`: NaN fails).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from capsim.results import SummaryRow
+from capsim.slo import UPPER_BOUND_TARGETS, SloConfig
+
+NA = "—"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column.
+
+    Attributes:
+        key: SummaryRow field name (also the SLO target name, if one bounds it).
+        label: short header text, e.g. "p99".
+        group: header group, e.g. "ITL ms" (shown above the label in HTML).
+        kind: formatter: "ms", "int", "frac", "rate", "tok", "usd", "usd3", "num".
+    """
+
+    key: str
+    label: str
+    group: str
+    kind: str
+
+    @property
+    def title(self) -> str:
+        """Header for one-row tables (terminal): the label, prefixed by the metric for latencies."""
+        if self.group.endswith(" ms") and not self.key.endswith("_stalls"):
+            return f"{self.group.removesuffix(' ms')} {self.label}"
+        return self.label
+
+
+def verdict_columns(slo: SloConfig) -> list[Column]:
+    """Columns of the HTML verdict table, plus one column per SLO target not already shown."""
+    stall = f"stalls >{fmt(slo.stall_threshold_ms, 'num')} ms"
+    cols = [
+        Column("num_gpus", "GPUs", "Fleet", "int"),
+        Column("cost_per_hour_usd", "$/h", "Fleet", "usd"),
+        Column("request_throughput_per_s", "req/s", "Throughput", "rate"),
+        Column("output_throughput_tok_per_s", "out tok/s", "Throughput", "tok"),
+        Column("goodput_req_per_s", "goodput req/s", "Throughput", "rate"),
+        Column("goodput_fraction", "goodput", "Throughput", "frac"),
+        Column("ttft_p50_ms", "p50", "TTFT ms", "ms"),
+        Column("ttft_p99_ms", "p99", "TTFT ms", "ms"),
+        Column("tpot_p50_ms", "p50", "TPOT ms", "ms"),
+        Column("tpot_p99_ms", "p99", "TPOT ms", "ms"),
+        Column("itl_p50_ms", "p50", "ITL ms", "ms"),
+        Column("itl_p99_ms", "p99", "ITL ms", "ms"),
+        Column("itl_p999_ms", "p99.9", "ITL ms", "ms"),
+        Column("itl_max_ms", "max", "ITL ms", "ms"),
+        Column("itl_stalls", stall, "ITL ms", "int"),
+        Column("e2el_p99_ms", "p99", "E2EL ms", "ms"),
+        Column("preemptions", "preempt", "Engine", "int"),
+        Column("num_rejected", "rejected", "Engine", "int"),
+        Column("kv_peak_frac", "KV peak", "Utilisation", "frac"),
+        Column("gpu_busy_frac", "busy", "Utilisation", "frac"),
+        Column("mfu", "MFU", "Utilisation", "frac"),
+        Column("mbu", "MBU", "Utilisation", "frac"),
+        Column("cost_per_million_output_tokens_usd", "$/M out tok", "Cost", "usd3"),
+    ]
+    shown = {c.key for c in cols}
+    for key in slo.targets:
+        if key not in shown:
+            cols.append(Column(key, _auto_label(key), "Other targets", _auto_kind(key)))
+    return cols
+
+
+def console_columns(slo: SloConfig) -> list[Column]:
+    """The shorter column set of the terminal summary (brief: fits 160 characters)."""
+    keep = ("num_gpus", "request_throughput_per_s", "output_throughput_tok_per_s",
+            "goodput_fraction", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms",
+            "itl_max_ms", "itl_stalls", "preemptions", "num_rejected")
+    by_key = {c.key: c for c in verdict_columns(slo)}
+    return [by_key[k] for k in keep]
+
+
+def _auto_label(key: str) -> str:
+    return key.removesuffix("_ms").replace("_", " ")
+
+
+def _auto_kind(key: str) -> str:
+    if key.endswith("_ms"):
+        return "ms"
+    if key.endswith("_frac") or key.endswith("_fraction"):
+        return "frac"
+    if key.endswith("_usd"):
+        return "usd3"
+    if key in ("itl_stalls", "num_rejected", "preemptions"):
+        return "int"
+    return "num"
+
+
+def fmt(value: float | int | None, kind: str) -> str:
+    """Format one cell; NaN/None → "—".
+
+    ms: ≥100 → "1,234"; ≥10 → one decimal; else three significant digits.
+    frac: percent with one decimal. rate: three significant digits.
+    tok: thousands-separated integer. usd: "$12.34"; usd3: three significant digits.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    v = float(value)
+    if kind == "int":
+        return f"{int(round(v)):,}"
+    if kind == "frac":
+        return f"{v * 100:.1f}%"
+    if kind == "tok":
+        return f"{v:,.0f}" if abs(v) >= 100 else _sig3(v)
+    if kind == "usd":
+        return f"${v:,.2f}"
+    if kind == "usd3":
+        return "$" + _sig3(v)
+    # "ms", "rate", "num"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return _sig3(v)
+
+
+def _sig3(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    digits = max(0, 2 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{digits}f}"
+
+
+def target_status(key: str, value: float, slo: SloConfig) -> str | None:
+    """"pass" / "fail" when ``slo.targets`` bounds ``key``, else None."""
+    if key not in slo.targets:
+        return None
+    bound = slo.targets[key]
+    ok = value <= bound if key in UPPER_BOUND_TARGETS else value >= bound
+    return "pass" if ok else "fail"
+
+
+def target_text(key: str, slo: SloConfig, kind: str) -> str:
+    """The bound as shown under a header, e.g. "≤ 100" or "≥ 95.0%"; "" when no target."""
+    if key not in slo.targets:
+        return ""
+    sign = "≤" if key in UPPER_BOUND_TARGETS else "≥"
+    bound = slo.targets[key]
+    return f"{sign} {bound:,.10g}" if kind in ("ms", "int", "num") else f"{sign} {fmt(bound, kind)}"
+
+
+def failed_list(row: SummaryRow) -> list[str]:
+    """The row's failed targets, one string each (from ``SummaryRow.slo_failed``)."""
+    return [s for s in row.slo_failed.split("; ") if s]

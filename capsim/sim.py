@@ -62,7 +62,7 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     route = make_router(run.cluster.router, replicas)
     env.process(_arrivals(env, reqs, route, run, on_finish))
     env.run()
-    _check_invariants(reqs, replicas)
+    _check_invariants(reqs, replicas, itl)
     if progress is not None:
         progress(total, total)
     return _result(run, trace, reqs, replicas, itl, env.now, time.perf_counter() - wall0)
@@ -100,12 +100,14 @@ def _arrivals(env: simpy.Environment, reqs: list[Request], route, run: RunConfig
             route().submit(req)
 
 
-def _check_invariants(reqs: list[Request], replicas: list[Replica]) -> None:
+def _check_invariants(reqs: list[Request], replicas: list[Replica], itl: ItlRecorder) -> None:
+    gaps_expected = 0
     for req in reqs:
         if req.state == FINISHED:
             if req.num_generated != req.output_tokens:
                 raise InvariantError(f"request {req.rid} emitted {req.num_generated} of "
                                      f"{req.output_tokens} tokens")
+            gaps_expected += req.output_tokens - 1
         elif req.state != REJECTED:
             raise InvariantError(f"request {req.rid} ended {req.state}, neither finished "
                                  "nor rejected")
@@ -113,6 +115,9 @@ def _check_invariants(reqs: list[Request], replicas: list[Replica]) -> None:
         if rep.scheduler.has_work():
             raise InvariantError(f"replica {rep.index} still has queued or running requests")
         rep.alloc.check_all_free()
+    if sum(itl.count) != gaps_expected:
+        raise InvariantError(f"recorded {sum(itl.count)} inter-token gaps; finished requests "
+                             f"imply {gaps_expected}")
 
 
 def _result(run: RunConfig, trace: RequestTrace, reqs: list[Request], replicas: list[Replica],

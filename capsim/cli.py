@@ -1,0 +1,173 @@
+"""The ``capsim`` command line: run | validate | hardware | roofline.
+
+User mistakes (:class:`~capsim.errors.ScenarioError`) print one line on
+stderr and exit with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from capsim import __version__
+from capsim.errors import ScenarioError
+
+err_console = Console(stderr=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``capsim`` console script and ``python -m capsim``."""
+    try:
+        cli.main(args=argv, prog_name="capsim", standalone_mode=False)
+    except ScenarioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+@click.group(help="Capacity-planning simulator for LLM serving.")
+@click.version_option(__version__, prog_name="capsim")
+def cli() -> None:
+    pass
+
+
+def _scenario_arg(f):
+    return click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))(f)
+
+
+def _set_option(f):
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                        help="Override a scenario field, e.g. engine.max_num_seqs=64 "
+                             "(repeatable).")(f)
+
+
+@cli.command(help="Simulate every variant of SCENARIO and write the HTML report.")
+@_scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>].")
+@click.option("--seed", type=int, help="Override the scenario's seed.")
+@_set_option
+def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
+    from capsim import report, workload
+    from capsim.config import dump_resolved, load
+    from capsim.metrics import summarize
+    from capsim.report.console import summary_table
+    from capsim.sim import simulate
+
+    loaded = load(scenario, list(overrides), seed)
+    spec = loaded.spec
+    trace = workload.build(spec.workload, spec.seed, loaded.base_dir)
+    out = out_dir or Path("reports") / spec.name
+    console = Console()
+    console.print(f"[bold]{spec.name}[/]: {len(trace):,} requests, "
+                  f"{len(loaded.runs)} variant(s), seed {spec.seed}")
+    results, rows = [], []
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=console, transient=False) as bar:
+        for rc in loaded.runs:
+            for line in rc.kv.log_lines(rc.engine.max_model_len):
+                bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
+            task = bar.add_task(rc.variant, total=len(trace))
+            result = simulate(rc, trace, progress=lambda d, t, task=task: bar.update(task, completed=d))
+            results.append(result)
+            rows.extend(summarize(result, spec.slo, loaded.class_slos))
+    index = report.write(out, scenario_name=spec.name, description=spec.description,
+                         resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
+                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)
+    console.print(summary_table(rows, spec.slo))
+    console.print(f"report: {index}")
+
+
+@cli.command(help="Check SCENARIO (schema, names, memory fit, trace file) without running it.")
+@_scenario_arg
+@_set_option
+def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
+    from capsim import workload
+    from capsim.config import load
+
+    loaded = load(scenario, list(overrides))
+    trace = workload.build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
+    click.echo(f"{scenario}: ok — {len(trace):,} requests, {len(loaded.runs)} variant(s)")
+    for rc in loaded.runs:
+        eng = rc.engine
+        click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
+                   f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
+                   f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
+                   f"max_num_batched_tokens {eng.max_num_batched_tokens}")
+        for line in rc.kv.log_lines(eng.max_model_len):
+            click.echo(f"    {line}")
+
+
+@cli.command(help="List the GPU profiles and their key datasheet numbers.")
+def hardware() -> None:
+    from capsim.hardware import list_hardware
+
+    table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
+    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink GB/s",
+                "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for hw in list_hardware():
+        fp8 = hw.peak_flops_per_s.get("fp8")
+        table.add_row(hw.name, f"{hw.peak_flops_per_s['bf16'] / 1e12:,.0f}",
+                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 1e9:,.0f}",
+                      f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                      f"{(hw.nvlink_bandwidth_bytes_per_s or 0) / 1e9:,.0f}",
+                      f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}",
+                      f"{hw.efficiency.compute:.2f}", f"{hw.efficiency.memory:.2f}",
+                      f"{hw.price_per_gpu_hour_usd:.2f}")
+    Console().print(table)
+
+
+@cli.command(help="Price one engine step with the roofline: FLOPs, bytes, intensity, time, bound.")
+@click.option("--model", "model_name", required=True, help="Preset name or path to config.json.")
+@click.option("--hardware", "hw_name", required=True, help="Profile name or path to a YAML.")
+@click.option("--prefill-tokens", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--decode-batch", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--context", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Context length of each decoding sequence (tokens).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ideal", is_flag=True, help="Efficiencies 1.0 and no step overhead (textbook).")
+def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
+             tp: int, ideal: bool) -> None:
+    from capsim.hardware import load_hardware
+    from capsim.models import load_model
+    from capsim.roofline import describe_step
+
+    if prefill_tokens == 0 and decode_batch == 0:
+        raise ScenarioError("give --prefill-tokens N and/or --decode-batch B --context C")
+    model, hw = load_model(model_name), load_hardware(hw_name)
+    d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
+                      context=context, ideal=ideal)
+    _print_step(d, model.name, hw.name, tp, ideal)
+
+
+def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
+    console = Console()
+    console.print(f"[bold]{model}[/] on [bold]{hw}[/] TP{tp}"
+                  f"{' (ideal: efficiency 1.0, no overhead)' if ideal else ''}")
+    table = Table(show_header=True)
+    for col in ("operator", "GFLOP", "MB", "FLOP/byte", "compute ms", "memory ms", "bound"):
+        table.add_column(col, justify="left" if col in ("operator", "bound") else "right")
+    for op in d["operators"]:
+        table.add_row(op["name"], f"{op['flops'] / 1e9:,.2f}", f"{op['bytes'] / 1e6:,.1f}",
+                      f"{op['intensity']:,.1f}", f"{op['compute_s'] * 1e3:.3f}",
+                      f"{op['memory_s'] * 1e3:.3f}", op["bound"])
+    console.print(table)
+    console.print(
+        f"step: {d['flops'] / 1e9:,.1f} GFLOP, {d['bytes'] / 1e9:,.3f} GB per GPU, "
+        f"intensity {d['intensity']:,.1f} FLOP/byte → [bold]{d['time_s'] * 1e3:.3f} ms[/] "
+        f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
+        f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
+        f"{d['overhead_s'] * 1e3:.3f} ms)")

@@ -1,0 +1,185 @@
+"""Schedulers driven step by step, without SimPy (as vLLM's tests drive its scheduler)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
+from capsim.engine.scheduler import ContinuousScheduler
+from capsim.engine.static import StaticScheduler
+from capsim.kv.allocator import BlockAllocator
+
+
+def continuous(num_blocks=10_000, block_size=16, budget=512, max_num_seqs=64, chunked=True):
+    alloc = BlockAllocator(num_blocks, block_size)
+    itl = ItlRecorder()
+    sched = ContinuousScheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                                chunked=chunked, allocator=alloc, num_classes=1, itl=itl)
+    return sched, alloc, itl
+
+
+def run_steps(sched, n, t0=0.0, dt=1.0):
+    """Run n steps of dt seconds each; return the steps taken (None when idle)."""
+    steps, t = [], t0
+    for _ in range(n):
+        step = sched.schedule(t)
+        steps.append(step)
+        if step is None:
+            break
+        t += dt
+        sched.complete(step, t)
+    return steps, t
+
+
+def test_chunked_step_puts_decodes_first_then_fills_the_budget():
+    """Sarathi-Serve / vLLM v1: 32 decodes take 32 tokens, a 2,048-token prompt gets the rest."""
+    sched, alloc, _ = continuous(budget=512)
+    for i in range(32):
+        sched.add(Request(i, 0, 0.0, 100, 50))
+    run_steps(sched, 1)                       # 32 × 100 = 3,200 > 512: admission is chunked
+    steps, t = run_steps(sched, 20, t0=1.0)
+    assert all(s.decode_seqs == 32 or s.prefills for s in steps)
+    sched.add(Request(99, 0, t, 2048, 10))
+    step = sched.schedule(t)
+    assert step.decode_seqs == 32
+    assert step.prefills == [(sched.running[99], 512 - 32)]
+    assert step.batch_tokens == 512
+
+
+def test_chunked_prefill_takes_ceil_prompt_over_room_steps():
+    """Seed 002 Q4 follow-up arithmetic: room per step = budget − decodes; steps = ⌈prompt ÷ room⌉."""
+    sched, _, _ = continuous(budget=1560, max_num_seqs=256)
+    for i in range(150):
+        sched.add(Request(i, 0, 0.0, 8, 1000))
+    run_steps(sched, 2)
+    sched.add(Request(999, 0, 2.0, 6000, 5))
+    chunks = []
+    t = 2.0
+    while 999 not in [r.rid for r in sched.finished] and len(chunks) < 20:
+        step = sched.schedule(t)
+        chunks += [n for r, n in step.prefills if r.rid == 999]
+        t += 1
+        sched.complete(step, t)
+        if sched.running.get(999) is None or sched.running[999].dec_epoch0 >= 0:
+            break
+    assert chunks == [1410, 1410, 1410, 1410, 360]       # ⌈6000 / 1410⌉ = 5 steps
+
+
+def test_unchunked_prefill_step_stalls_running_decodes():
+    """Orca / vLLM v0: a waiting prompt gets a prefill-only step; decodes wait for it."""
+    sched, _, itl = continuous(budget=4096, chunked=False)
+    for i in range(4):
+        sched.add(Request(i, 0, 0.0, 64, 100))
+    run_steps(sched, 5)
+    sched.add(Request(9, 0, 5.0, 2048, 3))
+    step = sched.schedule(5.0)
+    assert step.decode_seqs == 0 and [(r.rid, n) for r, n in step.prefills] == [(9, 2048)]
+    sched.complete(step, 8.0)                 # a long 3-second prefill step
+    step = sched.schedule(8.0)
+    assert step.decode_seqs == 5 and not step.prefills
+    sched.complete(step, 9.0)
+    # The 4 old decoders saw a 4 s gap (prefill + decode step); the new one 1 s.
+    runs = sorted(zip(itl.gap_s, itl.count))
+    assert (4.0, 4) in runs and (1.0, 1) in runs
+
+
+def test_tokens_and_ttft_follow_num_computed_tokens():
+    """A 40-token prompt at budget 16 needs 3 prefill steps; its first token ends step 3."""
+    sched, alloc, itl = continuous(budget=16, max_num_seqs=16)
+    req = Request(0, 0, 0.0, 40, 4)
+    sched.add(req)
+    steps, t = run_steps(sched, 10)
+    assert [n for s in steps if s for _, n in s.prefills] == [16, 16, 8]
+    assert req.first_token_s == 3.0 and req.finish_s == 6.0
+    assert req.state == FINISHED and req.num_generated == 4
+    assert list(itl.count) == [1, 1, 1] and list(itl.gap_s) == [1.0, 1.0, 1.0]
+    alloc.check_all_free()
+
+
+def test_blocks_are_allocated_exactly_at_block_boundaries():
+    """KV slots = computed tokens: a 16-token prompt at block size 16 takes its 2nd block on its 1st decode."""
+    sched, alloc, _ = continuous(block_size=16)
+    req = Request(0, 0, 0.0, 16, 20)
+    sched.add(req)
+    run_steps(sched, 1)
+    assert len(req.blocks) == 1 and alloc.num_used_blocks == 1
+    run_steps(sched, 1, t0=1.0)
+    sched.sync()
+    assert req.num_computed == 17 and len(req.blocks) == 2
+    run_steps(sched, 15, t0=2.0)              # computed 32 → still 2 blocks
+    sched.sync()
+    assert req.num_computed == 32 and len(req.blocks) == 2
+    run_steps(sched, 1, t0=17.0)
+    assert len(req.blocks) == 3
+
+
+def test_preemption_evicts_the_newest_and_recomputes():
+    """vLLM: out of blocks mid-decode → preempt the most recently admitted request (recompute)."""
+    sched, alloc, _ = continuous(num_blocks=6, block_size=4, budget=64, max_num_seqs=8)
+    a, b = Request(0, 0, 0.0, 8, 14), Request(1, 0, 0.0, 8, 14)   # each ends at 21 tokens = 6 blocks
+    sched.add(a)
+    sched.add(b)
+    run_steps(sched, 1)                       # 2 + 2 blocks
+    assert alloc.num_used_blocks == 4
+    run_steps(sched, 1, t0=1.0)               # both cross into block 3: 6 blocks used
+    assert alloc.num_free_blocks == 0
+    steps, t = run_steps(sched, 4, t0=2.0)    # next boundary: b is evicted so a can grow
+    assert sched.preemptions >= 1 and b.num_preemptions >= 1 and a.num_preemptions == 0
+    run_steps(sched, 200, t0=t)
+    assert a.state == FINISHED and b.state == FINISHED
+    assert b.num_generated == 14 and a.finish_s < b.finish_s
+    alloc.check_all_free()
+
+
+def test_lone_request_too_big_for_the_pool_is_preempted_not_deadlocked():
+    """Two requests that cannot both grow: one is evicted, the other finishes, then it runs."""
+    sched, alloc, _ = continuous(num_blocks=4, block_size=4, budget=64, max_num_seqs=4)
+    reqs = [Request(i, 0, 0.0, 4, 9) for i in range(2)]     # each ends needing 3 blocks
+    for r in reqs:
+        sched.add(r)
+    run_steps(sched, 100)
+    assert all(r.state == FINISHED and r.num_generated == 9 for r in reqs)
+    alloc.check_all_free()
+
+
+def test_max_num_seqs_gate_holds_new_requests_back():
+    """Seed 002 Q5: with max_num_seqs running, a new prompt waits though tokens and KV are free."""
+    sched, _, _ = continuous(budget=8192, max_num_seqs=4)
+    for i in range(5):
+        sched.add(Request(i, 0, 0.0, 10, 100))
+    run_steps(sched, 3)
+    assert sched.num_running == 4 and len(sched.waiting) == 1
+    assert sched.waiting[0].rid == 4 and sched.waiting[0].state == WAITING
+
+
+def test_static_batch_useful_share_matches_pack_q1():
+    """Seed 002 Q1: 4 slots, replies 50/150/400/800 → 1,400 of 3,200 slot-steps useful (≈ 44 %),
+    and the 50-token user leaves with the batch at step 800."""
+    alloc = BlockAllocator(10_000, 16)
+    itl = ItlRecorder()
+    sched = StaticScheduler(max_num_seqs=4, allocator=alloc, num_classes=1, itl=itl)
+    reqs = [Request(i, 0, 0.0, 10, n) for i, n in enumerate([50, 150, 400, 800])]
+    for r in reqs:
+        sched.add(r)
+    steps, t = run_steps(sched, 2000)
+    assert sched.steps == 800
+    assert sched.slot_steps_useful == 1400 and sched.steps * 4 == 3200
+    assert sched.slot_steps_useful / (sched.steps * 4) == pytest.approx(0.4375)
+    assert all(r.finish_s == 800.0 for r in reqs)
+    assert reqs[0].first_token_s == 1.0
+    assert sum(itl.count) == sum(n - 1 for n in [50, 150, 400, 800])
+    alloc.check_all_free()
+
+
+def test_static_prefill_is_padded_to_the_longest_prompt():
+    alloc = BlockAllocator(10_000, 16)
+    sched = StaticScheduler(max_num_seqs=8, allocator=alloc, num_classes=1, itl=ItlRecorder())
+    sched.add(Request(0, 0, 0.0, 100, 5))
+    sched.add(Request(1, 0, 0.0, 1000, 5))
+    step = sched.schedule(0.0)
+    assert step.prefill_tokens == 2 * 1000
+    assert not math.isnan(sched.batch[0].first_scheduled_s)
+    assert {r.state for r in sched.batch} == {RUNNING}

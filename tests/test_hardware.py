@@ -1,0 +1,210 @@
+"""Hardware profiles: datasheet numbers, sources, loading errors, calibration.
+
+Datasheets: A100 (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf),
+H100 (nvidia-tensor-core-gpu-datasheet), H200 (hpc-datasheet-sc23-h200),
+L40S (l40s-datasheet-28413); URLs are in each profile's ``sources``.
+The calibration tests recompute the efficiency factors from Vidur's measured
+operator and collective timings (MIT), in ../shared/reference/vidur_profiling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capsim.errors import ScenarioError
+from capsim.hardware import HardwareProfile, hardware_names, list_hardware, load_hardware
+
+REPO = Path(__file__).resolve().parents[1]
+VIDUR = REPO.parent / "shared" / "reference" / "vidur_profiling" / "data" / "profiling"
+needs_vidur = pytest.mark.skipif(
+    not VIDUR.is_dir(), reason=f"Vidur profiling data not found at {VIDUR} (../shared absent)"
+)
+GIB = 2**30
+NUMERIC_FIELDS = ("peak_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
+                  "pcie_bandwidth_bytes_per_s", "pcie_latency_s", "efficiency",
+                  "step_overhead_s", "price_per_gpu_hour_usd")
+
+
+def test_packaged_profiles():
+    assert hardware_names() == ["a100-80gb", "h100-sxm", "h200-sxm", "l40s"]
+
+
+def test_top_level_hardware_folder_is_the_packaged_one():
+    """The project layout has hardware/*.yaml at the top; it links to the package data."""
+    top = sorted(p.name for p in (REPO / "hardware").glob("*.yaml"))
+    assert top == [f"{n}.yaml" for n in hardware_names()]
+    assert load_hardware(str(REPO / "hardware" / "h100-sxm.yaml")) == load_hardware("h100-sxm")
+
+
+@pytest.mark.parametrize(
+    "name, bf16, fp8, hbm_gib, bandwidth, link",
+    [
+        # Dense (not sparsity) Tensor-Core rates; bandwidth per direction.
+        ("a100-80gb", 312e12, None, 80, 2.039e12, 300e9),     # A100 datasheet, SXM column
+        ("h100-sxm", 989.4e12, 1978.9e12, 80, 3.35e12, 450e9),  # 1,979 / 3,958 with sparsity
+        ("h200-sxm", 989.4e12, 1978.9e12, 141, 4.8e12, 450e9),  # H200 datasheet, SXM column
+        ("l40s", 362.05e12, 733e12, 48, 0.864e12, 32e9),       # no NVLink: PCIe Gen4 x16
+    ],
+)
+def test_datasheet_numbers(name, bf16, fp8, hbm_gib, bandwidth, link):
+    hw = load_hardware(name)
+    assert hw.peak_flops("bf16") == bf16
+    assert hw.peak_flops("fp16") == bf16
+    if fp8 is None:
+        with pytest.raises(ScenarioError, match="fp8"):
+            hw.peak_flops("fp8")
+    else:
+        assert hw.peak_flops("fp8") == fp8
+    assert hw.hbm_bytes == hbm_gib * GIB
+    assert hw.hbm_bandwidth_bytes_per_s == bandwidth
+    assert hw.tp_link_bandwidth_bytes_per_s == link
+
+
+def test_l40s_has_no_nvlink_so_tp_uses_pcie():
+    hw = load_hardware("l40s")
+    assert not hw.has_nvlink
+    assert hw.tp_link_latency_s == hw.pcie_latency_s
+
+
+def test_every_number_has_a_source():
+    for hw in list_hardware():
+        fields = NUMERIC_FIELDS + (("nvlink_bandwidth_bytes_per_s", "nvlink_latency_s")
+                                   if hw.has_nvlink else ())
+        for field in fields:
+            assert hw.sources.get(field), f"{hw.name}: no source for {field}"
+        assert hw.sources["peak_flops_per_s"].startswith("https://")
+        assert hw.price_per_gpu_hour_usd > 0
+
+
+def test_default_efficiencies_are_fractions():
+    for hw in list_hardware():
+        for value in (hw.efficiency.compute, hw.efficiency.memory, hw.efficiency.interconnect):
+            assert 0.0 < value <= 1.0
+
+
+def test_ideal_copy():
+    hw = load_hardware("h100-sxm")
+    ideal = hw.ideal()
+    assert (ideal.efficiency.compute, ideal.efficiency.memory) == (1.0, 1.0)
+    assert ideal.efficiency.interconnect == 1.0
+    assert ideal.step_overhead_s == 0.0
+    assert ideal.peak_flops_per_s == hw.peak_flops_per_s
+    assert hw.efficiency.compute < 1.0          # the original is untouched
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(ScenarioError) as err:
+        load_hardware("b200")
+    assert str(err.value) == "unknown hardware 'b200'; valid: a100-80gb, h100-sxm, h200-sxm, l40s"
+
+
+def _profile_text(**replace: str) -> str:
+    text = (REPO / "hardware" / "a100-80gb.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new, 1)      # first hit: the top-level key
+    return text
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(ScenarioError) as err:
+        load_hardware(str(path))
+    assert err.value.file == str(path)
+    assert "YAML" in err.value.message
+
+
+def test_invalid_field_names_file_and_dotted_path(tmp_path):
+    path = tmp_path / "a100.yaml"
+    path.write_text(_profile_text(**{"compute: 0.73": "compute: 1.7"}))
+    with pytest.raises(ScenarioError) as err:
+        load_hardware(str(path))
+    assert err.value.file == str(path)
+    assert err.value.path == "efficiency.compute"
+
+
+def test_unknown_key_rejected(tmp_path):
+    path = tmp_path / "a100.yaml"
+    path.write_text(_profile_text(**{"step_overhead_s:": "step_overhed_s: 1.0\nstep_overhead_s:"}))
+    with pytest.raises(ScenarioError) as err:
+        load_hardware(str(path))
+    assert err.value.path == "step_overhed_s"
+
+
+def test_missing_source_rejected(tmp_path):
+    path = tmp_path / "a100.yaml"
+    text = "\n".join(line for line in _profile_text().splitlines()
+                     if not line.strip().startswith("hbm_bandwidth_bytes_per_s: https"))
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match="hbm_bandwidth_bytes_per_s"):
+        load_hardware(str(path))
+
+
+def test_negative_number_rejected():
+    data = load_hardware("h100-sxm").model_dump()
+    data["hbm_bandwidth_bytes_per_s"] = -1.0
+    with pytest.raises(ValueError):
+        HardwareProfile.model_validate(data)
+
+
+# -- calibration from measured data ----------------------------------------------------
+
+
+def _gemm_efficiency(csv: Path, peak_flops: float, bandwidth: float) -> tuple[float, float]:
+    """(compute, memory) efficiency over one layer's four GEMMs, Vidur medians, TP1.
+
+    compute = Σ 2·tokens·params / Σ time at 4,096 tokens ÷ peak;
+    memory  = Σ 2·params bytes / Σ time at 1 token ÷ HBM bandwidth.
+    """
+    pd = pytest.importorskip("pandas")
+    rows = pd.read_csv(csv)
+    rows = rows[rows.num_tensor_parallel_workers == 1]
+    h, ffn = int(rows.n_embd.iloc[0]), int(rows.n_expanded_embd.iloc[0])
+    heads, kv_heads = int(rows.n_head.iloc[0]), int(rows.n_kv_head.iloc[0])
+    head_dim = h // heads
+    params = {"attn_pre_proj": h * (heads + 2 * kv_heads) * head_dim,
+              "attn_post_proj": h * h, "mlp_up_proj": 2 * h * ffn, "mlp_down_proj": h * ffn}
+
+    def total_s(tokens: int) -> float:
+        at = rows[rows.num_tokens == tokens]
+        return sum(at[f"time_stats.{op}.median"].mean() for op in params) * 1e-3
+
+    weights = sum(params.values())
+    return (2 * 4096 * weights / total_s(4096) / peak_flops,
+            2 * weights / total_s(1) / bandwidth)
+
+
+@needs_vidur
+@pytest.mark.parametrize("name, csv", [
+    ("a100-80gb", "compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv"),
+    ("h100-sxm", "compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"),
+])
+def test_default_efficiencies_come_from_vidur_gemm_timings(name, csv):
+    """The profile defaults are these measurements rounded to 2 places
+    (A100: 0.732 / 0.775; H100: 0.757 / 0.774)."""
+    hw = load_hardware(name)
+    compute, memory = _gemm_efficiency(VIDUR / csv, hw.peak_flops("bf16"),
+                                       hw.hbm_bandwidth_bytes_per_s)
+    assert round(compute, 2) == hw.efficiency.compute
+    assert round(memory, 2) == hw.efficiency.memory
+
+
+@needs_vidur
+@pytest.mark.parametrize("name, sku", [("a100-80gb", "a100_dgx"), ("h100-sxm", "h100_dgx")])
+def test_interconnect_calibration_from_vidur_all_reduce(name, sku):
+    """8-GPU NVLink all-reduce: 64 MiB bus bandwidth ÷ link bandwidth gives
+    efficiency.interconnect; the 2 KiB time over 2(n−1) ring hops gives nvlink_latency_s."""
+    pd = pytest.importorskip("pandas")
+    rows = pd.read_csv(VIDUR / "network" / sku / "all_reduce.csv")
+    rows = rows[(rows.num_workers == 8) & (rows.devices_per_node == 8)]
+    median_s = rows.groupby("size")["time_stats.all_reduce.median"].median() * 1e-3
+    hw = load_hardware(name)
+    bus_bw = 2 * 7 / 8 * 2**26 / median_s[2**26]
+    assert round(bus_bw / hw.nvlink_bandwidth_bytes_per_s, 2) == hw.efficiency.interconnect
+    assert median_s[2048] / 14 == pytest.approx(hw.nvlink_latency_s, rel=0.05)

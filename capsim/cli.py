@@ -17,7 +17,12 @@ from rich.table import Table
 from capsim import __version__
 from capsim.errors import ScenarioError
 
-err_console = Console(stderr=True)
+
+
+def _console() -> Console:
+    """A console; when output is piped, wide enough for the summary tables (rich assumes 80)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,7 +75,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     spec = loaded.spec
     trace = workload.build(spec.workload, spec.seed, loaded.base_dir)
     out = out_dir or Path("reports") / spec.name
-    console = Console()
+    console = _console()
     console.print(f"[bold]{spec.name}[/]: {len(trace):,} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     results, rows = [], []
@@ -115,19 +120,19 @@ def hardware() -> None:
     from capsim.hardware import list_hardware
 
     table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
-    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink GB/s",
+    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "HBM TB/s", "NVLink GB/s",
                 "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for hw in list_hardware():
         fp8 = hw.peak_flops_per_s.get("fp8")
         table.add_row(hw.name, f"{hw.peak_flops_per_s['bf16'] / 1e12:,.0f}",
-                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 1e9:,.0f}",
+                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 2**30:,.0f}",
                       f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                       f"{(hw.nvlink_bandwidth_bytes_per_s or 0) / 1e9:,.0f}",
                       f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}",
                       f"{hw.efficiency.compute:.2f}", f"{hw.efficiency.memory:.2f}",
                       f"{hw.price_per_gpu_hour_usd:.2f}")
-    Console().print(table)
+    _console().print(table)
 
 
 @cli.command(help="Price one engine step with the roofline: FLOPs, bytes, intensity, time, bound.")
@@ -154,7 +159,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
 
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
-    console = Console()
+    console = _console()
     console.print(f"[bold]{model}[/] on [bold]{hw}[/] TP{tp}"
                   f"{' (ideal: efficiency 1.0, no overhead)' if ideal else ''}")
     table = Table(show_header=True)
@@ -162,12 +167,14 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
         table.add_column(col, justify="left" if col in ("operator", "bound") else "right")
     for op in d["operators"]:
         table.add_row(op["name"], f"{op['flops'] / 1e9:,.2f}", f"{op['bytes'] / 1e6:,.1f}",
-                      f"{op['intensity']:,.1f}", f"{op['compute_s'] * 1e3:.3f}",
+                      f"{op['arithmetic_intensity_flops_per_byte']:,.1f}",
+                      f"{op['compute_s'] * 1e3:.3f}",
                       f"{op['memory_s'] * 1e3:.3f}", op["bound"])
     console.print(table)
     console.print(
         f"step: {d['flops'] / 1e9:,.1f} GFLOP, {d['bytes'] / 1e9:,.3f} GB per GPU, "
-        f"intensity {d['intensity']:,.1f} FLOP/byte → [bold]{d['time_s'] * 1e3:.3f} ms[/] "
+        f"intensity {d['arithmetic_intensity_flops_per_byte']:,.1f} FLOP/byte (ridge "
+        f"{d['ridge_flops_per_byte']:,.0f}) → [bold]{d['seconds'] * 1e3:.3f} ms[/] "
         f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
         f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
         f"{d['overhead_s'] * 1e3:.3f} ms)")

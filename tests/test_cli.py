@@ -1,0 +1,136 @@
+"""The command line: bad input gets one line and exit code 2; the tools print the seeds' numbers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capsim.cli import main
+
+GOOD = {
+    "name": "cli", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+    "engine": {"max_model_len": 4096},
+    "workload": {"num_requests": 30, "arrival": {"process": "poisson", "rate_per_s": 5},
+                 "classes": [{"name": "chat", "weight": 1,
+                              "prompt_tokens": {"dist": "fixed", "value": 200},
+                              "output_tokens": {"dist": "fixed", "value": 20}}]},
+    "variants": [{"name": "a"}, {"name": "b", "engine": {"max_num_batched_tokens": 1024}}],
+}
+
+
+def write(tmp_path: Path, doc: dict, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def with_(doc: dict, dotted: str, value) -> dict:
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    parts = dotted.split(".")
+    node = doc
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    node[parts[-1]] = value
+    return doc
+
+
+BAD = [
+    ("engine.max_num_seq", 64, "engine.max_num_seq: unknown key 'max_num_seq' (did you mean 'max_num_seqs'?)"),
+    ("hardware", "h900", "hardware: unknown hardware 'h900'"),
+    ("model", "llama-9b", "model: unknown model 'llama-9b'"),
+    ("workload.arrival.rate_per_s", -1, "workload.arrival.rate_per_s: "),
+    ("engine.block_size", 0, "engine.block_size: "),
+    ("engine.gpu_memory_utilization", 1.5, "engine.gpu_memory_utilization: "),
+    ("variants.1.engine.max_num_seqs", 0, "variants.1.engine.max_num_seqs: "),
+    ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
+]
+
+
+@pytest.mark.parametrize("field,value,expected", BAD)
+def test_bad_field_is_one_line_naming_file_and_path(tmp_path, capsys, field, value, expected):
+    path = write(tmp_path, with_(GOOD, field, value))
+    out_dir = tmp_path / "report"
+    code, out, err = run_cli(["run", str(path), "-o", str(out_dir)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}: ")
+    assert expected in err
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_missing_field_and_weights_that_do_not_fit(tmp_path, capsys):
+    doc = dict(GOOD)
+    del doc["model"]
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and "model: required field is missing" in err
+    big = with_(with_(GOOD, "model", "llama-3.1-70b"), "hardware", "a100-80gb")
+    code, _, err = run_cli(["validate", str(write(tmp_path, big))], capsys)
+    assert code == 2 and "engine.gpu_memory_utilization" in err and "do not fit" in err
+
+
+def test_trace_errors_name_the_line(tmp_path, capsys):
+    csv = tmp_path / "t.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.6805900,100,20\n"
+                   "2023-11-16 18:15:47.0000000,abc,20\n")
+    doc = {k: v for k, v in GOOD.items() if k != "workload"}
+    doc["workload"] = {"trace": {"path": "t.csv"}}
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and "line 3" in err and "abc" in err
+    doc["workload"] = {"trace": {"path": "missing.csv"}}
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and "not found" in err
+
+
+def test_bad_set_and_missing_file(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    code, _, err = run_cli(["validate", str(path), "--set", "engine.max_num_seqs"], capsys)
+    assert code == 2 and "dotted.key=value" in err
+    code, _, err = run_cli(["validate", str(tmp_path / "nope.yaml")], capsys)
+    assert code == 2 and "nope.yaml" in err
+
+
+def test_run_writes_the_report_and_set_overrides(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    out_dir = tmp_path / "r"
+    code, out, _ = run_cli(["run", str(path), "-o", str(out_dir), "--seed", "7",
+                            "--set", "cluster.num_replicas=2"], capsys)
+    assert code == 0
+    for name in ("index.html", "summary.csv", "requests.csv", "scenario.resolved.yaml"):
+        assert (out_dir / name).is_file()
+    resolved = yaml.safe_load((out_dir / "scenario.resolved.yaml").read_text())
+    assert resolved["seed"] == 7 and resolved["cluster"]["num_replicas"] == 2
+    assert resolved["capsim_version"]
+    assert "GPU KV cache size:" in out
+
+
+def test_roofline_command_prints_the_seed_decode_step(capsys):
+    """Seed 000: Llama-2-7B decode, batch 32 at 512 context on an A100: ≈ 11 ms, memory-bound."""
+    code, out, _ = run_cli(["roofline", "--model", "llama-2-7b", "--hardware", "a100-80gb",
+                            "--decode-batch", "32", "--context", "512", "--ideal"], capsys)
+    assert code == 0 and "memory-bound" in out
+    ms = float(out.split("→")[1].split("ms")[0])
+    assert ms == pytest.approx(11.03, rel=0.05)
+
+
+def test_hardware_command_lists_profiles(capsys):
+    code, out, _ = run_cli(["hardware"], capsys)
+    assert code == 0 and "a100-80gb" in out and "h100-sxm" in out
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "capsim", "--version"], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0 and "capsim" in proc.stdout

@@ -10,7 +10,6 @@ milliseconds (summary rows), axes are labelled in ms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -20,88 +19,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.metrics import weighted_percentile
-from capsim.results import RunResult, SummaryRow
+from capsim.report.cdf import QUANTILES, Distribution, distribution, itl_distribution
 from capsim.report.columns import fmt
 from capsim.report.style import DPI, RC, STAT_MARKERS
+from capsim.results import RunResult, SummaryRow
 from capsim.slo import RequestSlo, SloConfig
 
-_QUANTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
-_MAX_POINTS = 1500          # per probability axis when thinning a long distribution
 _NAME_CHARS = 40
-
-
-@dataclass
-class Distribution:
-    """An exact empirical distribution built from weighted samples (ms).
-
-    Attributes:
-        x_ms: distinct values, ascending (possibly thinned for plotting).
-        cdf: P(X ≤ x) at each x.
-        ccdf: P(X ≥ x) at each x (never 0, so it can be drawn on a log axis).
-        markers: {"p50", "p99", "p99.9", "max"} → value in ms, from
-            :func:`capsim.metrics.weighted_percentile` (numpy linear interpolation).
-        total: number of samples (Σ counts).
-    """
-
-    x_ms: np.ndarray
-    cdf: np.ndarray
-    ccdf: np.ndarray
-    markers: dict[str, float] = field(default_factory=dict)
-    total: int = 0
-
-    @property
-    def empty(self) -> bool:
-        return self.total == 0
-
-    def cdf_at(self, x: float) -> float:
-        """P(X ≤ x) as drawn (right-continuous step)."""
-        i = int(np.searchsorted(self.x_ms, x, side="right")) - 1
-        return float(self.cdf[i]) if i >= 0 else 0.0
-
-    def ccdf_at(self, x: float) -> float:
-        """P(X ≥ x) as drawn (left-continuous step)."""
-        i = int(np.searchsorted(self.x_ms, x, side="left"))
-        return float(self.ccdf[i]) if i < len(self.ccdf) else 0.0
-
-
-def distribution(values_ms: np.ndarray, counts: np.ndarray | None = None,
-                 max_points: int = _MAX_POINTS) -> Distribution:
-    """Sort weighted values and accumulate counts into CDF and CCDF (ms in, ms out).
-
-    ``counts`` defaults to one per value. Values that are NaN or have a count
-    ≤ 0 are ignored. Long distributions are thinned to about ``2 × max_points``
-    points (a grid in linear probability for the body and in log probability
-    for the tail); the markers are always computed from the full data.
-    """
-    values = np.asarray(values_ms, dtype=np.float64)
-    counts = np.ones(len(values), np.int64) if counts is None else np.asarray(counts, np.int64)
-    keep = (counts > 0) & ~np.isnan(values)
-    values, counts = values[keep], counts[keep]
-    total = int(counts.sum())
-    if total == 0:
-        empty = np.empty(0)
-        return Distribution(empty, empty, empty, {}, 0)
-    x, inverse = np.unique(values, return_inverse=True)
-    per_x = np.bincount(inverse, weights=counts, minlength=len(x))
-    cum = np.cumsum(per_x)
-    cdf = cum / total
-    ccdf = (total - cum + per_x) / total
-    markers = {k: weighted_percentile(values, counts, q) for k, q in _QUANTILES.items()}
-    markers["max"] = float(x[-1])
-    if len(x) > 2 * max_points:
-        idx = np.unique(np.concatenate([
-            np.searchsorted(cdf, np.linspace(0.0, 1.0, max_points)),
-            len(x) - 1 - np.searchsorted(ccdf[::-1], np.geomspace(ccdf[-1], 1.0, max_points)),
-            [0, len(x) - 1]]).clip(0, len(x) - 1))
-        x, cdf, ccdf = x[idx], cdf[idx], ccdf[idx]
-    return Distribution(x, cdf, ccdf, markers, total)
-
-
-def itl_distribution(result: RunResult) -> Distribution:
-    """ITL distribution (ms) of one run from its weighted gap runs."""
-    return distribution(np.asarray(result.itl.gap_s, np.float64) * 1e3,
-                        np.asarray(result.itl.count, np.int64))
 
 
 def short(name: str, limit: int = _NAME_CHARS) -> str:
@@ -121,17 +45,24 @@ _PLAIN = FuncFormatter(lambda v, _: f"{v:,.10g}")
 _PERCENT = FuncFormatter(lambda v, _: f"{v * 100:.10g} %")
 
 
-def _log_axis(axis, formatter: FuncFormatter) -> None:
-    """Plain tick labels on a log axis (style.RC turns mathtext off, so no 10^k labels)."""
-    axis.set_major_locator(LogLocator(base=10))
+def _log_axis(axis, formatter: FuncFormatter, lo: float | None = None,
+              hi: float | None = None) -> None:
+    """Plain tick labels on a log axis (style.RC turns mathtext off, so no 10^k labels).
+
+    When ``lo``..``hi`` spans at most three decades, ticks at 1-2-5 steps so a
+    narrow range still gets several labels.
+    """
+    narrow = lo is not None and hi is not None and 0 < lo < hi and hi / lo <= 1e3
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,)))
     axis.set_major_formatter(formatter)
     axis.set_minor_formatter(NullFormatter())
 
 
-def _ms_axis(ax, label: str) -> None:
-    """Log-scale x axis in ms with plain-number tick labels (1, 10, 100, 1,000)."""
+def _ms_axis(ax, label: str, lo: float, hi: float) -> None:
+    """Log-scale x axis in ms over ``lo``..``hi`` with plain-number tick labels."""
     ax.set_xscale("log")
-    _log_axis(ax.xaxis, _PLAIN)
+    ax.set_xlim(lo, hi)
+    _log_axis(ax.xaxis, _PLAIN, lo, hi)
     ax.set_xlabel(label)
 
 
@@ -213,13 +144,12 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
             _mark(ax_tail, d, c, ("p50", "p99", "p99.9", "max"), _ccdf_y)
             stalls = _stalls(r, slo.stall_threshold_ms)
             variant_handles.append(Line2D([], [], color=c, lw=2, label=(
-                f"{short(r.variant)}: max {d.markers['max']:,.1f} ms, {stalls:,} stalls")))
+                f"{short(r.variant)}: max {d.markers['max']:,.1f} ms, {_plural(stalls, 'stall')}")))
         ref_handles = _reference_lines(ax_cdf, refs)
         _reference_lines(ax_tail, refs)
         lo, hi = _x_limits(dists, [v for v, *_ in refs])
         for ax in (ax_cdf, ax_tail):
-            _ms_axis(ax, "inter-token latency (ms, log scale)")
-            ax.set_xlim(lo, hi)
+            _ms_axis(ax, "inter-token latency (ms, log scale)", lo, hi)
         ax_cdf.set_ylim(0, 1.04)
         ax_cdf.yaxis.set_major_formatter(_PERCENT)
         ax_cdf.set_ylabel("share of gaps ≤ x")
@@ -246,6 +176,10 @@ def _tail_axis(ax, dists: list[Distribution]) -> None:
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
     ax.legend(handles=_marker_handles(("p50", "p99", "p99.9", "max")), loc="lower left",
               fontsize=8, framealpha=0.9, ncol=2)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def _stalls(result: RunResult, threshold_ms: float) -> int:
@@ -289,8 +223,8 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
             handles.append(Line2D([], [], color=c, lw=2, label=(
                 f"{short(r.variant)}: p99 {d.markers['p99']:,.0f} ms{note}")))
         ref_handles = _reference_lines(ax, refs)
-        _ms_axis(ax, "time to first token (ms, log scale)")
-        ax.set_xlim(*_x_limits(dists, [v for v, *_ in refs]))
+        _ms_axis(ax, "time to first token (ms, log scale)",
+                 *_x_limits(dists, [v for v, *_ in refs]))
         ax.set_ylim(0, 1.04)
         ax.yaxis.set_major_formatter(_PERCENT)
         ax.set_ylabel("share of finished requests ≤ x")
@@ -324,7 +258,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
             pos = x0 - 0.4 + width * (i + 0.5)
             bars = ax.bar(pos, np.where(np.isnan(vals), 0, vals), width * 0.9,
                           color=colours[row.variant], zorder=2, label=(
-                              f"{short(row.variant)}: {row.itl_stalls:,} stalls "
+                              f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
                               f"> {slo.stall_threshold_ms:g} ms"))
             ax.bar_label(bars, [_bar_text(v) for v in vals], padding=2, zorder=4,
                          fontsize=8, rotation=90 if vertical else 0,
@@ -342,8 +276,9 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
                   if getattr(r, k) > 0 and not math.isnan(getattr(r, k))]
         finite += [slo.targets[k] for _, k in stats if k in slo.targets]
         ax.set_yscale("log")
-        ax.set_ylim(min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5))
-        _log_axis(ax.yaxis, _PLAIN)
+        lo, hi = min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5)
+        ax.set_ylim(lo, hi)
+        _log_axis(ax.yaxis, _PLAIN, lo, hi)
         ax.set_xticks(x0, ticks)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel("inter-token latency (ms, log scale)")

@@ -1,0 +1,151 @@
+"""index.html: a jinja2 template (autoescaped) filled from summary rows and run results.
+
+The page is self-contained (inline CSS, no scripts, no external resources);
+figures are referenced by relative file name, so the report directory can be
+zipped, mailed or opened offline.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+import capsim
+from capsim.report.columns import (Column, failed_list, fmt, target_status, target_text,
+                                   verdict_columns)
+from capsim.results import RunResult, SummaryRow
+from capsim.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass(frozen=True)
+class FigureRef:
+    """A PNG in the report directory and the text shown with it."""
+
+    file: str
+    title: str
+    caption: str
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def config_line(r: RunResult) -> str:
+    """One line describing a variant's fleet, e.g.
+    "2 × H100-SXM (TP 1) · 2 GPUs · $7.00/h · model llama-3.1-8b · scheduler continuous"."""
+    tps = sorted({s.tensor_parallel_size for s in r.replicas})
+    tp = f" (TP {'/'.join(map(str, tps))})" if tps else ""
+    pools = sorted({s.pool for s in r.replicas} - {"colocated"})
+    pool = f", pools: {', '.join(pools)}" if pools else ""
+    gpus = f"{r.num_gpus} GPU" + ("" if r.num_gpus == 1 else "s")
+    return (f"{r.num_replicas} × {r.hardware}{tp} · {gpus} · ${r.price_per_hour_usd:,.2f}/h"
+            f" · model {r.model} · scheduler {r.scheduler}{pool}")
+
+
+def _cells(row: SummaryRow, cols: list[Column], slo: SloConfig) -> list[dict]:
+    cells = []
+    for c in cols:
+        value = getattr(row, c.key)
+        status = target_status(c.key, value, slo)
+        css = status or ""
+        if c.key == "itl_stalls" and status is None and value > 0:
+            css = "warn"
+        if c.key in ("itl_max_ms", "itl_stalls"):
+            css += " em"
+        title = f"{c.key} {target_text(c.key, slo, c.kind)}".strip()
+        cells.append({"text": fmt(value, c.kind), "css": css.strip(), "title": title})
+    return cells
+
+
+def _verdict(row: SummaryRow, slo: SloConfig) -> dict:
+    if not slo.targets:
+        return {"status": "n/a", "css": "na", "failed": []}
+    return {"status": "PASS" if row.slo_pass else "FAIL", "css": "pass" if row.slo_pass else "fail",
+            "failed": failed_list(row)}
+
+
+def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> dict:
+    """Header groups, columns (with target bounds) and formatted rows for the template."""
+    cols = verdict_columns(slo)
+    groups: list[dict] = []
+    for c in cols:
+        if groups and groups[-1]["name"] == c.group:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({"name": c.group, "span": 1})
+    return {
+        "groups": groups,
+        "columns": [{"label": c.label, "key": c.key, "target": target_text(c.key, slo, c.kind)}
+                    for c in cols],
+        "has_targets": any(c.key in slo.targets for c in cols),
+        "rows": [{"variant": r.variant, "cls": r.cls, "colour": colours.get(r.variant, "#777"),
+                  "cells": _cells(r, cols, slo), "verdict": _verdict(r, slo)} for r in rows],
+    }
+
+
+def tail_alerts(rows: list[SummaryRow], slo: SloConfig) -> list[str]:
+    """One sentence per variant with stalls, saying whether p99 ITL would hide them (seed 002 Q10)."""
+    out = []
+    thr = slo.stall_threshold_ms
+    for r in rows:
+        if r.itl_stalls <= 0:
+            continue
+        hidden = r.itl_p99_ms <= thr
+        out.append(
+            f"{r.variant}: {r.itl_stalls:,} token gaps longer than {thr:g} ms, worst "
+            f"{fmt(r.itl_max_ms, 'ms')} ms, while p99 ITL is {fmt(r.itl_p99_ms, 'ms')} ms"
+            + (" — p99 does not show these stalls." if hidden else "."))
+    return out
+
+
+def slo_lines(slo: SloConfig, class_slos: dict[str, RequestSlo]) -> list[str]:
+    """Human-readable SLO settings: per-request limits, per-class limits, targets, stall threshold."""
+    def limits(s: RequestSlo) -> str:
+        parts = [f"{n} ≤ {v:g} ms" for n, v in (("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms),
+                                                  ("E2EL", s.e2el_ms)) if v is not None]
+        return ", ".join(parts) or "none"
+
+    lines = [f"Per-request limits (goodput): {limits(slo)}"]
+    lines += [f"Class {name}: {limits(s)}" for name, s in sorted(class_slos.items())]
+    if slo.targets:
+        lines.append("Run targets (verdict): " + ", ".join(
+            f"{k} {'≤' if k in UPPER_BOUND_TARGETS else '≥'} {v:g}" for k, v in slo.targets.items()))
+    else:
+        lines.append("Run targets (verdict): none — every variant is reported, none judged")
+    lines.append(f"Stall threshold: inter-token gaps > {slo.stall_threshold_ms:g} ms count as stalls")
+    return lines
+
+
+def render(*, scenario_name: str, description: str, resolved_yaml: str,
+           results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
+           class_slos: dict[str, RequestSlo], colours: dict[str, str],
+           figures: list[FigureRef], timelines: list[FigureRef], notes: list[str]) -> str:
+    """The full index.html text. All strings are autoescaped by jinja2."""
+    all_rows = [r for r in rows if r.cls == "all"]
+    class_rows = [r for r in rows if r.cls != "all"]
+    seeds = sorted({r.seed for r in results})
+    return _env().get_template("report.html").render(
+        scenario_name=scenario_name,
+        description=description,
+        version=capsim.__version__,
+        seeds=", ".join(map(str, seeds)) or "—",
+        generated=_dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        variants=[{"name": r.variant, "colour": colours[r.variant], "config": config_line(r),
+                   "log": "\n".join(r.log), "sim_end_s": f"{r.sim_end_s:,.1f}",
+                   "wall_s": f"{r.wall_s:,.1f}"} for r in results],
+        slo_lines=slo_lines(slo, class_slos),
+        verdict=table(all_rows, slo, colours),
+        by_class=table(class_rows, slo, colours) if class_rows else None,
+        alerts=tail_alerts(all_rows, slo),
+        figures=figures,
+        timelines=timelines,
+        notes=notes,
+        resolved_yaml=resolved_yaml,
+    )

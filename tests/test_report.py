@@ -1,0 +1,350 @@
+"""Tests for capsim.report: files, CSV contents, HTML escaping/offline-ness, atomic writes,
+figure helpers and the terminal table. All inputs are small hand-built RunResults."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from capsim import report
+from capsim.metrics import summarize, weighted_percentile
+from capsim.report import cdf, figures, timeline
+from capsim.report.columns import fmt, target_status
+from capsim.report.console import summary_table
+from capsim.report.style import slug, unique_slugs, variant_colours
+from capsim.results import (FINISHED, REJECTED, ItlRuns, ReplicaStats, ReplicaTimeline,
+                            RequestRecords, RunResult)
+from capsim.slo import RequestSlo, SloConfig
+
+NAN = float("nan")
+EVIL = "<b>x&y</b>"
+EVIL_ESCAPED = "&lt;b&gt;x&amp;y&lt;/b&gt;"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+SLO = SloConfig(ttft_ms=500.0, tpot_ms=50.0, stall_threshold_ms=200.0,
+                targets={"itl_max_ms": 300.0, "goodput_fraction": 0.5})
+CLASS_SLOS = {"rag": RequestSlo(ttft_ms=2000.0)}
+
+
+def _timeline(replica: int, bins: int = 6) -> ReplicaTimeline:
+    return ReplicaTimeline(
+        replica=replica, pool="colocated", bin_s=0.5,
+        steps=[10] * bins, busy_s=[0.4] * bins, batch_tokens_mean=[120.0] * bins,
+        prefill_tokens=[1000, 0, 600, 0, 0, 0][:bins] + [0] * max(0, bins - 6),
+        decode_tokens=[20, 40, 40, 30, 20, 10][:bins] + [0] * max(0, bins - 6),
+        kv_used_blocks_max=[10, 40, 80, 60, 30, 0][:bins] + [0] * max(0, bins - 6),
+        queue_len_max=[2, 1, 0, 0, 0, 0][:bins] + [0] * max(0, bins - 6),
+        running_max=[2, 4, 4, 3, 2, 1][:bins] + [0] * max(0, bins - 6))
+
+
+def _stats(replica: int) -> ReplicaStats:
+    return ReplicaStats(
+        replica=replica, pool="colocated", hardware="H100-SXM", tensor_parallel_size=1,
+        num_gpu_blocks=100, block_size=16, kv_cache_tokens=1600, steps=60, busy_s=2.4,
+        flops=1e15, hbm_bytes=5e12, compute_bound_steps=5, prefill_tokens=1600,
+        decode_tokens=160, preemptions=1, peak_kv_used_blocks=80, slot_steps_held=200,
+        slot_steps_useful=180, slot_capacity=400)
+
+
+def make_result(variant: str, *, stall_s: float, replicas: int = 1,
+                reject_last: bool = False) -> RunResult:
+    """Four requests (classes chat, rag, chat, rag); request 0 arrives at 1.0 s and emits its
+    first token at 1.25 s (TTFT 250 ms). ITL: 5,000 gaps of 20 ms, 500 of 30 ms, one long gap (stall_s) — rarer than 1 %."""
+    status = [FINISHED, FINISHED, FINISHED, REJECTED if reject_last else FINISHED]
+    rej = [s == REJECTED for s in status]
+    first = [1.25, 1.9, 2.3, 3.6]
+    finish = [1.85, 2.5, 2.9, 4.4]
+    records = RequestRecords(
+        request_id=[0, 1, 2, 3], class_id=[0, 1, 0, 1], replica=[0, 0, 0, -1 if reject_last else 0],
+        arrival_s=[1.0, 1.2, 2.0, 3.0], prompt_tokens=[100, 2000, 120, 3000],
+        output_tokens=[21, 11, 31, 41], status=status,
+        reject_reason=["kv" if r else "" for r in rej],
+        first_scheduled_s=[NAN if r else v for r, v in zip(rej, [1.05, 1.3, 2.05, 3.1])],
+        first_token_s=[NAN if r else v for r, v in zip(rej, first)],
+        finish_s=[NAN if r else v for r, v in zip(rej, finish)],
+        num_preemptions=[0, 1, 0, 0], max_itl_s=[0.03, stall_s, 0.02, 0.03])
+    itl = ItlRuns(gap_s=[0.02, 0.03, stall_s, 0.02], count=[3000, 500, 1, 2000], class_id=[0, 1, 1, 0])
+    return RunResult(
+        variant=variant, seed=7, scheduler="continuous", num_replicas=replicas,
+        num_gpus=replicas, hardware="H100-SXM", model="llama-3.1-8b",
+        price_per_hour_usd=3.0 * replicas, peak_flops_per_gpu=989e12,
+        hbm_bandwidth_per_gpu_bytes_per_s=3.35e12, class_names=["chat", "rag"], sim_end_s=3.0,
+        wall_s=0.1, requests=records, itl=itl,
+        replicas=[_stats(k) for k in range(replicas)],
+        timelines=[_timeline(k) for k in range(replicas)],
+        log=["GPU KV cache size: 1,600 tokens",
+             "Maximum concurrency for 4,096 tokens per request: 0.39x"])
+
+
+@pytest.fixture
+def results() -> list[RunResult]:
+    return [make_result(EVIL, stall_s=0.45, reject_last=True),
+            make_result("chunked 512", stall_s=0.06, replicas=2)]
+
+
+@pytest.fixture
+def rows(results):
+    return [row for r in results for row in summarize(r, SLO, CLASS_SLOS)]
+
+
+def write(out_dir: Path, results, rows, **kw) -> Path:
+    return report.write(out_dir, scenario_name="rag_mix <test>",
+                        description="chat & rag <script>alert(1)</script>",
+                        resolved_yaml="name: rag_mix\nseed: 7\n", results=results, rows=rows,
+                        slo=SLO, class_slos=CLASS_SLOS, notes=["note <i>"], **kw)
+
+
+# --- files and CSVs ---------------------------------------------------------------------------
+
+def test_writes_every_file(tmp_path, results, rows):
+    out = tmp_path / "reports" / "rag_mix"
+    index = write(out, results, rows)
+    assert index == out / "index.html"
+    names = {p.name for p in out.iterdir()}
+    expected = {"index.html", "summary.csv", "requests.csv", "scenario.resolved.yaml",
+                "itl_cdf.png", "ttft_cdf.png", "itl_bars.png", "throughput_cost.png",
+                "timeline_b-x-y-b.png", "timeline_chunked-512.png"}
+    assert expected <= names
+    assert (out / "scenario.resolved.yaml").read_text() == "name: rag_mix\nseed: 7\n"
+    # No temporary or backup directories left next to the report.
+    assert [p.name for p in out.parent.iterdir()] == ["rag_mix"]
+
+
+def test_pngs_are_valid(tmp_path, results, rows):
+    out = tmp_path / "r"
+    write(out, results, rows)
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 6
+    for p in pngs:
+        data = p.read_bytes()
+        assert data[:8] == PNG_MAGIC, p.name
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        assert width >= 600 and height >= 300, (p.name, width, height)
+
+
+def test_summary_csv_matches_rows(tmp_path, results, rows):
+    out = tmp_path / "r"
+    write(out, results, rows)
+    df = pd.read_csv(out / "summary.csv")
+    assert len(df) == len(rows) == 6          # 2 variants × (all, chat, rag)
+    assert list(df["variant"]) == [r.variant for r in rows]
+    assert list(df["cls"]) == [r.cls for r in rows]
+    for (_, got), row in zip(df.iterrows(), rows):
+        assert got["num_rejected"] == row.num_rejected
+        assert got["itl_stalls"] == row.itl_stalls
+        assert got["itl_max_ms"] == pytest.approx(row.itl_max_ms)
+        assert got["ttft_p99_ms"] == pytest.approx(row.ttft_p99_ms)
+        assert bool(got["slo_pass"]) == row.slo_pass
+    evil_all = df[(df["variant"] == EVIL) & (df["cls"] == "all")].iloc[0]
+    assert evil_all["itl_max_ms"] == pytest.approx(450.0)
+    assert evil_all["itl_stalls"] == 1
+    assert evil_all["num_rejected"] == 1
+    assert not evil_all["slo_pass"]
+
+
+def test_requests_csv_one_row_per_request(tmp_path, results, rows):
+    out = tmp_path / "r"
+    write(out, results, rows)
+    df = pd.read_csv(out / "requests.csv")
+    assert len(df) == sum(len(r.requests.request_id) for r in results) == 8
+    assert df.groupby("variant").size().to_dict() == {EVIL: 4, "chunked 512": 4}
+    r0 = df[(df["variant"] == "chunked 512") & (df["request_id"] == 0)].iloc[0]
+    assert r0["ttft_ms"] == pytest.approx(250.0)            # 1.25 s − 1.0 s
+    assert r0["tpot_ms"] == pytest.approx(600.0 / 20)       # (1.85 − 1.25) s / (21 − 1)
+    assert r0["cls"] == "chat"
+    rejected = df[(df["variant"] == EVIL) & (df["request_id"] == 3)].iloc[0]
+    assert rejected["status"] == REJECTED and math.isnan(rejected["ttft_ms"])
+
+
+# --- HTML -------------------------------------------------------------------------------------
+
+def test_html_escapes_scenario_strings(tmp_path, results, rows):
+    html = write(tmp_path / "r", results, rows).read_text()
+    assert EVIL not in html
+    assert EVIL_ESCAPED in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "rag_mix &lt;test&gt;" in html
+    assert "note &lt;i&gt;" in html
+
+
+def test_html_is_offline(tmp_path, results, rows):
+    out = tmp_path / "r"
+    html = write(out, results, rows).read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<script" not in html.lower()
+    assert "<link" not in html.lower()
+    assert "@import" not in html
+    # Every referenced image is a relative file name that exists in the report.
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert len(srcs) == 6
+    for src in srcs:
+        assert "/" not in src and (out / src).is_file()
+
+
+def test_html_header_and_verdict(tmp_path, results, rows):
+    html = write(tmp_path / "r", results, rows).read_text()
+    assert "capsim 0.1.0" in html
+    assert "seed 7" in html
+    assert "GPU KV cache size: 1,600 tokens" in html
+    assert "scheduler continuous" in html
+    # EVIL fails itl_max_ms (450 > 300); chunked passes (60 ms).
+    assert re.search(r'<td class="fail em" title="itl_max_ms ≤ 300">450</td>', html)
+    assert re.search(r'<td class="pass em" title="itl_max_ms ≤ 300">60.0</td>', html)
+    assert "itl_max_ms 450 &gt; 300" in html
+    assert html.count('<span class="badge fail">FAIL</span>') >= 1
+    assert html.count('<span class="badge pass">PASS</span>') >= 1
+    # The stall warning names the variant and says p99 does not see it.
+    assert "p99 does not show these stalls" in html
+    assert "Per request class" in html
+
+
+# --- atomic writes ----------------------------------------------------------------------------
+
+def _boom(*args, **kwargs):
+    raise RuntimeError("figure failed")
+
+
+@pytest.mark.parametrize("target", [(figures, "plot_itl_cdf"), (timeline, "plot_timeline")])
+def test_failure_leaves_nothing_behind(tmp_path, monkeypatch, results, rows, target):
+    monkeypatch.setattr(*target, _boom)
+    out = tmp_path / "r"
+    with pytest.raises(RuntimeError, match="figure failed"):
+        write(out, results, rows)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_keeps_previous_report(tmp_path, monkeypatch, results, rows):
+    out = tmp_path / "r"
+    write(out, results, rows)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(figures, "plot_ttft_cdf", _boom)
+    with pytest.raises(RuntimeError):
+        write(out, results[:1], rows[:3])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r"]
+
+
+def test_rewrite_replaces_old_files(tmp_path, results, rows):
+    out = tmp_path / "r"
+    write(out, results, rows)
+    (out / "stale.txt").write_text("old")
+    write(out, results[1:], rows[3:])
+    assert not (out / "stale.txt").exists()
+    assert not (out / "timeline_b-x-y-b.png").exists()
+    assert (out / "timeline_chunked-512.png").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["r"]
+
+
+def test_variant_without_tokens_still_renders(tmp_path):
+    r = make_result("all rejected", stall_s=0.3)
+    n = len(r.requests.request_id)
+    nan = [NAN] * n
+    r = r.model_copy(update={
+        "requests": r.requests.model_copy(update={
+            "status": [REJECTED] * n, "first_token_s": nan, "finish_s": nan,
+            "first_scheduled_s": nan, "reject_reason": ["kv"] * n}),
+        "itl": ItlRuns(gap_s=[], count=[], class_id=[]), "timelines": []})
+    rows = summarize(r, SLO, CLASS_SLOS)
+    html = write(tmp_path / "r", [r], rows).read_text()
+    assert "all rejected" in html
+    assert (tmp_path / "r" / "itl_cdf.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# --- figure helpers ---------------------------------------------------------------------------
+
+def test_itl_markers_match_weighted_percentile(results):
+    for r in results:
+        gaps_ms = np.asarray(r.itl.gap_s) * 1e3
+        counts = np.asarray(r.itl.count)
+        d = cdf.itl_distribution(r)
+        for key, q in (("p50", 50.0), ("p99", 99.0), ("p99.9", 99.9)):
+            assert d.markers[key] == pytest.approx(weighted_percentile(gaps_ms, counts, q))
+        assert d.markers["max"] == pytest.approx(gaps_ms.max())
+        assert d.total == counts.sum()
+
+
+def test_distribution_exact_and_thinned():
+    rng = np.random.default_rng(1)
+    values = rng.lognormal(3.0, 0.5, 20_000)
+    counts = rng.integers(1, 30, len(values))
+    values[-1], counts[-1] = 5_000.0, 3                    # one rare long stall
+    d = cdf.distribution(values, counts, max_points=200)
+    flat = np.repeat(values, counts)
+    for key, q in (("p50", 50.0), ("p99", 99.0), ("p99.9", 99.9)):
+        assert d.markers[key] == pytest.approx(np.percentile(flat, q))
+    assert d.markers["max"] == 5_000.0
+    assert len(d.x_ms) <= 2 * 200 + 2                      # thinned for plotting
+    assert np.all(np.diff(d.x_ms) > 0) and np.all(np.diff(d.cdf) >= 0)
+    assert d.cdf[-1] == pytest.approx(1.0)
+    assert d.ccdf[-1] == pytest.approx(3 / counts.sum())   # P(gap ≥ max) stays on a log axis
+    assert d.ccdf_at(d.markers["max"]) == pytest.approx(3 / counts.sum())
+    assert d.cdf_at(d.markers["p50"]) == pytest.approx(0.5, abs=0.01)
+
+
+def test_distribution_ignores_nan_and_zero_counts():
+    d = cdf.distribution(np.array([1.0, NAN, 3.0, 9.0]), np.array([1, 5, 1, 0]))
+    assert d.total == 2 and list(d.x_ms) == [1.0, 3.0] and d.markers["max"] == 3.0
+    assert cdf.distribution(np.array([]), np.array([], dtype=int)).empty
+
+
+def test_timeline_pooled_tokens_and_kv_percent():
+    r = make_result("v", stall_s=0.3, replicas=2)
+    pre, dec = timeline.tokens_per_step(r.timelines)
+    assert pre[0] == pytest.approx(2000 / 20)               # Σ prefill / Σ steps over replicas
+    assert dec[1] == pytest.approx(80 / 20)
+    kv = timeline.kv_percent(r)
+    assert kv.shape == (2, 6) and kv[0, 2] == pytest.approx(80.0)
+
+
+def test_timeline_many_replicas(tmp_path):
+    r = make_result("big", stall_s=0.3, replicas=timeline.MAX_REPLICA_LINES + 2)
+    path = tmp_path / "t.png"
+    timeline.plot_timeline(r, "#0072B2", path)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_slugs_and_colours():
+    assert slug(EVIL) == "b-x-y-b"
+    assert slug("Chunked 512 (TP=2)") == "chunked-512-tp-2"
+    assert slug("???") == "variant"
+    assert unique_slugs(["A b", "a-b", "A b"]) == {"A b": "a-b", "a-b": "a-b-2"}
+    colours = variant_colours(["x", "y", "x"])
+    assert list(colours) == ["x", "y"] and colours["x"] != colours["y"]
+
+
+def test_formatting():
+    assert fmt(NAN, "ms") == "—"
+    assert fmt(1234.5, "ms") == "1,234" or fmt(1234.5, "ms") == "1,235"
+    assert fmt(12.34, "ms") == "12.3"
+    assert fmt(4.812, "ms") == "4.81"
+    assert fmt(0.1234, "ms") == "0.123"
+    assert fmt(0.953, "frac") == "95.3%"
+    assert fmt(7, "usd") == "$7.00"
+    assert fmt(0.7765, "usd3") == "$0.776" or fmt(0.7765, "usd3") == "$0.777"
+    assert fmt(12345, "int") == "12,345"
+    assert target_status("itl_max_ms", 450.0, SLO) == "fail"
+    assert target_status("goodput_fraction", 0.75, SLO) == "pass"
+    assert target_status("goodput_fraction", NAN, SLO) == "fail"
+    assert target_status("ttft_p50_ms", 1.0, SLO) is None
+
+
+# --- console ----------------------------------------------------------------------------------
+
+def test_console_summary_table(rows):
+    table = summary_table(rows, SLO)
+    assert table.row_count == 2                              # cls == "all" rows only
+    console = Console(record=True, width=250, color_system=None)
+    console.print(table)
+    text = console.export_text()
+    assert EVIL in text                                      # printed literally, not as markup
+    assert "FAIL" in text and "itl_max_ms 450 > 300" in text and "PASS" in text
+    for header in ("GPUs", "req/s", "out tok/s", "goodput", "TTFT p99", "TPOT p50",
+                   "ITL p50", "ITL p99", "ITL max", "stalls", "preempt", "rejected"):
+        assert header in text

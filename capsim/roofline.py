@@ -429,9 +429,9 @@ def _operator_row(op: OperatorCost) -> dict[str, Any]:
     intensity = _intensity(op.flops, op.bytes)
     return {
         "name": op.name, "count": op.count, "flops": op.flops, "bytes": op.bytes,
-        "arithmetic_intensity_flops_per_byte": intensity, "intensity": intensity,
+        "arithmetic_intensity_flops_per_byte": intensity,
         "compute_s": op.compute_s, "memory_s": op.memory_s,
-        "seconds": op.seconds, "time_s": op.seconds,
+        "seconds": op.seconds,
         "bound": _bound_label(op.compute_s, op.memory_s),
     }
 
@@ -453,12 +453,11 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
 
     Returns:
         dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
-        ``inputs``, ``flops``, ``bytes`` (per GPU), ``arithmetic_intensity_flops_per_byte``
-        (alias ``intensity``), ``ridge_flops_per_byte``, ``seconds`` (alias
-        ``time_s``), ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
+        ``inputs``, ``flops``, ``bytes`` (per GPU), ``arithmetic_intensity_flops_per_byte``,
+        ``ridge_flops_per_byte``, ``seconds``, ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
         ``bound`` ("compute" / "memory" / "idle") and ``operators`` (list of
-        dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte
-        / intensity, compute_s, memory_s, seconds / time_s, bound).
+        dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
+        compute_s, memory_s, seconds, bound).
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree.
@@ -479,9 +478,9 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
                    "context": context, "weight_dtype": weight_dtype},
         "flops": cost.flops, "bytes": cost.bytes,
-        "arithmetic_intensity_flops_per_byte": intensity, "intensity": intensity,
+        "arithmetic_intensity_flops_per_byte": intensity,
         "ridge_flops_per_byte": pricer.ridge_flops_per_byte,
-        "seconds": cost.seconds, "time_s": cost.seconds,
+        "seconds": cost.seconds,
         "compute_s": cost.compute_s, "memory_s": cost.memory_s,
         "comm_s": cost.comm_s, "overhead_s": cost.overhead_s,
         "bound": _bound_label(cost.compute_s, cost.memory_s),

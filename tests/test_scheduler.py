@@ -183,3 +183,26 @@ def test_static_prefill_is_padded_to_the_longest_prompt():
     assert step.prefill_tokens == 2 * 1000
     assert not math.isnan(sched.batch[0].first_scheduled_s)
     assert {r.state for r in sched.batch} == {RUNNING}
+
+
+def test_prefill_role_hands_off_and_decode_role_takes_over():
+    """Disaggregation hooks: the prefill side keeps KV until released; the decode side
+    reserves blocks, then decodes; the first decode gap runs from token 1 (prefill side)."""
+    p_sched, p_alloc, itl = continuous(budget=4096)
+    p_sched.role = "prefill"
+    d_alloc = BlockAllocator(100, 16)
+    d_sched = ContinuousScheduler(max_num_seqs=8, max_num_batched_tokens=512, chunked=True,
+                                  allocator=d_alloc, num_classes=1, itl=itl, role="decode")
+    req = Request(0, 0, 0.0, 100, 4)
+    p_sched.add(req)
+    run_steps(p_sched, 1)                     # prefill ends at t=1: token 1
+    assert p_sched.handoff == [req] and not p_sched.has_work()
+    assert p_alloc.num_used_blocks == 7       # ⌈100 / 16⌉ held until the transfer is done
+    assert d_sched.reserve_transfer(req) and d_alloc.num_used_blocks == 7
+    p_sched.release_handoff(req)
+    p_alloc.check_all_free()
+    d_sched.admit_transfer(req)               # KV arrived at t=3
+    steps, _ = run_steps(d_sched, 10, t0=3.0)
+    assert req.state == FINISHED and req.num_generated == 4 and req.finish_s == 6.0
+    assert sorted(zip(itl.gap_s, itl.count)) == [(1.0, 1), (1.0, 1), (3.0, 1)]
+    d_alloc.check_all_free()

@@ -21,16 +21,19 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 
-def make_scheduler(run: RunConfig, alloc: BlockAllocator, num_classes: int, itl: ItlRecorder):
-    """The scheduler named by ``engine.scheduler`` for one replica."""
+def make_scheduler(run: RunConfig, alloc: BlockAllocator, num_classes: int, itl: ItlRecorder,
+                   role: str = "colocated"):
+    """The scheduler named by ``engine.scheduler`` for one replica in ``role``."""
     eng = run.engine
     if eng.scheduler == "static":
+        if role != "colocated":
+            raise ValueError("static batching cannot be disaggregated")
         return StaticScheduler(max_num_seqs=eng.max_num_seqs, allocator=alloc,
                                num_classes=num_classes, itl=itl)
     return ContinuousScheduler(max_num_seqs=eng.max_num_seqs,
                                max_num_batched_tokens=eng.max_num_batched_tokens,
                                chunked=eng.chunked, allocator=alloc,
-                               num_classes=num_classes, itl=itl)
+                               num_classes=num_classes, itl=itl, role=role)
 
 
 class Replica:
@@ -45,7 +48,7 @@ class Replica:
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
         self.pricer = pricer
         self.alloc = BlockAllocator(run.kv.num_gpu_blocks, run.engine.block_size)
-        self.scheduler = make_scheduler(run, self.alloc, num_classes, itl)
+        self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
         self.timeline = TimelineRecorder(index, pool)
         self.on_finish = on_finish
         self.outstanding_tokens = 0     # Σ prompt + output tokens of unfinished requests (router)
@@ -63,6 +66,10 @@ class Replica:
         req.replica = self.index
         self.outstanding_tokens += req.prompt_tokens + req.output_tokens
         self.scheduler.add(req)
+        self.wake()
+
+    def wake(self) -> None:
+        """Resume the loop if it is idle (new work arrived by another path than submit)."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

@@ -23,7 +23,7 @@ class Request:
 
     __slots__ = (
         "rid", "class_id", "arrival_s", "prompt_tokens", "output_tokens",
-        "num_computed", "num_generated", "blocks", "state", "replica", "reject_reason",
+        "num_computed", "num_generated", "blocks", "handoff_blocks", "state", "replica", "reject_reason",
         "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
         "num_preemptions", "max_itl_s", "admit_order",
         "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
@@ -39,6 +39,7 @@ class Request:
         self.num_computed = 0
         self.num_generated = 0
         self.blocks: list[int] = []
+        self.handoff_blocks: list[int] = []     # prefill-side blocks held while KV transfers
         self.state = WAITING
         self.replica = -1
         self.reject_reason = ""

@@ -22,6 +22,13 @@ put at the front of the waiting queue), as vLLM does. A partial prefill never
 evicts a decode already scheduled in the same step: it evicts later partial
 prefills, or itself.
 
+Roles (prefill/decode disaggregation, DistServe / Splitwise): a ``prefill``
+scheduler hands a request off after its first token, keeping its KV blocks
+until :meth:`release_handoff`; a ``decode`` scheduler takes transferred
+requests with :meth:`reserve_transfer` (blocks and a slot held while the KV
+crosses the link) and :meth:`admit_transfer` (joins the decode set). The
+``colocated`` role (the default) does both halves itself.
+
 Decode bookkeeping is implicit for speed: a decoding request records the
 replica's decode *epoch* when it joined plus its counters then; a decode step
 updates O(1) aggregates, allocates blocks only for the sequences crossing a
@@ -57,10 +64,13 @@ class ContinuousScheduler:
         allocator: this replica's paged KV pool.
         num_classes: request classes, for per-class ITL runs.
         itl: the run's ITL recorder.
+        role: ``colocated``, ``prefill`` or ``decode`` (see the module docstring).
     """
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
-                 allocator: BlockAllocator, num_classes: int, itl: ItlRecorder):
+                 allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
+                 role: str = "colocated"):
+        self.role = role
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.chunked = chunked
@@ -90,6 +100,9 @@ class ContinuousScheduler:
         self.slot_steps_held = 0
         self.steps = 0
         self.finished: list[Request] = []           # filled by complete(); caller drains it
+        self.handoff: list[Request] = []            # prefill role: prefilled, KV still held here
+        self.incoming: dict[int, Request] = {}      # decode role: slot + blocks held, KV in flight
+        self._kv_ready: list[Request] = []          # decode role: KV arrived, joins at next schedule
 
     # ----------------------------------------------------------------- queue
     def add(self, req: Request) -> None:
@@ -98,17 +111,56 @@ class ContinuousScheduler:
         self.waiting.append(req)
 
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.incoming)
 
     @property
     def num_running(self) -> int:
-        return len(self.running)
+        return len(self.running) + len(self.incoming)
+
+    # ------------------------------------------------------- disaggregation
+    def release_handoff(self, req: Request) -> None:
+        """Prefill role: the request's KV has left; free its blocks here."""
+        self.alloc.free(req.handoff_blocks[::-1])
+        req.handoff_blocks = []
+
+    def reserve_transfer(self, req: Request) -> bool:
+        """Decode role: hold a slot and blocks for a prefilled request's KV, if both are free.
+
+        Returns False (nothing held) when the slot cap or the KV pool is full;
+        the caller retries after this replica frees something.
+        """
+        need = blocks_for(req.num_computed, self.bs)
+        if self.num_running >= self.max_num_seqs or not self.alloc.can_allocate(need):
+            return False
+        req.blocks = self.alloc.allocate(need)
+        req.state = RUNNING
+        self.incoming[req.rid] = req
+        return True
+
+    def admit_transfer(self, req: Request) -> None:
+        """Decode role: the KV arrived; the request decodes from the next scheduled step.
+
+        (Called between or during steps: it joins the decode set only when the
+        next step is scheduled, so an in-flight step never counts it.)
+        """
+        self._kv_ready.append(req)
+
+    def _join_transferred(self) -> None:
+        for req in self._kv_ready:
+            del self.incoming[req.rid]
+            req.admit_order = self._admitted
+            self._admitted += 1
+            self.running[req.rid] = req
+            self._join_decode(req, req.last_token_s)   # its next gap runs from token 1
+        self._kv_ready.clear()
 
     # -------------------------------------------------------------- schedule
     def schedule(self, now: float = 0.0) -> Step | None:
         """Pick the batch of a step starting at ``now``, or None when nothing is runnable."""
         self._preempted_now = False
         self._now = now
+        if self._kv_ready:
+            self._join_transferred()
         step = self._schedule_chunked() if self.chunked else self._schedule_unchunked()
         if not step.prefills and not step.decode_seqs:
             return None
@@ -145,7 +197,7 @@ class ContinuousScheduler:
 
     def _admit_waiting(self, step: Step, budget: int, whole_prompts: bool) -> None:
         alloc = self.alloc
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while self.waiting and budget > 0 and self.num_running < self.max_num_seqs:
             req = self.waiting[0]
             todo = req.remaining_to_compute
             if whole_prompts and todo > budget:
@@ -203,7 +255,7 @@ class ContinuousScheduler:
         else:
             del self.prefilling[req.rid]
         del self.running[req.rid]
-        self.alloc.free(req.blocks)
+        self.alloc.free(req.blocks[::-1])
         req.blocks = []
         self.recomputed_tokens += req.num_computed
         req.num_computed = 0
@@ -264,6 +316,10 @@ class ContinuousScheduler:
         req.last_token_s = now
         if req.num_generated == req.output_tokens:
             self._finish(req, now)
+        elif self.role == "prefill":
+            del self.running[req.rid]
+            req.handoff_blocks, req.blocks = req.blocks, []
+            self.handoff.append(req)
         else:
             self._join_decode(req, now)
 
@@ -302,7 +358,7 @@ class ContinuousScheduler:
 
     def _finish(self, req: Request, now: float) -> None:
         del self.running[req.rid]
-        self.alloc.free(req.blocks)
+        self.alloc.free(req.blocks[::-1])     # tail first, as vLLM frees (last blocks evicted first)
         req.blocks = []
         req.state = FINISHED
         req.finish_s = now

@@ -55,7 +55,8 @@ def _stats(replica: int) -> ReplicaStats:
 def make_result(variant: str, *, stall_s: float, replicas: int = 1,
                 reject_last: bool = False) -> RunResult:
     """Four requests (classes chat, rag, chat, rag); request 0 arrives at 1.0 s and emits its
-    first token at 1.25 s (TTFT 250 ms). ITL: 5,000 gaps of 20 ms, 500 of 30 ms, one long gap (stall_s) — rarer than 1 %."""
+    first token at 1.25 s (TTFT 250 ms). ITL: 5,000 gaps of 20 ms, 500 of 30 ms and one
+    long gap (``stall_s``), rarer than 1 % so p99 cannot see it."""
     status = [FINISHED, FINISHED, FINISHED, REJECTED if reject_last else FINISHED]
     rej = [s == REJECTED for s in status]
     first = [1.25, 1.9, 2.3, 3.6]
@@ -296,11 +297,50 @@ def test_distribution_ignores_nan_and_zero_counts():
 
 def test_timeline_pooled_tokens_and_kv_percent():
     r = make_result("v", stall_s=0.3, replicas=2)
-    pre, dec = timeline.tokens_per_step(r.timelines)
+    width, n = timeline.display_grid(r.timelines, r.sim_end_s)
+    assert (width, n) == (0.5, 6)                           # short run: recorded bins kept
+    pre, dec = timeline.tokens_per_step(r.timelines, width, n)
     assert pre[0] == pytest.approx(2000 / 20)               # Σ prefill / Σ steps over replicas
     assert dec[1] == pytest.approx(80 / 20)
-    kv = timeline.kv_percent(r)
+    kv = timeline.kv_percent(r, r.timelines, width, n)
     assert kv.shape == (2, 6) and kv[0, 2] == pytest.approx(80.0)
+
+
+def test_timeline_merges_long_and_mixed_bins():
+    """2,000 bins of 0.1 s and 1,000 bins of 0.2 s → ≤ DISPLAY_BINS bins; sums and maxima kept."""
+    rng = np.random.default_rng(3)
+
+    def tl(replica: int, bin_s: float, bins: int) -> ReplicaTimeline:
+        ints = lambda hi: [int(v) for v in rng.integers(0, hi, bins)]   # noqa: E731
+        return ReplicaTimeline(replica=replica, pool="colocated", bin_s=bin_s, steps=ints(20),
+                               busy_s=[0.05] * bins, batch_tokens_mean=[1.0] * bins,
+                               prefill_tokens=ints(5000), decode_tokens=ints(64),
+                               kv_used_blocks_max=ints(100), queue_len_max=ints(9),
+                               running_max=ints(64))
+    tls = [tl(0, 0.1, 2000), tl(1, 0.2, 1000)]
+    width, n = timeline.display_grid(tls, 200.0)
+    assert n <= timeline.DISPLAY_BINS and n * width >= 200.0 - 1e-9
+    assert width / 0.2 == pytest.approx(round(width / 0.2))            # whole recorded bins
+    steps = timeline._grid(tls, "steps", width, n, "sum")
+    assert steps.sum(axis=1) == pytest.approx([sum(t.steps) for t in tls])
+    queue = timeline._grid(tls, "queue_len_max", width, n, "max")
+    assert queue.max(axis=1) == pytest.approx([max(t.queue_len_max) for t in tls])
+    per = round(width / 0.1)
+    assert queue[0, 1] == max(tls[0].queue_len_max[per: 2 * per])
+
+
+def test_gauges_fill_bins_inside_long_steps():
+    """A 1.2 s step ends in bin 3 (bin_s 0.5): bins 1-2 lie inside it and take its gauges;
+    bin 5 (after the last step) is idle and stays 0."""
+    t = ReplicaTimeline(replica=0, pool="colocated", bin_s=0.5, steps=[3, 0, 0, 1, 2, 0],
+                        busy_s=[0.3, 0, 0, 1.2, 0.2, 0], batch_tokens_mean=[0.0] * 6,
+                        prefill_tokens=[0] * 6, decode_tokens=[0] * 6,
+                        kv_used_blocks_max=[10, 0, 0, 70, 20, 0], queue_len_max=[1, 0, 0, 5, 2, 0],
+                        running_max=[2, 0, 0, 8, 3, 0])
+    assert list(timeline.gauge(t, "kv_used_blocks_max")) == [10, 70, 70, 70, 20, 0]
+    assert list(timeline.gauge(t, "running_max")) == [2, 8, 8, 8, 3, 0]
+    short = t.model_copy(update={"busy_s": [0.3, 0, 0, 0.2, 0.2, 0]})   # idle gap, short step
+    assert list(timeline.gauge(short, "queue_len_max")) == [1, 0, 0, 5, 2, 0]
 
 
 def test_timeline_many_replicas(tmp_path):

@@ -216,7 +216,8 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
             rejected = int((df["status"] != "finished").sum())
             note = f", {rejected:,} rejected (not shown)" if rejected else ""
             if d.empty:
-                handles.append(Line2D([], [], color=c, lw=2, label=f"{short(r.variant)}: no data{note}"))
+                handles.append(Line2D([], [], color=c, lw=2,
+                                      label=f"{short(r.variant)}: no data{note}"))
                 continue
             _draw_cdf(ax, d, c)
             _mark(ax, d, c, ("p50", "p99", "max"), _cdf_y)
@@ -306,10 +307,12 @@ def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: 
         ("Output throughput", "output tokens / s",
          lambda r: r.output_throughput_tok_per_s, lambda r, v: f"{v:,.0f}"),
         ("Goodput (meets every per-request SLO)", "requests / s",
-         lambda r: r.goodput_req_per_s, lambda r, v: f"{v:.3g} ({fmt(r.goodput_fraction, 'frac')})"),
+         lambda r: r.goodput_req_per_s,
+         lambda r, v: f"{v:.3g} ({fmt(r.goodput_fraction, 'frac')})"),
         ("Cost", "$ per million output tokens",
          lambda r: r.cost_per_million_output_tokens_usd,
-         lambda r, v: f"{fmt(v, 'usd3')} ({r.num_gpus} GPU, {fmt(r.cost_per_hour_usd, 'usd')}/h)"),
+         lambda r, v: (f"{fmt(v, 'usd3')} ({_plural(r.num_gpus, 'GPU')}, "
+                       f"{fmt(r.cost_per_hour_usd, 'usd')}/h)")),
     )
     with matplotlib.rc_context(RC):
         fig = _figure(13.0, 1.4 + 0.55 * max(len(rows), 2))

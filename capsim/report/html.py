@@ -116,7 +116,8 @@ def slo_lines(slo: SloConfig, class_slos: dict[str, RequestSlo]) -> list[str]:
     lines += [f"Class {name}: {limits(s)}" for name, s in sorted(class_slos.items())]
     if slo.targets:
         lines.append("Run targets (verdict): " + ", ".join(
-            f"{k} {'≤' if k in UPPER_BOUND_TARGETS else '≥'} {v:g}" for k, v in slo.targets.items()))
+            f"{k} {'≤' if k in UPPER_BOUND_TARGETS else '≥'} {v:g}"
+            for k, v in slo.targets.items()))
     else:
         lines.append("Run targets (verdict): none — every variant is reported, none judged")
     lines.append(f"Stall threshold: inter-token gaps > {slo.stall_threshold_ms:g} ms count as stalls")

@@ -44,6 +44,7 @@ class EngineConfig(StrictModel):
     max_model_len: int | None = Field(default=None, gt=0)
     tensor_parallel_size: int = Field(default=1, gt=0)
     block_size: int = Field(default=16, gt=0)
+    enable_prefix_caching: bool = True        # vLLM v1 default
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"

@@ -157,9 +157,19 @@ def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
         "mbu": hbm / (gpus * result.hbm_bandwidth_per_gpu_bytes_per_s * span),
         "kv_peak_frac": kv_frac,
         "preemptions": sum(r.preemptions for r in reps),
+        "recomputed_tokens": sum(r.recomputed_tokens for r in reps),
+        "prefix_hit_rate": _ratio(sum(r.prefix_hit_tokens for r in reps),
+                                  sum(r.prefix_queried_tokens for r in reps)),
+        "prefix_block_hit_rate": _ratio(sum(r.prefix_hit_blocks for r in reps),
+                                        sum(r.prefix_queried_blocks for r in reps)),
+        "prefill_tokens_saved": sum(r.prefix_hit_tokens for r in reps),
         "slot_occupancy": sum(r.slot_steps_useful for r in reps) / held if held else _NAN,
         "cost_per_hour_usd": result.price_per_hour_usd,
     }
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else _NAN
 
 
 def _pct(values: np.ndarray, q: float) -> float:

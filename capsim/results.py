@@ -95,6 +95,12 @@ class ReplicaStats(_Result):
     slot_steps_held: int               # Σ over steps of sequences holding a batch slot
     slot_steps_useful: int             # Σ over steps of sequences that emitted a token
     slot_capacity: int                 # Σ over steps of max_num_seqs
+    recomputed_tokens: int = 0         # KV tokens dropped by recompute preemption
+    prefix_queried_tokens: int = 0     # tokens looked up in the prefix cache at admission
+    prefix_hit_tokens: int = 0         # of which found cached (prefill skipped)
+    prefix_queried_blocks: int = 0     # full blocks looked up
+    prefix_hit_blocks: int = 0
+    prefix_evictions: int = 0          # cached blocks reused for other content (LRU)
 
 
 class RunResult(_Result):
@@ -166,6 +172,10 @@ class SummaryRow(_Result):
     mbu: float
     kv_peak_frac: float
     preemptions: int
+    recomputed_tokens: int = 0
+    prefix_hit_rate: float = float("nan")        # hit tokens ÷ queried tokens (vLLM's metric)
+    prefix_block_hit_rate: float = float("nan")  # hit full blocks ÷ queried full blocks
+    prefill_tokens_saved: int = 0                # prompt tokens not computed thanks to hits
     slot_occupancy: float              # useful slot-steps ÷ (max_num_seqs × steps), seed 000's occupancy
     cost_per_hour_usd: float
     cost_per_million_output_tokens_usd: float

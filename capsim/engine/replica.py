@@ -47,7 +47,10 @@ class Replica:
                  pool: str = "colocated"):
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
         self.pricer = pricer
-        self.alloc = BlockAllocator(run.kv.num_gpu_blocks, run.engine.block_size)
+        eng = run.engine
+        self.alloc = BlockAllocator(run.kv.num_gpu_blocks, eng.block_size,
+                                    enable_caching=eng.enable_prefix_caching
+                                    and eng.scheduler == "continuous")
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
         self.timeline = TimelineRecorder(index, pool)
         self.on_finish = on_finish
@@ -123,4 +126,10 @@ class Replica:
             decode_tokens=self.decode_tokens, preemptions=sched.preemptions,
             peak_kv_used_blocks=self.peak_kv_used_blocks,
             slot_steps_held=sched.slot_steps_held, slot_steps_useful=sched.slot_steps_useful,
-            slot_capacity=sched.steps * eng.max_num_seqs)
+            slot_capacity=sched.steps * eng.max_num_seqs,
+            recomputed_tokens=sched.recomputed_tokens,
+            prefix_queried_tokens=getattr(sched, "prefix_queried_tokens", 0),
+            prefix_hit_tokens=getattr(sched, "prefix_hit_tokens", 0),
+            prefix_queried_blocks=getattr(sched, "prefix_queried_blocks", 0),
+            prefix_hit_blocks=getattr(sched, "prefix_hit_blocks", 0),
+            prefix_evictions=self.alloc.num_evictions)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from capsim.kv.prefix import OUTPUT, USER, Segments
+
 WAITING, RUNNING, FINISHED, REJECTED = "waiting", "running", "finished", "rejected"
 
 
@@ -26,11 +28,12 @@ class Request:
         "num_computed", "num_generated", "blocks", "handoff_blocks", "state", "replica", "reject_reason",
         "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
         "num_preemptions", "max_itl_s", "admit_order",
+        "segments", "hashes", "num_registered", "shareable",
         "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
     )
 
     def __init__(self, rid: int, class_id: int, arrival_s: float, prompt_tokens: int,
-                 output_tokens: int):
+                 output_tokens: int, prompt_segments: Segments | None = None):
         self.rid = rid
         self.class_id = class_id
         self.arrival_s = arrival_s
@@ -55,6 +58,12 @@ class Request:
         self.dec_generated0 = 0
         self.dec_bucket = -1
         self.dec_version = 0          # bumps when it leaves the decode set (lazy heap deletion)
+        # Token identity for prefix caching (capsim.kv.prefix): prompt segments + own reply.
+        prompt_segments = prompt_segments or ((USER, rid, prompt_tokens),)
+        self.segments: Segments = prompt_segments + ((OUTPUT, rid, output_tokens),)
+        self.shareable = any(kind != USER or sid != rid for kind, sid, _ in prompt_segments)
+        self.hashes: list[int] = []   # content hashes of its full blocks, computed lazily
+        self.num_registered = 0       # leading blocks registered in the prefix cache
 
     @property
     def num_tokens(self) -> int:

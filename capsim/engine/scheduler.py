@@ -48,6 +48,7 @@ from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
+from capsim.kv.prefix import extend_hashes
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -76,6 +77,11 @@ class ContinuousScheduler:
         self.chunked = chunked
         self.alloc = allocator
         self.bs = allocator.block_size
+        self.caching = allocator.enable_caching
+        self.prefix_queried_tokens = 0      # prompt (+ generated) tokens looked up at admission
+        self.prefix_hit_tokens = 0          # of which found in the prefix cache
+        self.prefix_queried_blocks = 0
+        self.prefix_hit_blocks = 0
         self.itl = itl
         self.num_classes = num_classes
         self.waiting: deque[Request] = deque()
@@ -199,15 +205,25 @@ class ContinuousScheduler:
         alloc = self.alloc
         while self.waiting and budget > 0 and self.num_running < self.max_num_seqs:
             req = self.waiting[0]
-            todo = req.remaining_to_compute
+            hit = self._cached_prefix(req) if self.caching else ()
+            cached = len(hit) * self.bs
+            todo = req.num_tokens - cached
             if whole_prompts and todo > budget:
                 break
             n = min(todo, budget)
-            need = blocks_for(req.num_computed + n, self.bs) - len(req.blocks)
-            if not alloc.can_allocate(need):
+            need = blocks_for(cached + n, self.bs) - len(hit)
+            if not alloc.can_allocate(need + (alloc.num_free_among(hit) if hit else 0)):
                 break
             self.waiting.popleft()
+            if self.caching:
+                self._count_lookup(req, hit)
+                alloc.touch(hit)
+                req.blocks = list(hit)
+                req.num_computed = cached
+                req.num_registered = len(hit)
             req.blocks.extend(alloc.allocate(need))
+            if req.shareable:
+                self._register(req, cached + n)
             req.state = RUNNING
             req.admit_order = self._admitted
             if req.first_scheduled_s != req.first_scheduled_s:    # NaN: first admission
@@ -235,6 +251,10 @@ class ContinuousScheduler:
             new = alloc.allocate(len(bucket))
             for req, block in zip(bucket.values(), new):
                 req.blocks.append(block)
+            if self.caching:
+                for req in bucket.values():
+                    if req.shareable:
+                        self._register(req, (len(req.blocks) - 1) * self.bs)
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         """Blocks for a running prefill's next chunk; evicts newer prefills, else itself."""
@@ -246,7 +266,39 @@ class ContinuousScheduler:
                 return False
         if need > 0:
             req.blocks.extend(self.alloc.allocate(need))
+        if self.caching and req.shareable:
+            self._register(req, req.num_computed + n)
         return True
+
+    # ------------------------------------------------------------ prefix cache
+    def _cached_prefix(self, req: Request) -> list[int]:
+        """Resident blocks of the longest cached prefix (the last token is always recomputed)."""
+        if req.num_computed or not (req.shareable or req.num_preemptions):
+            return []
+        cacheable = (req.num_tokens - 1) // self.bs
+        extend_hashes(req.hashes, req.segments, self.bs, cacheable)
+        return self.alloc.lookup(req.hashes[:cacheable])
+
+    def _count_lookup(self, req: Request, hit: list[int]) -> None:
+        self.prefix_queried_tokens += req.num_tokens
+        self.prefix_hit_tokens += len(hit) * self.bs
+        self.prefix_queried_blocks += req.num_tokens // self.bs
+        self.prefix_hit_blocks += len(hit)
+
+    def _register(self, req: Request, upto_tokens: int) -> None:
+        """Register the request's newly full blocks (up to ``upto_tokens``) in the prefix cache.
+
+        As vLLM v1 does at scheduling time (``allocate_slots`` → ``cache_blocks``),
+        so a request admitted later in the same step can already hit them.
+        """
+        full = upto_tokens // self.bs
+        if full <= req.num_registered:
+            return
+        extend_hashes(req.hashes, req.segments, self.bs, full)
+        register = self.alloc.register
+        for k in range(req.num_registered, full):
+            register(req.blocks[k], req.hashes[k])
+        req.num_registered = full
 
     def _preempt(self, req: Request) -> None:
         """Recompute preemption: free every block, back to the front of the queue."""
@@ -255,8 +307,11 @@ class ContinuousScheduler:
         else:
             del self.prefilling[req.rid]
         del self.running[req.rid]
+        if self.caching:
+            self._register(req, req.num_computed)    # its recompute can find them again
         self.alloc.free(req.blocks[::-1])
         req.blocks = []
+        req.num_registered = 0
         self.recomputed_tokens += req.num_computed
         req.num_computed = 0
         req.num_preemptions += 1

@@ -6,15 +6,24 @@ queue in id order, allocation pops from the front, a freed block is appended
 at the back, and a block returns to the queue only when its last reference
 goes. Sharing (``fork`` for parallel sampling) just bumps the count.
 
+Prefix caching (``enable_caching``, vLLM v1's ``cached_block_hash_to_block``):
+a full block can be registered under the hash of its content (a hash chain:
+parent block's hash + this block's token identity, see
+:mod:`capsim.kv.prefix`). A freed cached block keeps its hash while it sits
+on the free queue, so a later request can take it back (:meth:`touch`); it
+loses the hash only when the queue hands it out again (eviction), least
+recently freed first, which is LRU.
+
 This sits in the per-step hot loop, so blocks are plain ``int`` ids, the
-counts live in one ``list[int]`` and the free queue is a ``deque[int]``: every
-operation costs O(blocks touched) and allocates nothing but the list it
-returns. No SimPy here (DESIGN.md: the allocator is pure, deterministic).
+counts live in one ``list[int]`` and the free queue is an ``OrderedDict``
+(O(1) removal from the middle when a cached block is hit): every operation
+costs O(blocks touched). No SimPy here (DESIGN.md: the allocator is pure,
+deterministic).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 
 
 class OutOfBlocks(Exception):
@@ -45,18 +54,23 @@ class BlockAllocator:
     """
 
     __slots__ = ("num_blocks", "block_size", "_refcount", "_free",
-                 "peak_used_blocks", "num_cow_copies")
+                 "peak_used_blocks", "num_cow_copies", "enable_caching", "_hash_of",
+                 "_cached", "num_evictions")
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = False):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, "
                              f"got {num_blocks} and {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._refcount = [0] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.peak_used_blocks = 0
         self.num_cow_copies = 0
+        self.enable_caching = enable_caching
+        self._hash_of: list[int | None] = [None] * num_blocks if enable_caching else []
+        self._cached: dict[int, int] = {}        # content hash → resident block
+        self.num_evictions = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -84,11 +98,13 @@ class BlockAllocator:
         if n > len(free):
             raise OutOfBlocks(f"asked for {n} blocks, {len(free)} free "
                               f"of {self.num_blocks}")
-        pop = free.popleft
+        pop = free.popitem
         refcount = self._refcount
-        out = [pop() for _ in range(n)]
+        out = [pop(last=False)[0] for _ in range(n)]
         for b in out:
             refcount[b] = 1
+        if self._cached:
+            self._evict(out)
         used = self.num_blocks - len(free)
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -119,7 +135,7 @@ class BlockAllocator:
                 by then; the error means the caller's bookkeeping is broken.
         """
         refcount = self._refcount
-        append = self._free.append
+        free = self._free
         returned = 0
         for b in blocks:
             c = refcount[b] - 1
@@ -127,9 +143,61 @@ class BlockAllocator:
                 raise KVInvariantError(f"double free of block {b}")
             refcount[b] = c
             if c == 0:
-                append(b)
+                free[b] = None
                 returned += 1
         return returned
+
+    # ------------------------------------------------------------ prefix caching
+    def _evict(self, blocks: list[int]) -> None:
+        hash_of, cached = self._hash_of, self._cached
+        for b in blocks:
+            h = hash_of[b]
+            if h is not None:
+                hash_of[b] = None
+                if cached.get(h) == b:
+                    del cached[h]
+                self.num_evictions += 1
+
+    def lookup(self, hashes: list[int]) -> list[int]:
+        """The resident blocks of the longest cached prefix of ``hashes`` (no side effects)."""
+        cached = self._cached
+        out = []
+        for h in hashes:
+            b = cached.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def num_free_among(self, blocks: list[int]) -> int:
+        """How many of ``blocks`` sit on the free queue (taking them uses free capacity)."""
+        refcount = self._refcount
+        return sum(1 for b in blocks if refcount[b] == 0)
+
+    def touch(self, blocks: list[int]) -> None:
+        """Take a reference to cached blocks found by :meth:`lookup` (a prefix-cache hit)."""
+        refcount, free = self._refcount, self._free
+        for b in blocks:
+            if refcount[b] == 0:
+                del free[b]
+            refcount[b] += 1
+        used = self.num_blocks - len(free)
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+
+    def register(self, block: int, content_hash: int) -> None:
+        """Make a full, in-use block findable by its content hash.
+
+        If another resident block already holds that content, the first one
+        stays the cached copy (as vLLM keeps the existing entry).
+        """
+        if content_hash not in self._cached and self._hash_of[block] is None:
+            self._cached[content_hash] = block
+            self._hash_of[block] = content_hash
+
+    def cached_hash(self, block: int) -> int | None:
+        """The content hash ``block`` is cached under, or None."""
+        return self._hash_of[block] if self.enable_caching else None
 
     def cow(self, block: int) -> int:
         """Copy-on-write: give the caller a private copy of a shared block.

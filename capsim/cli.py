@@ -65,7 +65,7 @@ def _set_option(f):
 @click.option("--seed", type=int, help="Override the scenario's seed.")
 @_set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
-    from capsim import report, workload
+    from capsim import report
     from capsim.config import dump_resolved, load
     from capsim.metrics import summarize
     from capsim.report.console import summary_table
@@ -73,10 +73,11 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
 
     loaded = load(scenario, list(overrides), seed)
     spec = loaded.spec
-    trace = workload.build(spec.workload, spec.seed, loaded.base_dir)
+    traces = _traces(loaded)
     out = out_dir or Path("reports") / spec.name
     console = _console()
-    console.print(f"[bold]{spec.name}[/]: {len(trace):,} requests, "
+    sizes = sorted({len(t) for t in traces.values()})
+    console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     results, rows = [], []
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -84,6 +85,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
         for rc in loaded.runs:
             for line in rc.kv.log_lines(rc.engine.max_model_len):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
+            trace = traces[_workload_key(rc)]
             task = bar.add_task(rc.variant, total=len(trace))
             result = simulate(rc, trace, progress=lambda d, t, task=task: bar.update(task, completed=d))
             results.append(result)
@@ -95,16 +97,32 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(f"report: {index}")
 
 
+def _workload_key(rc) -> str:
+    return rc.workload.model_dump_json()
+
+
+def _traces(loaded) -> dict:
+    """One trace per distinct workload (normally one, shared by every variant)."""
+    from capsim import workload
+
+    traces: dict = {}
+    for rc in loaded.runs:
+        key = _workload_key(rc)
+        if key not in traces:
+            traces[key] = workload.build(rc.workload, rc.seed, loaded.base_dir)
+    return traces
+
+
 @cli.command(help="Check SCENARIO (schema, names, memory fit, trace file) without running it.")
 @_scenario_arg
 @_set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    from capsim import workload
     from capsim.config import load
 
     loaded = load(scenario, list(overrides))
-    trace = workload.build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
-    click.echo(f"{scenario}: ok — {len(trace):,} requests, {len(loaded.runs)} variant(s)")
+    traces = _traces(loaded)
+    sizes = "/".join(f"{len(t):,}" for t in traces.values())
+    click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
         eng = rc.engine
         click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "

@@ -9,6 +9,7 @@ naming the file and the YAML path of the field.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from capsim.config_sweep import SizingConfig, SweepGrid
+from capsim.config_disagg import DisaggRun, DisaggregationConfig, resolve_disaggregated
 from capsim.config_workload import WorkloadConfig
 from capsim.errors import ScenarioError
 from capsim.hardware import HardwareProfile, load_hardware
@@ -96,6 +99,11 @@ class VariantSpec(StrictModel):
     model: str | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     cluster: dict[str, Any] = Field(default_factory=dict)
+    disaggregation: DisaggregationConfig | None = None   # prefill/decode pools (config_disagg)
+    # Any other scenario field for this variant only, as dotted paths (like --set),
+    # e.g. {"workload.classes.0.shared_prefix.fraction": 0.5}. A variant that changes
+    # the workload gets its own trace (same seed and streams).
+    set: dict[str, Any] = Field(default_factory=dict)
 
 
 class Scenario(StrictModel):
@@ -111,6 +119,8 @@ class Scenario(StrictModel):
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     variants: list[VariantSpec] = Field(default_factory=list)
+    sweep: SweepGrid | None = None          # capsim sweep: dotted field → values (config_sweep)
+    sizing: SizingConfig | None = None      # capsim size: load, options, search bound
 
     @model_validator(mode="after")
     def _unique_variant_names(self) -> "Scenario":
@@ -128,14 +138,18 @@ class RunConfig:
     variant: str
     description: str
     seed: int
+    workload: WorkloadConfig
     model: ModelShape
     hardware: HardwareProfile
     engine: EngineConfig
     cluster: ClusterConfig
     kv: KVCapacity
+    disagg: DisaggRun | None = None   # prefill/decode pools; hardware/engine/kv above = decode pool's
 
     @property
     def num_gpus(self) -> int:
+        if self.disagg is not None:
+            return self.disagg.num_gpus
         return self.cluster.num_replicas * self.engine.tensor_parallel_size
 
 
@@ -175,7 +189,8 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
     if seed is not None:
         raw["seed"] = seed
     spec = _validate(Scenario, raw, path)
-    runs = tuple(_resolve_variant(spec, i, v, path) for i, v in enumerate(_variants(spec)))
+    runs = tuple(_resolve_variant(_variant_scenario(raw, spec, i, v, path), i, v, path)
+                 for i, v in enumerate(_variants(spec)))
     return LoadedScenario(spec=spec, path=path, runs=runs,
                           class_slos=_class_slos(spec, path), resolved=raw)
 
@@ -201,12 +216,16 @@ def _apply_override(raw: dict[str, Any], item: str, path: Path) -> None:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError(f"--set expects dotted.key=value, got '{item}'", file=str(path))
-    parts = key.strip().split(".")
+    _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else "", path)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, parsed: Any, path: Path) -> None:
+    """Set ``raw[a][b][0][c] = parsed`` for ``key`` = ``a.b.0.c`` (creating mappings)."""
+    parts = key.split(".")
     node: Any = raw
     for i, part in enumerate(parts[:-1]):
         node = _child(node, part, parts[: i + 1], path)
     last = parts[-1]
-    parsed = yaml.safe_load(value) if value.strip() else ""
     if isinstance(node, list):
         node[_index(node, last, parts, path)] = parsed
     else:
@@ -289,8 +308,29 @@ def _variants(spec: Scenario) -> list[VariantSpec]:
     return spec.variants or [VariantSpec(name="default")]
 
 
+def _variant_scenario(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,
+                      path: Path) -> Scenario:
+    """The scenario as variant ``index`` sees it: ``spec`` with the variant's ``set:`` applied."""
+    if not v.set:
+        return spec
+    doc = copy.deepcopy(raw)
+    for key, value in v.set.items():
+        try:
+            _set_dotted(doc, key, value, path)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.message, file=str(path),
+                                path=f"variants.{index}.set.{key}") from None
+    try:
+        return _validate(Scenario, doc, path)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, file=str(path),
+                            path=f"variants.{index}.set: {exc.path}") from None
+
+
 def _resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> RunConfig:
     where = f"variants.{index}" if spec.variants else ""
+    if v.disaggregation is not None:
+        return resolve_disaggregated(spec, index, v, path, _resolve_variant)
     model = _named(load_model, v.model or spec.model, path, f"{where}.model" if v.model else "model")
     hw = _named(load_hardware, v.hardware or spec.hardware, path,
                 f"{where}.hardware" if v.hardware else "hardware")
@@ -304,7 +344,8 @@ def _resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> 
     if engine.dtype == "fp8":   # the chip must have FP8 tensor cores (datasheet)
         _named(hw.peak_flops, "fp8", path, f"{where}.engine.dtype" if where else "engine.dtype")
     kv = _capacity(model, hw, engine, path, where if (v.engine or v.hardware) else "")
-    return RunConfig(variant=v.name, description=v.description, seed=spec.seed, model=model,
+    return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
+                     workload=spec.workload, model=model,
                      hardware=hw, engine=engine, cluster=cluster, kv=kv)
 
 

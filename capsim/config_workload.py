@@ -163,6 +163,31 @@ class ArrivalConfig(StrictModel):
         return self
 
 
+class SharedPrefix(StrictModel):
+    """A shared system prompt prepended to a class's prompts (prefix caching).
+
+    ``tokens`` are added in front of the sampled ``prompt_tokens``; a request
+    uses one of ``num_templates`` distinct prompts (uniformly) with
+    probability ``fraction``.
+    """
+
+    tokens: int = Field(gt=0, description="system-prompt length, tokens")
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    num_templates: int = Field(default=1, gt=0)
+
+
+class Conversation(StrictModel):
+    """Multi-turn conversations: each turn's prompt is the previous prompt +
+    reply + new user tokens (``prompt_tokens`` samples the new user tokens).
+
+    The next turn arrives ``think_time_s`` (exponential with that mean) after
+    the previous reply completes: a closed loop, as real chat users behave.
+    """
+
+    turns: LengthDist = Field(description="turns per conversation, >= 1")
+    think_time_s: float = Field(default=5.0, ge=0, description="mean pause between turns, s")
+
+
 class RequestClass(StrictModel):
     """One request class: its share of traffic and its token-length distributions."""
 
@@ -170,6 +195,8 @@ class RequestClass(StrictModel):
     weight: float = Field(gt=0, description="relative share; normalised over classes")
     prompt_tokens: LengthDist
     output_tokens: LengthDist
+    shared_prefix: Optional[SharedPrefix] = None
+    conversation: Optional[Conversation] = None
     slo: Optional[dict[str, float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from capsim.config import RunConfig
@@ -19,6 +20,7 @@ from capsim.engine.replica import Replica
 from capsim.engine.request import FINISHED, REJECTED, Request
 from capsim.engine.router import make_router
 from capsim.engine.scheduler import blocks_for
+from capsim.kv.prefix import PREFIX, USER
 from capsim.results import RequestRecords, RunResult
 from capsim.roofline import StepPricer
 from capsim.workload import RequestTrace
@@ -49,10 +51,14 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     done = [0]
     tick = max(1, total // 200)
 
-    def on_finish(_req: Request) -> None:
+    children = _children(trace)
+
+    def on_finish(req: Request) -> None:
         done[0] += 1
         if progress is not None and done[0] % tick == 0:
             progress(done[0], total)
+        for child in children.get(req.rid, ()):
+            env.process(_next_turn(env, reqs[child], req, trace, route, run, on_finish))
 
     pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
                         weight_dtype=run.engine.dtype,
@@ -60,7 +66,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish)
                 for i in range(run.cluster.num_replicas)]
     route = make_router(run.cluster.router, replicas)
-    env.process(_arrivals(env, reqs, route, run, on_finish))
+    roots = [reqs[i] for i in np.flatnonzero(trace.parent < 0).tolist()]
+    env.process(_arrivals(env, roots, route, run, on_finish))
     env.run()
     _check_invariants(reqs, replicas, itl)
     if progress is not None:
@@ -69,9 +76,40 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
 
 
 def _requests(trace: RequestTrace) -> list[Request]:
-    return [Request(i, c, a, p, o) for i, (a, p, o, c) in enumerate(zip(
-        trace.arrival_s.tolist(), trace.prompt_tokens.tolist(), trace.output_tokens.tolist(),
-        trace.class_id.tolist()))]
+    """Request objects with their token identity (segments) for prefix caching."""
+    reqs: list[Request] = []
+    rows = zip(trace.arrival_s.tolist(), trace.prompt_tokens.tolist(),
+               trace.output_tokens.tolist(), trace.class_id.tolist(), trace.prefix_id.tolist(),
+               trace.prefix_tokens.tolist(), trace.parent.tolist())
+    for i, (a, p, o, c, pid, ptok, parent) in enumerate(rows):
+        if parent >= 0:
+            up = reqs[parent]
+            segments = up.segments + ((USER, i, p - up.prompt_tokens - up.output_tokens),)
+            up.shareable = True
+        elif pid >= 0:
+            segments = ((PREFIX, pid, ptok), (USER, i, p - ptok))
+        else:
+            segments = None
+        reqs.append(Request(i, c, a, p, o, segments))
+    return reqs
+
+
+def _children(trace: RequestTrace) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for child in np.flatnonzero(trace.parent >= 0).tolist():
+        out.setdefault(int(trace.parent[child]), []).append(child)
+    return out
+
+
+def _next_turn(env: simpy.Environment, req: Request, parent: Request, trace: RequestTrace,
+               route, run: RunConfig, on_finish):
+    """A conversation's next turn arrives ``think_s`` after the previous reply completes."""
+    if parent.state == REJECTED:
+        _reject(req, "the previous turn of its conversation was rejected", env.now, on_finish)
+        return
+    yield env.timeout(float(trace.think_s[req.rid]))
+    req.arrival_s = env.now
+    _admit(req, route, run, on_finish)
 
 
 def reject_reason(req: Request, run: RunConfig) -> str:
@@ -91,13 +129,23 @@ def _arrivals(env: simpy.Environment, reqs: list[Request], route, run: RunConfig
         delay = req.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        reason = reject_reason(req, run)
-        if reason:
-            req.state = REJECTED
-            req.reject_reason = reason
-            on_finish(req)
-        else:
-            route().submit(req)
+        _admit(req, route, run, on_finish)
+
+
+def _admit(req: Request, route, run: RunConfig, on_finish) -> None:
+    reason = reject_reason(req, run)
+    if reason:
+        _reject(req, reason, req.arrival_s, on_finish)
+    else:
+        route().submit(req)
+
+
+def _reject(req: Request, reason: str, now: float, on_finish) -> None:
+    if req.arrival_s != req.arrival_s:          # a later turn that never arrived
+        req.arrival_s = now
+    req.state = REJECTED
+    req.reject_reason = reason
+    on_finish(req)
 
 
 def _check_invariants(reqs: list[Request], replicas: list[Replica], itl: ItlRecorder) -> None:

@@ -83,9 +83,16 @@ class RequestTrace:
         prompt_tokens: int64, prompt length in tokens, >= 1.
         output_tokens: int64, tokens the request generates, >= 1.
         class_id: int32, index into ``class_names``.
-        prefix_id: int32, shared-prefix group, ``-1`` = none (reserved for
-            prefix caching; :func:`build` sets all to -1 for now).
+        prefix_id: int32, shared system prompt (template) used, ``-1`` = none.
         class_names: name of each class, indexed by ``class_id``.
+        prefix_tokens: int64, length of that shared prompt (0 = none); it is
+            part of ``prompt_tokens``.
+        parent: int32, row of the previous turn of the same conversation
+            (always an earlier row), ``-1`` for a first turn. Such a request's
+            prompt is its parent's prompt + reply + new user tokens.
+        think_s: float64, for a later turn: seconds between the parent's last
+            token and this request's arrival (its ``arrival_s`` is NaN: it is
+            known only when the simulation gets there); 0 for first turns.
 
     Raises:
         ValueError: columns of different lengths or broken invariants (a bug
@@ -98,14 +105,25 @@ class RequestTrace:
     class_id: np.ndarray
     prefix_id: np.ndarray
     class_names: tuple[str, ...]
+    prefix_tokens: np.ndarray | None = None
+    parent: np.ndarray | None = None
+    think_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        for name, fill, dtype in (("prefix_tokens", 0, np.int64), ("parent", -1, np.int32),
+                                  ("think_s", 0.0, np.float64)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(n, fill, dtype=dtype))
         cols = {
             "arrival_s": np.float64,
             "prompt_tokens": np.int64,
             "output_tokens": np.int64,
             "class_id": np.int32,
             "prefix_id": np.int32,
+            "prefix_tokens": np.int64,
+            "parent": np.int32,
+            "think_s": np.float64,
         }
         for name, dtype in cols.items():
             object.__setattr__(self, name, _frozen_column(getattr(self, name), dtype, name))
@@ -119,9 +137,13 @@ class RequestTrace:
     def _check_invariants(self) -> None:
         if len(self) == 0:
             return
-        a = self.arrival_s
+        roots = self.parent < 0
+        a = self.arrival_s[roots]
         if not (np.isfinite(a).all() and a[0] >= 0 and (np.diff(a) >= 0).all()):
-            raise ValueError("RequestTrace.arrival_s must be finite, >= 0 and non-decreasing")
+            raise ValueError("RequestTrace.arrival_s of first turns must be finite, >= 0 and "
+                             "non-decreasing")
+        if (self.parent >= np.arange(len(self))).any():
+            raise ValueError("RequestTrace.parent must point to an earlier row")
         if self.prompt_tokens.min() < 1 or self.output_tokens.min() < 1:
             raise ValueError("RequestTrace token counts must be >= 1")
         if self.class_id.min() < 0 or self.class_id.max() >= len(self.class_names):
@@ -143,10 +165,11 @@ class RequestTrace:
 
     @property
     def duration_s(self) -> float:
-        """Last arrival minus first arrival, seconds (0.0 for fewer than 2 requests)."""
-        if len(self) < 2:
+        """Last first-turn arrival minus the first arrival, seconds (0.0 for < 2 requests)."""
+        a = self.arrival_s[self.parent < 0]
+        if len(a) < 2:
             return 0.0
-        return float(self.arrival_s[-1] - self.arrival_s[0])
+        return float(a[-1] - a[0])
 
 
 # --------------------------------------------------------------------------
@@ -203,26 +226,99 @@ def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
 
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
+    prefix_id = np.full(n, -1, dtype=np.int32)
+    prefix_tokens = np.zeros(n, dtype=np.int64)
+    turns: list[_Turns] = []
     for i, (cls, cls_ss) in enumerate(zip(classes, length_ss.spawn(len(classes)))):
-        prompt_ss, output_ss = cls_ss.spawn(2)
+        # Streams 0/1 are the original ones, so adding prefixes or turns never
+        # changes the first turns' lengths (common random numbers).
+        prompt_ss, output_ss, prefix_ss, conv_ss = cls_ss.spawn(4)
         rows = np.flatnonzero(class_id == i)
-        prompt[rows] = sample_lengths(
-            cls.prompt_tokens, len(rows), np.random.default_rng(prompt_ss),
-            base_dir=base_dir, yaml_path=f"workload.classes.{i}.prompt_tokens",
-        )
-        output[rows] = sample_lengths(
-            cls.output_tokens, len(rows), np.random.default_rng(output_ss),
-            base_dir=base_dir, yaml_path=f"workload.classes.{i}.output_tokens",
-        )
+        where = f"workload.classes.{i}"
+        prompt_rng = np.random.default_rng(prompt_ss)
+        output_rng = np.random.default_rng(output_ss)
+        prompt[rows] = sample_lengths(cls.prompt_tokens, len(rows), prompt_rng,
+                                      base_dir=base_dir, yaml_path=f"{where}.prompt_tokens")
+        output[rows] = sample_lengths(cls.output_tokens, len(rows), output_rng,
+                                      base_dir=base_dir, yaml_path=f"{where}.output_tokens")
+        if cls.shared_prefix is not None:
+            _apply_prefix(cls.shared_prefix, i, rows, np.random.default_rng(prefix_ss),
+                          prompt, prefix_id, prefix_tokens)
+        if cls.conversation is not None:
+            turns.append(_Turns(cls, i, rows, np.random.default_rng(conv_ss), prompt_rng,
+                                output_rng, base_dir, where))
 
-    return RequestTrace(
-        arrival_s=arrival_s,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        class_id=class_id,
-        prefix_id=np.full(n, -1, dtype=np.int32),
-        class_names=tuple(c.name for c in classes),
-    )
+    trace = dict(arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output,
+                 class_id=class_id, prefix_id=prefix_id, prefix_tokens=prefix_tokens,
+                 parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n))
+    for t in turns:
+        trace = t.append_to(trace)
+    return RequestTrace(class_names=tuple(c.name for c in classes), **trace)
+
+
+def _apply_prefix(spec, class_index: int, rows: np.ndarray, rng: np.random.Generator,
+                  prompt: np.ndarray, prefix_id: np.ndarray, prefix_tokens: np.ndarray) -> None:
+    """Prepend a system prompt of ``spec.tokens`` to every request of the class;
+    a ``fraction`` of them share one of the templates, the rest get a private one
+    (say, a timestamp at the front), so sharing changes hits, not prompt lengths
+    (seed 000's prefix-caching rows: 17,000 prompt tokens in every row).
+
+    Template ids are ``class_index * 1_000_000 + template`` so classes never share.
+    """
+    uses = rng.random(len(rows)) < spec.fraction
+    template = rng.integers(spec.num_templates, size=len(rows))
+    chosen = rows[uses]
+    prefix_id[chosen] = class_index * 1_000_000 + template[uses]
+    prefix_tokens[chosen] = spec.tokens
+    prompt[rows] += spec.tokens
+
+
+class _Turns:
+    """Later turns of a class's conversations, appended as rows after all first turns."""
+
+    def __init__(self, cls, class_index, rows, rng, prompt_rng, output_rng, base_dir, where):
+        self.cls, self.class_index, self.rows = cls, class_index, rows
+        self.rng, self.prompt_rng, self.output_rng = rng, prompt_rng, output_rng
+        self.base_dir, self.where = base_dir, where
+
+    def _lengths(self, dist, rng, k, what):
+        return sample_lengths(dist, k, rng, base_dir=self.base_dir,
+                              yaml_path=f"{self.where}.{what}")
+
+    def append_to(self, trace: dict) -> dict:
+        conv = self.cls.conversation
+        left = self._lengths(conv.turns, self.rng, len(self.rows), "conversation.turns") - 1
+        parents = self.rows[left > 0]
+        left = left[left > 0]
+        cols = {k: [v] for k, v in trace.items()}
+        total = len(trace["arrival_s"])
+        prompt_of = trace["prompt_tokens"].copy()
+        output_of = trace["output_tokens"].copy()
+        while len(parents):
+            k = len(parents)
+            new_user = self._lengths(self.cls.prompt_tokens, self.prompt_rng, k, "prompt_tokens")
+            out = self._lengths(self.cls.output_tokens, self.output_rng, k, "output_tokens")
+            prompt = prompt_of[parents] + output_of[parents] + new_user
+            idx = np.arange(total, total + k)
+            new = dict(arrival_s=np.full(k, np.nan), prompt_tokens=prompt, output_tokens=out,
+                       class_id=np.full(k, self.class_index, dtype=np.int32),
+                       prefix_id=_take(cols["prefix_id"], parents),
+                       prefix_tokens=_take(cols["prefix_tokens"], parents),
+                       parent=parents.astype(np.int32),
+                       think_s=self.rng.exponential(conv.think_time_s, k) if conv.think_time_s
+                       else np.zeros(k))
+            for key, value in new.items():
+                cols[key].append(value)
+            prompt_of = np.concatenate([prompt_of, prompt])
+            output_of = np.concatenate([output_of, out])
+            total += k
+            left = left - 1
+            parents, left = idx[left > 0], left[left > 0]
+        return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def _take(chunks: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    return np.concatenate(chunks)[rows]
 
 
 # --------------------------------------------------------------------------

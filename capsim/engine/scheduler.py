@@ -222,7 +222,7 @@ class ContinuousScheduler:
                 req.num_computed = cached
                 req.num_registered = len(hit)
             req.blocks.extend(alloc.allocate(need))
-            if req.shareable:
+            if self.caching and req.shareable:
                 self._register(req, cached + n)
             req.state = RUNNING
             req.admit_order = self._admitted
@@ -413,6 +413,8 @@ class ContinuousScheduler:
 
     def _finish(self, req: Request, now: float) -> None:
         del self.running[req.rid]
+        if self.caching and req.shareable:
+            self._register(req, req.num_computed)    # a next turn reuses prompt + reply
         self.alloc.free(req.blocks[::-1])     # tail first, as vLLM frees (last blocks evicted first)
         req.blocks = []
         req.state = FINISHED

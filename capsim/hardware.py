@@ -9,6 +9,8 @@ datasheet URL, the measured file it was calibrated from, or the word
 Public API:
     HardwareProfile          pydantic model of one GPU SKU
     Efficiency               achieved ÷ peak factors (calibration inputs)
+    GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
+    Calibration              provenance and error figures of a calibrated profile
     load_hardware(name_or_path) -> HardwareProfile
     list_hardware() -> list[HardwareProfile]
     hardware_names() -> list[str]
@@ -47,12 +49,62 @@ _SOURCED_FIELDS = (
 _PACKAGE_DIR = ("data", "hardware")
 
 
-class Efficiency(StrictModel):
-    """Fractions of datasheet peak that real kernels reach, each in (0, 1].
+class GemmCurve(StrictModel):
+    """GEMM efficiency as a function of the tokens in the step (the GEMM's row count).
 
-    These are calibration inputs (see the profile YAML for the measured rows
-    they came from), applied by the roofline as
-    ``t = flops / (peak × compute)`` and ``t = bytes / (bandwidth × memory)``.
+    A weight matmul of ``n`` rows costs
+    ``launch_s + max(flops / peak, bytes / hbm_bandwidth) / e(n)``: the ideal
+    roofline divided by an efficiency that depends on ``n`` (small GEMMs reach
+    a smaller fraction of either roof, and the roofline's corner is the
+    worst fit). ``e`` is piecewise linear in ``log(n)`` between the knots and
+    flat outside them.
+
+    Attributes:
+        tokens: knot token counts, strictly increasing, >= 1.
+        efficiency: e at each knot, in (0, 1].
+        launch_s: fixed time per GEMM kernel (s), >= 0.
+    """
+
+    tokens: list[int] = Field(min_length=1)
+    efficiency: list[float] = Field(min_length=1)
+    launch_s: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _check_knots(self) -> "GemmCurve":
+        if len(self.tokens) != len(self.efficiency):
+            raise ValueError(f"tokens ({len(self.tokens)}) and efficiency "
+                             f"({len(self.efficiency)}) must have the same length")
+        if self.tokens[0] < 1 or any(b <= a for a, b in zip(self.tokens, self.tokens[1:])):
+            raise ValueError(f"tokens must be >= 1 and strictly increasing, got {self.tokens}")
+        bad = [e for e in self.efficiency if not 0.0 < e <= 1.0]
+        if bad:
+            raise ValueError(f"efficiency values must be in (0, 1], got {bad}")
+        return self
+
+
+class KernelEfficiency(StrictModel):
+    """Roofline factors of one non-GEMM operator class, plus its fixed kernel time.
+
+    ``t = launch_s + max(flops / (peak × compute), bytes / (bandwidth × memory))``;
+    ``launch_s`` is per layer (one kernel, or for ``elementwise`` the layer's
+    group of norm / RoPE / activation / add kernels).
+    """
+
+    compute: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak FLOP/s")
+    memory: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak HBM bytes/s")
+    launch_s: float = Field(0.0, ge=0.0, description="fixed time per layer (s)")
+
+
+class Efficiency(StrictModel):
+    """Fractions of datasheet peak that real kernels reach (calibration inputs).
+
+    The three scalars apply to every operator that has no entry of its own:
+    ``t = flops / (peak × compute)`` and ``t = bytes / (bandwidth × memory)``;
+    ``interconnect`` scales the tensor-parallel link bandwidth. The optional
+    per-operator-class entries (written by ``capsim calibrate``) override them:
+    ``gemm`` (QKV / O / MLP / LM-head matmuls, a curve over tokens),
+    ``attention_prefill``, ``attention_decode`` and ``elementwise`` (norms,
+    RoPE, activation, residual adds and the embedding gather; memory only).
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -60,6 +112,42 @@ class Efficiency(StrictModel):
     interconnect: float = Field(
         1.0, gt=0.0, le=1.0, description="all-reduce bus bandwidth ÷ link bandwidth per direction"
     )
+    gemm: GemmCurve | None = None
+    attention_prefill: KernelEfficiency | None = None
+    attention_decode: KernelEfficiency | None = None
+    elementwise: KernelEfficiency | None = None
+
+    def kernel(self, op_class: str) -> KernelEfficiency:
+        """The factors of ``attention_prefill`` / ``attention_decode`` / ``elementwise``;
+        the scalars (no launch time) when the profile has no entry for the class."""
+        own = getattr(self, op_class)
+        return own if own is not None else KernelEfficiency(compute=self.compute,
+                                                            memory=self.memory)
+
+
+class ErrorFigures(StrictModel):
+    """Absolute percentage error of predicted vs measured times over ``n`` rows."""
+
+    n: int = Field(ge=0)
+    median_pct: float = Field(ge=0.0)
+    p90_pct: float = Field(ge=0.0)
+
+
+class ClassError(StrictModel):
+    """One operator class's error with the profile before and after calibration."""
+
+    before: ErrorFigures
+    after: ErrorFigures
+
+
+class Calibration(StrictModel):
+    """Where a profile's efficiencies came from: data, date, method and resulting error."""
+
+    date: str = Field(min_length=1, description="ISO date the fit was run")
+    tool: str = ""
+    data: list[str] = Field(min_length=1, description="measured files and their provenance")
+    method: str = ""
+    error: dict[str, ClassError] = Field(default_factory=dict)
 
 
 class HardwareProfile(StrictModel):
@@ -85,6 +173,7 @@ class HardwareProfile(StrictModel):
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
     sources: dict[str, str]
+    calibration: Calibration | None = None
     notes: str = ""
 
     @model_validator(mode="after")
@@ -139,7 +228,8 @@ class HardwareProfile(StrictModel):
         return self.pcie_latency_s
 
     def ideal(self) -> "HardwareProfile":
-        """Copy with every efficiency 1.0 and no step overhead (textbook roofline)."""
+        """Copy with every efficiency 1.0, no per-class entries, no kernel launch
+        times and no step overhead (textbook roofline)."""
         return self.model_copy(
             update={
                 "efficiency": Efficiency(compute=1.0, memory=1.0, interconnect=1.0),

@@ -39,11 +39,14 @@ Public API:
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from capsim.errors import ScenarioError
-from capsim.hardware import HardwareProfile, load_hardware
+from capsim.hardware import GemmCurve, HardwareProfile, KernelEfficiency, load_hardware
 from capsim.models import ModelShape, load_model
 
 #: Bytes per activation element (bf16/fp16 activations, as vLLM runs them).
@@ -96,14 +99,31 @@ class OperatorCost:
 
 
 @dataclass(frozen=True, slots=True)
-class _Matmul:
-    """A weight matmul as coefficients of its row count n (per GPU, all executions)."""
+class Matmul:
+    """A weight matmul as coefficients of its row count n (per GPU, over ``count`` layers).
+
+    flops = ``flops_per_row × n``; HBM bytes = ``weight_bytes + act_bytes_per_row × n``.
+    """
 
     name: str
     count: int
     flops_per_row: float
     weight_bytes: float
     act_bytes_per_row: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionWork:
+    """Attention work per GPU over ``layers`` layers, as coefficients of the batch.
+
+    flops = ``flops_per_pair × query-key pairs``; bytes = ``kv_bytes_per_token ×
+    KV tokens read + new_bytes_per_token × new tokens`` (KV write, q and output).
+    """
+
+    layers: int
+    flops_per_pair: float
+    kv_bytes_per_token: float
+    new_bytes_per_token: float
 
 
 def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
@@ -115,6 +135,19 @@ def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
     """
     c = chunk_tokens
     return c * cached_tokens + c * (c + 1) / 2
+
+
+def gemm_efficiency(curve: GemmCurve | None, tokens: Any) -> np.ndarray:
+    """GEMM efficiency e(n) of a profile's curve at ``tokens`` (array-like of ints >= 1).
+
+    Piecewise linear in ``log(n)`` between the knots, flat outside them
+    (``numpy.interp``); all ones when ``curve`` is None. Shape: as ``tokens``.
+    """
+    n = np.asarray(tokens, dtype=float)
+    if curve is None:
+        return np.ones_like(n)
+    logs = np.log(np.maximum(n, 1.0))
+    return np.interp(logs, np.log(np.asarray(curve.tokens, dtype=float)), curve.efficiency)
 
 
 def _check_tensor_parallel(model: ModelShape, tp: int) -> None:
@@ -138,8 +171,13 @@ def _kv_heads_per_gpu(model: ModelShape, tp: int) -> int:
     return max(1, model.num_key_value_heads // tp)
 
 
-def _layer_matmuls(model: ModelShape, tp: int, weight_bytes: int) -> tuple[_Matmul, ...]:
-    """The four per-layer matmuls, per GPU, with their activation traffic."""
+def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2) -> tuple[Matmul, ...]:
+    """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
+    summed over ``model.num_hidden_layers``, with their activation traffic.
+
+    Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
+    O and down row-parallel; KV heads split, or replicated beyond their count.
+    """
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
     qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
@@ -151,20 +189,37 @@ def _layer_matmuls(model: ModelShape, tp: int, weight_bytes: int) -> tuple[_Matm
         ("down_proj", h * f / tp, f / tp, h),
     )
     return tuple(
-        _Matmul(name, layers, 2.0 * layers * params, layers * params * weight_bytes,
-                layers * (w_in + w_out) * ACTIVATION_BYTES)
+        Matmul(name, layers, 2.0 * layers * params, layers * params * weight_bytes,
+               layers * (w_in + w_out) * ACTIVATION_BYTES)
         for name, params, w_in, w_out in shapes
     )
 
 
-def _lm_head(model: ModelShape, tp: int, weight_bytes: int) -> _Matmul:
+def _lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
     """Vocab-parallel LM head: each GPU holds vocab / TP rows."""
     h, v = model.hidden_size, model.vocab_size / tp
-    return _Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
+    return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
 
 
-def _elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
-    """Per-token HBM traffic of one layer's elementwise kernels (bytes).
+def attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2) -> AttentionWork:
+    """Attention coefficients per GPU over all layers (see :class:`AttentionWork`).
+
+    flops: 4 × head_dim × heads / TP per query-key pair (QKᵀ and AV, PaLM
+    appendix B). Bytes: K and V of every context token read once per
+    sequence (FlashAttention streams K/V; query-tile re-reads are ignored),
+    plus the new token's K/V write and its q / output activations.
+    """
+    layers = model.num_hidden_layers
+    kv_per_layer = 2 * _kv_heads_per_gpu(model, tp) * model.head_dim * kv_cache_dtype_bytes
+    return AttentionWork(
+        layers=layers,
+        flops_per_pair=4.0 * layers * model.q_size / tp,
+        kv_bytes_per_token=layers * kv_per_layer,
+        new_bytes_per_token=layers * (kv_per_layer + 2 * model.q_size / tp * ACTIVATION_BYTES))
+
+
+def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
+    """Per-token HBM traffic of ONE layer's elementwise kernels (bytes).
 
     Fused add+RMSNorm twice (read x and residual, write both: 4h each), RoPE
     on q and k (read + write), SiLU·mul (read 2·ffn, write ffn).
@@ -175,11 +230,29 @@ def _elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
     return (8 * h + rope + act) * ACTIVATION_BYTES
 
 
+#: Token counts below this use a precomputed table of 1 / e(n) (see StepPricer).
+_GEMM_TABLE_TOKENS = 16_384
+
+
 class StepPricer:
     """Prices engine steps for one (model, hardware, TP degree, weight dtype).
 
-    Construction precomputes every per-model constant, so :meth:`seconds`
-    is a handful of float operations, O(1) in the batch size.
+    Construction precomputes every per-model constant and a table of the
+    GEMM efficiency curve's ``1 / e(n)`` for ``n < 16,384`` tokens, so
+    :meth:`seconds` is a few dozen float operations, O(1) in the batch size
+    (about 1 µs per call in CPython).
+
+    Per operator class (see :class:`capsim.hardware.Efficiency`):
+
+    - weight matmuls (layers and LM head): ``launch_s + max(flops / peak,
+      bytes / bw) / e(n)`` with the profile's ``gemm`` curve, or
+      ``max(flops / (peak × compute), bytes / (bw × memory))`` without one;
+    - attention, split into the prefill part (chunks over their cached
+      prefix) and the decode part (one token over its context), each with its
+      own factors and per-layer launch time, summed (as Vidur predicts them);
+    - elementwise kernels and the embedding gather: memory only, plus a
+      per-layer launch time;
+    - tensor-parallel all-reduces (ring α-β model) and the step overhead.
 
     Args:
         model: the transformer shape.
@@ -197,10 +270,11 @@ class StepPricer:
 
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
-        "_matmuls", "_lm", "_peak", "_attn_peak", "_bw",
-        "_attn_flops_per_pair", "_attn_kv_bytes", "_attn_new_bytes",
-        "_mem_only_bytes_per_token", "_elementwise", "_embedding",
-        "_lin", "_lm_t", "_attn_t", "_mem_only_t",
+        "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
+        "_elementwise", "_embedding", "_mem_only_bytes_per_token",
+        "_lin", "_lm_t", "_ginv", "_attn_p", "_attn_d", "_mem_only_t",
+        "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
+        "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s",
     )
 
@@ -216,38 +290,57 @@ class StepPricer:
         self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
         self._init_rates()
         self._init_comm()
+        self._fixed_s = (self._overhead_s + self._comm_fixed_s + self._gemm_launch_s
+                         + self._ew_launch_s)
+        self._per_token_s = self._comm_per_token_s + self._mem_only_t
+        self._flops_per_token = sum(op.flops_per_row for op in self._matmuls)
+        self._bytes_fixed = sum(op.weight_bytes for op in self._matmuls)
+        self._bytes_per_token = (sum(op.act_bytes_per_row for op in self._matmuls)
+                                 + self._mem_only_bytes_per_token)
 
     def _init_operators(self, weight_bytes: int) -> None:
         m, tp = self.model, self.tensor_parallel_size
-        layers = m.num_hidden_layers
-        self._matmuls = _layer_matmuls(m, tp, weight_bytes)
+        self._matmuls = layer_matmuls(m, tp, weight_bytes)
         self._lm = _lm_head(m, tp, weight_bytes)
-        kv_width = _kv_heads_per_gpu(m, tp) * m.head_dim
-        kv_bytes_per_layer = 2 * kv_width * self.kv_cache_dtype_bytes
-        self._attn_flops_per_pair = 4.0 * layers * m.q_size / tp
-        self._attn_kv_bytes = layers * kv_bytes_per_layer
-        self._attn_new_bytes = layers * (kv_bytes_per_layer + 2 * m.q_size / tp * ACTIVATION_BYTES)
-        self._elementwise = layers * _elementwise_bytes_per_token(m, tp)
+        self._attn = attention_work(m, tp, self.kv_cache_dtype_bytes)
+        self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
         self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES)
         self._mem_only_bytes_per_token = self._elementwise + self._embedding
 
     def _init_rates(self) -> None:
-        hw = self.hw
+        hw, eff = self.hw, self.hw.efficiency
         attn_dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
-        self._peak = hw.peak_flops(self.weight_dtype) * hw.efficiency.compute
-        self._attn_peak = hw.peak_flops(attn_dtype) * hw.efficiency.compute
-        self._bw = hw.hbm_bandwidth_bytes_per_s * hw.efficiency.memory
+        peak, bw = hw.peak_flops(self.weight_dtype), hw.hbm_bandwidth_bytes_per_s
+        self._peak, self._bw = peak * eff.compute, bw * eff.memory
+        self._attn_peak = hw.peak_flops(attn_dtype)
+        curve = eff.gemm
+        # With a curve the matmul roofs are ideal and 1 / e(n) scales their max.
+        self._mm_peak = peak if curve is not None else self._peak
+        self._mm_bw = bw if curve is not None else self._bw
         self._lin = tuple(self._time_coeffs(op) for op in self._matmuls)
         self._lm_t = self._time_coeffs(self._lm)
-        self._attn_t = (self._attn_flops_per_pair / self._attn_peak,
-                        self._attn_kv_bytes / self._bw, self._attn_new_bytes / self._bw)
-        self._mem_only_t = self._mem_only_bytes_per_token / self._bw
+        launch = curve.launch_s if curve is not None else 0.0
+        self._gemm_launch_s = len(self._matmuls) * self.model.num_hidden_layers * launch
+        self._lm_launch_s = launch
+        inv = 1.0 / gemm_efficiency(curve, np.arange(_GEMM_TABLE_TOKENS))
+        self._ginv = array("d", inv.tobytes())
+        self._attn_p = self._attn_coeffs(eff.kernel("attention_prefill"))
+        self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"))
+        ew = eff.kernel("elementwise")
+        self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
+        self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s
         self._overhead_s = hw.step_overhead_s
 
-    def _time_coeffs(self, op: _Matmul) -> tuple[float, float, float]:
+    def _time_coeffs(self, op: Matmul) -> tuple[float, float, float]:
         """(compute s per row, weight-read s, activation s per row) of a matmul."""
-        return (op.flops_per_row / self._peak, op.weight_bytes / self._bw,
-                op.act_bytes_per_row / self._bw)
+        return (op.flops_per_row / self._mm_peak, op.weight_bytes / self._mm_bw,
+                op.act_bytes_per_row / self._mm_bw)
+
+    def _attn_coeffs(self, k: KernelEfficiency) -> tuple[float, float, float, float]:
+        """(compute s per pair, s per KV token read, s per new token, launch s per step)."""
+        a, bw = self._attn, self.hw.hbm_bandwidth_bytes_per_s * k.memory
+        return (a.flops_per_pair / (self._attn_peak * k.compute), a.kv_bytes_per_token / bw,
+                a.new_bytes_per_token / bw, a.layers * k.launch_s)
 
     def _init_comm(self) -> None:
         """Ring all-reduce α-β constants (Patarasuk & Yuan 2009) and the logits gather."""
@@ -258,11 +351,16 @@ class StepPricer:
         bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
         latency = hw.tp_link_latency_s
         n_all_reduce = 2 * m.num_hidden_layers + 1
-        self._comm_fixed_s = n_all_reduce * 2 * (tp - 1) * latency + latency
-        self._comm_per_token_s = (
-            n_all_reduce * 2 * (tp - 1) / tp * m.hidden_size * ACTIVATION_BYTES / bw
-        )
+        self._comm_fixed_s = n_all_reduce * ring_all_reduce_s(0.0, tp, bw, latency) + latency
+        self._comm_per_token_s = n_all_reduce * ring_all_reduce_s(
+            m.hidden_size * ACTIVATION_BYTES, tp, bw, 0.0)
         self._comm_per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw
+
+    def _gemm_inv(self, n: int) -> float:
+        """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
+        if n < _GEMM_TABLE_TOKENS:
+            return self._ginv[n]
+        return float(1.0 / gemm_efficiency(self.hw.efficiency.gemm, n))
 
     # -- pricing ----------------------------------------------------------------
 
@@ -279,19 +377,31 @@ class StepPricer:
             return 0.0
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
-        per_token_s = self._comm_per_token_s + self._mem_only_t
-        total = self._overhead_s + self._comm_fixed_s + per_token_s * n
+        gemm = 0.0
         for c_row, m_fixed, m_row in self._lin:
             c, m = c_row * n, m_fixed + m_row * n
-            total += c if c > m else m
+            gemm += c if c > m else m
+        ginv = self._ginv
+        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
+        total = self._fixed_s + self._per_token_s * n + gemm * g
         if logits_seqs > 0:
             c_row, m_fixed, m_row = self._lm_t
             c, m = c_row * logits_seqs, m_fixed + m_row * logits_seqs
-            total += (c if c > m else m) + self._comm_per_logit_s * logits_seqs
-        c_pair, m_ctx, m_new = self._attn_t
-        c = c_pair * (prefill_attn_pairs + decode_ctx_tokens)
-        m = m_ctx * (prefill_kv_tokens + decode_ctx_tokens) + m_new * n
-        return total + (c if c > m else m)
+            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
+                else self._gemm_inv(logits_seqs)
+            total += (c if c > m else m) * g + self._lm_launch_s \
+                + self._comm_per_logit_s * logits_seqs
+        if prefill_tokens > 0:
+            c_pair, m_kv, m_new, launch = self._attn_p
+            c = c_pair * prefill_attn_pairs
+            m = m_kv * prefill_kv_tokens + m_new * prefill_tokens
+            total += launch + (c if c > m else m)
+        if decode_seqs > 0:
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = c_pair * decode_ctx_tokens
+            m = m_kv * decode_ctx_tokens + m_new * decode_seqs
+            total += launch + (c if c > m else m)
+        return total
 
     def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
              prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
@@ -314,83 +424,119 @@ class StepPricer:
                 LM head and its weight read entirely.
 
         Returns:
-            StepCost per GPU; all zeros for an empty step.
+            StepCost per GPU; all zeros for an empty step. ``compute_s`` and
+            ``memory_s`` each include the kernels' fixed launch times.
         """
         n = prefill_tokens + decode_seqs
         if n <= 0:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
-        flops, nbytes, compute_s, memory_s, roof_s = self._totals(
-            n, logits_seqs, prefill_attn_pairs + decode_ctx_tokens,
-            prefill_kv_tokens + decode_ctx_tokens)
+        # Same arithmetic as seconds(), also summing each side; inlined (hot path).
+        ginv = self._ginv
+        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
+        fixed = self._gemm_launch_s + self._ew_launch_s
+        mem_only = self._mem_only_t * n
+        compute_s, memory_s, roof_s = fixed, fixed + mem_only, fixed + mem_only
+        for c_row, m_fixed, m_row in self._lin:
+            c, m = c_row * n * g, (m_fixed + m_row * n) * g
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+        flops, nbytes = self._flops_per_token * n, self._bytes_fixed + self._bytes_per_token * n
+        if logits_seqs > 0:
+            lm, (c_row, m_fixed, m_row) = self._lm, self._lm_t
+            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
+                else self._gemm_inv(logits_seqs)
+            launch = self._lm_launch_s
+            c = launch + c_row * logits_seqs * g
+            m = launch + (m_fixed + m_row * logits_seqs) * g
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += lm.flops_per_row * logits_seqs
+            nbytes += lm.weight_bytes + lm.act_bytes_per_row * logits_seqs
+        a = self._attn
+        if prefill_tokens > 0:
+            c_pair, m_kv, m_new, launch = self._attn_p
+            c = launch + c_pair * prefill_attn_pairs
+            m = launch + m_kv * prefill_kv_tokens + m_new * prefill_tokens
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.flops_per_pair * prefill_attn_pairs
+            nbytes += a.kv_bytes_per_token * prefill_kv_tokens + a.new_bytes_per_token * prefill_tokens
+        if decode_seqs > 0:
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = launch + c_pair * decode_ctx_tokens
+            m = launch + m_kv * decode_ctx_tokens + m_new * decode_seqs
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.flops_per_pair * decode_ctx_tokens
+            nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
         comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
-                  + self._comm_per_logit_s * max(logits_seqs, 0))
+                  + self._comm_per_logit_s * logits_seqs)
         return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
                         comm_s, self._overhead_s, compute_s > memory_s)
 
-    def _totals(self, n: int, logits_seqs: int, pairs: float,
-                kv_read_tokens: float) -> tuple[float, float, float, float, float]:
-        """(flops, bytes, Σ compute_s, Σ memory_s, Σ max) over all operators, no allocation.
+    def _operator_terms(self, n: int, logits_seqs: int, prefill_tokens: int, pairs: float,
+                        prefill_kv_tokens: float, decode_seqs: int,
+                        decode_ctx_tokens: float) -> list[tuple[float, float, float, float]]:
+        """(flops, bytes, compute_s, memory_s) of every operator, in :meth:`breakdown` order.
 
-        ``n`` = tokens in the step, ``pairs`` = query-key pairs, ``kv_read_tokens``
-        = KV tokens read by attention; see :meth:`cost` for their meaning.
+        Each side's seconds include the operator's fixed launch time, so
+        ``max(compute_s, memory_s)`` is the operator's time.
         """
-        flops = nbytes = compute_s = memory_s = roof_s = 0.0
-        for op in self._matmuls:
-            f, b = op.flops_per_row * n, op.weight_bytes + op.act_bytes_per_row * n
-            c, m = f / self._peak, b / self._bw
-            flops, nbytes, compute_s, memory_s = flops + f, nbytes + b, compute_s + c, memory_s + m
-            roof_s += c if c > m else m
-        if logits_seqs > 0:
-            lm = self._lm
-            f = lm.flops_per_row * logits_seqs
-            b = lm.weight_bytes + lm.act_bytes_per_row * logits_seqs
-            c, m = f / self._peak, b / self._bw
-            flops, nbytes, compute_s, memory_s = flops + f, nbytes + b, compute_s + c, memory_s + m
-            roof_s += c if c > m else m
-        f = self._attn_flops_per_pair * pairs
-        b = self._attn_kv_bytes * kv_read_tokens + self._attn_new_bytes * n
-        c, m = f / self._attn_peak, b / self._bw
-        flops, nbytes, compute_s, memory_s = flops + f, nbytes + b, compute_s + c, memory_s + m
-        roof_s += c if c > m else m
-        b = self._mem_only_bytes_per_token * n
-        return flops, nbytes + b, compute_s, memory_s + b / self._bw, roof_s + b / self._bw
+        g = self._gemm_inv(n) if n > 0 else 1.0
+        per_op_launch = self.model.num_hidden_layers * self._lm_launch_s
+        rows = [self._matmul_terms(op, n, g, per_op_launch) for op in self._matmuls]
+        rows.append(self._attn_terms(self._attn_p, prefill_tokens, pairs, prefill_kv_tokens))
+        rows.append(self._attn_terms(self._attn_d, decode_seqs, decode_ctx_tokens,
+                                     decode_ctx_tokens))
+        bw_ew = self._mem_only_bytes_per_token / self._mem_only_t
+        ew_bytes, emb_bytes = self._elementwise * n, self._embedding * n
+        ew_launch = self._ew_launch_s if n > 0 else 0.0
+        rows.append((0.0, ew_bytes, ew_launch, ew_launch + ew_bytes / bw_ew))
+        rows.append((0.0, emb_bytes, 0.0, emb_bytes / bw_ew))
+        lm_rows = max(logits_seqs, 0) if n > 0 else 0
+        g_lm = self._gemm_inv(lm_rows) if lm_rows > 0 else 1.0
+        rows.append(self._matmul_terms(self._lm, lm_rows, g_lm, self._lm_launch_s))
+        return rows
+
+    def _matmul_terms(self, op: Matmul, rows: int, g: float,
+                      launch_s: float) -> tuple[float, float, float, float]:
+        if rows <= 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        f, b = op.flops_per_row * rows, op.weight_bytes + op.act_bytes_per_row * rows
+        return (f, b, launch_s + f / self._mm_peak * g, launch_s + b / self._mm_bw * g)
+
+    def _attn_terms(self, coeffs: tuple[float, float, float, float], new_tokens: int,
+                    pairs: float, kv_tokens: float) -> tuple[float, float, float, float]:
+        if new_tokens <= 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        a = self._attn
+        c_pair, m_kv, m_new, launch = coeffs
+        f = a.flops_per_pair * pairs
+        b = a.kv_bytes_per_token * kv_tokens + a.new_bytes_per_token * new_tokens
+        return (f, b, launch + c_pair * pairs, launch + m_kv * kv_tokens + m_new * new_tokens)
 
     def breakdown(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
                   prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
                   logits_seqs: int | None = None) -> list[OperatorCost]:
         """Per-operator costs of a step (same inputs as :meth:`cost`); for reports, not hot loops.
 
-        Operators: the four layer matmuls, attention and elementwise (each
-        summed over all layers), then embedding and lm_head (once).
+        Operators: the four layer matmuls, ``attention_prefill``,
+        ``attention_decode`` and ``elementwise`` (each summed over all
+        layers), then ``embedding`` and ``lm_head`` (once). Each operator's
+        compute and memory seconds include its fixed launch time.
         """
         n = prefill_tokens + decode_seqs
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
-        if n <= 0:
-            logits_seqs = 0
         layers = self.model.num_hidden_layers
-        rows = [self._matmul_cost(op, n) for op in self._matmuls]
-        pairs = prefill_attn_pairs + decode_ctx_tokens
-        attn_bytes = (self._attn_kv_bytes * (prefill_kv_tokens + decode_ctx_tokens)
-                      + self._attn_new_bytes * n) if n > 0 else 0.0
-        rows.append(OperatorCost("attention", layers, self._attn_flops_per_pair * pairs,
-                                 attn_bytes, self._attn_flops_per_pair * pairs / self._attn_peak,
-                                 attn_bytes / self._bw))
-        rows.append(self._memory_only("elementwise", layers, self._elementwise * n))
-        rows.append(self._memory_only("embedding", 1, self._embedding * n))
-        rows.append(self._matmul_cost(self._lm, logits_seqs))
-        return rows
-
-    def _matmul_cost(self, op: _Matmul, rows: int) -> OperatorCost:
-        if rows <= 0:
-            return OperatorCost(op.name, op.count, 0.0, 0.0, 0.0, 0.0)
-        f, b = op.flops_per_row * rows, op.weight_bytes + op.act_bytes_per_row * rows
-        return OperatorCost(op.name, op.count, f, b, f / self._peak, b / self._bw)
-
-    def _memory_only(self, name: str, count: int, nbytes: float) -> OperatorCost:
-        return OperatorCost(name, count, 0.0, nbytes, 0.0, nbytes / self._bw)
+        names = [(op.name, op.count) for op in self._matmuls] + [
+            ("attention_prefill", layers), ("attention_decode", layers), ("elementwise", layers),
+            ("embedding", 1), ("lm_head", 1)]
+        terms = self._operator_terms(n, logits_seqs, prefill_tokens, prefill_attn_pairs,
+                                     prefill_kv_tokens, decode_seqs, decode_ctx_tokens)
+        return [OperatorCost(name, count, *t) for (name, count), t in zip(names, terms)]
 
     # -- derived constants ---------------------------------------------------------
 
@@ -402,7 +548,22 @@ class StepPricer:
     @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity where a matmul turns compute-bound: effective peak ÷ bandwidth."""
-        return self._peak / self._bw
+        return self._mm_peak / self._mm_bw
+
+
+def ring_all_reduce_s(message_bytes: Any, workers: Any, bandwidth_bytes_per_s: float,
+                      latency_s: float) -> Any:
+    """Ring all-reduce time: ``2(n−1)/n × bytes / bandwidth + 2(n−1) × latency``.
+
+    The α-β model of Patarasuk & Yuan (JPDC 2009): reduce-scatter then
+    all-gather, each n−1 steps of bytes/n over every link; NCCL's "bus
+    bandwidth" divides by the same 2(n−1)/n. Works on floats or numpy arrays
+    (``message_bytes`` in bytes, ``workers`` >= 1; 0 s for one worker).
+    ``bandwidth_bytes_per_s`` is the per-direction link bandwidth times the
+    interconnect efficiency.
+    """
+    hops = 2 * (workers - 1)
+    return hops / workers * message_bytes / bandwidth_bytes_per_s + hops * latency_s
 
 
 # -- CLI helper ------------------------------------------------------------------

@@ -207,8 +207,8 @@ def test_describe_step_table():
     assert out["bound"] == "compute"
     assert out["ideal"] is True and out["overhead_s"] == 0.0
     names = [row["name"] for row in out["operators"]]
-    assert names == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention",
-                     "elementwise", "embedding", "lm_head"]
+    assert names == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention_prefill",
+                     "attention_decode", "elementwise", "embedding", "lm_head"]
     assert out["arithmetic_intensity_flops_per_byte"] == pytest.approx(out["flops"] / out["bytes"])
     assert sum(row["seconds"] for row in out["operators"]) == pytest.approx(
         out["seconds"] - out["comm_s"] - out["overhead_s"])

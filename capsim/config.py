@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from capsim.config_sweep import SizingConfig, SweepGrid
 from capsim.config_disagg import DisaggRun, DisaggregationConfig, resolve_disaggregated
@@ -30,6 +30,7 @@ from capsim.schema import StrictModel
 from capsim.slo import RequestSlo, SloConfig
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+GIB = 2**30
 
 
 class EngineConfig(StrictModel):
@@ -48,10 +49,32 @@ class EngineConfig(StrictModel):
     tensor_parallel_size: int = Field(default=1, gt=0)
     block_size: int = Field(default=16, gt=0)
     enable_prefix_caching: bool = True        # vLLM v1 default
+    # Non-KV memory per GPU besides weights and activations (capsim.kv.capacity):
+    non_torch_memory_gib: float = Field(default=0.2, ge=0)   # CUDA context, cuBLAS, NCCL
+    cudagraph_memory_gib: float = Field(default=0.0, ge=0)   # graph pool (vLLM >= 0.11 subtracts it)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
-    preemption_mode: Literal["recompute"] = "recompute"
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
+    host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
+
+    @field_validator("block_size")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"block_size must be a power of two (vLLM's paged-attention "
+                             f"kernels use 8, 16, 32, ...), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _swap_fits_host(self) -> "EngineConfig":
+        swap = self.swap_space_gib * self.tensor_parallel_size
+        if self.preemption_mode == "swap" and swap > self.host_memory_gib:
+            raise ValueError(f"swap space {self.swap_space_gib:g} GiB × {self.tensor_parallel_size} "
+                             f"GPUs = {swap:g} GiB exceeds host_memory_gib "
+                             f"{self.host_memory_gib:g}")
+        return self
 
     @property
     def kv_dtype_bytes(self) -> int:
@@ -376,15 +399,29 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path
             tensor_parallel_size=engine.tensor_parallel_size,
             gpu_memory_utilization=engine.gpu_memory_utilization,
             weight_bytes=model.weight_bytes(DTYPE_BYTES[engine.dtype]),
-            kv_bytes_per_token=model.kv_bytes_per_token(engine.kv_dtype_bytes),
+            kv_bytes_per_token=kv_bytes_per_token(model, engine),
             block_size=engine.block_size,
             activation_reserve_bytes=activation_reserve_bytes(
                 model.hidden_size, model.intermediate_size, model.vocab_size,
                 engine.max_num_batched_tokens, engine.tensor_parallel_size),
+            non_torch_bytes=int(engine.non_torch_memory_gib * GIB) * engine.tensor_parallel_size,
+            cudagraph_bytes=int(engine.cudagraph_memory_gib * GIB) * engine.tensor_parallel_size,
         )
     except ScenarioError as exc:
         field = f"{where}.engine.gpu_memory_utilization" if where else "engine.gpu_memory_utilization"
         raise exc.with_context(file=str(path), path=field) from None
+
+
+def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
+    """KV bytes per token of one replica, all TP shards together.
+
+    When tensor_parallel_size exceeds the KV heads, vLLM replicates heads so
+    each GPU holds one (vllm/model_executor/models/llama.py, num_kv_heads =
+    max(1, total_kv_heads // tp_size)).
+    """
+    per_token = model.kv_bytes_per_token(engine.kv_dtype_bytes)
+    tp, heads = engine.tensor_parallel_size, model.num_key_value_heads
+    return per_token * tp // heads if tp > heads else per_token
 
 
 def _class_slos(spec: Scenario, path: Path) -> dict[str, RequestSlo]:

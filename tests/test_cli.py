@@ -134,3 +134,13 @@ def test_python_dash_m_entry_point():
     proc = subprocess.run([sys.executable, "-m", "capsim", "--version"], capture_output=True,
                           text=True, check=False)
     assert proc.returncode == 0 and "capsim" in proc.stdout
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("engine.block_size", 24, "engine.block_size: block_size must be a power of two"),
+    ("engine.swap_space_gib", 600, "exceeds host_memory_gib"),
+])
+def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
+    doc = with_(with_(GOOD, field, value), "engine.preemption_mode", "swap")
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and expected in err and err.count("\n") == 1

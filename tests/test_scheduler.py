@@ -206,3 +206,36 @@ def test_prefill_role_hands_off_and_decode_role_takes_over():
     assert req.state == FINISHED and req.num_generated == 4 and req.finish_s == 6.0
     assert sorted(zip(itl.gap_s, itl.count)) == [(1.0, 1), (1.0, 1), (3.0, 1)]
     d_alloc.check_all_free()
+
+
+def test_swap_preemption_keeps_progress_and_charges_the_copy():
+    """vLLM v0 swap: the victim's KV goes to host memory and comes back; nothing is recomputed."""
+    alloc = BlockAllocator(6, 4)
+    itl = ItlRecorder()
+    sched = ContinuousScheduler(max_num_seqs=8, max_num_batched_tokens=64, chunked=True,
+                                allocator=alloc, num_classes=1, itl=itl,
+                                swap_space_bytes=10**9, kv_bytes_per_token=1000)
+    a, b = Request(0, 0, 0.0, 8, 14), Request(1, 0, 0.0, 8, 14)
+    sched.add(a)
+    sched.add(b)
+    steps, t = run_steps(sched, 6)
+    assert b.state == "swapped" and b.num_preemptions == 1
+    assert b.num_computed >= 8 and sched.swap_out_bytes == b.num_computed * 1000
+    assert any(s.swap_bytes for s in steps if s)
+    run_steps(sched, 100, t0=t)
+    assert a.state == FINISHED and b.state == FINISHED and b.num_generated == 14
+    assert sched.recomputed_tokens == 0 and sched.swap_in_bytes == sched.swap_out_bytes
+    alloc.check_all_free()
+
+
+def test_swap_falls_back_to_recompute_when_host_space_is_full():
+    alloc = BlockAllocator(6, 4)
+    sched = ContinuousScheduler(max_num_seqs=8, max_num_batched_tokens=64, chunked=True,
+                                allocator=alloc, num_classes=1, itl=ItlRecorder(),
+                                swap_space_bytes=100, kv_bytes_per_token=1000)
+    a, b = Request(0, 0, 0.0, 8, 14), Request(1, 0, 0.0, 8, 14)
+    sched.add(a)
+    sched.add(b)
+    run_steps(sched, 200)
+    assert sched.preemptions >= 1 and sched.swap_out_bytes == 0 and sched.recomputed_tokens > 0
+    assert a.state == FINISHED and b.state == FINISHED

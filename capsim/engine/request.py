@@ -17,7 +17,8 @@ import math
 
 from capsim.kv.prefix import OUTPUT, USER, Segments
 
-WAITING, RUNNING, FINISHED, REJECTED = "waiting", "running", "finished", "rejected"
+WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = (
+    "waiting", "running", "swapped", "finished", "rejected")
 
 
 class Request:

@@ -45,7 +45,7 @@ from array import array
 from collections import deque
 
 from capsim.engine.recorder import ItlRecorder
-from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
+from capsim.engine.request import FINISHED, RUNNING, SWAPPED, WAITING, Request
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import extend_hashes
@@ -70,8 +70,18 @@ class ContinuousScheduler:
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
-                 role: str = "colocated"):
+                 role: str = "colocated", swap_space_bytes: int = 0,
+                 kv_bytes_per_token: int = 0):
         self.role = role
+        # Swap preemption (vLLM v0 preemption_mode="swap"): victims' KV goes to a
+        # host buffer of swap_space_bytes; copies are charged to the step (PCIe).
+        self.swap_space_bytes = swap_space_bytes
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.swapped: deque[Request] = deque()
+        self.swap_used_bytes = 0
+        self.swap_out_bytes = 0
+        self.swap_in_bytes = 0
+        self._swap_pending = 0            # bytes copied since the last returned step
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.chunked = chunked
@@ -117,7 +127,7 @@ class ContinuousScheduler:
         self.waiting.append(req)
 
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting or self.incoming)
+        return bool(self.running or self.waiting or self.incoming or self.swapped)
 
     @property
     def num_running(self) -> int:
@@ -167,10 +177,33 @@ class ContinuousScheduler:
         self._now = now
         if self._kv_ready:
             self._join_transferred()
+        if self.swapped:
+            self._swap_in()
         step = self._schedule_chunked() if self.chunked else self._schedule_unchunked()
         if not step.prefills and not step.decode_seqs:
             return None
+        step.swap_bytes, self._swap_pending = self._swap_pending, 0
         return step
+
+    def _swap_in(self) -> None:
+        """Bring swapped requests back, oldest first, while slots and blocks allow (vLLM v0)."""
+        while self.swapped and self.num_running < self.max_num_seqs:
+            req = self.swapped[0]
+            need = blocks_for(req.num_computed, self.bs)
+            if not self.alloc.can_allocate(need):
+                break
+            self.swapped.popleft()
+            req.blocks = self.alloc.allocate(need)
+            nbytes = req.num_computed * self.kv_bytes_per_token
+            self.swap_used_bytes -= nbytes
+            self.swap_in_bytes += nbytes
+            self._swap_pending += nbytes
+            req.state = RUNNING
+            self.running[req.rid] = req
+            if req.num_generated and req.remaining_to_compute == 1:
+                self._join_decode(req, req.last_token_s)
+            else:
+                self.prefilling[req.rid] = req
 
     def _schedule_chunked(self) -> Step:
         step = Step()
@@ -187,13 +220,14 @@ class ContinuousScheduler:
             if self._reserve_prefill(req, n):
                 step.add_prefill(req, n)
                 budget -= n
-        if not self._preempted_now:
+        if not self._preempted_now and not self.swapped:
             self._admit_waiting(step, budget, whole_prompts=False)
         return step
 
     def _schedule_unchunked(self) -> Step:
         step = Step()
-        self._admit_waiting(step, self.budget, whole_prompts=True)
+        if not self.swapped:
+            self._admit_waiting(step, self.budget, whole_prompts=True)
         if step.prefills:
             return step                      # prefill-only step: decodes stall (Orca / vLLM v0)
         if self.num_decoding:
@@ -301,12 +335,26 @@ class ContinuousScheduler:
         req.num_registered = full
 
     def _preempt(self, req: Request) -> None:
-        """Recompute preemption: free every block, back to the front of the queue."""
+        """Preempt: swap the KV out if swap space allows, else recompute (free everything,
+        back to the front of the queue). Either way the request loses its blocks."""
         if req.dec_epoch0 >= 0:
             self._leave_decode(req)
         else:
             del self.prefilling[req.rid]
         del self.running[req.rid]
+        self.preemptions += 1
+        self._preempted_now = True
+        req.num_preemptions += 1
+        nbytes = req.num_computed * self.kv_bytes_per_token
+        if self.swap_space_bytes and self.swap_used_bytes + nbytes <= self.swap_space_bytes:
+            self.alloc.free(req.blocks[::-1])
+            req.blocks = []
+            self.swap_used_bytes += nbytes
+            self.swap_out_bytes += nbytes
+            self._swap_pending += nbytes
+            req.state = SWAPPED
+            self.swapped.append(req)
+            return
         if self.caching:
             self._register(req, req.num_computed)    # its recompute can find them again
         self.alloc.free(req.blocks[::-1])
@@ -314,11 +362,8 @@ class ContinuousScheduler:
         req.num_registered = 0
         self.recomputed_tokens += req.num_computed
         req.num_computed = 0
-        req.num_preemptions += 1
         req.state = WAITING
         self.waiting.appendleft(req)
-        self.preemptions += 1
-        self._preempted_now = True
 
     # -------------------------------------------------------------- complete
     def complete(self, step: Step, now: float) -> None:

@@ -23,6 +23,7 @@ class Step:
     prefill_tokens: int = 0
     prefill_attn_pairs: float = 0.0
     prefill_kv_tokens: int = 0
+    swap_bytes: int = 0             # KV bytes copied host↔GPU for swap preemption in this step
 
     def add_prefill(self, req: Request, num_tokens: int) -> None:
         """Add a chunk of ``num_tokens`` on top of ``req.num_computed`` cached tokens."""

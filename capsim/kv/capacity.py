@@ -23,9 +23,11 @@ vLLM, per GPU (all GPUs of a tensor-parallel group are identical):
 Here everything is summed over the replica's TP GPUs: budget ``TP * ceil(HBM
 * util)``, whole-model weights, the reserve of all GPUs, and
 ``kv_bytes_per_token`` of all KV-head shards. Dividing every term by TP gives
-vLLM's per-GPU numbers and the same ``num_blocks``. Non-torch memory (CUDA
-context, NCCL buffers) and the CUDA-graph pool are not modelled separately:
-fold them into ``activation_reserve_bytes`` if the hardware profile knows them.
+vLLM's per-GPU numbers and the same ``num_blocks``. The other non-KV terms
+are explicit inputs: ``non_torch_bytes`` (CUDA context, cuBLAS workspaces,
+NCCL buffers: what vLLM's profiler logs as "non_torch_memory") and
+``cudagraph_bytes`` (the CUDA-graph pool, which vLLM >= 0.11 estimates and
+subtracts; earlier versions captured graphs after sizing the cache).
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def _check_inputs(hbm_bytes: int, tensor_parallel_size: int,
 def kv_capacity(*, hbm_bytes: int, tensor_parallel_size: int,
                 gpu_memory_utilization: float, weight_bytes: int,
                 kv_bytes_per_token: int, block_size: int,
-                activation_reserve_bytes: int) -> KVCapacity:
+                activation_reserve_bytes: int, non_torch_bytes: int = 0,
+                cudagraph_bytes: int = 0) -> KVCapacity:
     """Size one replica's KV pool as vLLM does (module docstring, steps 1-4).
 
     Args:
@@ -130,6 +133,8 @@ def kv_capacity(*, hbm_bytes: int, tensor_parallel_size: int,
         block_size: tokens per block.
         activation_reserve_bytes: peak activation + overhead of all GPUs
             (e.g. :func:`activation_reserve_bytes`).
+        non_torch_bytes: non-torch memory of all GPUs (CUDA context, NCCL).
+        cudagraph_bytes: CUDA-graph pool of all GPUs.
 
     Returns:
         KVCapacity with ``num_gpu_blocks = (budget - weights - reserve) //
@@ -151,13 +156,14 @@ def kv_capacity(*, hbm_bytes: int, tensor_parallel_size: int,
             f"gpu_memory_utilization × HBM × TP = {gpu_memory_utilization} × "
             f"{_gib(hbm_bytes)} × {tp} = {_gib(budget)}; raise "
             f"gpu_memory_utilization or tensor_parallel_size, or use a larger GPU")
-    available = budget - weight_bytes - activation_reserve_bytes
+    available = budget - weight_bytes - activation_reserve_bytes - non_torch_bytes - cudagraph_bytes
     page_bytes = block_size * kv_bytes_per_token
     if available < page_bytes:
         raise ScenarioError(
             f"gpu_memory_utilization × HBM × TP = {_gib(budget)} minus model "
             f"weights {_gib(weight_bytes)} minus activation reserve "
-            f"{_gib(activation_reserve_bytes)} leaves {_gib(available)} for the "
+            f"{_gib(activation_reserve_bytes)} and other non-KV memory "
+            f"{_gib(non_torch_bytes + cudagraph_bytes)} leaves {_gib(available)} for the "
             f"KV cache, less than one block of {block_size} tokens "
             f"({page_bytes:,} bytes); raise gpu_memory_utilization or "
             f"tensor_parallel_size, or lower max_num_batched_tokens")

@@ -239,3 +239,36 @@ def test_swap_falls_back_to_recompute_when_host_space_is_full():
     run_steps(sched, 200)
     assert sched.preemptions >= 1 and sched.swap_out_bytes == 0 and sched.recomputed_tokens > 0
     assert a.state == FINISHED and b.state == FINISHED
+
+
+def test_parallel_sampling_shares_the_prompt_and_copies_on_first_write():
+    """Seed 002 Q7: n = 4 samples of a 1,000-token prompt at block size 16 hold
+    ⌈1000 / 16⌉ = 63 shared blocks + 3 copy-on-write copies = 66 blocks; the last
+    writer is the sole owner of the partial block and writes in place."""
+    sched, alloc, itl = continuous(budget=2048, block_size=16)
+    req = Request(0, 0, 0.0, 1000, 5, n=4)
+    sched.add(req)
+    run_steps(sched, 1)                       # prefill: 63 blocks, 4 samples emit token 1
+    assert alloc.num_used_blocks == 63 and sched.num_running == 4
+    assert alloc.refcount(req.blocks[0]) == 4
+    run_steps(sched, 1, t0=1.0)               # first decode: 3 copies, then in place
+    assert alloc.num_used_blocks == 66 and alloc.num_cow_copies == 3
+    assert alloc.refcount(req.blocks[0]) == 4 and alloc.refcount(req.blocks[-1]) == 1
+    steps, _ = run_steps(sched, 10, t0=2.0)
+    assert req.state == FINISHED and req.finish_s == 5.0
+    assert sched.finished == [req]            # one request, however many samples
+    assert sum(itl.count) == 4 * (5 - 1)
+    alloc.check_all_free()
+
+
+def test_released_sample_leaves_shared_blocks_allocated():
+    """Seed 000: a finished sample drops its references; shared blocks stay off the free list."""
+    sched, alloc, _ = continuous(budget=2048, block_size=16)
+    req = Request(0, 0, 0.0, 96, 3, n=2)      # 96 = 6 full blocks: no copy-on-write needed
+    sched.add(req)
+    run_steps(sched, 2)
+    fork = next(r for r in sched.running.values() if r is not req)
+    assert fork.blocks[:6] == req.blocks[:6] and alloc.refcount(req.blocks[0]) == 2
+    sched._preempt(fork)                      # release one sample
+    assert alloc.refcount(req.blocks[0]) == 1
+    assert req.blocks[0] not in alloc._free

@@ -29,12 +29,12 @@ class Request:
         "num_computed", "num_generated", "blocks", "handoff_blocks", "state", "replica", "reject_reason",
         "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
         "num_preemptions", "max_itl_s", "admit_order",
-        "segments", "hashes", "num_registered", "shareable",
+        "segments", "hashes", "num_registered", "shareable", "n", "group", "samples_left",
         "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
     )
 
     def __init__(self, rid: int, class_id: int, arrival_s: float, prompt_tokens: int,
-                 output_tokens: int, prompt_segments: Segments | None = None):
+                 output_tokens: int, prompt_segments: Segments | None = None, n: int = 1):
         self.rid = rid
         self.class_id = class_id
         self.arrival_s = arrival_s
@@ -65,6 +65,12 @@ class Request:
         self.shareable = any(kind != USER or sid != rid for kind, sid, _ in prompt_segments)
         self.hashes: list[int] = []   # content hashes of its full blocks, computed lazily
         self.num_registered = 0       # leading blocks registered in the prefix cache
+        # Parallel sampling (vLLM SamplingParams.n): this request is sample 0; the
+        # scheduler forks n − 1 sibling sequences (group = this request) after prefill.
+        self.n = n
+        self.group: Request | None = None
+        self.samples_left = n
+        self.shareable = self.shareable or n > 1
 
     @property
     def num_tokens(self) -> int:

@@ -117,6 +117,8 @@ class ContinuousScheduler:
         self.steps = 0
         self.finished: list[Request] = []           # filled by complete(); caller drains it
         self.handoff: list[Request] = []            # prefill role: prefilled, KV still held here
+        self._cow_pending: list[Request] = []       # forked samples about to write a shared block
+        self._fork_id = 0                           # forked samples get ids -1, -2, ...
         self.incoming: dict[int, Request] = {}      # decode role: slot + blocks held, KV in flight
         self._kv_ready: list[Request] = []          # decode role: KV arrived, joins at next schedule
 
@@ -237,7 +239,8 @@ class ContinuousScheduler:
 
     def _admit_waiting(self, step: Step, budget: int, whole_prompts: bool) -> None:
         alloc = self.alloc
-        while self.waiting and budget > 0 and self.num_running < self.max_num_seqs:
+        while (self.waiting and budget > 0
+               and self.num_running + self.waiting[0].n <= self.max_num_seqs):
             req = self.waiting[0]
             hit = self._cached_prefix(req) if self.caching else ()
             cached = len(hit) * self.bs
@@ -279,8 +282,11 @@ class ContinuousScheduler:
         """Give a new block to every decoder whose next token starts one; preempt if short."""
         bucket = self._buckets[self.epoch % self.bs]
         alloc = self.alloc
-        while bucket and not alloc.can_allocate(len(bucket)):
+        cow = self._cow_pending
+        while (bucket or cow) and not alloc.can_allocate(len(bucket) + len(cow)):
             self._preempt(next(reversed(self.running.values())))
+        if cow:
+            self._copy_on_write(cow)
         if bucket:
             new = alloc.allocate(len(bucket))
             for req, block in zip(bucket.values(), new):
@@ -289,6 +295,43 @@ class ContinuousScheduler:
                 for req in bucket.values():
                     if req.shareable:
                         self._register(req, (len(req.blocks) - 1) * self.bs)
+
+    def _copy_on_write(self, samples: list[Request]) -> None:
+        """First write of forked samples into their shared partial last block (seed 000):
+        each writer copies while others still share the block; the last one left writes
+        in place (pack Q7: 4 samples of a 1,000-token prompt hold 63 + 3 blocks)."""
+        alloc = self.alloc
+        for req in samples:
+            if req.dec_epoch0 >= 0 and alloc.refcount(req.blocks[-1]) > 1:
+                req.blocks[-1] = alloc.cow(req.blocks[-1])
+        samples.clear()
+
+    def _fork_samples(self, req: Request, now: float) -> None:
+        """Parallel sampling: n − 1 sibling sequences share the prompt's blocks (refcounts).
+
+        All n samples emit their first token at the end of the prefill; each then
+        decodes on its own. Siblings have the same output length as sample 0.
+        """
+        siblings = []
+        for _ in range(req.n - 1):
+            self._fork_id -= 1
+            f = Request(self._fork_id, req.class_id, req.arrival_s, req.prompt_tokens,
+                        req.output_tokens, req.segments[:-1])
+            f.group, f.samples_left, f.shareable = req, 0, req.shareable
+            f.num_computed, f.num_generated = req.num_computed, req.num_generated
+            f.first_scheduled_s, f.first_token_s, f.last_token_s = req.first_scheduled_s, now, now
+            f.replica, f.state, f.admit_order = req.replica, RUNNING, self._admitted
+            self._admitted += 1
+            f.blocks = list(req.blocks)
+            self.alloc.share(f.blocks)
+            self.running[f.rid] = f
+            siblings.append(f)
+        if req.num_generated == req.output_tokens:
+            return                                   # one-token replies: nothing to decode
+        if req.num_computed % self.bs:
+            self._cow_pending.extend(siblings + [req])
+        for f in siblings:
+            self._join_decode(f, now)
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         """Blocks for a running prefill's next chunk; evicts newer prefills, else itself."""
@@ -414,7 +457,13 @@ class ContinuousScheduler:
             req.note_gap(gap)
             self.itl.add_one(gap, req.class_id)
         req.last_token_s = now
+        if req.n > 1 and req.num_generated == 1 and self.role == "colocated":
+            self.slot_steps_useful += req.n - 1
+            self._fork_samples(req, now)
         if req.num_generated == req.output_tokens:
+            for f in [r for r in self.running.values() if r.group is req and
+                      r.num_generated == r.output_tokens]:
+                self._finish(f, now)
             self._finish(req, now)
         elif self.role == "prefill":
             del self.running[req.rid]
@@ -463,8 +512,13 @@ class ContinuousScheduler:
         self.alloc.free(req.blocks[::-1])     # tail first, as vLLM frees (last blocks evicted first)
         req.blocks = []
         req.state = FINISHED
-        req.finish_s = now
-        self.finished.append(req)
+        group = req.group or req
+        group.samples_left -= 1
+        if req is not group:
+            group.note_gap(req.max_itl_s)
+        if group.samples_left == 0:                 # the request ends with its last sample
+            group.finish_s = now
+            self.finished.append(group)
 
     # ------------------------------------------------------------ invariants
     def sync(self) -> None:

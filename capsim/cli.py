@@ -196,3 +196,66 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
         f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
         f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
         f"{d['overhead_s'] * 1e3:.3f} ms)")
+
+
+@cli.command(help="Fit the hardware profile's efficiencies and step overhead to measured timings; "
+                  "write the calibrated profile YAML and a fidelity report.")
+@click.option("--hardware", "hw_name", required=True,
+              help="Profile to start from (name or YAML path); also names the output.")
+@click.option("--vidur", type=click.Path(file_okay=False, path_type=Path),
+              help="Vidur profiling folder (e.g. ../shared/reference/vidur_profiling).")
+@click.option("--vidur-device", help="Vidur compute folder (a100, h100) [default: from --hardware].")
+@click.option("--vidur-network", help="Vidur network folder (a100_dgx, ...) [default: from --hardware].")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Plain CSV of measured operators (see README: Calibration).")
+@click.option("--model", "model_name", help="Model the --csv operators were measured on.")
+@click.option("--vllm-bench", "bench", type=click.Path(dir_okay=False, path_type=Path),
+              help="vllm bench serve --save-result --save-detailed JSON.")
+@click.option("--scenario", type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenario whose first variant's engine the --vllm-bench server ran.")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder for the profile and the report [default: reports/calibration-<hw>].")
+@click.option("--name", help="Name of the calibrated profile [default: the input's].")
+@click.option("--note", "notes", multiple=True, help="Provenance line added to calibration.data.")
+def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
+              vidur_network: str | None, csv_path: Path | None, model_name: str | None,
+              bench: Path | None, scenario: Path | None, out_dir: Path | None,
+              name: str | None, notes: tuple[str, ...]) -> None:
+    from capsim.calibrate import Inputs, calibrate as run_calibration, write_profile
+    from capsim.config import load
+    from capsim.hardware import load_hardware
+    from capsim.models import load_model
+    from capsim.report.calibration import write_calibration_page
+
+    base = load_hardware(hw_name)
+    run = load(scenario).runs[0] if scenario is not None else None
+    inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
+                    csv=csv_path, model=load_model(model_name) if model_name else None,
+                    bench=bench, run=run, notes=notes)
+    outcome = run_calibration(base, inputs, name=name)
+    profile = outcome.profile
+    out = out_dir or Path("reports") / f"calibration-{profile.name}"
+    path = write_profile(profile, out / f"{profile.name}.yaml",
+                         header=f"{profile.display_name}: calibrated by capsim calibrate on "
+                                f"{profile.calibration.date}; see calibration: below.")
+    try:
+        index = write_calibration_page(out, title=f"Fidelity of {profile.name}",
+                                       profile_name=profile.name, date=profile.calibration.date,
+                                       data=outcome.data, errors=outcome.errors,
+                                       table=outcome.table)
+    except OSError as exc:
+        raise ScenarioError(f"cannot write the report: {exc.strerror or exc}",
+                            file=str(out)) from None
+    _print_calibration(outcome.errors, profile.name)
+    click.echo(f"profile: {path}\nreport: {index}")
+
+
+def _print_calibration(errors: dict, name: str) -> None:
+    table = Table(title=f"{name}: absolute % error of predicted vs measured time")
+    for col in ("class", "rows", "before median", "before p90", "after median", "after p90"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for op_class, err in errors.items():
+        table.add_row(op_class, f"{err.after.n:,}", f"{err.before.median_pct:.1f} %",
+                      f"{err.before.p90_pct:.1f} %", f"{err.after.median_pct:.1f} %",
+                      f"{err.after.p90_pct:.1f} %")
+    _console().print(table)

@@ -9,7 +9,7 @@ datasheet URL, the measured file it was calibrated from, or the word
 Public API:
     HardwareProfile          pydantic model of one GPU SKU
     Efficiency               achieved ÷ peak factors (calibration inputs)
-    GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
+    Curve, GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
     Calibration              provenance and error figures of a calibrated profile
     load_hardware(name_or_path) -> HardwareProfile
     list_hardware() -> list[HardwareProfile]
@@ -49,28 +49,22 @@ _SOURCED_FIELDS = (
 _PACKAGE_DIR = ("data", "hardware")
 
 
-class GemmCurve(StrictModel):
-    """GEMM efficiency as a function of the tokens in the step (the GEMM's row count).
+class Curve(StrictModel):
+    """An efficiency as a function of a count (tokens, keys per query).
 
-    A weight matmul of ``n`` rows costs
-    ``launch_s + max(flops / peak, bytes / hbm_bandwidth) / e(n)``: the ideal
-    roofline divided by an efficiency that depends on ``n`` (small GEMMs reach
-    a smaller fraction of either roof, and the roofline's corner is the
-    worst fit). ``e`` is piecewise linear in ``log(n)`` between the knots and
-    flat outside them.
+    ``e`` is piecewise linear in ``log(count)`` between the knots and flat
+    outside them (:func:`capsim.roofline.gemm_efficiency` evaluates it).
 
     Attributes:
-        tokens: knot token counts, strictly increasing, >= 1.
+        tokens: knot counts, strictly increasing, >= 1.
         efficiency: e at each knot, in (0, 1].
-        launch_s: fixed time per GEMM kernel (s), >= 0.
     """
 
     tokens: list[int] = Field(min_length=1)
     efficiency: list[float] = Field(min_length=1)
-    launch_s: float = Field(0.0, ge=0.0)
 
     @model_validator(mode="after")
-    def _check_knots(self) -> "GemmCurve":
+    def _check_knots(self) -> "Curve":
         if len(self.tokens) != len(self.efficiency):
             raise ValueError(f"tokens ({len(self.tokens)}) and efficiency "
                              f"({len(self.efficiency)}) must have the same length")
@@ -82,17 +76,37 @@ class GemmCurve(StrictModel):
         return self
 
 
+class GemmCurve(Curve):
+    """GEMM efficiency as a function of the tokens in the step (the GEMM's row count).
+
+    A weight matmul of ``n`` rows costs
+    ``launch_s + max(flops / peak, bytes / hbm_bandwidth) / e(n)``: the ideal
+    roofline divided by an efficiency that depends on ``n`` (small GEMMs reach
+    a smaller fraction of either roof, and the roofline's corner is the
+    worst fit). ``launch_s`` is the fixed time per GEMM kernel (s), >= 0.
+    """
+
+    launch_s: float = Field(0.0, ge=0.0)
+
+
 class KernelEfficiency(StrictModel):
     """Roofline factors of one non-GEMM operator class, plus its fixed kernel time.
 
     ``t = launch_s + max(flops / (peak × compute), bytes / (bandwidth × memory))``;
     ``launch_s`` is per layer (one kernel, or for ``elementwise`` the layer's
-    group of norm / RoPE / activation / add kernels).
+    group of norm / RoPE / activation / add kernels). With ``compute_curve``
+    (prefill attention), ``compute`` is replaced by ``e(keys per query)``:
+    FlashAttention's inner loop over keys is short for a short context, and
+    then reaches a small fraction of peak.
     """
 
     compute: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak FLOP/s")
     memory: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak HBM bytes/s")
     launch_s: float = Field(0.0, ge=0.0, description="fixed time per layer (s)")
+    compute_curve: Curve | None = Field(
+        None, description="attention_prefill only: compute efficiency over the whole number "
+                          "of keys each query attends to (Σ pairs ÷ prefill tokens); "
+                          "replaces `compute`")
 
 
 class Efficiency(StrictModel):

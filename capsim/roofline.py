@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from capsim.errors import ScenarioError
-from capsim.hardware import GemmCurve, HardwareProfile, KernelEfficiency, load_hardware
+from capsim.hardware import Curve, HardwareProfile, KernelEfficiency, load_hardware
 from capsim.models import ModelShape, load_model
 
 #: Bytes per activation element (bf16/fp16 activations, as vLLM runs them).
@@ -137,8 +137,9 @@ def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
     return c * cached_tokens + c * (c + 1) / 2
 
 
-def gemm_efficiency(curve: GemmCurve | None, tokens: Any) -> np.ndarray:
-    """GEMM efficiency e(n) of a profile's curve at ``tokens`` (array-like of ints >= 1).
+def curve_efficiency(curve: Curve | None, tokens: Any) -> np.ndarray:
+    """Efficiency e(n) of a profile's curve (GEMM, prefill attention) at ``tokens``
+    (array-like of counts; values below 1 count as 1).
 
     Piecewise linear in ``log(n)`` between the knots, flat outside them
     (``numpy.interp``); all ones when ``curve`` is None. Shape: as ``tokens``.
@@ -230,8 +231,23 @@ def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
     return (8 * h + rope + act) * ACTIVATION_BYTES
 
 
-#: Token counts below this use a precomputed table of 1 / e(n) (see StepPricer).
+#: Counts below this use a precomputed table of 1 / e(n) (see StepPricer).
 _GEMM_TABLE_TOKENS = 16_384
+
+#: The table of a profile without a curve: 1 / e = 1 everywhere (shared, read-only use).
+_NO_CURVE = array("d", [1.0]) * _GEMM_TABLE_TOKENS
+
+
+def _inverse_table(curve: Curve | None) -> array:
+    """``1 / e(n)`` for n in [0, 16,384) as a flat array of doubles."""
+    if curve is None:
+        return _NO_CURVE
+    return array("d", (1.0 / curve_efficiency(curve, np.arange(_GEMM_TABLE_TOKENS))).tobytes())
+
+
+def keys_per_query(pairs: float, new_tokens: int) -> int:
+    """Whole number of keys each prefill query attends to on average: ``⌊pairs ÷ tokens⌋``."""
+    return int(pairs / new_tokens)
 
 
 class StepPricer:
@@ -272,7 +288,7 @@ class StepPricer:
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
         "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
         "_elementwise", "_embedding", "_mem_only_bytes_per_token",
-        "_lin", "_lm_t", "_ginv", "_attn_p", "_attn_d", "_mem_only_t",
+        "_lin", "_lm_t", "_ginv", "_ainv", "_attn_p", "_attn_d", "_mem_only_t",
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s",
@@ -322,9 +338,10 @@ class StepPricer:
         launch = curve.launch_s if curve is not None else 0.0
         self._gemm_launch_s = len(self._matmuls) * self.model.num_hidden_layers * launch
         self._lm_launch_s = launch
-        inv = 1.0 / gemm_efficiency(curve, np.arange(_GEMM_TABLE_TOKENS))
-        self._ginv = array("d", inv.tobytes())
-        self._attn_p = self._attn_coeffs(eff.kernel("attention_prefill"))
+        self._ginv = _inverse_table(curve)
+        prefill = eff.kernel("attention_prefill")
+        self._ainv = _inverse_table(prefill.compute_curve)
+        self._attn_p = self._attn_coeffs(prefill)
         self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"))
         ew = eff.kernel("elementwise")
         self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
@@ -339,7 +356,8 @@ class StepPricer:
     def _attn_coeffs(self, k: KernelEfficiency) -> tuple[float, float, float, float]:
         """(compute s per pair, s per KV token read, s per new token, launch s per step)."""
         a, bw = self._attn, self.hw.hbm_bandwidth_bytes_per_s * k.memory
-        return (a.flops_per_pair / (self._attn_peak * k.compute), a.kv_bytes_per_token / bw,
+        compute = 1.0 if k.compute_curve is not None else k.compute   # the curve scales it
+        return (a.flops_per_pair / (self._attn_peak * compute), a.kv_bytes_per_token / bw,
                 a.new_bytes_per_token / bw, a.layers * k.launch_s)
 
     def _init_comm(self) -> None:
@@ -360,7 +378,14 @@ class StepPricer:
         """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
         if n < _GEMM_TABLE_TOKENS:
             return self._ginv[n]
-        return float(1.0 / gemm_efficiency(self.hw.efficiency.gemm, n))
+        return float(1.0 / curve_efficiency(self.hw.efficiency.gemm, n))
+
+    def _attn_inv(self, keys: int) -> float:
+        """1 / e(keys per query) of the prefill-attention compute curve."""
+        if keys < _GEMM_TABLE_TOKENS:
+            return self._ainv[keys]
+        return float(1.0 / curve_efficiency(
+            self.hw.efficiency.kernel("attention_prefill").compute_curve, keys))
 
     # -- pricing ----------------------------------------------------------------
 
@@ -393,7 +418,9 @@ class StepPricer:
                 + self._comm_per_logit_s * logits_seqs
         if prefill_tokens > 0:
             c_pair, m_kv, m_new, launch = self._attn_p
-            c = c_pair * prefill_attn_pairs
+            keys = int(prefill_attn_pairs / prefill_tokens)
+            c = c_pair * prefill_attn_pairs * (self._ainv[keys] if keys < _GEMM_TABLE_TOKENS
+                                               else self._attn_inv(keys))
             m = m_kv * prefill_kv_tokens + m_new * prefill_tokens
             total += launch + (c if c > m else m)
         if decode_seqs > 0:
@@ -457,7 +484,9 @@ class StepPricer:
         a = self._attn
         if prefill_tokens > 0:
             c_pair, m_kv, m_new, launch = self._attn_p
-            c = launch + c_pair * prefill_attn_pairs
+            keys = int(prefill_attn_pairs / prefill_tokens)
+            c = launch + c_pair * prefill_attn_pairs * (
+                self._ainv[keys] if keys < _GEMM_TABLE_TOKENS else self._attn_inv(keys))
             m = launch + m_kv * prefill_kv_tokens + m_new * prefill_tokens
             compute_s, memory_s = compute_s + c, memory_s + m
             roof_s += c if c > m else m
@@ -487,9 +516,12 @@ class StepPricer:
         g = self._gemm_inv(n) if n > 0 else 1.0
         per_op_launch = self.model.num_hidden_layers * self._lm_launch_s
         rows = [self._matmul_terms(op, n, g, per_op_launch) for op in self._matmuls]
-        rows.append(self._attn_terms(self._attn_p, prefill_tokens, pairs, prefill_kv_tokens))
+        g_attn = self._attn_inv(keys_per_query(pairs, prefill_tokens)) if prefill_tokens > 0 \
+            else 1.0
+        rows.append(self._attn_terms(self._attn_p, prefill_tokens, pairs, prefill_kv_tokens,
+                                     g_attn))
         rows.append(self._attn_terms(self._attn_d, decode_seqs, decode_ctx_tokens,
-                                     decode_ctx_tokens))
+                                     decode_ctx_tokens, 1.0))
         bw_ew = self._mem_only_bytes_per_token / self._mem_only_t
         ew_bytes, emb_bytes = self._elementwise * n, self._embedding * n
         ew_launch = self._ew_launch_s if n > 0 else 0.0
@@ -508,14 +540,15 @@ class StepPricer:
         return (f, b, launch_s + f / self._mm_peak * g, launch_s + b / self._mm_bw * g)
 
     def _attn_terms(self, coeffs: tuple[float, float, float, float], new_tokens: int,
-                    pairs: float, kv_tokens: float) -> tuple[float, float, float, float]:
+                    pairs: float, kv_tokens: float,
+                    g: float) -> tuple[float, float, float, float]:
         if new_tokens <= 0:
             return (0.0, 0.0, 0.0, 0.0)
         a = self._attn
         c_pair, m_kv, m_new, launch = coeffs
         f = a.flops_per_pair * pairs
         b = a.kv_bytes_per_token * kv_tokens + a.new_bytes_per_token * new_tokens
-        return (f, b, launch + c_pair * pairs, launch + m_kv * kv_tokens + m_new * new_tokens)
+        return (f, b, launch + c_pair * pairs * g, launch + m_kv * kv_tokens + m_new * new_tokens)
 
     def breakdown(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
                   prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,

@@ -198,6 +198,74 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
         f"{d['overhead_s'] * 1e3:.3f} ms)")
 
 
+def _executor_options(f):
+    """--seeds, --workers, --executor, --scheduler: replications and where runs execute."""
+    f = click.option("--scheduler", metavar="ADDRESS",
+                     help="Address of a running Dask scheduler (tcp://host:8786); "
+                          "implies --executor dask.")(f)
+    f = click.option("--executor", type=click.Choice(["process", "serial", "dask"]),
+                     default="process", show_default=True,
+                     help="process: local process pool; dask: Dask distributed (a LocalCluster "
+                          "unless --scheduler is given); serial: in this process.")(f)
+    f = click.option("--workers", type=int, metavar="N",
+                     help="Worker processes [default: one per CPU]; 1 runs serially.")(f)
+    return click.option("--seeds", "num_seeds", type=int, metavar="K",
+                        help="Independent traces per configuration: mean and 95 % CI of every "
+                             "metric; a configuration passes only in all K.")(f)
+
+
+def _executor(executor: str, workers: int | None, scheduler: str | None):
+    from capsim.parallel import ExecutorSpec
+
+    return ExecutorSpec(backend=executor, workers=workers, scheduler=scheduler)
+
+
+@cli.command(help="Run SCENARIO's sweep: grid × variants (× seeds) in parallel; write the "
+                  "sweep report (latency–load curves, cost vs tail latency, every run).")
+@_scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>-sweep].")
+@click.option("--seed", type=int, help="Override the scenario's seed (replication 0).")
+@_executor_options
+@_set_option
+def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int | None,
+          workers: int | None, executor: str, scheduler: str | None,
+          overrides: tuple[str, ...]) -> None:
+    from capsim.cli_sweep import run_sweep
+
+    spec = _executor(executor, workers, scheduler)
+    run_sweep(_console(), scenario, out_dir, seed, 1 if num_seeds is None else num_seeds, spec,
+              list(overrides))
+
+
+@cli.command(help="Fewest GPUs per variant / hardware / TP meeting every SLO target at --rate "
+                  "(or the sizing: section); with --gpus N, the highest rate N GPUs sustain.")
+@_scenario_arg
+@click.option("--rate", "rate_per_s", type=float, metavar="R",
+              help="Requests/s to size for [default: sizing.rate_per_s, else the workload's].")
+@click.option("--gpus", type=int, metavar="N",
+              help="Answer the inverse: the highest request rate N GPUs sustain.")
+@click.option("--max-gpus", type=int, metavar="M", help="Search bound [default: sizing.max_gpus "
+                                                        "or 64].")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>-size].")
+@click.option("--seed", type=int, help="Override the scenario's seed (replication 0).")
+@_executor_options
+@_set_option
+def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
+         out_dir: Path | None, seed: int | None, num_seeds: int | None, workers: int | None,
+         executor: str, scheduler: str | None, overrides: tuple[str, ...]) -> None:
+    from capsim.cli_sweep import run_size
+
+    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
+        if value is not None and value < 1:
+            raise ScenarioError(f"{name} must be >= 1, got {value}")
+    run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
+             num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
+                                                                         scheduler),
+             overrides=list(overrides))
+
+
 @cli.command(help="Fit the hardware profile's efficiencies and step overhead to measured timings; "
                   "write the calibrated profile YAML and a fidelity report.")
 @click.option("--hardware", "hw_name", required=True,

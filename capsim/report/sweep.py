@@ -1,0 +1,232 @@
+"""The sweep / sizing report: one directory, opened offline like the run report.
+
+:func:`write_sweep` and :func:`write_sizing` render ``index.html`` from
+``templates/sweep.html`` with the sizing table (``capsim size``) or the
+cheapest passing configuration per load level (``capsim sweep``), the
+latency–load curves, the cost vs tail-latency Pareto front and a table of
+every configuration (mean ± 95 % CI over replications), and write:
+
+- ``summary.csv`` — every run (one row per run × request class) with its
+  labels (variant, swept fields, replicas, offered rate, replication, seed);
+- ``points.csv`` — one row per configuration, averaged over replications
+  (``<metric>_ci95`` = half-width of the 95 % confidence interval);
+- ``sizing.csv`` — the ranked sizing answer (``capsim size`` only);
+- ``scenario.resolved.yaml``.
+
+Like :func:`capsim.report.write`, everything is built in a temporary sibling
+directory and swapped in at the end; on error nothing is left half-written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+import capsim
+from capsim.confidence import aggregate
+from capsim.report import _swap_in  # the run report's atomic directory swap
+from capsim.report.html import FigureRef, slo_lines
+from capsim.report.style import variant_colours
+from capsim.report.sweep_figures import Series, plot_latency_curves, plot_pareto
+from capsim.report.sweep_tables import Table, cheapest_table, points_table, sizing_table
+from capsim.sizing import SizingResult, rows_frame
+from capsim.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
+from capsim.slo import SloConfig
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+_CURVES_CAPTION = (
+    "One line per configuration family; x is the offered load. Points are means over the "
+    "replications, shaded bands their 95 % confidence intervals (with --seeds K > 1). Filled "
+    "markers meet every SLO target in every replication; hollow ones miss at least one. The "
+    "dashed red line is the SLO target. ITL max and p99 part ways when rare stalls appear.")
+_PARETO_CAPTION = (
+    "Every configuration: cost per million output tokens (fleet $/h ÷ output tokens/h at the "
+    "simulated load) against a tail latency. The grey step line is the Pareto front: no "
+    "configuration is both cheaper and faster than a point on it. Hollow markers miss an SLO "
+    "target.")
+
+
+@dataclass
+class Page:
+    """Everything the template shows (all strings are autoescaped)."""
+
+    title: str
+    kind: str                                   # "sweep" or "sizing"
+    description: str
+    meta: str
+    slo_lines: list[str]
+    notes: list[str]
+    resolved_yaml: str
+    headline: str = ""
+    sizing: Table | None = None
+    cheapest: Table | None = None
+    points: Table | None = None
+    figures: list[FigureRef] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def series_of(points: pd.DataFrame, group_columns: list[str], x_column: str) -> list[Series]:
+    """Split configurations into lines: one per distinct ``group_columns`` value, sorted by x.
+
+    The label names the variant and every other group column that varies.
+    """
+    varying = [c for c in group_columns if c in points and points[c].nunique(dropna=False) > 1]
+    keys = varying or [c for c in group_columns if c in points][:1]
+    groups = list(points.groupby(keys, sort=False, dropna=False)) if keys else [((), points)]
+    labels = [_series_label(keys, k if isinstance(k, tuple) else (k,)) for k, _ in groups]
+    colours = variant_colours(labels)
+    return [Series(lab, colours[lab], g.sort_values(x_column)) for lab, (_, g) in
+            zip(labels, groups)]
+
+
+def _series_label(keys: list[str], values: tuple) -> str:
+    parts = []
+    for k, v in zip(keys, values):
+        v = f"{v:.4g}" if isinstance(v, float) else str(v)
+        parts.append(v if k == "variant" else f"{k.rsplit('.', 1)[-1]}={v}")
+    return " · ".join(parts) or "all"
+
+
+def _meta(seeds: list[int], runs: pd.DataFrame, executor: str) -> str:
+    n_runs = runs[runs["cls"] == "all"].shape[0] if len(runs) else 0
+    seeds_text = ", ".join(map(str, seeds)) if len(seeds) <= 6 else f"{seeds[0]}..{seeds[-1]}"
+    stamp = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return (f"capsim {capsim.__version__} · {len(seeds)} replication(s), seeds {seeds_text} · "
+            f"{n_runs} runs · {executor} · generated {stamp}")
+
+
+def display_labels(result: SweepResult) -> list[str]:
+    """Columns naming a configuration in tables: the variant, then every label that varies.
+
+    Swept rate fields are left out: ``offered_rate_per_s`` shows the load.
+    """
+    varying = [c for c in config_columns(result.swept) if c not in ("point", "variant", *RATE_KEYS)
+               and result.points[c].nunique(dropna=False) > 1]
+    return ["variant", *varying]
+
+
+def write_sweep(out_dir: Path, result: SweepResult, *, resolved_yaml: str, executor: str,
+                notes: list[str] | None = None) -> Path:
+    """Write the sweep report into ``out_dir`` (replaced whole); returns its index.html."""
+    base = result.plan.base
+    spec = base.spec
+    labels = display_labels(result)
+    group = [c for c in labels if c != "offered_rate_per_s"]
+    page = Page(title=f"{spec.name} — sweep", kind="sweep", description=spec.description,
+                meta=_meta(result.seeds, result.runs, executor),
+                slo_lines=slo_lines(spec.slo, base.class_slos), notes=list(notes or []),
+                resolved_yaml=resolved_yaml,
+                headline=(f"{len(result.plan.points)} sweep points × "
+                          f"{len(base.runs)} variant(s) over " + ", ".join(result.swept)),
+                cheapest=cheapest_table(result.points, labels, spec.slo),
+                points=points_table(result.points, labels, spec.slo),
+                files=["summary.csv", "points.csv", "scenario.resolved.yaml"])
+    series = series_of(result.points, group, "offered_rate_per_s")
+    tables = {"summary.csv": result.runs, "points.csv": result.points}
+    return _write(out_dir, page, tables, lambda d: _sweep_figures(d, page, series, spec.slo,
+                                                                   result.points))
+
+
+def _sweep_figures(d: Path, page: Page, series: list[Series], slo: SloConfig,
+                   points: pd.DataFrame) -> None:
+    if points["offered_rate_per_s"].nunique() > 1:
+        plot_latency_curves(series, "offered_rate_per_s", "offered load (requests / s)", slo,
+                            d / "latency_vs_load.png")
+        page.figures.append(FigureRef("latency_vs_load.png", "Latency against offered load",
+                                      _CURVES_CAPTION))
+    plot_pareto(series, slo, d / "cost_vs_tail.png")
+    page.figures.append(FigureRef("cost_vs_tail.png", "Cost against tail latency",
+                                  _PARETO_CAPTION))
+
+
+def sizing_points(result: SizingResult) -> pd.DataFrame:
+    """Every evaluated configuration of a sizing search, averaged over its replications."""
+    totals = result.runs[result.runs["cls"] == "all"]
+    by = ["variant", "hardware", "tensor_parallel_size", "num_replicas", "offered_rate_per_s"]
+    return aggregate(totals, by, list(METRICS))
+
+
+def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, executor: str,
+                 notes: list[str] | None = None) -> Path:
+    """Write the sizing report into ``out_dir`` (replaced whole); returns its index.html."""
+    base = result.base
+    spec = base.spec
+    points = sizing_points(result)
+    labels = ["variant", "hardware", "tensor_parallel_size", "num_replicas",
+              "offered_rate_per_s"]
+    page = Page(title=f"{spec.name} — sizing", kind="sizing", description=spec.description,
+                meta=_meta(result.seeds, result.runs, executor),
+                slo_lines=slo_lines(spec.slo, base.class_slos), notes=list(notes or []),
+                resolved_yaml=resolved_yaml, headline=sizing_headline(result),
+                sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
+                files=["sizing.csv", "summary.csv", "points.csv", "scenario.resolved.yaml"])
+    group = ["variant", "hardware", "tensor_parallel_size"]
+    x, x_label = (("num_gpus", "GPUs") if result.mode == "gpus"
+                  else ("offered_rate_per_s", "offered load (requests / s)"))
+    series = series_of(points, group, x) if len(points) else []
+    tables = {"sizing.csv": rows_frame(result.rows), "summary.csv": result.runs,
+              "points.csv": points}
+
+    def figures(d: Path) -> None:
+        if not series:
+            return
+        plot_latency_curves(series, x, x_label, spec.slo, d / "search.png")
+        page.figures.append(FigureRef("search.png", f"Latency against {x_label} (every "
+                                      "configuration the search ran)", _CURVES_CAPTION))
+        plot_pareto(series, spec.slo, d / "cost_vs_tail.png")
+        page.figures.append(FigureRef("cost_vs_tail.png", "Cost against tail latency",
+                                      _PARETO_CAPTION))
+
+    return _write(out_dir, page, tables, figures)
+
+
+def sizing_headline(result: SizingResult) -> str:
+    """One sentence: the question and the best answer (or that none meets the SLOs)."""
+    k = len(result.seeds)
+    reps = f" in all {k} replications" if k > 1 else ""
+    if result.mode == "gpus":
+        question = (f"Fewest GPUs meeting every SLO target{reps} at "
+                    f"{result.rate_per_s:.4g} requests/s (search bound {result.max_gpus} GPUs)")
+    else:
+        question = f"Highest request rate {result.gpus} GPUs sustain within every SLO target{reps}"
+    met = [r for r in result.rows if r.status == "met"]
+    if not met:
+        return f"{question}: no configuration meets the SLO targets."
+    best = met[0]
+    answer = (f"{best.num_gpus} × {best.hardware} ({best.label}), ${best.cost_per_hour_usd:,.2f}/h"
+              if result.mode == "gpus" else f"{best.rate_per_s:.4g} req/s with {best.label}")
+    noise = " — within noise" if best.within_noise else ""
+    return f"{question}: {answer}{noise}."
+
+
+def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        for name, frame in tables.items():
+            frame.to_csv(tmp / name, index=False)
+        (tmp / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
+        figures(tmp)
+        html = _env().get_template("sweep.html").render(page=page)
+        (tmp / "index.html").write_text(html, encoding="utf-8")
+        _swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir / "index.html"

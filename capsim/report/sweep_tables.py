@@ -1,0 +1,165 @@
+"""Tables of a sweep or sizing report, as plain cells shared by the HTML page and the terminal.
+
+A :class:`Table` is a header plus rows of :class:`Cell` (text and a status:
+"pass", "fail", "warn" or ""). Metric cells show the mean over replications
+and, with more than one seed, ``± half-width`` of its 95 % confidence interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from capsim.confidence import CI_SUFFIX
+from capsim.report.columns import fmt
+from capsim.sizing import SizingResult, SizingRow
+from capsim.slo import UPPER_BOUND_TARGETS, SloConfig
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    status: str = ""
+
+
+@dataclass
+class Table:
+    """Column titles and rows of cells (left-aligned columns listed in ``left``)."""
+
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    left: int = 1
+
+
+#: (column, title, format kind) of the configuration table's metric columns.
+POINT_METRICS = (
+    ("request_throughput_per_s", "req/s", "rate"),
+    ("output_throughput_tok_per_s", "out tok/s", "tok"),
+    ("goodput_fraction", "goodput", "frac"),
+    ("ttft_p99_ms", "TTFT p99 ms", "ms"),
+    ("itl_p50_ms", "ITL p50 ms", "ms"),
+    ("itl_p99_ms", "ITL p99 ms", "ms"),
+    ("itl_max_ms", "ITL max ms", "ms"),
+    ("itl_stalls", "stalls", "num"),
+    ("cost_per_million_output_tokens_usd", "$/M out tok", "usd3"),
+)
+
+
+def with_ci(row: pd.Series, column: str, kind: str) -> str:
+    """``mean ± half-width`` (just the mean with one replication or no spread data)."""
+    mean = row.get(column, math.nan)
+    half = row.get(column + CI_SUFFIX, math.nan)
+    text = fmt(mean, kind)
+    if half is not None and not (isinstance(half, float) and math.isnan(half)):
+        text += f" ± {fmt(half, 'frac' if kind == 'frac' else kind if kind != 'usd3' else 'num')}"
+    return text
+
+
+def _status(column: str, value: float, slo: SloConfig) -> str:
+    if column not in slo.targets:
+        return ""
+    bound = slo.targets[column]
+    ok = value <= bound if column in UPPER_BOUND_TARGETS else value >= bound
+    return "pass" if ok else "fail"
+
+
+def _verdict(row: pd.Series, slo: SloConfig) -> Cell:
+    if not slo.targets:
+        return Cell("n/a")
+    k, n = int(row["slo_pass_runs"]), int(row["replications"])
+    text = ("PASS" if k == n else "FAIL") + (f" {k}/{n}" if n > 1 else "")
+    return Cell(text, "pass" if k == n else "fail")
+
+
+def points_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfig) -> Table:
+    """One row per configuration: its labels, GPUs, $/h, the metrics (± CI) and the verdict."""
+    metrics = list(POINT_METRICS) + [(k, k, "num") for k in slo.targets
+                                     if k not in {m for m, _, _ in POINT_METRICS}]
+    t = Table(columns=[*label_columns, "GPUs", "$/h", *[m[1] for m in metrics], "SLO"],
+              left=len(label_columns))
+    for _, row in points.iterrows():
+        cells = [Cell(_label(row[c])) for c in label_columns]
+        cells += [Cell(fmt(row["num_gpus"], "int")), Cell(fmt(row["cost_per_hour_usd"], "usd"))]
+        cells += [Cell(with_ci(row, m, kind), _status(m, row[m], slo)) for m, _, kind in metrics]
+        cells.append(_verdict(row, slo))
+        t.rows.append(cells)
+    return t
+
+
+def _label(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def cheapest_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfig,
+                   load_column: str = "offered_rate_per_s") -> Table | None:
+    """Per load level, the cheapest configuration meeting every target in every replication.
+
+    Cheapest = lowest $/h, then lowest $ per million output tokens. None
+    when the scenario has no SLO targets.
+    """
+    if not slo.targets:
+        return None
+    t = Table(columns=["offered req/s", "cheapest passing configuration", "GPUs", "$/h",
+                       "$/M out tok", "ITL p99 ms", "TTFT p99 ms", "passing"], left=2)
+    for rate, grp in points.groupby(load_column, sort=True):
+        ok = grp[grp["slo_pass_all"]]
+        passing = f"{len(ok)}/{len(grp)}"
+        if ok.empty:
+            t.rows.append([Cell(_label(rate)), Cell("none meets every target", "fail"),
+                           *[Cell("—")] * 5, Cell(passing)])
+            continue
+        best = ok.sort_values(["cost_per_hour_usd", "cost_per_million_output_tokens_usd"]).iloc[0]
+        name = " · ".join(_label(best[c]) if c == "variant" else
+                          f"{c.rsplit('.', 1)[-1]}={_label(best[c])}"
+                          for c in label_columns if c != load_column)
+        t.rows.append([Cell(_label(rate)), Cell(name, "pass"), Cell(fmt(best["num_gpus"], "int")),
+                       Cell(fmt(best["cost_per_hour_usd"], "usd")),
+                       Cell(with_ci(best, "cost_per_million_output_tokens_usd", "usd3")),
+                       Cell(with_ci(best, "itl_p99_ms", "ms")),
+                       Cell(with_ci(best, "ttft_p99_ms", "ms")), Cell(passing)])
+    return t
+
+
+def _noise(r: SizingRow) -> Cell:
+    if r.within_noise is None:
+        return Cell("—" if r.status != "met" else "n/a (1 seed)")
+    return Cell("yes", "warn") if r.within_noise else Cell("no")
+
+
+def _binding(r: SizingRow) -> str:
+    if not r.binding:
+        return "—"
+    sign = "≤" if r.binding in UPPER_BOUND_TARGETS else "≥"
+    return f"{r.binding} {r.binding_value:.4g} ({sign} {r.binding_bound:g})"
+
+
+def sizing_table(result: SizingResult) -> Table:
+    """The ranked answer of ``capsim size``: one row per fleet option."""
+    rate_col = "max req/s" if result.mode == "rate" else "req/s"
+    t = Table(columns=["#", "configuration", "status", "replicas", "GPUs", rate_col, "$/h",
+                       "$/M out tok", "out tok/s", "binding SLO (worst run)", "margin",
+                       "within noise", "note"], left=3)
+    for r in result.rows:
+        status = {"met": "pass", "not met": "fail", "infeasible": "fail"}[r.status]
+        t.rows.append([
+            Cell(str(r.rank) if r.rank else "—"), Cell(r.label), Cell(r.status, status),
+            Cell(fmt(r.num_replicas, "int")), Cell(fmt(r.num_gpus, "int")),
+            Cell(fmt(r.rate_per_s, "rate")), Cell(fmt(r.cost_per_hour_usd, "usd")),
+            Cell(fmt(r.cost_per_million_output_tokens_usd, "usd3")),
+            Cell(fmt(r.output_throughput_tok_per_s, "tok")), Cell(_binding(r)),
+            Cell(_margin(r.margin_frac), "pass" if r.margin_frac >= 0 else "fail"
+                 if not math.isnan(r.margin_frac) else ""),
+            _noise(r), Cell(r.note)])
+    return t
+
+
+def _margin(frac: float) -> str:
+    if frac is None or math.isnan(frac):
+        return "—"
+    if math.isinf(frac):
+        return "no data"
+    return f"{frac * 100:+.1f} %"

@@ -10,7 +10,7 @@ class                     parameters (bounds)
 ========================  =====================================================
 ``gemm``                  ``launch_s`` [0, 100 µs]; e at knots 1, 2, 4, … tokens
                           up to the largest measured count ([0.01, 1])
-``attention_prefill``     ``launch_s``, ``memory``; compute e at knots over the
+``attention_prefill``     ``launch_s``; compute e at knots over the
                           keys per query (powers of two spanning the data)
 ``attention_decode``      ``launch_s``, ``memory`` (decode attention is memory-bound:
                           GQA reads 2 KV bytes per 8–16 FLOPs)
@@ -18,10 +18,12 @@ class                     parameters (bounds)
 ``all_reduce``            link latency per ring hop [0, 100 µs], ``interconnect``
 ========================  =====================================================
 
-Factors the data cannot see are not fitted and keep the base profile's
-value (decode attention's compute factor; memory factors of prefill attention
-where every row is compute-bound keep their start after a zero gradient). Fitted values are rounded (3 decimals, 0.01 µs) before the
-"after" error is computed, so the printed error is the shipped profile's.
+Factors the data cannot pin down are not fitted and keep the base profile's
+value: decode attention's compute factor (it never reaches the compute
+roof) and prefill attention's memory factor (confounded with the low end of
+its compute curve; it uses the base profile's HBM factor). Fitted values
+are rounded (3 decimals, 0.01 µs) before the "after" error is computed, so
+the printed error is the shipped profile's.
 
 Public API:
     fit_class, fit_profile, gemm_knots
@@ -133,7 +135,7 @@ def _fit_all_reduce(rows: Observations, base: HardwareProfile) -> HardwareProfil
 
 FITTERS: dict[str, Callable[[Observations, HardwareProfile], HardwareProfile]] = {
     "gemm": _fit_gemm,
-    "attention_prefill": _fit_kernel("attention_prefill", ("memory",), "keys_per_query"),
+    "attention_prefill": _fit_kernel("attention_prefill", (), "keys_per_query"),
     "attention_decode": _fit_kernel("attention_decode", ("memory",)),
     "elementwise": _fit_kernel("elementwise", ("memory",)),
     "all_reduce": _fit_all_reduce,

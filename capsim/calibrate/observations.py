@@ -35,6 +35,7 @@ import pandas as pd
 
 from capsim.models import ModelShape
 from capsim.roofline import (
+    _check_tensor_parallel as check_tensor_parallel,
     attention_work,
     attn_pairs,
     elementwise_bytes_per_token,
@@ -109,6 +110,8 @@ def from_model_rows(model: ModelShape, operator: np.ndarray, tokens: np.ndarray,
                           "time_s": np.asarray(time_s, dtype=float)})
     parts = []
     for (op, t), rows in frame.groupby(["operator", "workers"], sort=False):
+        if op != "all_reduce":
+            check_tensor_parallel(layer, int(t))
         n, p = rows.tokens.to_numpy(), rows.context.to_numpy()
         flops, nbytes, new = _work(layer, op, int(t), n, p, rows.batch.to_numpy(),
                                    weight_bytes, kv_cache_dtype_bytes)

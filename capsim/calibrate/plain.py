@@ -68,9 +68,12 @@ def read_plain_csv(path: Path, model: ModelShape) -> Observations:
     counts = {c: _numbers(frame, c, path, minimum=0, integer=True)
               for c in ("tokens", "context", "batch", "tensor_parallel_size")}
     time_s = _numbers(frame, "time_s", path, minimum=0, integer=False, strict=True)
-    return from_model_rows(model, ops, counts["tokens"], counts["context"], counts["batch"],
-                           counts["tensor_parallel_size"].astype(int), time_s,
-                           group=path.stem, source=str(path))
+    try:
+        return from_model_rows(model, ops, counts["tokens"], counts["context"], counts["batch"],
+                               counts["tensor_parallel_size"].astype(int), time_s,
+                               group=path.stem, source=str(path))
+    except ScenarioError as exc:
+        raise exc.with_context(file=str(path), path="tensor_parallel_size") from None
 
 
 def _where(frame: pd.DataFrame, i: int, column: str) -> str:

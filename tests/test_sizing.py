@@ -1,0 +1,257 @@
+"""capsim size: monotone searches, the fewest GPUs, capacity, noise, floors and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from capsim import sizing
+from capsim.cli import main
+from capsim.config import load
+from capsim.parallel import ExecutorSpec, open_runner
+from capsim.search import drive, fewest_passing, highest_passing
+from capsim.task import RunTask, execute
+
+DOC = {
+    "name": "sz", "seed": 2, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+    "engine": {"max_model_len": 4096, "max_num_seqs": 32},
+    "cluster": {"router": "least_outstanding_tokens"},
+    "workload": {"num_requests": 120, "arrival": {"process": "poisson", "rate_per_s": 20},
+                 "classes": [{"name": "chat", "weight": 1,
+                              "prompt_tokens": {"dist": "uniform", "min": 64, "max": 2000},
+                              "output_tokens": {"dist": "uniform", "min": 8, "max": 96}}]},
+    "slo": {"targets": {"itl_p99_ms": 30, "ttft_p99_ms": 600}},
+    "sizing": {"max_gpus": 8},
+    "variants": [{"name": "chunked", "engine": {"max_num_batched_tokens": 512}},
+                 {"name": "unchunked", "engine": {"enable_chunked_prefill": False}}],
+}
+
+
+def write(tmp_path: Path, doc: dict, name: str = "size.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def with_(**sections) -> dict:
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    doc.update(sections)
+    return doc
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+# --------------------------------------------------------------------------
+# The searches
+# --------------------------------------------------------------------------
+
+
+@given(need=st.integers(1, 70), max_count=st.integers(1, 64))
+def test_fewest_passing_finds_the_threshold_in_log_steps(need, max_count):
+    result = drive(fewest_passing(max_count), lambda n: n >= need)
+    assert result.best == (need if need <= max_count else None)
+    assert len(result.tested) <= 2 * max_count.bit_length() + 1
+    assert all(ok == (n >= need) for n, ok in result.tested.items())
+
+
+@given(cap_rate=st.floats(0.05, 5000.0))
+def test_highest_passing_brackets_the_capacity_within_tolerance(cap_rate):
+    result = drive(highest_passing(10.0, 0.02, 10.0 / 64, 640.0), lambda r: r <= cap_rate)
+    if cap_rate < 10.0 / 64:
+        assert result.best is None
+    elif cap_rate >= 640.0:
+        assert result.best == 640.0 and result.capped
+    else:
+        assert cap_rate / 1.02 <= result.best <= cap_rate
+
+
+# --------------------------------------------------------------------------
+# Fewest GPUs
+# --------------------------------------------------------------------------
+
+
+def scan(plan: sizing.SizingPlan, key, counts) -> list[bool]:
+    """Pass/fail of every replica count on the plan's first trace (a full scan)."""
+    opt = next(o for o in plan.options if o.key == key)
+    trace = plan.traces.get(plan.workload_at(opt.run.workload, plan.rate_per_s), plan.seeds[0])
+    tasks = [RunTask({"n": n}, sizing.fleet_at(opt.run, n), trace, plan.base.spec.slo)
+             for n in counts]
+    with open_runner(ExecutorSpec("process", workers=2)) as runner:
+        return [o.total.slo_pass for o in runner.map(execute, tasks)]
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    path = write(tmp_path_factory.mktemp("size"), DOC)
+    plan = sizing.plan(load(path), [])
+    with open_runner(ExecutorSpec("serial")) as runner:
+        serial = sizing.run(plan, runner)
+    with open_runner(ExecutorSpec("process", workers=2)) as runner:
+        parallel = sizing.run(sizing.plan(load(path), []), runner)
+    return plan, serial, parallel
+
+
+def test_more_gpus_never_fail_what_fewer_met_and_the_search_finds_the_first(sized):
+    plan, serial, _ = sized
+    for row in serial.rows:
+        passes = scan(plan, (row.variant, row.hardware, row.tensor_parallel_size), range(1, 9))
+        first = passes.index(True) + 1 if True in passes else None
+        assert passes == [n >= first for n in range(1, 9)] if first else not any(passes)
+        assert row.num_replicas == first and row.status == "met"
+    # Chunked prefill keeps every gap short: far fewer GPUs than unchunked for the ITL SLO.
+    by = {r.variant: r for r in serial.rows}
+    assert by["chunked"].num_gpus < by["unchunked"].num_gpus
+    assert serial.rows[0].variant == "chunked" and serial.rows[0].rank == 1
+
+
+def test_serial_and_parallel_search_agree(sized):
+    _, serial, parallel = sized
+    assert serial.rows == parallel.rows
+    cols = [c for c in serial.runs.columns if c != "wall_s"]
+    pd.testing.assert_frame_equal(serial.runs[cols], parallel.runs[cols])
+
+
+def test_sizing_row_figures(sized):
+    _, serial, _ = sized
+    row = serial.rows[0]
+    assert row.num_gpus == row.num_replicas * row.tensor_parallel_size
+    assert row.cost_per_hour_usd == pytest.approx(6.88 * row.num_gpus)       # H100 $/GPU-h
+    assert row.binding in ("itl_p99_ms", "ttft_p99_ms") and 0 <= row.margin_frac < 1
+    bound = DOC["slo"]["targets"][row.binding]
+    assert row.binding_value == pytest.approx(bound * (1 - row.margin_frac))
+    assert row.within_noise is None                                         # one seed
+    runs = serial.runs[(serial.runs["cls"] == "all") & (serial.runs["variant"] == row.variant)]
+    assert row.evaluations == runs["num_replicas"].nunique() <= 7          # ≤ 2·log2(8) + 1
+
+
+def test_seeds_pass_in_every_replication_and_flag_noise(tmp_path):
+    """With K seeds the answer must pass in all K; the noise flag looks one replica lower and
+    at the binding target's 95 % interval."""
+    path = write(tmp_path, with_(variants=[DOC["variants"][1]]))
+    plan = sizing.plan(load(path), [], num_seeds=3)
+    assert plan.seeds == [2, 3, 4]
+    with open_runner(ExecutorSpec("process", workers=2)) as runner:
+        result = sizing.run(plan, runner)
+    row = result.rows[0]
+    runs = result.runs[(result.runs["cls"] == "all")]
+    at = runs[runs["num_replicas"] == row.num_replicas]
+    assert len(at) == 3 and at["slo_pass"].all()
+    below = runs[runs["num_replicas"] == row.num_replicas - 1]
+    assert len(below) == 3 and not below["slo_pass"].all()
+    # Within noise: one replica fewer passed in some seed, or the binding target's Student-t
+    # interval at the answer contains the bound.
+    values = at[row.binding].to_numpy()
+    half = stats.t.ppf(0.975, 2) * values.std(ddof=1) / np.sqrt(3)
+    straddles = abs(values.mean() - row.binding_bound) <= half
+    assert row.within_noise == (bool(below["slo_pass"].any()) or straddles)
+    assert row.binding_value == (values.max() if row.binding.endswith("_ms") else values.min())
+
+
+# --------------------------------------------------------------------------
+# Capacity of N GPUs
+# --------------------------------------------------------------------------
+
+
+def test_capacity_of_n_gpus_is_the_highest_passing_rate(tmp_path):
+    doc = with_(variants=[DOC["variants"][0]])
+    plan = sizing.plan(load(write(tmp_path, doc)), [], gpus=2)
+    with open_runner(ExecutorSpec("serial")) as runner:
+        result = sizing.run(plan, runner)
+    row = result.rows[0]
+    assert result.mode == "rate" and row.status == "met" and row.num_gpus == 2
+    runs = result.runs[result.runs["cls"] == "all"]
+    assert (runs["num_replicas"] == 2).all()
+    passing = runs[runs["slo_pass"]]["offered_rate_per_s"]
+    failing = runs[~runs["slo_pass"]]["offered_rate_per_s"]
+    assert row.rate_per_s == passing.max()
+    assert failing.min() > row.rate_per_s and failing.min() <= row.rate_per_s * 1.02 + 1e-9
+
+
+# --------------------------------------------------------------------------
+# Infeasible options and bad input
+# --------------------------------------------------------------------------
+
+
+def test_floors_are_single_request_step_times():
+    rc = load(Path(__file__).parents[1] / "scenarios" / "rag_mix.yaml").runs[0]
+    floors = sizing.slo_floors_ms(rc, 100)
+    assert 3 < floors["itl"] < 10 and floors["tpot"] == floors["itl"]
+    assert floors["ttft"] > floors["itl"]
+    assert sizing.unreachable({"itl_p99_ms": 1.0, "ttft_p99_ms": 1e4}, floors) == [
+        f"itl_p99_ms ≤ 1 but one decode step takes {floors['itl']:.3g} ms"]
+
+
+def test_unreachable_target_is_one_line_before_running(tmp_path, capsys):
+    path = write(tmp_path, with_(slo={"targets": {"itl_p99_ms": 1}}))
+    out = tmp_path / "r"
+    code, _, err = run_cli(["size", str(path), "-o", str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {path}: slo.targets: no configuration can be sized; ")
+    assert "itl_p99_ms ≤ 1 but one decode step takes" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("change,args,expected", [
+    ({"slo": {"targets": {}}}, [], "slo.targets: capsim size needs at least one run-level target"),
+    ({"slo": {"targets": {"itl_p98_ms": 5}}}, [], "unknown SLO metric 'itl_p98_ms'"),
+    ({"sizing": {"hardware": ["h100-sxm", "h900"]}}, [], "sizing.hardware.1: unknown hardware"),
+    ({"sizing": {"max_gpus": 0}}, [], "sizing.max_gpus: "),
+    ({}, ["--rate", "-3"], "--rate must be > 0 requests/s, got -3"),
+    ({}, ["--gpus", "0"], "--gpus must be >= 1, got 0"),
+])
+def test_bad_size_input_is_one_line(tmp_path, capsys, change, args, expected):
+    path = write(tmp_path, with_(**change))
+    out = tmp_path / "r"
+    code, _, err = run_cli(["size", str(path), "-o", str(out), *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    assert expected in err
+    assert not out.exists()
+
+
+def test_bound_that_never_meets_the_slo_reports_the_best_found(tmp_path, capsys):
+    """max_gpus 2 cannot carry this load: the report says so (best found) and the CLI exits 2."""
+    doc = with_(sizing={"max_gpus": 2}, variants=[DOC["variants"][1]])
+    out = tmp_path / "r"
+    code, stdout, err = run_cli(["size", str(write(tmp_path, doc)), "-o", str(out),
+                                 "--workers", "1"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "sizing.max_gpus: no configuration meets every SLO target" in err
+    assert "cannot meet the SLO targets within max_gpus = 2; best found: 2 GPUs" in err
+    table = pd.read_csv(out / "sizing.csv")
+    assert list(table["status"]) == ["not met"] and table["num_gpus"][0] == 2
+    html = (out / "index.html").read_text()
+    assert "no configuration meets the SLO targets" in html
+    assert "not met" in stdout
+
+
+def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, capsys):
+    doc = with_(sizing={"hardware": ["a100-80gb", "h100-sxm"], "max_gpus": 8},
+                variants=[DOC["variants"][0]])
+    out = tmp_path / "r"
+    code, stdout, err = run_cli(["size", str(write(tmp_path, doc)), "-o", str(out),
+                                 "--rate", "10", "--workers", "2"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(out / "sizing.csv")
+    assert set(table["hardware"]) == {"a100-80gb", "h100-sxm"}
+    assert (table["rate_per_s"] == 10).all()
+    assert list(table["rank"]) == sorted(table["rank"])       # ranked by $/h
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["hardware"]) == {"a100-80gb", "h100-sxm"}
+    assert {"num_replicas", "offered_rate_per_s", "seed", "itl_p99_ms"} <= set(summary.columns)
+    html = (out / "index.html").read_text()
+    assert "Fewest GPUs meeting every SLO target at 10 requests/s" in html
+    assert (out / "search.png").exists() and (out / "cost_vs_tail.png").exists()
+    assert "binding SLO" in stdout

@@ -43,11 +43,12 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
 
     plan = sweep.plan(scenario, overrides, seed)
     seeds = sweep.replication_seeds(plan.base.spec.seed, num_seeds)
-    sweep.tasks(plan, seeds[:1])                       # builds the traces: fails before running
+    unique, _ = sweep.dedupe(sweep.tasks(plan, seeds))  # builds the traces: fails before running
     spec = plan.base.spec
     total = plan.num_runs_per_seed * len(seeds)
+    same = f" ({total - len(unique)} identical to another, run once)" if len(unique) < total else ""
     console.print(f"[bold]{spec.name}[/]: {len(plan.points)} sweep points × "
-                  f"{len(plan.base.runs)} variant(s) × {len(seeds)} seed(s) = {total} runs "
+                  f"{len(plan.base.runs)} variant(s) × {len(seeds)} seed(s) = {total} runs{same} "
                   f"on {executor.describe()}")
     with open_runner(executor) as runner, _progress_bar(console, "sweep") as progress:
         result = sweep.run(plan, seeds, runner, progress)

@@ -194,6 +194,24 @@ def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -
     return out
 
 
+def dedupe(work: list[RunTask]) -> tuple[list[RunTask], list[int]]:
+    """Identical simulations once: tasks whose run (all but its name) and trace agree.
+
+    A variant that a swept field does not reach (e.g. an unchunked variant
+    under a chunk-size sweep) would otherwise be simulated once per value.
+    Returns the unique tasks and, for every task, the index of its unique twin.
+    """
+    first: dict[tuple[str, int], int] = {}
+    unique, index = [], []
+    for t in work:
+        key = (repr(replace(t.run, variant="", description="")), id(t.trace))
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(t)
+        index.append(first[key])
+    return unique, index
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """Every run of a sweep and its per-configuration aggregate.
@@ -235,7 +253,9 @@ def run(sweep: SweepPlan, seeds: list[int], runner: Runner,
         ScenarioError: a trace cannot be built (before any run starts).
     """
     work = tasks(sweep, seeds)
-    outcomes = runner.map(execute, work, progress)
+    unique, index = dedupe(work)
+    done = runner.map(execute, unique, progress)
+    outcomes = [replace(done[i], labels=t.labels) for t, i in zip(work, index)]
     runs = outcomes_frame(outcomes)
     totals = runs[runs["cls"] == "all"]
     points = aggregate(totals, config_columns(list(sweep.grid)), list(METRICS))

@@ -255,3 +255,15 @@ def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, capsys):
     assert "Fewest GPUs meeting every SLO target at 10 requests/s" in html
     assert (out / "search.png").exists() and (out / "cost_vs_tail.png").exists()
     assert "binding SLO" in stdout
+
+
+def test_shipped_sizing_scenario_plans():
+    """scenarios/size_chat_h100_vs_a100.yaml: 2 variants × 2 GPUs × TP 1, 3 seeds, 40 req/s."""
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "size_chat_h100_vs_a100.yaml"
+    plan = sizing.plan(load(path), [])
+    assert plan.mode == "gpus" and plan.rate_per_s == 40 and plan.seeds == [7, 8, 9]
+    assert sorted(o.label for o in plan.options) == [
+        "chunked-2048 · a100-80gb TP1", "chunked-2048 · h100-sxm TP1",
+        "chunked-512 · a100-80gb TP1", "chunked-512 · h100-sxm TP1"]
+    assert all(o.run is not None for o in plan.options) and plan.max_gpus == 32
+    assert sizing.plan(load(path), [], gpus=4).mode == "rate"

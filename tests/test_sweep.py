@@ -227,3 +227,38 @@ def test_bad_executor_options_are_one_line(tmp_path, capsys):
     assert code == 2 and err == "error: --workers must be >= 1, got 0\n"
     code, _, err = run_cli(["sweep", str(path), "--seeds", "0"], capsys)
     assert code == 2 and err == "error: --seeds must be >= 1, got 0\n"
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    from capsim.report.sweep_figures import pareto_front
+
+    cost = np.array([1.0, 1.0, 2.0, 3.0, 3.0, np.nan, 0.5])
+    tail = np.array([5.0, 3.0, 2.0, 2.0, 1.0, 0.1, np.nan])
+    assert list(pareto_front(cost, tail)) == [1, 2, 4]
+
+
+def test_identical_lines_of_a_variant_are_drawn_once():
+    """An unchunked variant under a chunk-size sweep gives the same curve for every budget."""
+    from capsim.report.sweep import series_of
+
+    rows = []
+    for variant in ("chunked", "unchunked"):
+        for budget in (256, 512):
+            for rate in (1.0, 2.0):
+                itl = rate * (budget if variant == "chunked" else 1000)
+                rows.append({"variant": variant, "budget": budget, "offered_rate_per_s": rate,
+                             "itl_p50_ms": itl, "itl_p99_ms": itl, "itl_max_ms": itl,
+                             "ttft_p99_ms": itl, "cost_per_million_output_tokens_usd": 1 / rate})
+    series = series_of(pd.DataFrame(rows), ["variant", "budget"], "offered_rate_per_s")
+    assert [s.label for s in series] == ["chunked · budget=256", "chunked · budget=512",
+                                         "unchunked"]
+    assert list(series[2].rows["offered_rate_per_s"]) == [1.0, 2.0]
+    assert len({s.colour for s in series}) == 3
+
+
+def test_shipped_sweep_scenario_plans(tmp_path):
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    plan = sweep.plan(root / "rag_mix_chunk_sweep.yaml")
+    assert len(plan.points) == 20 and plan.num_runs_per_seed == 40
+    unique, _ = sweep.dedupe(sweep.tasks(plan, [42]))
+    assert len(unique) == 24                  # the unchunked variant is simulated once per rate

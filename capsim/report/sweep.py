@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 import capsim
@@ -34,7 +35,8 @@ from capsim.confidence import aggregate
 from capsim.report import _swap_in  # the run report's atomic directory swap
 from capsim.report.html import FigureRef, slo_lines
 from capsim.report.style import variant_colours
-from capsim.report.sweep_figures import Series, plot_latency_curves, plot_pareto
+from capsim.report.sweep_figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
+                                         plot_pareto)
 from capsim.report.sweep_tables import Table, cheapest_table, points_table, sizing_table
 from capsim.sizing import SizingResult, rows_frame
 from capsim.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
@@ -83,14 +85,34 @@ def series_of(points: pd.DataFrame, group_columns: list[str], x_column: str) -> 
     """Split configurations into lines: one per distinct ``group_columns`` value, sorted by x.
 
     The label names the variant and every other group column that varies.
+    A variant whose lines are all identical (no swept field reaches it, e.g.
+    an unchunked variant under a chunk-size sweep) is drawn once, labelled
+    by its name alone.
     """
     varying = [c for c in group_columns if c in points and points[c].nunique(dropna=False) > 1]
     keys = varying or [c for c in group_columns if c in points][:1]
     groups = list(points.groupby(keys, sort=False, dropna=False)) if keys else [((), points)]
-    labels = [_series_label(keys, k if isinstance(k, tuple) else (k,)) for k, _ in groups]
-    colours = variant_colours(labels)
-    return [Series(lab, colours[lab], g.sort_values(x_column)) for lab, (_, g) in
-            zip(labels, groups)]
+    named = [(_series_label(keys, k if isinstance(k, tuple) else (k,)), g.sort_values(x_column))
+             for k, g in groups]
+    named = _merge_identical(named, x_column) if "variant" in keys and len(keys) > 1 else named
+    colours = variant_colours(lab for lab, _ in named)
+    return [Series(lab, colours[lab], rows) for lab, rows in named]
+
+
+def _merge_identical(named: list[tuple[str, pd.DataFrame]],
+                     x_column: str) -> list[tuple[str, pd.DataFrame]]:
+    cols = [x_column, *(m for m, _ in CURVE_METRICS), COST]
+    by_variant: dict[str, list[tuple[str, pd.DataFrame]]] = {}
+    for label, rows in named:
+        by_variant.setdefault(str(rows["variant"].iloc[0]), []).append((label, rows))
+    out = []
+    for variant, lines in by_variant.items():
+        first = lines[0][1][cols].to_numpy(np.float64)
+        same = all(r[cols].to_numpy(np.float64).shape == first.shape and
+                   np.array_equal(r[cols].to_numpy(np.float64), first, equal_nan=True)
+                   for _, r in lines[1:])
+        out.extend([(variant, lines[0][1])] if same and len(lines) > 1 else lines)
+    return out
 
 
 def _series_label(keys: list[str], values: tuple) -> str:

@@ -141,7 +141,8 @@ def pareto_front(cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
     Returns indices sorted by cost.
     """
     c, lat = np.asarray(cost, np.float64), np.asarray(latency, np.float64)
-    idx = [i for i in np.argsort(c, kind="stable") if np.isfinite(c[i]) and np.isfinite(lat[i])]
+    order = np.lexsort((lat, c))                      # by cost, ties by latency
+    idx = [i for i in order if np.isfinite(c[i]) and np.isfinite(lat[i])]
     front, best = [], math.inf
     for i in idx:
         if lat[i] < best:

@@ -10,6 +10,7 @@ naming the file and the YAML path of the field.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import typing
 from dataclasses import dataclass
@@ -56,6 +57,12 @@ class EngineConfig(StrictModel):
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
+    # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
+    # PagedAttention paper (reserve max_model_len, or prompt + max_tokens, first fit).
+    kv_allocator: Literal["paged", "contiguous_max_model_len", "contiguous_max_tokens"] = "paged"
+    # Fixed KV cache size per GPU instead of gpu_memory_utilization's leftover
+    # (vLLM CacheConfig.kv_cache_memory_bytes); weights must still fit.
+    kv_cache_memory_gib: float | None = Field(default=None, gt=0)
     swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
     host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
 
@@ -394,7 +401,7 @@ def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any
 def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path: Path,
               where: str) -> KVCapacity:
     try:
-        return kv_capacity(
+        kv = kv_capacity(
             hbm_bytes=hw.hbm_bytes,
             tensor_parallel_size=engine.tensor_parallel_size,
             gpu_memory_utilization=engine.gpu_memory_utilization,
@@ -410,6 +417,17 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path
     except ScenarioError as exc:
         field = f"{where}.engine.gpu_memory_utilization" if where else "engine.gpu_memory_utilization"
         raise exc.with_context(file=str(path), path=field) from None
+    if engine.kv_cache_memory_gib is None:
+        return kv
+    kv_bytes = int(engine.kv_cache_memory_gib * GIB) * engine.tensor_parallel_size
+    if kv_bytes > kv.kv_cache_bytes:
+        raise ScenarioError(
+            f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
+            f"{kv.kv_cache_bytes / GIB / engine.tensor_parallel_size:.2f} GiB left after weights "
+            "and activations", file=str(path),
+            path=f"{where}.engine.kv_cache_memory_gib" if where else "engine.kv_cache_memory_gib")
+    return dataclasses.replace(kv, kv_cache_bytes=kv_bytes,
+                               num_gpu_blocks=kv_bytes // (engine.block_size * kv.kv_bytes_per_token))
 
 
 def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:

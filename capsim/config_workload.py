@@ -197,6 +197,7 @@ class RequestClass(StrictModel):
     output_tokens: LengthDist
     shared_prefix: Optional[SharedPrefix] = None
     conversation: Optional[Conversation] = None
+    n: int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
     slo: Optional[dict[str, float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )

@@ -22,6 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from capsim.metrics_disagg import disagg_columns
 from capsim.results import FINISHED, RunResult, SummaryRow
 from capsim.slo import RequestSlo, SloConfig, failed_targets
 
@@ -73,6 +74,7 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
         "arrival_s": r.arrival_s,
         "prompt_tokens": r.prompt_tokens,
         "output_tokens": r.output_tokens,
+        "n": r.n or 1,
         "num_preemptions": r.num_preemptions,
     })
     arrival = np.asarray(r.arrival_s, dtype=np.float64)
@@ -127,6 +129,8 @@ def summarize(result: RunResult, slo: SloConfig,
         if len(sub) and len(result.class_names) > 1:
             mask = run_cls == cid
             rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared))
+    if result.disagg is not None:
+        rows = [r.model_copy(update=disagg_columns(result, r.cls, span_s)) for r in rows]
     return rows
 
 
@@ -158,6 +162,8 @@ def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
         "kv_peak_frac": kv_frac,
         "preemptions": sum(r.preemptions for r in reps),
         "recomputed_tokens": sum(r.recomputed_tokens for r in reps),
+        "swap_bytes": sum(r.swap_out_bytes + r.swap_in_bytes for r in reps),
+        **_kv_layout_stats(reps),
         "prefix_hit_rate": _ratio(sum(r.prefix_hit_tokens for r in reps),
                                   sum(r.prefix_queried_tokens for r in reps)),
         "prefix_block_hit_rate": _ratio(sum(r.prefix_hit_blocks for r in reps),
@@ -165,6 +171,20 @@ def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
         "prefill_tokens_saved": sum(r.prefix_hit_tokens for r in reps),
         "slot_occupancy": sum(r.slot_steps_useful for r in reps) / held if held else _NAN,
         "cost_per_hour_usd": result.price_per_hour_usd,
+    }
+
+
+def _kv_layout_stats(reps) -> dict[str, int]:
+    """Seed 000's allocator figures, summed over replicas: waste and table size at peak,
+    and the contiguous allocators' external fragmentation at the first refused admission."""
+    blocked = [r.first_blocked for r in reps if r.first_blocked]
+    return {
+        "peak_running": max((r.peak_running for r in reps), default=0),
+        "kv_internal_waste_tokens": sum(max(0, r.peak_kv_used_blocks * r.block_size
+                                            - r.kv_written_tokens_at_peak) for r in reps),
+        "block_table_entries_at_peak": sum(r.block_table_entries_at_peak for r in reps),
+        "external_fragmentation_tokens": blocked[0][1] if blocked else 0,
+        "biggest_hole_tokens": blocked[0][2] if blocked else 0,
     }
 
 
@@ -207,7 +227,7 @@ def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[
 def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts: np.ndarray,
          span_s: float, slo: SloConfig, shared: dict[str, float]) -> SummaryRow:
     done = df[df["status"] == FINISHED]
-    out_tokens = float(done["output_tokens"].sum())
+    out_tokens = float((done["output_tokens"] * done["n"]).sum())   # every sample's tokens
     total_tokens = out_tokens + float(done["prompt_tokens"].sum())
     span = span_s if span_s and span_s > 0 else _NAN
     values: dict[str, float] = {

@@ -40,6 +40,7 @@ class RequestRecords(_Result):
     finish_s: list[float]              # end of the step that emitted its last token
     num_preemptions: list[int]
     max_itl_s: list[float]             # largest gap between two of its consecutive tokens
+    n: list[int] = []                  # parallel samples (each generates output_tokens); [] = all 1
 
 
 class ItlRuns(_Result):
@@ -96,11 +97,82 @@ class ReplicaStats(_Result):
     slot_steps_useful: int             # Σ over steps of sequences that emitted a token
     slot_capacity: int                 # Σ over steps of max_num_seqs
     recomputed_tokens: int = 0         # KV tokens dropped by recompute preemption
+    swap_out_bytes: int = 0            # KV bytes swapped to host memory (swap preemption)
+    swap_in_bytes: int = 0
     prefix_queried_tokens: int = 0     # tokens looked up in the prefix cache at admission
     prefix_hit_tokens: int = 0         # of which found cached (prefill skipped)
     prefix_queried_blocks: int = 0     # full blocks looked up
     prefix_hit_blocks: int = 0
     prefix_evictions: int = 0          # cached blocks reused for other content (LRU)
+    kv_written_tokens_at_peak: int = 0       # Σ computed tokens held, when KV use peaked
+    block_table_entries_at_peak: int = 0     # Σ block-table lengths then (paged)
+    peak_running: int = 0                    # most sequences in the batch at once
+    admission_blocked: int = 0               # contiguous: admissions refused, no hole fits
+    first_blocked: list[int] = []            # contiguous: [wanted, free tokens, biggest hole]
+
+
+class TransferRecords(_Result):
+    """One entry per KV-cache transfer of a disaggregated run, column-wise (length T).
+
+    Times are absolute simulated seconds. ``handoff_s`` is when the prefill
+    replica emitted token 1 and its KV was ready to leave; ``reserved_s`` when a
+    decode replica had a slot and KV blocks for it (``reserved_s − handoff_s``
+    is back-pressure); ``arrived_s`` when the last byte landed;
+    ``second_token_s`` when the decode replica emitted token 2 (NaN if the
+    request was preempted on the decode side before its first decode step).
+    """
+
+    request_id: list[int]
+    class_id: list[int]
+    prefill_replica: list[int]
+    decode_replica: list[int]
+    tokens: list[int]                  # KV tokens moved (the prompt)
+    bytes: list[float]                 # tokens × KV bytes per token (all layers, K and V)
+    overlapped_bytes: list[float]      # sent during the final prefill step (layer-wise overlap)
+    handoff_s: list[float]
+    reserved_s: list[float]
+    arrived_s: list[float]
+    second_token_s: list[float]
+
+
+class LinkPortStats(_Result):
+    """Traffic through one replica's port (one direction) of the KV link."""
+
+    replica: int
+    pool: str                          # "prefill" (egress) or "decode" (ingress)
+    capacity_bytes_per_s: float        # TP × link bandwidth per direction
+    bytes: float                       # bytes that crossed it
+    busy_s: float                      # time with at least one transfer on it
+
+
+class DisaggResult(_Result):
+    """What a disaggregated (prefill/decode) run adds to a RunResult.
+
+    Stranded capacity (issue 3): GPU-seconds a pool sat idle while the other
+    pool was saturated. The prefill pool is *saturated* while every prefill
+    replica is running a step and some prompt is still waiting; the decode
+    pool is saturated while some prefilled request waits for decode room
+    (back-pressure).
+    """
+
+    label: str                         # "1P3D": prefill replicas P, decode replicas D
+    link: str
+    link_bandwidth_bytes_per_s: float  # per GPU, per direction
+    link_latency_s: float
+    router: str                        # decode-side routing: least_kv | round_robin
+    layerwise_overlap: bool
+    prefill_replicas: int
+    decode_replicas: int
+    prefill_gpus: int
+    decode_gpus: int
+    prefill_hardware: str
+    decode_hardware: str
+    transfers: TransferRecords
+    ports: list[LinkPortStats]
+    prefill_saturated_s: float
+    decode_saturated_s: float
+    stranded_prefill_gpu_s: float      # idle prefill GPU-seconds while decode was saturated
+    stranded_decode_gpu_s: float       # idle decode GPU-seconds while prefill was saturated
 
 
 class RunResult(_Result):
@@ -124,6 +196,7 @@ class RunResult(_Result):
     replicas: list[ReplicaStats]
     timelines: list[ReplicaTimeline]
     log: list[str]                     # vLLM-style startup lines ("GPU KV cache size: ...")
+    disagg: DisaggResult | None = None # prefill/decode disaggregation only
 
 
 class SummaryRow(_Result):
@@ -173,6 +246,12 @@ class SummaryRow(_Result):
     kv_peak_frac: float
     preemptions: int
     recomputed_tokens: int = 0
+    swap_bytes: int = 0                          # KV bytes moved GPU↔host by swap preemption
+    peak_running: int = 0                        # most sequences batched at once (any replica)
+    kv_internal_waste_tokens: int = 0            # at peak KV use: slots held − tokens written
+    block_table_entries_at_peak: int = 0
+    external_fragmentation_tokens: int = 0       # contiguous: free tokens when the first
+    biggest_hole_tokens: int = 0                 # admission found no hole big enough
     prefix_hit_rate: float = float("nan")        # hit tokens ÷ queried tokens (vLLM's metric)
     prefix_block_hit_rate: float = float("nan")  # hit full blocks ÷ queried full blocks
     prefill_tokens_saved: int = 0                # prompt tokens not computed thanks to hits
@@ -181,3 +260,17 @@ class SummaryRow(_Result):
     cost_per_million_output_tokens_usd: float
     slo_pass: bool                     # every scenario SLO target met (targets apply to cls == "all" and per class)
     slo_failed: str                    # "" or "; "-joined failed targets, e.g. "itl_p99_ms 120.3 > 100"
+    # Prefill/decode disaggregation ("" / NaN for co-located variants; DisaggResult has the raw data).
+    disagg: str = ""                             # "1P3D": prefill replicas, decode replicas
+    prefill_busy_frac: float = float("nan")      # prefill pool GPU-busy seconds ÷ (its GPUs × span)
+    decode_busy_frac: float = float("nan")
+    kv_transfer_p50_ms: float = float("nan")     # decode slot reserved → last KV byte landed
+    kv_transfer_p99_ms: float = float("nan")
+    kv_transfer_max_ms: float = float("nan")
+    kv_backpressure_p99_ms: float = float("nan") # token 1 → decode slot reserved (waiting for room)
+    second_token_p50_ms: float = float("nan")    # token 1 (prefill) → token 2 (decode), in ITL too
+    second_token_p99_ms: float = float("nan")
+    kv_transfer_gib: float = float("nan")        # KV bytes moved, GiB
+    kv_link_util_frac: float = float("nan")      # busiest port: bytes ÷ (capacity × span)
+    stranded_prefill_frac: float = float("nan")  # idle prefill GPU-s while decode saturated ÷ (prefill GPUs × span)
+    stranded_decode_frac: float = float("nan")   # idle decode GPU-s while prefill saturated ÷ (decode GPUs × span)

@@ -15,6 +15,8 @@ import numpy as np
 import simpy
 
 from capsim.config import RunConfig
+from capsim.engine.disagg import DisaggCluster
+from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import FINISHED, REJECTED, Request
@@ -60,19 +62,28 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         for child in children.get(req.rid, ()):
             env.process(_next_turn(env, reqs[child], req, trace, route, run, on_finish))
 
-    pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
-                        weight_dtype=run.engine.dtype,
-                        kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
-    replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish)
-                for i in range(run.cluster.num_replicas)]
-    route = make_router(run.cluster.router, replicas)
+    cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
+    if run.disagg is not None:
+        cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish)
+        replicas, route = cluster.replicas, cluster.route
+    else:
+        pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
+                            weight_dtype=run.engine.dtype,
+                            kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+        replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish)
+                    for i in range(run.cluster.num_replicas)]
+        route = make_router(run.cluster.router, replicas)
     roots = [reqs[i] for i in np.flatnonzero(trace.parent < 0).tolist()]
     env.process(_arrivals(env, roots, route, run, on_finish))
     env.run()
     _check_invariants(reqs, replicas, itl)
+    problems = cluster.invariant_problems(reqs) if cluster is not None else []
+    if problems:
+        raise InvariantError(problems[0])
     if progress is not None:
         progress(total, total)
-    return _result(run, trace, reqs, replicas, itl, env.now, time.perf_counter() - wall0)
+    result = _result(run, trace, reqs, replicas, itl, env.now, time.perf_counter() - wall0)
+    return result if cluster is None else cluster.finish(result)
 
 
 def _requests(trace: RequestTrace) -> list[Request]:
@@ -80,8 +91,8 @@ def _requests(trace: RequestTrace) -> list[Request]:
     reqs: list[Request] = []
     rows = zip(trace.arrival_s.tolist(), trace.prompt_tokens.tolist(),
                trace.output_tokens.tolist(), trace.class_id.tolist(), trace.prefix_id.tolist(),
-               trace.prefix_tokens.tolist(), trace.parent.tolist())
-    for i, (a, p, o, c, pid, ptok, parent) in enumerate(rows):
+               trace.prefix_tokens.tolist(), trace.parent.tolist(), trace.n.tolist())
+    for i, (a, p, o, c, pid, ptok, parent, n) in enumerate(rows):
         if parent >= 0:
             up = reqs[parent]
             segments = up.segments + ((USER, i, p - up.prompt_tokens - up.output_tokens),)
@@ -90,7 +101,7 @@ def _requests(trace: RequestTrace) -> list[Request]:
             segments = ((PREFIX, pid, ptok), (USER, i, p - ptok))
         else:
             segments = None
-        reqs.append(Request(i, c, a, p, o, segments))
+        reqs.append(Request(i, c, a, p, o, segments, n))
     return reqs
 
 
@@ -114,11 +125,22 @@ def _next_turn(env: simpy.Environment, req: Request, parent: Request, trace: Req
 
 def reject_reason(req: Request, run: RunConfig) -> str:
     """Why a request can never be served by this engine ("" if it can)."""
+    if run.disagg is not None:
+        return disagg_reject_reason(req, run)
     max_len = run.engine.max_model_len
     if req.prompt_tokens + req.output_tokens > max_len:
         return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
                 f"exceeds max_model_len {max_len}")
-    need = blocks_for(req.total_tokens, run.engine.block_size)
+    bs = run.engine.block_size
+    if run.engine.kv_allocator != "paged":
+        if req.n > 1:
+            return "parallel sampling (n > 1) needs the paged KV allocator"
+        want = max_len if run.engine.kv_allocator == "contiguous_max_model_len" else \
+            req.prompt_tokens + req.output_tokens
+        if want > run.kv.num_gpu_blocks * bs:
+            return f"reserves {want} KV tokens; the whole cache has {run.kv.num_gpu_blocks * bs}"
+    shared = req.prompt_tokens // bs              # full prompt blocks all samples share
+    need = shared + req.n * (blocks_for(req.total_tokens, bs) - shared)
     if need > run.kv.num_gpu_blocks:
         return f"needs {need} KV blocks; the whole cache has {run.kv.num_gpu_blocks}"
     return ""
@@ -155,7 +177,7 @@ def _check_invariants(reqs: list[Request], replicas: list[Replica], itl: ItlReco
             if req.num_generated != req.output_tokens:
                 raise InvariantError(f"request {req.rid} emitted {req.num_generated} of "
                                      f"{req.output_tokens} tokens")
-            gaps_expected += req.output_tokens - 1
+            gaps_expected += req.n * (req.output_tokens - 1)
         elif req.state != REJECTED:
             raise InvariantError(f"request {req.rid} ended {req.state}, neither finished "
                                  "nor rejected")
@@ -179,7 +201,7 @@ def _result(run: RunConfig, trace: RequestTrace, reqs: list[Request], replicas: 
         reject_reason=[r.reject_reason for r in reqs],
         first_scheduled_s=[r.first_scheduled_s for r in reqs],
         first_token_s=[r.first_token_s for r in reqs], finish_s=[r.finish_s for r in reqs],
-        num_preemptions=[r.num_preemptions for r in reqs],
+        num_preemptions=[r.num_preemptions for r in reqs], n=[r.n for r in reqs],
         max_itl_s=[r.max_itl_s for r in reqs])
     return RunResult(
         variant=run.variant, seed=run.seed, scheduler=_scheduler_label(run),

@@ -93,6 +93,8 @@ class RequestTrace:
         think_s: float64, for a later turn: seconds between the parent's last
             token and this request's arrival (its ``arrival_s`` is NaN: it is
             known only when the simulation gets there); 0 for first turns.
+        n: int32, parallel samples per request (vLLM ``SamplingParams.n``), >= 1;
+            each sample generates ``output_tokens``.
 
     Raises:
         ValueError: columns of different lengths or broken invariants (a bug
@@ -108,11 +110,12 @@ class RequestTrace:
     prefix_tokens: np.ndarray | None = None
     parent: np.ndarray | None = None
     think_s: np.ndarray | None = None
+    n: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         for name, fill, dtype in (("prefix_tokens", 0, np.int64), ("parent", -1, np.int32),
-                                  ("think_s", 0.0, np.float64)):
+                                  ("think_s", 0.0, np.float64), ("n", 1, np.int32)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, fill, dtype=dtype))
         cols = {
@@ -124,6 +127,7 @@ class RequestTrace:
             "prefix_tokens": np.int64,
             "parent": np.int32,
             "think_s": np.float64,
+            "n": np.int32,
         }
         for name, dtype in cols.items():
             object.__setattr__(self, name, _frozen_column(getattr(self, name), dtype, name))
@@ -248,9 +252,10 @@ def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
             turns.append(_Turns(cls, i, rows, np.random.default_rng(conv_ss), prompt_rng,
                                 output_rng, base_dir, where))
 
+    samples = np.array([c.n for c in classes], dtype=np.int32)[class_id]
     trace = dict(arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output,
                  class_id=class_id, prefix_id=prefix_id, prefix_tokens=prefix_tokens,
-                 parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n))
+                 parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n), n=samples)
     for t in turns:
         trace = t.append_to(trace)
     return RequestTrace(class_names=tuple(c.name for c in classes), **trace)
@@ -306,7 +311,8 @@ class _Turns:
                        prefix_tokens=_take(cols["prefix_tokens"], parents),
                        parent=parents.astype(np.int32),
                        think_s=self.rng.exponential(conv.think_time_s, k) if conv.think_time_s
-                       else np.zeros(k))
+                       else np.zeros(k),
+                       n=np.full(k, self.cls.n, dtype=np.int32))
             for key, value in new.items():
                 cols[key].append(value)
             prompt_of = np.concatenate([prompt_of, prompt])

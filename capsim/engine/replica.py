@@ -3,6 +3,12 @@
 The loop is DESIGN.md's step model: schedule → price with the roofline →
 ``yield env.timeout(seconds)`` → complete. With nothing runnable it waits on
 an event that the next submitted request triggers; it never busy-polls.
+
+In a disaggregated variant (:mod:`capsim.engine.disagg`) a replica also
+reports, through optional hooks, prefilled requests to hand off
+(``on_handoff``), the time a transferred request emits token 2
+(``on_second_token``) and every change of its busy / idle state
+(``observer``).
 """
 
 from __future__ import annotations
@@ -14,15 +20,28 @@ import simpy
 from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
-from capsim.engine.scheduler import ContinuousScheduler
+from capsim.engine.scheduler import ContiguousScheduler, ContinuousScheduler
 from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
+from capsim.kv.contiguous import ContiguousAllocator
 from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
+GIB = 2**30
 
-def make_scheduler(run: RunConfig, alloc: BlockAllocator, num_classes: int, itl: ItlRecorder,
-                   role: str = "colocated"):
+
+def make_kv(run: RunConfig) -> BlockAllocator | ContiguousAllocator:
+    """The replica's KV pool: paged blocks (vLLM), or a contiguous baseline."""
+    eng = run.engine
+    if eng.kv_allocator != "paged":
+        return ContiguousAllocator(run.kv.num_gpu_blocks * eng.block_size, eng.block_size)
+    return BlockAllocator(run.kv.num_gpu_blocks, eng.block_size,
+                          enable_caching=eng.enable_prefix_caching
+                          and eng.scheduler == "continuous")
+
+
+def make_scheduler(run: RunConfig, alloc: BlockAllocator | ContiguousAllocator,
+                   num_classes: int, itl: ItlRecorder, role: str = "colocated"):
     """The scheduler named by ``engine.scheduler`` for one replica in ``role``."""
     eng = run.engine
     if eng.scheduler == "static":
@@ -30,10 +49,19 @@ def make_scheduler(run: RunConfig, alloc: BlockAllocator, num_classes: int, itl:
             raise ValueError("static batching cannot be disaggregated")
         return StaticScheduler(max_num_seqs=eng.max_num_seqs, allocator=alloc,
                                num_classes=num_classes, itl=itl)
+    if eng.kv_allocator != "paged":
+        return ContiguousScheduler(
+            reserve=eng.kv_allocator.removeprefix("contiguous_"),
+            max_model_len=eng.max_model_len, max_num_seqs=eng.max_num_seqs,
+            max_num_batched_tokens=eng.max_num_batched_tokens, chunked=eng.chunked,
+            allocator=alloc, num_classes=num_classes, itl=itl, role=role)
     return ContinuousScheduler(max_num_seqs=eng.max_num_seqs,
                                max_num_batched_tokens=eng.max_num_batched_tokens,
                                chunked=eng.chunked, allocator=alloc,
-                               num_classes=num_classes, itl=itl, role=role)
+                               num_classes=num_classes, itl=itl, role=role,
+                               swap_space_bytes=int(eng.swap_space_gib * GIB)
+                               * eng.tensor_parallel_size if eng.preemption_mode == "swap" else 0,
+                               kv_bytes_per_token=run.kv.kv_bytes_per_token)
 
 
 class Replica:
@@ -47,10 +75,7 @@ class Replica:
                  pool: str = "colocated"):
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
         self.pricer = pricer
-        eng = run.engine
-        self.alloc = BlockAllocator(run.kv.num_gpu_blocks, eng.block_size,
-                                    enable_caching=eng.enable_prefix_caching
-                                    and eng.scheduler == "continuous")
+        self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
         self.timeline = TimelineRecorder(index, pool)
         self.on_finish = on_finish
@@ -62,6 +87,15 @@ class Replica:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.peak_kv_used_blocks = 0
+        self.kv_written_at_peak = 0
+        self.table_entries_at_peak = 0
+        self.busy = False               # running a step now
+        # Disaggregation hooks (capsim.engine.disagg); None for a co-located replica.
+        self.on_handoff: Callable[[Request, float], None] | None = None   # (req, last step s)
+        self.on_second_token: Callable[[Request, float], None] | None = None
+        self.observer: Callable[[], None] | None = None
+        self._joining: list[tuple[Request, int]] = []    # KV arrived, joins at next schedule
+        self._awaiting: list[tuple[Request, int]] = []   # joined, token 2 not yet emitted
         self._wake: simpy.Event | None = None
         env.process(self._loop())
 
@@ -76,15 +110,35 @@ class Replica:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def admit_transferred(self, req: Request) -> None:
+        """Decode role: ``req``'s KV has arrived; it decodes from the next scheduled step."""
+        self.scheduler.admit_transfer(req)
+        if self.on_second_token is not None:
+            self._joining.append((req, req.num_preemptions))
+        self.wake()
+
+    @property
+    def _hooked(self) -> bool:
+        return self.observer is not None or self.on_handoff is not None \
+            or self.on_second_token is not None
+
     def _loop(self):
         env, sched, pricer = self.env, self.scheduler, self.pricer
+        hooked = self._hooked
         while True:
+            if self._joining:
+                self._awaiting.extend(self._joining)
+                self._joining.clear()
             step = sched.schedule(env.now)
             if step is None:
+                if hooked:
+                    self._set_busy(False)
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
+            if hooked:
+                self._set_busy(True)
             cost = pricer.cost(prefill_tokens=step.prefill_tokens,
                                prefill_attn_pairs=step.prefill_attn_pairs,
                                prefill_kv_tokens=step.prefill_kv_tokens,
@@ -92,27 +146,65 @@ class Replica:
                                decode_ctx_tokens=step.decode_ctx_tokens,
                                logits_seqs=step.logits_seqs)
             used = self.alloc.num_used_blocks
-            yield env.timeout(cost.seconds)
+            if used > self.peak_kv_used_blocks:
+                self._note_kv_peak(used, step)
+            seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
+            yield env.timeout(seconds)
             sched.complete(step, env.now)
-            self._account(step, cost, used)
+            self._account(step, cost, used, seconds)
+            if hooked:
+                self._after_step(step, cost.seconds)
             if sched.finished:
                 for req in sched.finished:
                     self.outstanding_tokens -= req.prompt_tokens + req.output_tokens
                     self.on_finish(req)
                 sched.finished.clear()
+            if hooked and self.observer is not None:
+                self.observer()
 
-    def _account(self, step, cost, kv_used_blocks: int) -> None:
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            if self.observer is not None:
+                self.observer()
+
+    def _after_step(self, step, step_s: float) -> None:
+        """Disaggregation hooks after a step: token 2 of newly joined decoders, handoffs."""
+        if self._awaiting and step.decode_seqs:
+            for req, preemptions in self._awaiting:
+                if req.num_preemptions == preemptions:     # it decoded in this step
+                    self.on_second_token(req, self.env.now)
+            self._awaiting.clear()
+        handoff = getattr(self.scheduler, "handoff", None)
+        if handoff and self.on_handoff is not None:
+            for req in handoff:
+                self.on_handoff(req, step_s)
+            handoff.clear()
+
+    def _swap_s(self, nbytes: int) -> float:
+        """Host↔GPU copy time: each GPU moves its KV shard over its own PCIe link."""
+        hw, tp = self.run_cfg.hardware, self.run_cfg.engine.tensor_parallel_size
+        return hw.pcie_latency_s + nbytes / tp / hw.pcie_bandwidth_bytes_per_s
+
+    def _account(self, step, cost, kv_used_blocks: int, seconds: float) -> None:
         tp = self.run_cfg.engine.tensor_parallel_size
-        self.busy_s += cost.seconds
+        self.busy_s += seconds
         self.flops += cost.flops * tp
         self.hbm_bytes += cost.bytes * tp
         self.compute_bound_steps += cost.compute_bound
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.decode_seqs
-        if kv_used_blocks > self.peak_kv_used_blocks:
-            self.peak_kv_used_blocks = kv_used_blocks
-        self.timeline.step(self.env.now, cost.seconds, step.prefill_tokens, step.decode_seqs,
+        self.timeline.step(self.env.now, seconds, step.prefill_tokens, step.decode_seqs,
                            kv_used_blocks, len(self.scheduler.waiting), self.scheduler.num_running)
+
+    def _note_kv_peak(self, used_blocks: int, step) -> None:
+        """At a new KV peak (blocks held for the step about to run): tokens written by then
+        and block-table entries (seed 000's block-size sweep reports waste and table entries
+        at peak). O(running), only at new peaks."""
+        sched = self.scheduler
+        self.peak_kv_used_blocks = used_blocks
+        self.kv_written_at_peak = getattr(sched, "kv_tokens", 0) + step.batch_tokens
+        self.table_entries_at_peak = sum(len(r.blocks) for r in sched.running.values())
 
     def stats(self) -> ReplicaStats:
         eng, sched = self.run_cfg.engine, self.scheduler
@@ -128,8 +220,15 @@ class Replica:
             slot_steps_held=sched.slot_steps_held, slot_steps_useful=sched.slot_steps_useful,
             slot_capacity=sched.steps * eng.max_num_seqs,
             recomputed_tokens=sched.recomputed_tokens,
+            swap_out_bytes=getattr(sched, "swap_out_bytes", 0),
+            swap_in_bytes=getattr(sched, "swap_in_bytes", 0),
             prefix_queried_tokens=getattr(sched, "prefix_queried_tokens", 0),
             prefix_hit_tokens=getattr(sched, "prefix_hit_tokens", 0),
             prefix_queried_blocks=getattr(sched, "prefix_queried_blocks", 0),
             prefix_hit_blocks=getattr(sched, "prefix_hit_blocks", 0),
-            prefix_evictions=self.alloc.num_evictions)
+            prefix_evictions=self.alloc.num_evictions,
+            kv_written_tokens_at_peak=self.kv_written_at_peak,
+            block_table_entries_at_peak=self.table_entries_at_peak,
+            peak_running=max(self.timeline.bins["running_max"], default=0),
+            admission_blocked=getattr(sched, "admission_blocked", 0),
+            first_blocked=list(getattr(sched, "first_blocked", None) or []))

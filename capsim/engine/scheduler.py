@@ -92,6 +92,7 @@ class ContinuousScheduler:
         self.prefix_hit_tokens = 0          # of which found in the prefix cache
         self.prefix_queried_blocks = 0
         self.prefix_hit_blocks = 0
+        self.kv_tokens = 0                  # Σ num_computed of sequences holding KV here
         self.itl = itl
         self.num_classes = num_classes
         self.waiting: deque[Request] = deque()
@@ -151,6 +152,7 @@ class ContinuousScheduler:
         if self.num_running >= self.max_num_seqs or not self.alloc.can_allocate(need):
             return False
         req.blocks = self.alloc.allocate(need)
+        self.kv_tokens += req.num_computed
         req.state = RUNNING
         self.incoming[req.rid] = req
         return True
@@ -198,6 +200,7 @@ class ContinuousScheduler:
             req.blocks = self.alloc.allocate(need)
             nbytes = req.num_computed * self.kv_bytes_per_token
             self.swap_used_bytes -= nbytes
+            self.kv_tokens += req.num_computed
             self.swap_in_bytes += nbytes
             self._swap_pending += nbytes
             req.state = RUNNING
@@ -251,25 +254,30 @@ class ContinuousScheduler:
             need = blocks_for(cached + n, self.bs) - len(hit)
             if not alloc.can_allocate(need + (alloc.num_free_among(hit) if hit else 0)):
                 break
-            self.waiting.popleft()
             if self.caching:
                 self._count_lookup(req, hit)
                 alloc.touch(hit)
                 req.blocks = list(hit)
                 req.num_computed = cached
                 req.num_registered = len(hit)
+                self.kv_tokens += cached
             req.blocks.extend(alloc.allocate(need))
             if self.caching and req.shareable:
                 self._register(req, cached + n)
-            req.state = RUNNING
-            req.admit_order = self._admitted
-            if req.first_scheduled_s != req.first_scheduled_s:    # NaN: first admission
-                req.first_scheduled_s = self._now
-            self._admitted += 1
-            self.running[req.rid] = req
-            self.prefilling[req.rid] = req
-            step.add_prefill(req, n)
+            self._start(req, step, n)
             budget -= n
+
+    def _start(self, req: Request, step: Step, n: int) -> None:
+        """Move the head of the queue into the running batch with a first chunk of ``n``."""
+        self.waiting.popleft()
+        req.state = RUNNING
+        req.admit_order = self._admitted
+        if req.first_scheduled_s != req.first_scheduled_s:    # NaN: first admission
+            req.first_scheduled_s = self._now
+        self._admitted += 1
+        self.running[req.rid] = req
+        self.prefilling[req.rid] = req
+        step.add_prefill(req, n)
 
     def _add_decodes(self, step: Step) -> int:
         n = self.num_decoding
@@ -324,6 +332,7 @@ class ContinuousScheduler:
             self._admitted += 1
             f.blocks = list(req.blocks)
             self.alloc.share(f.blocks)
+            self.kv_tokens += f.num_computed    # shared tokens count once per sequence
             self.running[f.rid] = f
             siblings.append(f)
         if req.num_generated == req.output_tokens:
@@ -393,6 +402,7 @@ class ContinuousScheduler:
             self.alloc.free(req.blocks[::-1])
             req.blocks = []
             self.swap_used_bytes += nbytes
+            self.kv_tokens -= req.num_computed
             self.swap_out_bytes += nbytes
             self._swap_pending += nbytes
             req.state = SWAPPED
@@ -404,6 +414,7 @@ class ContinuousScheduler:
         req.blocks = []
         req.num_registered = 0
         self.recomputed_tokens += req.num_computed
+        self.kv_tokens -= req.num_computed
         req.num_computed = 0
         req.state = WAITING
         self.waiting.appendleft(req)
@@ -416,6 +427,7 @@ class ContinuousScheduler:
         """
         self.steps += 1
         self.slot_steps_held += len(self.running)
+        self.kv_tokens += step.prefill_tokens + step.decode_seqs
         emitted = 0
         if step.decode_seqs:
             emitted += step.decode_seqs
@@ -468,6 +480,7 @@ class ContinuousScheduler:
         elif self.role == "prefill":
             del self.running[req.rid]
             req.handoff_blocks, req.blocks = req.blocks, []
+            self.kv_tokens -= req.num_computed
             self.handoff.append(req)
         else:
             self._join_decode(req, now)
@@ -509,8 +522,8 @@ class ContinuousScheduler:
         del self.running[req.rid]
         if self.caching and req.shareable:
             self._register(req, req.num_computed)    # a next turn reuses prompt + reply
-        self.alloc.free(req.blocks[::-1])     # tail first, as vLLM frees (last blocks evicted first)
-        req.blocks = []
+        self._release_kv(req)
+        self.kv_tokens -= req.num_computed
         req.state = FINISHED
         group = req.group or req
         group.samples_left -= 1
@@ -520,6 +533,10 @@ class ContinuousScheduler:
             group.finish_s = now
             self.finished.append(group)
 
+    def _release_kv(self, req: Request) -> None:
+        self.alloc.free(req.blocks[::-1])     # tail first, as vLLM frees (last blocks evicted first)
+        req.blocks = []
+
     # ------------------------------------------------------------ invariants
     def sync(self) -> None:
         """Materialise every decoder's counters (for inspection in tests)."""
@@ -528,3 +545,58 @@ class ContinuousScheduler:
                 steps = self.epoch - req.dec_epoch0
                 req.num_computed = req.dec_computed0 + steps
                 req.num_generated = req.dec_generated0 + steps
+
+
+class ContiguousScheduler(ContinuousScheduler):
+    """Continuous batching over a contiguous KV allocator (the pre-paging baseline).
+
+    Admission reserves the whole range a request may ever need — ``max_model_len``
+    tokens (``reserve="max_model_len"``) or its prompt + ``max_tokens``
+    (``reserve="max_tokens"``) — first fit (:class:`capsim.kv.contiguous.ContiguousAllocator`);
+    nothing grows afterwards, so nothing is preempted. The queue head waits when no
+    hole fits, even if enough tokens are free in pieces: the first such moment is
+    recorded (``first_blocked``: wanted, free, biggest hole) as the seed's demo prints it.
+    """
+
+    def __init__(self, *, reserve: str, max_model_len: int, **kwargs):
+        super().__init__(**kwargs)
+        self.reserve = reserve
+        self.max_model_len = max_model_len
+        self.admission_blocked = 0                 # admissions refused for want of a hole
+        self.first_blocked: tuple[int, int, int] | None = None
+        self._reservation: dict[int, tuple[int, int]] = {}
+
+    def _size(self, req: Request) -> int:
+        if self.reserve == "max_model_len":
+            return self.max_model_len
+        return req.prompt_tokens + req.output_tokens
+
+    def _admit_waiting(self, step: Step, budget: int, whole_prompts: bool) -> None:
+        while self.waiting and budget > 0 and self.num_running < self.max_num_seqs:
+            req = self.waiting[0]
+            todo = req.remaining_to_compute
+            if whole_prompts and todo > budget:
+                break
+            size = self._size(req)
+            start = self.alloc.reserve(size)
+            if start is None:
+                self._note_blocked(size)
+                break
+            self._reservation[req.rid] = (start, size)
+            n = min(todo, budget)
+            self._start(req, step, n)
+            budget -= n
+
+    def _note_blocked(self, size: int) -> None:
+        self.admission_blocked += 1
+        if self.first_blocked is None:
+            self.first_blocked = (size, self.alloc.free_tokens, self.alloc.biggest_hole)
+
+    def _grow_decoders(self) -> None:
+        """Nothing to grow: the reservation already covers every future token."""
+
+    def _reserve_prefill(self, req: Request, n: int) -> bool:
+        return True
+
+    def _release_kv(self, req: Request) -> None:
+        self.alloc.release(*self._reservation.pop(req.rid))

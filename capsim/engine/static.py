@@ -47,6 +47,7 @@ class StaticScheduler:
         self.slot_steps_held = 0
         self.steps = 0
         self.num_decoding = 0
+        self.kv_tokens = 0                      # tokens of real (unpadded) KV written
         self.finished: list[Request] = []
 
     def add(self, req: Request) -> None:
@@ -118,6 +119,7 @@ class StaticScheduler:
             req.last_token_s = now
             self._active_counts[req.class_id] += 1
         self._active = len(self.batch)
+        self.kv_tokens = sum(r.prompt_tokens for r in self.batch)
         self.slot_steps_useful += self._active
         self._last_emit_s = now
         self._retire_done()
@@ -126,6 +128,7 @@ class StaticScheduler:
         gap = now - self._last_emit_s
         self.itl.add(gap, self._active_counts)
         self.slot_steps_useful += self._active
+        self.kv_tokens += self._active
         self._gaps.append(gap)
         self._last_emit_s = now
         self._decode_steps += 1
@@ -155,3 +158,4 @@ class StaticScheduler:
             del self.running[req.rid]
         self.finished.extend(self.batch)
         self.batch = []
+        self.kv_tokens = 0

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.metrics import request_frame, summary_frame
-from capsim.report import figures, timeline
+from capsim.report import disagg, figures, timeline
 from capsim.report.html import FigureRef, render
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results import RunResult, SummaryRow
@@ -130,6 +130,12 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
     figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
     figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
+    split_table = None
+    if disagg.has_disagg(results):            # prefill/decode pools: P:D view + KV transfers
+        disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
+        disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
+        figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+        split_table = disagg.table(all_rows, results, colours)
 
     slugs = unique_slugs(r.variant for r in results)
     timelines = []
@@ -141,5 +147,5 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
                   class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
-                  notes=notes)
+                  notes=notes, disagg=split_table)
     (d / "index.html").write_text(html, encoding="utf-8")

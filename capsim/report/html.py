@@ -127,8 +127,12 @@ def slo_lines(slo: SloConfig, class_slos: dict[str, RequestSlo]) -> list[str]:
 def render(*, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
-           figures: list[FigureRef], timelines: list[FigureRef], notes: list[str]) -> str:
-    """The full index.html text. All strings are autoescaped by jinja2."""
+           figures: list[FigureRef], timelines: list[FigureRef], notes: list[str],
+           disagg: dict | None = None) -> str:
+    """The full index.html text. All strings are autoescaped by jinja2.
+
+    ``disagg``: the prefill/decode table (:func:`capsim.report.disagg.table`), or None.
+    """
     all_rows = [r for r in rows if r.cls == "all"]
     class_rows = [r for r in rows if r.cls != "all"]
     seeds = sorted({r.seed for r in results})
@@ -148,5 +152,6 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         figures=figures,
         timelines=timelines,
         notes=notes,
+        disagg=disagg,
         resolved_yaml=resolved_yaml,
     )

@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from capsim.report import disagg
 from capsim.report.style import DPI, RC, shades
 from capsim.results import ReplicaTimeline, RunResult
 
@@ -143,9 +144,11 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
        (Σ over replicas of the per-bin max) as a shaded area.
     """
     tls = sorted(result.timelines, key=lambda t: t.replica)
+    split = result.disagg is not None      # prefill/decode pools: per-pool top panel + link panel
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(11.0, 8.2), dpi=DPI, layout="constrained")
-        ax_tok, ax_kv, ax_q = fig.subplots(3, 1, sharex=True)
+        fig = Figure(figsize=(11.0, 10.8 if split else 8.2), dpi=DPI, layout="constrained")
+        axes = fig.subplots(4 if split else 3, 1, sharex=True)
+        ax_tok, ax_kv, ax_q = axes[:3]
         fig.suptitle(f"Timeline — {result.variant}", fontsize=12, fontweight="bold",
                      color=colour)
         if not tls:
@@ -156,13 +159,18 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
         t_s = np.arange(n + 1) * width          # bin edges; each series repeats its last value
         per = _bin_text(width)
         # A bin's value is drawn from its start and held for its width ("steps-post").
-        pre, dec = tokens_per_step(tls, width, n)
-        ax_tok.stackplot(t_s, _pad(pre), _pad(dec), colors=[_PREFILL, _DECODE], step="post", alpha=0.85,
-                         labels=["prefill tokens / step", "decode tokens / step"])
-        ax_tok.set_ylabel("tokens per step")
-        ax_tok.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
-                         "replicas)", loc="left")
-        ax_tok.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
+        if split:
+            disagg.draw_pool_tokens(ax_tok, tls, width, n, t_s, _pad, tokens_per_step)
+            ax_tok.set_title(f"Batch composition per pool: mean per engine step ({per} bins)",
+                             loc="left")
+        else:
+            pre, dec = tokens_per_step(tls, width, n)
+            ax_tok.stackplot(t_s, _pad(pre), _pad(dec), colors=[_PREFILL, _DECODE], step="post",
+                             alpha=0.85, labels=["prefill tokens / step", "decode tokens / step"])
+            ax_tok.set_ylabel("tokens per step")
+            ax_tok.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
+                             "replicas)", loc="left")
+            ax_tok.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
 
         _lines(ax_kv, t_s, _pad(kv_percent(result, tls, width, n)), tls, colour, "KV used")
         ax_kv.set_ylim(0, 105)
@@ -193,9 +201,11 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
         handles.append(Patch(color="#BBBBBB", alpha=0.5))
         labels.append("running sequences (Σ replicas, right axis)")
         ax_q.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
-        ax_q.set_xlabel("simulated time (s)")
-        ax_q.set_xlim(0, n * width)
         for ax in (ax_kv, ax_q):
             for line in ax.get_lines():
                 line.set_drawstyle("steps-post")
+        if split:
+            disagg.draw_link(axes[3], result, width, n, t_s, _pad)
+        axes[-1].set_xlabel("simulated time (s)")
+        axes[-1].set_xlim(0, n * width)
         fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})

@@ -1,0 +1,358 @@
+"""Prefill/decode disaggregation: a prefill pool, a decode pool and the KV link between them.
+
+The path of one request (DistServe, OSDI'24; Splitwise, ISCA'24; vLLM's
+disaggregated prefilling):
+
+1. The variant's ``cluster.router`` sends the arrival to a prefill replica
+   (scheduler role ``prefill``), which prefills it, chunked or whole, with
+   its own token budget and emits token 1 (TTFT). Its KV blocks stay
+   allocated there (``req.handoff_blocks``).
+2. The request joins a FIFO of prefilled requests. The head is placed on the
+   first decode replica, in the decode router's order (``least_kv``: lowest
+   fraction of KV blocks in use; ``round_robin``), that has a free slot and
+   blocks for its KV (``reserve_transfer``). If none has, it waits, and so do
+   the ones behind it, still holding their prefill-side blocks: back-pressure
+   that can fill the prefill pool's KV cache and stall its admissions.
+3. The KV crosses the link (:mod:`capsim.engine.transfer`: fixed latency, then
+   bytes shared max-min fairly with every concurrent transfer on the same
+   ports). Bytes = prompt tokens × the model's KV bytes per token (all layers,
+   K and V, the cache dtype); each replica's port carries TP × the link
+   bandwidth, one link per GPU, each GPU moving its own shard.
+4. On arrival the prefill replica frees the blocks and the decode replica
+   decodes the request from its next step. Its first decode gap runs from
+   token 1, so the transfer and the wait show in ITL as clients measure it.
+
+Layer-wise overlap (``layerwise_overlap``, off by default; Splitwise §IV-C
+streams the KV layer by layer while the prompt is computed): when a decode
+replica takes the request at once, the part of the transfer that fits in the
+request's final prefill step (the whole prefill when unchunked) at the pair's
+unshared rate, at most all layers but the last, counts as already sent, and
+the fixed latency is hidden up to that step's length. Approximation: that
+overlapped part does not contend with other transfers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import simpy
+
+from capsim.config import RunConfig
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.replica import Replica
+from capsim.engine.request import FINISHED, Request
+from capsim.engine.router import make_router
+from capsim.engine.scheduler import blocks_for
+from capsim.engine.transfer import KVLink
+from capsim.results import DisaggResult, LinkPortStats, RunResult, TransferRecords
+from capsim.roofline import StepPricer
+
+_NAN = float("nan")
+
+
+def make_pricer(run: RunConfig) -> StepPricer:
+    """The roofline pricer of one pool (its hardware, TP and dtypes)."""
+    return StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
+                      weight_dtype=run.engine.dtype,
+                      kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+
+
+def reject_reason(req: Request, run: RunConfig) -> str:
+    """Why a disaggregated variant can never serve ``req`` ("" if it can).
+
+    The prompt must fit the prefill pool (``max_model_len``, KV blocks for
+    the prompt); prompt + reply must fit the decode pool (``max_model_len``,
+    KV blocks for prompt + output − 1 tokens).
+    """
+    total = req.prompt_tokens + req.output_tokens
+    for role in ("prefill", "decode"):
+        pool = run.disagg.pool(role)
+        if total > pool.engine.max_model_len:
+            return (f"prompt + output = {total} tokens exceeds the {role} pool's "
+                    f"max_model_len {pool.engine.max_model_len}")
+    p, d = run.disagg.prefill, run.disagg.decode
+    need = blocks_for(req.prompt_tokens, p.engine.block_size)
+    if need > p.kv.num_gpu_blocks:
+        return f"its prompt needs {need} KV blocks; a prefill replica has {p.kv.num_gpu_blocks}"
+    need = blocks_for(req.total_tokens, d.engine.block_size)
+    if need > d.kv.num_gpu_blocks:
+        return f"needs {need} KV blocks; a decode replica has {d.kv.num_gpu_blocks}"
+    return ""
+
+
+@dataclass(eq=False)
+class Transfer:
+    """One request's KV on its way from a prefill replica to a decode replica (times in s)."""
+
+    req: Request
+    source: Replica
+    tokens: int
+    nbytes: float
+    last_step_s: float                 # duration of the step that emitted token 1
+    handoff_s: float
+    target: Replica | None = None
+    overlapped_bytes: float = 0.0
+    reserved_s: float = _NAN
+    arrived_s: float = _NAN
+    second_token_s: float = _NAN
+
+
+class PoolMonitor:
+    """Integrates saturation and stranded GPU-seconds of the two pools over time.
+
+    ``touch()`` must be called at every instant the state can change (a
+    replica starts or stops running steps, a request queues or is admitted, a
+    transfer waits or is placed); the state found then holds until the next
+    touch. Definitions: :class:`capsim.results.DisaggResult`.
+    """
+
+    def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],
+                 pending: deque):
+        self.env, self.prefill, self.decode, self.pending = env, prefill, decode, pending
+        self.prefill_saturated_s = 0.0
+        self.decode_saturated_s = 0.0
+        self.stranded_prefill_gpu_s = 0.0
+        self.stranded_decode_gpu_s = 0.0
+        self._t = 0.0
+        self._state = (False, False, 0, 0)
+
+    def touch(self) -> None:
+        now = self.env.now
+        dt = now - self._t
+        if dt > 0:
+            p_sat, d_sat, idle_p, idle_d = self._state
+            if p_sat:
+                self.prefill_saturated_s += dt
+                self.stranded_decode_gpu_s += idle_d * dt
+            if d_sat:
+                self.decode_saturated_s += dt
+                self.stranded_prefill_gpu_s += idle_p * dt
+        self._t = now
+        self._state = (
+            all(r.busy for r in self.prefill) and any(r.scheduler.waiting for r in self.prefill),
+            bool(self.pending),
+            sum(r.run_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
+            sum(r.run_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
+
+
+class _Entry:
+    """What the arrival process routes to: submits to a prefill replica, then notes the queue."""
+
+    __slots__ = ("replica", "monitor")
+
+    def __init__(self, replica: Replica, monitor: PoolMonitor):
+        self.replica, self.monitor = replica, monitor
+
+    def submit(self, req: Request) -> None:
+        self.replica.submit(req)
+        self.monitor.touch()
+
+
+class DisaggCluster:
+    """The replicas, link and bookkeeping of one disaggregated run.
+
+    Args:
+        env: the simulation.
+        run: a RunConfig with ``run.disagg`` set.
+        itl: the run's ITL recorder (shared by both pools: token 1→2 gaps are
+            recorded by the decode replica).
+        num_classes: request classes.
+        on_finish: called once per finished request (either pool).
+
+    ``replicas`` lists prefill replicas (indices 0..P−1) then decode replicas
+    (P..P+D−1); ``route()`` picks the prefill replica for an arrival.
+    """
+
+    def __init__(self, env: simpy.Environment, run: RunConfig, itl: ItlRecorder,
+                 num_classes: int, on_finish: Callable[[Request], None]):
+        d = run.disagg
+        self.env, self.run, self.disagg, self._on_finish = env, run, d, on_finish
+        p_n, d_n = d.prefill.cluster.num_replicas, d.decode.cluster.num_replicas
+        self.prefill = self._pool(d.prefill, "prefill", range(p_n), itl, num_classes)
+        self.decode = self._pool(d.decode, "decode", range(p_n, p_n + d_n), itl, num_classes)
+        self.replicas = self.prefill + self.decode
+        # Port i = replica i's port: egress for prefill replicas, ingress for decode ones.
+        self.capacities = [d.link.bandwidth_bytes_per_s * r.run_cfg.engine.tensor_parallel_size
+                           for r in self.replicas]
+        self.link = KVLink(env, self.capacities, d.link.latency_s)
+        self.kv_bytes_per_token = run.model.kv_bytes_per_token(run.engine.kv_dtype_bytes)
+        self.pending: deque[Transfer] = deque()
+        self.transfers: dict[int, Transfer] = {}
+        self.duplicates: list[int] = []
+        self.monitor = PoolMonitor(env, self.prefill, self.decode, self.pending)
+        self._prefill_router = make_router(run.cluster.router, self.prefill)
+        self._rr = 0
+
+    def _pool(self, pool: RunConfig, role: str, indices: range, itl: ItlRecorder,
+              num_classes: int) -> list[Replica]:
+        pricer = make_pricer(pool)
+        reps = []
+        for i in indices:
+            rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished, pool=role)
+            rep.observer = self._observe
+            if role == "prefill":
+                rep.on_handoff = lambda req, step_s, rep=rep: self._handoff(rep, req, step_s)
+            else:
+                rep.on_second_token = self._second_token
+            reps.append(rep)
+        return reps
+
+    # ---------------------------------------------------------------- routing
+    def route(self) -> _Entry:
+        """The prefill replica for the next arrival (the variant's cluster.router)."""
+        return _Entry(self._prefill_router(), self.monitor)
+
+    def _decode_order(self) -> list[Replica]:
+        """Decode replicas in the order the router tries them."""
+        if self.disagg.router == "round_robin":
+            k = self._rr % len(self.decode)
+            return self.decode[k:] + self.decode[:k]
+        return sorted(self.decode, key=lambda r: (r.alloc.num_used_blocks / r.alloc.num_blocks,
+                                                  r.scheduler.num_running, r.index))
+
+    # ------------------------------------------------------------- lifecycle
+    def _observe(self) -> None:
+        self.monitor.touch()
+        if self.pending:
+            self._dispatch()
+
+    def _finished(self, req: Request) -> None:
+        self._on_finish(req)
+        if self.pending:
+            self._dispatch()
+
+    def _handoff(self, source: Replica, req: Request, step_s: float) -> None:
+        """Token 1 is out; queue the request's KV for a decode replica."""
+        source.outstanding_tokens -= req.prompt_tokens + req.output_tokens
+        if req.rid in self.transfers:
+            self.duplicates.append(req.rid)
+        tokens = req.num_computed
+        t = Transfer(req=req, source=source, tokens=tokens,
+                     nbytes=float(tokens * self.kv_bytes_per_token), last_step_s=step_s,
+                     handoff_s=self.env.now)
+        self.transfers[req.rid] = t
+        self.pending.append(t)
+        self._dispatch()
+        self.monitor.touch()
+
+    def _dispatch(self) -> None:
+        """Place waiting transfers, oldest first, while a decode replica has room (FIFO)."""
+        while self.pending:
+            t = self.pending[0]
+            target = next((r for r in self._decode_order()
+                           if r.scheduler.reserve_transfer(t.req)), None)
+            if target is None:
+                return
+            self.pending.popleft()
+            if self.disagg.router == "round_robin":
+                self._rr = self.decode.index(target) + 1
+            self._send(t, target)
+
+    def _send(self, t: Transfer, target: Replica) -> None:
+        t.target, t.reserved_s = target, self.env.now
+        latency = self.disagg.link.latency_s
+        if self.disagg.layerwise_overlap and t.reserved_s == t.handoff_s:
+            t.overlapped_bytes, latency = self._overlap(t, target, latency)
+        ports = (t.source.index, target.index)
+        self.link.send(t.nbytes - t.overlapped_bytes, ports,
+                       lambda _end, t=t: self._arrived(t), latency_s=latency)
+
+    def _overlap(self, t: Transfer, target: Replica, latency_s: float) -> tuple[float, float]:
+        """(bytes already sent during the final prefill step, latency still to pay)."""
+        layers = self.run.model.num_hidden_layers
+        rate = min(self.capacities[t.source.index], self.capacities[target.index])
+        window = max(0.0, t.last_step_s - latency_s)
+        sent = min(t.nbytes * (layers - 1) / layers, rate * window)
+        return sent, max(0.0, latency_s - t.last_step_s)
+
+    def _arrived(self, t: Transfer) -> None:
+        t.arrived_s = self.env.now
+        t.source.scheduler.release_handoff(t.req)
+        t.source.wake()
+        t.target.admit_transferred(t.req)
+        self.monitor.touch()
+
+    def _second_token(self, req: Request, now: float) -> None:
+        self.transfers[req.rid].second_token_s = now
+
+    # ------------------------------------------------------------ end of run
+    def invariant_problems(self, reqs: list[Request]) -> list[str]:
+        """Conservation across the link; [] when everything adds up.
+
+        Every finished request with more than one output token crossed the
+        link exactly once and arrived; nothing is still queued, in flight,
+        reserved on a decode replica or held on a prefill replica.
+        """
+        self.monitor.touch()
+        out = [f"request {rid} was handed off twice" for rid in self.duplicates]
+        if self.pending:
+            out.append(f"{len(self.pending)} prefilled requests never reached a decode replica")
+        if self.link.in_flight or self.link.started != self.link.completed:
+            out.append(f"{self.link.in_flight} KV transfers still in flight")
+        for req in reqs:
+            moved = self.transfers.get(req.rid)
+            if req.state == FINISHED and req.output_tokens > 1 and moved is None:
+                out.append(f"request {req.rid} finished without a KV transfer")
+            if moved is not None and math.isnan(moved.arrived_s):
+                out.append(f"request {req.rid}'s KV never arrived")
+            if req.handoff_blocks:
+                out.append(f"request {req.rid} still holds prefill-side blocks")
+        out += [f"replica {r.index} still has {len(r.scheduler.incoming)} reserved transfers"
+                for r in self.decode if r.scheduler.incoming]
+        return out
+
+    def finish(self, result: RunResult) -> RunResult:
+        """Complete ``result`` (built as for a co-located run) with the pools' figures."""
+        d = self.disagg
+        pools = (d.prefill, d.decode)
+        gpus = sum(p.num_gpus for p in pools)
+        hw = {p.hardware.name for p in pools}
+        return result.model_copy(update={
+            "scheduler": f"disaggregated {d.label}: prefill {_sched(d.prefill)}, "
+                         f"decode {_sched(d.decode)}, KV over {d.link.name}",
+            "hardware": d.prefill.hardware.name if len(hw) == 1 else
+                        f"{d.prefill.hardware.name}/{d.decode.hardware.name}",
+            "price_per_hour_usd": sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
+            "peak_flops_per_gpu": sum(p.hardware.peak_flops(p.engine.dtype) * p.num_gpus
+                                      for p in pools) / gpus,
+            "hbm_bandwidth_per_gpu_bytes_per_s": sum(p.hardware.hbm_bandwidth_bytes_per_s
+                                                     * p.num_gpus for p in pools) / gpus,
+            "log": [f"{role}: {line}" for role, p in zip(("prefill", "decode"), pools)
+                    for line in p.kv.log_lines(p.engine.max_model_len)],
+            "disagg": self._result(),
+        })
+
+    def _result(self) -> DisaggResult:
+        d, m = self.disagg, self.monitor
+        ts = sorted(self.transfers.values(), key=lambda t: t.req.rid)
+        records = TransferRecords(
+            request_id=[t.req.rid for t in ts], class_id=[t.req.class_id for t in ts],
+            prefill_replica=[t.source.index for t in ts],
+            decode_replica=[t.target.index if t.target else -1 for t in ts],
+            tokens=[t.tokens for t in ts], bytes=[t.nbytes for t in ts],
+            overlapped_bytes=[t.overlapped_bytes for t in ts],
+            handoff_s=[t.handoff_s for t in ts], reserved_s=[t.reserved_s for t in ts],
+            arrived_s=[t.arrived_s for t in ts], second_token_s=[t.second_token_s for t in ts])
+        net = self.link.net
+        ports = [LinkPortStats(replica=r.index, pool=r.pool, capacity_bytes_per_s=cap,
+                               bytes=net.port_bytes[i], busy_s=net.port_busy_s[i])
+                 for i, (r, cap) in enumerate(zip(self.replicas, self.capacities))]
+        return DisaggResult(
+            label=d.label, link=d.link.name, link_bandwidth_bytes_per_s=d.link.bandwidth_bytes_per_s,
+            link_latency_s=d.link.latency_s, router=d.router, layerwise_overlap=d.layerwise_overlap,
+            prefill_replicas=len(self.prefill), decode_replicas=len(self.decode),
+            prefill_gpus=d.prefill.num_gpus, decode_gpus=d.decode.num_gpus,
+            prefill_hardware=d.prefill.hardware.name, decode_hardware=d.decode.hardware.name,
+            transfers=records, ports=ports,
+            prefill_saturated_s=m.prefill_saturated_s, decode_saturated_s=m.decode_saturated_s,
+            stranded_prefill_gpu_s=m.stranded_prefill_gpu_s,
+            stranded_decode_gpu_s=m.stranded_decode_gpu_s)
+
+
+def _sched(pool: RunConfig) -> str:
+    eng = pool.engine
+    mode = f"chunked({eng.max_num_batched_tokens})" if eng.chunked else "unchunked"
+    return f"{pool.cluster.num_replicas}×{pool.hardware.name} TP{eng.tensor_parallel_size} {mode}"

@@ -1,0 +1,75 @@
+"""Summary columns of a disaggregated (prefill/decode) run.
+
+Added to every :class:`~capsim.results.SummaryRow` of a run whose
+``RunResult.disagg`` is set (co-located rows keep their NaN / "" defaults).
+Definitions, all over the run's span (first arrival → last completion, as
+every throughput figure):
+
+- ``prefill_busy_frac`` / ``decode_busy_frac``: Σ busy seconds × TP of the
+  pool's replicas ÷ (pool GPUs × span).
+- ``kv_transfer_*_ms``: a transfer's time on the link, decode slot reserved →
+  last byte landed (latency + shared-bandwidth time).
+- ``kv_backpressure_p99_ms``: token 1 → decode slot reserved (waiting for a
+  decode replica with room; 0 when none waits).
+- ``second_token_*_ms``: token 1 → token 2 as the client sees it (back-pressure
+  + transfer + waiting for the decode replica's next step + that step). The
+  same gaps are in ITL; these columns isolate them.
+- ``kv_transfer_gib``: bytes moved ÷ 2^30.
+- ``kv_link_util_frac``: the busiest port's bytes ÷ (its capacity × span).
+- ``stranded_*_frac``: stranded GPU-seconds (see
+  :class:`~capsim.results.DisaggResult`) ÷ (the pool's GPUs × span).
+
+Per-class rows filter the per-transfer columns by class; the pool and link
+columns are the variant's on every row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from capsim.results import RunResult
+
+_NAN = float("nan")
+GIB = 2**30
+
+
+def disagg_columns(result: RunResult, cls: str, span_s: float) -> dict[str, float | str]:
+    """The disaggregation columns of one summary row (``cls`` = "all" or a class name)."""
+    d = result.disagg
+    span = span_s if span_s and span_s > 0 else _NAN
+    t = d.transfers
+    keep = np.ones(len(t.request_id), bool) if cls == "all" else \
+        np.asarray(t.class_id, np.int64) == result.class_names.index(cls)
+    handoff = np.asarray(t.handoff_s, np.float64)[keep]
+    reserved = np.asarray(t.reserved_s, np.float64)[keep]
+    arrived = np.asarray(t.arrived_s, np.float64)[keep]
+    second = np.asarray(t.second_token_s, np.float64)[keep]
+    transfer_ms = (arrived - reserved) * 1e3
+    second_ms = (second - handoff) * 1e3
+    return {
+        "disagg": d.label,
+        "prefill_busy_frac": _pool_busy(result, "prefill", d.prefill_gpus) / span,
+        "decode_busy_frac": _pool_busy(result, "decode", d.decode_gpus) / span,
+        "kv_transfer_p50_ms": _pct(transfer_ms, 50),
+        "kv_transfer_p99_ms": _pct(transfer_ms, 99),
+        "kv_transfer_max_ms": _pct(transfer_ms, 100),
+        "kv_backpressure_p99_ms": _pct((reserved - handoff) * 1e3, 99),
+        "second_token_p50_ms": _pct(second_ms, 50),
+        "second_token_p99_ms": _pct(second_ms, 99),
+        "kv_transfer_gib": float(np.asarray(t.bytes, np.float64)[keep].sum()) / GIB,
+        "kv_link_util_frac": max((p.bytes / (p.capacity_bytes_per_s * span) for p in d.ports),
+                                 default=_NAN),
+        "stranded_prefill_frac": d.stranded_prefill_gpu_s / (d.prefill_gpus * span),
+        "stranded_decode_frac": d.stranded_decode_gpu_s / (d.decode_gpus * span),
+    }
+
+
+def _pool_busy(result: RunResult, pool: str, gpus: int) -> float:
+    """Busy GPU-seconds of one pool ÷ its GPUs (seconds)."""
+    busy = sum(r.busy_s * r.tensor_parallel_size for r in result.replicas if r.pool == pool)
+    return busy / gpus if gpus else _NAN
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if len(values) else _NAN

@@ -85,12 +85,34 @@ def test_default_efficiencies_are_fractions():
             assert 0.0 < value <= 1.0
 
 
+@pytest.mark.parametrize("name", ["a100-80gb", "h100-sxm"])
+def test_calibrated_profiles_carry_provenance(name):
+    """Shipped A100 / H100 profiles: every operator class has its own entry, and the
+    calibration block names the Vidur data, the date and the error per class."""
+    hw = load_hardware(name)
+    eff = hw.efficiency
+    assert eff.gemm.tokens[0] == 1 and eff.gemm.launch_s > 0
+    assert eff.attention_prefill.compute_curve is not None
+    assert eff.attention_decode.launch_s > 0 and eff.elementwise.launch_s > 0
+    assert hw.calibration.date == "2026-11-29"
+    assert any("7d47513" in line for line in hw.calibration.data)
+    assert {"gemm", "elementwise", "all_reduce"} <= set(hw.calibration.error)
+    assert hw.sources["efficiency"].startswith("calibrated 2026-11-29")
+    # the GEMM curve dips at the roofline's corner (~128-512 tokens), as measured
+    corner = min(eff.gemm.efficiency)
+    assert corner < 0.6 < eff.gemm.efficiency[0]
+
+
 def test_ideal_copy():
     hw = load_hardware("h100-sxm")
     ideal = hw.ideal()
     assert (ideal.efficiency.compute, ideal.efficiency.memory) == (1.0, 1.0)
     assert ideal.efficiency.interconnect == 1.0
     assert ideal.step_overhead_s == 0.0
+    # the calibrated per-class entries (curves, launch times) are gone too
+    assert hw.efficiency.gemm is not None and hw.efficiency.attention_decode is not None
+    assert (ideal.efficiency.gemm, ideal.efficiency.attention_prefill,
+            ideal.efficiency.attention_decode, ideal.efficiency.elementwise) == (None,) * 4
     assert ideal.peak_flops_per_s == hw.peak_flops_per_s
     assert hw.efficiency.compute < 1.0          # the original is untouched
 

@@ -49,7 +49,9 @@ class LittleCheck:
     def relative_error(self) -> float:
         """``|L − λW| ÷ L`` (NaN when the window is empty)."""
         lam_w = self.arrival_rate_per_s * self.mean_time_in_system_s
-        return abs(self.mean_in_system - lam_w) / self.mean_in_system if self.mean_in_system else float("nan")
+        if not self.mean_in_system:
+            return float("nan")
+        return abs(self.mean_in_system - lam_w) / self.mean_in_system
 
 
 def little_check(arrival_s: np.ndarray, departure_s: np.ndarray) -> LittleCheck:

@@ -113,7 +113,7 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
 
 
 def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None) -> list[str]:
-    """``--set`` strings putting every variant on ``hw`` at TP ``tp`` (variants' own win otherwise)."""
+    """``--set`` strings putting every variant on ``hw`` at TP ``tp`` (over their own choices)."""
     out = []
     if hw is not None:
         out.append(f"hardware={hw}")
@@ -163,12 +163,13 @@ def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
 
 
 def unreachable(targets: dict[str, float], floors_ms: dict[str, float]) -> list[str]:
-    """Targets below their floor, e.g. ``["itl_p99_ms ≤ 2 but one decode step takes 4.72 ms"]``."""
+    """Targets below their floor, e.g. ``["itl_p99_ms ≤ 2 but one decode step takes 4.7 ms"]``."""
     out = []
     for name, bound in targets.items():
         prefix = name.split("_")[0]
         if name.endswith("_ms") and prefix in floors_ms and bound < floors_ms[prefix]:
-            what = "a lone prefill of the shortest prompt" if prefix == "ttft" else "one decode step"
+            what = ("a lone prefill of the shortest prompt" if prefix == "ttft"
+                    else "one decode step")
             out.append(f"{name} ≤ {bound:g} but {what} takes {floors_ms[prefix]:.3g} ms")
     return out
 

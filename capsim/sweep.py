@@ -6,9 +6,9 @@ anything runs — and :func:`run` simulates every point × variant × replicatio
 through a :class:`capsim.parallel.Runner`.
 
 Common random numbers: a trace depends only on the ``workload:`` section (a
-variant's own, if it overrides it) and the seed, so every point with the same workload and seed (one *load level*)
-replays the very same requests, whatever engine, cluster or hardware it
-varies. Replication ``r`` of ``--seeds K`` uses seed ``scenario seed + r``
+variant's own, if it overrides it) and the seed, so every point with the
+same workload and seed (one *load level*) replays the very same requests,
+whatever engine, cluster or hardware it varies. Replication ``r`` of ``--seeds K`` uses seed ``scenario seed + r``
 (replication 0 is the trace ``capsim run`` uses).
 """
 
@@ -139,10 +139,14 @@ def _load_point(base: LoadedScenario, point: SweepPoint, overrides: list[str],
 
 
 def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
-    """The request rate a run is offered: ``arrival.rate_per_s``, or a trace's requests ÷ span."""
+    """The request rate a run is offered, requests/s.
+
+    Synthetic: ``arrival.rate_per_s``. Trace: inter-arrival gaps ÷ span,
+    ``(N − 1) / (last − first arrival)`` (NaN for fewer than two requests).
+    """
     if wl.arrival is not None:
         return float(wl.arrival.rate_per_s)
-    return len(trace) / trace.duration_s if trace.duration_s > 0 else float("nan")
+    return (len(trace) - 1) / trace.duration_s if trace.duration_s > 0 else float("nan")
 
 
 @dataclass

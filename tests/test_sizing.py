@@ -267,3 +267,18 @@ def test_shipped_sizing_scenario_plans():
         "chunked-512 · a100-80gb TP1", "chunked-512 · h100-sxm TP1"]
     assert all(o.run is not None for o in plan.options) and plan.max_gpus == 32
     assert sizing.plan(load(path), [], gpus=4).mode == "rate"
+
+
+def test_a_replayed_trace_is_rescaled_to_the_sizing_rate(tmp_path):
+    """For a trace workload, --rate sets workload.trace.rate_scale: same requests, closer."""
+    rows = "\n".join(f"{i * 0.5},{200 + i},{20}" for i in range(41))      # 2 req/s for 20 s
+    (tmp_path / "t.csv").write_text("arrival_s,prompt,output\n" + rows + "\n")
+    doc = with_(workload={"trace": {"path": "t.csv", "format": "columns", "columns": {
+        "arrival": "arrival_s", "prompt_tokens": "prompt", "output_tokens": "output"}}},
+        variants=[DOC["variants"][0]])
+    plan = sizing.plan(load(write(tmp_path, doc)), [], rate_per_s=8.0)
+    wl = plan.workload_at(plan.options[0].run.workload, 8.0)
+    assert wl.trace.rate_scale == pytest.approx(4.0)
+    trace = plan.traces.get(wl, plan.seeds[0])
+    assert len(trace) == 41 and trace.duration_s == pytest.approx(5.0)
+    assert sizing.plan(load(write(tmp_path, doc, "b.yaml")), []).rate_per_s == pytest.approx(2.0)

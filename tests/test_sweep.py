@@ -127,7 +127,7 @@ def test_process_pool_and_dask_give_the_serial_answer(small_plan):
         with open_runner(spec) as runner:
             results[spec.backend] = sweep.run(small_plan, [5, 6], runner)
     serial = _numbers(results["serial"])
-    assert len(serial) == 8 * 2 * 3                  # points × variants × seeds × (all + 2 classes)
+    assert len(serial) == 8 * 2 * 3          # point-variants × seeds × (all + 2 classes)
     pd.testing.assert_frame_equal(_numbers(results["process"]), serial)
     pd.testing.assert_frame_equal(_numbers(results["dask"]), serial)
 
@@ -262,3 +262,22 @@ def test_shipped_sweep_scenario_plans(tmp_path):
     assert len(plan.points) == 20 and plan.num_runs_per_seed == 40
     unique, _ = sweep.dedupe(sweep.tasks(plan, [42]))
     assert len(unique) == 24                  # the unchunked variant is simulated once per rate
+
+
+def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, capsys):
+    """--scheduler ADDRESS: the runs go to a cluster that was already running."""
+    from distributed import LocalCluster
+
+    doc = edited(sweep={"workload.arrival.rate_per_s": [2, 8]}, variants=[{"name": "one"}])
+    out = tmp_path / "report"
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster:
+        code, stdout, err = run_cli(["sweep", str(write(tmp_path, doc)), "-o", str(out),
+                                     "--scheduler", cluster.scheduler_address], capsys)
+    assert code == 0, err
+    assert f"Dask scheduler {cluster.scheduler_address}" in stdout
+    with open_runner(ExecutorSpec("serial")) as runner:
+        serial = sweep.run(sweep.plan(write(tmp_path, doc, "again.yaml")), [5], runner).runs
+    remote = pd.read_csv(out / "summary.csv")
+    np.testing.assert_allclose(remote["itl_p99_ms"], serial["itl_p99_ms"])
+    np.testing.assert_allclose(remote["ttft_p99_ms"], serial["ttft_p99_ms"])

@@ -10,15 +10,26 @@ do), then the LM head for the sequences that sample. Each operator costs
 
     seconds = Σ t_op + tensor-parallel communication + step_overhead_s.
 
+The efficiencies come per operator class from the profile
+(:class:`capsim.hardware.Efficiency`; fitted by ``capsim calibrate``):
+weight matmuls use ``launch_s + max(flops / peak, bytes / hbm_bw) / e(n)``
+with a GEMM curve over the step's tokens n; prefill attention a compute
+curve over keys per query; decode attention and elementwise kernels their
+own memory factors; each class adds a fixed launch time per layer. A
+profile without those entries (and ``hw.ideal()``) uses the scalar
+``compute`` / ``memory`` factors for every operator, as above.
+
 Operators per layer (all per GPU, sharded Megatron-style as vLLM does):
 
 - ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``: weight matmuls.
   flops = 2 × tokens × params / TP; bytes = params × weight_bytes / TP (read
   once per step) + tokens × (in + out activation widths) × 2 bytes.
-- ``attention``: flops = 4 × head_dim × heads / TP × query-key pairs (QKᵀ and
-  AV, PaLM appendix B); bytes = KV read for every context token + KV write
-  and q / output activations for every new token. FlashAttention streams K/V
-  once per sequence; re-reads across query tiles are ignored (lower bound).
+- ``attention_prefill`` and ``attention_decode``: flops = 4 × head_dim ×
+  heads / TP × query-key pairs (QKᵀ and AV, PaLM appendix B); bytes = KV
+  read for every context token + KV write and q / output activations for
+  every new token. FlashAttention streams K/V once per sequence; re-reads
+  across query tiles are ignored (lower bound). The prefill chunks and the
+  decode tokens are priced separately and summed (as Vidur predicts them).
 - ``elementwise``: RMSNorms, RoPE, SiLU·mul and residual adds, memory only
   (their FLOPs are negligible). Vidur's A100 Llama-3-8B rows measure these
   at ~9 % of a layer's time at 4,096 tokens; this traffic model gives ~6 %.
@@ -34,7 +45,9 @@ gather of the vocab-sharded logits to rank 0. Communication is not
 overlapped with compute (vLLM does not overlap TP collectives by default).
 
 Public API:
-    StepCost, OperatorCost, StepPricer, attn_pairs, describe_step
+    StepCost, OperatorCost, StepPricer, attn_pairs, describe_step,
+    Matmul, AttentionWork, layer_matmuls, attention_work, elementwise_bytes_per_token,
+    curve_efficiency, keys_per_query, ring_all_reduce_s
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ class Page:
     notes: list[str]
     resolved_yaml: str
     headline: str = ""
+    capacity: bool = False                      # sizing answered --gpus N (highest rate)
     sizing: Table | None = None
     cheapest: Table | None = None
     points: Table | None = None
@@ -194,6 +195,7 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
                 meta=_meta(result.seeds, result.runs, executor),
                 slo_lines=slo_lines(spec.slo, base.class_slos), notes=list(notes or []),
                 resolved_yaml=resolved_yaml, headline=sizing_headline(result),
+                capacity=result.mode == "rate",
                 sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
                 files=["sizing.csv", "summary.csv", "points.csv", "scenario.resolved.yaml"])
     group = ["variant", "hardware", "tensor_parallel_size"]

@@ -94,3 +94,14 @@ def test_parallel_sampling_shares_prompt_blocks():
     peak4 = max(r.peak_kv_used_blocks for r in r4.replicas)
     assert peak4 < 3 * peak1                    # prompts (~5× the replies) are held once
     assert sum(r4.itl.count) == 4 * sum(r1.itl.count)
+
+
+def test_report_kv_table_shows_the_allocator_figures(layouts):
+    from capsim.report.html import kv_table
+
+    rows = [row for row, _ in layouts.values()]
+    table = kv_table(rows, {})
+    assert table["columns"][0] == "peak batch"
+    by_variant = {r["variant"]: r["cells"] for r in table["rows"]}
+    assert by_variant["reserve-max_model_len"][0] == "40"
+    assert by_variant["paged"][0] == f"{layouts['paged'][0].peak_running:,}"

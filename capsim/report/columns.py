@@ -76,6 +76,26 @@ def verdict_columns(slo: SloConfig) -> list[Column]:
     return cols
 
 
+def kv_columns() -> list[Column]:
+    """Columns of the KV-memory table: batch size, cache use, preemption, prefix caching,
+    and seed 000's allocator figures (waste and block-table entries at the KV peak;
+    contiguous layouts: free tokens and biggest hole at the first refused admission)."""
+    return [
+        Column("peak_running", "peak batch", "Batch", "int"),
+        Column("kv_peak_frac", "KV peak", "KV cache", "frac"),
+        Column("kv_internal_waste_tokens", "waste at peak", "KV cache", "int"),
+        Column("block_table_entries_at_peak", "table entries", "KV cache", "int"),
+        Column("external_fragmentation_tokens", "free at 1st refusal", "Contiguous", "int"),
+        Column("biggest_hole_tokens", "biggest hole", "Contiguous", "int"),
+        Column("preemptions", "preemptions", "Preemption", "int"),
+        Column("recomputed_tokens", "recomputed tok", "Preemption", "int"),
+        Column("swap_bytes", "swap bytes", "Preemption", "int"),
+        Column("prefix_hit_rate", "token hits", "Prefix cache", "frac"),
+        Column("prefix_block_hit_rate", "block hits", "Prefix cache", "frac"),
+        Column("prefill_tokens_saved", "prefill saved", "Prefix cache", "int"),
+    ]
+
+
 def console_columns(slo: SloConfig) -> list[Column]:
     """The shorter column set of the terminal summary (brief: fits 160 characters)."""
     keep = ("num_gpus", "request_throughput_per_s", "output_throughput_tok_per_s",

@@ -15,7 +15,7 @@ import jinja2
 
 import capsim
 from capsim.report.columns import (Column, failed_list, fmt, target_status, target_text,
-                                   verdict_columns)
+                                   kv_columns, verdict_columns)
 from capsim.results import RunResult, SummaryRow
 from capsim.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
 
@@ -90,6 +90,23 @@ def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> di
     }
 
 
+def kv_table(rows: list[SummaryRow], colours: dict[str, str]) -> dict:
+    """The KV-memory table (no targets, no verdict): same shape as the disaggregation table."""
+    cols = kv_columns()
+    groups: list[dict] = []
+    for c in cols:
+        if groups and groups[-1]["name"] == c.group:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({"name": c.group, "span": 1})
+    return {
+        "groups": groups,
+        "columns": [c.label for c in cols],
+        "rows": [{"variant": r.variant, "colour": colours.get(r.variant, "#777"),
+                  "cells": [fmt(getattr(r, c.key), c.kind) for c in cols]} for r in rows],
+    }
+
+
 def tail_alerts(rows: list[SummaryRow], slo: SloConfig) -> list[str]:
     """One sentence per variant with stalls, saying whether p99 ITL would hide them (seed 002 Q10)."""
     out = []
@@ -149,6 +166,7 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         verdict=table(all_rows, slo, colours),
         by_class=table(class_rows, slo, colours) if class_rows else None,
         alerts=tail_alerts(all_rows, slo),
+        kv=kv_table(all_rows, colours),
         figures=figures,
         timelines=timelines,
         notes=notes,

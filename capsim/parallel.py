@@ -76,17 +76,28 @@ class Runner:
     """Maps a function over tasks on one backend; reuse it for several batches."""
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
-            progress: Progress | None = None) -> list[Any]:
+            progress: Progress | None = None,
+            weights: Sequence[float] | None = None) -> list[Any]:
         """``[fn(x) for x in items]``, in input order; ``progress(done, total)`` after each.
 
-        The first exception raised by ``fn`` propagates (pending tasks are
-        cancelled where the backend allows).
+        ``weights`` (expected cost of each item, any unit) makes the parallel
+        backends start the heaviest items first (longest-processing-time
+        first), so one long run does not finish alone at the end. The first
+        exception raised by ``fn`` propagates (pending tasks are cancelled
+        where the backend allows).
         """
         raise NotImplementedError
 
 
+def heaviest_first(n: int, weights: Sequence[float] | None) -> list[int]:
+    """Indices ``0..n-1`` by descending weight (stable; input order without weights)."""
+    if weights is None:
+        return list(range(n))
+    return sorted(range(n), key=lambda i: -weights[i])
+
+
 class _SerialRunner(Runner):
-    def map(self, fn, items, progress=None):
+    def map(self, fn, items, progress=None, weights=None):
         out = []
         for i, item in enumerate(items):
             out.append(fn(item))
@@ -99,8 +110,10 @@ class _PoolRunner(Runner):
     def __init__(self, pool: ProcessPoolExecutor):
         self.pool = pool
 
-    def map(self, fn, items, progress=None):
-        futures = [self.pool.submit(fn, item) for item in items]
+    def map(self, fn, items, progress=None, weights=None):
+        futures: list = [None] * len(items)
+        for i in heaviest_first(len(items), weights):
+            futures[i] = self.pool.submit(fn, items[i])
         pending, done = set(futures), 0
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -119,10 +132,13 @@ class _DaskRunner(Runner):
     def __init__(self, client):
         self.client = client
 
-    def map(self, fn, items, progress=None):
+    def map(self, fn, items, progress=None, weights=None):
         from distributed import as_completed
 
-        futures = self.client.map(fn, list(items), pure=False)
+        # Dask runs higher priorities first; its map keeps the input order.
+        futures = self.client.map(fn, list(items), pure=False, priority=0) if weights is None \
+            else [self.client.submit(fn, item, pure=False, priority=float(w))
+                  for item, w in zip(items, weights)]
         try:
             for done, fut in enumerate(as_completed(futures), start=1):
                 if fut.status == "error":

@@ -216,6 +216,16 @@ def dedupe(work: list[RunTask]) -> tuple[list[RunTask], list[int]]:
     return unique, index
 
 
+def expected_cost(task: RunTask) -> float:
+    """A run's relative cost for scheduling (only the order matters: heaviest first).
+
+    Wall time grows with engine steps: with the output tokens (decode steps)
+    plus the prompt chunks to prefill.
+    """
+    t = task.trace
+    return t.total_output_tokens + t.total_prompt_tokens / 512
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """Every run of a sweep and its per-configuration aggregate.
@@ -258,7 +268,7 @@ def run(sweep: SweepPlan, seeds: list[int], runner: Runner,
     """
     work = tasks(sweep, seeds)
     unique, index = dedupe(work)
-    done = runner.map(execute, unique, progress)
+    done = runner.map(execute, unique, progress, weights=[expected_cost(t) for t in unique])
     outcomes = [replace(done[i], labels=t.labels) for t, i in zip(work, index)]
     runs = outcomes_frame(outcomes)
     totals = runs[runs["cls"] == "all"]

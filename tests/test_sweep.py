@@ -281,3 +281,12 @@ def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, capsys):
     remote = pd.read_csv(out / "summary.csv")
     np.testing.assert_allclose(remote["itl_p99_ms"], serial["itl_p99_ms"])
     np.testing.assert_allclose(remote["ttft_p99_ms"], serial["ttft_p99_ms"])
+
+
+def test_heaviest_runs_start_first_but_results_keep_input_order():
+    from capsim.parallel import heaviest_first
+
+    assert heaviest_first(4, [1.0, 5.0, 3.0, 5.0]) == [1, 3, 2, 0]
+    assert heaviest_first(3, None) == [0, 1, 2]
+    with open_runner(ExecutorSpec("process", workers=2)) as runner:
+        assert runner.map(abs, [-3, 1, -2], weights=[0.0, 2.0, 1.0]) == [3, 1, 2]

@@ -282,3 +282,13 @@ def test_a_replayed_trace_is_rescaled_to_the_sizing_rate(tmp_path):
     trace = plan.traces.get(wl, plan.seeds[0])
     assert len(trace) == 41 and trace.duration_s == pytest.approx(5.0)
     assert sizing.plan(load(write(tmp_path, doc, "b.yaml")), []).rate_per_s == pytest.approx(2.0)
+
+
+def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path):
+    disagg = {"name": "1P1D", "disaggregation": {
+        "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1}, "link": "nvlink-4"}}
+    doc = with_(variants=[DOC["variants"][0], disagg])
+    plan = sizing.plan(load(write(tmp_path, doc)), [])
+    by = {o.variant: o for o in plan.options}
+    assert by["1P1D"].run is None and by["1P1D"].problem == sizing.DISAGG_NOT_SIZED
+    assert by["chunked"].run is not None

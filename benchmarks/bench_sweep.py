@@ -44,9 +44,10 @@ def _first_variant(loaded):
 
 
 def timed(spec: ExecutorSpec, p: sweep.SweepPlan) -> tuple[float, float, pd.DataFrame]:
-    """(startup s, run s, numbers) of one backend."""
+    """(startup s, run s, numbers) of one backend; startup includes starting the workers."""
     t0 = time.perf_counter()
     with open_runner(spec) as runner:
+        runner.map(abs, list(range(spec.num_workers)))          # workers up and importing done
         t1 = time.perf_counter()
         result = sweep.run(p, [p.base.spec.seed], runner)
         t2 = time.perf_counter()
@@ -78,8 +79,9 @@ def main() -> None:
             serial_s, reference = run_s, numbers
         workers = 1 if spec.backend == "serial" else spec.num_workers
         speedup = serial_s / run_s
-        print(f"{spec.describe():<32} start {start_s:5.1f} s  run {run_s:6.1f} s  "
-              f"speed-up {speedup:4.2f}×  efficiency {speedup / workers:4.0%}{same}")
+        print(f"{spec.describe():<30} start {start_s:4.1f} s + run {run_s:5.1f} s = "
+              f"{start_s + run_s:5.1f} s   run speed-up {speedup:4.2f}× "
+              f"(efficiency {speedup / workers:4.0%}){same}")
 
 
 if __name__ == "__main__":

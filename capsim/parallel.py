@@ -161,11 +161,24 @@ def open_runner(spec: ExecutorSpec) -> Iterator[Runner]:
     if spec.backend == "serial" or (spec.backend == "process" and spec.num_workers == 1):
         yield _SerialRunner()
     elif spec.backend == "process":
-        with ProcessPoolExecutor(max_workers=spec.num_workers, mp_context=_mp_context()) as pool:
+        with ProcessPoolExecutor(max_workers=spec.num_workers, mp_context=_mp_context(),
+                                 initializer=one_blas_thread) as pool:
             yield _PoolRunner(pool)
     else:
         with _dask_client(spec) as client:
             yield _DaskRunner(client)
+
+
+def one_blas_thread() -> None:
+    """Limit BLAS / OpenMP thread pools to one thread in this worker process.
+
+    The workers already fill the cores; numpy's OpenBLAS would otherwise add
+    a thread per core to every worker, spinning beside the simulations (Dask's
+    nanny sets OMP/MKL/OPENBLAS_NUM_THREADS=1 for the same reason).
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
 
 
 def _mp_context():

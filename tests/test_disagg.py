@@ -135,6 +135,24 @@ def test_max_min_fairness_incast_and_tensor_parallel_ports():
     assert a.rate_bytes_per_s == b.rate_bytes_per_s == pytest.approx(NDR / 2)
 
 
+def test_a_flow_with_a_sub_ulp_remainder_still_finishes():
+    """Regression (found in disagg_ratio at 24 req/s): at t = 266.34 s a float step is
+    5.7e-14 s; a 9.4 MB flow left with 0.012 bytes at 450 GB/s needs 2.7e-14 s, so its timer
+    fired at the same instant again and again. Such a flow now counts as finished."""
+    t0 = 266.3373948493349
+    env = simpy.Environment(initial_time=t0)
+    link = KVLink(env, [450e9, 450e9], 0.0)
+    done = []
+    link.send(9437184.0, (0, 1), done.append)
+    flow = link.net.flows[0]
+    flow.remaining_bytes = 0.012129588052630424      # what float rounding left over
+    link._arm()
+    for _ in range(100):                             # bounded: a regression cannot hang
+        if not done and env.peek() < t0 + 1.0:
+            env.step()
+    assert done == [t0] and link.in_flight == 0 and not link.net.flows
+
+
 def one_request_transfer(tmp_path, **pools) -> tuple[float, float]:
     """Simulate one 2,048-token prompt; return (transfer seconds, bytes)."""
     run = load(scenario(tmp_path, [{"name": "d", "disaggregation": disagg(**pools)}])).runs[0]

@@ -27,6 +27,8 @@ from typing import Callable
 import simpy
 
 _REL_TOL = 1e-9        # a flow with less than this fraction of its bytes left is done
+_TIME_TOL_S = 1e-9     # ... or with less than 1 ns left at its rate: below the float resolution
+                       # of a clock at hundreds of seconds, so waiting for it would never end
 
 
 @dataclass(eq=False)
@@ -93,9 +95,9 @@ class FairShareNetwork:
         if dt > 0:
             self._move(dt)
         self._t = now
-        done = [f for f in self.flows if f.remaining_bytes <= _REL_TOL * f.total_bytes]
+        done = [f for f in self.flows if _finished(f)]
         if done:
-            self.flows = [f for f in self.flows if f.remaining_bytes > _REL_TOL * f.total_bytes]
+            self.flows = [f for f in self.flows if not _finished(f)]
             for f in done:
                 self.port_bytes_add(f.ports, f.remaining_bytes)
                 f.remaining_bytes = 0.0
@@ -141,6 +143,10 @@ class FairShareNetwork:
                 else:
                     still.append(f)
             unfixed = still
+
+
+def _finished(f: Flow) -> bool:
+    return f.remaining_bytes <= max(_REL_TOL * f.total_bytes, f.rate_bytes_per_s * _TIME_TOL_S)
 
 
 class KVLink:

@@ -6,7 +6,11 @@ Definitions, all over the run's span (first arrival → last completion, as
 every throughput figure):
 
 - ``prefill_busy_frac`` / ``decode_busy_frac``: Σ busy seconds × TP of the
-  pool's replicas ÷ (pool GPUs × span).
+  pool's replicas ÷ (pool GPUs × span). A decode GPU running small batches is
+  busy, and its MBU stays high too (every step reads all the weights), so
+  ``decode_slot_occupancy`` (sequences per decode step ÷ ``max_num_seqs``)
+  says how full its batches were; ``prefill_mfu`` is the prefill pool's
+  FLOP/s ÷ its peak.
 - ``kv_transfer_*_ms``: a transfer's time on the link, decode slot reserved →
   last byte landed (latency + shared-bandwidth time).
 - ``kv_backpressure_p99_ms``: token 1 → decode slot reserved (waiting for a
@@ -50,6 +54,12 @@ def disagg_columns(result: RunResult, cls: str, span_s: float) -> dict[str, floa
         "disagg": d.label,
         "prefill_busy_frac": _pool_busy(result, "prefill", d.prefill_gpus) / span,
         "decode_busy_frac": _pool_busy(result, "decode", d.decode_gpus) / span,
+        "prefill_mfu": _pool_sum(result, "prefill", "flops")
+        / (d.prefill_gpus * d.prefill_peak_flops_per_gpu * span),
+        "decode_mbu": _pool_sum(result, "decode", "hbm_bytes")
+        / (d.decode_gpus * d.decode_hbm_bandwidth_per_gpu_bytes_per_s * span),
+        "decode_slot_occupancy": _pool_sum(result, "decode", "slot_steps_useful")
+        / _pool_sum(result, "decode", "slot_capacity"),
         "kv_transfer_p50_ms": _pct(transfer_ms, 50),
         "kv_transfer_p99_ms": _pct(transfer_ms, 99),
         "kv_transfer_max_ms": _pct(transfer_ms, 100),
@@ -68,6 +78,11 @@ def _pool_busy(result: RunResult, pool: str, gpus: int) -> float:
     """Busy GPU-seconds of one pool ÷ its GPUs (seconds)."""
     busy = sum(r.busy_s * r.tensor_parallel_size for r in result.replicas if r.pool == pool)
     return busy / gpus if gpus else _NAN
+
+
+def _pool_sum(result: RunResult, pool: str, field: str) -> float:
+    """Σ ``field`` of ReplicaStats (flops / hbm_bytes are already summed over TP GPUs) over one pool."""
+    return sum(getattr(r, field) for r in result.replicas if r.pool == pool)
 
 
 def _pct(values: np.ndarray, q: float) -> float:

@@ -107,7 +107,7 @@ class ReplicaStats(_Result):
     kv_written_tokens_at_peak: int = 0       # Σ computed tokens held, when KV use peaked
     block_table_entries_at_peak: int = 0     # Σ block-table lengths then (paged)
     peak_running: int = 0                    # most sequences in the batch at once
-    admission_blocked: int = 0               # contiguous: admissions refused, no hole fits
+    admission_blocked: int = 0               # contiguous: requests that waited for a hole
     first_blocked: list[int] = []            # contiguous: [wanted, free tokens, biggest hole]
 
 
@@ -167,6 +167,8 @@ class DisaggResult(_Result):
     decode_gpus: int
     prefill_hardware: str
     decode_hardware: str
+    prefill_peak_flops_per_gpu: float  # dense peak of the prefill pool's GPUs (its dtype)
+    decode_hbm_bandwidth_per_gpu_bytes_per_s: float
     transfers: TransferRecords
     ports: list[LinkPortStats]
     prefill_saturated_s: float
@@ -264,6 +266,9 @@ class SummaryRow(_Result):
     disagg: str = ""                             # "1P3D": prefill replicas, decode replicas
     prefill_busy_frac: float = float("nan")      # prefill pool GPU-busy seconds ÷ (its GPUs × span)
     decode_busy_frac: float = float("nan")
+    prefill_mfu: float = float("nan")            # prefill pool FLOP/s ÷ (its GPUs × peak)
+    decode_mbu: float = float("nan")             # decode pool HBM bytes/s ÷ (its GPUs × bandwidth)
+    decode_slot_occupancy: float = float("nan")  # decode pool: sequences per step ÷ max_num_seqs
     kv_transfer_p50_ms: float = float("nan")     # decode slot reserved → last KV byte landed
     kv_transfer_p99_ms: float = float("nan")
     kv_transfer_max_ms: float = float("nan")

@@ -346,6 +346,8 @@ class DisaggCluster:
             prefill_replicas=len(self.prefill), decode_replicas=len(self.decode),
             prefill_gpus=d.prefill.num_gpus, decode_gpus=d.decode.num_gpus,
             prefill_hardware=d.prefill.hardware.name, decode_hardware=d.decode.hardware.name,
+            prefill_peak_flops_per_gpu=d.prefill.hardware.peak_flops(d.prefill.engine.dtype),
+            decode_hbm_bandwidth_per_gpu_bytes_per_s=d.decode.hardware.hbm_bandwidth_bytes_per_s,
             transfers=records, ports=ports,
             prefill_saturated_s=m.prefill_saturated_s, decode_saturated_s=m.decode_saturated_s,
             stranded_prefill_gpu_s=m.stranded_prefill_gpu_s,

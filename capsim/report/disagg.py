@@ -36,8 +36,10 @@ CAPTIONS = {
         "hatched for reference. Top: goodput (requests per second meeting every per-request "
         "SLO). Middle: p99 TTFT, p99 and max ITL and, for splits, p99 of the token 1 → 2 gap "
         "(KV transfer included; log ms). Bottom: how busy each pool's GPUs were and how much of "
-        "a pool sat idle while the other was saturated (stranded). The split that wins keeps "
-        "both pools busy without stranding either."),
+        "a pool sat idle while the other was saturated (stranded). Diamonds: the prefill pool's "
+        "MFU, and the decode pool's batch fill (sequences per step ÷ max_num_seqs; a busy decode "
+        "pool can still be running small batches). The split that wins keeps both pools working "
+        "without stranding either or filling the decode batch to its cap."),
     TRANSFER_FIG: (
         "KV-cache transfers",
         "Left: time each prompt's KV spent on the link (decode slot reserved → last byte; "
@@ -52,6 +54,8 @@ TABLE_COLUMNS = [
     Column("num_gpus", "GPUs", "Pools", "int"),
     Column("prefill_busy_frac", "prefill busy", "Pools", "frac"),
     Column("decode_busy_frac", "decode busy", "Pools", "frac"),
+    Column("prefill_mfu", "prefill MFU", "Pools", "frac"),
+    Column("decode_slot_occupancy", "decode batch fill", "Pools", "frac"),
     Column("stranded_prefill_frac", "prefill stranded", "Pools", "frac"),
     Column("stranded_decode_frac", "decode stranded", "Pools", "frac"),
     Column("kv_transfer_p50_ms", "p50", "KV transfer ms", "ms"),
@@ -104,12 +108,12 @@ def table(rows: list[SummaryRow], results: list[RunResult], colours: dict[str, s
 
 
 def _link_text(d) -> str:
-    gbit = d.link_bandwidth_bytes_per_s * 8 / 1e9
     hw = d.prefill_hardware if d.prefill_hardware == d.decode_hardware else \
         f"{d.prefill_hardware} → {d.decode_hardware}"
     return (f"{d.prefill_replicas} × prefill ({d.prefill_gpus} GPU) + {d.decode_replicas} × "
-            f"decode ({d.decode_gpus} GPU), {hw}; KV over {d.link} ({gbit:,.0f} Gb/s per GPU, "
-            f"{d.link_latency_s * 1e6:,.0f} µs), decode router {d.router}"
+            f"decode ({d.decode_gpus} GPU), {hw}; KV over {d.link} "
+            f"({d.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s per GPU and direction, "
+            f"{d.link_latency_s * 1e6:,.0f} µs per transfer), decode router {d.router}"
             + (", layer-wise overlap" if d.layerwise_overlap else ""))
 
 
@@ -127,7 +131,7 @@ def plot_ratio(rows: list[SummaryRow], results: list[RunResult], colours: dict[s
     rows = ordered(rows, results)
     x = np.arange(len(rows))
     with matplotlib.rc_context(RC):
-        fig = _figure(min(16.0, max(9.0, 1.5 * len(rows) + 3.0)), 10.5)
+        fig = _figure(min(16.0, max(10.5, 1.6 * len(rows) + 3.5)), 10.5)
         ax_good, ax_lat, ax_pool = fig.subplots(3, 1, sharex=True)
         _goodput_panel(ax_good, rows, by_name, colours, x)
         _latency_panel(ax_lat, rows, by_name, x)
@@ -212,11 +216,26 @@ def _pool_panel(ax, rows, by_name, x) -> None:
     ax.set_ylabel("share of pool GPU time")
     ax.set_title("Pools: GPU busy and stranded (idle while the other pool is saturated)",
                  loc="left")
+    _efficiency_marks(ax, rows, by_name, x, width)
     handles = [Patch(facecolor=c, hatch=h, edgecolor="white" if h else None, label=lab)
                for _, lab, c, h in _POOLS]
+    handles.append(Line2D([], [], ls="", marker="D", color="#333", mfc="white",
+                          label="on busy bars: prefill MFU / decode batch fill"))
     handles.append(Patch(facecolor="#BBBBBB", label="co-located: all GPUs busy"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
+
+
+def _efficiency_marks(ax, rows, by_name, x, width) -> None:
+    """A diamond on each split's busy bars: prefill MFU, decode batch fill (seqs ÷ max_num_seqs)."""
+    for i, r in enumerate(rows):
+        if by_name[r.variant].disagg is None:
+            continue
+        for j, key in ((0, "prefill_mfu"), (1, "decode_slot_occupancy")):
+            v = getattr(r, key)
+            if not math.isnan(v):
+                ax.plot([x[i] - 0.4 + width * (j + 0.5)], [v], ls="", marker="D", ms=6,
+                        color="#333", mfc="white", mew=1.3, zorder=4)
 
 
 def plot_transfers(results: list[RunResult], rows: list[SummaryRow], colours: dict[str, str],

@@ -67,6 +67,7 @@ def _set_option(f):
 def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.config import dump_resolved, load
+    from capsim.config_disagg import kv_log_lines
     from capsim.metrics import summarize
     from capsim.report.console import summary_table
     from capsim.sim import simulate
@@ -83,7 +84,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
         for rc in loaded.runs:
-            for line in rc.kv.log_lines(rc.engine.max_model_len):
+            for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
             trace = traces[_workload_key(rc)]
             task = bar.add_task(rc.variant, total=len(trace))
@@ -118,12 +119,17 @@ def _traces(loaded) -> dict:
 @_set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     from capsim.config import load
+    from capsim.config_disagg import pool_lines
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
     sizes = "/".join(f"{len(t):,}" for t in traces.values())
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
+        if rc.disagg is not None:          # prefill and decode pools (config_disagg)
+            for line in pool_lines(rc):
+                click.echo(f"  {line}")
+            continue
         eng = rc.engine
         click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
                    f"TP{eng.tensor_parallel_size}, {eng.scheduler}"

@@ -184,3 +184,29 @@ def _pool_error(exc: ScenarioError, index: int, where: str, pool: PoolConfig) ->
     if tail.startswith("engine") or (tail == "hardware" and pool.hardware is not None):
         path = f"{where}.{tail}"
     return ScenarioError(exc.message, file=exc.file, path=path or where)
+
+
+def kv_log_lines(run: "RunConfig") -> list[str]:
+    """vLLM's KV start-up lines of a variant; one set per pool (prefixed) when disaggregated."""
+    if run.disagg is None:
+        return run.kv.log_lines(run.engine.max_model_len)
+    return [f"{role}: {line}" for role in ROLES
+            for line in run.disagg.pool(role).kv.log_lines(run.disagg.pool(role).engine.max_model_len)]
+
+
+def pool_lines(run: "RunConfig") -> list[str]:
+    """What ``capsim validate`` prints for a disaggregated variant: split, link, each pool."""
+    d = run.disagg
+    out = [f"{run.variant}: {d.label} on {d.num_gpus} GPUs, KV over {d.link.name} "
+           f"({d.link.bandwidth_bytes_per_s / 1e9:,.0f} GB/s per GPU and direction, "
+           f"{d.link.latency_s * 1e6:,.0f} µs per transfer), decode router "
+           f"{d.router}" + (", layer-wise overlap" if d.layerwise_overlap else "")]
+    for role in ROLES:
+        pool = d.pool(role)
+        eng = pool.engine
+        out.append(f"  {role}: {pool.cluster.num_replicas} × {pool.hardware.name} "
+                   f"TP{eng.tensor_parallel_size}, {'chunked' if eng.chunked else 'unchunked'}, "
+                   f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
+                   f"{eng.max_num_batched_tokens}")
+        out += [f"    {line}" for line in pool.kv.log_lines(eng.max_model_len)]
+    return out

@@ -23,7 +23,7 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -116,7 +116,7 @@ class _PoolRunner(Runner):
             futures[i] = self.pool.submit(fn, items[i])
         pending, done = set(futures), 0
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
                 if fut.exception() is not None:
                     for other in pending:

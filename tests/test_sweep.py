@@ -290,3 +290,11 @@ def test_heaviest_runs_start_first_but_results_keep_input_order():
     assert heaviest_first(3, None) == [0, 1, 2]
     with open_runner(ExecutorSpec("process", workers=2)) as runner:
         assert runner.map(abs, [-3, 1, -2], weights=[0.0, 2.0, 1.0]) == [3, 1, 2]
+
+
+def test_progress_counts_every_finished_run():
+    calls = []
+    with open_runner(ExecutorSpec("process", workers=2)) as runner:
+        runner.map(abs, list(range(-5, 0)), lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (5, 5) and len(calls) >= 2
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)

@@ -215,7 +215,8 @@ def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[
     total = int(counts.sum())
     gaps_ms = gaps_s * 1e3
     out = {
-        "itl_mean_ms": float((gaps_ms * counts).sum() / total) if total else _NAN,
+        # fsum: exact, so the mean does not depend on the order the runs were recorded in.
+        "itl_mean_ms": math.fsum((gaps_ms * counts).tolist()) / total if total else _NAN,
         "itl_max_ms": float(gaps_ms[counts > 0].max()) if total else _NAN,
         "itl_stalls": int(counts[gaps_ms > stall_ms].sum()),
     }

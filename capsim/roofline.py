@@ -472,7 +472,53 @@ class StepPricer:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
-        # Same arithmetic as seconds(), also summing each side; inlined (hot path).
+        compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(
+            n, logits_seqs, prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
+        a = self._attn
+        if decode_seqs > 0:
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = launch + c_pair * decode_ctx_tokens
+            m = launch + m_kv * decode_ctx_tokens + m_new * decode_seqs
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.flops_per_pair * decode_ctx_tokens
+            nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
+        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
+                  + self._comm_per_logit_s * logits_seqs)
+        return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
+                        comm_s, self._overhead_s, compute_s > memory_s)
+
+    def decode_costs(self, decode_seqs: int, decode_ctx_tokens: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised :meth:`cost` of decode-only steps of ``decode_seqs`` sequences.
+
+        Args:
+            decode_seqs: sequences decoding in every step (> 0).
+            decode_ctx_tokens: shape (k,), Σ context of each step.
+
+        Returns:
+            (seconds, flops, bytes, compute_bound), each shape (k,), bit-for-bit
+            equal to ``cost(decode_seqs=n, decode_ctx_tokens=ctx[i], logits_seqs=n)``
+            (same float operations in the same order; numpy does not fuse them).
+        """
+        n = decode_seqs
+        compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(n, n, 0, 0.0, 0)
+        a = self._attn
+        ctx = np.asarray(decode_ctx_tokens, dtype=np.float64)
+        c_pair, m_kv, m_new, launch = self._attn_d
+        c = launch + c_pair * ctx
+        m = launch + m_kv * ctx + m_new * n
+        roof = roof_s + np.maximum(c, m)
+        comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
+        seconds = roof + comm_s + self._overhead_s
+        step_flops = flops + a.flops_per_pair * ctx
+        step_bytes = nbytes + (a.kv_bytes_per_token * ctx + a.new_bytes_per_token * n)
+        return seconds, step_flops, step_bytes, (compute_s + c) > (memory_s + m)
+
+    def _before_decode_attention(self, n: int, logits_seqs: int, prefill_tokens: int,
+                                 prefill_attn_pairs: float, prefill_kv_tokens: int
+                                 ) -> tuple[float, float, float, float, float]:
+        """(compute_s, memory_s, roof_s, flops, bytes) of everything but decode attention."""
         ginv = self._ginv
         g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
         fixed = self._gemm_launch_s + self._ew_launch_s
@@ -505,18 +551,7 @@ class StepPricer:
             roof_s += c if c > m else m
             flops += a.flops_per_pair * prefill_attn_pairs
             nbytes += a.kv_bytes_per_token * prefill_kv_tokens + a.new_bytes_per_token * prefill_tokens
-        if decode_seqs > 0:
-            c_pair, m_kv, m_new, launch = self._attn_d
-            c = launch + c_pair * decode_ctx_tokens
-            m = launch + m_kv * decode_ctx_tokens + m_new * decode_seqs
-            compute_s, memory_s = compute_s + c, memory_s + m
-            roof_s += c if c > m else m
-            flops += a.flops_per_pair * decode_ctx_tokens
-            nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
-        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
-                  + self._comm_per_logit_s * logits_seqs)
-        return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
-                        comm_s, self._overhead_s, compute_s > memory_s)
+        return compute_s, memory_s, roof_s, flops, nbytes
 
     def _operator_terms(self, n: int, logits_seqs: int, prefill_tokens: int, pairs: float,
                         prefill_kv_tokens: float, decode_seqs: int,

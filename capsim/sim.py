@@ -34,13 +34,16 @@ class InvariantError(RuntimeError):
     """A run broke a conservation invariant: a simulator bug, not bad input."""
 
 
-def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = None) -> RunResult:
+def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = None,
+             macro_steps: bool = True) -> RunResult:
     """Simulate one variant over the trace.
 
     Args:
         run: the resolved variant.
         trace: the requests (shared by every variant of a scenario).
         progress: called as ``progress(done, total)`` while requests complete.
+        macro_steps: advance decode-only stretches in one event (same results; False
+            runs every engine step as its own event, the reference path).
 
     Raises:
         InvariantError: if a conservation invariant fails at the end.
@@ -70,7 +73,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
                             weight_dtype=run.engine.dtype,
                             kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
-        replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish)
+        replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish,
+                            macro_steps=macro_steps)
                     for i in range(run.cluster.num_replicas)]
         route = make_router(run.cluster.router, replicas)
     roots = [reqs[i] for i in np.flatnonzero(trace.parent < 0).tolist()]

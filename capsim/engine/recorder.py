@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from array import array
 
+import numpy as np
+
 from capsim.results import ItlRuns, ReplicaTimeline
 
 
@@ -30,6 +32,18 @@ class ItlRecorder:
                 self.gap_s.append(gap_s)
                 self.count.append(n)
                 self.class_id.append(cid)
+
+    def add_steps(self, gaps_s: list[float], class_counts: list[int]) -> None:
+        """``add(gap, class_counts)`` for each gap in order (one run per step and class)."""
+        classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
+        if len(classes) == 1:
+            (cid, n), k = classes[0], len(gaps_s)
+            self.gap_s.extend(gaps_s)
+            self.count.extend([n] * k)
+            self.class_id.extend([cid] * k)
+            return
+        for gap in gaps_s:
+            self.add(gap, class_counts)
 
     def add_one(self, gap_s: float, class_id: int) -> None:
         self.gap_s.append(gap_s)
@@ -75,6 +89,39 @@ class TimelineRecorder:
             b["queue_len_max"][idx] = queue_len
         if running > b["running_max"][idx]:
             b["running_max"][idx] = running
+
+    def steps(self, t_end_s: np.ndarray, busy_s: np.ndarray, decode_tokens: int,
+              kv_used_blocks: np.ndarray, queue_len: int, running: int) -> None:
+        """:meth:`step` for many decode-only steps at once (same bins, same float sums:
+        ``np.add.at`` accumulates in order onto the existing bin values)."""
+        start = 0
+        while start < len(t_end_s):
+            idx = (t_end_s[start:] / self.bin_s).astype(np.int64)
+            fits = int(np.searchsorted(idx >= self.max_bins, True))   # idx is non-decreasing
+            if fits == 0:
+                self._coarsen()
+                continue
+            idx = idx[:fits]
+            b = self.bins
+            grow = int(idx[-1]) + 1 - len(b["steps"])
+            if grow > 0:
+                for lst in b.values():
+                    lst.extend([0] * grow)
+            stop = start + fits
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            for key, vals in (("steps", np.ones(fits)), ("busy_s", busy_s[start:stop]),
+                              ("batch_tokens", np.full(fits, decode_tokens)),
+                              ("decode_tokens", np.full(fits, decode_tokens))):
+                acc = np.array(b[key][lo:hi], dtype=np.float64)
+                np.add.at(acc, idx - lo, vals)
+                b[key][lo:hi] = acc.astype(np.int64).tolist() if key != "busy_s" else acc.tolist()
+            for key, vals in (("kv_used_blocks_max", kv_used_blocks[start:stop]),
+                              ("queue_len_max", np.full(fits, queue_len)),
+                              ("running_max", np.full(fits, running))):
+                acc = np.array(b[key][lo:hi], dtype=np.int64)
+                np.maximum.at(acc, idx - lo, vals)
+                b[key][lo:hi] = acc.tolist()
+            start = stop
 
     def _coarsen(self) -> None:
         self.bin_s *= 2

@@ -13,13 +13,17 @@ reports, through optional hooks, prefilled requests to hand off
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
+from capsim.engine.step import Step
 from capsim.engine.scheduler import ContiguousScheduler, ContinuousScheduler
 from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
@@ -28,6 +32,21 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 GIB = 2**30
+
+
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:
+    """A timeout that fires at exactly ``when``.
+
+    ``env.timeout(when - env.now)`` can land one ulp off (``now + (when − now)`` is
+    not always ``when`` in floating point); nudging the delay by an ulp makes the
+    macro-step clock identical to the step-by-step one.
+    """
+    delay = when - env.now
+    while env.now + delay < when:
+        delay = math.nextafter(delay, math.inf)
+    while env.now + delay > when:
+        delay = math.nextafter(delay, -math.inf)
+    return env.timeout(delay)
 
 
 def make_kv(run: RunConfig) -> BlockAllocator | ContiguousAllocator:
@@ -72,8 +91,11 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, index: int, run: RunConfig, pricer: StepPricer,
                  itl: ItlRecorder, num_classes: int, on_finish: Callable[[Request], None],
-                 pool: str = "colocated"):
+                 pool: str = "colocated", macro_steps: bool = True):
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
+        # Advance decode-only stretches in one event (identical results; see _decode_run).
+        self.macro_steps = macro_steps
+        self._interrupt: simpy.Event | None = None
         self.pricer = pricer
         self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
@@ -100,6 +122,8 @@ class Replica:
         env.process(self._loop())
 
     def submit(self, req: Request) -> None:
+        if self._interrupt is not None and not self._interrupt.triggered:
+            self._interrupt.succeed()           # end a decode run at the step in progress
         req.replica = self.index
         self.outstanding_tokens += req.prompt_tokens + req.output_tokens
         self.scheduler.add(req)
@@ -139,12 +163,13 @@ class Replica:
                 continue
             if hooked:
                 self._set_busy(True)
-            cost = pricer.cost(prefill_tokens=step.prefill_tokens,
-                               prefill_attn_pairs=step.prefill_attn_pairs,
-                               prefill_kv_tokens=step.prefill_kv_tokens,
-                               decode_seqs=step.decode_seqs,
-                               decode_ctx_tokens=step.decode_ctx_tokens,
-                               logits_seqs=step.logits_seqs)
+            if self.macro_steps and not hooked:
+                k = sched.plan_decode_run(step)
+                if k > 1:
+                    yield from self._decode_run(step, k)
+                    self._report_finished()
+                    continue
+            cost = self._price(step)
             used = self.alloc.num_used_blocks
             if used > self.peak_kv_used_blocks:
                 self._note_kv_peak(used, step)
@@ -154,13 +179,50 @@ class Replica:
             self._account(step, cost, used, seconds)
             if hooked:
                 self._after_step(step, cost.seconds)
-            if sched.finished:
-                for req in sched.finished:
-                    self.outstanding_tokens -= req.prompt_tokens + req.output_tokens
-                    self.on_finish(req)
-                sched.finished.clear()
+            self._report_finished()
             if hooked and self.observer is not None:
                 self.observer()
+
+    def _report_finished(self) -> None:
+        sched = self.scheduler
+        if sched.finished:
+            for req in sched.finished:
+                self.outstanding_tokens -= req.prompt_tokens + req.output_tokens
+                self.on_finish(req)
+            sched.finished.clear()
+
+    def _price(self, step):
+        return self.pricer.cost(prefill_tokens=step.prefill_tokens,
+                                prefill_attn_pairs=step.prefill_attn_pairs,
+                                prefill_kv_tokens=step.prefill_kv_tokens,
+                                decode_seqs=step.decode_seqs,
+                                decode_ctx_tokens=step.decode_ctx_tokens,
+                                logits_seqs=step.logits_seqs)
+
+    def _decode_run(self, first, k: int):
+        """Advance ``k`` planned decode-only steps with one or two SimPy events (macro-step).
+
+        Step times are the step-by-step path's, added in the same order, so the clock
+        lands on the same floats; an arrival (``submit``) ends the run after the step
+        in progress, exactly where the step-by-step loop would first see it.
+        """
+        env, sched = self.env, self.scheduler
+        n = first.decode_seqs
+        secs, flops, nbytes, bound = self.pricer.decode_costs(
+            n, first.decode_ctx_tokens + n * np.arange(k))
+        ends = np.cumsum(np.concatenate(([env.now], secs)))[1:].tolist()
+        self._interrupt = env.event()
+        yield env.any_of([timeout_at(env, ends[-1]), self._interrupt])
+        self._interrupt = None
+        m = k
+        if env.now < ends[-1]:                      # a request arrived mid-run
+            m = bisect_left(ends, env.now) + 1
+            ends = ends[:m]
+            yield timeout_at(env, ends[-1])
+        used = sched.grow_for_run(m)
+        self._note_run_peak(used, n)
+        sched.commit_decode_run(ends)
+        self._account_run(secs[:m], flops[:m], nbytes[:m], bound[:m], n, used, ends)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -186,7 +248,36 @@ class Replica:
         hw, tp = self.run_cfg.hardware, self.run_cfg.engine.tensor_parallel_size
         return hw.pcie_latency_s + nbytes / tp / hw.pcie_bandwidth_bytes_per_s
 
-    def _account(self, step, cost, kv_used_blocks: int, seconds: float) -> None:
+    def _note_run_peak(self, used: list[int], n: int) -> None:
+        """The step loop's KV-peak check over a decode run (before it is committed): the
+        last new peak is the first step that reaches the run's highest block count."""
+        top = max(used)
+        if top <= self.peak_kv_used_blocks:
+            return
+        j = used.index(top)
+        sched = self.scheduler
+        self.peak_kv_used_blocks = top
+        self.kv_written_at_peak = sched.kv_tokens + n * (j + 1)
+        entries_now = sum(len(r.blocks) for r in sched.running.values())
+        self.table_entries_at_peak = entries_now - (used[-1] - top)
+
+    def _account_run(self, secs, flops, nbytes, bound, n: int, used: list[int],
+                     ends: list[float]) -> None:
+        """``_account`` for each step of a decode run, summed in the same order."""
+        tp = self.run_cfg.engine.tensor_parallel_size
+        busy, fl, hb = self.busy_s, self.flops, self.hbm_bytes
+        for s_, f_, b_ in zip(secs.tolist(), (flops * tp).tolist(), (nbytes * tp).tolist()):
+            busy += s_
+            fl += f_
+            hb += b_
+        self.busy_s, self.flops, self.hbm_bytes = busy, fl, hb
+        self.compute_bound_steps += int(bound.sum())
+        self.decode_tokens += n * len(ends)
+        self.timeline.steps(np.asarray(ends), secs, n, np.asarray(used),
+                            len(self.scheduler.waiting), self.scheduler.num_running)
+
+    def _account(self, step, cost, kv_used_blocks: int, seconds: float,
+                 t_end_s: float | None = None) -> None:
         tp = self.run_cfg.engine.tensor_parallel_size
         self.busy_s += seconds
         self.flops += cost.flops * tp
@@ -194,7 +285,7 @@ class Replica:
         self.compute_bound_steps += cost.compute_bound
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.decode_seqs
-        self.timeline.step(self.env.now, seconds, step.prefill_tokens, step.decode_seqs,
+        self.timeline.step(self.env.now if t_end_s is None else t_end_s, seconds, step.prefill_tokens, step.decode_seqs,
                            kv_used_blocks, len(self.scheduler.waiting), self.scheduler.num_running)
 
     def _note_kv_peak(self, used_blocks: int, step) -> None:

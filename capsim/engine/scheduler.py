@@ -56,6 +56,7 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
 
 
 class ContinuousScheduler:
+
     """Iteration-level scheduler for one replica.
 
     Args:
@@ -67,6 +68,8 @@ class ContinuousScheduler:
         itl: the run's ITL recorder.
         role: ``colocated``, ``prefill`` or ``decode`` (see the module docstring).
     """
+
+    grows_kv = True       # decoders take blocks as they grow (False: reserved up front)
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
@@ -459,6 +462,80 @@ class ContinuousScheduler:
                 self._leave_decode(req)
                 self._finish(req, now)
 
+    # --------------------------------------------------------------- decode runs
+    def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
+        """How many decode steps, starting with ``step`` (just scheduled), change nothing
+        but the clock: the same sequences decode, nothing is admitted, preempted or
+        finished before the last one, and every block they need is free.
+
+        Returns k >= 1; k > 1 lets the caller advance them in one go
+        (:meth:`commit_decode_run`) with exactly the step-by-step result.
+        An arrival may still end the run early; the caller handles that.
+        """
+        if (step.prefills or step.swap_bytes or not step.decode_seqs or self._pending
+                or self._kv_ready or self._cow_pending or self.swapped or self._preempted_now
+                or self.incoming):
+            return 1
+        heap = self._finish_heap
+        while heap and (heap[0][2] != heap[0][3].dec_version or heap[0][3].dec_epoch0 < 0):
+            heapq.heappop(heap)                     # stale entries: already left the decode set
+        k = min(max_steps, heap[0][0] - self.epoch if heap else max_steps)
+        if not self.grows_kv:
+            return k
+        free, buckets, bs, e = self.alloc.num_free_blocks, self._buckets, self.bs, self.epoch
+        for j in range(1, k):
+            free -= len(buckets[(e + j) % bs])
+            if free < 0:
+                return j                            # step j would preempt: do it step by step
+        return k
+
+    def grow_for_run(self, m: int) -> list[int]:
+        """Blocks for steps 1..m−1 of a planned run (step 0 was scheduled already), taken
+        in the order the step-by-step path takes them. Returns the KV blocks in use
+        during each step, length m. The plan guaranteed they are free."""
+        alloc, buckets, bs, e = self.alloc, self._buckets, self.bs, self.epoch
+        used0 = alloc.num_used_blocks
+        order: list[Request] = []
+        used = [used0]
+        for j in range(1, m):
+            bucket = buckets[(e + j) % bs]
+            if bucket:
+                order.extend(bucket.values())
+            used.append(used0 + len(order))
+        if order:
+            for req, block in zip(order, alloc.allocate(len(order))):
+                req.blocks.append(block)
+            if self.caching:
+                for req in order:
+                    if req.shareable:
+                        self._register(req, (len(req.blocks) - 1) * bs)
+        return used
+
+    def commit_decode_run(self, ends: list[float]) -> None:
+        """Complete a planned run of ``len(ends)`` decode steps ending at ``ends``:
+        the same bookkeeping as ``complete`` step by step, in bulk."""
+        m, n = len(ends), self.num_decoding
+        prev = self._cohort_t if self._epoch_end else math.nan
+        gaps = [b - a for a, b in zip([prev] + ends[:-1], ends)]
+        if self._epoch_end:
+            self.itl.add_steps(gaps, self._cohort)
+        else:
+            self.itl.add_steps(gaps[1:], self._cohort)
+        self._cohort_t = ends[-1]
+        self._epoch_end.extend(ends)
+        self._epoch_gap.extend(gaps)
+        self.steps += m
+        self.slot_steps_held += len(self.running) * m
+        self.kv_tokens += n * m
+        self.slot_steps_useful += n * m
+        self.epoch += m
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.epoch:
+            _, _, version, req = heapq.heappop(heap)
+            if version == req.dec_version and req.dec_epoch0 >= 0:
+                self._leave_decode(req)
+                self._finish(req, ends[-1])
+
     def _emit_after_prefill(self, req: Request, now: float) -> None:
         del self.prefilling[req.rid]
         req.num_generated += 1
@@ -562,7 +639,8 @@ class ContiguousScheduler(ContinuousScheduler):
         super().__init__(**kwargs)
         self.reserve = reserve
         self.max_model_len = max_model_len
-        self.admission_blocked = 0                 # admissions refused for want of a hole
+        self.admission_blocked = 0                 # requests that waited for a hole at the head
+        self._blocked_rid = -1
         self.first_blocked: tuple[int, int, int] | None = None
         self._reservation: dict[int, tuple[int, int]] = {}
 
@@ -580,20 +658,27 @@ class ContiguousScheduler(ContinuousScheduler):
             size = self._size(req)
             start = self.alloc.reserve(size)
             if start is None:
-                self._note_blocked(size)
+                self._note_blocked(req, size)
                 break
             self._reservation[req.rid] = (start, size)
             n = min(todo, budget)
             self._start(req, step, n)
             budget -= n
 
-    def _note_blocked(self, size: int) -> None:
-        self.admission_blocked += 1
+    def _note_blocked(self, req: Request, size: int) -> None:
+        if req.rid != self._blocked_rid:          # count requests, not scheduling attempts
+            self._blocked_rid = req.rid
+            self.admission_blocked += 1
         if self.first_blocked is None:
             self.first_blocked = (size, self.alloc.free_tokens, self.alloc.biggest_hole)
 
+    grows_kv = False
+
     def _grow_decoders(self) -> None:
         """Nothing to grow: the reservation already covers every future token."""
+
+    def grow_for_run(self, m: int) -> list[int]:
+        return [self.alloc.num_used_blocks] * m
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         return True

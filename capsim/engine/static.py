@@ -101,6 +101,10 @@ class StaticScheduler:
         ctx = self._max_prompt + self._decode_steps + 1
         return Step(decode_seqs=n, decode_ctx_tokens=n * ctx, emitting_decodes=self._active)
 
+    def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
+        """Static batches always advance one step at a time (see ContinuousScheduler)."""
+        return 1
+
     def complete(self, step: Step, now: float) -> None:
         self.steps += 1
         self.slot_steps_held += len(self.batch)

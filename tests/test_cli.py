@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capsim.cli import main
+from cli_helpers import run_cli
 
 GOOD = {
     "name": "cli", "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -26,14 +26,6 @@ def write(tmp_path: Path, doc: dict, name: str = "s.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def with_(doc: dict, dotted: str, value) -> dict:

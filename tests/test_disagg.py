@@ -12,7 +12,6 @@ import pytest
 import simpy
 import yaml
 
-from capsim.cli import main
 from capsim.config import load
 from capsim.engine.transfer import FairShareNetwork, Flow, KVLink
 from capsim.links import load_link, resolve_link, LinkNumbers
@@ -20,6 +19,7 @@ from capsim.metrics import request_frame, summarize
 from capsim.roofline import StepPricer
 from capsim.sim import simulate
 from capsim.workload import RequestTrace, build
+from cli_helpers import run_cli
 
 NDR = 50e9            # InfiniBand NDR: 400 Gb/s per port = 50e9 bytes/s per direction
 
@@ -380,14 +380,6 @@ BAD = [
      "variants.0.disaggregation.decode.engine.scheduler: "),
     ({"link": {"bandwidth_gbit_per_s": 0}}, "variants.0.disaggregation.link: "),
 ]
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 @pytest.mark.parametrize("change,expected", BAD)

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from capsim import sizing
-from capsim.cli import main
 from capsim.config import load
 from capsim.parallel import ExecutorSpec, open_runner
 from capsim.search import drive, fewest_passing, highest_passing
 from capsim.task import RunTask, execute
+from cli_helpers import run_cli
 
 DOC = {
     "name": "sz", "seed": 2, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -44,14 +44,6 @@ def with_(**sections) -> dict:
     doc = yaml.safe_load(yaml.safe_dump(DOC))
     doc.update(sections)
     return doc
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 # --------------------------------------------------------------------------

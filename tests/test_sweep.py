@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from capsim import sweep
-from capsim.cli import main
 from capsim.confidence import aggregate, mean_ci
 from capsim.metrics import summarize
 from capsim.parallel import ExecutorSpec, open_runner
 from capsim.sim import simulate
 from capsim.task import RUN_COLUMNS
+from cli_helpers import run_cli
 
 BASE = {
     "name": "tiny", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -50,14 +50,6 @@ def edited(**changes) -> dict:
             node = node[int(p)] if isinstance(node, list) else node[p]
         node[last] = value
     return doc
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def test_grid_is_the_cartesian_product_in_yaml_order():

@@ -41,6 +41,17 @@ class Column:
         return self.label
 
 
+def header_groups(cols: list[Column]) -> list[dict]:
+    """Consecutive columns of one ``group`` as ``{"name", "span"}`` header cells."""
+    groups: list[dict] = []
+    for c in cols:
+        if groups and groups[-1]["name"] == c.group:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({"name": c.group, "span": 1})
+    return groups
+
+
 def verdict_columns(slo: SloConfig) -> list[Column]:
     """Columns of the HTML verdict table, plus one column per SLO target not already shown."""
     stall = f"stalls >{fmt(slo.stall_threshold_ms, 'num')} ms"

@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from capsim.report.cdf import distribution
-from capsim.report.columns import Column, fmt
+from capsim.report.columns import Column, fmt, header_groups
 from capsim.report.figures import (_PERCENT, _PLAIN, _cdf_y, _draw_cdf, _figure, _log_axis, _mark,
                                    _marker_handles, _ms_axis, _save, _x_limits, short)
 from capsim.report.style import RC
@@ -91,12 +91,6 @@ def ordered(rows: list[SummaryRow], results: list[RunResult]) -> list[SummaryRow
 def table(rows: list[SummaryRow], results: list[RunResult], colours: dict[str, str]) -> dict:
     """Header groups, columns and formatted cells of the disaggregation table (splits only)."""
     links = {r.variant: r.disagg for r in results if r.disagg is not None}
-    groups: list[dict] = []
-    for c in TABLE_COLUMNS:
-        if groups and groups[-1]["name"] == c.group:
-            groups[-1]["span"] += 1
-        else:
-            groups.append({"name": c.group, "span": 1})
     body = []
     for row in ordered([r for r in rows if r.variant in links], results):
         d = links[row.variant]
@@ -104,7 +98,7 @@ def table(rows: list[SummaryRow], results: list[RunResult], colours: dict[str, s
                  for c in TABLE_COLUMNS]
         body.append({"variant": row.variant, "colour": colours.get(row.variant, "#777"),
                      "cells": cells, "link": _link_text(d)})
-    return {"groups": groups, "columns": [c.label for c in TABLE_COLUMNS], "rows": body}
+    return {"groups": header_groups(TABLE_COLUMNS), "columns": [c.label for c in TABLE_COLUMNS], "rows": body}
 
 
 def _link_text(d) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 import jinja2
 
 import capsim
-from capsim.report.columns import (Column, failed_list, fmt, target_status, target_text,
-                                   kv_columns, verdict_columns)
+from capsim.report.columns import (Column, failed_list, fmt, header_groups, kv_columns,
+                                   target_status, target_text, verdict_columns)
 from capsim.results import RunResult, SummaryRow
 from capsim.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
 
@@ -74,14 +74,8 @@ def _verdict(row: SummaryRow, slo: SloConfig) -> dict:
 def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> dict:
     """Header groups, columns (with target bounds) and formatted rows for the template."""
     cols = verdict_columns(slo)
-    groups: list[dict] = []
-    for c in cols:
-        if groups and groups[-1]["name"] == c.group:
-            groups[-1]["span"] += 1
-        else:
-            groups.append({"name": c.group, "span": 1})
     return {
-        "groups": groups,
+        "groups": header_groups(cols),
         "columns": [{"label": c.label, "key": c.key, "target": target_text(c.key, slo, c.kind)}
                     for c in cols],
         "has_targets": any(c.key in slo.targets for c in cols),
@@ -93,14 +87,8 @@ def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> di
 def kv_table(rows: list[SummaryRow], colours: dict[str, str]) -> dict:
     """The KV-memory table (no targets, no verdict): same shape as the disaggregation table."""
     cols = kv_columns()
-    groups: list[dict] = []
-    for c in cols:
-        if groups and groups[-1]["name"] == c.group:
-            groups[-1]["span"] += 1
-        else:
-            groups.append({"name": c.group, "span": 1})
     return {
-        "groups": groups,
+        "groups": header_groups(cols),
         "columns": [c.label for c in cols],
         "rows": [{"variant": r.variant, "colour": colours.get(r.variant, "#777"),
                   "cells": [fmt(getattr(r, c.key), c.kind) for c in cols]} for r in rows],

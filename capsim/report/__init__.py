@@ -86,14 +86,14 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         _build(tmp, scenario_name=scenario_name, description=description,
                resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
                class_slos=class_slos, notes=list(notes or []))
-        _swap_in(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir / "index.html"
 
 
-def _swap_in(tmp: Path, out_dir: Path) -> None:
+def replace_dir(tmp: Path, out_dir: Path) -> None:
     """Replace ``out_dir`` by ``tmp``: move the old one aside, rename, then delete the old one."""
     old = None
     if out_dir.exists() or out_dir.is_symlink():

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.report.cdf import QUANTILES, Distribution, distribution, itl_distribution
+from capsim.report.cdf import Distribution, distribution, itl_distribution
 from capsim.report.columns import fmt
 from capsim.report.style import DPI, RC, STAT_MARKERS
 from capsim.results import RunResult, SummaryRow

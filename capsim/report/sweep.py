@@ -32,7 +32,7 @@ import pandas as pd
 
 import capsim
 from capsim.confidence import aggregate
-from capsim.report import _swap_in  # the run report's atomic directory swap
+from capsim.report import replace_dir  # the run report's atomic directory swap
 from capsim.report.html import FigureRef, slo_lines
 from capsim.report.style import variant_colours
 from capsim.report.sweep_figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
@@ -249,7 +249,7 @@ def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) 
         figures(tmp)
         html = _env().get_template("sweep.html").render(page=page)
         (tmp / "index.html").write_text(html, encoding="utf-8")
-        _swap_in(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from array import array
+from typing import Callable
 
 import numpy as np
 
@@ -33,17 +34,23 @@ class ItlRecorder:
                 self.count.append(n)
                 self.class_id.append(cid)
 
-    def add_steps(self, gaps_s: list[float], class_counts: list[int]) -> None:
-        """``add(gap, class_counts)`` for each gap in order (one run per step and class)."""
+    def add_steps(self, gaps_s: np.ndarray, class_counts: list[int]) -> None:
+        """``add(gap, class_counts)`` for each gap of the float64 array ``gaps_s``, in order
+        (one run per step and class)."""
+        k = len(gaps_s)
+        if not k:
+            return
         classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
         if len(classes) == 1:
-            (cid, n), k = classes[0], len(gaps_s)
-            self.gap_s.extend(gaps_s)
-            self.count.extend([n] * k)
-            self.class_id.extend([cid] * k)
-            return
-        for gap in gaps_s:
-            self.add(gap, class_counts)
+            (cid, n), = classes
+            self.gap_s.frombytes(gaps_s.tobytes())
+            self.count.extend(array("q", (n,)) * k)
+            self.class_id.extend(array("i", (cid,)) * k)
+        elif classes:
+            c = len(classes)
+            self.gap_s.frombytes(np.repeat(gaps_s, c).tobytes())
+            self.count.extend(array("q", [n for _, n in classes]) * k)
+            self.class_id.extend(array("i", [cid for cid, _ in classes]) * k)
 
     def add_one(self, gap_s: float, class_id: int) -> None:
         self.gap_s.append(gap_s)
@@ -90,38 +97,92 @@ class TimelineRecorder:
         if running > b["running_max"][idx]:
             b["running_max"][idx] = running
 
-    def steps(self, t_end_s: np.ndarray, busy_s: np.ndarray, decode_tokens: int,
-              kv_used_blocks: np.ndarray, queue_len: int, running: int) -> None:
-        """:meth:`step` for many decode-only steps at once (same bins, same float sums:
-        ``np.add.at`` accumulates in order onto the existing bin values)."""
-        start = 0
-        while start < len(t_end_s):
+    def steps(self, t_end_s: np.ndarray, busy_s: list[float], decode_tokens: int,
+              kv_used_blocks: Callable[[int], int], queue_len: int, running: int,
+              last_queue_len: int, last_running: int) -> None:
+        """:meth:`step` for a run of decode-only steps ending at ``t_end_s`` (non-decreasing):
+        the same bins and the same float sums, in the same order.
+
+        Every step but the last saw ``queue_len`` / ``running``; the last one saw
+        ``last_queue_len`` / ``last_running`` (requests that arrived during it, sequences
+        that finished in it). ``kv_used_blocks(j)`` (blocks in use in step j) is
+        non-decreasing along the run, so a bin's maximum is its last step's value. Work is O(steps) in numpy plus O(bins
+        touched) in Python.
+        """
+        m, start = len(t_end_s), 0
+        b = self.bins
+        steps_b, busy_b, batch_b, dec_b = b["steps"], b["busy_s"], b["batch_tokens"], b["decode_tokens"]
+        kv_b, queue_b, run_b = b["kv_used_blocks_max"], b["queue_len_max"], b["running_max"]
+        while start < m:
             idx = (t_end_s[start:] / self.bin_s).astype(np.int64)
-            fits = int(np.searchsorted(idx >= self.max_bins, True))   # idx is non-decreasing
-            if fits == 0:
-                self._coarsen()
-                continue
-            idx = idx[:fits]
-            b = self.bins
-            grow = int(idx[-1]) + 1 - len(b["steps"])
+            stop = m
+            if idx[-1] >= self.max_bins:                       # idx is non-decreasing
+                fits = int(np.searchsorted(idx, self.max_bins))
+                if fits == 0:
+                    self._coarsen()
+                    b = self.bins
+                    steps_b, busy_b, batch_b, dec_b = (b["steps"], b["busy_s"],
+                                                       b["batch_tokens"], b["decode_tokens"])
+                    kv_b, queue_b, run_b = (b["kv_used_blocks_max"], b["queue_len_max"],
+                                            b["running_max"])
+                    continue
+                idx, stop = idx[:fits], start + fits
+            grow = int(idx[-1]) + 1 - len(steps_b)
             if grow > 0:
                 for lst in b.values():
                     lst.extend([0] * grow)
-            stop = start + fits
-            lo, hi = int(idx[0]), int(idx[-1]) + 1
-            for key, vals in (("steps", np.ones(fits)), ("busy_s", busy_s[start:stop]),
-                              ("batch_tokens", np.full(fits, decode_tokens)),
-                              ("decode_tokens", np.full(fits, decode_tokens))):
-                acc = np.array(b[key][lo:hi], dtype=np.float64)
-                np.add.at(acc, idx - lo, vals)
-                b[key][lo:hi] = acc.astype(np.int64).tolist() if key != "busy_s" else acc.tolist()
-            for key, vals in (("kv_used_blocks_max", kv_used_blocks[start:stop]),
-                              ("queue_len_max", np.full(fits, queue_len)),
-                              ("running_max", np.full(fits, running))):
-                acc = np.array(b[key][lo:hi], dtype=np.int64)
-                np.maximum.at(acc, idx - lo, vals)
-                b[key][lo:hi] = acc.tolist()
+            cuts = (np.flatnonzero(idx[1:] != idx[:-1]) + (start + 1)).tolist()
+            for lo, hi in zip([start] + cuts, cuts + [stop]):
+                i, cnt = int(idx[lo - start]), hi - lo
+                steps_b[i] += cnt
+                batch_b[i] += decode_tokens * cnt
+                dec_b[i] += decode_tokens * cnt
+                acc = busy_b[i]
+                for s in busy_s[lo:hi]:
+                    acc += s
+                busy_b[i] = acc
+                kv = kv_used_blocks(hi - 1)
+                if kv > kv_b[i]:
+                    kv_b[i] = kv
+                if hi == m:
+                    q, r = (max(queue_len, last_queue_len), max(running, last_running)) \
+                        if cnt > 1 else (last_queue_len, last_running)
+                else:
+                    q, r = queue_len, running
+                if q > queue_b[i]:
+                    queue_b[i] = q
+                if r > run_b[i]:
+                    run_b[i] = r
             start = stop
+
+    def bin_of(self, t_s: float) -> int:
+        """Index of the bin a step ending at ``t_s`` goes to (at the current width)."""
+        return int(t_s / self.bin_s)
+
+    def busy_in(self, i: int) -> float:
+        """Busy seconds accounted so far in bin ``i`` (0 for a bin not yet reached)."""
+        busy = self.bins["busy_s"]
+        return busy[i] if i < len(busy) else 0
+
+    def one_bin(self, i: int, steps: int, busy_s: float, tokens: int, kv_used_blocks: int,
+                queue_len: int, running: int) -> None:
+        """Account ``steps`` decode steps that all end in bin ``i < max_bins``, which now
+        holds ``busy_s`` busy seconds (the caller added their times in order)."""
+        b = self.bins
+        grow = i + 1 - len(b["steps"])
+        if grow > 0:
+            for lst in b.values():
+                lst.extend([0] * grow)
+        b["steps"][i] += steps
+        b["busy_s"][i] = busy_s
+        b["batch_tokens"][i] += tokens
+        b["decode_tokens"][i] += tokens
+        if kv_used_blocks > b["kv_used_blocks_max"][i]:
+            b["kv_used_blocks_max"][i] = kv_used_blocks
+        if queue_len > b["queue_len_max"][i]:
+            b["queue_len_max"][i] = queue_len
+        if running > b["running_max"][i]:
+            b["running_max"][i] = running
 
     def _coarsen(self) -> None:
         self.bin_s *= 2

@@ -14,7 +14,6 @@ reports, through optional hooks, prefilled requests to hand off
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from typing import Callable
 
 import numpy as np
@@ -95,7 +94,7 @@ class Replica:
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
         # Advance decode-only stretches in one event (identical results; see _decode_run).
         self.macro_steps = macro_steps
-        self._interrupt: simpy.Event | None = None
+        self._in_run = False            # waiting out a decode run an arrival may cut short
         self.pricer = pricer
         self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
@@ -119,11 +118,12 @@ class Replica:
         self._joining: list[tuple[Request, int]] = []    # KV arrived, joins at next schedule
         self._awaiting: list[tuple[Request, int]] = []   # joined, token 2 not yet emitted
         self._wake: simpy.Event | None = None
-        env.process(self._loop())
+        self._process = env.process(self._loop())
 
     def submit(self, req: Request) -> None:
-        if self._interrupt is not None and not self._interrupt.triggered:
-            self._interrupt.succeed()           # end a decode run at the step in progress
+        if self._in_run:
+            self._in_run = False
+            self._process.interrupt()           # end a decode run at the step in progress
         req.replica = self.index
         self.outstanding_tokens += req.prompt_tokens + req.output_tokens
         self.scheduler.add(req)
@@ -200,29 +200,64 @@ class Replica:
                                 logits_seqs=step.logits_seqs)
 
     def _decode_run(self, first, k: int):
-        """Advance ``k`` planned decode-only steps with one or two SimPy events (macro-step).
+        """Advance ``k`` planned decode-only steps with one SimPy event (macro-step).
 
         Step times are the step-by-step path's, added in the same order, so the clock
-        lands on the same floats; an arrival (``submit``) ends the run after the step
-        in progress, exactly where the step-by-step loop would first see it.
+        lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
+        unlike ``np.sum``) gives the running clock, busy time, FLOPs, bytes,
+        compute-bound count and timeline-bin busy time at every step, and the run takes
+        column m. An arrival (``submit``) interrupts the wait; the run then ends after
+        the step in progress, exactly where the step-by-step loop would first see it.
         """
-        env, sched = self.env, self.scheduler
+        env, sched, timeline = self.env, self.scheduler, self.timeline
         n = first.decode_seqs
+        ctx0 = first.decode_ctx_tokens
         secs, flops, nbytes, bound = self.pricer.decode_costs(
-            n, first.decode_ctx_tokens + n * np.arange(k))
-        ends = np.cumsum(np.concatenate(([env.now], secs)))[1:].tolist()
-        self._interrupt = env.event()
-        yield env.any_of([timeout_at(env, ends[-1]), self._interrupt])
-        self._interrupt = None
+            n, np.arange(ctx0, ctx0 + n * k, n, dtype=np.float64))
+        tp = self.run_cfg.engine.tensor_parallel_size
+        now = env.now
+        bin_now = timeline.bin_of(now)
+        acc = np.empty((6, k + 1))
+        acc[:, 0] = (now, self.busy_s, self.flops, self.hbm_bytes, 0.0, timeline.busy_in(bin_now))
+        acc[0, 1:] = secs
+        acc[1, 1:] = secs
+        acc[5, 1:] = secs
+        if tp == 1:
+            acc[2, 1:] = flops
+            acc[3, 1:] = nbytes
+        else:
+            np.multiply(flops, tp, out=acc[2, 1:])
+            np.multiply(nbytes, tp, out=acc[3, 1:])
+        acc[4, 1:] = bound
+        acc = acc.cumsum(axis=1)
+        clock = acc[0]
+        t_end = float(clock[k])
+        queue0, running0 = len(sched.waiting), sched.num_running
         m = k
-        if env.now < ends[-1]:                      # a request arrived mid-run
-            m = bisect_left(ends, env.now) + 1
-            ends = ends[:m]
-            yield timeout_at(env, ends[-1])
-        used = sched.grow_for_run(m)
-        self._note_run_peak(used, n)
-        sched.commit_decode_run(ends)
-        self._account_run(secs[:m], flops[:m], nbytes[:m], bound[:m], n, used, ends)
+        self._in_run = True
+        try:
+            yield timeout_at(env, t_end)
+        except simpy.Interrupt:                     # a request arrived mid-run
+            if env.now < t_end:
+                m = int(clock[1:].searchsorted(env.now)) + 1    # first step ending at or after now
+                yield timeout_at(env, float(clock[m]))
+        self._in_run = False
+        blocks = sched.grow_for_run(m)
+        self._note_run_peak(blocks, n)
+        ends = clock[1:m + 1]
+        sched.commit_decode_run(clock[:m + 1])
+        self.busy_s, self.flops, self.hbm_bytes, bound_steps, bin_busy = acc[1:, m].tolist()
+        self.compute_bound_steps += int(bound_steps)
+        self.decode_tokens += n * m
+        queue, running = len(sched.waiting), sched.num_running
+        if m > 1:
+            queue, running = max(queue, queue0), max(running, running0)
+        if (timeline.bin_of(ends[0]) == bin_now == timeline.bin_of(ends[-1])
+                and bin_now < timeline.max_bins):
+            timeline.one_bin(bin_now, m, bin_busy, n * m, blocks.at(m - 1), queue, running)
+        else:
+            timeline.steps(ends, secs[:m].tolist(), n, blocks.at, queue0, running0,
+                           len(sched.waiting), sched.num_running)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -248,33 +283,19 @@ class Replica:
         hw, tp = self.run_cfg.hardware, self.run_cfg.engine.tensor_parallel_size
         return hw.pcie_latency_s + nbytes / tp / hw.pcie_bandwidth_bytes_per_s
 
-    def _note_run_peak(self, used: list[int], n: int) -> None:
+    def _note_run_peak(self, blocks, n: int) -> None:
         """The step loop's KV-peak check over a decode run (before it is committed): the
-        last new peak is the first step that reaches the run's highest block count."""
-        top = max(used)
+        last new peak is the first step that reaches the run's highest block count
+        (``blocks``: :class:`~capsim.engine.scheduler.RunBlocks`, non-decreasing)."""
+        top = blocks.at(blocks.m - 1)
         if top <= self.peak_kv_used_blocks:
             return
-        j = used.index(top)
+        j = blocks.first_reaching(top)
         sched = self.scheduler
         self.peak_kv_used_blocks = top
         self.kv_written_at_peak = sched.kv_tokens + n * (j + 1)
         entries_now = sum(len(r.blocks) for r in sched.running.values())
-        self.table_entries_at_peak = entries_now - (used[-1] - top)
-
-    def _account_run(self, secs, flops, nbytes, bound, n: int, used: list[int],
-                     ends: list[float]) -> None:
-        """``_account`` for each step of a decode run, summed in the same order."""
-        tp = self.run_cfg.engine.tensor_parallel_size
-        busy, fl, hb = self.busy_s, self.flops, self.hbm_bytes
-        for s_, f_, b_ in zip(secs.tolist(), (flops * tp).tolist(), (nbytes * tp).tolist()):
-            busy += s_
-            fl += f_
-            hb += b_
-        self.busy_s, self.flops, self.hbm_bytes = busy, fl, hb
-        self.compute_bound_steps += int(bound.sum())
-        self.decode_tokens += n * len(ends)
-        self.timeline.steps(np.asarray(ends), secs, n, np.asarray(used),
-                            len(self.scheduler.waiting), self.scheduler.num_running)
+        self.table_entries_at_peak = entries_now - (blocks.at(blocks.m - 1) - top)
 
     def _account(self, step, cost, kv_used_blocks: int, seconds: float,
                  t_end_s: float | None = None) -> None:

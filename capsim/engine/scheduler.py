@@ -40,9 +40,12 @@ number of tokens or of running sequences.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 import math
 from array import array
 from collections import deque
+
+import numpy as np
 
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, SWAPPED, WAITING, Request
@@ -53,6 +56,27 @@ from capsim.kv.prefix import extend_hashes
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
+
+
+class RunBlocks:
+    """KV blocks in use during each step j (0 <= j < m) of a decode run, without a list:
+    step j > 0 has taken ``q`` whole cycles of ``block_size`` steps (``per_cycle`` blocks
+    each) plus ``taken[r]`` blocks, where ``j − 1 = q · block_size + r``."""
+
+    __slots__ = ("used0", "m", "bs", "taken", "per_cycle")
+
+    def __init__(self, used0: int, m: int, bs: int, taken: list[int], per_cycle: int):
+        self.used0, self.m, self.bs, self.taken, self.per_cycle = used0, m, bs, taken, per_cycle
+
+    def at(self, j: int) -> int:
+        if j == 0 or not self.per_cycle:
+            return self.used0
+        q, r = divmod(j - 1, self.bs)
+        return self.used0 + q * self.per_cycle + self.taken[r]
+
+    def first_reaching(self, value: int) -> int:
+        """The first step whose count is >= ``value`` (the counts never decrease)."""
+        return bisect_left(range(self.m), value, key=self.at)
 
 
 class ContinuousScheduler:
@@ -466,64 +490,92 @@ class ContinuousScheduler:
     def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
         """How many decode steps, starting with ``step`` (just scheduled), change nothing
         but the clock: the same sequences decode, nothing is admitted, preempted or
-        finished before the last one, and every block they need is free.
+        finished before the last one, and every block they need is free. Sequences that
+        emitted their first token in the previous step (a pending cohort) may be in it:
+        their first gap is recorded at the run's first step, as :meth:`complete` does.
 
         Returns k >= 1; k > 1 lets the caller advance them in one go
         (:meth:`commit_decode_run`) with exactly the step-by-step result.
         An arrival may still end the run early; the caller handles that.
         """
-        if (step.prefills or step.swap_bytes or not step.decode_seqs or self._pending
-                or self._kv_ready or self._cow_pending or self.swapped or self._preempted_now
-                or self.incoming):
+        if (step.prefills or step.swap_bytes or not step.decode_seqs or self._kv_ready
+                or self._cow_pending or self.swapped or self._preempted_now or self.incoming):
             return 1
         heap = self._finish_heap
         while heap and (heap[0][2] != heap[0][3].dec_version or heap[0][3].dec_epoch0 < 0):
             heapq.heappop(heap)                     # stale entries: already left the decode set
         k = min(max_steps, heap[0][0] - self.epoch if heap else max_steps)
-        if not self.grows_kv:
+        if not self.grows_kv or k <= 1:
             return k
-        free, buckets, bs, e = self.alloc.num_free_blocks, self._buckets, self.bs, self.epoch
+        free, bs = self.alloc.num_free_blocks, self.bs
+        # Steps 1..k-1 give each decoder at most ceil((k-1)/bs) new blocks.
+        if free >= self.num_decoding * -(-(k - 1) // bs):
+            return k
+        buckets, e = self._buckets, self.epoch
         for j in range(1, k):
             free -= len(buckets[(e + j) % bs])
             if free < 0:
                 return j                            # step j would preempt: do it step by step
         return k
 
-    def grow_for_run(self, m: int) -> list[int]:
+    def grow_for_run(self, m: int) -> RunBlocks:
         """Blocks for steps 1..m−1 of a planned run (step 0 was scheduled already), taken
         in the order the step-by-step path takes them. Returns the KV blocks in use
-        during each step, length m. The plan guaranteed they are free."""
+        during each step (:class:`RunBlocks`). The plan guaranteed they are free.
+
+        The buckets cycle with period ``block_size``, so one cycle is walked and repeated.
+        """
         alloc, buckets, bs, e = self.alloc, self._buckets, self.bs, self.epoch
         used0 = alloc.num_used_blocks
-        order: list[Request] = []
-        used = [used0]
-        for j in range(1, m):
+        cycle: list[Request] = []                   # who crosses at steps 1..bs, in order
+        taken: list[int] = []                       # blocks taken by steps 1..j of a cycle
+        for j in range(1, min(m - 1, bs) + 1):
             bucket = buckets[(e + j) % bs]
             if bucket:
-                order.extend(bucket.values())
-            used.append(used0 + len(order))
-        if order:
-            for req, block in zip(order, alloc.allocate(len(order))):
-                req.blocks.append(block)
-            if self.caching:
-                for req in order:
-                    if req.shareable:
-                        self._register(req, (len(req.blocks) - 1) * bs)
-        return used
+                cycle.extend(bucket.values())
+            taken.append(len(cycle))
+        blocks = RunBlocks(used0, m, bs, taken, len(cycle))
+        if not cycle:
+            return blocks
+        full, rem = divmod(m - 1, bs)
+        order = cycle * full + cycle[:taken[rem - 1]] if rem else cycle * full
+        for req, block in zip(order, alloc.allocate(len(order))):
+            req.blocks.append(block)
+        if self.caching:
+            for req in order:
+                if req.shareable:
+                    self._register(req, (len(req.blocks) - 1) * bs)
+        return blocks
 
-    def commit_decode_run(self, ends: list[float]) -> None:
-        """Complete a planned run of ``len(ends)`` decode steps ending at ``ends``:
-        the same bookkeeping as ``complete`` step by step, in bulk."""
+    def commit_decode_run(self, clock: np.ndarray) -> None:
+        """Complete a planned run of ``len(clock) − 1`` decode steps that started at
+        ``clock[0]``, step j ending at ``clock[j + 1]`` (float64): the same bookkeeping
+        as ``complete`` step by step, in bulk."""
+        ends = clock[1:]
         m, n = len(ends), self.num_decoding
-        prev = self._cohort_t if self._epoch_end else math.nan
-        gaps = [b - a for a, b in zip([prev] + ends[:-1], ends)]
-        if self._epoch_end:
-            self.itl.add_steps(gaps, self._cohort)
+        had_epoch = len(self._epoch_end) > 0
+        gaps = ends - clock[:-1]
+        if not had_epoch:
+            gaps[0] = math.nan
+        elif self._cohort_t != clock[0]:            # the previous step decoded nothing
+            gaps[0] = ends[0] - self._cohort_t
+        itl, cohort = self.itl, self._cohort
+        if self._pending:                           # the first step merges the new cohorts
+            t0 = float(ends[0])
+            if had_epoch:
+                itl.add(float(gaps[0]), cohort)
+            for t, counts in self._pending.items():
+                itl.add(t0 - t, counts)
+                for c, k in enumerate(counts):
+                    cohort[c] += k
+            self._pending.clear()
+            itl.add_steps(gaps[1:], cohort)
         else:
-            self.itl.add_steps(gaps[1:], self._cohort)
-        self._cohort_t = ends[-1]
-        self._epoch_end.extend(ends)
-        self._epoch_gap.extend(gaps)
+            itl.add_steps(gaps if had_epoch else gaps[1:], cohort)
+        t_end = float(ends[-1])
+        self._cohort_t = t_end
+        self._epoch_end.frombytes(ends.tobytes())
+        self._epoch_gap.frombytes(gaps.tobytes())
         self.steps += m
         self.slot_steps_held += len(self.running) * m
         self.kv_tokens += n * m
@@ -534,7 +586,7 @@ class ContinuousScheduler:
             _, _, version, req = heapq.heappop(heap)
             if version == req.dec_version and req.dec_epoch0 >= 0:
                 self._leave_decode(req)
-                self._finish(req, ends[-1])
+                self._finish(req, t_end)
 
     def _emit_after_prefill(self, req: Request, now: float) -> None:
         del self.prefilling[req.rid]
@@ -587,13 +639,22 @@ class ContinuousScheduler:
         if steps:
             req.note_gap(self._epoch_end[req.dec_epoch0] - req.last_token_s)
             if steps > 1:
-                req.note_gap(max(self._epoch_gap[req.dec_epoch0 + 1:self.epoch]))
+                req.note_gap(self._max_gap(req.dec_epoch0 + 1, self.epoch))
             req.last_token_s = self._epoch_end[self.epoch - 1]
             self._cohort[req.class_id] -= 1
         else:
             self._pending[req.last_token_s][req.class_id] -= 1
         req.dec_epoch0 = -1
         req.dec_version += 1
+
+    def _max_gap(self, lo: int, hi: int) -> float:
+        """The longest decode-step gap of epochs lo..hi−1 (never NaN: only epoch 0's is)."""
+        if hi - lo < 32:
+            return max(self._epoch_gap[lo:hi])
+        view = np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo, offset=lo * 8)
+        top = float(view.max())
+        del view                                  # release the buffer: the array grows again
+        return top
 
     def _finish(self, req: Request, now: float) -> None:
         del self.running[req.rid]
@@ -677,8 +738,8 @@ class ContiguousScheduler(ContinuousScheduler):
     def _grow_decoders(self) -> None:
         """Nothing to grow: the reservation already covers every future token."""
 
-    def grow_for_run(self, m: int) -> list[int]:
-        return [self.alloc.num_used_blocks] * m
+    def grow_for_run(self, m: int) -> RunBlocks:
+        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0)
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         return True

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
 from capsim.config import load
+from capsim.engine.recorder import TimelineRecorder
 from capsim.metrics import summarize
 from capsim.sim import simulate
 from capsim.workload import build
@@ -37,6 +40,8 @@ def test_macro_steps_equal_step_by_step(scenario, overrides):
         fast = simulate(rc, trace, macro_steps=True)
         assert fast.requests == ref.requests, rc.variant
         assert fast.replicas == ref.replicas, rc.variant
+        assert fast.timelines == ref.timelines, rc.variant
+        assert fast.sim_end_s == ref.sim_end_s, rc.variant
         rows_ref = [r.model_dump_json() for r in summarize(ref, loaded.spec.slo)]
         rows_fast = [r.model_dump_json() for r in summarize(fast, loaded.spec.slo)]
         assert rows_fast == rows_ref, rc.variant
@@ -49,3 +54,26 @@ def test_preemption_case_really_preempts():
     rc = next(r for r in loaded.runs if r.variant == "chunked-512")
     result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
     assert sum(r.preemptions for r in result.replicas) > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_timeline_run_equals_its_steps(seed):
+    """TimelineRecorder.steps (a decode run) bins exactly as step() once per step, also
+    across bin edges and when the bins coarsen mid-run."""
+    rng = np.random.default_rng(seed)
+    one, bulk = TimelineRecorder(0, "colocated", 0.1, 8), TimelineRecorder(0, "colocated", 0.1, 8)
+    t = 0.0
+    for _ in range(30):
+        m = int(rng.integers(1, 40))
+        secs = rng.uniform(0.001, 0.05, m)
+        ends = np.cumsum(np.concatenate(([t], secs)))[1:]
+        kv = np.sort(rng.integers(0, 100, m)).tolist()
+        q0, r0, q1, r1 = (int(x) for x in rng.integers(0, 9, 4))
+        for j in range(m):
+            last = j == m - 1
+            one.step(float(ends[j]), float(secs[j]), 0, 3, kv[j], q1 if last else q0,
+                     r1 if last else r0)
+        bulk.steps(ends, secs.tolist(), 3, kv.__getitem__, q0, r0, q1, r1)
+        t = float(ends[-1])
+        assert bulk.bins == one.bins and bulk.bin_s == one.bin_s
+    assert one.bin_s > 0.1                                    # it did coarsen

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)   # one line, no usage block
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -76,6 +76,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     spec = loaded.spec
     traces = _traces(loaded)
     out = out_dir or Path("reports") / spec.name
+    report.check_out_dir(out)
     console = _console()
     sizes = sorted({len(t) for t in traces.values()})
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
@@ -266,6 +267,11 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
         if value is not None and value < 1:
             raise ScenarioError(f"{name} must be >= 1, got {value}")
+    if rate_per_s is not None and not rate_per_s > 0:
+        raise ScenarioError(f"--rate must be > 0 requests/s, got {rate_per_s:g}")
+    if rate_per_s is not None and gpus is not None:
+        raise ScenarioError("give --rate (fewest GPUs for a rate) or --gpus (highest rate for "
+                            "N GPUs), not both")
     run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
              num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
                                                                          scheduler),

@@ -18,6 +18,7 @@ from capsim import __version__
 from capsim.config import dump_resolved, load
 from capsim.errors import ScenarioError
 from capsim.parallel import ExecutorSpec, open_runner
+from capsim.report import check_out_dir
 
 
 #: Columns of the configuration table left out of the terminal (they stay in the report).
@@ -53,6 +54,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     with open_runner(executor) as runner, _progress_bar(console, "sweep") as progress:
         result = sweep.run(plan, seeds, runner, progress)
     out = out_dir or Path("reports") / f"{spec.name}-sweep"
+    check_out_dir(out)
     index = write_sweep(out, result, resolved_yaml=dump_resolved(plan.base, __version__, spec.seed),
                         executor=executor.describe())
     labels = display_labels(result)
@@ -90,6 +92,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     with open_runner(executor) as runner, _progress_bar(console, "search") as progress:
         result = sizing.run(plan, runner, progress)
     out = out_dir or Path("reports") / f"{base.spec.name}-size"
+    check_out_dir(out)
     index = write_sizing(out, result, resolved_yaml=dump_resolved(base, __version__,
                                                                    base.spec.seed),
                          executor=executor.describe())

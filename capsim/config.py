@@ -27,6 +27,7 @@ from capsim.errors import ScenarioError
 from capsim.hardware import HardwareProfile, load_hardware
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 from capsim.models import ModelShape, load_model
+from capsim.roofline import check_tensor_parallel
 from capsim.schema import StrictModel
 from capsim.slo import RequestSlo, SloConfig
 
@@ -139,7 +140,8 @@ class VariantSpec(StrictModel):
 class Scenario(StrictModel):
     """The top level of a scenario YAML file."""
 
-    name: str = Field(min_length=1)
+    # Names the report directory (reports/<name>), so no path separators.
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
     seed: int = 0
     model: str
@@ -246,7 +248,12 @@ def _apply_override(raw: dict[str, Any], item: str, path: Path) -> None:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError(f"--set expects dotted.key=value, got '{item}'", file=str(path))
-    _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else "", path)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {key.strip()}: value is not valid YAML "
+                            f"({getattr(exc, 'problem', None) or exc})", file=str(path)) from None
+    _set_dotted(raw, key.strip(), parsed, path)
 
 
 def _set_dotted(raw: dict[str, Any], key: str, parsed: Any, path: Path) -> None:
@@ -258,8 +265,11 @@ def _set_dotted(raw: dict[str, Any], key: str, parsed: Any, path: Path) -> None:
     last = parts[-1]
     if isinstance(node, list):
         node[_index(node, last, parts, path)] = parsed
-    else:
+    elif isinstance(node, dict):
         node[last] = parsed
+    else:
+        raise ScenarioError(f"cannot set '{last}' inside a {type(node).__name__} value",
+                            file=str(path), path=".".join(parts[:-1]))
 
 
 def _child(node: Any, part: str, so_far: list[str], path: Path) -> Any:
@@ -286,7 +296,9 @@ def _validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -
 
 def _one_line(exc: ValidationError, model: type[BaseModel], path: Path, prefix: str) -> ScenarioError:
     """The first pydantic error as one ScenarioError (file, dotted path, what is valid)."""
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # A typo'd key also makes its field "missing": name the typo, it is the real mistake.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
     dotted = ".".join(([prefix] if prefix else []) + loc)
     if err["type"] == "extra_forbidden":
@@ -373,7 +385,12 @@ def _resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> 
                             path=f"{where}.engine" if v.engine else "engine") from None
     if engine.dtype == "fp8":   # the chip must have FP8 tensor cores (datasheet)
         _named(hw.peak_flops, "fp8", path, f"{where}.engine.dtype" if where else "engine.dtype")
-    kv = _capacity(model, hw, engine, path, where if (v.engine or v.hardware) else "")
+    _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
+           f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
+           else "engine.tensor_parallel_size")
+    memory_knobs = {"gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_gib"}
+    kv = _capacity(model, hw, engine, path,
+                   where if (memory_knobs & set(v.engine) or v.hardware or v.model) else "")
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      hardware=hw, engine=engine, cluster=cluster, kv=kv)

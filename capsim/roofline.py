@@ -164,7 +164,7 @@ def curve_efficiency(curve: Curve | None, tokens: Any) -> np.ndarray:
     return np.interp(logs, np.log(np.asarray(curve.tokens, dtype=float)), curve.efficiency)
 
 
-def _check_tensor_parallel(model: ModelShape, tp: int) -> None:
+def check_tensor_parallel(model: ModelShape, tp: int) -> None:
     """vLLM's sharding rule: TP divides the heads; KV heads are split or replicated."""
     if not isinstance(tp, int) or tp < 1:
         raise ScenarioError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
@@ -309,7 +309,7 @@ class StepPricer:
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
                  weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2):
-        _check_tensor_parallel(model, tensor_parallel_size)
+        check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
             raise ScenarioError(f"unknown weight_dtype {weight_dtype!r}; valid: {valid}")

@@ -51,10 +51,12 @@ class SloConfig(RequestSlo):
     @field_validator("targets")
     @classmethod
     def _known_metrics(cls, targets: dict[str, float]) -> dict[str, float]:
-        for name in targets:
+        for name, bound in targets.items():
             if name not in TARGET_METRICS:
                 raise ValueError(
                     f"unknown SLO metric '{name}'; valid: {', '.join(sorted(TARGET_METRICS))}")
+            if not bound >= 0:
+                raise ValueError(f"target {name} must be >= 0, got {bound:g}")
         return targets
 
 

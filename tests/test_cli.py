@@ -136,3 +136,39 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
     doc = with_(with_(GOOD, field, value), "engine.preemption_mode", "swap")
     code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
     assert code == 2 and expected in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--set", "engine={max_num_seqs: 4"], "--set engine: value is not valid YAML"),
+    (["--set", "name.foo=1"], "name: cannot set 'foo' inside a str value"),
+    (["--set", "name=../x"], "name: String should match pattern"),
+    (["--set", "engine.tensor_parallel_size=3"],
+     "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
+    (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
+])
+def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
+    code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)
+    assert code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_a_typo_on_a_required_key_names_the_typo(tmp_path, capsys):
+    doc = {("hardwre" if k == "hardware" else k): v for k, v in GOOD.items()}
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and "unknown key 'hardwre' (did you mean 'hardware'?)" in err
+
+
+def test_output_directory_that_is_not_a_report_is_never_replaced(tmp_path, capsys, monkeypatch):
+    keep = tmp_path / "precious"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    path = write(tmp_path, GOOD)
+    code, _, err = run_cli(["run", str(path), "-o", str(keep)], capsys)
+    assert code == 2 and "is not a capsim report" in err
+    assert (keep / "notes.txt").read_text() == "mine"
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["run", str(path), "-o", "."], capsys)
+    assert code == 2 and "working directory" in err
+    code, _, err = run_cli(["size", str(path), "--rate", "0"], capsys)
+    assert code == 2 and "--rate must be > 0" in err
+    code, _, err = run_cli(["run", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "is a directory" in err

@@ -35,9 +35,9 @@ import pandas as pd
 
 from capsim.models import ModelShape
 from capsim.roofline import (
-    _check_tensor_parallel as check_tensor_parallel,
     attention_work,
     attn_pairs,
+    check_tensor_parallel,
     elementwise_bytes_per_token,
     layer_matmuls,
     _lm_head,

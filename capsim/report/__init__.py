@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from capsim.errors import ScenarioError
 from capsim.metrics import request_frame, summary_frame
 from capsim.report import disagg, figures, timeline
 from capsim.report.html import FigureRef, render
@@ -91,6 +92,37 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir / "index.html"
+
+
+REPORT_MARKERS = ("index.html", "summary.csv")   # every capsim report directory has both
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an output directory capsim must not replace (before any simulation runs).
+
+    A report replaces ``out_dir`` whole, so it must not exist yet, be empty, or be
+    a previous capsim report (it holds index.html and summary.csv); it must not be
+    the working directory or one of its parents; its parent must be creatable.
+
+    Raises:
+        ScenarioError: naming the directory and what would be valid.
+    """
+    resolved = out_dir.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise ScenarioError(f"-o {out_dir}: is the working directory or one of its parents; "
+                            "give a directory for the report, e.g. reports/NAME")
+    if resolved.exists():
+        if not resolved.is_dir():
+            raise ScenarioError(f"-o {out_dir}: exists and is not a directory")
+        contents = {p.name for p in resolved.iterdir()}
+        if contents and not all(m in contents for m in REPORT_MARKERS):
+            raise ScenarioError(f"-o {out_dir}: exists and is not a capsim report (it would be "
+                                "replaced whole); choose a new or empty directory")
+    try:
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(f"-o {out_dir}: cannot create its parent: {exc.strerror}") from None
 
 
 def replace_dir(tmp: Path, out_dir: Path) -> None:

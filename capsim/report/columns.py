@@ -76,6 +76,7 @@ def verdict_columns(slo: SloConfig) -> list[Column]:
         Column("num_rejected", "rejected", "Engine", "int"),
         Column("kv_peak_frac", "KV peak", "Utilisation", "frac"),
         Column("gpu_busy_frac", "busy", "Utilisation", "frac"),
+        Column("slot_occupancy", "batch fill", "Utilisation", "frac"),
         Column("mfu", "MFU", "Utilisation", "frac"),
         Column("mbu", "MBU", "Utilisation", "frac"),
         Column("cost_per_million_output_tokens_usd", "$/M out tok", "Cost", "usd3"),

@@ -58,8 +58,10 @@ class ItlRecorder:
         self.class_id.append(class_id)
 
     def result(self) -> ItlRuns:
-        return ItlRuns(gap_s=self.gap_s.tolist(), count=self.count.tolist(),
-                       class_id=self.class_id.tolist())
+        """The runs as lists (built unvalidated: the types are right by construction, and
+        validating copies lists of one entry per engine step)."""
+        return ItlRuns.model_construct(gap_s=self.gap_s.tolist(), count=self.count.tolist(),
+                                       class_id=self.class_id.tolist())
 
 
 class TimelineRecorder:

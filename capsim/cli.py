@@ -160,6 +160,22 @@ def hardware() -> None:
     _console().print(table)
 
 
+@cli.command(help="List the model presets with their shapes and KV bytes per token.")
+def models() -> None:
+    from capsim.models import list_models
+
+    table = Table(title="Model presets (bf16 weights and KV)")
+    for col in ("name", "params B", "weights GiB", "layers", "hidden", "heads / kv", "KV KiB/token",
+                "max context"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for m in list_models():
+        table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.weight_bytes(2) / 2**30:.1f}",
+                      str(m.num_hidden_layers), str(m.hidden_size),
+                      f"{m.num_attention_heads} / {m.num_key_value_heads}",
+                      f"{m.kv_bytes_per_token(2) / 1024:.0f}", f"{m.max_position_embeddings:,}")
+    _console().print(table)
+
+
 @cli.command(help="Price one engine step with the roofline: FLOPs, bytes, intensity, time, bound.")
 @click.option("--model", "model_name", required=True, help="Preset name or path to config.json.")
 @click.option("--hardware", "hw_name", required=True, help="Profile name or path to a YAML.")

@@ -172,3 +172,12 @@ def test_output_directory_that_is_not_a_report_is_never_replaced(tmp_path, capsy
     assert code == 2 and "--rate must be > 0" in err
     code, _, err = run_cli(["run", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1 and "is a directory" in err
+
+
+def test_models_command_lists_presets_with_seed_kv_figures(capsys):
+    """Seeds 001/002: Llama-2-7B 512 KiB/token, Llama-3.1-8B 128, Llama-3.1-70B 320."""
+    code, out, _ = run_cli(["models"], capsys)
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert code == 0
+    assert " 512 " in rows["llama-2-7b"] and " 128 " in rows["llama-3.1-8b"]
+    assert " 320 " in rows["llama-3.1-70b"]

@@ -31,6 +31,10 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 GIB = 2**30
+# Shorter decode-only stretches run step by step: a macro-step's fixed cost (vectorised
+# pricing and bookkeeping, ~tens of µs) exceeds that of a few single steps (saturated
+# replicas, where something changes every few steps, were slower with runs of 2-7).
+MIN_RUN_STEPS = 8
 
 
 def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:
@@ -165,7 +169,7 @@ class Replica:
                 self._set_busy(True)
             if self.macro_steps and not hooked:
                 k = sched.plan_decode_run(step)
-                if k > 1:
+                if k >= MIN_RUN_STEPS:
                     yield from self._decode_run(step, k)
                     self._report_finished()
                     continue

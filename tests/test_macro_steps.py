@@ -10,6 +10,7 @@ import numpy as np
 
 from capsim.config import load
 from capsim.engine.recorder import TimelineRecorder
+from capsim.engine.scheduler import ContinuousScheduler
 from capsim.metrics import summarize
 from capsim.sim import simulate
 from capsim.workload import build
@@ -77,3 +78,17 @@ def test_timeline_run_equals_its_steps(seed):
         t = float(ends[-1])
         assert bulk.bins == one.bins and bulk.bin_s == one.bin_s
     assert one.bin_s > 0.1                                    # it did coarsen
+
+
+def test_forgetting_old_decode_epochs_changes_nothing(monkeypatch):
+    """Trimming the decode epochs' end times (memory) gives the same results, both paths."""
+    loaded = load(ROOT / "scenarios/rag_mix.yaml", ["workload.duration_s=20"])
+    rc = next(r for r in loaded.runs if r.variant == "chunked-2048")
+    trace = build(rc.workload, rc.seed, loaded.base_dir)
+    ref = simulate(rc, trace, macro_steps=False)
+    monkeypatch.setattr(ContinuousScheduler, "trim_epochs", 64)
+    for macro in (False, True):
+        got = simulate(rc, trace, macro_steps=macro)
+        assert got.requests == ref.requests and got.replicas == ref.replicas
+        assert sorted(zip(got.itl.gap_s, got.itl.count)) == sorted(zip(ref.itl.gap_s,
+                                                                       ref.itl.count))

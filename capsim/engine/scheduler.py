@@ -94,6 +94,7 @@ class ContinuousScheduler:
     """
 
     grows_kv = True       # decoders take blocks as they grow (False: reserved up front)
+    trim_epochs = 1 << 16  # decode epochs' end times kept before forgetting the unneeded ones
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
@@ -130,8 +131,10 @@ class ContinuousScheduler:
         self.epoch = 0                 # decode steps completed
         self.num_decoding = 0
         self._dec_offset = 0           # Σ (computed0 − epoch0) over decoding sequences
-        self._epoch_end = array("d")   # end time of each decode step
+        self._epoch_end = array("d")   # end time of each decode step since _epoch_base
         self._epoch_gap = array("d")   # gap seen at each decode step by the previous step's decoders
+        self._epoch_base = 0           # first epoch still kept (older ones: _trim_epochs)
+        self._trim_at = self.trim_epochs   # trim when this many epochs are kept
         self._cohort_t = math.nan      # when the decoders of the last decode step emitted
         self._cohort = [0] * num_classes
         self._pending: dict[float, list[int]] = {}   # joined since: emit time → class counts
@@ -467,8 +470,8 @@ class ContinuousScheduler:
         self.slot_steps_useful += emitted
 
     def _complete_decodes(self, now: float) -> None:
-        gap = now - self._cohort_t if self._epoch_end else math.nan
-        if self._epoch_end:
+        gap = now - self._cohort_t if self.epoch else math.nan
+        if self.epoch:
             self.itl.add(gap, self._cohort)
         for t, counts in self._pending.items():
             self.itl.add(now - t, counts)
@@ -485,6 +488,8 @@ class ContinuousScheduler:
             if version == req.dec_version and req.dec_epoch0 >= 0:
                 self._leave_decode(req)
                 self._finish(req, now)
+        if len(self._epoch_end) >= self._trim_at:
+            self._trim_epochs()
 
     # --------------------------------------------------------------- decode runs
     def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
@@ -553,7 +558,7 @@ class ContinuousScheduler:
         as ``complete`` step by step, in bulk."""
         ends = clock[1:]
         m, n = len(ends), self.num_decoding
-        had_epoch = len(self._epoch_end) > 0
+        had_epoch = self.epoch > 0
         gaps = ends - clock[:-1]
         if not had_epoch:
             gaps[0] = math.nan
@@ -587,6 +592,21 @@ class ContinuousScheduler:
             if version == req.dec_version and req.dec_epoch0 >= 0:
                 self._leave_decode(req)
                 self._finish(req, t_end)
+        if len(self._epoch_end) >= self._trim_at:
+            self._trim_epochs()
+
+    def _trim_epochs(self) -> None:
+        """Forget the end times and gaps of decode epochs before the oldest decoder joined:
+        no one reads them again, so this memory follows the running batch, not the steps.
+        O(running + kept epochs), at most once per doubling of the kept epochs."""
+        oldest = min((req.dec_epoch0 for bucket in self._buckets for req in bucket.values()),
+                     default=self.epoch)
+        cut = oldest - self._epoch_base
+        if cut > 0:
+            del self._epoch_end[:cut]
+            del self._epoch_gap[:cut]
+            self._epoch_base = oldest
+        self._trim_at = max(self.trim_epochs, 2 * len(self._epoch_end))
 
     def _emit_after_prefill(self, req: Request, now: float) -> None:
         del self.prefilling[req.rid]
@@ -637,10 +657,11 @@ class ContinuousScheduler:
         self.num_decoding -= 1
         self._dec_offset -= req.dec_computed0 - req.dec_epoch0
         if steps:
-            req.note_gap(self._epoch_end[req.dec_epoch0] - req.last_token_s)
+            base = self._epoch_base
+            req.note_gap(self._epoch_end[req.dec_epoch0 - base] - req.last_token_s)
             if steps > 1:
-                req.note_gap(self._max_gap(req.dec_epoch0 + 1, self.epoch))
-            req.last_token_s = self._epoch_end[self.epoch - 1]
+                req.note_gap(self._max_gap(req.dec_epoch0 + 1 - base, self.epoch - base))
+            req.last_token_s = self._epoch_end[self.epoch - 1 - base]
             self._cohort[req.class_id] -= 1
         else:
             self._pending[req.last_token_s][req.class_id] -= 1
@@ -648,7 +669,7 @@ class ContinuousScheduler:
         req.dec_version += 1
 
     def _max_gap(self, lo: int, hi: int) -> float:
-        """The longest decode-step gap of epochs lo..hi−1 (never NaN: only epoch 0's is)."""
+        """The longest gap of kept epochs lo..hi−1 (never NaN: only epoch 0's is)."""
         if hi - lo < 32:
             return max(self._epoch_gap[lo:hi])
         view = np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo, offset=lo * 8)

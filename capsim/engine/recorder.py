@@ -58,10 +58,15 @@ class ItlRecorder:
         self.class_id.append(class_id)
 
     def result(self) -> ItlRuns:
-        """The runs as lists (built unvalidated: the types are right by construction, and
-        validating copies lists of one entry per engine step)."""
-        return ItlRuns.model_construct(gap_s=self.gap_s.tolist(), count=self.count.tolist(),
-                                       class_id=self.class_id.tolist())
+        """The runs as lists, handed over: the recorder is empty afterwards, so its arrays
+        (one entry per engine step and class) are freed while the lists are built. Built
+        unvalidated: the types are right by construction, and validating copies the lists."""
+        out = {}
+        for name in ("gap_s", "count", "class_id"):
+            arr = getattr(self, name)
+            out[name] = arr.tolist()
+            setattr(self, name, array(arr.typecode))
+        return ItlRuns.model_construct(**out)
 
 
 class TimelineRecorder:

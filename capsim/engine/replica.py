@@ -23,7 +23,7 @@ from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.step import Step
-from capsim.engine.scheduler import ContiguousScheduler, ContinuousScheduler
+from capsim.engine.scheduler import MIN_RUN_STEPS, ContiguousScheduler, ContinuousScheduler
 from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
@@ -31,10 +31,6 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 GIB = 2**30
-# Shorter decode-only stretches run step by step: a macro-step's fixed cost (vectorised
-# pricing and bookkeeping, ~tens of µs) exceeds that of a few single steps (saturated
-# replicas, where something changes every few steps, were slower with runs of 2-7).
-MIN_RUN_STEPS = 8
 
 
 def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:

@@ -40,7 +40,7 @@ number of tokens or of running sequences.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 import math
 from array import array
 from collections import deque
@@ -52,6 +52,12 @@ from capsim.engine.request import FINISHED, RUNNING, SWAPPED, WAITING, Request
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import extend_hashes
+
+
+# Shorter decode-only stretches run step by step: a macro-step's fixed cost (vectorised
+# pricing and bookkeeping, tens of µs) exceeds that of a few single steps (a saturated
+# replica, where something changes every few steps, was slower with runs of 2-7 steps).
+MIN_RUN_STEPS = 8
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -492,7 +498,8 @@ class ContinuousScheduler:
             self._trim_epochs()
 
     # --------------------------------------------------------------- decode runs
-    def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
+    def plan_decode_run(self, step: Step, max_steps: int = 4096,
+                        min_steps: int = MIN_RUN_STEPS) -> int:
         """How many decode steps, starting with ``step`` (just scheduled), change nothing
         but the clock: the same sequences decode, nothing is admitted, preempted or
         finished before the last one, and every block they need is free. Sequences that
@@ -501,7 +508,9 @@ class ContinuousScheduler:
 
         Returns k >= 1; k > 1 lets the caller advance them in one go
         (:meth:`commit_decode_run`) with exactly the step-by-step result.
+        A k below ``min_steps`` (too short to be worth a run) skips the KV check.
         An arrival may still end the run early; the caller handles that.
+        O(block_size + log k).
         """
         if (step.prefills or step.swap_bytes or not step.decode_seqs or self._kv_ready
                 or self._cow_pending or self.swapped or self._preempted_now or self.incoming):
@@ -510,18 +519,26 @@ class ContinuousScheduler:
         while heap and (heap[0][2] != heap[0][3].dec_version or heap[0][3].dec_epoch0 < 0):
             heapq.heappop(heap)                     # stale entries: already left the decode set
         k = min(max_steps, heap[0][0] - self.epoch if heap else max_steps)
-        if not self.grows_kv or k <= 1:
+        if not self.grows_kv or k < min_steps:
             return k
-        free, bs = self.alloc.num_free_blocks, self.bs
+        free, bs, n = self.alloc.num_free_blocks, self.bs, self.num_decoding
         # Steps 1..k-1 give each decoder at most ceil((k-1)/bs) new blocks.
-        if free >= self.num_decoding * -(-(k - 1) // bs):
+        if free >= n * -(-(k - 1) // bs):
             return k
+        # Blocks taken by steps 1..j: whole cycles of bs steps take n (every decoder
+        # crosses once per cycle), plus the cycle's prefix; the first j short of blocks
+        # would preempt, so the run stops before it.
         buckets, e = self._buckets, self.epoch
-        for j in range(1, k):
-            free -= len(buckets[(e + j) % bs])
-            if free < 0:
-                return j                            # step j would preempt: do it step by step
-        return k
+        prefix, taken = [], 0
+        for j in range(1, min(k - 1, bs) + 1):
+            taken += len(buckets[(e + j) % bs])
+            prefix.append(taken)
+
+        def taken_by(j: int) -> int:
+            q, r = divmod(j - 1, bs)
+            return q * n + prefix[r]
+
+        return 1 + bisect_right(range(1, k), free, key=taken_by)
 
     def grow_for_run(self, m: int) -> RunBlocks:
         """Blocks for steps 1..m−1 of a planned run (step 0 was scheduled already), taken

@@ -294,8 +294,8 @@ class Replica:
         sched = self.scheduler
         self.peak_kv_used_blocks = top
         self.kv_written_at_peak = sched.kv_tokens + n * (j + 1)
-        entries_now = sum(len(r.blocks) for r in sched.running.values())
-        self.table_entries_at_peak = entries_now - (blocks.at(blocks.m - 1) - top)
+        # Nothing is allocated after the peak step j, so the tables then hold what they hold now.
+        self.table_entries_at_peak = sum(len(r.blocks) for r in sched.running.values())
 
     def _account(self, step, cost, kv_used_blocks: int, seconds: float,
                  t_end_s: float | None = None) -> None:

@@ -28,13 +28,15 @@ def main() -> None:
     path = "step-by-step" if args.step_by_step else "macro-steps"
     print(f"rag_mix chunked-2048 on 2 x H100, {path}")
     print(f"{'requests':>10} {'sim s':>8} {'steps':>10} {'wall s':>8} {'us/request':>11} "
-          f"{'us/step':>8} {'peak MiB':>9} {'run MiB':>8} {'KiB/request':>12} {'x floor':>8}")
+          f"{'us/step':>8} {'tok/wall-s':>11} {'steps/s':>8} {'events/s':>9} {'peak MiB':>9} "
+          f"{'run MiB':>8} {'KiB/request':>12} {'x floor':>8}")
     for i in range(args.doublings + 1):
         n = args.start * 2**i
         f = measure(path, "scenarios/rag_mix.yaml", ["workload.duration_s=null", f"workload.num_requests={n}"],
                     macro=not args.step_by_step, variant=2)
         print(f"{f.requests:>10,} {f.sim_s:>8,.0f} {f.steps:>10,} {f.wall_s:>8.2f} "
               f"{f.wall_s / f.requests * 1e6:>11.1f} {f.wall_s / f.steps * 1e6:>8.2f} "
+              f"{f.tokens_per_s:>11,.0f} {f.steps_per_s:>8,.0f} {f.events_per_s:>9,.0f} "
               f"{f.peak_mib:>9.0f} {f.state_mib:>8.0f} {f.peak_mib * 1024 / f.requests:>12.1f} "
               f"{f.floor_ratio:>8.1f}", flush=True)
 

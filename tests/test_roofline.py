@@ -223,3 +223,21 @@ def test_describe_step_rejects_bad_input():
         describe_step("llama-3.1-8b", "h100-sxm", decode_batch=-1)
     with pytest.raises(ScenarioError, match="unknown hardware"):
         describe_step("llama-3.1-8b", "tpu-v5", decode_batch=1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seqs=st.integers(1, 512), ctx=st.integers(1, 10**6), k=st.integers(1, 40),
+       model=st.sampled_from(["llama-3.1-8b", "llama-2-7b"]),
+       hw=st.sampled_from(["h100-sxm", "a100-80gb", "l40s"]), tp=st.sampled_from([1, 2]))
+def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw, tp):
+    """Macro-steps price k decode steps at once; the floats must be exactly cost()'s, or the
+    macro-step clock would drift from the step-by-step one (issue 6: identical results)."""
+    import numpy as np
+
+    pricer = StepPricer(load_model(model), load_hardware(hw), tp)
+    ctxs = ctx + seqs * np.arange(k)
+    secs, flops, nbytes, bound = pricer.decode_costs(seqs, ctxs)
+    for i, c in enumerate(ctxs.tolist()):
+        one = pricer.cost(decode_seqs=seqs, decode_ctx_tokens=c, logits_seqs=seqs)
+        assert (secs[i], flops[i], nbytes[i], bool(bound[i])) == (
+            one.seconds, one.flops, one.bytes, one.compute_bound)

@@ -120,15 +120,19 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
     """Two panels: ITL CDF (linear y) and its tail P(gap ≥ x) (log y), all variants.
 
     Markers: p50 ○, p99 △, p99.9 ◇, max ★ (from the exact weighted percentiles).
-    Vertical lines: every ``itl_*_ms`` SLO target (dashed red) and the stall
+    Vertical lines: every ``itl_*_ms`` SLO target (red, one dash pattern each) and the stall
     threshold (dotted grey).
     """
     with matplotlib.rc_context(RC):
         fig = _figure(12.0, 5.4)
         ax_cdf, ax_tail = fig.subplots(1, 2)
         dists = [itl_distribution(r) for r in results]
-        refs = [(v, f"target {k} ≤ {v:g} ms", "#C0392B", "--")
-                for k, v in slo.targets.items() if k.startswith("itl_") and k.endswith("_ms")]
+        # One dash pattern per target, so two ITL targets can be told apart.
+        itl_targets = [(k, v) for k, v in slo.targets.items()
+                       if k.startswith("itl_") and k.endswith("_ms")]
+        refs = [(v, f"target {k} ≤ {v:g} ms", "#C0392B", dash)
+                for (k, v), dash in zip(itl_targets, ("--", (0, (6, 2, 1, 2)), (0, (1, 1.5)),
+                                                      (0, (8, 3))))]
         refs.append((slo.stall_threshold_ms, f"stall threshold {slo.stall_threshold_ms:g} ms",
                      "#7F7F7F", ":"))
         variant_handles = []

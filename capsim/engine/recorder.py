@@ -97,12 +97,7 @@ class TimelineRecorder:
         b["batch_tokens"][idx] += prefill_tokens + decode_tokens
         b["prefill_tokens"][idx] += prefill_tokens
         b["decode_tokens"][idx] += decode_tokens
-        if kv_used_blocks > b["kv_used_blocks_max"][idx]:
-            b["kv_used_blocks_max"][idx] = kv_used_blocks
-        if queue_len > b["queue_len_max"][idx]:
-            b["queue_len_max"][idx] = queue_len
-        if running > b["running_max"][idx]:
-            b["running_max"][idx] = running
+        self._raise_maxes(idx, kv_used_blocks, queue_len, running)
 
     def steps(self, t_end_s: np.ndarray, busy_s: list[float], decode_tokens: int,
               kv_used_blocks: Callable[[int], int], queue_len: int, running: int,
@@ -184,6 +179,11 @@ class TimelineRecorder:
         b["busy_s"][i] = busy_s
         b["batch_tokens"][i] += tokens
         b["decode_tokens"][i] += tokens
+        self._raise_maxes(i, kv_used_blocks, queue_len, running)
+
+    def _raise_maxes(self, i: int, kv_used_blocks: int, queue_len: int, running: int) -> None:
+        """Bin ``i``'s maxima of KV blocks in use, waiting queue and running batch."""
+        b = self.bins
         if kv_used_blocks > b["kv_used_blocks_max"][i]:
             b["kv_used_blocks_max"][i] = kv_used_blocks
         if queue_len > b["queue_len_max"][i]:

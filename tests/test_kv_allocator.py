@@ -9,7 +9,7 @@ Seeds cited below: "seed 000" is ../shared/seeds/000_24f44efa48c62f69.txt
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,
                                  precondition, rule)
@@ -166,6 +166,53 @@ def test_free_list_is_fifo():
     assert a == [0, 1, 2]
     alloc.free([1])
     assert alloc.allocate(2) == [3, 1]
+
+
+def test_prefix_hit_takes_a_block_out_of_the_middle_of_the_queue():
+    # vLLM v1's free queue: a touched (hit) block leaves the queue; freed again it
+    # goes to the back, so the queue stays least-recently-freed first.
+    alloc = BlockAllocator(5, 1, enable_caching=True)
+    alloc.free(alloc.allocate(5)[::-1])          # queue: 4 3 2 1 0
+    alloc.touch([2])                             # hit: queue 4 3 1 0
+    assert alloc.num_free_blocks == 4
+    alloc.touch([2])                             # second reference, still in use
+    alloc.free([2])
+    assert alloc.allocate(2) == [4, 3]
+    alloc.free([2])                              # last reference: queue 1 0 2
+    alloc.check_consistency()
+    assert alloc.allocate(3) == [1, 0, 2]
+    alloc.check_consistency()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("aft"), st.integers(0, 10**6)), max_size=80))
+def test_free_queue_order_matches_an_ordered_dict_model(ops):
+    """The lazily-deleted deque hands out exactly the blocks an ``OrderedDict`` free
+    queue (O(1) removal from the middle) would, whatever the allocate / free / hit mix."""
+    from collections import OrderedDict
+    n = 12
+    alloc = BlockAllocator(n, 1, enable_caching=True)
+    model: OrderedDict[int, None] = OrderedDict.fromkeys(range(n))
+    held: list[int] = []                         # one entry per reference
+    for op, x in ops:
+        if op == "a" and model:
+            k = 1 + x % len(model)
+            expect = [model.popitem(last=False)[0] for _ in range(k)]
+            assert alloc.allocate(k) == expect
+            held.extend(expect)
+        elif op == "f" and held:
+            b = held.pop(x % len(held))
+            alloc.free([b])
+            if b not in held:
+                model[b] = None
+        elif op == "t":
+            b = x % n                            # a hit on a free or an in-use block
+            if b in model:
+                del model[b]
+            alloc.touch([b])
+            held.append(b)
+        assert alloc.num_free_blocks == len(model)
+    alloc.check_consistency()
 
 
 def test_allocate_out_of_blocks_takes_nothing():

@@ -15,15 +15,18 @@ loses the hash only when the queue hands it out again (eviction), least
 recently freed first, which is LRU.
 
 This sits in the per-step hot loop, so blocks are plain ``int`` ids, the
-counts live in one ``list[int]`` and the free queue is an ``OrderedDict``
-(O(1) removal from the middle when a cached block is hit): every operation
-costs O(blocks touched). No SimPy here (DESIGN.md: the allocator is pure,
-deterministic).
+counts live in one ``list[int]`` and the free queue is a ``deque`` with lazy
+deletion: a cached block taken back from the middle of the queue (a hit) is
+not searched for; its entry goes stale and is skipped when it reaches the
+front (``_stale`` counts stale entries per block). Every operation costs
+O(blocks touched); popping and appending a ``deque`` is several times cheaper
+than an ``OrderedDict`` entry. No SimPy here (DESIGN.md: the allocator is
+pure, deterministic).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 
 
 class OutOfBlocks(Exception):
@@ -53,7 +56,7 @@ class BlockAllocator:
     ``num_cow_copies`` (copy-on-write copies made through :meth:`cow`).
     """
 
-    __slots__ = ("num_blocks", "block_size", "_refcount", "_free",
+    __slots__ = ("num_blocks", "block_size", "_refcount", "_free", "_num_free", "_stale",
                  "peak_used_blocks", "num_cow_copies", "enable_caching", "_hash_of",
                  "_cached", "num_evictions")
 
@@ -64,7 +67,11 @@ class BlockAllocator:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._refcount = [0] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._free: deque[int] = deque(range(num_blocks))   # front = next handed out
+        self._num_free = num_blocks
+        # block → entries of it in _free that are stale (taken back by touch); the
+        # block's first entries are the stale ones, since a later free appends behind.
+        self._stale: dict[int, int] = {}
         self.peak_used_blocks = 0
         self.num_cow_copies = 0
         self.enable_caching = enable_caching
@@ -75,16 +82,16 @@ class BlockAllocator:
     @property
     def num_free_blocks(self) -> int:
         """Blocks on the free list (refcount 0)."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used_blocks(self) -> int:
         """Blocks with refcount >= 1 (a shared block counts once)."""
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._num_free
 
     def can_allocate(self, n: int) -> bool:
         """True if ``n`` fresh blocks can be allocated now."""
-        return n <= len(self._free)
+        return n <= self._num_free
 
     def allocate(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the front of the free list, refcount 1 each.
@@ -94,20 +101,36 @@ class BlockAllocator:
         Raises:
             OutOfBlocks: fewer than ``n`` blocks are free (nothing is taken).
         """
-        free = self._free
-        if n > len(free):
-            raise OutOfBlocks(f"asked for {n} blocks, {len(free)} free "
+        if n > self._num_free:
+            raise OutOfBlocks(f"asked for {n} blocks, {self._num_free} free "
                               f"of {self.num_blocks}")
-        pop = free.popitem
+        pop = self._free.popleft
         refcount = self._refcount
-        out = [pop(last=False)[0] for _ in range(n)]
+        if self._stale:
+            out = self._pop_skipping_stale(n)
+        else:
+            out = [pop() for _ in range(n)]
         for b in out:
             refcount[b] = 1
+        self._num_free -= n
         if self._cached:
             self._evict(out)
-        used = self.num_blocks - len(free)
+        used = self.num_blocks - self._num_free
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
+        return out
+
+    def _pop_skipping_stale(self, n: int) -> list[int]:
+        pop, stale, out = self._free.popleft, self._stale, []
+        while len(out) < n:
+            b = pop()
+            k = stale.get(b)
+            if k is None:
+                out.append(b)
+            elif k == 1:
+                del stale[b]
+            else:
+                stale[b] = k - 1
         return out
 
     def share(self, blocks: list[int]) -> None:
@@ -135,7 +158,7 @@ class BlockAllocator:
                 by then; the error means the caller's bookkeeping is broken.
         """
         refcount = self._refcount
-        free = self._free
+        append = self._free.append
         returned = 0
         for b in blocks:
             c = refcount[b] - 1
@@ -143,8 +166,9 @@ class BlockAllocator:
                 raise KVInvariantError(f"double free of block {b}")
             refcount[b] = c
             if c == 0:
-                free[b] = None
+                append(b)
                 returned += 1
+        self._num_free += returned
         return returned
 
     # ------------------------------------------------------------ prefix caching
@@ -176,12 +200,13 @@ class BlockAllocator:
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference to cached blocks found by :meth:`lookup` (a prefix-cache hit)."""
-        refcount, free = self._refcount, self._free
+        refcount, stale = self._refcount, self._stale
         for b in blocks:
-            if refcount[b] == 0:
-                del free[b]
+            if refcount[b] == 0:            # leaves the free queue: its entry goes stale
+                stale[b] = stale.get(b, 0) + 1
+                self._num_free -= 1
             refcount[b] += 1
-        used = self.num_blocks - len(free)
+        used = self.num_blocks - self._num_free
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
 
@@ -226,7 +251,7 @@ class BlockAllocator:
         Raises:
             KVInvariantError: naming up to 20 leaked blocks and their counts.
         """
-        if len(self._free) == self.num_blocks:
+        if self._num_free == self.num_blocks:
             return
         leaked = [(b, c) for b, c in enumerate(self._refcount) if c]
         shown = ", ".join(f"{b} (refcount {c})" for b, c in leaked[:20])
@@ -240,9 +265,17 @@ class BlockAllocator:
         Raises:
             KVInvariantError: describing the first violation found.
         """
-        free = set(self._free)
-        if len(free) != len(self._free):
-            raise KVInvariantError("a block is on the free list twice")
+        entries: dict[int, int] = {}
+        for b in self._free:
+            entries[b] = entries.get(b, 0) + 1
+        for b, k in entries.items():
+            if k - self._stale.get(b, 0) not in (0, 1):
+                raise KVInvariantError(f"block {b} is on the free list {k} times, "
+                                       f"{self._stale.get(b, 0)} of them stale")
+        free = {b for b, k in entries.items() if k > self._stale.get(b, 0)}
+        if len(free) != self._num_free:
+            raise KVInvariantError(f"{len(free)} blocks on the free list, "
+                                   f"counted {self._num_free}")
         for b, c in enumerate(self._refcount):
             if c < 0:
                 raise KVInvariantError(f"block {b} has refcount {c}")

@@ -97,8 +97,9 @@ def child(job: dict) -> dict:
     result = sim.simulate(run, trace, macro_steps=job["macro"])
     wall = time.perf_counter() - t0
     peak = _peak_rss_bytes() - before
-    out_tokens = sum(o * n for o, n, s in zip(result.requests.output_tokens, result.requests.n,
-                                                result.requests.status) if s == "finished")
+    rec = result.requests
+    done = rec.status == "finished"
+    out_tokens = int((rec.output_tokens[done] * (rec.n[done] if len(rec.n) else 1)).sum())
     return {"wall_s": wall, "peak_mib": peak / MIB, "state_mib": (state_peak[0] - before) / MIB,
             "sim_s": result.sim_end_s,
             "steps": sum(r.steps for r in result.replicas), "out_tokens": out_tokens,

@@ -67,14 +67,14 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
         "variant": result.variant,
         "request_id": r.request_id,
         "cls": np.asarray(result.class_names, dtype=object)[np.asarray(r.class_id, dtype=np.int64)]
-        if r.request_id else [],
+        if len(r.request_id) else [],
         "replica": r.replica,
         "status": r.status,
         "reject_reason": r.reject_reason,
         "arrival_s": r.arrival_s,
         "prompt_tokens": r.prompt_tokens,
         "output_tokens": r.output_tokens,
-        "n": r.n or 1,
+        "n": r.n if len(r.n) else 1,
         "num_preemptions": r.num_preemptions,
     })
     arrival = np.asarray(r.arrival_s, dtype=np.float64)

@@ -10,7 +10,10 @@ summary columns whose names end in ``_ms``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from capsim.columns import (ColumnModel, FloatColumn, IntColumn, StrColumn, TextColumn,
+                            empty_ints)
 
 FINISHED = "finished"
 REJECTED = "rejected"
@@ -20,39 +23,53 @@ class _Result(BaseModel):
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
-class RequestRecords(_Result):
-    """One entry per request of the trace, column-wise (all lists have length N).
+class RequestRecords(ColumnModel, _Result):
+    """One entry per request of the trace, column-wise: numpy arrays of length N,
+    indexed by request id (``request_id[i] == i`` for a simulated run).
 
-    Times are absolute simulated seconds; NaN where a request never reached
-    that point (e.g. ``first_token_s`` of a rejected request).
+    Times are absolute simulated seconds (float64); NaN where a request never
+    reached that point (e.g. ``first_token_s`` of a rejected request). Integer
+    columns may be narrower than int64 (``replica``, ``num_preemptions`` int32;
+    ``class_id``, ``n`` as the trace has them); lists given to the constructor
+    or read from JSON become int64 / float64 / unicode arrays
+    (:mod:`capsim.columns`).
     """
 
-    request_id: list[int]
-    class_id: list[int]
-    replica: list[int]                 # replica that served it (-1 if rejected before routing)
-    arrival_s: list[float]
-    prompt_tokens: list[int]
-    output_tokens: list[int]
-    status: list[str]                  # FINISHED or REJECTED
-    reject_reason: list[str]           # "" when finished
-    first_scheduled_s: list[float]     # first step that computed any of its tokens
-    first_token_s: list[float]         # end of the step that emitted output token 1
-    finish_s: list[float]              # end of the step that emitted its last token
-    num_preemptions: list[int]
-    max_itl_s: list[float]             # largest gap between two of its consecutive tokens
-    n: list[int] = []                  # parallel samples (each generates output_tokens); [] = all 1
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    request_id: IntColumn
+    class_id: IntColumn
+    replica: IntColumn                 # replica that served it (-1 if rejected before routing)
+    arrival_s: FloatColumn
+    prompt_tokens: IntColumn
+    output_tokens: IntColumn
+    status: StrColumn                  # FINISHED or REJECTED (a "<U8" array)
+    reject_reason: TextColumn          # object array of str; "" when finished
+    first_scheduled_s: FloatColumn     # first step that computed any of its tokens
+    first_token_s: FloatColumn         # end of the step that emitted output token 1
+    finish_s: FloatColumn              # end of the step that emitted its last token
+    num_preemptions: IntColumn
+    max_itl_s: FloatColumn             # largest gap between two of its consecutive tokens
+    n: IntColumn = Field(default_factory=empty_ints)   # parallel samples (each generates
+    #                                    output_tokens); empty = all 1
 
 
-class ItlRuns(_Result):
+class ItlRuns(ColumnModel, _Result):
     """Inter-token gaps recorded as weighted runs (DESIGN.md "Metrics").
 
     Run ``i`` says: ``count[i]`` gaps of ``gap_s[i]`` seconds, all by requests
-    of class ``class_id[i]``. Percentiles over the runs are exact.
+    of class ``class_id[i]``. Percentiles over the runs are exact. Columns are
+    numpy arrays of one length (one run per engine step and class): ``gap_s``
+    float64; from a run, ``count`` uint32 and ``class_id`` uint8 (wider for more
+    than 256 classes); read from JSON, int64. Add counts up with ``.sum()``
+    (numpy widens the accumulator).
     """
 
-    gap_s: list[float]
-    count: list[int]
-    class_id: list[int]
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    gap_s: FloatColumn
+    count: IntColumn
+    class_id: IntColumn
 
 
 class ReplicaTimeline(_Result):

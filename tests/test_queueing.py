@@ -40,7 +40,7 @@ def service_time_s(path: Path) -> float:
     loaded = load(path, ["workload.num_requests=1"])
     trace = workload.build(loaded.runs[0].workload, 1, loaded.base_dir)
     r = simulate(loaded.runs[0], trace).requests
-    return r.finish_s[0] - r.first_scheduled_s[0]
+    return float(r.finish_s[0] - r.first_scheduled_s[0])
 
 
 def test_md1_formula():

@@ -148,8 +148,8 @@ def simulate_bench(run: RunConfig, requests: BenchRequests,
     result = simulate(dataclasses.replace(run, hardware=hw), requests.trace())
     rec = result.requests
     arrival = np.asarray(rec.arrival_s, float)
-    first = np.asarray([np.nan if v is None else v for v in rec.first_token_s], float)
-    finish = np.asarray([np.nan if v is None else v for v in rec.finish_s], float)
+    first = np.asarray(rec.first_token_s, float)          # NaN where rejected
+    finish = np.asarray(rec.finish_s, float)
     out = np.asarray(rec.output_tokens, float)
     tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
     return first - arrival, tpot

@@ -19,12 +19,20 @@ from capsim.results import ItlRuns, ReplicaTimeline
 
 
 class ItlRecorder:
-    """Collects inter-token gaps for a whole run (all replicas)."""
+    """Collects inter-token gaps for a whole run (all replicas).
 
-    def __init__(self) -> None:
+    Storage per run (one per engine step and class): the gap as a float64, the
+    count as a uint32 (sequences of one class in one step) and the class id as a
+    uint8 (``num_classes`` ≤ 256; uint16 or int32 for more classes) — 13 bytes.
+
+    Args:
+        num_classes: request classes; class ids are ``0 … num_classes − 1``.
+    """
+
+    def __init__(self, num_classes: int = 256) -> None:
         self.gap_s = array("d")
-        self.count = array("q")
-        self.class_id = array("i")
+        self.count = array("I")
+        self.class_id = array(self._class_typecode(num_classes))
 
     def add(self, gap_s: float, class_counts: list[int]) -> None:
         """``class_counts[c]`` sequences of class c each saw one gap of ``gap_s``."""
@@ -41,32 +49,46 @@ class ItlRecorder:
         if not k:
             return
         classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
+        if not classes:
+            return
+        counts = array(self.count.typecode, [n for _, n in classes])
+        ids = array(self.class_id.typecode, [cid for cid, _ in classes])
         if len(classes) == 1:
-            (cid, n), = classes
             self.gap_s.frombytes(gaps_s.tobytes())
-            self.count.extend(array("q", (n,)) * k)
-            self.class_id.extend(array("i", (cid,)) * k)
-        elif classes:
-            c = len(classes)
-            self.gap_s.frombytes(np.repeat(gaps_s, c).tobytes())
-            self.count.extend(array("q", [n for _, n in classes]) * k)
-            self.class_id.extend(array("i", [cid for cid, _ in classes]) * k)
+        else:
+            self.gap_s.frombytes(np.repeat(gaps_s, len(classes)).tobytes())
+        self.count.extend(counts * k)
+        self.class_id.extend(ids * k)
 
     def add_one(self, gap_s: float, class_id: int) -> None:
         self.gap_s.append(gap_s)
         self.count.append(1)
         self.class_id.append(class_id)
 
+    def total_gaps(self) -> int:
+        """Σ count: gaps recorded so far."""
+        if not self.count:
+            return 0
+        return int(np.frombuffer(self.count, dtype=self.count.typecode).sum(dtype=np.int64))
+
     def result(self) -> ItlRuns:
-        """The runs as lists, handed over: the recorder is empty afterwards, so its arrays
-        (one entry per engine step and class) are freed while the lists are built. Built
-        unvalidated: the types are right by construction, and validating copies the lists."""
+        """The runs, handed over as numpy arrays over the recorder's own buffers (no copy):
+        the recorder is empty afterwards. Built unvalidated: the types are right by
+        construction."""
         out = {}
         for name in ("gap_s", "count", "class_id"):
             arr = getattr(self, name)
-            out[name] = arr.tolist()
+            out[name] = np.frombuffer(arr, dtype=arr.typecode) if arr else \
+                np.empty(0, dtype=arr.typecode)
             setattr(self, name, array(arr.typecode))
         return ItlRuns.model_construct(**out)
+
+    @staticmethod
+    def _class_typecode(num_classes: int) -> str:
+        """The narrowest array typecode holding class ids ``0 … num_classes − 1``."""
+        if num_classes <= 256:
+            return "B"
+        return "H" if num_classes <= 65536 else "i"
 
 
 class TimelineRecorder:

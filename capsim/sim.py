@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import numpy as np
 import simpy
 
 from capsim.config import RunConfig
@@ -19,11 +18,12 @@ from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
-from capsim.engine.request import FINISHED, REJECTED, Request
+from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
 from capsim.engine.scheduler import blocks_for
-from capsim.kv.prefix import PREFIX, USER
-from capsim.results import RequestRecords, RunResult
+from capsim.request_log import RequestLog
+from capsim.request_source import RequestSource
+from capsim.results import RunResult
 from capsim.roofline import StepPricer
 from capsim.workload import RequestTrace
 
@@ -38,6 +38,11 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
              macro_steps: bool = True) -> RunResult:
     """Simulate one variant over the trace.
 
+    Requests exist as objects only while in flight: first turns are built when
+    they arrive, later turns when the turn before them ends
+    (:class:`~capsim.request_source.RequestSource`); each request's outcome goes
+    into numpy columns when it ends (:class:`~capsim.request_log.RequestLog`).
+
     Args:
         run: the resolved variant.
         trace: the requests (shared by every variant of a scenario).
@@ -50,20 +55,19 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     """
     wall0 = time.perf_counter()
     env = simpy.Environment()
-    itl = ItlRecorder()
-    reqs = _requests(trace)
-    total = len(reqs)
-    done = [0]
+    itl = ItlRecorder(len(trace.class_names))
+    source = RequestSource(trace)
+    log = RequestLog(len(trace))
+    total = len(trace)
     tick = max(1, total // 200)
 
-    children = _children(trace)
-
     def on_finish(req: Request) -> None:
-        done[0] += 1
-        if progress is not None and done[0] % tick == 0:
-            progress(done[0], total)
-        for child in children.get(req.rid, ()):
-            env.process(_next_turn(env, reqs[child], req, trace, route, run, on_finish))
+        log.record(req)
+        if progress is not None and log.written % tick == 0:
+            progress(log.written, total)
+        rejected = req.state == REJECTED
+        for child in source.next_turns(req):
+            env.process(_next_turn(env, child, rejected, trace, route, run, on_finish))
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
     if run.disagg is not None:
@@ -77,49 +81,23 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
                             macro_steps=macro_steps)
                     for i in range(run.cluster.num_replicas)]
         route = make_router(run.cluster.router, replicas)
-    roots = [reqs[i] for i in np.flatnonzero(trace.parent < 0).tolist()]
-    env.process(_arrivals(env, roots, route, run, on_finish))
+    env.process(_arrivals(env, source, route, run, on_finish))
     env.run()
-    _check_invariants(reqs, replicas, itl)
-    problems = cluster.invariant_problems(reqs) if cluster is not None else []
+    _check_invariants(log, replicas, itl)
+    problems = cluster.invariant_problems() if cluster is not None else []
     if problems:
         raise InvariantError(problems[0])
     if progress is not None:
         progress(total, total)
-    result = _result(run, trace, reqs, replicas, itl, env.now, time.perf_counter() - wall0)
+    result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
     return result if cluster is None else cluster.finish(result)
 
 
-def _requests(trace: RequestTrace) -> list[Request]:
-    """Request objects with their token identity (segments) for prefix caching."""
-    reqs: list[Request] = []
-    rows = zip(trace.arrival_s.tolist(), trace.prompt_tokens.tolist(),
-               trace.output_tokens.tolist(), trace.class_id.tolist(), trace.prefix_id.tolist(),
-               trace.prefix_tokens.tolist(), trace.parent.tolist(), trace.n.tolist())
-    for i, (a, p, o, c, pid, ptok, parent, n) in enumerate(rows):
-        if parent >= 0:
-            up = reqs[parent]
-            segments = up.segments + ((USER, i, p - up.prompt_tokens - up.output_tokens),)
-            up.shareable = True
-        elif pid >= 0:
-            segments = ((PREFIX, pid, ptok), (USER, i, p - ptok))
-        else:
-            segments = None
-        reqs.append(Request(i, c, a, p, o, segments, n))
-    return reqs
-
-
-def _children(trace: RequestTrace) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for child in np.flatnonzero(trace.parent >= 0).tolist():
-        out.setdefault(int(trace.parent[child]), []).append(child)
-    return out
-
-
-def _next_turn(env: simpy.Environment, req: Request, parent: Request, trace: RequestTrace,
+def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trace: RequestTrace,
                route, run: RunConfig, on_finish):
-    """A conversation's next turn arrives ``think_s`` after the previous reply completes."""
-    if parent.state == REJECTED:
+    """A conversation's next turn arrives ``think_s`` after the previous reply completes
+    (rejected at once if the previous turn was rejected)."""
+    if parent_rejected:
         _reject(req, "the previous turn of its conversation was rejected", env.now, on_finish)
         return
     yield env.timeout(float(trace.think_s[req.rid]))
@@ -150,8 +128,11 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     return ""
 
 
-def _arrivals(env: simpy.Environment, reqs: list[Request], route, run: RunConfig, on_finish):
-    for req in reqs:
+def _arrivals(env: simpy.Environment, source: RequestSource, route, run: RunConfig, on_finish):
+    """First turns, in trace order, each built and admitted at its arrival time."""
+    roots = source.roots
+    for k in range(len(roots)):
+        req = source.root(roots.item(k))
         delay = req.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
@@ -174,39 +155,25 @@ def _reject(req: Request, reason: str, now: float, on_finish) -> None:
     on_finish(req)
 
 
-def _check_invariants(reqs: list[Request], replicas: list[Replica], itl: ItlRecorder) -> None:
-    gaps_expected = 0
-    for req in reqs:
-        if req.state == FINISHED:
-            if req.num_generated != req.output_tokens:
-                raise InvariantError(f"request {req.rid} emitted {req.num_generated} of "
-                                     f"{req.output_tokens} tokens")
-            gaps_expected += req.n * (req.output_tokens - 1)
-        elif req.state != REJECTED:
-            raise InvariantError(f"request {req.rid} ended {req.state}, neither finished "
-                                 "nor rejected")
+def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder) -> None:
+    """Every request ended once, finished ones with all their tokens (checked as they
+    ended); replicas drained, every KV block free; ITL gaps = what finished requests imply."""
+    problems = log.problems()
+    if problems:
+        raise InvariantError(problems[0])
     for rep in replicas:
         if rep.scheduler.has_work():
             raise InvariantError(f"replica {rep.index} still has queued or running requests")
         rep.alloc.check_all_free()
-    if sum(itl.count) != gaps_expected:
-        raise InvariantError(f"recorded {sum(itl.count)} inter-token gaps; finished requests "
-                             f"imply {gaps_expected}")
+    gaps = itl.total_gaps()
+    if gaps != log.gaps_expected:
+        raise InvariantError(f"recorded {gaps} inter-token gaps; finished requests "
+                             f"imply {log.gaps_expected}")
 
 
-def _result(run: RunConfig, trace: RequestTrace, reqs: list[Request], replicas: list[Replica],
+def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
             itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
     hw = run.hardware
-    records = RequestRecords(
-        request_id=[r.rid for r in reqs], class_id=[r.class_id for r in reqs],
-        replica=[r.replica for r in reqs], arrival_s=[r.arrival_s for r in reqs],
-        prompt_tokens=[r.prompt_tokens for r in reqs], output_tokens=[r.output_tokens for r in reqs],
-        status=[FINISHED if r.state == FINISHED else REJECTED for r in reqs],
-        reject_reason=[r.reject_reason for r in reqs],
-        first_scheduled_s=[r.first_scheduled_s for r in reqs],
-        first_token_s=[r.first_token_s for r in reqs], finish_s=[r.finish_s for r in reqs],
-        num_preemptions=[r.num_preemptions for r in reqs], n=[r.n for r in reqs],
-        max_itl_s=[r.max_itl_s for r in reqs])
     return RunResult(
         variant=run.variant, seed=run.seed, scheduler=_scheduler_label(run),
         num_replicas=run.cluster.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
@@ -214,7 +181,7 @@ def _result(run: RunConfig, trace: RequestTrace, reqs: list[Request], replicas: 
         peak_flops_per_gpu=hw.peak_flops(run.engine.dtype),
         hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
-        requests=records, itl=itl.result(), replicas=[r.stats() for r in replicas],
+        requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
         timelines=[r.timeline.result() for r in replicas],
         log=run.kv.log_lines(run.engine.max_model_len))
 

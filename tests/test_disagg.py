@@ -415,3 +415,20 @@ def test_timeline_link_panel_counts_intervals_exactly():
     occ = interval_occupancy(np.array([0.5, 1.0, 2.25]), np.array([1.5, 3.0, float("nan")]),
                              1.0, 3)
     assert occ.tolist() == pytest.approx([0.5, 1.5, 1.0])
+
+
+def test_a_request_finishing_without_its_kv_transfer_breaks_the_run(tmp_path, monkeypatch):
+    """Checked as the request finishes: the run keeps no request objects to look at later."""
+    from capsim.engine.disagg import DisaggCluster
+    from capsim.sim import InvariantError
+    loaded = load(scenario(tmp_path, [{"name": "1P1D", "disaggregation": disagg(1, 1)}]))
+    finished = DisaggCluster._finished
+
+    def forget_transfer(self, req):
+        if req.rid == 1:
+            del self.transfers[1]
+        finished(self, req)
+
+    monkeypatch.setattr(DisaggCluster, "_finished", forget_transfer)
+    with pytest.raises(InvariantError, match="request 1 finished without a KV transfer"):
+        simulate(loaded.runs[0], trace_of([(0.0, 500, 20), (0.1, 900, 30)]))

@@ -162,3 +162,41 @@ def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(tmp_path):
 def test_request_state_is_plain():
     r = Request(0, 0, 0.0, 10, 5)
     assert r.total_tokens == 14 and r.remaining_to_compute == 10
+
+
+def small_run(tmp_path):
+    run = load(scenario(tmp_path)).runs[0]
+    return run, trace_of([(0.0, 100, 10), (0.1, 200, 10), (0.2, 300, 10)])
+
+
+def test_a_request_that_never_ends_breaks_the_run(tmp_path, monkeypatch):
+    import capsim.sim as sim
+    run, trace = small_run(tmp_path)
+    admit = sim._admit
+    monkeypatch.setattr(sim, "_admit", lambda req, *a: None if req.rid == 1 else admit(req, *a))
+    with pytest.raises(sim.InvariantError,
+                       match=r"request 1 neither finished nor rejected \(2 of 3 requests ended\)"):
+        simulate(run, trace)
+
+
+def test_lost_tokens_and_unrecorded_gaps_break_the_run(tmp_path, monkeypatch):
+    import capsim.sim as sim
+    from capsim.engine.recorder import ItlRecorder
+    from capsim.request_log import RequestLog
+    run, trace = small_run(tmp_path)
+    total_gaps = ItlRecorder.total_gaps
+    with monkeypatch.context() as m:
+        m.setattr(ItlRecorder, "total_gaps", lambda self: total_gaps(self) - 1)
+        with pytest.raises(sim.InvariantError,
+                           match="recorded 26 inter-token gaps; finished requests imply 27"):
+            simulate(run, trace)
+    record = RequestLog.record
+
+    def lose_one_token(self, req):
+        if req.rid == 2:
+            req.num_generated -= 1
+        record(self, req)
+
+    monkeypatch.setattr(RequestLog, "record", lose_one_token)
+    with pytest.raises(sim.InvariantError, match="request 2 emitted 9 of 10 tokens"):
+        simulate(run, trace)

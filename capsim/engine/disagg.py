@@ -43,7 +43,7 @@ import simpy
 from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
-from capsim.engine.request import FINISHED, Request
+from capsim.engine.request import Request
 from capsim.engine.router import make_router
 from capsim.engine.scheduler import blocks_for
 from capsim.engine.transfer import KVLink
@@ -85,9 +85,15 @@ def reject_reason(req: Request, run: RunConfig) -> str:
 
 @dataclass(eq=False)
 class Transfer:
-    """One request's KV on its way from a prefill replica to a decode replica (times in s)."""
+    """One request's KV on its way from a prefill replica to a decode replica (times in s).
 
-    req: Request
+    ``req`` is dropped (None) once the KV has arrived: the decode replica holds the
+    request from then on, and the transfer's record needs only ``rid`` and ``class_id``.
+    """
+
+    req: Request | None
+    rid: int
+    class_id: int
     source: Replica
     tokens: int
     nbytes: float
@@ -182,6 +188,7 @@ class DisaggCluster:
         self.pending: deque[Transfer] = deque()
         self.transfers: dict[int, Transfer] = {}
         self.duplicates: list[int] = []
+        self._problems: list[str] = []   # broken invariants noticed as requests finished
         self.monitor = PoolMonitor(env, self.prefill, self.decode, self.pending)
         self._prefill_router = make_router(run.cluster.router, self.prefill)
         self._rr = 0
@@ -220,6 +227,10 @@ class DisaggCluster:
             self._dispatch()
 
     def _finished(self, req: Request) -> None:
+        if req.output_tokens > 1 and req.rid not in self.transfers:
+            self._problems.append(f"request {req.rid} finished without a KV transfer")
+        if req.handoff_blocks:
+            self._problems.append(f"request {req.rid} still holds prefill-side blocks")
         self._on_finish(req)
         if self.pending:
             self._dispatch()
@@ -230,7 +241,7 @@ class DisaggCluster:
         if req.rid in self.transfers:
             self.duplicates.append(req.rid)
         tokens = req.num_computed
-        t = Transfer(req=req, source=source, tokens=tokens,
+        t = Transfer(req=req, rid=req.rid, class_id=req.class_id, source=source, tokens=tokens,
                      nbytes=float(tokens * self.kv_bytes_per_token), last_step_s=step_s,
                      handoff_s=self.env.now)
         self.transfers[req.rid] = t
@@ -273,18 +284,21 @@ class DisaggCluster:
         t.source.scheduler.release_handoff(t.req)
         t.source.wake()
         t.target.admit_transferred(t.req)
+        t.req = None
         self.monitor.touch()
 
     def _second_token(self, req: Request, now: float) -> None:
         self.transfers[req.rid].second_token_s = now
 
     # ------------------------------------------------------------ end of run
-    def invariant_problems(self, reqs: list[Request]) -> list[str]:
+    def invariant_problems(self) -> list[str]:
         """Conservation across the link; [] when everything adds up.
 
         Every finished request with more than one output token crossed the
-        link exactly once and arrived; nothing is still queued, in flight,
-        reserved on a decode replica or held on a prefill replica.
+        link exactly once and arrived, and held no prefill-side blocks when it
+        finished (both checked as it finished, :meth:`_finished`); nothing is
+        still queued, in flight, reserved on a decode replica or held on a
+        prefill replica.
         """
         self.monitor.touch()
         out = [f"request {rid} was handed off twice" for rid in self.duplicates]
@@ -292,14 +306,12 @@ class DisaggCluster:
             out.append(f"{len(self.pending)} prefilled requests never reached a decode replica")
         if self.link.in_flight or self.link.started != self.link.completed:
             out.append(f"{self.link.in_flight} KV transfers still in flight")
-        for req in reqs:
-            moved = self.transfers.get(req.rid)
-            if req.state == FINISHED and req.output_tokens > 1 and moved is None:
-                out.append(f"request {req.rid} finished without a KV transfer")
-            if moved is not None and math.isnan(moved.arrived_s):
-                out.append(f"request {req.rid}'s KV never arrived")
-            if req.handoff_blocks:
-                out.append(f"request {req.rid} still holds prefill-side blocks")
+        out += self._problems
+        for rid, t in self.transfers.items():
+            if math.isnan(t.arrived_s):
+                out.append(f"request {rid}'s KV never arrived")
+            if t.req is not None and t.req.handoff_blocks:
+                out.append(f"request {rid} still holds prefill-side blocks")
         out += [f"replica {r.index} still has {len(r.scheduler.incoming)} reserved transfers"
                 for r in self.decode if r.scheduler.incoming]
         return out
@@ -327,9 +339,9 @@ class DisaggCluster:
 
     def _result(self) -> DisaggResult:
         d, m = self.disagg, self.monitor
-        ts = sorted(self.transfers.values(), key=lambda t: t.req.rid)
+        ts = sorted(self.transfers.values(), key=lambda t: t.rid)
         records = TransferRecords(
-            request_id=[t.req.rid for t in ts], class_id=[t.req.class_id for t in ts],
+            request_id=[t.rid for t in ts], class_id=[t.class_id for t in ts],
             prefill_replica=[t.source.index for t in ts],
             decode_replica=[t.target.index if t.target else -1 for t in ts],
             tokens=[t.tokens for t in ts], bytes=[t.nbytes for t in ts],

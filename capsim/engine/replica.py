@@ -33,7 +33,7 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 GIB = 2**30
-MIN_HORIZON_STEPS = 32      # runs always plan this far through finishes (see _horizon_steps)
+MIN_HORIZON_STEPS = 1       # a horizon of 1 plans no step past the first finish
 
 
 def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:

@@ -304,7 +304,7 @@ class StepPricer:
         "_lin", "_lm_t", "_ginv", "_ainv", "_attn_p", "_attn_d", "_mem_only_t",
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
-        "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s",
+        "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -360,6 +360,7 @@ class StepPricer:
         self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
         self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s
         self._overhead_s = hw.step_overhead_s
+        self._decode_base: dict[int, tuple[float, ...]] = {}   # see _decode_terms
 
     def _time_coeffs(self, op: Matmul) -> tuple[float, float, float]:
         """(compute s per row, weight-read s, activation s per row) of a matmul."""
@@ -488,32 +489,50 @@ class StepPricer:
         return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
                         comm_s, self._overhead_s, compute_s > memory_s)
 
-    def decode_costs(self, decode_seqs: int, decode_ctx_tokens: np.ndarray
+    def decode_costs(self, decode_seqs: int | list[int], decode_ctx_tokens: np.ndarray,
+                     run_lengths: list[int] | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Vectorised :meth:`cost` of decode-only steps of ``decode_seqs`` sequences.
+        """Vectorised :meth:`cost` of decode-only steps.
 
         Args:
-            decode_seqs: sequences decoding in every step (> 0).
+            decode_seqs: sequences decoding in every step (> 0); or, with
+                ``run_lengths``, one count per segment of consecutive steps.
             decode_ctx_tokens: shape (k,), Σ context of each step.
+            run_lengths: steps in each segment (Σ = k), or None for one segment.
 
         Returns:
             (seconds, flops, bytes, compute_bound), each shape (k,), bit-for-bit
             equal to ``cost(decode_seqs=n, decode_ctx_tokens=ctx[i], logits_seqs=n)``
-            (same float operations in the same order; numpy does not fuse them).
+            for step i's n (same float operations in the same order; numpy does not
+            fuse them, and a scalar broadcast or a repeated array computes the same).
         """
-        n = decode_seqs
-        compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(n, n, 0, 0.0, 0)
         a = self._attn
         ctx = np.asarray(decode_ctx_tokens, dtype=np.float64)
         c_pair, m_kv, m_new, launch = self._attn_d
+        if run_lengths is None:
+            compute_s, memory_s, roof_s, flops, nbytes, comm_s, n = self._decode_terms(decode_seqs)
+        else:
+            terms = self._decode_terms
+            compute_s, memory_s, roof_s, flops, nbytes, comm_s, n = np.repeat(
+                np.array([terms(n) for n in decode_seqs], dtype=np.float64),
+                run_lengths, axis=0).T
         c = launch + c_pair * ctx
         m = launch + m_kv * ctx + m_new * n
         roof = roof_s + np.maximum(c, m)
-        comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
         seconds = roof + comm_s + self._overhead_s
         step_flops = flops + a.flops_per_pair * ctx
         step_bytes = nbytes + (a.kv_bytes_per_token * ctx + a.new_bytes_per_token * n)
         return seconds, step_flops, step_bytes, (compute_s + c) > (memory_s + m)
+
+    def _decode_terms(self, n: int) -> tuple[float, ...]:
+        """(compute_s, memory_s, roof_s, flops, bytes, comm_s, n) of a decode-only step of
+        ``n`` sequences, all but its attention; memoised (they depend on n only)."""
+        terms = self._decode_base.get(n)
+        if terms is None:
+            comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
+            terms = self._decode_base[n] = (
+                *self._before_decode_attention(n, n, 0, 0.0, 0), comm_s, n)
+        return terms
 
     def _before_decode_attention(self, n: int, logits_seqs: int, prefill_tokens: int,
                                  prefill_attn_pairs: float, prefill_kv_tokens: int

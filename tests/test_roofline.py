@@ -241,3 +241,25 @@ def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw,
         one = pricer.cost(decode_seqs=seqs, decode_ctx_tokens=c, logits_seqs=seqs)
         assert (secs[i], flops[i], nbytes[i], bool(bound[i])) == (
             one.seconds, one.flops, one.bytes, one.compute_bound)
+
+
+@settings(max_examples=60, deadline=None)
+@given(segs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 12)), min_size=1, max_size=5),
+       ctx=st.integers(1, 10**6), hw=st.sampled_from(["h100-sxm", "a100-80gb"]),
+       tp=st.sampled_from([1, 2]))
+def test_segmented_decode_costs_equal_cost_bit_for_bit(segs, ctx, hw, tp):
+    """A run that goes on through finishes prices segments of different batch sizes in one
+    call; each step must still equal cost() for its own batch exactly."""
+    import numpy as np
+
+    pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware(hw), tp)
+    seqs = [n for n, _ in segs]
+    lengths = [m for _, m in segs]
+    per_step = np.repeat(seqs, lengths)
+    ctxs = ctx + np.cumsum(per_step) - per_step
+    secs, flops, nbytes, bound = pricer.decode_costs(seqs, ctxs, lengths)
+    assert len(secs) == sum(lengths)
+    for i, (n, c) in enumerate(zip(per_step.tolist(), ctxs.tolist())):
+        one = pricer.cost(decode_seqs=n, decode_ctx_tokens=c, logits_seqs=n)
+        assert (secs[i], flops[i], nbytes[i], bool(bound[i])) == (
+            one.seconds, one.flops, one.bytes, one.compute_bound)

@@ -272,3 +272,33 @@ def test_released_sample_leaves_shared_blocks_allocated():
     sched._preempt(fork)                      # release one sample
     assert alloc.refcount(req.blocks[0]) == 1
     assert req.blocks[0] not in alloc._free
+
+
+def test_decode_run_goes_on_through_finishes_while_nothing_waits():
+    """A run's plan: one segment per finish, the batch shrinking (3 → 2 → 1 decoders)."""
+    sched, _, _ = continuous()
+    for i, out in enumerate((30, 50, 90)):
+        sched.add(Request(i, 0, 0.0, 100, out))
+    run_steps(sched, 1)                              # prefill: token 1 of each
+    step = sched.schedule(1.0)
+    plan = sched.plan_decode_run(step)
+    # Request i finishes after out − 1 decode steps (29, 49, 89); the run then ends.
+    assert plan.ends == [29, 49, 89]
+    assert plan.seqs == [3, 2, 1]
+    # Σ context at each segment's first step: the tokens computed so far + the new one.
+    assert plan.ctx0 == [3 * 101, 2 * 130, 150]
+    assert plan.done_tokens == [130, 150, 0]
+    # ... as the step-by-step path schedules them
+    sched.complete(step, 2.0)
+    steps, _ = run_steps(sched, 88, t0=2.0)
+    assert [steps[j - 1].decode_ctx_tokens for j in (29, 49)] == plan.ctx0[1:]
+    assert [steps[j - 1].decode_seqs for j in (28, 29, 48, 49, 88)] == [3, 2, 2, 1, 1]
+
+
+def test_decode_run_stops_at_a_finish_when_requests_wait():
+    sched, _, _ = continuous(max_num_seqs=2)
+    for i, out in enumerate((30, 50, 90)):
+        sched.add(Request(i, 0, 0.0, 100, out))
+    run_steps(sched, 1)                              # two admitted, one waits for a slot
+    plan = sched.plan_decode_run(sched.schedule(1.0))
+    assert plan.ends == [29] and plan.seqs == [2]

@@ -14,6 +14,8 @@ reports, through optional hooks, prefilled requests to hand off
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -23,7 +25,7 @@ from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.step import Step
-from capsim.engine.scheduler import MIN_RUN_STEPS, ContiguousScheduler, ContinuousScheduler
+from capsim.engine.scheduler import ContiguousScheduler, ContinuousScheduler, RunPlan
 from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
@@ -31,6 +33,7 @@ from capsim.results import ReplicaStats
 from capsim.roofline import StepPricer
 
 GIB = 2**30
+MIN_HORIZON_STEPS = 1       # a horizon of 1 plans no step past the first finish
 
 
 def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:
@@ -95,12 +98,16 @@ class Replica:
         # Advance decode-only stretches in one event (identical results; see _decode_run).
         self.macro_steps = macro_steps
         self._in_run = False            # waiting out a decode run an arrival may cut short
+        # How far runs plan ahead through finishes: doubles when a run is not cut short,
+        # halves when an arrival cuts it well before its end (bounds the wasted planning).
+        self._horizon_steps = 256
         self.pricer = pricer
         self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
         self.timeline = TimelineRecorder(index, pool)
         self.on_finish = on_finish
-        self.outstanding_tokens = 0     # Σ prompt + output tokens of unfinished requests (router)
+        self._outstanding = 0           # Σ prompt + output tokens of unreported requests
+        self._run_done: tuple[list[float], list[int]] | None = None   # see outstanding_tokens
         self.busy_s = 0.0
         self.flops = 0.0
         self.hbm_bytes = 0.0
@@ -120,12 +127,27 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._process = env.process(self._loop())
 
+    @property
+    def outstanding_tokens(self) -> int:
+        """Σ prompt + output tokens of requests submitted here and not finished by now
+        (what ``least_outstanding_tokens`` routing compares). Inside a decode run that
+        goes on through finishes, those whose step ended by now count as finished, as
+        they would step by step."""
+        if self._run_done is None:
+            return self._outstanding
+        times, done = self._run_done
+        return self._outstanding - done[bisect_right(times, self.env.now)]
+
+    @outstanding_tokens.setter
+    def outstanding_tokens(self, value: int) -> None:
+        self._outstanding += value - self.outstanding_tokens
+
     def submit(self, req: Request) -> None:
         if self._in_run:
             self._in_run = False
             self._process.interrupt()           # end a decode run at the step in progress
         req.replica = self.index
-        self.outstanding_tokens += req.prompt_tokens + req.output_tokens
+        self._outstanding += req.prompt_tokens + req.output_tokens
         self.scheduler.add(req)
         self.wake()
 
@@ -164,9 +186,9 @@ class Replica:
             if hooked:
                 self._set_busy(True)
             if self.macro_steps and not hooked:
-                k = sched.plan_decode_run(step)
-                if k >= MIN_RUN_STEPS:
-                    yield from self._decode_run(step, k)
+                plan = sched.plan_decode_run(step, horizon_steps=self._horizon_steps)
+                if plan is not None:
+                    yield from self._decode_run(plan)
                     self._report_finished()
                     continue
             cost = self._price(step)
@@ -187,7 +209,7 @@ class Replica:
         sched = self.scheduler
         if sched.finished:
             for req in sched.finished:
-                self.outstanding_tokens -= req.prompt_tokens + req.output_tokens
+                self._outstanding -= req.prompt_tokens + req.output_tokens
                 self.on_finish(req)
             sched.finished.clear()
 
@@ -199,8 +221,9 @@ class Replica:
                                 decode_ctx_tokens=step.decode_ctx_tokens,
                                 logits_seqs=step.logits_seqs)
 
-    def _decode_run(self, first, k: int):
-        """Advance ``k`` planned decode-only steps with one SimPy event (macro-step).
+    def _decode_run(self, plan: RunPlan):
+        """Advance a planned decode run (:class:`~capsim.engine.scheduler.RunPlan`, its
+        first step just scheduled) with one SimPy event (macro-step).
 
         Step times are the step-by-step path's, added in the same order, so the clock
         lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
@@ -208,15 +231,25 @@ class Replica:
         compute-bound count and timeline-bin busy time at every step, and the run takes
         column m. An arrival (``submit``) interrupts the wait; the run then ends after
         the step in progress, exactly where the step-by-step loop would first see it.
+        Segments (the batch shrinking at a finish) are then committed in order, each as
+        the step loop would: blocks taken, ITL runs, finishes, timeline.
         """
         env, sched, timeline = self.env, self.scheduler, self.timeline
-        n = first.decode_seqs
-        ctx0 = first.decode_ctx_tokens
-        secs, flops, nbytes, bound = self.pricer.decode_costs(
-            n, np.arange(ctx0, ctx0 + n * k, n, dtype=np.float64))
+        ends, seqs = plan.ends, plan.seqs
+        k = ends[-1]
+        if len(ends) == 1:
+            n = seqs[0]
+            ctx = np.arange(plan.ctx0[0], plan.ctx0[0] + n * k, n, dtype=np.float64)
+            secs, flops, nbytes, bound = self.pricer.decode_costs(n, ctx)
+        else:
+            lengths = [b - a for a, b in zip([0] + ends, ends)]
+            per_step = np.repeat(seqs, lengths)
+            ctx = np.repeat([c - n * a for c, n, a in zip(plan.ctx0, seqs, [0] + ends)],
+                            lengths) + per_step * np.arange(k)
+            secs, flops, nbytes, bound = self.pricer.decode_costs(seqs, ctx, lengths)
         tp = self.run_cfg.engine.tensor_parallel_size
         now = env.now
-        bin_now = timeline.bin_of(now)
+        bin_now, bin_s = timeline.bin_of(now), timeline.bin_s
         acc = np.empty((6, k + 1))
         acc[:, 0] = (now, self.busy_s, self.flops, self.hbm_bytes, 0.0, timeline.busy_in(bin_now))
         acc[0, 1:] = secs
@@ -232,9 +265,11 @@ class Replica:
         acc = acc.cumsum(axis=1)
         clock = acc[0]
         t_end = float(clock[k])
-        queue0, running0 = len(sched.waiting), sched.num_running
         m = k
+        queue0 = len(sched.waiting)                 # an arrival changes it in the last step only
         self._in_run = True
+        if len(ends) > 1:          # the router sees these finishes when their step ends
+            self._run_done = (clock[ends[:-1]].tolist(), [0, *accumulate(plan.done_tokens)])
         try:
             yield timeout_at(env, t_end)
         except simpy.Interrupt:                     # a request arrived mid-run
@@ -242,22 +277,47 @@ class Replica:
                 m = int(clock[1:].searchsorted(env.now)) + 1    # first step ending at or after now
                 yield timeout_at(env, float(clock[m]))
         self._in_run = False
-        blocks = sched.grow_for_run(m)
-        self._note_run_peak(blocks, n)
-        ends = clock[1:m + 1]
-        sched.commit_decode_run(clock[:m + 1])
-        self.busy_s, self.flops, self.hbm_bytes, bound_steps, bin_busy = acc[1:, m].tolist()
+        self._run_done = None
+        if m == k:
+            self._horizon_steps = min(4096, 2 * self._horizon_steps)
+        elif 4 * m < k:
+            self._horizon_steps = max(MIN_HORIZON_STEPS, self._horizon_steps // 2)
+        start = 0
+        for seg, end in enumerate(ends):
+            stop = min(end, m)
+            self._commit_segment(clock, secs, acc[5], start, stop, seqs[seg],
+                                 0 if seg else 1, queue0, stop == m, bin_now, bin_s)
+            if stop == m:
+                break
+            start = stop
+        self.busy_s, self.flops, self.hbm_bytes, bound_steps, _ = acc[1:, m].tolist()
         self.compute_bound_steps += int(bound_steps)
+
+    def _commit_segment(self, clock: np.ndarray, secs: np.ndarray, bin_busy: np.ndarray,
+                        start: int, stop: int, n: int, first: int, queue0: int, last: bool,
+                        bin_now: int, bin_s: float) -> None:
+        """Commit steps ``start``..``stop − 1`` of a run (``n`` decoding), step j ending at
+        ``clock[j + 1]``: blocks, KV peak, scheduler bookkeeping, timeline. The waiting
+        queue was ``queue0`` long in every step but the run's ``last`` one."""
+        sched, timeline = self.scheduler, self.timeline
+        m = stop - start
+        running0 = sched.num_running
+        blocks = sched.grow_for_run(m, first)
+        self._note_run_peak(blocks, n)
+        sched.commit_decode_run(clock[start:stop + 1])
         self.decode_tokens += n * m
-        queue, running = len(sched.waiting), sched.num_running
+        ends = clock[start + 1:stop + 1]
+        last_queue = len(sched.waiting) if last else queue0
+        queue, running = last_queue, sched.num_running
         if m > 1:
             queue, running = max(queue, queue0), max(running, running0)
-        if (timeline.bin_of(ends[0]) == bin_now == timeline.bin_of(ends[-1])
-                and bin_now < timeline.max_bins):
-            timeline.one_bin(bin_now, m, bin_busy, n * m, blocks.at(m - 1), queue, running)
+        if (timeline.bin_s == bin_s and timeline.bin_of(ends[0]) == bin_now
+                == timeline.bin_of(ends[-1]) and bin_now < timeline.max_bins):
+            timeline.one_bin(bin_now, m, float(bin_busy[stop]), n * m, blocks.at(m - 1),
+                             queue, running)
         else:
-            timeline.steps(ends, secs[:m].tolist(), n, blocks.at, queue0, running0,
-                           len(sched.waiting), sched.num_running)
+            timeline.steps(ends, secs[start:stop].tolist(), n, blocks.at, queue0, running0,
+                           last_queue, sched.num_running)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:

@@ -44,6 +44,7 @@ from bisect import bisect_left, bisect_right
 import math
 from array import array
 from collections import deque
+from itertools import accumulate
 
 import numpy as np
 
@@ -65,24 +66,50 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
 
 
 class RunBlocks:
-    """KV blocks in use during each step j (0 <= j < m) of a decode run, without a list:
-    step j > 0 has taken ``q`` whole cycles of ``block_size`` steps (``per_cycle`` blocks
-    each) plus ``taken[r]`` blocks, where ``j − 1 = q · block_size + r``."""
+    """KV blocks in use during each step j (0 <= j < m) of a decode run (or of one of its
+    segments), without a list. Steps ``first``..j have taken ``q`` whole cycles of
+    ``block_size`` steps (``per_cycle`` blocks each) plus ``taken[r]`` blocks, where
+    ``j − first = q · block_size + r``; ``first`` is 1 when step 0's blocks were taken
+    before the run (by ``schedule``), 0 when the run takes them."""
 
-    __slots__ = ("used0", "m", "bs", "taken", "per_cycle")
+    __slots__ = ("used0", "m", "bs", "taken", "per_cycle", "first")
 
-    def __init__(self, used0: int, m: int, bs: int, taken: list[int], per_cycle: int):
+    def __init__(self, used0: int, m: int, bs: int, taken: list[int], per_cycle: int,
+                 first: int = 1):
         self.used0, self.m, self.bs, self.taken, self.per_cycle = used0, m, bs, taken, per_cycle
+        self.first = first
 
     def at(self, j: int) -> int:
-        if j == 0 or not self.per_cycle:
+        if j < self.first or not self.per_cycle:
             return self.used0
-        q, r = divmod(j - 1, self.bs)
+        q, r = divmod(j - self.first, self.bs)
         return self.used0 + q * self.per_cycle + self.taken[r]
 
     def first_reaching(self, value: int) -> int:
         """The first step whose count is >= ``value`` (the counts never decrease)."""
         return bisect_left(range(self.m), value, key=self.at)
+
+
+class RunPlan:
+    """A planned decode run of ``ends[-1]`` steps, in segments of a constant batch.
+
+    Segment i is steps ``ends[i−1]``..``ends[i] − 1`` (``ends[−1] = 0``): ``seqs[i]``
+    sequences decode, over Σ context ``ctx0[i]`` tokens in its first step (growing by
+    ``seqs[i]`` per step). Every segment but the last ends with requests finishing; they
+    free ``done_tokens[i]`` prompt + output tokens (what the router counts as
+    outstanding); the last segment's entry is 0 (its finishes are reported when the run
+    is committed).
+    """
+
+    __slots__ = ("ends", "seqs", "ctx0", "done_tokens")
+
+    def __init__(self, ends: list[int], seqs: list[int], ctx0: list[int],
+                 done_tokens: list[int]):
+        self.ends, self.seqs, self.ctx0, self.done_tokens = ends, seqs, ctx0, done_tokens
+
+    @property
+    def steps(self) -> int:
+        return self.ends[-1]
 
 
 class ContinuousScheduler:
@@ -499,35 +526,60 @@ class ContinuousScheduler:
 
     # --------------------------------------------------------------- decode runs
     def plan_decode_run(self, step: Step, max_steps: int = 4096,
-                        min_steps: int = MIN_RUN_STEPS) -> int:
-        """How many decode steps, starting with ``step`` (just scheduled), change nothing
-        but the clock: the same sequences decode, nothing is admitted, preempted or
-        finished before the last one, and every block they need is free. Sequences that
+                        min_steps: int = MIN_RUN_STEPS,
+                        horizon_steps: int = 4096) -> RunPlan | None:
+        """The decode steps, starting with ``step`` (just scheduled), that change nothing
+        but the clock and the batch's membership: the same sequences decode, nothing is
+        admitted, preempted or swapped, and every block they need is free. Sequences that
         emitted their first token in the previous step (a pending cohort) may be in it:
         their first gap is recorded at the run's first step, as :meth:`complete` does.
 
-        Returns k >= 1; k > 1 lets the caller advance them in one go
-        (:meth:`commit_decode_run`) with exactly the step-by-step result.
-        A k below ``min_steps`` (too short to be worth a run) skips the KV check.
+        The run goes on through finishes while nothing waits to be admitted (a finish then
+        only shrinks the batch): each finish starts a new segment (:class:`RunPlan`). It
+        stops at a finish that others observe (a shareable request: a conversation's next
+        turn, forked samples, prefix-cache registration), when the batch empties, after
+        ``max_steps`` steps, or before the first step that could lack a block. Segments
+        after the first stop at ``horizon_steps`` (the caller's guess of where an
+        arrival will cut the run: planning further is wasted work, never a different
+        result).
+
+        Returns None for a run shorter than ``min_steps`` (not worth it: step by step),
+        else a plan the caller advances in one go (:meth:`grow_for_run` and
+        :meth:`commit_decode_run` per segment) with exactly the step-by-step result.
         An arrival may still end the run early; the caller handles that.
-        O(block_size + log k).
+        O(block_size + log k) plus O(log n) per finish crossed.
         """
         if (step.prefills or step.swap_bytes or not step.decode_seqs or self._kv_ready
                 or self._cow_pending or self.swapped or self._preempted_now or self.incoming):
-            return 1
+            return None
+        heap = self._finish_heap
+        self._drop_stale_finishes()
+        n = self.num_decoding
+        k = min(max_steps, heap[0][0] - self.epoch if heap else max_steps)
+        if k >= min_steps and self.grows_kv:
+            short = self._steps_before_short(k)
+            if short < k:
+                return RunPlan([short], [n], [step.decode_ctx_tokens], [0]) \
+                    if short >= min_steps else None
+        plan = RunPlan([k], [n], [step.decode_ctx_tokens], [0])
+        if heap and k < min(max_steps, horizon_steps) and not self.waiting:
+            self._extend_through_finishes(plan, min(max_steps, horizon_steps))
+        return plan if plan.steps >= min_steps else None
+
+    def _drop_stale_finishes(self) -> None:
         heap = self._finish_heap
         while heap and (heap[0][2] != heap[0][3].dec_version or heap[0][3].dec_epoch0 < 0):
             heapq.heappop(heap)                     # stale entries: already left the decode set
-        k = min(max_steps, heap[0][0] - self.epoch if heap else max_steps)
-        if not self.grows_kv or k < min_steps:
-            return k
+
+    def _steps_before_short(self, k: int) -> int:
+        """How many of ``k`` decode steps (the current decoders) find every block they need
+        free: k, or the first step j that would preempt (the run stops before it)."""
         free, bs, n = self.alloc.num_free_blocks, self.bs, self.num_decoding
         # Steps 1..k-1 give each decoder at most ceil((k-1)/bs) new blocks.
         if free >= n * -(-(k - 1) // bs):
             return k
         # Blocks taken by steps 1..j: whole cycles of bs steps take n (every decoder
-        # crosses once per cycle), plus the cycle's prefix; the first j short of blocks
-        # would preempt, so the run stops before it.
+        # crosses once per cycle), plus the cycle's prefix.
         buckets, e = self._buckets, self.epoch
         prefix, taken = [], 0
         for j in range(1, min(k - 1, bs) + 1):
@@ -540,26 +592,62 @@ class ContinuousScheduler:
 
         return 1 + bisect_right(range(1, k), free, key=taken_by)
 
-    def grow_for_run(self, m: int) -> RunBlocks:
-        """Blocks for steps 1..m−1 of a planned run (step 0 was scheduled already), taken
-        in the order the step-by-step path takes them. Returns the KV blocks in use
-        during each step (:class:`RunBlocks`). The plan guaranteed they are free.
+    def _extend_through_finishes(self, plan: RunPlan, max_steps: int) -> None:
+        """Append segments to a run that ends at a finish (see :meth:`plan_decode_run`).
+
+        Peeks at the finish heap by popping and pushing back. The KV check is the
+        cheap bound: the run's first batch (the largest) takes at most one block per
+        sequence per ``block_size`` steps, and finishes only free blocks."""
+        heap, e0, bs = self._finish_heap, self.epoch, self.bs
+        n, offset = plan.seqs[0], self._dec_offset
+        free = self.alloc.num_free_blocks if self.grows_kv else math.inf
+        popped = []
+        while True:
+            done_epoch = e0 + plan.ends[-1]
+            leavers = []
+            while heap and heap[0][0] == done_epoch:
+                entry = heapq.heappop(heap)
+                req = entry[3]
+                if entry[2] == req.dec_version and req.dec_epoch0 >= 0:
+                    popped.append(entry)            # pushed back below; stale ones dropped
+                    leavers.append(req)
+            if any(r.shareable for r in leavers) or n == len(leavers):
+                break
+            plan.done_tokens[-1] = sum(r.prompt_tokens + r.output_tokens for r in leavers)
+            n -= len(leavers)
+            offset -= sum(r.dec_computed0 - r.dec_epoch0 for r in leavers)
+            self._drop_stale_finishes()
+            end = min(max_steps, heap[0][0] - e0 if heap else max_steps)
+            if free < plan.seqs[0] * -(-(end - 1) // bs):
+                break
+            plan.ends.append(end)
+            plan.seqs.append(n)
+            plan.ctx0.append(n * (done_epoch + 1) + offset)
+            plan.done_tokens.append(0)
+            if not heap or end == max_steps:
+                break
+        for entry in popped:
+            heapq.heappush(heap, entry)
+
+    def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
+        """Blocks for steps ``first``..m−1 of a planned run or segment (step 0's were taken
+        by ``schedule`` when ``first`` is 1), in the order the step-by-step path takes
+        them. Returns the KV blocks in use during each step (:class:`RunBlocks`). The
+        plan guaranteed they are free.
 
         The buckets cycle with period ``block_size``, so one cycle is walked and repeated.
         """
         alloc, buckets, bs, e = self.alloc, self._buckets, self.bs, self.epoch
         used0 = alloc.num_used_blocks
-        cycle: list[Request] = []                   # who crosses at steps 1..bs, in order
-        taken: list[int] = []                       # blocks taken by steps 1..j of a cycle
-        for j in range(1, min(m - 1, bs) + 1):
-            bucket = buckets[(e + j) % bs]
-            if bucket:
-                cycle.extend(bucket.values())
-            taken.append(len(cycle))
-        blocks = RunBlocks(used0, m, bs, taken, len(cycle))
-        if not cycle:
+        # The buckets crossing at a cycle's steps, in order, and the blocks taken by a
+        # cycle's first r+1 steps.
+        walk = [buckets[j % bs] for j in range(e + first, e + min(m - 1, bs - 1 + first) + 1)]
+        taken = list(accumulate(map(len, walk)))
+        blocks = RunBlocks(used0, m, bs, taken, taken[-1] if taken else 0, first)
+        if not blocks.per_cycle:
             return blocks
-        full, rem = divmod(m - 1, bs)
+        cycle: list[Request] = [req for bucket in walk for req in bucket.values()]
+        full, rem = divmod(m - first, bs)
         order = cycle * full + cycle[:taken[rem - 1]] if rem else cycle * full
         for req, block in zip(order, alloc.allocate(len(order))):
             req.blocks.append(block)
@@ -776,8 +864,8 @@ class ContiguousScheduler(ContinuousScheduler):
     def _grow_decoders(self) -> None:
         """Nothing to grow: the reservation already covers every future token."""
 
-    def grow_for_run(self, m: int) -> RunBlocks:
-        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0)
+    def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
+        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0, first)
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         return True

@@ -101,9 +101,9 @@ class StaticScheduler:
         ctx = self._max_prompt + self._decode_steps + 1
         return Step(decode_seqs=n, decode_ctx_tokens=n * ctx, emitting_decodes=self._active)
 
-    def plan_decode_run(self, step: Step, max_steps: int = 4096) -> int:
+    def plan_decode_run(self, step: Step, **limits: int) -> None:
         """Static batches always advance one step at a time (see ContinuousScheduler)."""
-        return 1
+        return None
 
     def complete(self, step: Step, now: float) -> None:
         self.steps += 1

@@ -158,6 +158,13 @@ class BlockAllocator:
                 by then; the error means the caller's bookkeeping is broken.
         """
         refcount = self._refcount
+        if blocks and max(map(refcount.__getitem__, blocks)) == 1 == min(
+                map(refcount.__getitem__, blocks)):       # the common case: none shared
+            for b in blocks:
+                refcount[b] = 0
+            self._free.extend(blocks)
+            self._num_free += len(blocks)
+            return len(blocks)
         append = self._free.append
         returned = 0
         for b in blocks:

@@ -89,6 +89,35 @@ class StepCost:
     compute_bound: bool
 
 
+class WorkTally:
+    """Exact running sums of the step aggregates that FLOPs and HBM bytes are linear in.
+
+    A step's ``cost().flops`` and ``cost().bytes`` are linear functions of its token
+    count, LM-head rows, attention pairs and KV tokens read (plus fixed weight bytes
+    per step), so a run's totals follow from these integer sums
+    (:meth:`StepPricer.work`) whatever order the steps are added in: step by step and
+    in decode runs alike. All fields are ``int``.
+    """
+
+    __slots__ = ("steps", "logit_steps", "tokens", "logits", "attn_pairs", "kv_read_tokens")
+
+    def __init__(self) -> None:
+        self.steps = self.logit_steps = self.tokens = self.logits = 0
+        self.attn_pairs = self.kv_read_tokens = 0
+
+    def add(self, steps: int, tokens: int, logits: int, attn_pairs: int, kv_read_tokens: int,
+            logit_steps: int) -> None:
+        """``steps`` steps computing Σ ``tokens`` tokens (prefill + decode) and Σ ``logits``
+        LM-head rows (in ``logit_steps`` of them), attending over Σ ``attn_pairs``
+        query-key pairs and reading Σ ``kv_read_tokens`` cached KV tokens."""
+        self.steps += steps
+        self.logit_steps += logit_steps
+        self.tokens += tokens
+        self.logits += logits
+        self.attn_pairs += attn_pairs
+        self.kv_read_tokens += kv_read_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorCost:
     """One operator's share of a step, summed over its ``count`` executions (layers)."""
@@ -489,9 +518,20 @@ class StepPricer:
         return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
                         comm_s, self._overhead_s, compute_s > memory_s)
 
+    def work(self, tally: WorkTally) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
+        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms)."""
+        a, lm = self._attn, self._lm
+        flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * tally.logits
+                 + a.flops_per_pair * tally.attn_pairs)
+        nbytes = (self._bytes_fixed * tally.steps + self._bytes_per_token * tally.tokens
+                  + lm.weight_bytes * tally.logit_steps + lm.act_bytes_per_row * tally.logits
+                  + a.kv_bytes_per_token * tally.kv_read_tokens
+                  + a.new_bytes_per_token * tally.tokens)
+        return flops, nbytes
+
     def decode_costs(self, decode_seqs: int | list[int], decode_ctx_tokens: np.ndarray,
-                     run_lengths: list[int] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                     run_lengths: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised :meth:`cost` of decode-only steps.
 
         Args:
@@ -501,37 +541,34 @@ class StepPricer:
             run_lengths: steps in each segment (Σ = k), or None for one segment.
 
         Returns:
-            (seconds, flops, bytes, compute_bound), each shape (k,), bit-for-bit
-            equal to ``cost(decode_seqs=n, decode_ctx_tokens=ctx[i], logits_seqs=n)``
-            for step i's n (same float operations in the same order; numpy does not
-            fuse them, and a scalar broadcast or a repeated array computes the same).
+            (seconds, compute_bound), each shape (k,), bit-for-bit equal to
+            ``cost(decode_seqs=n, decode_ctx_tokens=ctx[i], logits_seqs=n)``'s for
+            step i's n (same float operations in the same order; numpy does not fuse
+            them, and a scalar broadcast or a repeated array computes the same).
+            FLOPs and bytes come from :meth:`work`.
         """
-        a = self._attn
         ctx = np.asarray(decode_ctx_tokens, dtype=np.float64)
         c_pair, m_kv, m_new, launch = self._attn_d
         if run_lengths is None:
-            compute_s, memory_s, roof_s, flops, nbytes, comm_s, n = self._decode_terms(decode_seqs)
+            compute_s, memory_s, roof_s, comm_s, n = self._decode_terms(decode_seqs)
         else:
             terms = self._decode_terms
-            compute_s, memory_s, roof_s, flops, nbytes, comm_s, n = np.repeat(
+            compute_s, memory_s, roof_s, comm_s, n = np.repeat(
                 np.array([terms(n) for n in decode_seqs], dtype=np.float64),
                 run_lengths, axis=0).T
         c = launch + c_pair * ctx
         m = launch + m_kv * ctx + m_new * n
-        roof = roof_s + np.maximum(c, m)
-        seconds = roof + comm_s + self._overhead_s
-        step_flops = flops + a.flops_per_pair * ctx
-        step_bytes = nbytes + (a.kv_bytes_per_token * ctx + a.new_bytes_per_token * n)
-        return seconds, step_flops, step_bytes, (compute_s + c) > (memory_s + m)
+        seconds = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
+        return seconds, (compute_s + c) > (memory_s + m)
 
     def _decode_terms(self, n: int) -> tuple[float, ...]:
-        """(compute_s, memory_s, roof_s, flops, bytes, comm_s, n) of a decode-only step of
-        ``n`` sequences, all but its attention; memoised (they depend on n only)."""
+        """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``
+        sequences, all but its attention; memoised (they depend on n only)."""
         terms = self._decode_base.get(n)
         if terms is None:
             comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
-            terms = self._decode_base[n] = (
-                *self._before_decode_attention(n, n, 0, 0.0, 0), comm_s, n)
+            compute_s, memory_s, roof_s, _, _ = self._before_decode_attention(n, n, 0, 0.0, 0)
+            terms = self._decode_base[n] = (compute_s, memory_s, roof_s, comm_s, n)
         return terms
 
     def _before_decode_attention(self, n: int, logits_seqs: int, prefill_tokens: int,

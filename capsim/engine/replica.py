@@ -30,7 +30,7 @@ from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
 from capsim.results import ReplicaStats
-from capsim.roofline import StepPricer
+from capsim.roofline import StepPricer, WorkTally
 
 GIB = 2**30
 MIN_HORIZON_STEPS = 1       # a horizon of 1 plans no step past the first finish
@@ -109,8 +109,7 @@ class Replica:
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._run_done: tuple[list[float], list[int]] | None = None   # see outstanding_tokens
         self.busy_s = 0.0
-        self.flops = 0.0
-        self.hbm_bytes = 0.0
+        self.work = WorkTally()         # FLOPs and bytes follow from it (StepPricer.work)
         self.compute_bound_steps = 0
         self.prefill_tokens = 0
         self.decode_tokens = 0
@@ -191,14 +190,15 @@ class Replica:
                     yield from self._decode_run(plan)
                     self._report_finished()
                     continue
-            cost = self._price(step)
+            logits = step.logits_seqs          # before complete() moves the prefills on
+            cost = self._price(step, logits)
             used = self.alloc.num_used_blocks
             if used > self.peak_kv_used_blocks:
                 self._note_kv_peak(used, step)
             seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
             yield env.timeout(seconds)
             sched.complete(step, env.now)
-            self._account(step, cost, used, seconds)
+            self._account(step, cost, used, seconds, logits)
             if hooked:
                 self._after_step(step, cost.seconds)
             self._report_finished()
@@ -213,13 +213,13 @@ class Replica:
                 self.on_finish(req)
             sched.finished.clear()
 
-    def _price(self, step):
+    def _price(self, step, logits_seqs: int):
         return self.pricer.cost(prefill_tokens=step.prefill_tokens,
                                 prefill_attn_pairs=step.prefill_attn_pairs,
                                 prefill_kv_tokens=step.prefill_kv_tokens,
                                 decode_seqs=step.decode_seqs,
                                 decode_ctx_tokens=step.decode_ctx_tokens,
-                                logits_seqs=step.logits_seqs)
+                                logits_seqs=logits_seqs)
 
     def _decode_run(self, plan: RunPlan):
         """Advance a planned decode run (:class:`~capsim.engine.scheduler.RunPlan`, its
@@ -240,29 +240,22 @@ class Replica:
         if len(ends) == 1:
             n = seqs[0]
             ctx = np.arange(plan.ctx0[0], plan.ctx0[0] + n * k, n, dtype=np.float64)
-            secs, flops, nbytes, bound = self.pricer.decode_costs(n, ctx)
+            secs, bound = self.pricer.decode_costs(n, ctx)
         else:
             lengths = [b - a for a, b in zip([0] + ends, ends)]
             per_step = np.repeat(seqs, lengths)
             ctx = np.repeat([c - n * a for c, n, a in zip(plan.ctx0, seqs, [0] + ends)],
                             lengths) + per_step * np.arange(k)
-            secs, flops, nbytes, bound = self.pricer.decode_costs(seqs, ctx, lengths)
-        tp = self.run_cfg.engine.tensor_parallel_size
+            secs, bound = self.pricer.decode_costs(seqs, ctx, lengths)
         now = env.now
         bin_now, bin_s = timeline.bin_of(now), timeline.bin_s
-        acc = np.empty((6, k + 1))
-        acc[:, 0] = (now, self.busy_s, self.flops, self.hbm_bytes, 0.0, timeline.busy_in(bin_now))
+        acc = np.empty((4, k + 1))
+        acc[:, 0] = (now, self.busy_s, 0.0, timeline.busy_in(bin_now))
         acc[0, 1:] = secs
         acc[1, 1:] = secs
-        acc[5, 1:] = secs
-        if tp == 1:
-            acc[2, 1:] = flops
-            acc[3, 1:] = nbytes
-        else:
-            np.multiply(flops, tp, out=acc[2, 1:])
-            np.multiply(nbytes, tp, out=acc[3, 1:])
-        acc[4, 1:] = bound
-        acc = acc.cumsum(axis=1)
+        acc[2, 1:] = bound
+        acc[3, 1:] = secs
+        np.cumsum(acc, axis=1, out=acc)
         clock = acc[0]
         t_end = float(clock[k])
         m = k
@@ -285,20 +278,21 @@ class Replica:
         start = 0
         for seg, end in enumerate(ends):
             stop = min(end, m)
-            self._commit_segment(clock, secs, acc[5], start, stop, seqs[seg],
+            self._commit_segment(clock, secs, acc[3], start, stop, seqs[seg], plan.ctx0[seg],
                                  0 if seg else 1, queue0, stop == m, bin_now, bin_s)
             if stop == m:
                 break
             start = stop
-        self.busy_s, self.flops, self.hbm_bytes, bound_steps, _ = acc[1:, m].tolist()
+        self.busy_s, bound_steps = acc[1:3, m].tolist()
         self.compute_bound_steps += int(bound_steps)
 
     def _commit_segment(self, clock: np.ndarray, secs: np.ndarray, bin_busy: np.ndarray,
-                        start: int, stop: int, n: int, first: int, queue0: int, last: bool,
-                        bin_now: int, bin_s: float) -> None:
-        """Commit steps ``start``..``stop − 1`` of a run (``n`` decoding), step j ending at
-        ``clock[j + 1]``: blocks, KV peak, scheduler bookkeeping, timeline. The waiting
-        queue was ``queue0`` long in every step but the run's ``last`` one."""
+                        start: int, stop: int, n: int, ctx0: int, first: int, queue0: int,
+                        last: bool, bin_now: int, bin_s: float) -> None:
+        """Commit steps ``start``..``stop − 1`` of a run, the segment where ``n`` decode over
+        ``ctx0`` tokens in its first step; step j ends at ``clock[j + 1]``: blocks, KV peak,
+        scheduler bookkeeping, work, timeline. The waiting queue was ``queue0`` long in
+        every step but the run's ``last`` one."""
         sched, timeline = self.scheduler, self.timeline
         m = stop - start
         running0 = sched.num_running
@@ -306,6 +300,8 @@ class Replica:
         self._note_run_peak(blocks, n)
         sched.commit_decode_run(clock[start:stop + 1])
         self.decode_tokens += n * m
+        ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
+        self.work.add(m, n * m, n * m, ctx, ctx, m)
         ends = clock[start + 1:stop + 1]
         last_queue = len(sched.waiting) if last else queue0
         queue, running = last_queue, sched.num_running
@@ -357,12 +353,12 @@ class Replica:
         # Nothing is allocated after the peak step j, so the tables then hold what they hold now.
         self.table_entries_at_peak = sum(len(r.blocks) for r in sched.running.values())
 
-    def _account(self, step, cost, kv_used_blocks: int, seconds: float,
+    def _account(self, step, cost, kv_used_blocks: int, seconds: float, logits: int,
                  t_end_s: float | None = None) -> None:
-        tp = self.run_cfg.engine.tensor_parallel_size
         self.busy_s += seconds
-        self.flops += cost.flops * tp
-        self.hbm_bytes += cost.bytes * tp
+        self.work.add(1, step.batch_tokens, logits, int(step.prefill_attn_pairs)
+                      + step.decode_ctx_tokens, step.prefill_kv_tokens + step.decode_ctx_tokens,
+                      1 if logits else 0)
         self.compute_bound_steps += cost.compute_bound
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.decode_seqs
@@ -380,12 +376,14 @@ class Replica:
 
     def stats(self) -> ReplicaStats:
         eng, sched = self.run_cfg.engine, self.scheduler
+        flops, hbm_bytes = self.pricer.work(self.work)
+        tp = eng.tensor_parallel_size
         return ReplicaStats(
             replica=self.index, pool=self.pool, hardware=self.run_cfg.hardware.name,
             tensor_parallel_size=eng.tensor_parallel_size,
             num_gpu_blocks=self.alloc.num_blocks, block_size=eng.block_size,
             kv_cache_tokens=self.alloc.num_blocks * eng.block_size, steps=sched.steps,
-            busy_s=self.busy_s, flops=self.flops, hbm_bytes=self.hbm_bytes,
+            busy_s=self.busy_s, flops=flops * tp, hbm_bytes=hbm_bytes * tp,
             compute_bound_steps=self.compute_bound_steps, prefill_tokens=self.prefill_tokens,
             decode_tokens=self.decode_tokens, preemptions=sched.preemptions,
             peak_kv_used_blocks=self.peak_kv_used_blocks,

@@ -25,7 +25,8 @@ from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.step import Step
-from capsim.engine.scheduler import ContiguousScheduler, ContinuousScheduler, RunPlan
+from capsim.engine.scheduler import (MIN_RUN_STEPS, ContiguousScheduler, ContinuousScheduler,
+                                     RunPlan)
 from capsim.engine.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
@@ -101,6 +102,11 @@ class Replica:
         # How far runs plan ahead through finishes: doubles when a run is not cut short,
         # halves when an arrival cuts it well before its end (bounds the wasted planning).
         self._horizon_steps = 256
+        # Runs are not tried while arrivals come faster than MIN_RUN_STEPS steps (they
+        # would be cut after a step or two: pure overhead). EMA of the arrival gap.
+        self._arrival_gap_s = math.inf
+        self._last_submit_s = math.nan
+        self._step_s = 0.0              # the last step's duration
         self.pricer = pricer
         self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
@@ -147,6 +153,11 @@ class Replica:
             self._process.interrupt()           # end a decode run at the step in progress
         req.replica = self.index
         self._outstanding += req.prompt_tokens + req.output_tokens
+        now = self.env.now
+        gap, self._last_submit_s = now - self._last_submit_s, now
+        if gap == gap:                                  # not the first arrival (NaN)
+            ema = self._arrival_gap_s
+            self._arrival_gap_s = gap if ema == math.inf else ema + (gap - ema) / 8
         self.scheduler.add(req)
         self.wake()
 
@@ -184,7 +195,8 @@ class Replica:
                 continue
             if hooked:
                 self._set_busy(True)
-            if self.macro_steps and not hooked:
+            if (self.macro_steps and not hooked
+                    and self._arrival_gap_s > MIN_RUN_STEPS * self._step_s):
                 plan = sched.plan_decode_run(step, horizon_steps=self._horizon_steps)
                 if plan is not None:
                     yield from self._decode_run(plan)
@@ -196,6 +208,7 @@ class Replica:
             if used > self.peak_kv_used_blocks:
                 self._note_kv_peak(used, step)
             seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
+            self._step_s = seconds
             yield env.timeout(seconds)
             sched.complete(step, env.now)
             self._account(step, cost, used, seconds, logits)
@@ -283,6 +296,7 @@ class Replica:
             if stop == m:
                 break
             start = stop
+        self._step_s = float(secs[m - 1])
         self.busy_s, bound_steps = acc[1:3, m].tolist()
         self.compute_bound_steps += int(bound_steps)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from capsim.config import RunConfig
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
-from capsim.engine.recorder import ItlRecorder
+from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
@@ -77,8 +78,10 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
                             weight_dtype=run.engine.dtype,
                             kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+        bin_s = TimelineRecorder.start_width_s(
+            float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0)
         replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish,
-                            macro_steps=macro_steps)
+                            macro_steps=macro_steps, timeline_bin_s=bin_s)
                     for i in range(run.cluster.num_replicas)]
         route = make_router(run.cluster.router, replicas)
     env.process(_arrivals(env, source, route, run, on_finish))

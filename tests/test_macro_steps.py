@@ -118,3 +118,22 @@ def test_macro_steps_equal_step_by_step_across_engine_settings(kv_gib, block_siz
     assert fast.replicas == ref.replicas
     assert fast.timelines == ref.timelines
     assert fast.sim_end_s == ref.sim_end_s
+
+
+def test_timeline_starting_wide_has_the_bins_coarsening_would_reach():
+    """sim.py starts a replica's timeline at the width its trace's span needs (fewer runs
+    cross a bin edge); the bins are those the 0.1 s default would coarsen to."""
+    assert TimelineRecorder.start_width_s(100.0) == 0.1
+    assert TimelineRecorder.start_width_s(204.8) == 0.2        # 2,048 bins of 0.1 s: one too few
+    assert TimelineRecorder.start_width_s(3504.0) == pytest.approx(3.2)   # benchmark 1's run
+    rng = np.random.default_rng(7)
+    ends = np.cumsum(rng.uniform(0.001, 0.3, 3000))
+    narrow = TimelineRecorder(0, "colocated", 0.1, 64)
+    wide = TimelineRecorder(0, "colocated", TimelineRecorder.start_width_s(ends[-1], 0.1, 64), 64)
+    for t in ends.tolist():
+        for rec in (narrow, wide):
+            rec.step(t, 0.01, 0, 4, int(t), 1, 4)
+    assert narrow.bin_s == wide.bin_s
+    assert {k: v for k, v in narrow.bins.items() if k != "busy_s"} == \
+        {k: v for k, v in wide.bins.items() if k != "busy_s"}
+    assert narrow.bins["busy_s"] == pytest.approx(wide.bins["busy_s"], rel=1e-12)

@@ -102,6 +102,16 @@ class TimelineRecorder:
         self.bin_s, self.max_bins = bin_s, max_bins
         self.bins: dict[str, list] = {k: [] for k in self._SUMS + self._MAXES}
 
+    @staticmethod
+    def start_width_s(span_s: float, base_s: float = 0.1, max_bins: int = 2048) -> float:
+        """The width ``base_s · 2^j`` a run reaching ``span_s`` seconds coarsens to anyway
+        (the smallest that holds it in ``max_bins`` bins). Starting there skips the merges
+        and lets decode runs land in one bin more often; the bins' edges are the same."""
+        width = base_s
+        while span_s == span_s and int(span_s / width) >= max_bins:
+            width *= 2
+        return width
+
     def step(self, t_end_s: float, busy_s: float, prefill_tokens: int, decode_tokens: int,
              kv_used_blocks: int, queue_len: int, running: int) -> None:
         """Account one engine step that ended at ``t_end_s`` and took ``busy_s``."""

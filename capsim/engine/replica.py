@@ -94,7 +94,7 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, index: int, run: RunConfig, pricer: StepPricer,
                  itl: ItlRecorder, num_classes: int, on_finish: Callable[[Request], None],
-                 pool: str = "colocated", macro_steps: bool = True):
+                 pool: str = "colocated", macro_steps: bool = True, timeline_bin_s: float = 0.1):
         self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
         # Advance decode-only stretches in one event (identical results; see _decode_run).
         self.macro_steps = macro_steps
@@ -110,7 +110,7 @@ class Replica:
         self.pricer = pricer
         self.alloc = make_kv(run)
         self.scheduler = make_scheduler(run, self.alloc, num_classes, itl, pool)
-        self.timeline = TimelineRecorder(index, pool)
+        self.timeline = TimelineRecorder(index, pool, timeline_bin_s)
         self.on_finish = on_finish
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._run_done: tuple[list[float], list[int]] | None = None   # see outstanding_tokens

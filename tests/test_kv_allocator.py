@@ -244,6 +244,14 @@ def test_double_free_raises():
         alloc.free(blocks)
 
 
+def test_double_free_within_one_call_raises():
+    """The one-pass path for unshared blocks must not hide a block listed twice."""
+    alloc = BlockAllocator(4, 4)
+    a, b = alloc.allocate(2)
+    with pytest.raises(KVInvariantError, match=f"double free of block {a}"):
+        alloc.free([a, b, a])
+
+
 def test_free_returns_only_blocks_reaching_zero():
     alloc = BlockAllocator(4, 4)
     blocks = alloc.allocate(2)

@@ -158,22 +158,22 @@ class BlockAllocator:
                 by then; the error means the caller's bookkeeping is broken.
         """
         refcount = self._refcount
-        if blocks and max(map(refcount.__getitem__, blocks)) == 1 == min(
-                map(refcount.__getitem__, blocks)):       # the common case: none shared
-            for b in blocks:
-                refcount[b] = 0
-            self._free.extend(blocks)
-            self._num_free += len(blocks)
-            return len(blocks)
-        append = self._free.append
-        returned = 0
-        for b in blocks:
+        done = 0
+        for b in blocks:                    # the common case, unshared blocks: one pass
+            if refcount[b] != 1:
+                break
+            refcount[b] = 0
+            done += 1
+        free = self._free
+        free.extend(blocks[:done] if done < len(blocks) else blocks)
+        returned = done
+        for b in blocks[done:]:
             c = refcount[b] - 1
             if c < 0:
                 raise KVInvariantError(f"double free of block {b}")
             refcount[b] = c
             if c == 0:
-                append(b)
+                free.append(b)
                 returned += 1
         self._num_free += returned
         return returned
@@ -261,6 +261,9 @@ class BlockAllocator:
         if self._num_free == self.num_blocks:
             return
         leaked = [(b, c) for b, c in enumerate(self._refcount) if c]
+        if not leaked:
+            raise KVInvariantError(f"the free list counts {self._num_free} of "
+                                   f"{self.num_blocks} blocks: a block was freed twice")
         shown = ", ".join(f"{b} (refcount {c})" for b, c in leaked[:20])
         more = f" and {len(leaked) - 20} more" if len(leaked) > 20 else ""
         raise KVInvariantError(f"{len(leaked)} KV blocks leaked: {shown}{more}")

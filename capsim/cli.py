@@ -62,7 +62,7 @@ def _set_option(f):
 @_scenario_arg
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>].")
-@click.option("--seed", type=int, help="Override the scenario's seed.")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
 @_set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
     from capsim import report
@@ -248,7 +248,7 @@ def _executor(executor: str, workers: int | None, scheduler: str | None):
 @_scenario_arg
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>-sweep].")
-@click.option("--seed", type=int, help="Override the scenario's seed (replication 0).")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
 @_executor_options
 @_set_option
 def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int | None,
@@ -272,7 +272,7 @@ def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int
                                                         "or 64].")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>-size].")
-@click.option("--seed", type=int, help="Override the scenario's seed (replication 0).")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
 @_executor_options
 @_set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,

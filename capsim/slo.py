@@ -57,6 +57,8 @@ class SloConfig(RequestSlo):
                     f"unknown SLO metric '{name}'; valid: {', '.join(sorted(TARGET_METRICS))}")
             if not bound >= 0:
                 raise ValueError(f"target {name} must be >= 0, got {bound:g}")
+            if name.endswith("_fraction") and bound > 1:
+                raise ValueError(f"target {name} is a fraction: 0..1, got {bound:g}")
         return targets
 
 

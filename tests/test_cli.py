@@ -47,6 +47,7 @@ BAD = [
     ("engine.gpu_memory_utilization", 1.5, "engine.gpu_memory_utilization: "),
     ("variants.1.engine.max_num_seqs", 0, "variants.1.engine.max_num_seqs: "),
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
+    ("seed", -1, "seed: Input should be greater than or equal to 0"),
 ]
 
 
@@ -145,10 +146,19 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
     (["--set", "engine.tensor_parallel_size=3"],
      "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
+    (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
 ])
 def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
     code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)
     assert code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, capsys):
+    out_dir = tmp_path / "report"
+    code, _, err = run_cli(["run", str(write(tmp_path, GOOD)), "--seed", "-1", "-o", str(out_dir)],
+                           capsys)
+    assert code == 2 and "Invalid value for '--seed'" in err and err.count("\n") == 1
+    assert not out_dir.exists()
 
 
 def test_a_typo_on_a_required_key_names_the_typo(tmp_path, capsys):

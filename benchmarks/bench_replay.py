@@ -17,6 +17,7 @@ number of events. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from common import TRACE, compare, machine
@@ -30,6 +31,10 @@ def main() -> None:
     parser.add_argument("--no-step-by-step", action="store_true",
                         help="time only the macro-step path")
     args = parser.parse_args()
+    if not args.trace.is_file():
+        print(f"error: --trace: {args.trace} not found; point it at AzureLLMInferenceTrace_conv.csv "
+              "(github.com/Azure/AzurePublicDataset, AzureLLMInferenceDataset2023)", file=sys.stderr)
+        sys.exit(2)
     sets = [f"workload.trace.path={args.trace}", f"cluster.num_replicas={args.replicas}",
             f"workload.trace.rate_scale={args.rate_scale}"]
     print(machine())

@@ -110,9 +110,12 @@ def measure(label: str, scenario: str, sets: list[str], macro: bool,
             variant: int = 0) -> Figures:
     """Run one simulation in a fresh process; add the bare-SimPy floor for its events."""
     job = {"scenario": scenario, "sets": sets, "macro": macro, "variant": variant}
-    out = subprocess.run([sys.executable, __file__, json.dumps(job)], check=True,
+    out = subprocess.run([sys.executable, __file__, json.dumps(job)],
                          capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONHASHSEED": "0"})
+    if out.returncode:                      # show the child's own last line, not our traceback
+        lines = out.stderr.strip().splitlines() or [f"exit code {out.returncode}"]
+        sys.exit(f"error: {label} run failed: {lines[-1]}")
     fig = Figures(label=label, **json.loads(out.stdout.strip().splitlines()[-1]))
     fig.floor_s = floor_seconds(fig.events)
     return fig

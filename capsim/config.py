@@ -28,6 +28,7 @@ from capsim.hardware import HardwareProfile, load_hardware
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 from capsim.models import ModelShape, load_model
 from capsim.roofline import check_tensor_parallel
+from capsim.yamlio import describe_yaml_error, safe_load_unique
 from capsim.schema import StrictModel
 from capsim.slo import RequestSlo, SloConfig
 
@@ -233,12 +234,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_load_unique(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"invalid YAML{where}: {problem}", file=str(path)) from None
+        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(doc, dict):
         raise ScenarioError("a scenario must be a YAML mapping (name:, model:, ...)", file=str(path))
     return doc

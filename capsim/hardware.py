@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.errors import ScenarioError
 from capsim.schema import StrictModel
+from capsim.yamlio import describe_yaml_error, safe_load_unique
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for.
 DType = Literal["bf16", "fp16", "fp8", "int8"]
@@ -288,9 +289,9 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_unique(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"malformed YAML: {exc}", file=str(path)) from None
+        raise ScenarioError(f"malformed YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(data, dict):
         raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
     return data

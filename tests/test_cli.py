@@ -191,3 +191,13 @@ def test_models_command_lists_presets_with_seed_kv_figures(capsys):
     assert code == 0
     assert " 512 " in rows["llama-2-7b"] and " 128 " in rows["llama-3.1-8b"]
     assert " 320 " in rows["llama-3.1-70b"]
+
+
+def test_a_repeated_key_is_refused_not_silently_dropped(tmp_path, capsys):
+    """PyYAML keeps the last of two equal keys; a second engine: section would silently
+    replace the first. capsim refuses the file instead."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(GOOD, sort_keys=False) + "seed: 7\nengine: {max_num_seqs: 8}\n")
+    code, _, err = run_cli(["validate", str(path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {path}: invalid YAML at line ") and "duplicate key" in err

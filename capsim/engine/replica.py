@@ -367,8 +367,7 @@ class Replica:
         # Nothing is allocated after the peak step j, so the tables then hold what they hold now.
         self.table_entries_at_peak = sum(len(r.blocks) for r in sched.running.values())
 
-    def _account(self, step, cost, kv_used_blocks: int, seconds: float, logits: int,
-                 t_end_s: float | None = None) -> None:
+    def _account(self, step, cost, kv_used_blocks: int, seconds: float, logits: int) -> None:
         self.busy_s += seconds
         self.work.add(1, step.batch_tokens, logits, int(step.prefill_attn_pairs)
                       + step.decode_ctx_tokens, step.prefill_kv_tokens + step.decode_ctx_tokens,
@@ -376,7 +375,7 @@ class Replica:
         self.compute_bound_steps += cost.compute_bound
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.decode_seqs
-        self.timeline.step(self.env.now if t_end_s is None else t_end_s, seconds, step.prefill_tokens, step.decode_seqs,
+        self.timeline.step(self.env.now, seconds, step.prefill_tokens, step.decode_seqs,
                            kv_used_blocks, len(self.scheduler.waiting), self.scheduler.num_running)
 
     def _note_kv_peak(self, used_blocks: int, step) -> None:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -69,14 +69,15 @@ ACTIVATION_BYTES = 2
 WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 
 
-@dataclass(frozen=True, slots=True)
-class StepCost:
+class StepCost(NamedTuple):
     """Cost of one engine step on one GPU of the tensor-parallel group.
 
     ``seconds = Σ_op max(compute, memory) + comm_s + overhead_s``, so
     ``seconds >= max(compute_s, memory_s)`` when one side dominates every op.
     ``flops`` and ``bytes`` are per GPU (for MFU / MBU); ``bytes`` is HBM traffic.
     ``compute_bound`` is ``compute_s > memory_s`` summed over the operators.
+    (A named tuple: one is built per engine step, and a frozen dataclass costs
+    several times more to construct.)
     """
 
     seconds: float

@@ -515,14 +515,7 @@ class ContinuousScheduler:
         self._epoch_end.append(now)
         self._epoch_gap.append(gap)
         self.epoch += 1
-        heap = self._finish_heap
-        while heap and heap[0][0] <= self.epoch:
-            _, _, version, req = heapq.heappop(heap)
-            if version == req.dec_version and req.dec_epoch0 >= 0:
-                self._leave_decode(req)
-                self._finish(req, now)
-        if len(self._epoch_end) >= self._trim_at:
-            self._trim_epochs()
+        self._end_epochs(now)
 
     # --------------------------------------------------------------- decode runs
     def plan_decode_run(self, step: Step, max_steps: int = 4096,
@@ -691,12 +684,17 @@ class ContinuousScheduler:
         self.kv_tokens += n * m
         self.slot_steps_useful += n * m
         self.epoch += m
+        self._end_epochs(t_end)
+
+    def _end_epochs(self, now: float) -> None:
+        """After the epoch advanced (decode steps ended at ``now``): finish the decoders
+        whose last token it was, in (epoch, admission) order; trim old epochs."""
         heap = self._finish_heap
         while heap and heap[0][0] <= self.epoch:
             _, _, version, req = heapq.heappop(heap)
             if version == req.dec_version and req.dec_epoch0 >= 0:
                 self._leave_decode(req)
-                self._finish(req, t_end)
+                self._finish(req, now)
         if len(self._epoch_end) >= self._trim_at:
             self._trim_epochs()
 

@@ -111,7 +111,10 @@ def _traces(loaded) -> dict:
     for rc in loaded.runs:
         key = _workload_key(rc)
         if key not in traces:
-            traces[key] = workload.build(rc.workload, rc.seed, loaded.base_dir)
+            try:
+                traces[key] = workload.build(rc.workload, rc.seed, loaded.base_dir)
+            except ScenarioError as err:              # e.g. a trace file that is not there
+                raise err.with_context(file=str(loaded.path)) from None
     return traces
 
 

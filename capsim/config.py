@@ -266,7 +266,8 @@ def _set_dotted(raw: dict[str, Any], key: str, parsed: Any, path: Path) -> None:
     elif isinstance(node, dict):
         node[last] = parsed
     else:
-        raise ScenarioError(f"cannot set '{last}' inside a {type(node).__name__} value",
+        raise ScenarioError(f"cannot set '{last}' inside {type(node).__name__} value "
+                            f"{node!r}",
                             file=str(path), path=".".join(parts[:-1]))
 
 
@@ -309,7 +310,8 @@ def _one_line(exc: ValidationError, model: type[BaseModel], path: Path, prefix: 
         msg = "required field is missing"
     else:
         msg = err["msg"].removeprefix("Value error, ")
-        if "input" in err and not isinstance(err["input"], (dict, list)):
+        if ("input" in err and not isinstance(err["input"], (dict, list))
+                and not msg.endswith(f"got {err['input']}")):
             msg += f" (got {err['input']!r})"
     return ScenarioError(msg, file=str(path), path=dotted or None)
 

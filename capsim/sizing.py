@@ -172,7 +172,7 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                    gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
                    seeds=[spec.seed + r for r in range(seeds_k)],
                    rate_tolerance=sizing.rate_tolerance if sizing else 0.02,
-                   traces=TraceCache(base.base_dir))
+                   traces=TraceCache(base.base_dir, str(base.path)))
     p.rate_per_s = _start_rate(p, rate_per_s)
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None)

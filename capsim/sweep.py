@@ -154,6 +154,7 @@ class TraceCache:
     """One trace per (workload section, seed): the load level's common random numbers."""
 
     base_dir: Path
+    scenario: str | None = None         # named by errors that come without a file
     traces: dict[tuple[str, int], RequestTrace] = field(default_factory=dict)
 
     def get(self, wl: WorkloadConfig, seed: int) -> RequestTrace:
@@ -164,7 +165,10 @@ class TraceCache:
         """
         key = (wl.model_dump_json(), seed)
         if key not in self.traces:
-            self.traces[key] = workload.build(wl, seed, self.base_dir)
+            try:
+                self.traces[key] = workload.build(wl, seed, self.base_dir)
+            except ScenarioError as err:
+                raise err.with_context(file=self.scenario) from None
         return self.traces[key]
 
 
@@ -181,7 +185,7 @@ def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -
     Raises:
         ScenarioError: a trace cannot be built (e.g. no request arrives).
     """
-    cache = cache or TraceCache(sweep.base.base_dir)
+    cache = cache or TraceCache(sweep.base.base_dir, str(sweep.base.path))
     out = []
     for point, loaded in sweep.points:
         for rep, seed in enumerate(seeds):

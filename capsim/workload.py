@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -499,7 +500,7 @@ class _Table:
 
 def _resolve(path: str, base_dir: Path) -> Path:
     p = Path(path).expanduser()
-    return p if p.is_absolute() else Path(base_dir) / p
+    return p if p.is_absolute() else Path(os.path.normpath(Path(base_dir) / p))
 
 
 def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint: str = "") -> _Table:

@@ -141,16 +141,26 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
 
 @pytest.mark.parametrize("args,expected", [
     (["--set", "engine={max_num_seqs: 4"], "--set engine: value is not valid YAML"),
-    (["--set", "name.foo=1"], "name: cannot set 'foo' inside a str value"),
+    (["--set", "name.foo=1"], "name: cannot set 'foo' inside str value 'cli'"),
     (["--set", "name=../x"], "name: String should match pattern"),
     (["--set", "engine.tensor_parallel_size=3"],
      "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
+    (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
 ])
 def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
     code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)
     assert code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, capsys):
+    doc = with_(GOOD, "workload", {"trace": {"path": "sub/../missing.csv"}})
+    path = write(tmp_path, doc)
+    code, _, err = run_cli(["validate", str(path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"error: {path}: workload.trace.path: trace file not found: "
+                   f"{tmp_path / 'missing.csv'}\n")
 
 
 def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, capsys):

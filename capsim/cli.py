@@ -291,6 +291,9 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     if rate_per_s is not None and gpus is not None:
         raise ScenarioError("give --rate (fewest GPUs for a rate) or --gpus (highest rate for "
                             "N GPUs), not both")
+    if gpus is not None and max_gpus is not None:
+        raise ScenarioError("--max-gpus bounds the search for the fewest GPUs; with --gpus N "
+                            "the GPU count is fixed, so drop one of them")
     run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
              num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
                                                                          scheduler),

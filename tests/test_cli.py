@@ -163,6 +163,12 @@ def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, caps
                    f"{tmp_path / 'missing.csv'}\n")
 
 
+def test_size_refuses_max_gpus_with_a_fixed_gpu_count(tmp_path, capsys):
+    code, _, err = run_cli(["size", str(write(tmp_path, GOOD)), "--gpus", "8", "--max-gpus", "4"],
+                           capsys)
+    assert code == 2 and "--max-gpus bounds the search" in err and err.count("\n") == 1
+
+
 def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, capsys):
     out_dir = tmp_path / "report"
     code, _, err = run_cli(["run", str(write(tmp_path, GOOD)), "--seed", "-1", "-o", str(out_dir)],

@@ -155,13 +155,14 @@ class Scenario(StrictModel):
     sweep: SweepGrid | None = None          # capsim sweep: dotted field → values (config_sweep)
     sizing: SizingConfig | None = None      # capsim size: load, options, search bound
 
-    @model_validator(mode="after")
-    def _unique_variant_names(self) -> "Scenario":
-        names = [v.name for v in self.variants]
+    @field_validator("variants")
+    @classmethod
+    def _unique_variant_names(cls, variants: list) -> list:
+        names = [v.name for v in variants]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"variant names must be unique; repeated: {', '.join(dupes)}")
-        return self
+        return variants
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,7 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
+    (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
 ])
 def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
     code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)

@@ -282,7 +282,7 @@ def _child(node: Any, part: str, so_far: list[str], path: Path) -> Any:
 
 def _index(node: list, part: str, so_far: list[str], path: Path) -> int:
     if not part.isdigit() or int(part) >= len(node):
-        raise ScenarioError(f"--set: list index must be 0..{len(node) - 1}",
+        raise ScenarioError(f"list index must be 0..{len(node) - 1}",
                             file=str(path), path=".".join(so_far))
     return int(part)
 

@@ -149,6 +149,7 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
     (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
+    (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),
 ])
 def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
     code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)

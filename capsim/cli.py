@@ -141,6 +141,12 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                    f"max_num_batched_tokens {eng.max_num_batched_tokens}")
         for line in rc.kv.log_lines(eng.max_model_len):
             click.echo(f"    {line}")
+        trace = traces[_workload_key(rc)]
+        too_long = int(((trace.prompt_tokens + trace.output_tokens) > eng.max_model_len).sum())
+        if too_long:
+            click.echo(f"    warning: {too_long:,} of {len(trace):,} requests need more than "
+                       f"max_model_len {eng.max_model_len:,} tokens (prompt + output); "
+                       "they will be rejected")
 
 
 @cli.command(help="List the GPU profiles and their key datasheet numbers.")

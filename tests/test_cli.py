@@ -219,3 +219,13 @@ def test_a_repeated_key_is_refused_not_silently_dropped(tmp_path, capsys):
     code, _, err = run_cli(["validate", str(path)], capsys)
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {path}: invalid YAML at line ") and "duplicate key" in err
+
+
+def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, capsys):
+    """They would be rejected one by one at run time; validate says so up front."""
+    doc = with_(GOOD, "workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 4090})
+    code, out, _ = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 0
+    assert out.count("warning: 30 of 30 requests need more than max_model_len 4,096 tokens") == 2
+    code, out, _ = run_cli(["validate", str(write(tmp_path, GOOD))], capsys)
+    assert code == 0 and "warning" not in out

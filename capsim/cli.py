@@ -206,6 +206,12 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal)
     _print_step(d, model.name, hw.name, tp, ideal)
+    # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
+    kv_tokens = decode_batch * context + prefill_tokens
+    need = (model.weight_bytes() + kv_tokens * model.kv_bytes_per_token()) / tp
+    if need > hw.hbm_bytes:
+        click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of bf16 weights and "
+                   f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}")
 
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:

@@ -229,3 +229,13 @@ def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, capsys):
     assert out.count("warning: 30 of 30 requests need more than max_model_len 4,096 tokens") == 2
     code, out, _ = run_cli(["validate", str(write(tmp_path, GOOD))], capsys)
     assert code == 0 and "warning" not in out
+
+
+def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(capsys):
+    """Llama-3.1-70B in bf16 (≈131 GiB of weights, models/llama-3.1-70b) on one 48 GB L40S."""
+    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "l40s",
+                            "--decode-batch", "1", "--context", "100"], capsys)
+    assert code == 0 and "warning: does not fit: 131.4 GiB per GPU" in out
+    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                            "--decode-batch", "32", "--context", "1000"], capsys)
+    assert code == 0 and "warning" not in out

@@ -201,7 +201,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     from capsim.roofline import describe_step
 
     if prefill_tokens == 0 and decode_batch == 0:
-        raise ScenarioError("give --prefill-tokens N and/or --decode-batch B --context C")
+        raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
+                            "give --prefill-tokens N and/or --decode-batch B --context C")
     model, hw = load_model(model_name), load_hardware(hw_name)
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal)

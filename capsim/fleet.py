@@ -70,8 +70,9 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
     try:
         loaded = load(base.path, overrides + extra, base.spec.seed)
     except ScenarioError as exc:
+        problem = f"{exc.path}: {exc.message}" if exc.path else exc.message   # file said once
         return [FleetOption(rc.variant, hw or rc.hardware.name,
-                            tp or rc.engine.tensor_parallel_size, None, str(exc))
+                            tp or rc.engine.tensor_parallel_size, None, problem)
                 for rc in base.runs]
     return [FleetOption(rc.variant, rc.hardware.name, rc.engine.tensor_parallel_size, rc)
             for rc in loaded.runs]
@@ -130,5 +131,6 @@ def unreachable(targets: dict[str, float], floors_ms: dict[str, float]) -> list[
         if name.endswith("_ms") and prefix in floors_ms and bound < floors_ms[prefix]:
             what = ("a lone prefill of the shortest prompt" if prefix == "ttft"
                     else "one decode step")
-            out.append(f"{name} ≤ {bound:g} but {what} takes {floors_ms[prefix]:.3g} ms")
+            out.append(f"slo.targets.{name} ≤ {bound:g} but {what} takes "
+                       f"{floors_ms[prefix]:.3g} ms")
     return out

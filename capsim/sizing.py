@@ -210,7 +210,7 @@ def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOptio
         out.append(opt)
     if all(o.run is None for o in out):
         raise ScenarioError(f"no configuration can be sized; {out[0].label}: "
-                            f"{out[0].problem}", file=str(p.base.path), path="slo.targets")
+                            f"{out[0].problem}", file=str(p.base.path))
     return out
 
 

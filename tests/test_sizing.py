@@ -183,7 +183,7 @@ def test_floors_are_single_request_step_times():
     assert 3 < floors["itl"] < 10 and floors["tpot"] == floors["itl"]
     assert floors["ttft"] > floors["itl"]
     assert sizing.unreachable({"itl_p99_ms": 1.0, "ttft_p99_ms": 1e4}, floors) == [
-        f"itl_p99_ms ≤ 1 but one decode step takes {floors['itl']:.3g} ms"]
+        f"slo.targets.itl_p99_ms ≤ 1 but one decode step takes {floors['itl']:.3g} ms"]
 
 
 def test_unreachable_target_is_one_line_before_running(tmp_path, capsys):
@@ -191,8 +191,8 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, capsys):
     out = tmp_path / "r"
     code, _, err = run_cli(["size", str(path), "-o", str(out)], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith(f"error: {path}: slo.targets: no configuration can be sized; ")
-    assert "itl_p99_ms ≤ 1 but one decode step takes" in err
+    assert err.startswith(f"error: {path}: no configuration can be sized; ")
+    assert "slo.targets.itl_p99_ms ≤ 1 but one decode step takes" in err
     assert not out.exists()
 
 
@@ -284,3 +284,13 @@ def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path):
     by = {o.variant: o for o in plan.options}
     assert by["1P1D"].run is None and by["1P1D"].problem == sizing.DISAGG_NOT_SIZED
     assert by["chunked"].run is not None
+
+
+def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, capsys):
+    """TP 3 does not divide Llama-3.1-8B's 32 heads: the error says so with its YAML path
+    and names the scenario once (it used to repeat it inside the message)."""
+    doc = with_(sizing={"tensor_parallel_size": [3]})
+    path = write(tmp_path, doc)
+    code, _, err = run_cli(["size", str(path), "-o", str(tmp_path / "r")], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.count(str(path)) == 1
+    assert "engine.tensor_parallel_size: tensor_parallel_size 3 must divide" in err

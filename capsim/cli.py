@@ -133,19 +133,22 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         if rc.disagg is not None:          # prefill and decode pools (config_disagg)
             for line in pool_lines(rc):
                 click.echo(f"  {line}")
-            continue
-        eng = rc.engine
-        click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
-                   f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
-                   f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
-                   f"max_num_batched_tokens {eng.max_num_batched_tokens}")
-        for line in rc.kv.log_lines(eng.max_model_len):
-            click.echo(f"    {line}")
+            max_len = min(rc.disagg.prefill.engine.max_model_len,
+                          rc.disagg.decode.engine.max_model_len)
+        else:
+            eng = rc.engine
+            click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
+                       f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
+                       f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
+                       f"max_num_batched_tokens {eng.max_num_batched_tokens}")
+            for line in rc.kv.log_lines(eng.max_model_len):
+                click.echo(f"    {line}")
+            max_len = eng.max_model_len
         trace = traces[_workload_key(rc)]
-        too_long = int(((trace.prompt_tokens + trace.output_tokens) > eng.max_model_len).sum())
+        too_long = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
         if too_long:
             click.echo(f"    warning: {too_long:,} of {len(trace):,} requests need more than "
-                       f"max_model_len {eng.max_model_len:,} tokens (prompt + output); "
+                       f"max_model_len {max_len:,} tokens (prompt + output); "
                        "they will be rejected")
 
 
@@ -212,7 +215,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     need = (model.weight_bytes() + kv_tokens * model.kv_bytes_per_token()) / tp
     if need > hw.hbm_bytes:
         click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of bf16 weights and "
-                   f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}")
+                   f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}",
+                   err=True)
 
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:

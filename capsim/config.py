@@ -144,7 +144,7 @@ class Scenario(StrictModel):
     # Names the report directory (reports/<name>), so no path separators.
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
-    seed: int = Field(default=0, ge=0)   # numpy SeedSequence entropy: non-negative
+    seed: int = Field(default=0, ge=0, strict=True)   # SeedSequence entropy; not a bool
     model: str
     hardware: str
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -291,7 +291,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         data = safe_load_unique(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"malformed YAML {describe_yaml_error(exc)}", file=str(path)) from None
+        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(data, dict):
         raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
     return data

@@ -16,10 +16,18 @@ from yaml.constructor import ConstructorError
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        # Only keys written in this mapping count: merge keys (``<<: *base``) and the
+        # keys they bring in may be overridden, as YAML allows.
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=True)
-            if key in seen:
+            try:
+                repeated = key in seen
+            except TypeError:                  # unhashable: the base class reports it
+                break
+            if repeated:
                 raise ConstructorError(None, None, f"duplicate key '{key}'",
                                        key_node.start_mark)
             seen.add(key)

@@ -48,6 +48,7 @@ BAD = [
     ("variants.1.engine.max_num_seqs", 0, "variants.1.engine.max_num_seqs: "),
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
     ("seed", -1, "seed: Input should be greater than or equal to 0"),
+    ("seed", True, "seed: Input should be a valid integer"),
 ]
 
 
@@ -147,6 +148,7 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
      "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
+    (["--set", "slo.targets.ttft_p99_ms=.nan"], "target ttft_p99_ms must be a number, got nan"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
     (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
     (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),
@@ -233,9 +235,34 @@ def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, capsys):
 
 def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(capsys):
     """Llama-3.1-70B in bf16 (≈131 GiB of weights, models/llama-3.1-70b) on one 48 GB L40S."""
-    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "l40s",
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "l40s",
                             "--decode-batch", "1", "--context", "100"], capsys)
-    assert code == 0 and "warning: does not fit: 131.4 GiB per GPU" in out
-    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+    assert code == 0 and "warning: does not fit: 131.4 GiB per GPU" in err
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
                             "--decode-batch", "32", "--context", "1000"], capsys)
-    assert code == 0 and "warning" not in out
+    assert code == 0 and "warning" not in err
+
+
+def test_merge_keys_still_work_and_may_be_overridden(tmp_path, capsys):
+    """`<<: *base` brings keys in that the mapping may override; only keys written twice
+    in one mapping are an error."""
+    text = yaml.safe_dump({k: v for k, v in GOOD.items() if k not in ("engine", "variants")},
+                          sort_keys=False)
+    text += ("engine: &eng {max_num_seqs: 64, max_model_len: 4096}\n"
+             "variants:\n  - name: a\n    engine: {<<: *eng, max_num_seqs: 32}\n")
+    path = tmp_path / "merge.yaml"
+    path.write_text(text)
+    code, out, _ = run_cli(["validate", str(path)], capsys)
+    assert code == 0 and "a: 1 × h100-sxm TP1, continuous chunked, max_num_seqs 32" in out
+    path.write_text(text.replace("max_num_seqs: 32}", "max_num_seqs: 32, max_num_seqs: 8}"))
+    code, _, err = run_cli(["validate", str(path)], capsys)
+    assert code == 2 and "duplicate key 'max_num_seqs'" in err
+
+
+def test_validate_warns_for_disaggregated_variants_too(capsys):
+    scenario = Path(__file__).parents[1] / "scenarios" / "rag_mix.yaml"
+    code, out, _ = run_cli(["validate", str(scenario), "--set", "engine.max_model_len=4096"],
+                           capsys)
+    assert code == 0
+    # static, continuous, chunked-2048, chunked-512 and the two 1P1D variants
+    assert out.count("requests need more than max_model_len 4,096 tokens") == 6

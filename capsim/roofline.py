@@ -531,36 +531,60 @@ class StepPricer:
                   + a.new_bytes_per_token * tally.tokens)
         return flops, nbytes
 
-    def decode_costs(self, decode_seqs: int | list[int], decode_ctx_tokens: np.ndarray,
-                     run_lengths: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised :meth:`cost` of decode-only steps.
+    def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectorised :meth:`cost` of a run of decode-only steps, in segments.
 
         Args:
-            decode_seqs: sequences decoding in every step (> 0); or, with
-                ``run_lengths``, one count per segment of consecutive steps.
-            decode_ctx_tokens: shape (k,), Σ context of each step.
-            run_lengths: steps in each segment (Σ = k), or None for one segment.
+            seqs: sequences decoding in each segment's steps (> 0).
+            ctx0: Σ context of each segment's first step; it grows by ``seqs[i]``
+                per step (every sequence appends one token).
+            lengths: steps in each segment (> 0); k = Σ lengths.
 
         Returns:
-            (seconds, compute_bound), each shape (k,), bit-for-bit equal to
-            ``cost(decode_seqs=n, decode_ctx_tokens=ctx[i], logits_seqs=n)``'s for
-            step i's n (same float operations in the same order; numpy does not fuse
-            them, and a scalar broadcast or a repeated array computes the same).
-            FLOPs and bytes come from :meth:`work`.
+            (seconds, compute_bound): shape (k,) float64, bit-for-bit equal to
+            ``cost(decode_seqs=n, decode_ctx_tokens=ctx, logits_seqs=n).seconds`` for
+            each step's n and ctx (same float operations in the same order; numpy does
+            not fuse them, and the additions commute exactly); ``compute_bound`` is the
+            (k,) bool array of ``cost().compute_bound``, or None when no step is
+            compute-bound. FLOPs and bytes come from :meth:`work`.
         """
-        ctx = np.asarray(decode_ctx_tokens, dtype=np.float64)
         c_pair, m_kv, m_new, launch = self._attn_d
-        if run_lengths is None:
-            compute_s, memory_s, roof_s, comm_s, n = self._decode_terms(decode_seqs)
-        else:
-            terms = self._decode_terms
+        terms = [self._decode_terms(n) for n in seqs]
+        ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
+                              for n, c, m in zip(seqs, ctx0, lengths)]) \
+            if len(seqs) > 1 else np.arange(ctx0[0], ctx0[0] + seqs[0] * lengths[0], seqs[0],
+                                            dtype=np.float64)
+        m = ctx * m_kv
+        m += launch
+        if c_pair * (1 + 1e-6) > m_kv or not all(
+                self._never_compute_bound(t, c, n) for t, c, n in zip(terms, ctx0, seqs)):
             compute_s, memory_s, roof_s, comm_s, n = np.repeat(
-                np.array([terms(n) for n in decode_seqs], dtype=np.float64),
-                run_lengths, axis=0).T
-        c = launch + c_pair * ctx
-        m = launch + m_kv * ctx + m_new * n
-        seconds = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
-        return seconds, (compute_s + c) > (memory_s + m)
+                np.array(terms, dtype=np.float64), lengths, axis=0).T
+            c = launch + c_pair * ctx
+            m += m_new * n
+            bound = (compute_s + c) > (memory_s + m)
+            return roof_s + np.maximum(c, m) + comm_s + self._overhead_s, \
+                bound if bound.any() else None
+        lo = 0                           # the memory side always wins: max(c, m) is m
+        for (_, _, roof_s, comm_s, n), length in zip(terms, lengths):
+            seg = m[lo:lo + length]
+            seg += m_new * n
+            seg += roof_s
+            seg += comm_s
+            lo += length
+        m += self._overhead_s
+        return m, None
+
+    def _never_compute_bound(self, terms: tuple[float, ...], ctx0: int, n: int) -> bool:
+        """Whether no step of a decode segment is compute-bound, with a margin far above
+        rounding: the memory side of its first step exceeds the compute side by more
+        than 1e-9 of itself, and it grows faster per context token (the caller checked
+        ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is memory-bound too."""
+        compute_s, memory_s, _, _, _ = terms
+        c_pair, m_kv, m_new, launch = self._attn_d
+        mem = memory_s + launch + m_kv * ctx0 + m_new * n
+        return mem - (compute_s + launch + c_pair * ctx0) > 1e-9 * mem
 
     def _decode_terms(self, n: int) -> tuple[float, ...]:
         """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``

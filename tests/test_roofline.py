@@ -236,10 +236,12 @@ def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw,
 
     pricer = StepPricer(load_model(model), load_hardware(hw), tp)
     ctxs = ctx + seqs * np.arange(k)
-    secs, bound = pricer.decode_costs(seqs, ctxs)
+    secs, bound = pricer.decode_costs([seqs], [ctx], [k])
+    assert len(secs) == k
     for i, c in enumerate(ctxs.tolist()):
         one = pricer.cost(decode_seqs=seqs, decode_ctx_tokens=c, logits_seqs=seqs)
-        assert (secs[i], bool(bound[i])) == (one.seconds, one.compute_bound)
+        assert (secs[i], bound is not None and bool(bound[i])) == \
+            (one.seconds, one.compute_bound)
 
 
 @settings(max_examples=60, deadline=None)
@@ -256,11 +258,13 @@ def test_segmented_decode_costs_equal_cost_bit_for_bit(segs, ctx, hw, tp):
     lengths = [m for _, m in segs]
     per_step = np.repeat(seqs, lengths)
     ctxs = ctx + np.cumsum(per_step) - per_step
-    secs, bound = pricer.decode_costs(seqs, ctxs, lengths)
+    firsts = np.cumsum([0, *lengths[:-1]])
+    secs, bound = pricer.decode_costs(seqs, ctxs[firsts].tolist(), lengths)
     assert len(secs) == sum(lengths)
     for i, (n, c) in enumerate(zip(per_step.tolist(), ctxs.tolist())):
         one = pricer.cost(decode_seqs=n, decode_ctx_tokens=c, logits_seqs=n)
-        assert (secs[i], bool(bound[i])) == (one.seconds, one.compute_bound)
+        assert (secs[i], bound is not None and bool(bound[i])) == \
+            (one.seconds, one.compute_bound)
 
 
 @settings(max_examples=60, deadline=None)
@@ -291,3 +295,20 @@ def test_work_totals_equal_the_sum_of_step_costs(steps, hw, tp):
     total_flops, total_bytes = pricer.work(tally)
     assert total_flops == pytest.approx(math.fsum(flops), rel=1e-12, abs=1e-3)
     assert total_bytes == pytest.approx(math.fsum(nbytes), rel=1e-12)
+
+
+def test_decode_costs_find_where_a_run_turns_memory_bound():
+    """512 sequences of Llama-3.1-8B on an H100: the step's GEMMs are compute-bound until
+    the context grows past 66,698 tokens, when the KV read wins. A run crossing that point
+    must flag exactly the steps before it (decode_costs skips the compute side only when
+    no step of a segment can be compute-bound)."""
+    pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1)
+    last_bound = 66_698
+    assert pricer.cost(decode_seqs=512, decode_ctx_tokens=last_bound,
+                       logits_seqs=512).compute_bound
+    assert not pricer.cost(decode_seqs=512, decode_ctx_tokens=last_bound + 1,
+                           logits_seqs=512).compute_bound
+    _, bound = pricer.decode_costs([512, 256], [last_bound - 512 * 10, 5_000], [20, 5])
+    assert bound.tolist() == [True] * 11 + [False] * 14
+    _, bound = pricer.decode_costs([512], [last_bound + 1], [20])
+    assert bound is None

@@ -246,9 +246,9 @@ class Replica:
 
         Step times are the step-by-step path's, added in the same order, so the clock
         lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
-        unlike ``np.sum``) gives the running clock, busy time, FLOPs, bytes,
-        compute-bound count and timeline-bin busy time at every step, and the run takes
-        column m. An arrival (``submit``) interrupts the wait; the run then ends after
+        unlike ``np.sum``) gives the running clock, busy time, timeline-bin busy time
+        and (when any step is compute-bound) compute-bound count at every step, and the
+        run takes column m. An arrival (``submit``) interrupts the wait; the run then ends after
         the step in progress, exactly where the step-by-step loop would first see it.
         Segments (the batch shrinking at a finish) are then committed in order, each as
         the step loop would: blocks taken, ITL runs, finishes, timeline.
@@ -256,24 +256,17 @@ class Replica:
         env, sched, timeline = self.env, self.scheduler, self.timeline
         ends, seqs = plan.ends, plan.seqs
         k = ends[-1]
-        if len(ends) == 1:
-            n = seqs[0]
-            ctx = np.arange(plan.ctx0[0], plan.ctx0[0] + n * k, n, dtype=np.float64)
-            secs, bound = self.pricer.decode_costs(n, ctx)
-        else:
-            lengths = [b - a for a, b in zip([0] + ends, ends)]
-            per_step = np.repeat(seqs, lengths)
-            ctx = np.repeat([c - n * a for c, n, a in zip(plan.ctx0, seqs, [0] + ends)],
-                            lengths) + per_step * np.arange(k)
-            secs, bound = self.pricer.decode_costs(seqs, ctx, lengths)
+        lengths = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])] if len(ends) > 1 \
+            else ends
+        secs, bound = self.pricer.decode_costs(seqs, plan.ctx0, lengths)
         now = env.now
         bin_now, bin_s = timeline.bin_of(now), timeline.bin_s
-        acc = np.empty((4, k + 1))
-        acc[:, 0] = (now, self.busy_s, 0.0, timeline.busy_in(bin_now))
-        acc[0, 1:] = secs
-        acc[1, 1:] = secs
-        acc[2, 1:] = bound
-        acc[3, 1:] = secs
+        # Rows: clock, busy seconds, busy seconds in the current timeline bin[, bound].
+        acc = np.empty((3 if bound is None else 4, k + 1))
+        acc[:, 0] = (now, self.busy_s, timeline.busy_in(bin_now), 0.0)[:len(acc)]
+        acc[:3, 1:] = secs
+        if bound is not None:
+            acc[3, 1:] = bound
         np.cumsum(acc, axis=1, out=acc)
         clock = acc[0]
         t_end = float(clock[k])
@@ -293,14 +286,15 @@ class Replica:
         start = 0
         for seg, end in enumerate(ends):
             stop = min(end, m)
-            self._commit_segment(clock, secs, acc[3], start, stop, seqs[seg], plan.ctx0[seg],
+            self._commit_segment(clock, secs, acc[2], start, stop, seqs[seg], plan.ctx0[seg],
                                  0 if seg else 1, queue0, stop == m, bin_now, bin_s)
             if stop == m:
                 break
             start = stop
         self._step_s = float(secs[m - 1])
-        self.busy_s, bound_steps = acc[1:3, m].tolist()
-        self.compute_bound_steps += int(bound_steps)
+        self.busy_s = float(acc[1, m])
+        if bound is not None:
+            self.compute_bound_steps += int(acc[3, m])
 
     def _commit_segment(self, clock: np.ndarray, secs: np.ndarray, bin_busy: np.ndarray,
                         start: int, stop: int, n: int, ctx0: int, first: int, queue0: int,

@@ -44,7 +44,7 @@ from bisect import bisect_left, bisect_right
 import math
 from array import array
 from collections import deque
-from itertools import accumulate
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -163,6 +163,7 @@ class ContinuousScheduler:
         self._finish_heap: list[tuple[int, int, int, Request]] = []
         self.epoch = 0                 # decode steps completed
         self.num_decoding = 0
+        self._shareable_decoding = 0   # of which shareable (they register blocks as they grow)
         self._dec_offset = 0           # Σ (computed0 − epoch0) over decoding sequences
         self._epoch_end = array("d")   # end time of each decode step since _epoch_base
         self._epoch_gap = array("d")   # gap seen at each decode step by the previous step's decoders
@@ -362,7 +363,7 @@ class ContinuousScheduler:
             new = alloc.allocate(len(bucket))
             for req, block in zip(bucket.values(), new):
                 req.blocks.append(block)
-            if self.caching:
+            if self.caching and self._shareable_decoding:
                 for req in bucket.values():
                     if req.shareable:
                         self._register(req, (len(req.blocks) - 1) * self.bs)
@@ -630,21 +631,22 @@ class ContinuousScheduler:
 
         The buckets cycle with period ``block_size``, so one cycle is walked and repeated.
         """
-        alloc, buckets, bs, e = self.alloc, self._buckets, self.bs, self.epoch
+        alloc, buckets, bs = self.alloc, self._buckets, self.bs
         used0 = alloc.num_used_blocks
-        # The buckets crossing at a cycle's steps, in order, and the blocks taken by a
-        # cycle's first r+1 steps.
-        walk = [buckets[j % bs] for j in range(e + first, e + min(m - 1, bs - 1 + first) + 1)]
+        # The buckets crossing at a cycle's steps (epochs e + first, ...), in order, and
+        # the blocks taken by a cycle's first r+1 steps.
+        rot = (self.epoch + first) % bs
+        walk = (buckets[rot:] + buckets[:rot])[:m - first] if m > first else []
         taken = list(accumulate(map(len, walk)))
         blocks = RunBlocks(used0, m, bs, taken, taken[-1] if taken else 0, first)
         if not blocks.per_cycle:
             return blocks
-        cycle: list[Request] = [req for bucket in walk for req in bucket.values()]
+        cycle: list[Request] = list(chain.from_iterable(map(dict.values, walk)))
         full, rem = divmod(m - first, bs)
         order = cycle * full + cycle[:taken[rem - 1]] if rem else cycle * full
         for req, block in zip(order, alloc.allocate(len(order))):
             req.blocks.append(block)
-        if self.caching:
+        if self.caching and self._shareable_decoding:
             for req in order:
                 if req.shareable:
                     self._register(req, (len(req.blocks) - 1) * bs)
@@ -743,6 +745,7 @@ class ContinuousScheduler:
         req.dec_bucket = (e0 - c0) % self.bs
         self._buckets[req.dec_bucket][req.rid] = req
         self.num_decoding += 1
+        self._shareable_decoding += req.shareable
         self._dec_offset += c0 - e0
         done_epoch = e0 + req.output_tokens - req.num_generated
         heapq.heappush(self._finish_heap, (done_epoch, req.admit_order, req.dec_version, req))
@@ -758,6 +761,7 @@ class ContinuousScheduler:
         req.num_generated = req.dec_generated0 + steps
         del self._buckets[req.dec_bucket][req.rid]
         self.num_decoding -= 1
+        self._shareable_decoding -= req.shareable
         self._dec_offset -= req.dec_computed0 - req.dec_epoch0
         if steps:
             base = self._epoch_base

@@ -72,7 +72,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
     if run.disagg is not None:
-        cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish)
+        cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish,
+                                macro_steps=macro_steps)
         replicas, route = cluster.replicas, cluster.route
     else:
         pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,

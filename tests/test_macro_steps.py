@@ -31,6 +31,17 @@ CASES = [
                              "max: 4}, think_time_s: 0.5}"]),
     ("kv_allocators.yaml", ["workload.num_requests=200"]),
     ("parallel_sampling.yaml", ["workload.num_requests=80"]),
+    # disaggregated: transfers cut decode runs; decode slots run out (prefilled requests
+    # wait, every decode finish is observed); round-robin placement; layer-wise overlap
+    ("disagg_ratio.yaml", ["workload.duration_s=60",
+                           "variants.1.disaggregation.router=round_robin",
+                           "variants.2.disaggregation.decode.engine={max_num_seqs: 12}",
+                           "variants.3.disaggregation.layerwise_overlap=true",
+                           "variants.3.disaggregation.link=infiniband-ndr"]),
+    # decode-pool preemptions with prefix caching: a run's blocks evict cached blocks a
+    # preempted request waits to reuse
+    ("disagg_ratio.yaml", ["workload.duration_s=40",
+                           "variants.1.disaggregation.decode.engine={kv_cache_memory_gib: 1.0}"]),
 ]
 
 
@@ -45,6 +56,7 @@ def test_macro_steps_equal_step_by_step(scenario, overrides):
         assert fast.replicas == ref.replicas, rc.variant
         assert fast.timelines == ref.timelines, rc.variant
         assert fast.sim_end_s == ref.sim_end_s, rc.variant
+        assert fast.disagg == ref.disagg, rc.variant
         rows_ref = [r.model_dump_json() for r in summarize(ref, loaded.spec.slo)]
         rows_fast = [r.model_dump_json() for r in summarize(fast, loaded.spec.slo)]
         assert rows_fast == rows_ref, rc.variant
@@ -57,6 +69,18 @@ def test_preemption_case_really_preempts():
     rc = next(r for r in loaded.runs if r.variant == "chunked-512")
     result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
     assert sum(r.preemptions for r in result.replicas) > 0
+
+
+def test_disaggregated_cases_saturate_the_decode_pool():
+    """The disaggregated cases above reach what they are there for: prefilled requests
+    waiting for decode slots, and preemptions on decode replicas."""
+    loaded = load(ROOT / "scenarios/disagg_ratio.yaml", CASES[-2][1])
+    rc = next(r for r in loaded.runs if r.variant == "2P2D")
+    assert simulate(rc, build(rc.workload, rc.seed, loaded.base_dir)).disagg.decode_saturated_s > 1
+    loaded = load(ROOT / "scenarios/disagg_ratio.yaml", CASES[-1][1])
+    rc = next(r for r in loaded.runs if r.variant == "1P3D")
+    result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
+    assert sum(r.preemptions for r in result.replicas if r.pool == "decode") > 0
 
 
 @pytest.mark.parametrize("seed", range(5))

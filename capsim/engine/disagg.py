@@ -112,7 +112,10 @@ class PoolMonitor:
     ``touch()`` must be called at every instant the state can change (a
     replica starts or stops running steps, a request queues or is admitted, a
     transfer waits or is placed); the state found then holds until the next
-    touch. Definitions: :class:`capsim.results.DisaggResult`.
+    touch that finds another. Each integral adds one term per stretch of constant
+    state, so touches that change nothing (a decode replica's steps, skipped or
+    not by macro-steps) change no figure, not even its rounding; ``flush()`` adds
+    the stretch in progress. Definitions: :class:`capsim.results.DisaggResult`.
     """
 
     def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],
@@ -126,6 +129,17 @@ class PoolMonitor:
         self._state = (False, False, 0, 0)
 
     def touch(self) -> None:
+        state = (
+            all(r.busy for r in self.prefill) and any(r.scheduler.waiting for r in self.prefill),
+            bool(self.pending),
+            sum(r.run_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
+            sum(r.run_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
+        if state != self._state:
+            self.flush()
+            self._state = state
+
+    def flush(self) -> None:
+        """Integrate the current state from its start up to now."""
         now = self.env.now
         dt = now - self._t
         if dt > 0:
@@ -137,11 +151,6 @@ class PoolMonitor:
                 self.decode_saturated_s += dt
                 self.stranded_prefill_gpu_s += idle_p * dt
         self._t = now
-        self._state = (
-            all(r.busy for r in self.prefill) and any(r.scheduler.waiting for r in self.prefill),
-            bool(self.pending),
-            sum(r.run_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
-            sum(r.run_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
 
 
 class _Entry:
@@ -167,14 +176,18 @@ class DisaggCluster:
             recorded by the decode replica).
         num_classes: request classes.
         on_finish: called once per finished request (either pool).
+        macro_steps: decode replicas advance decode-only stretches in one event (same
+            results; False is the step-by-step reference).
 
     ``replicas`` lists prefill replicas (indices 0..P−1) then decode replicas
     (P..P+D−1); ``route()`` picks the prefill replica for an arrival.
     """
 
     def __init__(self, env: simpy.Environment, run: RunConfig, itl: ItlRecorder,
-                 num_classes: int, on_finish: Callable[[Request], None]):
+                 num_classes: int, on_finish: Callable[[Request], None],
+                 macro_steps: bool = True):
         d = run.disagg
+        self.macro_steps = macro_steps
         self.env, self.run, self.disagg, self._on_finish = env, run, d, on_finish
         p_n, d_n = d.prefill.cluster.num_replicas, d.decode.cluster.num_replicas
         self.prefill = self._pool(d.prefill, "prefill", range(p_n), itl, num_classes)
@@ -198,12 +211,14 @@ class DisaggCluster:
         pricer = make_pricer(pool)
         reps = []
         for i in indices:
-            rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished, pool=role)
+            rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished, pool=role,
+                          macro_steps=self.macro_steps)
             rep.observer = self._observe
             if role == "prefill":
                 rep.on_handoff = lambda req, step_s, rep=rep: self._handoff(rep, req, step_s)
             else:
                 rep.on_second_token = self._second_token
+                rep.transfers_waiting = self._transfers_waiting
             reps.append(rep)
         return reps
 
@@ -213,10 +228,14 @@ class DisaggCluster:
         return _Entry(self._prefill_router(), self.monitor)
 
     def _decode_order(self) -> list[Replica]:
-        """Decode replicas in the order the router tries them."""
+        """Decode replicas in the order the router tries them (``least_kv`` reads every
+        decode replica's KV use as of now: decode runs in progress are brought up to
+        date first)."""
         if self.disagg.router == "round_robin":
             k = self._rr % len(self.decode)
             return self.decode[k:] + self.decode[:k]
+        for r in self.decode:
+            r.sync_run()
         return sorted(self.decode, key=lambda r: (r.alloc.num_used_blocks / r.alloc.num_blocks,
                                                   r.scheduler.num_running, r.index))
 
@@ -249,18 +268,29 @@ class DisaggCluster:
         self._dispatch()
         self.monitor.touch()
 
+    def _transfers_waiting(self) -> bool:
+        return bool(self.pending)
+
     def _dispatch(self) -> None:
-        """Place waiting transfers, oldest first, while a decode replica has room (FIFO)."""
+        """Place waiting transfers, oldest first, while a decode replica has room (FIFO).
+
+        When some must wait, every finish on a decode replica is observed (it may make
+        room): decode runs that planned to go on through finishes end."""
+        placed = False
         while self.pending:
             t = self.pending[0]
-            target = next((r for r in self._decode_order()
-                           if r.scheduler.reserve_transfer(t.req)), None)
+            target = next((r for r in self._decode_order() if r.reserve_transfer(t.req)), None)
             if target is None:
-                return
+                for r in self.decode:
+                    r.cut_run_through_finishes()
+                break
             self.pending.popleft()
             if self.disagg.router == "round_robin":
                 self._rr = self.decode.index(target) + 1
             self._send(t, target)
+            placed = True
+        if placed:
+            self.monitor.touch()            # the queue shrank (decode saturation may have ended)
 
     def _send(self, t: Transfer, target: Replica) -> None:
         t.target, t.reserved_s = target, self.env.now
@@ -300,7 +330,7 @@ class DisaggCluster:
         still queued, in flight, reserved on a decode replica or held on a
         prefill replica.
         """
-        self.monitor.touch()
+        self.monitor.flush()
         out = [f"request {rid} was handed off twice" for rid in self.duplicates]
         if self.pending:
             out.append(f"{len(self.pending)} prefilled requests never reached a decode replica")

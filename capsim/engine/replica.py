@@ -3,12 +3,14 @@
 The loop is DESIGN.md's step model: schedule → price with the roofline →
 ``yield env.timeout(seconds)`` → complete. With nothing runnable it waits on
 an event that the next submitted request triggers; it never busy-polls.
+Decode-only stretches are advanced in one event (``Replica._decode_run``), in
+co-located replicas and in a disaggregated variant's decode pool alike.
 
 In a disaggregated variant (:mod:`capsim.engine.disagg`) a replica also
 reports, through optional hooks, prefilled requests to hand off
 (``on_handoff``), the time a transferred request emits token 2
-(``on_second_token``) and every change of its busy / idle state
-(``observer``).
+(``on_second_token``) and every change of its busy / idle state or its
+waiting queue (``observer``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,26 @@ def make_scheduler(run: RunConfig, alloc: BlockAllocator | ContiguousAllocator,
                                kv_bytes_per_token=run.kv.kv_bytes_per_token)
 
 
+class _Run:
+    """A decode run in progress (see :meth:`Replica._decode_run`): its plan, the end time of
+    every step (``clock[j + 1]`` for step j), step seconds, timeline-bin busy time, and
+    how far it has been committed: steps ``0..done − 1`` are committed, the blocks of steps
+    ``0..grown − 1`` are taken (step 0's by ``schedule``) and the KV peak checked for steps
+    ``0..peaked − 1``; ``used_blocks`` were in use in step ``grown − 1`` (blocks reserved
+    for a transfer since then come after it)."""
+
+    __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
+                 "grown", "peaked", "used_blocks")
+
+    def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
+                 bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
+                 used_blocks: int):
+        self.plan, self.clock, self.secs, self.bin_busy = plan, clock, secs, bin_busy
+        self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
+        self.done, self.grown, self.peaked = 0, 1, 0
+        self.used_blocks = used_blocks
+
+
 class Replica:
     """A SimPy process that runs one engine; ``submit`` hands it a request.
 
@@ -98,6 +120,7 @@ class Replica:
         # Advance decode-only stretches in one event (identical results; see _decode_run).
         self.macro_steps = macro_steps
         self._in_run = False            # waiting out a decode run an arrival may cut short
+        self._run: _Run | None = None   # the decode run in progress, until committed
         # EMA of the gap between arrivals here: runs are not tried while arrivals come
         # faster than MIN_RUN_STEPS steps (they would be cut at once), and a run plans
         # through finishes only about as far as the next arrival (see _horizon_steps).
@@ -124,6 +147,9 @@ class Replica:
         self.on_handoff: Callable[[Request, float], None] | None = None   # (req, last step s)
         self.on_second_token: Callable[[Request, float], None] | None = None
         self.observer: Callable[[], None] | None = None
+        # Decode pool: True while prefilled requests wait for room on a decode replica
+        # (then every finish here is observed: runs stop at their first finish).
+        self.transfers_waiting: Callable[[], bool] | None = None
         self._joining: list[tuple[Request, int]] = []    # KV arrived, joins at next schedule
         self._awaiting: list[tuple[Request, int]] = []   # joined, token 2 not yet emitted
         self._wake: simpy.Event | None = None
@@ -145,18 +171,58 @@ class Replica:
         self._outstanding += value - self.outstanding_tokens
 
     def submit(self, req: Request) -> None:
-        if self._in_run:
-            self._in_run = False
-            self._process.interrupt()           # end a decode run at the step in progress
+        self._arrived()
         req.replica = self.index
         self._outstanding += req.prompt_tokens + req.output_tokens
+        self.scheduler.add(req)
+        self.wake()
+
+    def _arrived(self) -> None:
+        """New work: end a decode run at the step in progress; update the arrival-gap EMA."""
+        self.cut_run()
         now = self.env.now
         gap, self._last_submit_s = now - self._last_submit_s, now
         if gap == gap:                                  # not the first arrival (NaN)
             ema = self._arrival_gap_s
             self._arrival_gap_s = gap if ema == math.inf else ema + (gap - ema) / 8
-        self.scheduler.add(req)
-        self.wake()
+
+    def cut_run(self) -> None:
+        """End the decode run in progress (if any) after the step in progress."""
+        if self._in_run:
+            self._in_run = False
+            self._process.interrupt()
+
+    def sync_run(self) -> None:
+        """Bring a decode run in progress up to now, for readers of this replica's state
+        (a disaggregated cluster placing a transfer): commit the steps that ended before
+        now and take the blocks of the step in progress, as the step loop would have by
+        now. The run goes on."""
+        run = self._run
+        if run is None:
+            return
+        j = int(run.clock[1:].searchsorted(self.env.now))     # the step in progress
+        self._commit_run(j, last=False)
+        if run.grown <= j:
+            seg = bisect_right(run.plan.ends, j)
+            self._note_run_peak(self.scheduler.grow_for_run(1, 0), run.plan.seqs[seg])
+            run.grown = run.peaked = j + 1
+            run.used_blocks = self.alloc.num_used_blocks
+
+    def reserve_transfer(self, req: Request) -> bool:
+        """Decode pool: hold a slot and blocks for ``req``'s KV if both are free now
+        (:meth:`ContinuousScheduler.reserve_transfer`); a run in progress ends after its
+        step in progress (the blocks it planned to take may be gone)."""
+        self.sync_run()
+        if not self.scheduler.reserve_transfer(req):
+            return False
+        self.cut_run()
+        return True
+
+    def cut_run_through_finishes(self) -> None:
+        """End a run that planned to go on through finishes (someone now waits for the
+        room a finish frees: see ``transfers_waiting``)."""
+        if self._run is not None and len(self._run.plan.ends) > 1:
+            self.cut_run()
 
     def wake(self) -> None:
         """Resume the loop if it is idle (new work arrived by another path than submit)."""
@@ -165,6 +231,7 @@ class Replica:
 
     def admit_transferred(self, req: Request) -> None:
         """Decode role: ``req``'s KV has arrived; it decodes from the next scheduled step."""
+        self._arrived()
         self.scheduler.admit_transfer(req)
         if self.on_second_token is not None:
             self._joining.append((req, req.num_preemptions))
@@ -182,6 +249,7 @@ class Replica:
             if self._joining:
                 self._awaiting.extend(self._joining)
                 self._joining.clear()
+            queued = len(sched.waiting)
             step = sched.schedule(env.now)
             if step is None:
                 if hooked:
@@ -192,12 +260,22 @@ class Replica:
                 continue
             if hooked:
                 self._set_busy(True)
-            if (self.macro_steps and not hooked
+                if len(sched.waiting) != queued and self.observer is not None:
+                    self.observer()             # admissions changed the queue others watch
+            if (self.macro_steps and self.on_handoff is None
                     and self._arrival_gap_s > MIN_RUN_STEPS * self._step_s):
-                plan = sched.plan_decode_run(step, horizon_steps=self._horizon_steps())
+                waiting = self.transfers_waiting is not None and self.transfers_waiting()
+                plan = sched.plan_decode_run(
+                    step, horizon_steps=0 if waiting else self._horizon_steps())
                 if plan is not None:
-                    yield from self._decode_run(plan)
+                    first_end_s = yield from self._decode_run(plan)
+                    if self._awaiting:          # joined decoders emitted token 2 in step 0
+                        for req, _ in self._awaiting:
+                            self.on_second_token(req, first_end_s)
+                        self._awaiting.clear()
                     self._report_finished()
+                    if hooked and self.observer is not None:
+                        self.observer()
                     continue
             logits = step.logits_seqs          # before complete() moves the prefills on
             cost = self._price(step, logits)
@@ -250,10 +328,13 @@ class Replica:
         lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
         unlike ``np.sum``) gives the running clock, busy time, timeline-bin busy time
         and (when any step is compute-bound) compute-bound count at every step, and the
-        run takes column m. An arrival (``submit``) interrupts the wait; the run then ends after
-        the step in progress, exactly where the step-by-step loop would first see it.
-        Segments (the batch shrinking at a finish) are then committed in order, each as
-        the step loop would: blocks taken, ITL runs, finishes, timeline.
+        run takes column m. An arrival (``submit``, or a transfer's KV landing) interrupts
+        the wait; the run then ends after the step in progress, exactly where the
+        step-by-step loop would first see it. Segments (the batch shrinking at a finish)
+        are then committed in order, each as the step loop would: blocks taken, ITL runs,
+        finishes, timeline. A disaggregated cluster reading this replica mid-run first
+        commits what has happened by then (:meth:`sync_run`); placing a transfer here
+        ends the run too (:meth:`reserve_transfer`). Returns the end time of step 0.
         """
         env, sched, timeline = self.env, self.scheduler, self.timeline
         ends, seqs = plan.ends, plan.seqs
@@ -273,7 +354,8 @@ class Replica:
         clock = acc[0]
         t_end = float(clock[k])
         m = k
-        queue0 = len(sched.waiting)                 # an arrival changes it in the last step only
+        self._run = _Run(plan, clock, secs, acc[2], bin_now, bin_s, len(sched.waiting),
+                         self.alloc.num_used_blocks)
         self._in_run = True
         if len(ends) > 1:          # the router sees these finishes when their step ends
             self._run_done = (clock[ends[:-1]].tolist(), [0, *accumulate(plan.done_tokens)])
@@ -285,31 +367,50 @@ class Replica:
                 yield timeout_at(env, float(clock[m]))
         self._in_run = False
         self._run_done = None
-        start = 0
-        for seg, end in enumerate(ends):
-            stop = min(end, m)
-            self._commit_segment(clock, secs, acc[2], start, stop, seqs[seg], plan.ctx0[seg],
-                                 0 if seg else 1, queue0, stop == m, bin_now, bin_s)
-            if stop == m:
-                break
-            start = stop
+        self._commit_run(m, last=True)
+        self._run = None
         self._step_s = float(secs[m - 1])
         self.busy_s = float(acc[1, m])
         if bound is not None:
             self.compute_bound_steps += int(acc[3, m])
+        return float(clock[1])
 
-    def _commit_segment(self, clock: np.ndarray, secs: np.ndarray, bin_busy: np.ndarray,
-                        start: int, stop: int, n: int, ctx0: int, first: int, queue0: int,
-                        last: bool, bin_now: int, bin_s: float) -> None:
-        """Commit steps ``start``..``stop − 1`` of a run, the segment where ``n`` decode over
-        ``ctx0`` tokens in its first step; step j ends at ``clock[j + 1]``: blocks, KV peak,
-        scheduler bookkeeping, work, timeline. The waiting queue was ``queue0`` long in
-        every step but the run's ``last`` one."""
-        sched, timeline = self.scheduler, self.timeline
+    def _commit_run(self, m: int, last: bool) -> None:
+        """Commit steps ``done..m − 1`` of the run in progress, segment by segment, as the
+        step loop would; ``last``: step m − 1 is the run's last (it saw the waiting queue
+        as it is now; earlier steps saw it as it was when the run began)."""
+        run = self._run
+        plan, lo, seg_start = run.plan, run.done, 0
+        for n, ctx0, end in zip(plan.seqs, plan.ctx0, plan.ends):
+            if end > lo:
+                hi = min(end, m)
+                if hi <= lo:
+                    break
+                self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start),
+                                     last and hi == m)
+                lo = hi
+            seg_start = end
+        run.done = max(run.done, m)
+        run.grown = max(run.grown, m)
+
+    def _commit_segment(self, run: _Run, start: int, stop: int, n: int, ctx0: int,
+                        last: bool) -> None:
+        """Commit steps ``start``..``stop − 1`` of a run, within one segment where ``n``
+        decode over ``ctx0`` tokens in step ``start``; step j ends at ``run.clock[j + 1]``:
+        blocks, KV peak, scheduler bookkeeping, work, timeline. The waiting queue was
+        ``run.queue0`` long in every step but the run's ``last`` one."""
+        sched, timeline, clock = self.scheduler, self.timeline, run.clock
+        bin_now, queue0 = run.bin_now, run.queue0
         m = stop - start
         running0 = sched.num_running
-        blocks = sched.grow_for_run(m, first)
-        self._note_run_peak(blocks, n)
+        if start < run.grown:                    # its blocks were taken before
+            blocks = sched.grow_for_run(m, 1)
+            blocks.used0 = run.used_blocks
+        else:
+            blocks = sched.grow_for_run(m, 0)
+        if stop > run.peaked:       # (a synced step's was checked when its blocks were taken)
+            self._note_run_peak(blocks, n)
+            run.peaked = stop
         sched.commit_decode_run(clock[start:stop + 1])
         self.decode_tokens += n * m
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
@@ -319,12 +420,12 @@ class Replica:
         queue, running = last_queue, sched.num_running
         if m > 1:
             queue, running = max(queue, queue0), max(running, running0)
-        if (timeline.bin_s == bin_s and timeline.bin_of(ends[0]) == bin_now
+        if (timeline.bin_s == run.bin_s and timeline.bin_of(ends[0]) == bin_now
                 == timeline.bin_of(ends[-1]) and bin_now < timeline.max_bins):
-            timeline.one_bin(bin_now, m, float(bin_busy[stop]), n * m, blocks.at(m - 1),
+            timeline.one_bin(bin_now, m, float(run.bin_busy[stop]), n * m, blocks.at(m - 1),
                              queue, running)
         else:
-            timeline.steps(ends, secs[start:stop].tolist(), n, blocks.at, queue0, running0,
+            timeline.steps(ends, run.secs[start:stop].tolist(), n, blocks.at, queue0, running0,
                            last_queue, sched.num_running)
 
     def _set_busy(self, busy: bool) -> None:

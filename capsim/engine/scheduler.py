@@ -541,10 +541,16 @@ class ContinuousScheduler:
         else a plan the caller advances in one go (:meth:`grow_for_run` and
         :meth:`commit_decode_run` per segment) with exactly the step-by-step result.
         An arrival may still end the run early; the caller handles that.
-        O(block_size + log k) plus O(log n) per finish crossed.
+
+        A queue head that could not be admitted stays blocked while the run takes
+        blocks, unless prefix caching is on: a block the run takes may evict one of the
+        head's cached blocks and change what its admission needs (seen with decode-pool
+        preemptions), so then nothing may wait. O(block_size + log k) plus O(log n) per
+        finish crossed.
         """
         if (step.prefills or step.swap_bytes or not step.decode_seqs or self._kv_ready
-                or self._cow_pending or self.swapped or self._preempted_now or self.incoming):
+                or self._cow_pending or self.swapped or self._preempted_now or self.incoming
+                or (self.caching and self.waiting)):
             return None
         heap = self._finish_heap
         self._drop_stale_finishes()

@@ -6,7 +6,8 @@ Usage: python benchmarks/run_all.py [--no-step-by-step] [--doublings K]
 2. bench_replay.py --rate-scale 8 --replicas 16: the same requests at 8× the rate;
 3. bench_saturated.py: one saturated replica for 10 minutes of arrivals;
 4. bench_floor.py: a bare SimPy loop (the floor the others are divided by);
-then bench_scaling.py (doubling the request count). Each measurement runs in a
+then bench_replay.py --disagg 1:3 (the trace on a disaggregated 1 prefill + 3
+decode split) and bench_scaling.py (doubling the request count). Each measurement runs in a
 fresh process; macro-steps and the step-by-step path side by side.
 """
 
@@ -32,6 +33,7 @@ def main() -> None:
         ["bench_replay.py", "--rate-scale", "8", "--replicas", "16", *step],
         ["bench_saturated.py", *step],
         ["bench_floor.py"],
+        ["bench_replay.py", "--disagg", "1:3", *step],
         ["bench_scaling.py", "--doublings", str(args.doublings)],
     ]
     for argv in runs:

@@ -228,16 +228,16 @@ class DisaggCluster:
         return _Entry(self._prefill_router(), self.monitor)
 
     def _decode_order(self) -> list[Replica]:
-        """Decode replicas in the order the router tries them (``least_kv`` reads every
-        decode replica's KV use as of now: decode runs in progress are brought up to
-        date first)."""
+        """Decode replicas in the order the router tries them (``least_kv``: KV use and
+        running sequences as of now, :meth:`Replica.kv_load`)."""
         if self.disagg.router == "round_robin":
             k = self._rr % len(self.decode)
             return self.decode[k:] + self.decode[:k]
+        keys = []
         for r in self.decode:
-            r.sync_run()
-        return sorted(self.decode, key=lambda r: (r.alloc.num_used_blocks / r.alloc.num_blocks,
-                                                  r.scheduler.num_running, r.index))
+            used, running = r.kv_load()
+            keys.append((used / r.alloc.num_blocks, running, r.index))
+        return [self.replicas[i] for *_, i in sorted(keys)]
 
     # ------------------------------------------------------------- lifecycle
     def _observe(self) -> None:

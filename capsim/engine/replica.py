@@ -208,6 +208,22 @@ class Replica:
             run.grown = run.peaked = j + 1
             run.used_blocks = self.alloc.num_used_blocks
 
+    def kv_load(self) -> tuple[int, int]:
+        """(KV blocks in use, running sequences) as of now, what a disaggregated cluster's
+        ``least_kv`` placement compares. Inside a decode run these count the blocks its
+        steps have taken by now (in closed form while no finish has happened since the
+        last commit; else the run is synced first)."""
+        run = self._run
+        if run is not None:
+            j = int(run.clock[1:].searchsorted(self.env.now))     # the step in progress
+            ends = run.plan.ends
+            if j < ends[bisect_right(ends, run.done)]:    # no finish since step `done`
+                first = max(run.grown, run.done)
+                taken = self.scheduler.decode_blocks_ahead(first - run.done, j + 1 - first)
+                return self.alloc.num_used_blocks + taken, self.scheduler.num_running
+            self.sync_run()
+        return self.alloc.num_used_blocks, self.scheduler.num_running
+
     def reserve_transfer(self, req: Request) -> bool:
         """Decode pool: hold a slot and blocks for ``req``'s KV if both are free now
         (:meth:`ContinuousScheduler.reserve_transfer`); a run in progress ends after its
@@ -420,10 +436,15 @@ class Replica:
         queue, running = last_queue, sched.num_running
         if m > 1:
             queue, running = max(queue, queue0), max(running, running0)
-        if (timeline.bin_s == run.bin_s and timeline.bin_of(ends[0]) == bin_now
-                == timeline.bin_of(ends[-1]) and bin_now < timeline.max_bins):
-            timeline.one_bin(bin_now, m, float(run.bin_busy[stop]), n * m, blocks.at(m - 1),
-                             queue, running)
+        b = timeline.bin_of(ends[0])
+        if b == timeline.bin_of(ends[-1]) and b < timeline.max_bins:
+            if b == bin_now and timeline.bin_s == run.bin_s:
+                busy = float(run.bin_busy[stop])   # the run's running sum in its first bin
+            else:                                  # a later bin: add its steps in order
+                busy = timeline.busy_in(b)
+                for x in run.secs[start:stop].tolist():
+                    busy += x
+            timeline.one_bin(b, m, busy, n * m, blocks.at(m - 1), queue, running)
         else:
             timeline.steps(ends, run.secs[start:stop].tolist(), n, blocks.at, queue0, running0,
                            last_queue, sched.num_running)

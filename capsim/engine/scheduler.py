@@ -629,6 +629,15 @@ class ContinuousScheduler:
         for entry in popped:
             heapq.heappush(heap, entry)
 
+    def decode_blocks_ahead(self, start: int, count: int) -> int:
+        """Blocks the current decoders take in decode steps ``start``..``start + count − 1``
+        from now (step 0 is the next one, at the current epoch), the batch unchanged."""
+        if count <= 0 or not self.grows_kv:
+            return 0
+        q, r = divmod(count, self.bs)
+        buckets, e, bs = self._buckets, self.epoch + start, self.bs
+        return q * self.num_decoding + sum(len(buckets[(e + i) % bs]) for i in range(r))
+
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
         """Blocks for steps ``first``..m−1 of a planned run or segment (step 0's were taken
         by ``schedule`` when ``first`` is 1), in the order the step-by-step path takes

@@ -45,8 +45,11 @@ def main() -> None:
     if args.disagg:
         try:
             p, d = (int(x) for x in args.disagg.split(":"))
+            if p < 1 or d < 1:
+                raise ValueError
         except ValueError:
-            print(f"error: --disagg: expected P:D (e.g. 1:3), got {args.disagg!r}", file=sys.stderr)
+            print(f"error: --disagg: expected P:D, prefill and decode replicas >= 1 (e.g. 1:3), "
+                  f"got {args.disagg!r}", file=sys.stderr)
             sys.exit(2)
         sets.append(f"variants=[{{name: {p}P{d}D, disaggregation: {{prefill: {{num_replicas: {p}, "
                     f"engine: {{max_num_batched_tokens: 8192}}}}, decode: {{num_replicas: {d}}}, "

@@ -41,8 +41,8 @@ def main() -> None:
         sys.exit(2)
     sets = [f"workload.trace.path={args.trace}", f"cluster.num_replicas={args.replicas}",
             f"workload.trace.rate_scale={args.rate_scale}"]
-    where = f"{args.replicas} x H100"
-    if args.disagg:
+    where, chunks = f"{args.replicas} x H100", "chunked prefill 2048"
+    if args.disagg is not None:
         try:
             p, d = (int(x) for x in args.disagg.split(":"))
             if p < 1 or d < 1:
@@ -55,9 +55,10 @@ def main() -> None:
                     f"engine: {{max_num_batched_tokens: 8192}}}}, decode: {{num_replicas: {d}}}, "
                     "link: nvlink-4}}]")
         where = f"{p} prefill + {d} decode x H100 (NVLink 4)"
+        chunks = "prefill chunks of 8192 tokens"
     print(machine())
     compare(f"Azure 2023 conv trace at {args.rate_scale:g}x its rate on {where} "
-            "(Llama-3.1-8B, chunked prefill 2048)", "scenarios/azure_conv_replay.yaml", sets,
+            f"(Llama-3.1-8B, {chunks})", "scenarios/azure_conv_replay.yaml", sets,
             step_by_step=not args.no_step_by_step)
 
 

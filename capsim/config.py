@@ -29,7 +29,7 @@ from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 from capsim.models import ModelShape, load_model
 from capsim.roofline import check_tensor_parallel
 from capsim.yamlio import describe_yaml_error, safe_load_unique
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 from capsim.slo import RequestSlo, SloConfig
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -46,11 +46,11 @@ class EngineConfig(StrictModel):
 
     scheduler: Literal["static", "continuous"] = "continuous"
     enable_chunked_prefill: bool = True
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_model_len: int | None = Field(default=None, gt=0)
-    tensor_parallel_size: int = Field(default=1, gt=0)
-    block_size: int = Field(default=16, gt=0)
+    max_num_seqs: Int = Field(default=256, gt=0)
+    max_num_batched_tokens: Int | None = Field(default=None, gt=0)
+    max_model_len: Int | None = Field(default=None, gt=0)
+    tensor_parallel_size: Int = Field(default=1, gt=0)
+    block_size: Int = Field(default=16, gt=0)
     enable_prefix_caching: bool = True        # vLLM v1 default
     # Non-KV memory per GPU besides weights and activations (capsim.kv.capacity):
     non_torch_memory_gib: float = Field(default=0.2, ge=0)   # CUDA context, cuBLAS, NCCL
@@ -118,7 +118,7 @@ class EngineConfig(StrictModel):
 class ClusterConfig(StrictModel):
     """Replicas (each one tensor-parallel engine) behind a router."""
 
-    num_replicas: int = Field(default=1, gt=0)
+    num_replicas: Int = Field(default=1, gt=0)
     router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
 
 
@@ -144,7 +144,7 @@ class Scenario(StrictModel):
     # Names the report directory (reports/<name>), so no path separators.
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
-    seed: int = Field(default=0, ge=0, strict=True)   # SeedSequence entropy; not a bool
+    seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
     model: str
     hardware: str
     engine: EngineConfig = Field(default_factory=EngineConfig)

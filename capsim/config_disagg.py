@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from capsim.errors import ScenarioError
 from capsim.links import LinkNumbers, LinkProfile, resolve_link
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 
 if TYPE_CHECKING:
     from capsim.config import RunConfig, Scenario, VariantSpec
@@ -43,8 +43,8 @@ ROLES = ("prefill", "decode")
 class PoolConfig(StrictModel):
     """One pool of identical replicas (each a tensor-parallel engine)."""
 
-    num_replicas: int = Field(gt=0, description="replicas in the pool, >= 1")
-    tensor_parallel_size: int | None = Field(default=None, gt=0,
+    num_replicas: Int = Field(gt=0, description="replicas in the pool, >= 1")
+    tensor_parallel_size: Int | None = Field(default=None, gt=0,
                                              description="GPUs per replica; default: the variant's")
     hardware: str | None = Field(default=None, description="GPU profile; default: the variant's")
     engine: dict[str, Any] = Field(default_factory=dict,

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 
 #: Top-level keys a sweep may not vary: the sections that describe the sweep
 #: itself, and the seed (replications come from ``--seeds K``).
@@ -96,6 +96,6 @@ class SizingConfig(StrictModel):
     hardware: Optional[list[str]] = Field(default=None, min_length=1)
     tensor_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(default=None,
                                                                             min_length=1)
-    max_gpus: int = Field(default=64, gt=0)
-    seeds: int = Field(default=1, ge=1, le=1000)
+    max_gpus: Int = Field(default=64, gt=0)
+    seeds: Int = Field(default=1, ge=1, le=1000)
     rate_tolerance: float = Field(default=0.02, gt=0, lt=1)

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 
 # --------------------------------------------------------------------------
 # Length distributions (discriminated on ``dist``)
@@ -53,15 +53,15 @@ class FixedDist(StrictModel):
     """Every request gets exactly ``value`` tokens."""
 
     dist: Literal["fixed"]
-    value: int = Field(ge=1, description="token count, >= 1")
+    value: Int = Field(ge=1, description="token count, >= 1")
 
 
 class UniformDist(_Bounded):
     """Integers drawn uniformly from ``[min, max]``, both ends inclusive."""
 
     dist: Literal["uniform"]
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
 
 
 class NormalDist(_Bounded):
@@ -74,8 +74,8 @@ class NormalDist(_Bounded):
     dist: Literal["normal"]
     mean: float
     std: float = Field(ge=0)
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
 
 
 class LognormalDist(_Bounded):
@@ -91,8 +91,8 @@ class LognormalDist(_Bounded):
     dist: Literal["lognormal"]
     mean: float = Field(gt=0, description="mean of the distribution, tokens")
     sigma: float = Field(ge=0, description="standard deviation of ln(X)")
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
 
 
 class EmpiricalDist(_Bounded):
@@ -105,7 +105,7 @@ class EmpiricalDist(_Bounded):
     dist: Literal["empirical"]
     path: str = Field(min_length=1)
     column: str = Field(min_length=1)
-    min: int = Field(default=1, ge=1)
+    min: Int = Field(default=1, ge=1)
     max: Optional[int] = Field(default=None, ge=1)
 
 
@@ -171,9 +171,9 @@ class SharedPrefix(StrictModel):
     probability ``fraction``.
     """
 
-    tokens: int = Field(gt=0, description="system-prompt length, tokens")
+    tokens: Int = Field(gt=0, description="system-prompt length, tokens")
     fraction: float = Field(default=1.0, ge=0, le=1)
-    num_templates: int = Field(default=1, gt=0)
+    num_templates: Int = Field(default=1, gt=0)
 
 
 class Conversation(StrictModel):
@@ -197,7 +197,7 @@ class RequestClass(StrictModel):
     output_tokens: LengthDist
     shared_prefix: Optional[SharedPrefix] = None
     conversation: Optional[Conversation] = None
-    n: int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
+    n: Int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
     slo: Optional[dict[str, float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )

@@ -27,7 +27,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.errors import ScenarioError
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 from capsim.yamlio import describe_yaml_error, safe_load_unique
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for.
@@ -143,7 +143,7 @@ class Efficiency(StrictModel):
 class ErrorFigures(StrictModel):
     """Absolute percentage error of predicted vs measured times over ``n`` rows."""
 
-    n: int = Field(ge=0)
+    n: Int = Field(ge=0)
     median_pct: float = Field(ge=0.0)
     p90_pct: float = Field(ge=0.0)
 
@@ -178,7 +178,7 @@ class HardwareProfile(StrictModel):
     name: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
     peak_flops_per_s: dict[DType, float] = Field(min_length=1)
-    hbm_bytes: int = Field(gt=0)
+    hbm_bytes: Int = Field(gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
     nvlink_latency_s: float | None = Field(None, gt=0)

@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.errors import ScenarioError
 from capsim.hardware import read_yaml_mapping, scenario_error_from_validation
-from capsim.schema import StrictModel
+from capsim.schema import Int, StrictModel
 
 _PACKAGE_DIR = ("data", "models")
 
@@ -50,14 +50,14 @@ class ModelShape(StrictModel):
 
     name: str = Field(min_length=1)
     source: str = ""
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_position_embeddings: int = Field(gt=0)
+    hidden_size: Int = Field(gt=0)
+    intermediate_size: Int = Field(gt=0)
+    num_hidden_layers: Int = Field(gt=0)
+    num_attention_heads: Int = Field(gt=0)
+    num_key_value_heads: Int = Field(gt=0)
+    head_dim: Int = Field(gt=0)
+    vocab_size: Int = Field(gt=0)
+    max_position_embeddings: Int = Field(gt=0)
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"

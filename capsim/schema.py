@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Strict
+
+Int = Annotated[int, Strict()]
+"""An integer field that takes only integers: YAML ``true`` is not 1, ``16.0`` is not 16."""
 
 
 class StrictModel(BaseModel):
-    """Frozen model that rejects unknown keys, so YAML typos fail loudly."""
+    """Frozen model that rejects unknown keys, so YAML typos fail loudly, and non-finite
+    numbers (``.inf``, ``.nan``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

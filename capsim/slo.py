@@ -55,8 +55,6 @@ class SloConfig(RequestSlo):
             if name not in TARGET_METRICS:
                 raise ValueError(
                     f"unknown SLO metric '{name}'; valid: {', '.join(sorted(TARGET_METRICS))}")
-            if bound != bound:
-                raise ValueError(f"target {name} must be a number, got nan")
             if not bound >= 0:
                 raise ValueError(f"target {name} must be >= 0, got {bound:g}")
             if name.endswith("_fraction") and bound > 1:

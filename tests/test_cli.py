@@ -148,7 +148,12 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
      "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
-    (["--set", "slo.targets.ttft_p99_ms=.nan"], "target ttft_p99_ms must be a number, got nan"),
+    (["--set", "slo.targets.ttft_p99_ms=.nan"],
+     "slo.targets.ttft_p99_ms: Input should be a finite number (got nan)"),
+    (["--set", "workload.duration_s=.inf"], "workload.duration_s: Input should be a finite number"),
+    (["--set", "cluster.num_replicas=true"],
+     "cluster.num_replicas: Input should be a valid integer (got True)"),
+    (["--set", "engine.block_size=16.0"], "engine.block_size: Input should be a valid integer"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
     (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
     (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),
@@ -266,3 +271,14 @@ def test_validate_warns_for_disaggregated_variants_too(capsys):
     assert code == 0
     # static, continuous, chunked-2048, chunked-512 and the two 1P1D variants
     assert out.count("requests need more than max_model_len 4,096 tokens") == 6
+
+
+def test_a_link_must_have_finite_numbers(tmp_path, capsys):
+    """An infinite KV-link latency used to pass validation and end the run with an
+    invariant error (no request could finish): refused up front, like any non-finite number."""
+    doc = with_(GOOD, "variants", [{"name": "split", "disaggregation": {
+        "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1},
+        "link": {"bandwidth_gbit_per_s": 400, "latency_s": float("inf")}}}])
+    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "variants.0.disaggregation.link: latency_s: Input should be a finite number" in err

@@ -206,6 +206,9 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     if prefill_tokens == 0 and decode_batch == 0:
         raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
                             "give --prefill-tokens N and/or --decode-batch B --context C")
+    if decode_batch and not context:
+        raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
+                            "decoding sequence attends over (>= 1)")
     model, hw = load_model(model_name), load_hardware(hw_name)
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal)

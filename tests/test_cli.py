@@ -282,3 +282,12 @@ def test_a_link_must_have_finite_numbers(tmp_path, capsys):
     code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "variants.0.disaggregation.link: latency_s: Input should be a finite number" in err
+
+
+def test_roofline_decode_needs_a_context(capsys):
+    """Decoding sequences attend over their context; pricing them over 0 tokens used to
+    pass silently (the decode attention term vanished)."""
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                            "--decode-batch", "32"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--decode-batch 32 needs --context C" in err

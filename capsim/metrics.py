@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from capsim.metrics_disagg import disagg_columns
+from capsim.metrics_disagg import disagg_columns, transfer_frame
 from capsim.results import FINISHED, RunResult, SummaryRow
 from capsim.slo import RequestSlo, SloConfig, failed_targets
 
@@ -60,7 +60,10 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
     Columns: variant, request_id, cls, replica, status, reject_reason,
     arrival_s, prompt_tokens, output_tokens, queue_ms, ttft_ms, tpot_ms,
     e2el_ms, max_itl_ms, num_preemptions, good (met every per-request SLO of
-    its class; False when rejected).
+    its class; False when rejected); for a disaggregated run (where ``replica`` is
+    the prefill replica) also the KV transfer's decode_replica, kv_bytes,
+    kv_backpressure_ms, kv_transfer_ms and second_token_ms
+    (:func:`capsim.metrics_disagg.transfer_frame`; NaN for requests without one).
     """
     r = result.requests
     df = pd.DataFrame({
@@ -88,6 +91,8 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
         df["tpot_ms"] = np.where(out > 1, (finish - first) * 1e3 / (out - 1), _NAN)
     df["max_itl_ms"] = np.asarray(r.max_itl_s, dtype=np.float64) * 1e3
     df["good"] = _good_mask(df, slo, class_slos or {})
+    if result.disagg is not None:
+        df = df.merge(transfer_frame(result), on="request_id", how="left")
     return df
 
 

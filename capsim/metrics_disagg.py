@@ -30,6 +30,7 @@ columns are the variant's on every row.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from capsim.results import RunResult
 
@@ -88,3 +89,22 @@ def _pool_sum(result: RunResult, pool: str, field: str) -> float:
 def _pct(values: np.ndarray, q: float) -> float:
     values = values[~np.isnan(values)]
     return float(np.percentile(values, q)) if len(values) else _NAN
+
+
+def transfer_frame(result: RunResult) -> pd.DataFrame:
+    """Per request of a disaggregated run, its KV transfer (one row per transfer, keyed by
+    ``request_id``; requests without one, e.g. one-token replies, have none): the decode
+    replica it went to, KV bytes, ``kv_backpressure_ms`` (token 1 → decode slot reserved),
+    ``kv_transfer_ms`` (reserved → last byte landed) and ``second_token_ms`` (token 1 →
+    token 2), with the definitions of the summary columns above."""
+    t = result.disagg.transfers
+    handoff = np.asarray(t.handoff_s, np.float64)
+    reserved = np.asarray(t.reserved_s, np.float64)
+    return pd.DataFrame({
+        "request_id": t.request_id,
+        "decode_replica": t.decode_replica,
+        "kv_bytes": t.bytes,
+        "kv_backpressure_ms": (reserved - handoff) * 1e3,
+        "kv_transfer_ms": (np.asarray(t.arrived_s, np.float64) - reserved) * 1e3,
+        "second_token_ms": (np.asarray(t.second_token_s, np.float64) - handoff) * 1e3,
+    })

@@ -254,6 +254,13 @@ def test_seed_experiment_disaggregation_removes_the_prefill_stall(tmp_path):
     gap_12 = t.second_token_s[new] - t.handoff_s[new]
     assert wire + step_32 < gap_12 < wire + 2 * step_33
     assert class_gaps(split, 1) == Counter({gap_12: 1})
+    # requests.csv carries each request's transfer (the newcomer's row here).
+    row = frame[frame.request_id == t.request_id[new]].iloc[0]
+    assert row.decode_replica == t.decode_replica[new]
+    assert row.kv_bytes == 2048 * 524288
+    assert row.kv_transfer_ms == pytest.approx(wire * 1e3, rel=1e-12)
+    assert row.second_token_ms == pytest.approx(gap_12 * 1e3, rel=1e-12)
+    assert row.kv_backpressure_ms == pytest.approx((t.reserved_s[new] - t.handoff_s[new]) * 1e3)
 
 
 # ---------------------------------------------------------------- back-pressure, conservation

@@ -93,10 +93,12 @@ class _Run:
     how far it has been committed: steps ``0..done − 1`` are committed, the blocks of steps
     ``0..grown − 1`` are taken (step 0's by ``schedule``) and the KV peak checked for steps
     ``0..peaked − 1``; ``used_blocks`` were in use in step ``grown − 1`` (blocks reserved
-    for a transfer since then come after it)."""
+    for a transfer since then come after it). ``done_tokens[i]``: prompt + output tokens
+    of the requests that finished by ``done_times[i − 1]`` (what the router no longer
+    counts as outstanding then)."""
 
     __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
-                 "grown", "peaked", "used_blocks")
+                 "grown", "peaked", "used_blocks", "done_times", "done_tokens")
 
     def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
                  bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
@@ -105,6 +107,9 @@ class _Run:
         self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
         self.done, self.grown, self.peaked = 0, 1, 0
         self.used_blocks = used_blocks
+        ends = plan.ends
+        self.done_times = clock[ends[:-1]].tolist() if len(ends) > 1 else []
+        self.done_tokens = [0, *accumulate(plan.done_tokens)]
 
 
 class Replica:
@@ -133,7 +138,6 @@ class Replica:
         self.timeline = TimelineRecorder(index, pool, timeline_bin_s)
         self.on_finish = on_finish
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
-        self._run_done: tuple[list[float], list[int]] | None = None   # see outstanding_tokens
         self.busy_s = 0.0
         self.work = WorkTally()         # FLOPs and bytes follow from it (StepPricer.work)
         self.compute_bound_steps = 0
@@ -161,10 +165,10 @@ class Replica:
         (what ``least_outstanding_tokens`` routing compares). Inside a decode run that
         goes on through finishes, those whose step ended by now count as finished, as
         they would step by step."""
-        if self._run_done is None:
+        run = self._run
+        if run is None or not run.done_times:
             return self._outstanding
-        times, done = self._run_done
-        return self._outstanding - done[bisect_right(times, self.env.now)]
+        return self._outstanding - run.done_tokens[bisect_right(run.done_times, self.env.now)]
 
     @outstanding_tokens.setter
     def outstanding_tokens(self, value: int) -> None:
@@ -373,8 +377,6 @@ class Replica:
         self._run = _Run(plan, clock, secs, acc[2], bin_now, bin_s, len(sched.waiting),
                          self.alloc.num_used_blocks)
         self._in_run = True
-        if len(ends) > 1:          # the router sees these finishes when their step ends
-            self._run_done = (clock[ends[:-1]].tolist(), [0, *accumulate(plan.done_tokens)])
         try:
             yield timeout_at(env, t_end)
         except simpy.Interrupt:                     # a request arrived mid-run
@@ -382,7 +384,6 @@ class Replica:
                 m = int(clock[1:].searchsorted(env.now)) + 1    # first step ending at or after now
                 yield timeout_at(env, float(clock[m]))
         self._in_run = False
-        self._run_done = None
         self._commit_run(m, last=True)
         self._run = None
         self._step_s = float(secs[m - 1])

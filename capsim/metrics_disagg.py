@@ -102,8 +102,8 @@ def transfer_frame(result: RunResult) -> pd.DataFrame:
     reserved = np.asarray(t.reserved_s, np.float64)
     return pd.DataFrame({
         "request_id": t.request_id,
-        "decode_replica": t.decode_replica,
-        "kv_bytes": t.bytes,
+        "decode_replica": pd.array(t.decode_replica, dtype="Int64"),   # stays whole next to
+        "kv_bytes": pd.array(np.asarray(t.bytes, np.int64), dtype="Int64"),  # co-located NaN
         "kv_backpressure_ms": (reserved - handoff) * 1e3,
         "kv_transfer_ms": (np.asarray(t.arrived_s, np.float64) - reserved) * 1e3,
         "second_token_ms": (np.asarray(t.second_token_s, np.float64) - handoff) * 1e3,

@@ -69,7 +69,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.config import dump_resolved, load
     from capsim.config_disagg import kv_log_lines
     from capsim.metrics import summarize
-    from capsim.report.console import summary_table
+    from capsim.report.console import disagg_table, summary_table
     from capsim.sim import simulate
 
     loaded = load(scenario, list(overrides), seed)
@@ -96,6 +96,9 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)
     console.print(summary_table(rows, spec.slo))
+    split = disagg_table(rows)
+    if split is not None:
+        console.print(split)
     console.print(f"report: {index}")
 
 

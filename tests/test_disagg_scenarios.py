@@ -3,6 +3,8 @@ and disagg_ratio's P:D sweep, asserting what the report must show (issue 3)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pandas as pd
@@ -14,10 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_scenario(name: str, out: Path) -> pd.DataFrame:
-    with pytest.raises(SystemExit) as exc:
+    printed = io.StringIO()
+    with pytest.raises(SystemExit) as exc, contextlib.redirect_stdout(printed):
         main(["run", str(ROOT / "scenarios" / name), "-o", str(out)])
         raise SystemExit(0)
     assert exc.value.code == 0
+    (out.parent / "stdout.txt").write_text(printed.getvalue())
     for png in ("disagg_ratio.png", "kv_transfer.png"):
         assert (out / png).stat().st_size > 10_000
     html = (out / "index.html").read_text()
@@ -57,6 +61,21 @@ def test_rag_mix_1p1d_removes_the_prefill_stalls_on_the_same_two_gpus(rag_mix):
     # The RAG class moves the long prompts: its transfers dominate the tail.
     assert s.loc[("disagg-1P1D-ib", "rag")].kv_transfer_p50_ms > \
         5 * s.loc[("disagg-1P1D-ib", "chat")].kv_transfer_p50_ms
+
+
+def test_the_terminal_shows_the_pools_of_each_split(ratio, tmp_path_factory):
+    """After the summary, `capsim run` prints one line per disaggregated variant: pool
+    busy, batch fill, stranded, KV transfer / wait and token 1→2 p99 (ms)."""
+    out = next(tmp_path_factory.getbasetemp().glob("ratio*/stdout.txt")).read_text()
+    table = out[out.index("prefill / decode pools"):]
+    assert "colocated-chunked-512" not in table
+    for header in ("prefill busy", "decode batch fill", "prefill stranded",
+                   "KV transfer p99", "KV transfer wait p99", "Token 1→2 p99"):
+        assert header in table
+    line_3p1d = next(line for line in table.splitlines() if "3P1D" in line)
+    s = ratio.loc[("3P1D", "all")]
+    assert f"{s.decode_slot_occupancy:.1%}" in line_3p1d            # 77.6%
+    assert f"{s.kv_backpressure_p99_ms:,.0f}" in line_3p1d          # 1,209
 
 
 def test_disagg_ratio_2p2d_wins_and_the_others_show_why(ratio):

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from capsim.report.columns import console_columns, failed_list, fmt, target_status
+from capsim.report.disagg import TABLE_COLUMNS
 from capsim.results import SummaryRow
 from capsim.slo import SloConfig
 
@@ -39,6 +40,33 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig) -> Table:
                 style = f"bold {style}".strip()
             cells.append(Text(fmt(value, c.kind), style=style))
         table.add_row(Text(row.variant), *cells, _verdict(row, slo))
+    return table
+
+
+# The report's disaggregation columns a terminal has room for.
+_SPLIT_KEYS = ("disagg", "prefill_busy_frac", "decode_busy_frac", "decode_slot_occupancy",
+               "stranded_prefill_frac", "stranded_decode_frac", "kv_transfer_p99_ms",
+               "kv_backpressure_p99_ms", "second_token_p99_ms")
+
+
+def disagg_table(rows: list[SummaryRow]) -> Table | None:
+    """One line per disaggregated variant: its split, pool busy / batch fill / stranded
+    fractions, KV transfer and back-pressure p99 and token 1→2 p99 (ms); None when no
+    variant is disaggregated. The report's table has the rest."""
+    split = [r for r in rows if r.cls == "all" and r.disagg]
+    if not split:
+        return None
+    cols = [c for c in TABLE_COLUMNS if c.key in _SPLIT_KEYS]
+    table = Table(title="prefill / decode pools (disaggregated variants; latencies in ms)",
+                  title_justify="left", header_style="bold")
+    table.add_column("variant", no_wrap=True, overflow="fold")
+    for c in cols:
+        group = c.group.removesuffix(" ms")
+        table.add_column(c.label if group == "Pools" else f"{group} {c.label}",
+                         justify="left" if c.kind == "text" else "right")
+    for row in split:
+        table.add_row(row.variant, *(getattr(row, c.key) if c.kind == "text"
+                                     else fmt(getattr(row, c.key), c.kind) for c in cols))
     return table
 
 

@@ -15,6 +15,7 @@ waiting queue (``observer``).
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from itertools import accumulate
@@ -22,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from capsim.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
@@ -38,19 +40,27 @@ from capsim.roofline import StepPricer, WorkTally
 GIB = 2**30
 
 
-def timeout_at(env: simpy.Environment, when: float) -> simpy.Timeout:
-    """A timeout that fires at exactly ``when``.
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """An event that fires at exactly ``when``.
 
     ``env.timeout(when - env.now)`` can land one ulp off (``now + (when − now)`` is
     not always ``when`` in floating point); nudging the delay by an ulp makes the
-    macro-step clock identical to the step-by-step one.
+    macro-step clock identical to the step-by-step one. Some instants cannot be
+    reached from ``now`` by adding any float (round-half-even steps over them); then
+    the event goes on SimPy's queue at ``when`` itself, as ``Environment.schedule``
+    puts a timeout at ``now + delay`` (its internals: ``_queue``, ``_eid``).
     """
     delay = when - env.now
     while env.now + delay < when:
         delay = math.nextafter(delay, math.inf)
     while env.now + delay > when:
         delay = math.nextafter(delay, -math.inf)
-    return env.timeout(delay)
+    if env.now + delay == when:
+        return env.timeout(delay)
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    heapq.heappush(env._queue, (when, NORMAL, next(env._eid), event))
+    return event
 
 
 def make_kv(run: RunConfig) -> BlockAllocator | ContiguousAllocator:

@@ -45,18 +45,24 @@ CASES = [
 ]
 
 
+def simulate_both(rc, trace):
+    """The step-by-step reference and the macro-step run of one variant, asserted identical
+    in every per-request record, replica figure, timeline bin, transfer and the end time."""
+    ref = simulate(rc, trace, macro_steps=False)
+    fast = simulate(rc, trace, macro_steps=True)
+    assert fast.requests == ref.requests, rc.variant
+    assert fast.replicas == ref.replicas, rc.variant
+    assert fast.timelines == ref.timelines, rc.variant
+    assert fast.disagg == ref.disagg, rc.variant
+    assert fast.sim_end_s == ref.sim_end_s, rc.variant
+    return ref, fast
+
+
 @pytest.mark.parametrize("scenario,overrides", CASES)
 def test_macro_steps_equal_step_by_step(scenario, overrides):
     loaded = load(ROOT / "scenarios" / scenario, overrides)
     for rc in loaded.runs:
-        trace = build(rc.workload, rc.seed, loaded.base_dir)
-        ref = simulate(rc, trace, macro_steps=False)
-        fast = simulate(rc, trace, macro_steps=True)
-        assert fast.requests == ref.requests, rc.variant
-        assert fast.replicas == ref.replicas, rc.variant
-        assert fast.timelines == ref.timelines, rc.variant
-        assert fast.sim_end_s == ref.sim_end_s, rc.variant
-        assert fast.disagg == ref.disagg, rc.variant
+        ref, fast = simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
         rows_ref = [r.model_dump_json() for r in summarize(ref, loaded.spec.slo)]
         rows_fast = [r.model_dump_json() for r in summarize(fast, loaded.spec.slo)]
         assert rows_fast == rows_ref, rc.variant
@@ -135,13 +141,7 @@ def test_macro_steps_equal_step_by_step_across_engine_settings(kv_gib, block_siz
                  f"cluster.num_replicas={replicas}"]
     loaded = load(ROOT / "scenarios/rag_mix.yaml", overrides)
     rc = next(r for r in loaded.runs if r.variant == ("chunked-512" if chunked else "continuous"))
-    trace = build(rc.workload, rc.seed, loaded.base_dir)
-    ref = simulate(rc, trace, macro_steps=False)
-    fast = simulate(rc, trace, macro_steps=True)
-    assert fast.requests == ref.requests
-    assert fast.replicas == ref.replicas
-    assert fast.timelines == ref.timelines
-    assert fast.sim_end_s == ref.sim_end_s
+    simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
 
 
 def test_timeline_starting_wide_has_the_bins_coarsening_would_reach():
@@ -179,14 +179,7 @@ def test_disaggregated_macro_steps_equal_step_by_step(split, router, decode_seqs
                  f"kv_cache_memory_gib: {decode_kv_gib}, enable_prefix_caching: {caching}}}"]
     loaded = load(ROOT / "scenarios/disagg_ratio.yaml", overrides)
     rc = next(r for r in loaded.runs if r.variant == split)
-    trace = build(rc.workload, rc.seed, loaded.base_dir)
-    ref = simulate(rc, trace, macro_steps=False)
-    fast = simulate(rc, trace, macro_steps=True)
-    assert fast.requests == ref.requests
-    assert fast.replicas == ref.replicas
-    assert fast.timelines == ref.timelines
-    assert fast.disagg == ref.disagg
-    assert fast.sim_end_s == ref.sim_end_s
+    simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
 
 
 def test_a_run_ends_at_its_exact_instant_even_when_no_delay_reaches_it():

@@ -101,25 +101,28 @@ class _Run:
     """A decode run in progress (see :meth:`Replica._decode_run`): its plan, the end time of
     every step (``clock[j + 1]`` for step j), step seconds, timeline-bin busy time, and
     how far it has been committed: steps ``0..done − 1`` are committed, the blocks of steps
-    ``0..grown − 1`` are taken (step 0's by ``schedule``) and the KV peak checked for steps
-    ``0..peaked − 1``; ``used_blocks`` were in use in step ``grown − 1`` (blocks reserved
-    for a transfer since then come after it). ``done_tokens[i]``: prompt + output tokens
+    ``0..grown − 1`` are taken (step 0's by ``schedule``); ``used_blocks`` were in use in
+    step ``grown − 1`` (blocks reserved for a transfer since then come after it). ``done_tokens[i]``: prompt + output tokens
     of the requests that finished by ``done_times[i − 1]`` (what the router no longer
     counts as outstanding then)."""
 
     __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
-                 "grown", "peaked", "used_blocks", "done_times", "done_tokens")
+                 "grown", "used_blocks", "done_times", "done_tokens")
 
     def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
                  bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
                  used_blocks: int):
         self.plan, self.clock, self.secs, self.bin_busy = plan, clock, secs, bin_busy
         self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
-        self.done, self.grown, self.peaked = 0, 1, 0
+        self.done, self.grown = 0, 1
         self.used_blocks = used_blocks
         ends = plan.ends
         self.done_times = clock[ends[:-1]].tolist() if len(ends) > 1 else []
         self.done_tokens = [0, *accumulate(plan.done_tokens)]
+
+    def step_at(self, t_s: float) -> int:
+        """The step in progress at ``t_s``: the first one ending at or after it."""
+        return int(self.clock[1:].searchsorted(t_s))
 
 
 class Replica:
@@ -214,12 +217,12 @@ class Replica:
         run = self._run
         if run is None:
             return
-        j = int(run.clock[1:].searchsorted(self.env.now))     # the step in progress
+        j = run.step_at(self.env.now)
         self._commit_run(j, last=False)
         if run.grown <= j:
             seg = bisect_right(run.plan.ends, j)
             self._note_run_peak(self.scheduler.grow_for_run(1, 0), run.plan.seqs[seg])
-            run.grown = run.peaked = j + 1
+            run.grown = j + 1
             run.used_blocks = self.alloc.num_used_blocks
 
     def kv_load(self) -> tuple[int, int]:
@@ -229,7 +232,7 @@ class Replica:
         last commit; else the run is synced first)."""
         run = self._run
         if run is not None:
-            j = int(run.clock[1:].searchsorted(self.env.now))     # the step in progress
+            j = run.step_at(self.env.now)
             ends = run.plan.ends
             if j < ends[bisect_right(ends, run.done)]:    # no finish since step `done`
                 first = max(run.grown, run.done)
@@ -369,8 +372,7 @@ class Replica:
         env, sched, timeline = self.env, self.scheduler, self.timeline
         ends, seqs = plan.ends, plan.seqs
         k = ends[-1]
-        lengths = [ends[0]] + [b - a for a, b in zip(ends, ends[1:])] if len(ends) > 1 \
-            else ends
+        lengths = [b - a for a, b in zip([0, *ends], ends)]
         secs, bound = self.pricer.decode_costs(seqs, plan.ctx0, lengths)
         now = env.now
         bin_now, bin_s = timeline.bin_of(now), timeline.bin_s
@@ -391,7 +393,7 @@ class Replica:
             yield timeout_at(env, t_end)
         except simpy.Interrupt:                     # a request arrived mid-run
             if env.now < t_end:
-                m = int(clock[1:].searchsorted(env.now)) + 1    # first step ending at or after now
+                m = self._run.step_at(env.now) + 1      # the run ends with the step in progress
                 yield timeout_at(env, float(clock[m]))
         self._in_run = False
         self._commit_run(m, last=True)
@@ -435,9 +437,7 @@ class Replica:
             blocks.used0 = run.used_blocks
         else:
             blocks = sched.grow_for_run(m, 0)
-        if stop > run.peaked:       # (a synced step's was checked when its blocks were taken)
-            self._note_run_peak(blocks, n)
-            run.peaked = stop
+        self._note_run_peak(blocks, n)    # a peak already noted (a synced step's) is kept
         sched.commit_decode_run(clock[start:stop + 1])
         self.decode_tokens += n * m
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step

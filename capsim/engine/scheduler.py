@@ -578,19 +578,9 @@ class ContinuousScheduler:
         # Steps 1..k-1 give each decoder at most ceil((k-1)/bs) new blocks.
         if free >= n * -(-(k - 1) // bs):
             return k
-        # Blocks taken by steps 1..j: whole cycles of bs steps take n (every decoder
-        # crosses once per cycle), plus the cycle's prefix.
-        buckets, e = self._buckets, self.epoch
-        prefix, taken = [], 0
-        for j in range(1, min(k - 1, bs) + 1):
-            taken += len(buckets[(e + j) % bs])
-            prefix.append(taken)
-
-        def taken_by(j: int) -> int:
-            q, r = divmod(j - 1, bs)
-            return q * n + prefix[r]
-
-        return 1 + bisect_right(range(1, k), free, key=taken_by)
+        # The first step j whose blocks (those of steps 1..j) are more than are free.
+        return 1 + bisect_right(range(1, k), free,
+                                key=lambda j: self.decode_blocks_ahead(1, j))
 
     def _extend_through_finishes(self, plan: RunPlan, max_steps: int) -> None:
         """Append segments to a run that ends at a finish (see :meth:`plan_decode_run`).
@@ -631,7 +621,9 @@ class ContinuousScheduler:
 
     def decode_blocks_ahead(self, start: int, count: int) -> int:
         """Blocks the current decoders take in decode steps ``start``..``start + count − 1``
-        from now (step 0 is the next one, at the current epoch), the batch unchanged."""
+        from now (step 0 is the next one, at the current epoch), the batch unchanged:
+        whole cycles of ``block_size`` steps take one per decoder (each crosses a block
+        boundary once per cycle), plus the buckets of the partial cycle. O(block_size)."""
         if count <= 0 or not self.grows_kv:
             return 0
         q, r = divmod(count, self.bs)

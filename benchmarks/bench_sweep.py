@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from capsim import sweep
-from capsim.parallel import ExecutorSpec, open_runner
+from capsim.studies import sweep
+from capsim.studies.parallel import ExecutorSpec, open_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios/rag_mix_chunk_sweep.yaml"

@@ -69,9 +69,9 @@ def child(job: dict) -> dict:
     """Run one simulation in this process and return its figures (called in the child)."""
     import simpy
 
-    import capsim.sim as sim
+    import capsim.sim.simulate as sim
     from capsim import workload
-    from capsim.config import load
+    from capsim.scenario.config import load
 
     envs: list[simpy.Environment] = []
 

@@ -1,3 +1,3 @@
-from capsim.cli import main
+from capsim.cli.main import main
 
 main()

@@ -1,6 +1,6 @@
 """Workload generation: arrival processes, length distributions, trace replay.
 
-:func:`build` turns a validated :class:`~capsim.config_workload.WorkloadConfig`
+:func:`build` turns a validated :class:`~capsim.scenario.workload.WorkloadConfig`
 into one :class:`RequestTrace` — a column store of numpy arrays that every
 variant of a scenario replays (common random numbers across variants).
 
@@ -24,7 +24,7 @@ column so that a bad cell is reported with its **line number in the file**
 value. Line numbers assume no quoted field spans several lines, which holds
 for numeric traces.
 
-All user-caused problems raise :class:`~capsim.errors.ScenarioError` with
+All user-caused problems raise :class:`~capsim.common.errors.ScenarioError` with
 ``path`` set to the YAML field (``workload.trace.path``,
 ``workload.classes.0.prompt_tokens.path``) and ``file`` set to the CSV.
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from capsim.config_workload import (
+from capsim.scenario.workload import (
     ArrivalConfig,
     EmpiricalDist,
     FixedDist,
@@ -50,7 +50,7 @@ from capsim.config_workload import (
     UniformDist,
     WorkloadConfig,
 )
-from capsim.errors import ScenarioError
+from capsim.common.errors import ScenarioError
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capsim.cli import main
+from capsim.cli.main import main
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:

@@ -24,12 +24,12 @@ from capsim.calibrate.fit import gemm_knots
 from capsim.calibrate.observations import concat
 from capsim.calibrate.vllm_bench import (BenchRequests, fit_bench, read_bench_json,
                                          scaled_profile, simulate_bench)
-from capsim.cli import cli
-from capsim.config import load
-from capsim.errors import ScenarioError
-from capsim.hardware import Curve, GemmCurve, KernelEfficiency, load_hardware
-from capsim.models import load_model
-from capsim.roofline import StepPricer, attn_pairs
+from capsim.cli.main import cli
+from capsim.scenario.config import load
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import Curve, GemmCurve, KernelEfficiency, load_hardware
+from capsim.profiles.models import load_model
+from capsim.cost.roofline import StepPricer, attn_pairs
 
 US = 1e-6
 TOKENS = np.unique(np.round(np.geomspace(1, 4096, 60))).astype(int)
@@ -262,7 +262,7 @@ def test_cli_calibrates_from_plain_csv(tmp_path, truth, measured):
     (["--hardware", "l40s", "--vidur", "."], "no Vidur device known for hardware 'l40s'"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args, message):
-    from capsim.cli import main
+    from capsim.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from capsim.calibrate import class_errors, fit_profile, load_vidur, predict
-from capsim.hardware import load_hardware
+from capsim.profiles.hardware import load_hardware
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VIDUR = SHARED / "reference" / "vidur_profiling"

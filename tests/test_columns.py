@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from capsim.engine.recorder import ItlRecorder
-from capsim.results import ItlRuns, RequestRecords
+from capsim.results.model import ItlRuns, RequestRecords
 
 
 def test_itl_recorder_hands_over_compact_arrays():

@@ -12,12 +12,12 @@ import pytest
 import simpy
 import yaml
 
-from capsim.config import load
+from capsim.scenario.config import load
 from capsim.engine.transfer import FairShareNetwork, Flow, KVLink
-from capsim.links import load_link, resolve_link, LinkNumbers
-from capsim.metrics import request_frame, summarize
-from capsim.roofline import StepPricer
-from capsim.sim import simulate
+from capsim.profiles.links import load_link, resolve_link, LinkNumbers
+from capsim.metrics.summary import request_frame, summarize
+from capsim.cost.roofline import StepPricer
+from capsim.sim.simulate import simulate
 from capsim.workload import RequestTrace, build
 from cli_helpers import run_cli
 
@@ -427,7 +427,7 @@ def test_timeline_link_panel_counts_intervals_exactly():
 def test_a_request_finishing_without_its_kv_transfer_breaks_the_run(tmp_path, monkeypatch):
     """Checked as the request finishes: the run keeps no request objects to look at later."""
     from capsim.engine.disagg import DisaggCluster
-    from capsim.sim import InvariantError
+    from capsim.sim.simulate import InvariantError
     loaded = load(scenario(tmp_path, [{"name": "1P1D", "disaggregation": disagg(1, 1)}]))
     finished = DisaggCluster._finished
 

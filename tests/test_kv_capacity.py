@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from capsim.errors import ScenarioError
+from capsim.common.errors import ScenarioError
 from capsim.kv import KVCapacity, activation_reserve_bytes, kv_capacity
 
 KIB, GIB = 2**10, 2**30

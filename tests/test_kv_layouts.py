@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from capsim.config import load
+from capsim.scenario.config import load
 from capsim.kv.allocator import KVInvariantError
 from capsim.kv.contiguous import ContiguousAllocator
-from capsim.metrics import summarize
-from capsim.sim import simulate
+from capsim.metrics.summary import summarize
+from capsim.sim.simulate import simulate
 from capsim.workload import build
 
 ROOT = Path(__file__).resolve().parents[1]

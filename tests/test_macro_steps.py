@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 import numpy as np
 
-from capsim.config import load
+from capsim.scenario.config import load
 from capsim.engine.recorder import TimelineRecorder
-from capsim.engine.scheduler import ContinuousScheduler
-from capsim.metrics import summarize
-from capsim.sim import simulate
+from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.metrics.summary import summarize
+from capsim.sim.simulate import simulate
 from capsim.workload import build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsim.metrics import weighted_percentile
-from capsim.slo import SloConfig, failed_targets
+from capsim.metrics.summary import weighted_percentile
+from capsim.scenario.slo import SloConfig, failed_targets
 
 
 @settings(max_examples=200, deadline=None)

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from capsim.errors import ScenarioError
-from capsim.models import ModelShape, list_models, load_model, model_names
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape, list_models, load_model, model_names
 
 KIB = 2**10
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsim.config import load
+from capsim.scenario.config import load
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import OUTPUT, PREFIX, USER, extend_hashes
-from capsim.metrics import summarize
-from capsim.sim import simulate
+from capsim.metrics.summary import summarize
+from capsim.sim.simulate import simulate
 from capsim.workload import build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from capsim import sweep, workload
-from capsim.config import load
-from capsim.parallel import ExecutorSpec, open_runner
-from capsim.queueing import little_check, md1_mean_wait_s
-from capsim.sim import simulate
+from capsim import workload
+from capsim.studies import sweep
+from capsim.scenario.config import load
+from capsim.studies.parallel import ExecutorSpec, open_runner
+from capsim.studies.queueing import little_check, md1_mean_wait_s
+from capsim.sim.simulate import simulate
 
 PROMPT_TOKENS = 256
 

@@ -13,14 +13,14 @@ import pytest
 from rich.console import Console
 
 from capsim import report
-from capsim.metrics import summarize, weighted_percentile
+from capsim.metrics.summary import summarize, weighted_percentile
 from capsim.report import cdf, figures, timeline
 from capsim.report.columns import fmt, target_status
 from capsim.report.console import summary_table
 from capsim.report.style import slug, unique_slugs, variant_colours
-from capsim.results import (FINISHED, REJECTED, ItlRuns, ReplicaStats, ReplicaTimeline,
+from capsim.results.model import (FINISHED, REJECTED, ItlRuns, ReplicaStats, ReplicaTimeline,
                             RequestRecords, RunResult)
-from capsim.slo import RequestSlo, SloConfig
+from capsim.scenario.slo import RequestSlo, SloConfig
 
 NAN = float("nan")
 EVIL = "<b>x&y</b>"

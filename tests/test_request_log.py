@@ -8,9 +8,9 @@ import numpy as np
 
 from capsim.engine.request import FINISHED, REJECTED, Request
 from capsim.kv.prefix import OUTPUT, PREFIX, USER
-from capsim.request_log import RequestLog
-from capsim.request_source import RequestSource
-from capsim.results import RequestRecords
+from capsim.sim.request_log import RequestLog
+from capsim.sim.request_source import RequestSource
+from capsim.results.model import RequestRecords
 from capsim.workload import RequestTrace
 
 

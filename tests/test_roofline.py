@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsim.errors import ScenarioError
-from capsim.hardware import load_hardware
-from capsim.models import load_model
-from capsim.roofline import StepPricer, attn_pairs, describe_step
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import load_hardware
+from capsim.profiles.models import load_model
+from capsim.cost.roofline import StepPricer, attn_pairs, describe_step
 
 MS, US = 1e-3, 1e-6
 
@@ -276,7 +276,7 @@ def test_work_totals_equal_the_sum_of_step_costs(steps, hw, tp):
     the Σ of each step's cost().flops / .bytes (MFU and MBU are computed from them)."""
     import math
 
-    from capsim.roofline import WorkTally
+    from capsim.cost.roofline import WorkTally
 
     pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware(hw), tp)
     tally, flops, nbytes = WorkTally(), [], []

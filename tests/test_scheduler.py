@@ -8,8 +8,8 @@ import pytest
 
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
-from capsim.engine.scheduler import ContinuousScheduler
-from capsim.engine.static import StaticScheduler
+from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.scheduler.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 
 

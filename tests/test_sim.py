@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from capsim.config import load
+from capsim.scenario.config import load
 from capsim.engine.request import Request
-from capsim.metrics import summarize
-from capsim.roofline import StepPricer
-from capsim.sim import simulate
+from capsim.metrics.summary import summarize
+from capsim.cost.roofline import StepPricer
+from capsim.sim.simulate import simulate
 from capsim.workload import RequestTrace, build
 
 
@@ -170,7 +170,7 @@ def small_run(tmp_path):
 
 
 def test_a_request_that_never_ends_breaks_the_run(tmp_path, monkeypatch):
-    import capsim.sim as sim
+    import capsim.sim.simulate as sim
     run, trace = small_run(tmp_path)
     admit = sim._admit
     monkeypatch.setattr(sim, "_admit", lambda req, *a: None if req.rid == 1 else admit(req, *a))
@@ -180,9 +180,9 @@ def test_a_request_that_never_ends_breaks_the_run(tmp_path, monkeypatch):
 
 
 def test_lost_tokens_and_unrecorded_gaps_break_the_run(tmp_path, monkeypatch):
-    import capsim.sim as sim
+    import capsim.sim.simulate as sim
     from capsim.engine.recorder import ItlRecorder
-    from capsim.request_log import RequestLog
+    from capsim.sim.request_log import RequestLog
     run, trace = small_run(tmp_path)
     total_gaps = ItlRecorder.total_gaps
     with monkeypatch.context() as m:

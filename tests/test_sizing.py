@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from capsim import sizing
-from capsim.config import load
-from capsim.parallel import ExecutorSpec, open_runner
-from capsim.search import drive, fewest_passing, highest_passing
-from capsim.task import RunTask, execute
+from capsim.studies import sizing
+from capsim.scenario.config import load
+from capsim.studies.parallel import ExecutorSpec, open_runner
+from capsim.studies.search import drive, fewest_passing, highest_passing
+from capsim.studies.task import RunTask, execute
 from cli_helpers import run_cli
 
 DOC = {

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from capsim import sweep
-from capsim.confidence import aggregate, mean_ci
-from capsim.metrics import summarize
-from capsim.parallel import ExecutorSpec, open_runner
-from capsim.sim import simulate
-from capsim.task import RUN_COLUMNS
+from capsim.studies import sweep
+from capsim.studies.confidence import aggregate, mean_ci
+from capsim.metrics.summary import summarize
+from capsim.studies.parallel import ExecutorSpec, open_runner
+from capsim.sim.simulate import simulate
+from capsim.studies.task import RUN_COLUMNS
 from cli_helpers import run_cli
 
 BASE = {
@@ -276,7 +276,7 @@ def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, capsys):
 
 
 def test_heaviest_runs_start_first_but_results_keep_input_order():
-    from capsim.parallel import heaviest_first
+    from capsim.studies.parallel import heaviest_first
 
     assert heaviest_first(4, [1.0, 5.0, 3.0, 5.0]) == [1, 3, 2, 0]
     assert heaviest_first(3, None) == [0, 1, 2]

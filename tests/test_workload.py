@@ -1,4 +1,4 @@
-"""Tests for capsim.workload and the workload schema (capsim.config_workload)."""
+"""Tests for capsim.workload and the workload schema (capsim.scenario.workload)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from capsim.config_workload import WorkloadConfig
-from capsim.errors import ScenarioError
+from capsim.scenario.workload import WorkloadConfig
+from capsim.common.errors import ScenarioError
 from capsim.workload import RequestTrace, build
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -38,7 +38,7 @@ from scipy.optimize import least_squares
 
 from capsim.calibrate.model import predict_class
 from capsim.calibrate.observations import Observations
-from capsim.hardware import Curve, GemmCurve, HardwareProfile, KernelEfficiency
+from capsim.profiles.hardware import Curve, GemmCurve, HardwareProfile, KernelEfficiency
 
 US = 1e-6
 MAX_LAUNCH_US = 100.0

@@ -33,8 +33,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from capsim.models import ModelShape
-from capsim.roofline import (
+from capsim.profiles.models import ModelShape
+from capsim.cost.roofline import (
     attention_work,
     attn_pairs,
     check_tensor_parallel,

@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from capsim.calibrate.observations import OPERATOR_CLASS, Observations, from_model_rows
-from capsim.errors import ScenarioError
-from capsim.models import ModelShape
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape
 
 COLUMNS = ("operator", "tokens", "context", "batch", "tensor_parallel_size", "time_s")
 

@@ -1,4 +1,4 @@
-"""Write a (calibrated) hardware profile as YAML that :func:`capsim.hardware.load_hardware` reads.
+"""Write a (calibrated) hardware profile as YAML that :func:`capsim.profiles.hardware.load_hardware` reads.
 
 Public API:
     profile_yaml(profile, header) -> str
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from capsim.errors import ScenarioError
-from capsim.hardware import HardwareProfile
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import HardwareProfile
 
 
 class _Dumper(yaml.SafeDumper):

@@ -21,10 +21,10 @@ from capsim.calibrate.plain import read_plain_csv
 from capsim.calibrate.stats import error_figures
 from capsim.calibrate.vidur import DEVICES, load_vidur
 from capsim.calibrate.vllm_bench import fit_bench, read_bench_json, simulate_bench
-from capsim.config import RunConfig
-from capsim.errors import ScenarioError
-from capsim.hardware import Calibration, ClassError, HardwareProfile
-from capsim.models import ModelShape
+from capsim.scenario.config import RunConfig
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import Calibration, ClassError, HardwareProfile
+from capsim.profiles.models import ModelShape
 
 METHOD = ("scipy.optimize.least_squares on log(predicted / measured) per operator class "
           "(capsim.calibrate.fit); error = |predicted - measured| / measured over every "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.calibrate.observations import OP_CLASSES, Observations
-from capsim.hardware import ErrorFigures
+from capsim.profiles.hardware import ErrorFigures
 
 
 def ape_pct(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

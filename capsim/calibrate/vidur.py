@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from capsim.calibrate.observations import Observations, concat, empty, from_model_rows
-from capsim.errors import ScenarioError
-from capsim.models import ModelShape
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape
 
 #: capsim profile → (Vidur compute device folder, Vidur network node folder).
 DEVICES = {"a100-80gb": ("a100", "a100_dgx"), "h100-sxm": ("h100", "h100_dgx")}

@@ -4,7 +4,7 @@
 entry per request in ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
 (list of gaps in s, per request), ``errors`` and, in recent vLLM versions,
 ``start_times`` (send times, s). We replay the same requests through
-:func:`capsim.sim.simulate` with the engine of a scenario file and fit two
+:func:`capsim.sim.simulate.simulate` with the engine of a scenario file and fit two
 numbers by least squares on log(simulated ÷ measured) TTFT and TPOT per
 request:
 
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from capsim.config import RunConfig
-from capsim.errors import ScenarioError
-from capsim.hardware import Curve, HardwareProfile
-from capsim.sim import simulate
+from capsim.scenario.config import RunConfig
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import Curve, HardwareProfile
+from capsim.sim.simulate import simulate
 from capsim.workload import RequestTrace
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")

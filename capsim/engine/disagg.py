@@ -40,15 +40,15 @@ from typing import Callable
 
 import simpy
 
-from capsim.config import RunConfig
+from capsim.scenario.config import RunConfig
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.engine.router import make_router
-from capsim.engine.scheduler import blocks_for
+from capsim.engine.scheduler.continuous import blocks_for
 from capsim.engine.transfer import KVLink
-from capsim.results import DisaggResult, LinkPortStats, RunResult, TransferRecords
-from capsim.roofline import StepPricer
+from capsim.results.model import DisaggResult, LinkPortStats, RunResult, TransferRecords
+from capsim.cost.roofline import StepPricer
 
 _NAN = float("nan")
 
@@ -115,7 +115,7 @@ class PoolMonitor:
     touch that finds another. Each integral adds one term per stretch of constant
     state, so touches that change nothing (a decode replica's steps, skipped or
     not by macro-steps) change no figure, not even its rounding; ``flush()`` adds
-    the stretch in progress. Definitions: :class:`capsim.results.DisaggResult`.
+    the stretch in progress. Definitions: :class:`capsim.results.model.DisaggResult`.
     """
 
     def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from capsim.results import ItlRuns, ReplicaTimeline
+from capsim.results.model import ItlRuns, ReplicaTimeline
 
 
 class ItlRecorder:

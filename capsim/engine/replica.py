@@ -25,17 +25,17 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from capsim.config import RunConfig
+from capsim.scenario.config import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.step import Step
-from capsim.engine.scheduler import (MIN_RUN_STEPS, ContiguousScheduler, ContinuousScheduler,
+from capsim.engine.scheduler.continuous import (MIN_RUN_STEPS, ContiguousScheduler, ContinuousScheduler,
                                      RunPlan)
-from capsim.engine.static import StaticScheduler
+from capsim.engine.scheduler.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
-from capsim.results import ReplicaStats
-from capsim.roofline import StepPricer, WorkTally
+from capsim.results.model import ReplicaStats
+from capsim.cost.roofline import StepPricer, WorkTally
 
 GIB = 2**30
 
@@ -354,7 +354,7 @@ class Replica:
         return min(4096, int(32 * self._arrival_gap_s / self._step_s))
 
     def _decode_run(self, plan: RunPlan):
-        """Advance a planned decode run (:class:`~capsim.engine.scheduler.RunPlan`, its
+        """Advance a planned decode run (:class:`~capsim.engine.scheduler.continuous.RunPlan`, its
         first step just scheduled) with one SimPy event (macro-step).
 
         Step times are the step-by-step path's, added in the same order, so the clock
@@ -487,7 +487,7 @@ class Replica:
     def _note_run_peak(self, blocks, n: int) -> None:
         """The step loop's KV-peak check over a decode run (before it is committed): the
         last new peak is the first step that reaches the run's highest block count
-        (``blocks``: :class:`~capsim.engine.scheduler.RunBlocks`, non-decreasing)."""
+        (``blocks``: :class:`~capsim.engine.scheduler.continuous.RunBlocks`, non-decreasing)."""
         top = blocks.at(blocks.m - 1)
         if top <= self.peak_kv_used_blocks:
             return

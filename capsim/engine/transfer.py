@@ -13,7 +13,7 @@ replica share that replica's ingress.
 
 A transfer takes ``latency_s`` (fixed, not shared) and then its bytes flow.
 Alone on its ports it therefore takes ``latency + bytes / min(cap_p, cap_d)``
-(:meth:`capsim.links.LinkProfile.transfer_time_s`).
+(:meth:`capsim.profiles.links.LinkProfile.transfer_time_s`).
 
 :class:`FairShareNetwork` is pure Python (no SimPy) so tests drive it with
 explicit times; :class:`KVLink` runs it inside a SimPy environment.

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from capsim.errors import ScenarioError
+from capsim.common.errors import ScenarioError
 from capsim.kv.block_table import blocks_needed
 
 GIB = 2**30

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from capsim.errors import ScenarioError
-from capsim.metrics import request_frame, summary_frame
+from capsim.common.errors import ScenarioError
+from capsim.metrics.summary import request_frame, summary_frame
 from capsim.report import disagg, figures, timeline
 from capsim.report.html import FigureRef, render
 from capsim.report.style import unique_slugs, variant_colours
-from capsim.results import RunResult, SummaryRow
-from capsim.slo import RequestSlo, SloConfig
+from capsim.results.model import RunResult, SummaryRow
+from capsim.scenario.slo import RequestSlo, SloConfig
 
 __all__ = ["write"]
 

@@ -119,7 +119,7 @@ def write_calibration_page(out_dir: Path, *, title: str, profile_name: str, date
 
     Args:
         errors: op class → object with ``before`` / ``after`` error figures
-            (``n``, ``median_pct``, ``p90_pct``), e.g. :class:`capsim.hardware.ClassError`.
+            (``n``, ``median_pct``, ``p90_pct``), e.g. :class:`capsim.profiles.hardware.ClassError`.
         table: one row per measurement with ``op_class``, ``time_s``,
             ``predicted_before`` and ``predicted_after`` (seconds).
 

@@ -3,7 +3,7 @@
 ITL is recorded as weighted runs (DESIGN.md "Metrics"): ``count[i]`` gaps of
 ``gap_s[i]`` seconds. :func:`distribution` turns such runs into a CDF and a
 complementary CDF without expanding them, and computes the p50/p99/p99.9/max
-markers with :func:`capsim.metrics.weighted_percentile` so the charts show
+markers with :func:`capsim.metrics.summary.weighted_percentile` so the charts show
 exactly the numbers of the summary table.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsim.metrics import weighted_percentile
-from capsim.results import RunResult
+from capsim.metrics.summary import weighted_percentile
+from capsim.results.model import RunResult
 
 QUANTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
 _MAX_POINTS = 1500          # per probability axis when thinning a long distribution
@@ -29,7 +29,7 @@ class Distribution:
         cdf: P(X ≤ x) at each x.
         ccdf: P(X ≥ x) at each x (never 0, so it can be drawn on a log axis).
         markers: {"p50", "p99", "p99.9", "max"} → value in ms, from
-            :func:`capsim.metrics.weighted_percentile` (numpy linear interpolation).
+            :func:`capsim.metrics.summary.weighted_percentile` (numpy linear interpolation).
         total: number of samples (Σ counts).
     """
 

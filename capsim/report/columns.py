@@ -1,9 +1,9 @@
 """Table columns shared by the HTML verdict table and the terminal summary.
 
-A :class:`Column` names a :class:`~capsim.results.SummaryRow` field, how to
+A :class:`Column` names a :class:`~capsim.results.model.SummaryRow` field, how to
 format it and which header group it sits under. :func:`target_status` says
 whether a cell meets the scenario's SLO target for that column (same rule as
-:func:`capsim.slo.failed_targets`: NaN fails).
+:func:`capsim.scenario.slo.failed_targets`: NaN fails).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from capsim.results import SummaryRow
-from capsim.slo import UPPER_BOUND_TARGETS, SloConfig
+from capsim.results.model import SummaryRow
+from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
 
 NA = "—"
 

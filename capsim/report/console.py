@@ -7,8 +7,8 @@ from rich.text import Text
 
 from capsim.report.columns import console_columns, failed_list, fmt, target_status
 from capsim.report.disagg import TABLE_COLUMNS
-from capsim.results import SummaryRow
-from capsim.slo import SloConfig
+from capsim.results.model import SummaryRow
+from capsim.scenario.slo import SloConfig
 
 _STYLE = {"pass": "green", "fail": "bold red"}
 

@@ -24,7 +24,7 @@ from capsim.report.columns import Column, fmt, header_groups
 from capsim.report.figures import (_PERCENT, _PLAIN, _cdf_y, _draw_cdf, _figure, _log_axis, _mark,
                                    _marker_handles, _ms_axis, _save, _x_limits, short)
 from capsim.report.style import RC
-from capsim.results import RunResult, SummaryRow
+from capsim.results.model import RunResult, SummaryRow
 
 RATIO_FIG = "disagg_ratio.png"
 TRANSFER_FIG = "kv_transfer.png"

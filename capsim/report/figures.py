@@ -22,8 +22,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from capsim.report.cdf import Distribution, distribution, itl_distribution
 from capsim.report.columns import fmt
 from capsim.report.style import DPI, RC, STAT_MARKERS
-from capsim.results import RunResult, SummaryRow
-from capsim.slo import RequestSlo, SloConfig
+from capsim.results.model import RunResult, SummaryRow
+from capsim.scenario.slo import RequestSlo, SloConfig
 
 _NAME_CHARS = 40
 
@@ -196,7 +196,7 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
                   class_slos: dict[str, RequestSlo], path: Path) -> None:
     """TTFT CDF of finished requests per variant (log x, ms), p50/p99/max marked.
 
-    ``frames`` maps variant → :func:`capsim.metrics.request_frame`. Lines: the
+    ``frames`` maps variant → :func:`capsim.metrics.summary.request_frame`. Lines: the
     per-request TTFT limit (``slo.ttft_ms`` and per-class limits, dashed) and
     ``ttft_*_ms`` targets (dash-dot).
     """

@@ -16,8 +16,8 @@ import jinja2
 import capsim
 from capsim.report.columns import (Column, failed_list, fmt, header_groups, kv_columns,
                                    target_status, target_text, verdict_columns)
-from capsim.results import RunResult, SummaryRow
-from capsim.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
+from capsim.results.model import RunResult, SummaryRow
+from capsim.scenario.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
 
 _TEMPLATES = Path(__file__).parent / "templates"
 

@@ -31,16 +31,16 @@ import numpy as np
 import pandas as pd
 
 import capsim
-from capsim.confidence import aggregate
+from capsim.studies.confidence import aggregate
 from capsim.report import replace_dir  # the run report's atomic directory swap
 from capsim.report.html import FigureRef, slo_lines
 from capsim.report.style import variant_colours
 from capsim.report.sweep_figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
                                          plot_pareto)
 from capsim.report.sweep_tables import Table, cheapest_table, points_table, sizing_table
-from capsim.sizing import SizingResult, rows_frame
-from capsim.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
-from capsim.slo import SloConfig
+from capsim.studies.sizing import SizingResult, rows_frame
+from capsim.studies.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
+from capsim.scenario.slo import SloConfig
 
 _TEMPLATES = Path(__file__).parent / "templates"
 

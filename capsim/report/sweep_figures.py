@@ -2,7 +2,7 @@
 
 Inputs are configuration-level frames (one row per configuration, metrics
 averaged over replications, ``<metric>_ci95`` half-widths; see
-:func:`capsim.confidence.aggregate`) split into :class:`Series` — one line per
+:func:`capsim.studies.confidence.aggregate`) split into :class:`Series` — one line per
 variant (plus whatever else the sweep varies besides the load). Latencies
 are milliseconds. Same style as :mod:`capsim.report.figures`: object API,
 Agg canvas, ``style.RC``; filled markers meet every SLO target in every
@@ -22,10 +22,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.confidence import CI_SUFFIX
+from capsim.studies.confidence import CI_SUFFIX
 from capsim.report.figures import short
 from capsim.report.style import DPI, RC
-from capsim.slo import SloConfig
+from capsim.scenario.slo import SloConfig
 
 _PLAIN = FuncFormatter(lambda v, _: f"{v:,.10g}")
 _TARGET = "#C0392B"

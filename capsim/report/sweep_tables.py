@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from capsim.confidence import CI_SUFFIX
+from capsim.studies.confidence import CI_SUFFIX
 from capsim.report.columns import fmt
-from capsim.sizing import SizingResult, SizingRow
-from capsim.slo import UPPER_BOUND_TARGETS, SloConfig
+from capsim.studies.sizing import SizingResult, SizingRow
+from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Per-variant timeline: batch composition, KV-cache use and queues over simulated time.
 
-Input is one :class:`~capsim.results.RunResult`: its ``timelines`` (one
-:class:`~capsim.results.ReplicaTimeline` per replica, fixed-width bins from
+Input is one :class:`~capsim.results.model.RunResult`: its ``timelines`` (one
+:class:`~capsim.results.model.ReplicaTimeline` per replica, fixed-width bins from
 t = 0 s, possibly a different ``bin_s`` per replica) and ``replicas`` (for
 ``num_gpu_blocks``). Bins are merged onto one display grid of at most
 ``DISPLAY_BINS`` bins so a long run stays readable: counts are summed (tokens
@@ -20,7 +20,7 @@ from matplotlib.patches import Patch
 
 from capsim.report import disagg
 from capsim.report.style import DPI, RC, shades
-from capsim.results import ReplicaTimeline, RunResult
+from capsim.results.model import ReplicaTimeline, RunResult
 
 MAX_REPLICA_LINES = 8   # above this, draw mean and max across replicas instead of one line each
 DISPLAY_BINS = 240      # at most this many bins across the time axis

@@ -1,0 +1,386 @@
+"""The ``capsim`` command line: run | validate | hardware | roofline.
+
+User mistakes (:class:`~capsim.common.errors.ScenarioError`) print one line on
+stderr and exit with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from capsim import __version__
+from capsim.common.errors import ScenarioError
+
+
+
+def _console() -> Console:
+    """A console; when output is piped, wide enough for the summary tables (rich assumes 80)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``capsim`` console script and ``python -m capsim``."""
+    try:
+        cli.main(args=argv, prog_name="capsim", standalone_mode=False)
+    except ScenarioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)   # one line, no usage block
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+@click.group(help="Capacity-planning simulator for LLM serving.")
+@click.version_option(__version__, prog_name="capsim")
+def cli() -> None:
+    pass
+
+
+def _scenario_arg(f):
+    return click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))(f)
+
+
+def _set_option(f):
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                        help="Override a scenario field, e.g. engine.max_num_seqs=64 "
+                             "(repeatable).")(f)
+
+
+@cli.command(help="Simulate every variant of SCENARIO and write the HTML report.")
+@_scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>].")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
+@_set_option
+def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
+    from capsim import report
+    from capsim.scenario.config import dump_resolved, load
+    from capsim.scenario.disagg import kv_log_lines
+    from capsim.metrics.summary import summarize
+    from capsim.report.console import disagg_table, summary_table
+    from capsim.sim.simulate import simulate
+
+    loaded = load(scenario, list(overrides), seed)
+    spec = loaded.spec
+    traces = _traces(loaded)
+    out = out_dir or Path("reports") / spec.name
+    report.check_out_dir(out)
+    console = _console()
+    sizes = sorted({len(t) for t in traces.values()})
+    console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
+                  f"{len(loaded.runs)} variant(s), seed {spec.seed}")
+    results, rows = [], []
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=console, transient=False) as bar:
+        for rc in loaded.runs:
+            for line in kv_log_lines(rc):
+                bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
+            trace = traces[_workload_key(rc)]
+            task = bar.add_task(rc.variant, total=len(trace))
+            result = simulate(rc, trace, progress=lambda d, t, task=task: bar.update(task, completed=d))
+            results.append(result)
+            rows.extend(summarize(result, spec.slo, loaded.class_slos))
+    index = report.write(out, scenario_name=spec.name, description=spec.description,
+                         resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
+                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)
+    console.print(summary_table(rows, spec.slo))
+    split = disagg_table(rows)
+    if split is not None:
+        console.print(split)
+    console.print(f"report: {index}")
+
+
+def _workload_key(rc) -> str:
+    return rc.workload.model_dump_json()
+
+
+def _traces(loaded) -> dict:
+    """One trace per distinct workload (normally one, shared by every variant)."""
+    from capsim import workload
+
+    traces: dict = {}
+    for rc in loaded.runs:
+        key = _workload_key(rc)
+        if key not in traces:
+            try:
+                traces[key] = workload.build(rc.workload, rc.seed, loaded.base_dir)
+            except ScenarioError as err:              # e.g. a trace file that is not there
+                raise err.with_context(file=str(loaded.path)) from None
+    return traces
+
+
+@cli.command(help="Check SCENARIO (schema, names, memory fit, trace file) without running it.")
+@_scenario_arg
+@_set_option
+def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
+    from capsim.scenario.config import load
+    from capsim.scenario.disagg import pool_lines
+
+    loaded = load(scenario, list(overrides))
+    traces = _traces(loaded)
+    sizes = "/".join(f"{len(t):,}" for t in traces.values())
+    click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
+    for rc in loaded.runs:
+        if rc.disagg is not None:          # prefill and decode pools (config_disagg)
+            for line in pool_lines(rc):
+                click.echo(f"  {line}")
+            max_len = min(rc.disagg.prefill.engine.max_model_len,
+                          rc.disagg.decode.engine.max_model_len)
+        else:
+            eng = rc.engine
+            click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
+                       f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
+                       f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
+                       f"max_num_batched_tokens {eng.max_num_batched_tokens}")
+            for line in rc.kv.log_lines(eng.max_model_len):
+                click.echo(f"    {line}")
+            max_len = eng.max_model_len
+        trace = traces[_workload_key(rc)]
+        too_long = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
+        if too_long:
+            click.echo(f"    warning: {too_long:,} of {len(trace):,} requests need more than "
+                       f"max_model_len {max_len:,} tokens (prompt + output); "
+                       "they will be rejected")
+
+
+@cli.command(help="List the GPU profiles and their key datasheet numbers.")
+def hardware() -> None:
+    from capsim.profiles.hardware import list_hardware
+
+    table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
+    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "HBM TB/s", "NVLink GB/s",
+                "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for hw in list_hardware():
+        fp8 = hw.peak_flops_per_s.get("fp8")
+        table.add_row(hw.name, f"{hw.peak_flops_per_s['bf16'] / 1e12:,.0f}",
+                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 2**30:,.0f}",
+                      f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                      f"{(hw.nvlink_bandwidth_bytes_per_s or 0) / 1e9:,.0f}",
+                      f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}",
+                      f"{hw.efficiency.compute:.2f}", f"{hw.efficiency.memory:.2f}",
+                      f"{hw.price_per_gpu_hour_usd:.2f}")
+    _console().print(table)
+
+
+@cli.command(help="List the model presets with their shapes and KV bytes per token.")
+def models() -> None:
+    from capsim.profiles.models import list_models
+
+    table = Table(title="Model presets (bf16 weights and KV)")
+    for col in ("name", "params B", "weights GiB", "layers", "hidden", "heads / kv", "KV KiB/token",
+                "max context"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for m in list_models():
+        table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.weight_bytes(2) / 2**30:.1f}",
+                      str(m.num_hidden_layers), str(m.hidden_size),
+                      f"{m.num_attention_heads} / {m.num_key_value_heads}",
+                      f"{m.kv_bytes_per_token(2) / 1024:.0f}", f"{m.max_position_embeddings:,}")
+    _console().print(table)
+
+
+@cli.command(help="Price one engine step with the roofline: FLOPs, bytes, intensity, time, bound.")
+@click.option("--model", "model_name", required=True, help="Preset name or path to config.json.")
+@click.option("--hardware", "hw_name", required=True, help="Profile name or path to a YAML.")
+@click.option("--prefill-tokens", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--decode-batch", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--context", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Context length of each decoding sequence (tokens).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ideal", is_flag=True, help="Efficiencies 1.0 and no step overhead (textbook).")
+def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
+             tp: int, ideal: bool) -> None:
+    from capsim.profiles.hardware import load_hardware
+    from capsim.profiles.models import load_model
+    from capsim.cost.roofline import describe_step
+
+    if prefill_tokens == 0 and decode_batch == 0:
+        raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
+                            "give --prefill-tokens N and/or --decode-batch B --context C")
+    if decode_batch and not context:
+        raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
+                            "decoding sequence attends over (>= 1)")
+    model, hw = load_model(model_name), load_hardware(hw_name)
+    d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
+                      context=context, ideal=ideal)
+    _print_step(d, model.name, hw.name, tp, ideal)
+    # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
+    kv_tokens = decode_batch * context + prefill_tokens
+    need = (model.weight_bytes() + kv_tokens * model.kv_bytes_per_token()) / tp
+    if need > hw.hbm_bytes:
+        click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of bf16 weights and "
+                   f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}",
+                   err=True)
+
+
+def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
+    console = _console()
+    console.print(f"[bold]{model}[/] on [bold]{hw}[/] TP{tp}"
+                  f"{' (ideal: efficiency 1.0, no overhead)' if ideal else ''}")
+    table = Table(show_header=True)
+    for col in ("operator", "GFLOP", "MB", "FLOP/byte", "compute ms", "memory ms", "bound"):
+        table.add_column(col, justify="left" if col in ("operator", "bound") else "right")
+    for op in d["operators"]:
+        table.add_row(op["name"], f"{op['flops'] / 1e9:,.2f}", f"{op['bytes'] / 1e6:,.1f}",
+                      f"{op['arithmetic_intensity_flops_per_byte']:,.1f}",
+                      f"{op['compute_s'] * 1e3:.3f}",
+                      f"{op['memory_s'] * 1e3:.3f}", op["bound"])
+    console.print(table)
+    console.print(
+        f"step: {d['flops'] / 1e9:,.1f} GFLOP, {d['bytes'] / 1e9:,.3f} GB per GPU, "
+        f"intensity {d['arithmetic_intensity_flops_per_byte']:,.1f} FLOP/byte (ridge "
+        f"{d['ridge_flops_per_byte']:,.0f}) → [bold]{d['seconds'] * 1e3:.3f} ms[/] "
+        f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
+        f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
+        f"{d['overhead_s'] * 1e3:.3f} ms)")
+
+
+def _executor_options(f):
+    """--seeds, --workers, --executor, --scheduler: replications and where runs execute."""
+    f = click.option("--scheduler", metavar="ADDRESS",
+                     help="Address of a running Dask scheduler (tcp://host:8786); "
+                          "implies --executor dask.")(f)
+    f = click.option("--executor", type=click.Choice(["process", "serial", "dask"]),
+                     default="process", show_default=True,
+                     help="process: local process pool; dask: Dask distributed (a LocalCluster "
+                          "unless --scheduler is given); serial: in this process.")(f)
+    f = click.option("--workers", type=int, metavar="N",
+                     help="Worker processes [default: one per CPU]; 1 runs serially.")(f)
+    return click.option("--seeds", "num_seeds", type=int, metavar="K",
+                        help="Independent traces per configuration: mean and 95 % CI of every "
+                             "metric; a configuration passes only in all K.")(f)
+
+
+def _executor(executor: str, workers: int | None, scheduler: str | None):
+    from capsim.studies.parallel import ExecutorSpec
+
+    return ExecutorSpec(backend=executor, workers=workers, scheduler=scheduler)
+
+
+@cli.command(help="Run SCENARIO's sweep: grid × variants (× seeds) in parallel; write the "
+                  "sweep report (latency–load curves, cost vs tail latency, every run).")
+@_scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>-sweep].")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
+@_executor_options
+@_set_option
+def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int | None,
+          workers: int | None, executor: str, scheduler: str | None,
+          overrides: tuple[str, ...]) -> None:
+    from capsim.cli.sweep import run_sweep
+
+    spec = _executor(executor, workers, scheduler)
+    run_sweep(_console(), scenario, out_dir, seed, 1 if num_seeds is None else num_seeds, spec,
+              list(overrides))
+
+
+@cli.command(help="Fewest GPUs per variant / hardware / TP meeting every SLO target at --rate "
+                  "(or the sizing: section); with --gpus N, the highest rate N GPUs sustain.")
+@_scenario_arg
+@click.option("--rate", "rate_per_s", type=float, metavar="R",
+              help="Requests/s to size for [default: sizing.rate_per_s, else the workload's].")
+@click.option("--gpus", type=int, metavar="N",
+              help="Answer the inverse: the highest request rate N GPUs sustain.")
+@click.option("--max-gpus", type=int, metavar="M", help="Search bound [default: sizing.max_gpus "
+                                                        "or 64].")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>-size].")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
+@_executor_options
+@_set_option
+def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
+         out_dir: Path | None, seed: int | None, num_seeds: int | None, workers: int | None,
+         executor: str, scheduler: str | None, overrides: tuple[str, ...]) -> None:
+    from capsim.cli.sweep import run_size
+
+    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
+        if value is not None and value < 1:
+            raise ScenarioError(f"{name} must be >= 1, got {value}")
+    if rate_per_s is not None and not rate_per_s > 0:
+        raise ScenarioError(f"--rate must be > 0 requests/s, got {rate_per_s:g}")
+    if rate_per_s is not None and gpus is not None:
+        raise ScenarioError("give --rate (fewest GPUs for a rate) or --gpus (highest rate for "
+                            "N GPUs), not both")
+    if gpus is not None and max_gpus is not None:
+        raise ScenarioError("--max-gpus bounds the search for the fewest GPUs; with --gpus N "
+                            "the GPU count is fixed, so drop one of them")
+    run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
+             num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
+                                                                         scheduler),
+             overrides=list(overrides))
+
+
+@cli.command(help="Fit the hardware profile's efficiencies and step overhead to measured timings; "
+                  "write the calibrated profile YAML and a fidelity report.")
+@click.option("--hardware", "hw_name", required=True,
+              help="Profile to start from (name or YAML path); also names the output.")
+@click.option("--vidur", type=click.Path(file_okay=False, path_type=Path),
+              help="Vidur profiling folder (e.g. ../shared/reference/vidur_profiling).")
+@click.option("--vidur-device", help="Vidur compute folder (a100, h100) [default: from --hardware].")
+@click.option("--vidur-network", help="Vidur network folder (a100_dgx, ...) [default: from --hardware].")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Plain CSV of measured operators (see README: Calibration).")
+@click.option("--model", "model_name", help="Model the --csv operators were measured on.")
+@click.option("--vllm-bench", "bench", type=click.Path(dir_okay=False, path_type=Path),
+              help="vllm bench serve --save-result --save-detailed JSON.")
+@click.option("--scenario", type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenario whose first variant's engine the --vllm-bench server ran.")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder for the profile and the report [default: reports/calibration-<hw>].")
+@click.option("--name", help="Name of the calibrated profile [default: the input's].")
+@click.option("--note", "notes", multiple=True, help="Provenance line added to calibration.data.")
+def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
+              vidur_network: str | None, csv_path: Path | None, model_name: str | None,
+              bench: Path | None, scenario: Path | None, out_dir: Path | None,
+              name: str | None, notes: tuple[str, ...]) -> None:
+    from capsim.calibrate import Inputs, calibrate as run_calibration, write_profile
+    from capsim.scenario.config import load
+    from capsim.profiles.hardware import load_hardware
+    from capsim.profiles.models import load_model
+    from capsim.report.calibration import write_calibration_page
+
+    base = load_hardware(hw_name)
+    run = load(scenario).runs[0] if scenario is not None else None
+    inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
+                    csv=csv_path, model=load_model(model_name) if model_name else None,
+                    bench=bench, run=run, notes=notes)
+    outcome = run_calibration(base, inputs, name=name)
+    profile = outcome.profile
+    out = out_dir or Path("reports") / f"calibration-{profile.name}"
+    path = write_profile(profile, out / f"{profile.name}.yaml",
+                         header=f"{profile.display_name}: calibrated by capsim calibrate on "
+                                f"{profile.calibration.date}; see calibration: below.")
+    try:
+        index = write_calibration_page(out, title=f"Fidelity of {profile.name}",
+                                       profile_name=profile.name, date=profile.calibration.date,
+                                       data=outcome.data, errors=outcome.errors,
+                                       table=outcome.table)
+    except OSError as exc:
+        raise ScenarioError(f"cannot write the report: {exc.strerror or exc}",
+                            file=str(out)) from None
+    _print_calibration(outcome.errors, profile.name)
+    click.echo(f"profile: {path}\nreport: {index}")
+
+
+def _print_calibration(errors: dict, name: str) -> None:
+    table = Table(title=f"{name}: absolute % error of predicted vs measured time")
+    for col in ("class", "rows", "before median", "before p90", "after median", "after p90"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for op_class, err in errors.items():
+        table.add_row(op_class, f"{err.after.n:,}", f"{err.before.median_pct:.1f} %",
+                      f"{err.before.p90_pct:.1f} %", f"{err.after.median_pct:.1f} %",
+                      f"{err.after.p90_pct:.1f} %")
+    _console().print(table)

@@ -1,0 +1,811 @@
+"""Roofline price of one engine step (per-operator, tensor-parallel aware).
+
+One step runs every layer once over all the tokens scheduled in it (prefill
+chunks and decode tokens fused into one batch, as vLLM v1 and Sarathi-Serve
+do), then the LM head for the sequences that sample. Each operator costs
+
+    t_op = max(flops_op / (peak_flops × compute_eff), bytes_op / (hbm_bw × memory_eff))
+
+(the roofline of Williams, Waterman & Patterson, CACM 2009), and the step costs
+
+    seconds = Σ t_op + tensor-parallel communication + step_overhead_s.
+
+The efficiencies come per operator class from the profile
+(:class:`capsim.profiles.hardware.Efficiency`; fitted by ``capsim calibrate``):
+weight matmuls use ``launch_s + max(flops / peak, bytes / hbm_bw) / e(n)``
+with a GEMM curve over the step's tokens n; prefill attention a compute
+curve over keys per query; decode attention and elementwise kernels their
+own memory factors; each class adds a fixed launch time per layer. A
+profile without those entries (and ``hw.ideal()``) uses the scalar
+``compute`` / ``memory`` factors for every operator, as above.
+
+Operators per layer (all per GPU, sharded Megatron-style as vLLM does):
+
+- ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``: weight matmuls.
+  flops = 2 × tokens × params / TP; bytes = params × weight_bytes / TP (read
+  once per step) + tokens × (in + out activation widths) × 2 bytes.
+- ``attention_prefill`` and ``attention_decode``: flops = 4 × head_dim ×
+  heads / TP × query-key pairs (QKᵀ and AV, PaLM appendix B); bytes = KV
+  read for every context token + KV write and q / output activations for
+  every new token. FlashAttention streams K/V once per sequence; re-reads
+  across query tiles are ignored (lower bound). The prefill chunks and the
+  decode tokens are priced separately and summed (as Vidur predicts them).
+- ``elementwise``: RMSNorms, RoPE, SiLU·mul and residual adds, memory only
+  (their FLOPs are negligible). Vidur's A100 Llama-3-8B rows measure these
+  at ~9 % of a layer's time at 4,096 tokens; this traffic model gives ~6 %.
+- once per step: ``embedding`` (row gather, memory only) and ``lm_head``
+  (vocab-parallel matmul for the sequences that sample).
+
+Tensor parallelism: 2 all-reduces per layer (after o_proj and down_proj)
+plus one after the vocab-parallel embedding, each of tokens × hidden × 2
+bytes, priced by the ring all-reduce α-β model
+``2(TP−1)/TP × bytes / (link_bw × interconnect_eff) + 2(TP−1) × link_latency``
+(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), and a
+gather of the vocab-sharded logits to rank 0. Communication is not
+overlapped with compute (vLLM does not overlap TP collectives by default).
+
+Public API:
+    StepCost, OperatorCost, StepPricer, attn_pairs, describe_step,
+    Matmul, AttentionWork, layer_matmuls, attention_work, elementwise_bytes_per_token,
+    curve_efficiency, keys_per_query, ring_all_reduce_s
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency, load_hardware
+from capsim.profiles.models import ModelShape, load_model
+
+#: Bytes per activation element (bf16/fp16 activations, as vLLM runs them).
+ACTIVATION_BYTES = 2
+
+#: Bytes per weight element for each weight format the roofline prices.
+WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+class StepCost(NamedTuple):
+    """Cost of one engine step on one GPU of the tensor-parallel group.
+
+    ``seconds = Σ_op max(compute, memory) + comm_s + overhead_s``, so
+    ``seconds >= max(compute_s, memory_s)`` when one side dominates every op.
+    ``flops`` and ``bytes`` are per GPU (for MFU / MBU); ``bytes`` is HBM traffic.
+    ``compute_bound`` is ``compute_s > memory_s`` summed over the operators.
+    (A named tuple: one is built per engine step, and a frozen dataclass costs
+    several times more to construct.)
+    """
+
+    seconds: float
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    compute_bound: bool
+
+
+class WorkTally:
+    """Exact running sums of the step aggregates that FLOPs and HBM bytes are linear in.
+
+    A step's ``cost().flops`` and ``cost().bytes`` are linear functions of its token
+    count, LM-head rows, attention pairs and KV tokens read (plus fixed weight bytes
+    per step), so a run's totals follow from these integer sums
+    (:meth:`StepPricer.work`) whatever order the steps are added in: step by step and
+    in decode runs alike. All fields are ``int``.
+    """
+
+    __slots__ = ("steps", "logit_steps", "tokens", "logits", "attn_pairs", "kv_read_tokens")
+
+    def __init__(self) -> None:
+        self.steps = self.logit_steps = self.tokens = self.logits = 0
+        self.attn_pairs = self.kv_read_tokens = 0
+
+    def add(self, steps: int, tokens: int, logits: int, attn_pairs: int, kv_read_tokens: int,
+            logit_steps: int) -> None:
+        """``steps`` steps computing Σ ``tokens`` tokens (prefill + decode) and Σ ``logits``
+        LM-head rows (in ``logit_steps`` of them), attending over Σ ``attn_pairs``
+        query-key pairs and reading Σ ``kv_read_tokens`` cached KV tokens."""
+        self.steps += steps
+        self.logit_steps += logit_steps
+        self.tokens += tokens
+        self.logits += logits
+        self.attn_pairs += attn_pairs
+        self.kv_read_tokens += kv_read_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCost:
+    """One operator's share of a step, summed over its ``count`` executions (layers)."""
+
+    name: str
+    count: int
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def seconds(self) -> float:
+        """Roofline time: the slower of compute and memory."""
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def compute_bound(self) -> bool:
+        """True if the arithmetic takes longer than the memory traffic."""
+        return self.compute_s > self.memory_s
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul:
+    """A weight matmul as coefficients of its row count n (per GPU, over ``count`` layers).
+
+    flops = ``flops_per_row × n``; HBM bytes = ``weight_bytes + act_bytes_per_row × n``.
+    """
+
+    name: str
+    count: int
+    flops_per_row: float
+    weight_bytes: float
+    act_bytes_per_row: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionWork:
+    """Attention work per GPU over ``layers`` layers, as coefficients of the batch.
+
+    flops = ``flops_per_pair × query-key pairs``; bytes = ``kv_bytes_per_token ×
+    KV tokens read + new_bytes_per_token × new tokens`` (KV write, q and output).
+    """
+
+    layers: int
+    flops_per_pair: float
+    kv_bytes_per_token: float
+    new_bytes_per_token: float
+
+
+def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
+    """Causal query-key pairs of a prefill chunk of ``chunk_tokens`` on ``cached_tokens``.
+
+    ``c × p + c (c + 1) / 2``: every new query sees all p cached keys plus the
+    new keys up to and including itself. Sum this over the step's chunks to
+    get ``StepPricer.cost(prefill_attn_pairs=...)``.
+    """
+    c = chunk_tokens
+    return c * cached_tokens + c * (c + 1) / 2
+
+
+def curve_efficiency(curve: Curve | None, tokens: Any) -> np.ndarray:
+    """Efficiency e(n) of a profile's curve (GEMM, prefill attention) at ``tokens``
+    (array-like of counts; values below 1 count as 1).
+
+    Piecewise linear in ``log(n)`` between the knots, flat outside them
+    (``numpy.interp``); all ones when ``curve`` is None. Shape: as ``tokens``.
+    """
+    n = np.asarray(tokens, dtype=float)
+    if curve is None:
+        return np.ones_like(n)
+    logs = np.log(np.maximum(n, 1.0))
+    return np.interp(logs, np.log(np.asarray(curve.tokens, dtype=float)), curve.efficiency)
+
+
+def check_tensor_parallel(model: ModelShape, tp: int) -> None:
+    """vLLM's sharding rule: TP divides the heads; KV heads are split or replicated."""
+    if not isinstance(tp, int) or tp < 1:
+        raise ScenarioError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
+    heads, kv_heads = model.num_attention_heads, model.num_key_value_heads
+    if heads % tp:
+        raise ScenarioError(
+            f"tensor_parallel_size {tp} must divide num_attention_heads {heads} of {model.name}"
+        )
+    if kv_heads % tp and tp % kv_heads:
+        raise ScenarioError(
+            f"tensor_parallel_size {tp} must divide, or be a multiple of, "
+            f"num_key_value_heads {kv_heads} of {model.name}"
+        )
+
+
+def _kv_heads_per_gpu(model: ModelShape, tp: int) -> int:
+    """KV heads each GPU holds: split when TP <= kv_heads, else one replica each (vLLM)."""
+    return max(1, model.num_key_value_heads // tp)
+
+
+def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2) -> tuple[Matmul, ...]:
+    """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
+    summed over ``model.num_hidden_layers``, with their activation traffic.
+
+    Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
+    O and down row-parallel; KV heads split, or replicated beyond their count.
+    """
+    h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
+    q = model.q_size / tp
+    qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
+    qkv_params = h * qkv_out + (qkv_out if model.attention_bias else 0)
+    shapes = (  # (name, params per GPU, input width, output width)
+        ("qkv_proj", qkv_params, h, qkv_out),
+        ("o_proj", q * h, q, h),
+        ("gate_up_proj", 2 * h * f / tp, h, 2 * f / tp),
+        ("down_proj", h * f / tp, f / tp, h),
+    )
+    return tuple(
+        Matmul(name, layers, 2.0 * layers * params, layers * params * weight_bytes,
+               layers * (w_in + w_out) * ACTIVATION_BYTES)
+        for name, params, w_in, w_out in shapes
+    )
+
+
+def _lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
+    """Vocab-parallel LM head: each GPU holds vocab / TP rows."""
+    h, v = model.hidden_size, model.vocab_size / tp
+    return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
+
+
+def attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2) -> AttentionWork:
+    """Attention coefficients per GPU over all layers (see :class:`AttentionWork`).
+
+    flops: 4 × head_dim × heads / TP per query-key pair (QKᵀ and AV, PaLM
+    appendix B). Bytes: K and V of every context token read once per
+    sequence (FlashAttention streams K/V; query-tile re-reads are ignored),
+    plus the new token's K/V write and its q / output activations.
+    """
+    layers = model.num_hidden_layers
+    kv_per_layer = 2 * _kv_heads_per_gpu(model, tp) * model.head_dim * kv_cache_dtype_bytes
+    return AttentionWork(
+        layers=layers,
+        flops_per_pair=4.0 * layers * model.q_size / tp,
+        kv_bytes_per_token=layers * kv_per_layer,
+        new_bytes_per_token=layers * (kv_per_layer + 2 * model.q_size / tp * ACTIVATION_BYTES))
+
+
+def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
+    """Per-token HBM traffic of ONE layer's elementwise kernels (bytes).
+
+    Fused add+RMSNorm twice (read x and residual, write both: 4h each), RoPE
+    on q and k (read + write), SiLU·mul (read 2·ffn, write ffn).
+    """
+    h = model.hidden_size
+    rope = 2 * (model.q_size / tp + _kv_heads_per_gpu(model, tp) * model.head_dim)
+    act = 3 * model.intermediate_size / tp
+    return (8 * h + rope + act) * ACTIVATION_BYTES
+
+
+#: Counts below this use a precomputed table of 1 / e(n) (see StepPricer).
+_GEMM_TABLE_TOKENS = 16_384
+
+#: The table of a profile without a curve: 1 / e = 1 everywhere (shared, read-only use).
+_NO_CURVE = array("d", [1.0]) * _GEMM_TABLE_TOKENS
+
+
+def _inverse_table(curve: Curve | None) -> array:
+    """``1 / e(n)`` for n in [0, 16,384) as a flat array of doubles."""
+    if curve is None:
+        return _NO_CURVE
+    return array("d", (1.0 / curve_efficiency(curve, np.arange(_GEMM_TABLE_TOKENS))).tobytes())
+
+
+def keys_per_query(pairs: float, new_tokens: int) -> int:
+    """Whole number of keys each prefill query attends to on average: ``⌊pairs ÷ tokens⌋``."""
+    return int(pairs / new_tokens)
+
+
+class StepPricer:
+    """Prices engine steps for one (model, hardware, TP degree, weight dtype).
+
+    Construction precomputes every per-model constant and a table of the
+    GEMM efficiency curve's ``1 / e(n)`` for ``n < 16,384`` tokens, so
+    :meth:`seconds` is a few dozen float operations, O(1) in the batch size
+    (about 1 µs per call in CPython).
+
+    Per operator class (see :class:`capsim.profiles.hardware.Efficiency`):
+
+    - weight matmuls (layers and LM head): ``launch_s + max(flops / peak,
+      bytes / bw) / e(n)`` with the profile's ``gemm`` curve, or
+      ``max(flops / (peak × compute), bytes / (bw × memory))`` without one;
+    - attention, split into the prefill part (chunks over their cached
+      prefix) and the decode part (one token over its context), each with its
+      own factors and per-layer launch time, summed (as Vidur predicts them);
+    - elementwise kernels and the embedding gather: memory only, plus a
+      per-layer launch time;
+    - tensor-parallel all-reduces (ring α-β model) and the step overhead.
+
+    Args:
+        model: the transformer shape.
+        hw: the GPU profile; its efficiencies and step overhead apply (use
+            ``hw.ideal()`` for textbook numbers).
+        tensor_parallel_size: GPUs in the tensor-parallel group.
+        weight_dtype: ``bf16``, ``fp16`` or ``fp8``; sets weight bytes and the
+            peak used for matmuls. Attention runs at the bf16 (else fp16) peak.
+        kv_cache_dtype_bytes: bytes per KV-cache element (2 for bf16, 1 for fp8).
+
+    Raises:
+        ScenarioError: TP does not shard the heads evenly, an unknown weight
+            dtype, or a dtype the hardware has no peak for.
+    """
+
+    __slots__ = (
+        "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
+        "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
+        "_elementwise", "_embedding", "_mem_only_bytes_per_token",
+        "_lin", "_lm_t", "_ginv", "_ainv", "_attn_p", "_attn_d", "_mem_only_t",
+        "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
+        "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
+        "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
+    )
+
+    def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
+                 weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2):
+        check_tensor_parallel(model, tensor_parallel_size)
+        if weight_dtype not in WEIGHT_DTYPE_BYTES:
+            valid = ", ".join(WEIGHT_DTYPE_BYTES)
+            raise ScenarioError(f"unknown weight_dtype {weight_dtype!r}; valid: {valid}")
+        self.model, self.hw = model, hw
+        self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
+        self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
+        self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
+        self._init_rates()
+        self._init_comm()
+        self._fixed_s = (self._overhead_s + self._comm_fixed_s + self._gemm_launch_s
+                         + self._ew_launch_s)
+        self._per_token_s = self._comm_per_token_s + self._mem_only_t
+        self._flops_per_token = sum(op.flops_per_row for op in self._matmuls)
+        self._bytes_fixed = sum(op.weight_bytes for op in self._matmuls)
+        self._bytes_per_token = (sum(op.act_bytes_per_row for op in self._matmuls)
+                                 + self._mem_only_bytes_per_token)
+
+    def _init_operators(self, weight_bytes: int) -> None:
+        m, tp = self.model, self.tensor_parallel_size
+        self._matmuls = layer_matmuls(m, tp, weight_bytes)
+        self._lm = _lm_head(m, tp, weight_bytes)
+        self._attn = attention_work(m, tp, self.kv_cache_dtype_bytes)
+        self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
+        self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES)
+        self._mem_only_bytes_per_token = self._elementwise + self._embedding
+
+    def _init_rates(self) -> None:
+        hw, eff = self.hw, self.hw.efficiency
+        attn_dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
+        peak, bw = hw.peak_flops(self.weight_dtype), hw.hbm_bandwidth_bytes_per_s
+        self._peak, self._bw = peak * eff.compute, bw * eff.memory
+        self._attn_peak = hw.peak_flops(attn_dtype)
+        curve = eff.gemm
+        # With a curve the matmul roofs are ideal and 1 / e(n) scales their max.
+        self._mm_peak = peak if curve is not None else self._peak
+        self._mm_bw = bw if curve is not None else self._bw
+        self._lin = tuple(self._time_coeffs(op) for op in self._matmuls)
+        self._lm_t = self._time_coeffs(self._lm)
+        launch = curve.launch_s if curve is not None else 0.0
+        self._gemm_launch_s = len(self._matmuls) * self.model.num_hidden_layers * launch
+        self._lm_launch_s = launch
+        self._ginv = _inverse_table(curve)
+        prefill = eff.kernel("attention_prefill")
+        self._ainv = _inverse_table(prefill.compute_curve)
+        self._attn_p = self._attn_coeffs(prefill)
+        self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"))
+        ew = eff.kernel("elementwise")
+        self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
+        self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s
+        self._overhead_s = hw.step_overhead_s
+        self._decode_base: dict[int, tuple[float, ...]] = {}   # see _decode_terms
+
+    def _time_coeffs(self, op: Matmul) -> tuple[float, float, float]:
+        """(compute s per row, weight-read s, activation s per row) of a matmul."""
+        return (op.flops_per_row / self._mm_peak, op.weight_bytes / self._mm_bw,
+                op.act_bytes_per_row / self._mm_bw)
+
+    def _attn_coeffs(self, k: KernelEfficiency) -> tuple[float, float, float, float]:
+        """(compute s per pair, s per KV token read, s per new token, launch s per step)."""
+        a, bw = self._attn, self.hw.hbm_bandwidth_bytes_per_s * k.memory
+        compute = 1.0 if k.compute_curve is not None else k.compute   # the curve scales it
+        return (a.flops_per_pair / (self._attn_peak * compute), a.kv_bytes_per_token / bw,
+                a.new_bytes_per_token / bw, a.layers * k.launch_s)
+
+    def _init_comm(self) -> None:
+        """Ring all-reduce α-β constants (Patarasuk & Yuan 2009) and the logits gather."""
+        tp, hw, m = self.tensor_parallel_size, self.hw, self.model
+        if tp == 1:
+            self._comm_fixed_s = self._comm_per_token_s = self._comm_per_logit_s = 0.0
+            return
+        bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+        latency = hw.tp_link_latency_s
+        n_all_reduce = 2 * m.num_hidden_layers + 1
+        self._comm_fixed_s = n_all_reduce * ring_all_reduce_s(0.0, tp, bw, latency) + latency
+        self._comm_per_token_s = n_all_reduce * ring_all_reduce_s(
+            m.hidden_size * ACTIVATION_BYTES, tp, bw, 0.0)
+        self._comm_per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw
+
+    def _gemm_inv(self, n: int) -> float:
+        """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
+        if n < _GEMM_TABLE_TOKENS:
+            return self._ginv[n]
+        return float(1.0 / curve_efficiency(self.hw.efficiency.gemm, n))
+
+    def _attn_inv(self, keys: int) -> float:
+        """1 / e(keys per query) of the prefill-attention compute curve."""
+        if keys < _GEMM_TABLE_TOKENS:
+            return self._ainv[keys]
+        return float(1.0 / curve_efficiency(
+            self.hw.efficiency.kernel("attention_prefill").compute_curve, keys))
+
+    # -- pricing ----------------------------------------------------------------
+
+    def seconds(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+                prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
+                logits_seqs: int | None = None) -> float:
+        """Step time in seconds; same inputs and result as ``cost(...).seconds``.
+
+        The hot-path variant: no allocation, no validation. An empty step
+        (no tokens) costs 0.0.
+        """
+        n = prefill_tokens + decode_seqs
+        if n <= 0:
+            return 0.0
+        if logits_seqs is None:
+            logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
+        gemm = 0.0
+        for c_row, m_fixed, m_row in self._lin:
+            c, m = c_row * n, m_fixed + m_row * n
+            gemm += c if c > m else m
+        ginv = self._ginv
+        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
+        total = self._fixed_s + self._per_token_s * n + gemm * g
+        if logits_seqs > 0:
+            c_row, m_fixed, m_row = self._lm_t
+            c, m = c_row * logits_seqs, m_fixed + m_row * logits_seqs
+            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
+                else self._gemm_inv(logits_seqs)
+            total += (c if c > m else m) * g + self._lm_launch_s \
+                + self._comm_per_logit_s * logits_seqs
+        if prefill_tokens > 0:
+            c_pair, m_kv, m_new, launch = self._attn_p
+            keys = int(prefill_attn_pairs / prefill_tokens)
+            c = c_pair * prefill_attn_pairs * (self._ainv[keys] if keys < _GEMM_TABLE_TOKENS
+                                               else self._attn_inv(keys))
+            m = m_kv * prefill_kv_tokens + m_new * prefill_tokens
+            total += launch + (c if c > m else m)
+        if decode_seqs > 0:
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = c_pair * decode_ctx_tokens
+            m = m_kv * decode_ctx_tokens + m_new * decode_seqs
+            total += launch + (c if c > m else m)
+        return total
+
+    def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+             prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
+             logits_seqs: int | None = None) -> StepCost:
+        """Price one step from batch aggregates (O(1) in the batch size).
+
+        Args:
+            prefill_tokens: Σ new prompt tokens (chunks) computed this step.
+            prefill_attn_pairs: Σ over prefill chunks of ``c·p + c(c+1)/2``
+                (see :func:`attn_pairs`; chunk c on top of p cached tokens).
+            prefill_kv_tokens: Σ over prefill chunks of ``p + c`` (KV tokens
+                the prefill attention reads).
+            decode_seqs: sequences decoding one token each.
+            decode_ctx_tokens: Σ context length those decodes attend over.
+            logits_seqs: sequences whose LM head runs this step. Default
+                ``decode_seqs + (1 if prefill_tokens else 0)``: the pricer
+                cannot know how many prefill sequences finish their prompt
+                this step, so pass the exact count when you have it (vLLM
+                computes logits only for a prompt's last chunk). 0 skips the
+                LM head and its weight read entirely.
+
+        Returns:
+            StepCost per GPU; all zeros for an empty step. ``compute_s`` and
+            ``memory_s`` each include the kernels' fixed launch times.
+        """
+        n = prefill_tokens + decode_seqs
+        if n <= 0:
+            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
+        if logits_seqs is None:
+            logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
+        compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(
+            n, logits_seqs, prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
+        a = self._attn
+        if decode_seqs > 0:
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = launch + c_pair * decode_ctx_tokens
+            m = launch + m_kv * decode_ctx_tokens + m_new * decode_seqs
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.flops_per_pair * decode_ctx_tokens
+            nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
+        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
+                  + self._comm_per_logit_s * logits_seqs)
+        return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
+                        comm_s, self._overhead_s, compute_s > memory_s)
+
+    def work(self, tally: WorkTally) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
+        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms)."""
+        a, lm = self._attn, self._lm
+        flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * tally.logits
+                 + a.flops_per_pair * tally.attn_pairs)
+        nbytes = (self._bytes_fixed * tally.steps + self._bytes_per_token * tally.tokens
+                  + lm.weight_bytes * tally.logit_steps + lm.act_bytes_per_row * tally.logits
+                  + a.kv_bytes_per_token * tally.kv_read_tokens
+                  + a.new_bytes_per_token * tally.tokens)
+        return flops, nbytes
+
+    def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectorised :meth:`cost` of a run of decode-only steps, in segments.
+
+        Args:
+            seqs: sequences decoding in each segment's steps (> 0).
+            ctx0: Σ context of each segment's first step; it grows by ``seqs[i]``
+                per step (every sequence appends one token).
+            lengths: steps in each segment (> 0); k = Σ lengths.
+
+        Returns:
+            (seconds, compute_bound): shape (k,) float64, bit-for-bit equal to
+            ``cost(decode_seqs=n, decode_ctx_tokens=ctx, logits_seqs=n).seconds`` for
+            each step's n and ctx (same float operations in the same order; numpy does
+            not fuse them, and the additions commute exactly); ``compute_bound`` is the
+            (k,) bool array of ``cost().compute_bound``, or None when no step is
+            compute-bound. FLOPs and bytes come from :meth:`work`.
+        """
+        c_pair, m_kv, m_new, launch = self._attn_d
+        terms = [self._decode_terms(n) for n in seqs]
+        ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
+                              for n, c, m in zip(seqs, ctx0, lengths)]) \
+            if len(seqs) > 1 else np.arange(ctx0[0], ctx0[0] + seqs[0] * lengths[0], seqs[0],
+                                            dtype=np.float64)
+        m = ctx * m_kv
+        m += launch
+        if c_pair * (1 + 1e-6) > m_kv or not all(
+                self._never_compute_bound(t, c, n) for t, c, n in zip(terms, ctx0, seqs)):
+            compute_s, memory_s, roof_s, comm_s, n = np.repeat(
+                np.array(terms, dtype=np.float64), lengths, axis=0).T
+            c = launch + c_pair * ctx
+            m += m_new * n
+            bound = (compute_s + c) > (memory_s + m)
+            return roof_s + np.maximum(c, m) + comm_s + self._overhead_s, \
+                bound if bound.any() else None
+        lo = 0                           # the memory side always wins: max(c, m) is m
+        for (_, _, roof_s, comm_s, n), length in zip(terms, lengths):
+            seg = m[lo:lo + length]
+            seg += m_new * n
+            seg += roof_s
+            seg += comm_s
+            lo += length
+        m += self._overhead_s
+        return m, None
+
+    def _never_compute_bound(self, terms: tuple[float, ...], ctx0: int, n: int) -> bool:
+        """Whether no step of a decode segment is compute-bound, with a margin far above
+        rounding: the memory side of its first step exceeds the compute side by more
+        than 1e-9 of itself, and it grows faster per context token (the caller checked
+        ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is memory-bound too."""
+        compute_s, memory_s, _, _, _ = terms
+        c_pair, m_kv, m_new, launch = self._attn_d
+        mem = memory_s + launch + m_kv * ctx0 + m_new * n
+        return mem - (compute_s + launch + c_pair * ctx0) > 1e-9 * mem
+
+    def _decode_terms(self, n: int) -> tuple[float, ...]:
+        """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``
+        sequences, all but its attention; memoised (they depend on n only)."""
+        terms = self._decode_base.get(n)
+        if terms is None:
+            comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
+            compute_s, memory_s, roof_s, _, _ = self._before_decode_attention(n, n, 0, 0.0, 0)
+            terms = self._decode_base[n] = (compute_s, memory_s, roof_s, comm_s, n)
+        return terms
+
+    def _before_decode_attention(self, n: int, logits_seqs: int, prefill_tokens: int,
+                                 prefill_attn_pairs: float, prefill_kv_tokens: int
+                                 ) -> tuple[float, float, float, float, float]:
+        """(compute_s, memory_s, roof_s, flops, bytes) of everything but decode attention."""
+        ginv = self._ginv
+        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
+        fixed = self._gemm_launch_s + self._ew_launch_s
+        mem_only = self._mem_only_t * n
+        compute_s, memory_s, roof_s = fixed, fixed + mem_only, fixed + mem_only
+        for c_row, m_fixed, m_row in self._lin:
+            c, m = c_row * n * g, (m_fixed + m_row * n) * g
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+        flops, nbytes = self._flops_per_token * n, self._bytes_fixed + self._bytes_per_token * n
+        if logits_seqs > 0:
+            lm, (c_row, m_fixed, m_row) = self._lm, self._lm_t
+            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
+                else self._gemm_inv(logits_seqs)
+            launch = self._lm_launch_s
+            c = launch + c_row * logits_seqs * g
+            m = launch + (m_fixed + m_row * logits_seqs) * g
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += lm.flops_per_row * logits_seqs
+            nbytes += lm.weight_bytes + lm.act_bytes_per_row * logits_seqs
+        a = self._attn
+        if prefill_tokens > 0:
+            c_pair, m_kv, m_new, launch = self._attn_p
+            keys = int(prefill_attn_pairs / prefill_tokens)
+            c = launch + c_pair * prefill_attn_pairs * (
+                self._ainv[keys] if keys < _GEMM_TABLE_TOKENS else self._attn_inv(keys))
+            m = launch + m_kv * prefill_kv_tokens + m_new * prefill_tokens
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.flops_per_pair * prefill_attn_pairs
+            nbytes += a.kv_bytes_per_token * prefill_kv_tokens + a.new_bytes_per_token * prefill_tokens
+        return compute_s, memory_s, roof_s, flops, nbytes
+
+    def _operator_terms(self, n: int, logits_seqs: int, prefill_tokens: int, pairs: float,
+                        prefill_kv_tokens: float, decode_seqs: int,
+                        decode_ctx_tokens: float) -> list[tuple[float, float, float, float]]:
+        """(flops, bytes, compute_s, memory_s) of every operator, in :meth:`breakdown` order.
+
+        Each side's seconds include the operator's fixed launch time, so
+        ``max(compute_s, memory_s)`` is the operator's time.
+        """
+        g = self._gemm_inv(n) if n > 0 else 1.0
+        per_op_launch = self.model.num_hidden_layers * self._lm_launch_s
+        rows = [self._matmul_terms(op, n, g, per_op_launch) for op in self._matmuls]
+        g_attn = self._attn_inv(keys_per_query(pairs, prefill_tokens)) if prefill_tokens > 0 \
+            else 1.0
+        rows.append(self._attn_terms(self._attn_p, prefill_tokens, pairs, prefill_kv_tokens,
+                                     g_attn))
+        rows.append(self._attn_terms(self._attn_d, decode_seqs, decode_ctx_tokens,
+                                     decode_ctx_tokens, 1.0))
+        bw_ew = self._mem_only_bytes_per_token / self._mem_only_t
+        ew_bytes, emb_bytes = self._elementwise * n, self._embedding * n
+        ew_launch = self._ew_launch_s if n > 0 else 0.0
+        rows.append((0.0, ew_bytes, ew_launch, ew_launch + ew_bytes / bw_ew))
+        rows.append((0.0, emb_bytes, 0.0, emb_bytes / bw_ew))
+        lm_rows = max(logits_seqs, 0) if n > 0 else 0
+        g_lm = self._gemm_inv(lm_rows) if lm_rows > 0 else 1.0
+        rows.append(self._matmul_terms(self._lm, lm_rows, g_lm, self._lm_launch_s))
+        return rows
+
+    def _matmul_terms(self, op: Matmul, rows: int, g: float,
+                      launch_s: float) -> tuple[float, float, float, float]:
+        if rows <= 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        f, b = op.flops_per_row * rows, op.weight_bytes + op.act_bytes_per_row * rows
+        return (f, b, launch_s + f / self._mm_peak * g, launch_s + b / self._mm_bw * g)
+
+    def _attn_terms(self, coeffs: tuple[float, float, float, float], new_tokens: int,
+                    pairs: float, kv_tokens: float,
+                    g: float) -> tuple[float, float, float, float]:
+        if new_tokens <= 0:
+            return (0.0, 0.0, 0.0, 0.0)
+        a = self._attn
+        c_pair, m_kv, m_new, launch = coeffs
+        f = a.flops_per_pair * pairs
+        b = a.kv_bytes_per_token * kv_tokens + a.new_bytes_per_token * new_tokens
+        return (f, b, launch + c_pair * pairs * g, launch + m_kv * kv_tokens + m_new * new_tokens)
+
+    def breakdown(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+                  prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
+                  logits_seqs: int | None = None) -> list[OperatorCost]:
+        """Per-operator costs of a step (same inputs as :meth:`cost`); for reports, not hot loops.
+
+        Operators: the four layer matmuls, ``attention_prefill``,
+        ``attention_decode`` and ``elementwise`` (each summed over all
+        layers), then ``embedding`` and ``lm_head`` (once). Each operator's
+        compute and memory seconds include its fixed launch time.
+        """
+        n = prefill_tokens + decode_seqs
+        if logits_seqs is None:
+            logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
+        layers = self.model.num_hidden_layers
+        names = [(op.name, op.count) for op in self._matmuls] + [
+            ("attention_prefill", layers), ("attention_decode", layers), ("elementwise", layers),
+            ("embedding", 1), ("lm_head", 1)]
+        terms = self._operator_terms(n, logits_seqs, prefill_tokens, prefill_attn_pairs,
+                                     prefill_kv_tokens, decode_seqs, decode_ctx_tokens)
+        return [OperatorCost(name, count, *t) for (name, count), t in zip(names, terms)]
+
+    # -- derived constants ---------------------------------------------------------
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Matmul weight bytes one GPU reads per step (layers + LM head; no embedding table)."""
+        return sum(op.weight_bytes for op in self._matmuls) + self._lm.weight_bytes
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity where a matmul turns compute-bound: effective peak ÷ bandwidth."""
+        return self._mm_peak / self._mm_bw
+
+
+def ring_all_reduce_s(message_bytes: Any, workers: Any, bandwidth_bytes_per_s: float,
+                      latency_s: float) -> Any:
+    """Ring all-reduce time: ``2(n−1)/n × bytes / bandwidth + 2(n−1) × latency``.
+
+    The α-β model of Patarasuk & Yuan (JPDC 2009): reduce-scatter then
+    all-gather, each n−1 steps of bytes/n over every link; NCCL's "bus
+    bandwidth" divides by the same 2(n−1)/n. Works on floats or numpy arrays
+    (``message_bytes`` in bytes, ``workers`` >= 1; 0 s for one worker).
+    ``bandwidth_bytes_per_s`` is the per-direction link bandwidth times the
+    interconnect efficiency.
+    """
+    hops = 2 * (workers - 1)
+    return hops / workers * message_bytes / bandwidth_bytes_per_s + hops * latency_s
+
+
+# -- CLI helper ------------------------------------------------------------------
+
+
+def _resolve(model: ModelShape | str,
+             hw: HardwareProfile | str) -> tuple[ModelShape, HardwareProfile]:
+    model = load_model(model) if isinstance(model, str) else model
+    hw = load_hardware(hw) if isinstance(hw, str) else hw
+    return model, hw
+
+
+def _intensity(flops: float, nbytes: float) -> float:
+    return flops / nbytes if nbytes > 0 else 0.0
+
+
+def _bound_label(compute_s: float, memory_s: float) -> str:
+    if compute_s == 0.0 and memory_s == 0.0:
+        return "idle"
+    return "compute" if compute_s > memory_s else "memory"
+
+
+def _operator_row(op: OperatorCost) -> dict[str, Any]:
+    intensity = _intensity(op.flops, op.bytes)
+    return {
+        "name": op.name, "count": op.count, "flops": op.flops, "bytes": op.bytes,
+        "arithmetic_intensity_flops_per_byte": intensity,
+        "compute_s": op.compute_s, "memory_s": op.memory_s,
+        "seconds": op.seconds,
+        "bound": _bound_label(op.compute_s, op.memory_s),
+    }
+
+
+def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
+                  prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
+                  ideal: bool = False, weight_dtype: str = "bf16") -> dict[str, Any]:
+    """Roofline summary of one step, for ``capsim roofline`` to print as a table.
+
+    The step holds one prompt of ``prefill_tokens`` tokens (no cached
+    prefix; its last token samples) and ``decode_batch`` sequences that each
+    decode one token over ``context`` tokens of KV.
+
+    Args:
+        model, hw: shapes/profiles or their names (loaded with load_model /
+            load_hardware).
+        tp: tensor-parallel degree.
+        ideal: use efficiencies 1.0 and no step overhead (textbook roofline).
+
+    Returns:
+        dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
+        ``inputs``, ``flops``, ``bytes`` (per GPU), ``arithmetic_intensity_flops_per_byte``,
+        ``ridge_flops_per_byte``, ``seconds``, ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
+        ``bound`` ("compute" / "memory" / "idle") and ``operators`` (list of
+        dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
+        compute_s, memory_s, seconds, bound).
+
+    Raises:
+        ScenarioError: unknown names, negative counts, bad TP degree.
+    """
+    for label, value in (("prefill_tokens", prefill_tokens), ("decode_batch", decode_batch),
+                         ("context", context)):
+        if value < 0:
+            raise ScenarioError(f"{label} must be >= 0, got {value}")
+    model, hw = _resolve(model, hw)
+    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype)
+    inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
+                  prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
+                  decode_ctx_tokens=decode_batch * context)
+    cost = pricer.cost(**inputs)
+    intensity = _intensity(cost.flops, cost.bytes)
+    return {
+        "model": model.name, "hardware": hw.name, "tensor_parallel_size": tp, "ideal": ideal,
+        "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
+                   "context": context, "weight_dtype": weight_dtype},
+        "flops": cost.flops, "bytes": cost.bytes,
+        "arithmetic_intensity_flops_per_byte": intensity,
+        "ridge_flops_per_byte": pricer.ridge_flops_per_byte,
+        "seconds": cost.seconds,
+        "compute_s": cost.compute_s, "memory_s": cost.memory_s,
+        "comm_s": cost.comm_s, "overhead_s": cost.overhead_s,
+        "bound": _bound_label(cost.compute_s, cost.memory_s),
+        "operators": [_operator_row(op) for op in pricer.breakdown(**inputs)],
+    }

@@ -1,0 +1,165 @@
+"""Static (request-level, run-to-completion) batching.
+
+The baseline of seed 000 and pack Q1: a batch of up to ``max_num_seqs``
+waiting requests is formed when the engine is free; it is prefilled in one
+step with prompts padded to the longest; then every member decodes each step
+until the longest reply is done. Finished members keep their slot and are
+still computed (padding, as Hugging Face ``generate`` does), and every
+response returns when the batch ends (seed 002 Q1: the 50-token user leaves
+at step 800). Each member reserves KV for its whole reply at admission, so a
+static batch never preempts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import accumulate
+
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
+from capsim.engine.scheduler.continuous import blocks_for
+from capsim.engine.step import Step
+from capsim.kv.allocator import BlockAllocator
+
+
+class StaticScheduler:
+    """Run-to-completion batches for one replica (same interface as ContinuousScheduler)."""
+
+    def __init__(self, *, max_num_seqs: int, allocator: BlockAllocator, num_classes: int,
+                 itl: ItlRecorder):
+        self.max_num_seqs = max_num_seqs
+        self.alloc = allocator
+        self.itl = itl
+        self.num_classes = num_classes
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}
+        self.batch: list[Request] = []          # members, by output length ascending
+        self._max_prompt = 0
+        self._decode_steps = 0
+        self._active = 0                        # members still generating
+        self._active_counts = [0] * num_classes
+        self._gaps: list[float] = []
+        self._last_emit_s = 0.0
+        self._admitted = 0
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.slot_steps_useful = 0
+        self.slot_steps_held = 0
+        self.steps = 0
+        self.num_decoding = 0
+        self.kv_tokens = 0                      # tokens of real (unpadded) KV written
+        self.finished: list[Request] = []
+
+    def add(self, req: Request) -> None:
+        req.state = WAITING
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.batch or self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.batch)
+
+    def schedule(self, now: float = 0.0) -> Step | None:
+        if not self.batch:
+            self._form_batch(now)
+            if not self.batch:
+                return None
+            return self._prefill_step()
+        return self._decode_step()
+
+    def _form_batch(self, now: float) -> None:
+        while self.waiting and len(self.batch) < self.max_num_seqs:
+            req = self.waiting[0]
+            need = blocks_for(req.total_tokens, self.alloc.block_size)
+            if not self.alloc.can_allocate(need):
+                break
+            self.waiting.popleft()
+            req.blocks = self.alloc.allocate(need)
+            req.state = RUNNING
+            req.first_scheduled_s = now
+            req.admit_order = self._admitted
+            self._admitted += 1
+            self.batch.append(req)
+            self.running[req.rid] = req
+        self.batch.sort(key=lambda r: (r.output_tokens, r.admit_order))
+        self._max_prompt = max((r.prompt_tokens for r in self.batch), default=0)
+        self._decode_steps = 0
+        self._gaps = []
+
+    def _prefill_step(self) -> Step:
+        n, p = len(self.batch), self._max_prompt
+        step = Step(prefills=[(r, r.prompt_tokens) for r in self.batch])
+        step.prefill_tokens = n * p                        # padded to the longest prompt
+        step.prefill_attn_pairs = n * p * (p + 1) / 2
+        step.prefill_kv_tokens = n * p
+        return step
+
+    def _decode_step(self) -> Step:
+        n = len(self.batch)
+        ctx = self._max_prompt + self._decode_steps + 1
+        return Step(decode_seqs=n, decode_ctx_tokens=n * ctx, emitting_decodes=self._active)
+
+    def plan_decode_run(self, step: Step, **limits: int) -> None:
+        """Static batches always advance one step at a time (see ContinuousScheduler)."""
+        return None
+
+    def complete(self, step: Step, now: float) -> None:
+        self.steps += 1
+        self.slot_steps_held += len(self.batch)
+        if step.prefills:
+            self._complete_prefill(now)
+        else:
+            self._complete_decode(now)
+        if self._active == 0:
+            self._end_batch(now)
+
+    def _complete_prefill(self, now: float) -> None:
+        for req in self.batch:
+            req.num_computed = req.prompt_tokens
+            req.num_generated = 1
+            req.first_token_s = now
+            req.last_token_s = now
+            self._active_counts[req.class_id] += 1
+        self._active = len(self.batch)
+        self.kv_tokens = sum(r.prompt_tokens for r in self.batch)
+        self.slot_steps_useful += self._active
+        self._last_emit_s = now
+        self._retire_done()
+
+    def _complete_decode(self, now: float) -> None:
+        gap = now - self._last_emit_s
+        self.itl.add(gap, self._active_counts)
+        self.slot_steps_useful += self._active
+        self.kv_tokens += self._active
+        self._gaps.append(gap)
+        self._last_emit_s = now
+        self._decode_steps += 1
+        self._retire_done()
+
+    def _retire_done(self) -> None:
+        """Members whose reply is complete stop emitting (their slot stays held)."""
+        done_upto = len(self.batch) - self._active
+        generated = 1 + self._decode_steps
+        while done_upto < len(self.batch) and self.batch[done_upto].output_tokens <= generated:
+            req = self.batch[done_upto]
+            self._active_counts[req.class_id] -= 1
+            self._active -= 1
+            done_upto += 1
+
+    def _end_batch(self, now: float) -> None:
+        running_max = list(accumulate(self._gaps, max))
+        for req in self.batch:
+            req.num_generated = req.output_tokens
+            req.num_computed = req.total_tokens
+            if req.output_tokens > 1:
+                req.note_gap(running_max[req.output_tokens - 2])
+            self.alloc.free(req.blocks)
+            req.blocks = []
+            req.state = FINISHED
+            req.finish_s = now                 # the response returns with the batch
+            del self.running[req.rid]
+        self.finished.extend(self.batch)
+        self.batch = []
+        self.kv_tokens = 0

@@ -1,0 +1,267 @@
+"""Summaries of a finished run: percentiles, throughput, goodput, utilisation.
+
+Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py) and
+DESIGN.md "Metrics":
+
+- TTFT = first token − arrival; E2EL = last token − arrival;
+- TPOT per request = (E2EL − TTFT) / (output_tokens − 1), requests with one
+  output token excluded;
+- ITL = every gap between consecutive tokens of a request, pooled over all
+  requests (recorded as weighted runs, see :class:`capsim.results.model.ItlRuns`);
+- throughput over first arrival → last completion;
+- goodput = requests/s meeting every per-request SLO.
+
+Percentiles use numpy's default linear interpolation, exactly, also over
+weighted runs (:func:`weighted_percentile`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from capsim.metrics.disagg import disagg_columns, transfer_frame
+from capsim.results.model import FINISHED, RunResult, SummaryRow
+from capsim.scenario.slo import RequestSlo, SloConfig, failed_targets
+
+_NAN = float("nan")
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+
+
+def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """The q-th percentile (0..100) of ``values`` each repeated ``counts`` times.
+
+    Equals ``np.percentile(np.repeat(values, counts), q)`` (linear
+    interpolation) without materialising the repeats: O(R log R) for R runs.
+    Returns NaN when the total count is 0.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    keep = counts > 0
+    values, counts = np.asarray(values, dtype=np.float64)[keep], counts[keep]
+    total = int(counts.sum())
+    if total == 0:
+        return _NAN
+    order = np.argsort(values, kind="stable")
+    values, ends = values[order], np.cumsum(counts[order])
+    pos = q / 100.0 * (total - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, total - 1)
+    v_lo = values[np.searchsorted(ends, lo, side="right")]
+    v_hi = values[np.searchsorted(ends, hi, side="right")]
+    return float(v_lo + (pos - lo) * (v_hi - v_lo))
+
+
+def request_frame(result: RunResult, slo: SloConfig | None = None,
+                  class_slos: dict[str, RequestSlo] | None = None) -> pd.DataFrame:
+    """One row per request with derived latencies in milliseconds.
+
+    Columns: variant, request_id, cls, replica, status, reject_reason,
+    arrival_s, prompt_tokens, output_tokens, queue_ms, ttft_ms, tpot_ms,
+    e2el_ms, max_itl_ms, num_preemptions, good (met every per-request SLO of
+    its class; False when rejected); for a disaggregated run (where ``replica`` is
+    the prefill replica) also the KV transfer's decode_replica, kv_bytes,
+    kv_backpressure_ms, kv_transfer_ms and second_token_ms
+    (:func:`capsim.metrics.disagg.transfer_frame`; NaN for requests without one).
+    """
+    r = result.requests
+    df = pd.DataFrame({
+        "variant": result.variant,
+        "request_id": r.request_id,
+        "cls": np.asarray(result.class_names, dtype=object)[np.asarray(r.class_id, dtype=np.int64)]
+        if len(r.request_id) else [],
+        "replica": r.replica,
+        "status": r.status,
+        "reject_reason": r.reject_reason,
+        "arrival_s": r.arrival_s,
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "n": r.n if len(r.n) else 1,
+        "num_preemptions": r.num_preemptions,
+    })
+    arrival = np.asarray(r.arrival_s, dtype=np.float64)
+    first = np.asarray(r.first_token_s, dtype=np.float64)
+    finish = np.asarray(r.finish_s, dtype=np.float64)
+    out = np.asarray(r.output_tokens, dtype=np.float64)
+    df["queue_ms"] = (np.asarray(r.first_scheduled_s, dtype=np.float64) - arrival) * 1e3
+    df["ttft_ms"] = (first - arrival) * 1e3
+    df["e2el_ms"] = (finish - arrival) * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df["tpot_ms"] = np.where(out > 1, (finish - first) * 1e3 / (out - 1), _NAN)
+    df["max_itl_ms"] = np.asarray(r.max_itl_s, dtype=np.float64) * 1e3
+    df["good"] = _good_mask(df, slo, class_slos or {})
+    if result.disagg is not None:
+        df = df.merge(transfer_frame(result), on="request_id", how="left")
+    return df
+
+
+def _good_mask(df: pd.DataFrame, slo: RequestSlo | None,
+               class_slos: dict[str, RequestSlo]) -> np.ndarray:
+    good = (df["status"] == FINISHED).to_numpy().copy()
+    for cls in df["cls"].unique():
+        limits = class_slos.get(cls) or slo
+        if limits is None:
+            continue
+        rows = (df["cls"] == cls).to_numpy()
+        for col, bound in (("ttft_ms", limits.ttft_ms), ("tpot_ms", limits.tpot_ms),
+                           ("e2el_ms", limits.e2el_ms)):
+            if bound is not None:
+                vals = df[col].to_numpy()
+                # TPOT is undefined for one-token replies: no limit applies to them.
+                ok = (vals <= bound) | (np.isnan(vals) & (col == "tpot_ms"))
+                good[rows] &= ok[rows]
+    return good
+
+
+def summarize(result: RunResult, slo: SloConfig,
+              class_slos: dict[str, RequestSlo] | None = None) -> list[SummaryRow]:
+    """Summary rows for a run: one for all requests (cls "all"), then one per class.
+
+    Run-level SLO targets are checked on every row; rows of classes with no
+    requests are omitted.
+    """
+    df = request_frame(result, slo, class_slos)
+    itl = result.itl
+    gaps = np.asarray(itl.gap_s, dtype=np.float64)
+    counts = np.asarray(itl.count, dtype=np.int64)
+    run_cls = np.asarray(itl.class_id, dtype=np.int64)
+    span_s = _span_s(df)
+    shared = _shared_stats(result, span_s)
+    rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared)]
+    for cid, name in enumerate(result.class_names):
+        sub = df[df["cls"] == name]
+        if len(sub) and len(result.class_names) > 1:
+            mask = run_cls == cid
+            rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared))
+    if result.disagg is not None:
+        rows = [r.model_copy(update=disagg_columns(result, r.cls, span_s)) for r in rows]
+    return rows
+
+
+def _span_s(df: pd.DataFrame) -> float:
+    """First arrival → last completion (vllm bench serve's benchmark duration)."""
+    done = df["status"] == FINISHED
+    if not done.any():
+        return _NAN
+    end = (df.loc[done, "arrival_s"] + df.loc[done, "e2el_ms"] / 1e3).max()
+    return float(end - df["arrival_s"].min())
+
+
+def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
+    """Variant-level utilisation and cost figures, identical on every class row."""
+    reps = result.replicas
+    gpus = max(result.num_gpus, 1)
+    busy = sum(r.busy_s * r.tensor_parallel_size for r in reps) / gpus
+    flops = sum(r.flops for r in reps)
+    hbm = sum(r.hbm_bytes for r in reps)
+    span = span_s if span_s and span_s > 0 else _NAN
+    held = sum(r.slot_capacity for r in reps)
+    kv_frac = max((r.peak_kv_used_blocks / r.num_gpu_blocks for r in reps if r.num_gpu_blocks),
+                  default=_NAN)
+    return {
+        "num_gpus": result.num_gpus,
+        "gpu_busy_frac": busy / span,
+        "mfu": flops / (gpus * result.peak_flops_per_gpu * span),
+        "mbu": hbm / (gpus * result.hbm_bandwidth_per_gpu_bytes_per_s * span),
+        "kv_peak_frac": kv_frac,
+        "preemptions": sum(r.preemptions for r in reps),
+        "recomputed_tokens": sum(r.recomputed_tokens for r in reps),
+        "swap_bytes": sum(r.swap_out_bytes + r.swap_in_bytes for r in reps),
+        **_kv_layout_stats(reps),
+        "prefix_hit_rate": _ratio(sum(r.prefix_hit_tokens for r in reps),
+                                  sum(r.prefix_queried_tokens for r in reps)),
+        "prefix_block_hit_rate": _ratio(sum(r.prefix_hit_blocks for r in reps),
+                                        sum(r.prefix_queried_blocks for r in reps)),
+        "prefill_tokens_saved": sum(r.prefix_hit_tokens for r in reps),
+        "slot_occupancy": sum(r.slot_steps_useful for r in reps) / held if held else _NAN,
+        "cost_per_hour_usd": result.price_per_hour_usd,
+    }
+
+
+def _kv_layout_stats(reps) -> dict[str, int]:
+    """Seed 000's allocator figures, summed over replicas: waste and table size at peak,
+    and the contiguous allocators' external fragmentation at the first refused admission."""
+    blocked = [r.first_blocked for r in reps if r.first_blocked]
+    return {
+        "peak_running": max((r.peak_running for r in reps), default=0),
+        "kv_internal_waste_tokens": sum(max(0, r.peak_kv_used_blocks * r.block_size
+                                            - r.kv_written_tokens_at_peak) for r in reps),
+        "block_table_entries_at_peak": sum(r.block_table_entries_at_peak for r in reps),
+        "external_fragmentation_tokens": blocked[0][1] if blocked else 0,
+        "biggest_hole_tokens": blocked[0][2] if blocked else 0,
+    }
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else _NAN
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if len(values) else _NAN
+
+
+def _stats(prefix: str, values: np.ndarray, which: tuple[str, ...]) -> dict[str, float]:
+    vals = values[~np.isnan(values)]
+    out = {}
+    for key in which:
+        if key == "mean":
+            out[f"{prefix}_mean_ms"] = float(vals.mean()) if len(vals) else _NAN
+        elif key == "max":
+            out[f"{prefix}_max_ms"] = float(vals.max()) if len(vals) else _NAN
+        else:
+            q = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}[key]
+            out[f"{prefix}_{key}_ms"] = _pct(vals, q)
+    return out
+
+
+def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[str, float]:
+    total = int(counts.sum())
+    gaps_ms = gaps_s * 1e3
+    out = {
+        # fsum: exact, so the mean does not depend on the order the runs were recorded in.
+        "itl_mean_ms": math.fsum((gaps_ms * counts).tolist()) / total if total else _NAN,
+        "itl_max_ms": float(gaps_ms[counts > 0].max()) if total else _NAN,
+        "itl_stalls": int(counts[gaps_ms > stall_ms].sum()),
+    }
+    for key, q in (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9)):
+        out[f"itl_{key}_ms"] = weighted_percentile(gaps_ms, counts, q)
+    return out
+
+
+def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts: np.ndarray,
+         span_s: float, slo: SloConfig, shared: dict[str, float]) -> SummaryRow:
+    done = df[df["status"] == FINISHED]
+    out_tokens = float((done["output_tokens"] * done["n"]).sum())   # every sample's tokens
+    total_tokens = out_tokens + float(done["prompt_tokens"].sum())
+    span = span_s if span_s and span_s > 0 else _NAN
+    values: dict[str, float] = {
+        "num_requests": len(df),
+        "num_finished": len(done),
+        "num_rejected": len(df) - len(done),
+        **_stats("ttft", done["ttft_ms"].to_numpy(), ("mean", "p50", "p90", "p99", "p999", "max")),
+        **_stats("tpot", done["tpot_ms"].to_numpy(), ("mean", "p50", "p90", "p99")),
+        **_itl_stats(gaps, counts, slo.stall_threshold_ms),
+        **_stats("e2el", done["e2el_ms"].to_numpy(), ("mean", "p50", "p90", "p99")),
+        **_stats("queue", done["queue_ms"].to_numpy(), ("mean", "p99")),
+        "request_throughput_per_s": len(done) / span,
+        "output_throughput_tok_per_s": out_tokens / span,
+        "total_throughput_tok_per_s": total_tokens / span,
+        "goodput_req_per_s": float(df["good"].sum()) / span,
+        "goodput_fraction": float(df["good"].mean()) if len(df) else _NAN,
+        **shared,
+    }
+    per_hour = shared["cost_per_hour_usd"]
+    tok_per_hour = values["output_throughput_tok_per_s"] * 3600.0
+    # The fleet's price is shared by all classes: per-token cost only for the total.
+    values["cost_per_million_output_tokens_usd"] = (
+        per_hour / tok_per_hour * 1e6 if cls == "all" and tok_per_hour > 0 else _NAN)
+    failed = failed_targets(values, slo.targets)
+    return SummaryRow(variant=result.variant, cls=cls, slo_pass=not failed,
+                      slo_failed="; ".join(failed), **values)
+
+
+def summary_frame(rows: list[SummaryRow]) -> pd.DataFrame:
+    """summary.csv's table: one row per variant × class."""
+    return pd.DataFrame([r.model_dump() for r in rows])

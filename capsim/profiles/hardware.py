@@ -1,0 +1,349 @@
+"""GPU hardware profiles: datasheet numbers, calibrated efficiencies, prices.
+
+A profile is data, not code: one YAML file per SKU under
+``capsim/profiles/data/hardware/`` (also reachable as ``hardware/`` at the repo top).
+Every number in a profile carries a source in its ``sources`` mapping — a
+datasheet URL, the measured file it was calibrated from, or the word
+"estimate" with a reason.
+
+Public API:
+    HardwareProfile          pydantic model of one GPU SKU
+    Efficiency               achieved ÷ peak factors (calibration inputs)
+    Curve, GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
+    Calibration              provenance and error figures of a calibrated profile
+    load_hardware(name_or_path) -> HardwareProfile
+    list_hardware() -> list[HardwareProfile]
+    hardware_names() -> list[str]
+    scenario_error_from_validation(exc, file) -> ScenarioError
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import Int, StrictModel
+from capsim.common.yamlio import describe_yaml_error, safe_load_unique
+
+#: Numeric formats a profile may quote peak Tensor-Core throughput for.
+DType = Literal["bf16", "fp16", "fp8", "int8"]
+
+#: Profile fields that hold numbers and therefore need an entry in ``sources``.
+_SOURCED_FIELDS = (
+    "peak_flops_per_s",
+    "hbm_bytes",
+    "hbm_bandwidth_bytes_per_s",
+    "nvlink_bandwidth_bytes_per_s",
+    "nvlink_latency_s",
+    "pcie_bandwidth_bytes_per_s",
+    "pcie_latency_s",
+    "efficiency",
+    "step_overhead_s",
+    "price_per_gpu_hour_usd",
+)
+
+_PACKAGE_DIR = ("data", "hardware")
+
+
+class Curve(StrictModel):
+    """An efficiency as a function of a count (tokens, keys per query).
+
+    ``e`` is piecewise linear in ``log(count)`` between the knots and flat
+    outside them (:func:`capsim.cost.roofline.gemm_efficiency` evaluates it).
+
+    Attributes:
+        tokens: knot counts, strictly increasing, >= 1.
+        efficiency: e at each knot, in (0, 1].
+    """
+
+    tokens: list[int] = Field(min_length=1)
+    efficiency: list[float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_knots(self) -> "Curve":
+        if len(self.tokens) != len(self.efficiency):
+            raise ValueError(f"tokens ({len(self.tokens)}) and efficiency "
+                             f"({len(self.efficiency)}) must have the same length")
+        if self.tokens[0] < 1 or any(b <= a for a, b in zip(self.tokens, self.tokens[1:])):
+            raise ValueError(f"tokens must be >= 1 and strictly increasing, got {self.tokens}")
+        bad = [e for e in self.efficiency if not 0.0 < e <= 1.0]
+        if bad:
+            raise ValueError(f"efficiency values must be in (0, 1], got {bad}")
+        return self
+
+
+class GemmCurve(Curve):
+    """GEMM efficiency as a function of the tokens in the step (the GEMM's row count).
+
+    A weight matmul of ``n`` rows costs
+    ``launch_s + max(flops / peak, bytes / hbm_bandwidth) / e(n)``: the ideal
+    roofline divided by an efficiency that depends on ``n`` (small GEMMs reach
+    a smaller fraction of either roof, and the roofline's corner is the
+    worst fit). ``launch_s`` is the fixed time per GEMM kernel (s), >= 0.
+    """
+
+    launch_s: float = Field(0.0, ge=0.0)
+
+
+class KernelEfficiency(StrictModel):
+    """Roofline factors of one non-GEMM operator class, plus its fixed kernel time.
+
+    ``t = launch_s + max(flops / (peak × compute), bytes / (bandwidth × memory))``;
+    ``launch_s`` is per layer (one kernel, or for ``elementwise`` the layer's
+    group of norm / RoPE / activation / add kernels). With ``compute_curve``
+    (prefill attention), ``compute`` is replaced by ``e(keys per query)``:
+    FlashAttention's inner loop over keys is short for a short context, and
+    then reaches a small fraction of peak.
+    """
+
+    compute: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak FLOP/s")
+    memory: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak HBM bytes/s")
+    launch_s: float = Field(0.0, ge=0.0, description="fixed time per layer (s)")
+    compute_curve: Curve | None = Field(
+        None, description="attention_prefill only: compute efficiency over the whole number "
+                          "of keys each query attends to (Σ pairs ÷ prefill tokens); "
+                          "replaces `compute`")
+
+
+class Efficiency(StrictModel):
+    """Fractions of datasheet peak that real kernels reach (calibration inputs).
+
+    The three scalars apply to every operator that has no entry of its own:
+    ``t = flops / (peak × compute)`` and ``t = bytes / (bandwidth × memory)``;
+    ``interconnect`` scales the tensor-parallel link bandwidth. The optional
+    per-operator-class entries (written by ``capsim calibrate``) override them:
+    ``gemm`` (QKV / O / MLP / LM-head matmuls, a curve over tokens),
+    ``attention_prefill``, ``attention_decode`` and ``elementwise`` (norms,
+    RoPE, activation, residual adds and the embedding gather; memory only).
+    """
+
+    compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
+    memory: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak HBM bytes/s")
+    interconnect: float = Field(
+        1.0, gt=0.0, le=1.0, description="all-reduce bus bandwidth ÷ link bandwidth per direction"
+    )
+    gemm: GemmCurve | None = None
+    attention_prefill: KernelEfficiency | None = None
+    attention_decode: KernelEfficiency | None = None
+    elementwise: KernelEfficiency | None = None
+
+    def kernel(self, op_class: str) -> KernelEfficiency:
+        """The factors of ``attention_prefill`` / ``attention_decode`` / ``elementwise``;
+        the scalars (no launch time) when the profile has no entry for the class."""
+        own = getattr(self, op_class)
+        return own if own is not None else KernelEfficiency(compute=self.compute,
+                                                            memory=self.memory)
+
+
+class ErrorFigures(StrictModel):
+    """Absolute percentage error of predicted vs measured times over ``n`` rows."""
+
+    n: Int = Field(ge=0)
+    median_pct: float = Field(ge=0.0)
+    p90_pct: float = Field(ge=0.0)
+
+
+class ClassError(StrictModel):
+    """One operator class's error with the profile before and after calibration."""
+
+    before: ErrorFigures
+    after: ErrorFigures
+
+
+class Calibration(StrictModel):
+    """Where a profile's efficiencies came from: data, date, method and resulting error."""
+
+    date: str = Field(min_length=1, description="ISO date the fit was run")
+    tool: str = ""
+    data: list[str] = Field(min_length=1, description="measured files and their provenance")
+    method: str = ""
+    error: dict[str, ClassError] = Field(default_factory=dict)
+
+
+class HardwareProfile(StrictModel):
+    """One GPU SKU as the roofline and the KV sizer see it.
+
+    Units are in the field names. Bandwidths are per GPU and per direction.
+    ``nvlink_bandwidth_bytes_per_s`` and ``nvlink_latency_s`` are both ``None``
+    for a PCIe-only card; tensor-parallel traffic then goes over PCIe.
+    ``hbm_bytes`` is the device memory (HBM or GDDR) as the datasheet's
+    "GB" read as GiB; each YAML says why.
+    """
+
+    name: str = Field(min_length=1)
+    display_name: str = Field(min_length=1)
+    peak_flops_per_s: dict[DType, float] = Field(min_length=1)
+    hbm_bytes: Int = Field(gt=0)
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
+    nvlink_latency_s: float | None = Field(None, gt=0)
+    pcie_bandwidth_bytes_per_s: float = Field(gt=0)
+    pcie_latency_s: float = Field(gt=0)
+    efficiency: Efficiency
+    step_overhead_s: float = Field(ge=0)
+    price_per_gpu_hour_usd: float = Field(gt=0)
+    sources: dict[str, str]
+    calibration: Calibration | None = None
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "HardwareProfile":
+        for dtype, flops in self.peak_flops_per_s.items():
+            if flops <= 0:
+                raise ValueError(f"peak_flops_per_s.{dtype} must be > 0, got {flops}")
+        if (self.nvlink_bandwidth_bytes_per_s is None) != (self.nvlink_latency_s is None):
+            raise ValueError(
+                "nvlink_bandwidth_bytes_per_s and nvlink_latency_s must both be set "
+                "(NVLink card) or both be null (PCIe-only card)"
+            )
+        missing = [f for f in _SOURCED_FIELDS if f not in self.sources and _is_set(self, f)]
+        if missing:
+            raise ValueError(f"sources has no entry for: {', '.join(missing)}")
+        return self
+
+    # -- derived values ---------------------------------------------------
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype`` (datasheet, no sparsity).
+
+        Raises:
+            ScenarioError: the chip has no Tensor-Core rate for ``dtype``
+                (e.g. fp8 on an A100); the message lists the ones it has.
+        """
+        try:
+            return self.peak_flops_per_s[dtype]  # type: ignore[index]
+        except KeyError:
+            valid = ", ".join(sorted(self.peak_flops_per_s))
+            raise ScenarioError(
+                f"hardware '{self.name}' has no {dtype!r} peak; valid: {valid}"
+            ) from None
+
+    @property
+    def has_nvlink(self) -> bool:
+        """True if GPUs of this SKU talk over NVLink rather than PCIe."""
+        return self.nvlink_bandwidth_bytes_per_s is not None
+
+    @property
+    def tp_link_bandwidth_bytes_per_s(self) -> float:
+        """Per-direction bandwidth of the link tensor-parallel collectives use."""
+        if self.nvlink_bandwidth_bytes_per_s is not None:
+            return self.nvlink_bandwidth_bytes_per_s
+        return self.pcie_bandwidth_bytes_per_s
+
+    @property
+    def tp_link_latency_s(self) -> float:
+        """Per-hop latency of the tensor-parallel link (NVLink, else PCIe)."""
+        if self.nvlink_latency_s is not None:
+            return self.nvlink_latency_s
+        return self.pcie_latency_s
+
+    def ideal(self) -> "HardwareProfile":
+        """Copy with every efficiency 1.0, no per-class entries, no kernel launch
+        times and no step overhead (textbook roofline)."""
+        return self.model_copy(
+            update={
+                "efficiency": Efficiency(compute=1.0, memory=1.0, interconnect=1.0),
+                "step_overhead_s": 0.0,
+            }
+        )
+
+
+def _is_set(profile: HardwareProfile, field: str) -> bool:
+    return getattr(profile, field) is not None
+
+
+# -- loading ----------------------------------------------------------------
+
+
+def scenario_error_from_validation(exc: ValidationError, file: str | None) -> ScenarioError:
+    """Turn a pydantic ``ValidationError`` into one ScenarioError.
+
+    The first error is reported; its ``loc`` tuple becomes the dotted path
+    (``efficiency.compute``). Further errors are counted in the message.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    path = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"]
+    if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
+        message = f"{message} (got {first['input']!r})"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error(s))"
+    return ScenarioError(message, file=file, path=path)
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping.
+
+    Raises:
+        ScenarioError: unreadable file, malformed YAML, or not a mapping;
+            the error names the file.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
+    try:
+        data = safe_load_unique(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
+    return data
+
+
+def _packaged_dir() -> Any:
+    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
+
+
+def hardware_names() -> list[str]:
+    """Names of the packaged profiles, sorted (``a100-80gb``, ``h100-sxm``, ...)."""
+    return sorted(
+        entry.name[: -len(".yaml")]
+        for entry in _packaged_dir().iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        raise scenario_error_from_validation(exc, file) from None
+
+
+def _load_file(path: Path) -> HardwareProfile:
+    return _parse_profile(read_yaml_mapping(path), str(path))
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    """Load a hardware profile by packaged name or from a YAML file.
+
+    Args:
+        name_or_path: a packaged name (``h100-sxm``) or a path ending in
+            ``.yaml``/``.yml``.
+
+    Raises:
+        ScenarioError: unknown name (the message lists the valid names),
+            unreadable or malformed file, or an invalid field (names the
+            file and the dotted field path).
+    """
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")):
+        return _load_file(Path(text))
+    names = hardware_names()
+    if text not in names:
+        raise ScenarioError(f"unknown hardware {text!r}; valid: {', '.join(names)}")
+    entry = _packaged_dir().joinpath(f"{text}.yaml")
+    with resources.as_file(entry) as path:
+        return _load_file(Path(path))
+
+
+def list_hardware() -> list[HardwareProfile]:
+    """Every packaged profile, sorted by name."""
+    return [load_hardware(name) for name in hardware_names()]

@@ -1,0 +1,298 @@
+"""The result model: the only contract between the simulation and the report.
+
+``sim.simulate`` returns a :class:`RunResult`; ``metrics.summarize`` turns it
+into :class:`SummaryRow` objects; ``report`` renders both. Every model here
+round-trips through JSON (``model_dump_json`` / ``model_validate_json``).
+
+Units: seconds and bytes internally (``_s``, ``_bytes``); milliseconds only in
+summary columns whose names end in ``_ms``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capsim.results.columns import (ColumnModel, FloatColumn, IntColumn, StrColumn, TextColumn,
+                            empty_ints)
+
+FINISHED = "finished"
+REJECTED = "rejected"
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class RequestRecords(ColumnModel, _Result):
+    """One entry per request of the trace, column-wise: numpy arrays of length N,
+    indexed by request id (``request_id[i] == i`` for a simulated run).
+
+    Times are absolute simulated seconds (float64); NaN where a request never
+    reached that point (e.g. ``first_token_s`` of a rejected request). Integer
+    columns may be narrower than int64 (``replica``, ``num_preemptions`` int32;
+    ``class_id``, ``n`` as the trace has them); lists given to the constructor
+    or read from JSON become int64 / float64 / unicode arrays
+    (:mod:`capsim.results.columns`).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    request_id: IntColumn
+    class_id: IntColumn
+    replica: IntColumn                 # replica that served it (-1 if rejected before routing)
+    arrival_s: FloatColumn
+    prompt_tokens: IntColumn
+    output_tokens: IntColumn
+    status: StrColumn                  # FINISHED or REJECTED (a "<U8" array)
+    reject_reason: TextColumn          # object array of str; "" when finished
+    first_scheduled_s: FloatColumn     # first step that computed any of its tokens
+    first_token_s: FloatColumn         # end of the step that emitted output token 1
+    finish_s: FloatColumn              # end of the step that emitted its last token
+    num_preemptions: IntColumn
+    max_itl_s: FloatColumn             # largest gap between two of its consecutive tokens
+    n: IntColumn = Field(default_factory=empty_ints)   # parallel samples (each generates
+    #                                    output_tokens); empty = all 1
+
+
+class ItlRuns(ColumnModel, _Result):
+    """Inter-token gaps recorded as weighted runs (DESIGN.md "Metrics").
+
+    Run ``i`` says: ``count[i]`` gaps of ``gap_s[i]`` seconds, all by requests
+    of class ``class_id[i]``. Percentiles over the runs are exact. Columns are
+    numpy arrays of one length (one run per engine step and class): ``gap_s``
+    float64; from a run, ``count`` uint32 and ``class_id`` uint8 (wider for more
+    than 256 classes); read from JSON, int64. Add counts up with ``.sum()``
+    (numpy widens the accumulator).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    gap_s: FloatColumn
+    count: IntColumn
+    class_id: IntColumn
+
+
+class ReplicaTimeline(_Result):
+    """Per-replica activity in fixed-width time bins starting at t = 0.
+
+    Bin ``k`` covers ``[k * bin_s, (k + 1) * bin_s)``. Lists have one value per bin.
+    """
+
+    replica: int
+    pool: str                          # "colocated", "prefill" or "decode"
+    bin_s: float
+    steps: list[int]                   # engine steps that ended in the bin
+    busy_s: list[float]                # GPU-busy seconds in the bin
+    batch_tokens_mean: list[float]     # mean tokens per step (prefill + decode)
+    prefill_tokens: list[int]          # prefill tokens computed in the bin
+    decode_tokens: list[int]           # decode tokens computed in the bin
+    kv_used_blocks_max: list[int]
+    queue_len_max: list[int]           # waiting requests (not yet admitted)
+    running_max: list[int]             # sequences in the running batch
+
+
+class ReplicaStats(_Result):
+    """Whole-run totals for one replica (one tensor-parallel engine)."""
+
+    replica: int
+    pool: str
+    hardware: str
+    tensor_parallel_size: int
+    num_gpu_blocks: int
+    block_size: int
+    kv_cache_tokens: int
+    steps: int
+    busy_s: float
+    flops: float                       # summed over its GPUs
+    hbm_bytes: float                   # summed over its GPUs
+    compute_bound_steps: int
+    prefill_tokens: int                # computed prefill tokens (recompute included)
+    decode_tokens: int
+    preemptions: int
+    peak_kv_used_blocks: int
+    slot_steps_held: int               # Σ over steps of sequences holding a batch slot
+    slot_steps_useful: int             # Σ over steps of sequences that emitted a token
+    slot_capacity: int                 # Σ over steps of max_num_seqs
+    recomputed_tokens: int = 0         # KV tokens dropped by recompute preemption
+    swap_out_bytes: int = 0            # KV bytes swapped to host memory (swap preemption)
+    swap_in_bytes: int = 0
+    prefix_queried_tokens: int = 0     # tokens looked up in the prefix cache at admission
+    prefix_hit_tokens: int = 0         # of which found cached (prefill skipped)
+    prefix_queried_blocks: int = 0     # full blocks looked up
+    prefix_hit_blocks: int = 0
+    prefix_evictions: int = 0          # cached blocks reused for other content (LRU)
+    kv_written_tokens_at_peak: int = 0       # Σ computed tokens held, when KV use peaked
+    block_table_entries_at_peak: int = 0     # Σ block-table lengths then (paged)
+    peak_running: int = 0                    # most sequences in the batch at once
+    admission_blocked: int = 0               # contiguous: requests that waited for a hole
+    first_blocked: list[int] = []            # contiguous: [wanted, free tokens, biggest hole]
+
+
+class TransferRecords(_Result):
+    """One entry per KV-cache transfer of a disaggregated run, column-wise (length T).
+
+    Times are absolute simulated seconds. ``handoff_s`` is when the prefill
+    replica emitted token 1 and its KV was ready to leave; ``reserved_s`` when a
+    decode replica had a slot and KV blocks for it (``reserved_s − handoff_s``
+    is back-pressure); ``arrived_s`` when the last byte landed;
+    ``second_token_s`` when the decode replica emitted token 2 (NaN if the
+    request was preempted on the decode side before its first decode step).
+    """
+
+    request_id: list[int]
+    class_id: list[int]
+    prefill_replica: list[int]
+    decode_replica: list[int]
+    tokens: list[int]                  # KV tokens moved (the prompt)
+    bytes: list[float]                 # tokens × KV bytes per token (all layers, K and V)
+    overlapped_bytes: list[float]      # sent during the final prefill step (layer-wise overlap)
+    handoff_s: list[float]
+    reserved_s: list[float]
+    arrived_s: list[float]
+    second_token_s: list[float]
+
+
+class LinkPortStats(_Result):
+    """Traffic through one replica's port (one direction) of the KV link."""
+
+    replica: int
+    pool: str                          # "prefill" (egress) or "decode" (ingress)
+    capacity_bytes_per_s: float        # TP × link bandwidth per direction
+    bytes: float                       # bytes that crossed it
+    busy_s: float                      # time with at least one transfer on it
+
+
+class DisaggResult(_Result):
+    """What a disaggregated (prefill/decode) run adds to a RunResult.
+
+    Stranded capacity (issue 3): GPU-seconds a pool sat idle while the other
+    pool was saturated. The prefill pool is *saturated* while every prefill
+    replica is running a step and some prompt is still waiting; the decode
+    pool is saturated while some prefilled request waits for decode room
+    (back-pressure).
+    """
+
+    label: str                         # "1P3D": prefill replicas P, decode replicas D
+    link: str
+    link_bandwidth_bytes_per_s: float  # per GPU, per direction
+    link_latency_s: float
+    router: str                        # decode-side routing: least_kv | round_robin
+    layerwise_overlap: bool
+    prefill_replicas: int
+    decode_replicas: int
+    prefill_gpus: int
+    decode_gpus: int
+    prefill_hardware: str
+    decode_hardware: str
+    prefill_peak_flops_per_gpu: float  # dense peak of the prefill pool's GPUs (its dtype)
+    decode_hbm_bandwidth_per_gpu_bytes_per_s: float
+    transfers: TransferRecords
+    ports: list[LinkPortStats]
+    prefill_saturated_s: float
+    decode_saturated_s: float
+    stranded_prefill_gpu_s: float      # idle prefill GPU-seconds while decode was saturated
+    stranded_decode_gpu_s: float       # idle decode GPU-seconds while prefill was saturated
+
+
+class RunResult(_Result):
+    """Everything one variant's run produced."""
+
+    variant: str
+    seed: int
+    scheduler: str
+    num_replicas: int
+    num_gpus: int
+    hardware: str
+    model: str
+    price_per_hour_usd: float          # all GPUs of the variant
+    peak_flops_per_gpu: float
+    hbm_bandwidth_per_gpu_bytes_per_s: float
+    class_names: list[str]
+    sim_end_s: float
+    wall_s: float
+    requests: RequestRecords
+    itl: ItlRuns
+    replicas: list[ReplicaStats]
+    timelines: list[ReplicaTimeline]
+    log: list[str]                     # vLLM-style startup lines ("GPU KV cache size: ...")
+    disagg: DisaggResult | None = None # prefill/decode disaggregation only
+
+
+class SummaryRow(_Result):
+    """One row of summary.csv: a variant × request class (``cls == "all"`` for the total).
+
+    Latency columns are milliseconds. Percentiles follow numpy's default
+    (linear interpolation), as ``vllm bench serve`` reports them.
+    """
+
+    variant: str
+    cls: str
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    ttft_mean_ms: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    ttft_p999_ms: float
+    ttft_max_ms: float
+    tpot_mean_ms: float
+    tpot_p50_ms: float
+    tpot_p90_ms: float
+    tpot_p99_ms: float
+    itl_mean_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    itl_p999_ms: float
+    itl_max_ms: float
+    itl_stalls: int                    # gaps above slo.stall_threshold_ms
+    e2el_mean_ms: float
+    e2el_p50_ms: float
+    e2el_p90_ms: float
+    e2el_p99_ms: float
+    queue_mean_ms: float
+    queue_p99_ms: float
+    request_throughput_per_s: float
+    output_throughput_tok_per_s: float
+    total_throughput_tok_per_s: float
+    goodput_req_per_s: float
+    goodput_fraction: float            # finished requests meeting every per-request SLO ÷ all requests
+    num_gpus: int
+    gpu_busy_frac: float
+    mfu: float
+    mbu: float
+    kv_peak_frac: float
+    preemptions: int
+    recomputed_tokens: int = 0
+    swap_bytes: int = 0                          # KV bytes moved GPU↔host by swap preemption
+    peak_running: int = 0                        # most sequences batched at once (any replica)
+    kv_internal_waste_tokens: int = 0            # at peak KV use: slots held − tokens written
+    block_table_entries_at_peak: int = 0
+    external_fragmentation_tokens: int = 0       # contiguous: free tokens when the first
+    biggest_hole_tokens: int = 0                 # admission found no hole big enough
+    prefix_hit_rate: float = float("nan")        # hit tokens ÷ queried tokens (vLLM's metric)
+    prefix_block_hit_rate: float = float("nan")  # hit full blocks ÷ queried full blocks
+    prefill_tokens_saved: int = 0                # prompt tokens not computed thanks to hits
+    slot_occupancy: float              # useful slot-steps ÷ (max_num_seqs × steps), seed 000's occupancy
+    cost_per_hour_usd: float
+    cost_per_million_output_tokens_usd: float
+    slo_pass: bool                     # every scenario SLO target met (targets apply to cls == "all" and per class)
+    slo_failed: str                    # "" or "; "-joined failed targets, e.g. "itl_p99_ms 120.3 > 100"
+    # Prefill/decode disaggregation ("" / NaN for co-located variants; DisaggResult has the raw data).
+    disagg: str = ""                             # "1P3D": prefill replicas, decode replicas
+    prefill_busy_frac: float = float("nan")      # prefill pool GPU-busy seconds ÷ (its GPUs × span)
+    decode_busy_frac: float = float("nan")
+    prefill_mfu: float = float("nan")            # prefill pool FLOP/s ÷ (its GPUs × peak)
+    decode_mbu: float = float("nan")             # decode pool HBM bytes/s ÷ (its GPUs × bandwidth)
+    decode_slot_occupancy: float = float("nan")  # decode pool: sequences per step ÷ max_num_seqs
+    kv_transfer_p50_ms: float = float("nan")     # decode slot reserved → last KV byte landed
+    kv_transfer_p99_ms: float = float("nan")
+    kv_transfer_max_ms: float = float("nan")
+    kv_backpressure_p99_ms: float = float("nan") # token 1 → decode slot reserved (waiting for room)
+    second_token_p50_ms: float = float("nan")    # token 1 (prefill) → token 2 (decode), in ITL too
+    second_token_p99_ms: float = float("nan")
+    kv_transfer_gib: float = float("nan")        # KV bytes moved, GiB
+    kv_link_util_frac: float = float("nan")      # busiest port: bytes ÷ (capacity × span)
+    stranded_prefill_frac: float = float("nan")  # idle prefill GPU-s while decode saturated ÷ (prefill GPUs × span)
+    stranded_decode_frac: float = float("nan")   # idle decode GPU-s while prefill saturated ÷ (decode GPUs × span)

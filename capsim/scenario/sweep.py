@@ -1,0 +1,101 @@
+"""Schema of a scenario's ``sweep:`` and ``sizing:`` sections.
+
+``sweep:`` is a grid: each key is a dotted path into the scenario document
+(the same paths ``--set`` takes), each value the list of values to try::
+
+    sweep:
+      workload.arrival.rate_per_s: [2, 4, 8, 16]
+      engine.max_num_batched_tokens: [256, 512, 1024, 2048]
+      hardware: [a100-80gb, h100-sxm]
+
+``capsim sweep`` runs the Cartesian product of the lists (in the order
+written), crossed with the variants. ``sizing:`` holds the options of
+``capsim size`` (the load to size for, hardware and TP choices, the search
+bound and the number of replications).
+
+The validators here only say what would be valid; the scenario loader
+(:mod:`capsim.scenario.config`) turns their errors into one line with the file and the
+YAML path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from capsim.common.schema import Int, StrictModel
+
+#: Top-level keys a sweep may not vary: the sections that describe the sweep
+#: itself, and the seed (replications come from ``--seeds K``).
+SWEEP_RESERVED_ROOTS = ("sweep", "sizing", "name", "description", "seed")
+
+
+def _as_value_list(value: Any) -> Any:
+    """Reject a scalar where a list of values is expected, saying how to write it."""
+    if not isinstance(value, list):
+        raise ValueError(f"give a list of values to sweep, e.g. [{value!r}, ...]")
+    return value
+
+
+def _non_empty_distinct(values: list[Any]) -> list[Any]:
+    if not values:
+        raise ValueError("empty list: give at least one value to sweep")
+    seen = []
+    for v in values:
+        if v in seen:
+            raise ValueError(f"value {v!r} is listed twice")
+        seen.append(v)
+    return values
+
+
+SweepValues = Annotated[list[Any], BeforeValidator(_as_value_list),
+                        AfterValidator(_non_empty_distinct)]
+"""The values one swept field takes: a non-empty list without repeats."""
+
+
+def _check_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    if not grid:
+        raise ValueError("empty sweep: give at least one dotted field and its values, "
+                         "e.g. workload.arrival.rate_per_s: [2, 4, 8]")
+    for key in grid:
+        parts = key.split(".")
+        if any(not p.strip() for p in parts):
+            raise ValueError(f"'{key}' is not a dotted field path (e.g. engine.max_num_seqs)")
+        if parts[0] in SWEEP_RESERVED_ROOTS:
+            hint = " (use --seeds K for replications)" if parts[0] == "seed" else ""
+            raise ValueError(f"'{key}' cannot be swept{hint}; every field can except "
+                             f"{', '.join(SWEEP_RESERVED_ROOTS)}")
+    return grid
+
+
+SweepGrid = Annotated[dict[str, SweepValues], AfterValidator(_check_grid)]
+"""The ``sweep:`` section: dotted field path → list of values (Cartesian product)."""
+
+
+class SizingConfig(StrictModel):
+    """The ``sizing:`` section: defaults of ``capsim size`` (its options override them).
+
+    Attributes:
+        rate_per_s: offered load to size for, requests/s (default: the
+            workload's ``arrival.rate_per_s``; for a trace, its own rate).
+            ``--gpus N`` starts its capacity search here.
+        gpus: answer the inverse question instead: the highest request rate
+            this many GPUs sustain within the SLO targets.
+        hardware: GPU profiles to compare (default: each variant's own).
+        tensor_parallel_size: TP degrees to compare (default: each variant's own).
+        max_gpus: search bound; a configuration that needs more GPUs is
+            reported as unable to meet the SLOs within it.
+        seeds: independent traces per evaluated configuration; a configuration
+            passes only if it passes in every one.
+        rate_tolerance: relative precision of the ``gpus`` capacity search.
+    """
+
+    rate_per_s: Optional[float] = Field(default=None, gt=0)
+    gpus: Optional[int] = Field(default=None, gt=0)
+    hardware: Optional[list[str]] = Field(default=None, min_length=1)
+    tensor_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(default=None,
+                                                                            min_length=1)
+    max_gpus: Int = Field(default=64, gt=0)
+    seeds: Int = Field(default=1, ge=1, le=1000)
+    rate_tolerance: float = Field(default=0.02, gt=0, lt=1)

@@ -1,0 +1,311 @@
+"""Schema of a scenario's ``workload:`` section.
+
+The scenario loader embeds :class:`WorkloadConfig` as field ``workload`` and
+turns pydantic errors into one-line messages carrying the YAML path; the
+validators here only have to say *what would be valid*. Nothing in this
+module reads files: paths (``trace.path``, ``empirical.path``) are kept as
+given and resolved by :func:`capsim.workload.build` against the scenario
+file's directory.
+
+Two ways to describe traffic (exactly one must be given)::
+
+    workload:                         workload:
+      num_requests: 2000                trace:
+      arrival: {process: poisson,         path: traces/conv.csv
+                rate_per_s: 8.0}          format: azure
+      classes:                            rate_scale: 1.0
+        - name: chat
+          weight: 1
+          prompt_tokens: {dist: fixed, value: 512}
+          output_tokens: {dist: fixed, value: 128}
+
+Token lengths are integers: every sampled value is rounded to the nearest
+integer and clipped to ``[min, max]`` (``min`` >= 1, because a request has at
+least one prompt token and always produces at least one output token).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from capsim.common.schema import Int, StrictModel
+
+# --------------------------------------------------------------------------
+# Length distributions (discriminated on ``dist``)
+# --------------------------------------------------------------------------
+
+
+class _Bounded(StrictModel):
+    """Mixin check: ``min <= max`` when both are set."""
+
+    @model_validator(mode="after")
+    def _check_bounds(self):
+        lo = getattr(self, "min", None)
+        hi = getattr(self, "max", None)
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min must be ≤ max (got min={lo}, max={hi})")
+        return self
+
+
+class FixedDist(StrictModel):
+    """Every request gets exactly ``value`` tokens."""
+
+    dist: Literal["fixed"]
+    value: Int = Field(ge=1, description="token count, >= 1")
+
+
+class UniformDist(_Bounded):
+    """Integers drawn uniformly from ``[min, max]``, both ends inclusive."""
+
+    dist: Literal["uniform"]
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
+
+
+class NormalDist(_Bounded):
+    """Normal(``mean``, ``std``) in tokens, rounded and clipped to ``[min, max]``.
+
+    Clipping piles the mass of both tails onto ``min``/``max``, so the sample
+    mean differs from ``mean`` when the bounds are within a few ``std``.
+    """
+
+    dist: Literal["normal"]
+    mean: float
+    std: float = Field(ge=0)
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
+
+
+class LognormalDist(_Bounded):
+    """Log-normal whose **mean in tokens** is ``mean``; ``sigma`` is the std of ln(X).
+
+    The underlying normal has ``mu = ln(mean) - sigma**2 / 2`` so that
+    ``E[X] = exp(mu + sigma**2 / 2) = mean`` (standard log-normal moment
+    identity). The median is ``mean * exp(-sigma**2 / 2)``. Samples are
+    rounded and clipped to ``[min, max]``; clipping shifts the mean when the
+    bounds cut the tail.
+    """
+
+    dist: Literal["lognormal"]
+    mean: float = Field(gt=0, description="mean of the distribution, tokens")
+    sigma: float = Field(ge=0, description="standard deviation of ln(X)")
+    min: Int = Field(ge=1)
+    max: Int = Field(ge=1)
+
+
+class EmpiricalDist(_Bounded):
+    """Sample with replacement from column ``column`` of the CSV at ``path``.
+
+    ``path`` is relative to the scenario file's directory. Values are rounded
+    and clipped to ``[min, max]`` (``min`` defaults to 1, ``max`` to no limit).
+    """
+
+    dist: Literal["empirical"]
+    path: str = Field(min_length=1)
+    column: str = Field(min_length=1)
+    min: Int = Field(default=1, ge=1)
+    max: Optional[int] = Field(default=None, ge=1)
+
+
+LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+
+
+def _check_dist_tag(value: Any) -> Any:
+    """Name the valid ``dist`` values when the key is missing or unknown."""
+    if isinstance(value, dict):
+        tag = value.get("dist")
+        if tag is None:
+            raise ValueError(f"missing dist; valid: {', '.join(LENGTH_DISTS)}")
+        if tag not in LENGTH_DISTS:
+            raise ValueError(f"unknown dist {tag!r}; valid: {', '.join(LENGTH_DISTS)}")
+    return value
+
+
+LengthDist = Annotated[
+    Union[FixedDist, UniformDist, NormalDist, LognormalDist, EmpiricalDist],
+    Field(discriminator="dist"),
+    BeforeValidator(_check_dist_tag),
+]
+"""One of fixed | uniform | normal | lognormal | empirical, chosen by ``dist``."""
+
+
+# --------------------------------------------------------------------------
+# Synthetic arrivals and request classes
+# --------------------------------------------------------------------------
+
+
+class ArrivalConfig(StrictModel):
+    """Arrival process of synthetic requests.
+
+    - ``poisson``: exponential inter-arrival times with mean ``1/rate_per_s``.
+    - ``gamma``: Gamma inter-arrival times with mean ``1/rate_per_s`` and
+      coefficient of variation ``cv`` (cv > 1 is burstier than Poisson,
+      cv < 1 smoother; cv = 1 is Poisson).
+    - ``constant``: exactly ``1/rate_per_s`` apart, first request at t = 0.
+    """
+
+    process: Literal["poisson", "gamma", "constant"]
+    rate_per_s: float = Field(gt=0, description="mean arrival rate, requests/s")
+    cv: Optional[float] = Field(
+        default=None, gt=0, description="gamma only: CV of inter-arrival times"
+    )
+
+    @model_validator(mode="after")
+    def _check_cv(self):
+        if self.process == "gamma" and self.cv is None:
+            raise ValueError("cv is required for process: gamma (coefficient of variation, > 0)")
+        if self.process != "gamma" and self.cv is not None:
+            raise ValueError(
+                f"cv only applies to process: gamma (got process: {self.process}); remove cv"
+            )
+        return self
+
+
+class SharedPrefix(StrictModel):
+    """A shared system prompt prepended to a class's prompts (prefix caching).
+
+    ``tokens`` are added in front of the sampled ``prompt_tokens``; a request
+    uses one of ``num_templates`` distinct prompts (uniformly) with
+    probability ``fraction``.
+    """
+
+    tokens: Int = Field(gt=0, description="system-prompt length, tokens")
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    num_templates: Int = Field(default=1, gt=0)
+
+
+class Conversation(StrictModel):
+    """Multi-turn conversations: each turn's prompt is the previous prompt +
+    reply + new user tokens (``prompt_tokens`` samples the new user tokens).
+
+    The next turn arrives ``think_time_s`` (exponential with that mean) after
+    the previous reply completes: a closed loop, as real chat users behave.
+    """
+
+    turns: LengthDist = Field(description="turns per conversation, >= 1")
+    think_time_s: float = Field(default=5.0, ge=0, description="mean pause between turns, s")
+
+
+class RequestClass(StrictModel):
+    """One request class: its share of traffic and its token-length distributions."""
+
+    name: str = Field(min_length=1)
+    weight: float = Field(gt=0, description="relative share; normalised over classes")
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+    shared_prefix: Optional[SharedPrefix] = None
+    conversation: Optional[Conversation] = None
+    n: Int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
+    slo: Optional[dict[str, float]] = Field(
+        default=None, description="per-class SLO override (validated by the scenario loader)"
+    )
+
+
+# --------------------------------------------------------------------------
+# Trace replay
+# --------------------------------------------------------------------------
+
+
+class TraceColumns(StrictModel):
+    """Names of the CSV columns holding arrival time and token counts.
+
+    The arrival column holds either seconds (numbers) or timestamps (strings
+    such as ``2023-11-16 18:15:46.6805900``).
+    """
+
+    arrival: str = Field(min_length=1)
+    prompt_tokens: str = Field(min_length=1)
+    output_tokens: str = Field(min_length=1)
+
+
+AZURE_COLUMNS = TraceColumns(
+    arrival="TIMESTAMP", prompt_tokens="ContextTokens", output_tokens="GeneratedTokens"
+)
+"""Column names of the Azure LLM inference trace 2023 (Splitwise, ISCA'24)."""
+
+
+class TraceConfig(StrictModel):
+    """Replay requests from a CSV file instead of generating them.
+
+    ``format: azure`` reads the Azure 2023 columns (TIMESTAMP, ContextTokens,
+    GeneratedTokens); ``format: columns`` requires ``columns`` to name them
+    (e.g. Vidur's ``splitwise_*.csv``: arrived_at, num_prefill_tokens,
+    num_decode_tokens). ``columns`` given with ``format: azure`` overrides the
+    Azure names. ``rate_scale: 2`` replays the same requests twice as fast.
+    """
+
+    path: str = Field(min_length=1, description="CSV path, relative to the scenario file")
+    format: Literal["azure", "columns"] = "azure"
+    columns: Optional[TraceColumns] = None
+    rate_scale: float = Field(default=1.0, gt=0, description="inter-arrival times are divided by it")
+    class_name: str = Field(default="trace", min_length=1)
+
+    @model_validator(mode="after")
+    def _check_columns(self):
+        if self.format == "columns" and self.columns is None:
+            raise ValueError(
+                "format: columns needs columns: {arrival: ..., prompt_tokens: ..., output_tokens: ...}"
+            )
+        return self
+
+    @property
+    def resolved_columns(self) -> TraceColumns:
+        """The column names to read: ``columns`` if given, else the Azure names."""
+        return self.columns if self.columns is not None else AZURE_COLUMNS
+
+
+# --------------------------------------------------------------------------
+# The workload section
+# --------------------------------------------------------------------------
+
+
+class WorkloadConfig(StrictModel):
+    """The ``workload:`` section: synthetic (``arrival`` + ``classes``) or ``trace``.
+
+    Synthetic: exactly one of ``num_requests`` (that many requests) or
+    ``duration_s`` (all requests arriving in ``[0, duration_s)``).
+    Trace: at most one of them — ``num_requests`` keeps the first N rows,
+    ``duration_s`` keeps rows arriving before it (after ``rate_scale``).
+    """
+
+    num_requests: Optional[int] = Field(default=None, gt=0)
+    duration_s: Optional[float] = Field(default=None, gt=0)
+    arrival: Optional[ArrivalConfig] = None
+    classes: Optional[list[RequestClass]] = Field(default=None, min_length=1)
+    trace: Optional[TraceConfig] = None
+
+    @model_validator(mode="after")
+    def _check_source(self):
+        synthetic = self.arrival is not None or self.classes is not None
+        if self.trace is not None and synthetic:
+            raise ValueError("give either trace or arrival + classes, not both")
+        if self.trace is None:
+            missing = [k for k in ("arrival", "classes") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(
+                    f"missing {' and '.join(missing)}: give arrival + classes "
+                    "(synthetic requests) or trace (replay a CSV)"
+                )
+            if (self.num_requests is None) == (self.duration_s is None):
+                raise ValueError(
+                    "give exactly one of num_requests or duration_s for synthetic arrivals"
+                )
+            names = [c.name for c in self.classes]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"class names must be unique; repeated: {', '.join(dupes)}")
+        elif self.num_requests is not None and self.duration_s is not None:
+            raise ValueError(
+                "with trace give at most one of num_requests (first N rows) "
+                "or duration_s (rows arriving before it)"
+            )
+        return self
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Class names in ``class_id`` order (the trace's ``class_name`` for replay)."""
+        if self.trace is not None:
+            return (self.trace.class_name,)
+        return tuple(c.name for c in self.classes)

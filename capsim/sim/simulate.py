@@ -1,0 +1,199 @@
+"""Wire one RunConfig and a RequestTrace into a SimPy environment and run it.
+
+Returns a :class:`~capsim.results.model.RunResult`. Every run checks its invariants
+(DESIGN.md "Conventions"): each request finished or was rejected with a
+reason, each finished request produced exactly its output tokens, every
+replica drained and every KV block is back on its free list.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from capsim.scenario.config import RunConfig
+from capsim.engine.disagg import DisaggCluster
+from capsim.engine.disagg import reject_reason as disagg_reject_reason
+from capsim.engine.recorder import ItlRecorder, TimelineRecorder
+from capsim.engine.replica import Replica
+from capsim.engine.request import REJECTED, Request
+from capsim.engine.router import make_router
+from capsim.engine.scheduler.continuous import blocks_for
+from capsim.sim.request_log import RequestLog
+from capsim.sim.request_source import RequestSource
+from capsim.results.model import RunResult
+from capsim.cost.roofline import StepPricer
+from capsim.workload import RequestTrace
+
+Progress = Callable[[int, int], None]
+
+
+class InvariantError(RuntimeError):
+    """A run broke a conservation invariant: a simulator bug, not bad input."""
+
+
+def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = None,
+             macro_steps: bool = True) -> RunResult:
+    """Simulate one variant over the trace.
+
+    Requests exist as objects only while in flight: first turns are built when
+    they arrive, later turns when the turn before them ends
+    (:class:`~capsim.sim.request_source.RequestSource`); each request's outcome goes
+    into numpy columns when it ends (:class:`~capsim.sim.request_log.RequestLog`).
+
+    Args:
+        run: the resolved variant.
+        trace: the requests (shared by every variant of a scenario).
+        progress: called as ``progress(done, total)`` while requests complete.
+        macro_steps: advance decode-only stretches in one event (same results; False
+            runs every engine step as its own event, the reference path).
+
+    Raises:
+        InvariantError: if a conservation invariant fails at the end.
+    """
+    wall0 = time.perf_counter()
+    env = simpy.Environment()
+    itl = ItlRecorder(len(trace.class_names))
+    source = RequestSource(trace)
+    log = RequestLog(len(trace))
+    total = len(trace)
+    tick = max(1, total // 200)
+
+    def on_finish(req: Request) -> None:
+        log.record(req)
+        if progress is not None and log.written % tick == 0:
+            progress(log.written, total)
+        rejected = req.state == REJECTED
+        for child in source.next_turns(req):
+            env.process(_next_turn(env, child, rejected, trace, route, run, on_finish))
+
+    cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
+    if run.disagg is not None:
+        cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish,
+                                macro_steps=macro_steps)
+        replicas, route = cluster.replicas, cluster.route
+    else:
+        pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
+                            weight_dtype=run.engine.dtype,
+                            kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+        bin_s = TimelineRecorder.start_width_s(
+            float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0)
+        replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish,
+                            macro_steps=macro_steps, timeline_bin_s=bin_s)
+                    for i in range(run.cluster.num_replicas)]
+        route = make_router(run.cluster.router, replicas)
+    env.process(_arrivals(env, source, route, run, on_finish))
+    env.run()
+    _check_invariants(log, replicas, itl)
+    problems = cluster.invariant_problems() if cluster is not None else []
+    if problems:
+        raise InvariantError(problems[0])
+    if progress is not None:
+        progress(total, total)
+    result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
+    return result if cluster is None else cluster.finish(result)
+
+
+def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trace: RequestTrace,
+               route, run: RunConfig, on_finish):
+    """A conversation's next turn arrives ``think_s`` after the previous reply completes
+    (rejected at once if the previous turn was rejected)."""
+    if parent_rejected:
+        _reject(req, "the previous turn of its conversation was rejected", env.now, on_finish)
+        return
+    yield env.timeout(float(trace.think_s[req.rid]))
+    req.arrival_s = env.now
+    _admit(req, route, run, on_finish)
+
+
+def reject_reason(req: Request, run: RunConfig) -> str:
+    """Why a request can never be served by this engine ("" if it can)."""
+    if run.disagg is not None:
+        return disagg_reject_reason(req, run)
+    max_len = run.engine.max_model_len
+    if req.prompt_tokens + req.output_tokens > max_len:
+        return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
+                f"exceeds max_model_len {max_len}")
+    bs = run.engine.block_size
+    if run.engine.kv_allocator != "paged":
+        if req.n > 1:
+            return "parallel sampling (n > 1) needs the paged KV allocator"
+        want = max_len if run.engine.kv_allocator == "contiguous_max_model_len" else \
+            req.prompt_tokens + req.output_tokens
+        if want > run.kv.num_gpu_blocks * bs:
+            return f"reserves {want} KV tokens; the whole cache has {run.kv.num_gpu_blocks * bs}"
+    shared = req.prompt_tokens // bs              # full prompt blocks all samples share
+    need = shared + req.n * (blocks_for(req.total_tokens, bs) - shared)
+    if need > run.kv.num_gpu_blocks:
+        return f"needs {need} KV blocks; the whole cache has {run.kv.num_gpu_blocks}"
+    return ""
+
+
+def _arrivals(env: simpy.Environment, source: RequestSource, route, run: RunConfig, on_finish):
+    """First turns, in trace order, each built and admitted at its arrival time."""
+    roots = source.roots
+    for k in range(len(roots)):
+        req = source.root(roots.item(k))
+        delay = req.arrival_s - env.now
+        if delay > 0:
+            yield env.timeout(delay)
+        _admit(req, route, run, on_finish)
+
+
+def _admit(req: Request, route, run: RunConfig, on_finish) -> None:
+    reason = reject_reason(req, run)
+    if reason:
+        _reject(req, reason, req.arrival_s, on_finish)
+    else:
+        route().submit(req)
+
+
+def _reject(req: Request, reason: str, now: float, on_finish) -> None:
+    if req.arrival_s != req.arrival_s:          # a later turn that never arrived
+        req.arrival_s = now
+    req.state = REJECTED
+    req.reject_reason = reason
+    on_finish(req)
+
+
+def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder) -> None:
+    """Every request ended once, finished ones with all their tokens (checked as they
+    ended); replicas drained, every KV block free; ITL gaps = what finished requests imply."""
+    problems = log.problems()
+    if problems:
+        raise InvariantError(problems[0])
+    for rep in replicas:
+        if rep.scheduler.has_work():
+            raise InvariantError(f"replica {rep.index} still has queued or running requests")
+        rep.alloc.check_all_free()
+    gaps = itl.total_gaps()
+    if gaps != log.gaps_expected:
+        raise InvariantError(f"recorded {gaps} inter-token gaps; finished requests "
+                             f"imply {log.gaps_expected}")
+
+
+def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
+            itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
+    hw = run.hardware
+    return RunResult(
+        variant=run.variant, seed=run.seed, scheduler=_scheduler_label(run),
+        num_replicas=run.cluster.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
+        model=run.model.name, price_per_hour_usd=hw.price_per_gpu_hour_usd * run.num_gpus,
+        peak_flops_per_gpu=hw.peak_flops(run.engine.dtype),
+        hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
+        class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
+        requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
+        timelines=[r.timeline.result() for r in replicas],
+        log=run.kv.log_lines(run.engine.max_model_len))
+
+
+def _scheduler_label(run: RunConfig) -> str:
+    eng = run.engine
+    if eng.scheduler == "static":
+        return "static"
+    if eng.chunked:
+        return f"continuous+chunked({eng.max_num_batched_tokens})"
+    return "continuous"

@@ -1,0 +1,136 @@
+"""Fleet options for ``capsim size``: a variant on one GPU at one TP degree, and its floors.
+
+:func:`fleet_options` resolves every variant × hardware × TP choice through
+the scenario loader (so every memory and sharding rule applies);
+:func:`fleet_at` turns a searched replica count into a fleet (the hook where
+prefill + decode pools of disaggregated variants will go);
+:func:`slo_floors_ms` gives the latencies no number of replicas can beat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from capsim.scenario.config import LoadedScenario, RunConfig, load
+from capsim.common.errors import ScenarioError
+from capsim.profiles.hardware import load_hardware
+from capsim.cost.roofline import StepPricer, attn_pairs
+
+#: Why a disaggregated variant gets no answer yet (see :func:`fleet_at`).
+DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): sizing searches one replica count "
+                    "and does not split pools yet")
+
+
+@dataclass(frozen=True)
+class FleetOption:
+    """One configuration to size: a variant on one GPU profile at one TP degree.
+
+    ``run`` is None and ``problem`` says why when the option cannot run at all
+    (the model does not fit, TP does not divide the heads, an SLO floor).
+    """
+
+    variant: str
+    hardware: str
+    tensor_parallel_size: int
+    run: RunConfig | None
+    problem: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.variant, self.hardware, self.tensor_parallel_size)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``chunked · h100-sxm TP1``."""
+        return f"{self.variant} · {self.hardware} TP{self.tensor_parallel_size}"
+
+
+def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str] | None,
+                  tps: list[int] | None) -> list[FleetOption]:
+    """Every variant × hardware × TP choice (None: each variant's own), loaded and resolved.
+
+    Raises:
+        ScenarioError: an unknown hardware name in ``hardware``.
+    """
+    for i, name in enumerate(hardware or []):
+        try:
+            load_hardware(name)
+        except ScenarioError as exc:
+            raise exc.with_context(file=str(base.path), path=f"sizing.hardware.{i}") from None
+    out = []
+    for hw in hardware or [None]:
+        for tp in tps or [None]:
+            out.extend(_options_for(base, overrides, hw, tp))
+    return out
+
+
+def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
+                 tp: int | None) -> list[FleetOption]:
+    extra = _choice_overrides(base, hw, tp)
+    try:
+        loaded = load(base.path, overrides + extra, base.spec.seed)
+    except ScenarioError as exc:
+        problem = f"{exc.path}: {exc.message}" if exc.path else exc.message   # file said once
+        return [FleetOption(rc.variant, hw or rc.hardware.name,
+                            tp or rc.engine.tensor_parallel_size, None, problem)
+                for rc in base.runs]
+    return [FleetOption(rc.variant, rc.hardware.name, rc.engine.tensor_parallel_size, rc)
+            for rc in loaded.runs]
+
+
+def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None) -> list[str]:
+    """``--set`` strings putting every variant on ``hw`` at TP ``tp`` (over their own choices)."""
+    out = []
+    if hw is not None:
+        out.append(f"hardware={hw}")
+        out += [f"variants.{i}.hardware={hw}" for i, v in enumerate(base.spec.variants)
+                if v.hardware is not None]
+    if tp is not None:
+        out.append(f"engine.tensor_parallel_size={tp}")
+        out += [f"variants.{i}.engine.tensor_parallel_size={tp}"
+                for i, v in enumerate(base.spec.variants) if "tensor_parallel_size" in v.engine]
+    return out
+
+
+def fleet_at(run: RunConfig, replicas: int) -> RunConfig:
+    """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP).
+
+    The one place that turns a searched count into a fleet. Disaggregated
+    variants (``run.disagg``) are marked :data:`DISAGG_NOT_SIZED` before any
+    search; sizing them means returning prefill and decode pool sizes here
+    (e.g. ``replace(run, disagg=...)`` with both pools' ``num_replicas``) and
+    a 2-D search over (P, D) in :func:`run`.
+    """
+    return replace(run, cluster=run.cluster.model_copy(update={"num_replicas": replicas}))
+
+
+def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
+    """Lower bounds of latency metrics that no number of replicas can beat, ms.
+
+    - ITL / TPOT: one decode step of a single sequence at context 1.
+    - TTFT: the shortest prompt of the trace prefilled in one step, alone.
+
+    Both from the roofline (:class:`capsim.cost.roofline.StepPricer`); adding
+    sequences, context or chunks only lengthens steps.
+    """
+    pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
+                        weight_dtype=run.engine.dtype,
+                        kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+    decode = pricer.cost(decode_seqs=1, decode_ctx_tokens=1, logits_seqs=1).seconds * 1e3
+    p = int(min_prompt_tokens)
+    prefill = pricer.cost(prefill_tokens=p, prefill_attn_pairs=attn_pairs(p, 0),
+                          prefill_kv_tokens=p, logits_seqs=1).seconds * 1e3
+    return {"itl": decode, "tpot": decode, "ttft": prefill}
+
+
+def unreachable(targets: dict[str, float], floors_ms: dict[str, float]) -> list[str]:
+    """Targets below their floor, e.g. ``["itl_p99_ms ≤ 2 but one decode step takes 4.7 ms"]``."""
+    out = []
+    for name, bound in targets.items():
+        prefix = name.split("_")[0]
+        if name.endswith("_ms") and prefix in floors_ms and bound < floors_ms[prefix]:
+            what = ("a lone prefill of the shortest prompt" if prefix == "ttft"
+                    else "one decode step")
+            out.append(f"slo.targets.{name} ≤ {bound:g} but {what} takes "
+                       f"{floors_ms[prefix]:.3g} ms")
+    return out

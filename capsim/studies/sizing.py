@@ -1,0 +1,378 @@
+"""``capsim size``: the fewest GPUs that meet every SLO target, or what N GPUs sustain.
+
+Two questions, one machinery:
+
+- **fewest GPUs** at a request rate R: for every *fleet option* — a variant
+  on one GPU profile at one tensor-parallel degree — search the number of
+  replicas with :func:`capsim.studies.search.fewest_passing` (doubling, then
+  bisection; GPUs = replicas × TP, up to ``max_gpus``).
+- **capacity** of N GPUs: for every option, the highest rate whose run still
+  meets every target (:func:`capsim.studies.search.highest_passing`).
+
+A configuration *passes* when the ``cls == "all"`` summary row meets every
+``slo.targets`` bound in each of the K replications (independent traces,
+seeds ``seed .. seed + K − 1``). All options' searches advance in lock-step,
+and each round's pending runs (options × K) go to the runner as one batch.
+Every option sees the same K traces at a given rate (common random numbers).
+
+Fleet options and SLO floors live in :mod:`capsim.studies.fleet`, the judgement of
+one configuration in :mod:`capsim.studies.evaluation`. Disaggregated variants
+(P + D pools) are not searched yet: :func:`capsim.studies.fleet.fleet_at` is the
+hook — a 2-D search over prefill and decode replicas replaces the 1-D one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import pandas as pd
+
+from capsim.scenario.config import LoadedScenario
+from capsim.scenario.workload import WorkloadConfig
+from capsim.common.errors import ScenarioError
+from capsim.studies.evaluation import Evaluation
+from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet_options,
+                          slo_floors_ms, unreachable)
+from capsim.studies.parallel import Progress, Runner
+from capsim.studies.search import fewest_passing, highest_passing
+from capsim.studies.sweep import TraceCache, offered_rate_per_s
+from capsim.studies.task import RunOutcome, RunTask, execute, outcomes_frame
+
+__all__ = ["DISAGG_NOT_SIZED", "FleetOption", "fleet_at", "fleet_options", "slo_floors_ms",
+           "unreachable", "SizingRow", "SizingResult", "SizingPlan", "plan", "run", "rows_frame"]
+
+#: How far the capacity search may go from its start rate, both ways (factor).
+RATE_RANGE = 64.0
+
+Mode = Literal["gpus", "rate"]
+
+
+# --------------------------------------------------------------------------
+# The answer
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizingRow:
+    """One fleet option's answer (a row of the ranked table).
+
+    ``status``: "met" (a configuration passed), "not met" (none within the
+    search bound; the best one found is described in ``note``) or
+    "infeasible" (the option cannot run, or a target is below its floor).
+    ``within_noise``: the decision could flip with other traces — at the
+    next smaller fleet (or next higher rate) some replications passed, or the
+    binding target's 95 % interval contains its bound; None with one seed.
+    """
+
+    rank: int
+    variant: str
+    hardware: str
+    tensor_parallel_size: int
+    status: str
+    num_replicas: int | None = None
+    num_gpus: int | None = None
+    rate_per_s: float | None = None
+    cost_per_hour_usd: float = math.nan
+    cost_per_million_output_tokens_usd: float = math.nan
+    output_throughput_tok_per_s: float = math.nan
+    binding: str = ""
+    binding_value: float = math.nan
+    binding_bound: float = math.nan
+    margin_frac: float = math.nan
+    within_noise: bool | None = None
+    note: str = ""
+    evaluations: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} · {self.hardware} TP{self.tensor_parallel_size}"
+
+
+@dataclass(frozen=True)
+class SizingResult:
+    """What ``capsim size`` found.
+
+    Attributes:
+        mode: "gpus" (fewest GPUs at ``rate_per_s``) or "rate" (capacity of ``gpus``).
+        rows: ranked table (met first; by $/h then $/M tokens, or by rate).
+        runs: every run of the search, one row per run × class (summary.csv).
+    """
+
+    base: LoadedScenario
+    mode: Mode
+    rate_per_s: float | None
+    gpus: int | None
+    max_gpus: int
+    seeds: list[int]
+    rows: list[SizingRow]
+    runs: pd.DataFrame
+
+    @property
+    def any_met(self) -> bool:
+        return any(r.status == "met" for r in self.rows)
+
+
+# --------------------------------------------------------------------------
+# Planning and running a search
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SizingPlan:
+    """A validated sizing question: options, load, seeds, bounds."""
+
+    base: LoadedScenario
+    options: list[FleetOption]
+    mode: Mode
+    rate_per_s: float
+    gpus: int | None
+    max_gpus: int
+    seeds: list[int]
+    rate_tolerance: float
+    traces: TraceCache
+
+    def workload_at(self, wl: WorkloadConfig, rate_per_s: float) -> WorkloadConfig:
+        """``wl`` offering ``rate_per_s``: the synthetic rate, or a trace's ``rate_scale``."""
+        if wl.arrival is not None:
+            return wl.model_copy(update={"arrival": wl.arrival.model_copy(
+                update={"rate_per_s": rate_per_s})})
+        at_scale = offered_rate_per_s(wl, self.traces.get(wl, self.seeds[0]))
+        native = at_scale / wl.trace.rate_scale
+        return wl.model_copy(update={"trace": wl.trace.model_copy(
+            update={"rate_scale": rate_per_s / native})})
+
+
+def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None = None,
+         gpus: int | None = None, num_seeds: int | None = None,
+         max_gpus: int | None = None) -> SizingPlan:
+    """Combine the CLI options with the ``sizing:`` section and check the question.
+
+    Arguments given here override ``sizing:``; ``gpus`` switches to the
+    capacity question.
+
+    Raises:
+        ScenarioError: no ``slo.targets``; an unknown hardware name; every
+            option infeasible (too big for memory, or a target below what any
+            fleet can reach — the message says which and why).
+    """
+    spec, path = base.spec, str(base.path)
+    sizing = spec.sizing
+    if not spec.slo.targets:
+        raise ScenarioError("capsim size needs at least one run-level target to meet, e.g. "
+                            "slo: {targets: {itl_p99_ms: 60, ttft_p99_ms: 2000}}",
+                            file=path, path="slo.targets")
+    gpus = gpus if gpus is not None else (sizing.gpus if sizing else None)
+    seeds_k = num_seeds or (sizing.seeds if sizing else 1)
+    if seeds_k < 1:
+        raise ScenarioError(f"--seeds must be >= 1, got {seeds_k}")
+    p = SizingPlan(base=base, options=[], mode="rate" if gpus else "gpus", rate_per_s=0.0,
+                   gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
+                   seeds=[spec.seed + r for r in range(seeds_k)],
+                   rate_tolerance=sizing.rate_tolerance if sizing else 0.02,
+                   traces=TraceCache(base.base_dir, str(base.path)))
+    p.rate_per_s = _start_rate(p, rate_per_s)
+    options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
+                            sizing.tensor_parallel_size if sizing else None)
+    p.options = _check_options(p, options)
+    return p
+
+
+def _start_rate(p: SizingPlan, rate_per_s: float | None) -> float:
+    spec = p.base.spec
+    rate = rate_per_s or (spec.sizing.rate_per_s if spec.sizing else None)
+    if rate is not None and rate <= 0:
+        raise ScenarioError(f"--rate must be > 0 requests/s, got {rate:g}")
+    if rate is None:
+        rate = offered_rate_per_s(spec.workload, p.traces.get(spec.workload, p.seeds[0]))
+    return float(rate)
+
+
+def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOption]:
+    """Mark options that can never pass (floors, GPU count); raise if none is left."""
+    out = []
+    for opt in options:
+        if opt.run is not None and opt.run.disagg is not None:
+            opt = replace(opt, run=None, problem=DISAGG_NOT_SIZED)
+        if opt.run is not None:
+            trace = p.traces.get(p.workload_at(opt.run.workload, p.rate_per_s), p.seeds[0])
+            floors = slo_floors_ms(opt.run, int(trace.prompt_tokens.min()))
+            problems = unreachable(p.base.spec.slo.targets, floors)
+            tp = opt.tensor_parallel_size
+            if p.mode == "rate" and p.gpus % tp:
+                problems.append(f"{p.gpus} GPUs is not a multiple of TP {tp}")
+            if p.mode == "gpus" and p.max_gpus < tp:
+                problems.append(f"max_gpus {p.max_gpus} is below TP {tp}")
+            if problems:
+                opt = replace(opt, run=None, problem="; ".join(problems))
+        out.append(opt)
+    if all(o.run is None for o in out):
+        raise ScenarioError(f"no configuration can be sized; {out[0].label}: "
+                            f"{out[0].problem}", file=str(p.base.path))
+    return out
+
+
+class _Evaluator:
+    """Runs configurations (option, replicas, rate) × seeds in batches and remembers them."""
+
+    def __init__(self, p: SizingPlan, runner: Runner, progress: Progress | None):
+        self.p, self.runner, self.progress = p, runner, progress
+        self.by_key = {o.key: o for o in p.options if o.run is not None}
+        self.done: dict[tuple, Evaluation] = {}
+        self.outcomes: list[RunOutcome] = []
+        self.finished_runs = 0
+
+    def config(self, key, x) -> tuple[int, float]:
+        """(replicas, rate) of candidate ``x`` of option ``key``."""
+        if self.p.mode == "gpus":
+            return int(x), self.p.rate_per_s
+        return self.p.gpus // key[2], float(x)
+
+    def batch(self, pending: list[tuple[tuple, Any]]) -> None:
+        todo = [(k, *self.config(k, x)) for k, x in pending]
+        todo = [c for c in dict.fromkeys(todo) if c not in self.done]
+        tasks = [self._task(k, n, rate, rep, seed) for k, n, rate in todo
+                 for rep, seed in enumerate(self.p.seeds)]
+        base = self.finished_runs
+        total = base + len(tasks)
+        results = self.runner.map(execute, tasks, (lambda d, _t: self.progress(base + d, total))
+                                  if self.progress else None)
+        self.finished_runs = total
+        self.outcomes.extend(results)
+        k_seeds = len(self.p.seeds)
+        for i, (k, n, rate) in enumerate(todo):
+            self.done[(k, n, rate)] = Evaluation(k, n, rate,
+                                                 tuple(results[i * k_seeds:(i + 1) * k_seeds]),
+                                                 dict(self.p.base.spec.slo.targets))
+
+    def get(self, key, x) -> Evaluation:
+        return self.done[(key, *self.config(key, x))]
+
+    def _task(self, key, replicas: int, rate: float, rep: int, seed: int) -> RunTask:
+        opt = self.by_key[key]
+        trace = self.p.traces.get(self.p.workload_at(opt.run.workload, rate), seed)
+        run = replace(fleet_at(opt.run, replicas), seed=seed)
+        labels = {"variant": opt.variant, "hardware": opt.hardware,
+                  "tensor_parallel_size": opt.tensor_parallel_size, "num_replicas": replicas,
+                  "offered_rate_per_s": rate, "replication": rep, "seed": seed}
+        return RunTask(labels, run, trace, self.p.base.spec.slo, self.p.base.class_slos)
+
+
+def _lockstep(searches: dict[tuple, Generator], ev: _Evaluator) -> dict[tuple, Any]:
+    """Advance every search together; each round's candidates run as one batch."""
+    pending = {k: next(g) for k, g in searches.items()}
+    answers: dict[tuple, Any] = {}
+    while pending:
+        ev.batch(list(pending.items()))
+        nxt = {}
+        for k, x in pending.items():
+            try:
+                nxt[k] = searches[k].send(ev.get(k, x).passed)
+            except StopIteration as stop:
+                answers[k] = stop.value
+        pending = nxt
+    return answers
+
+
+def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> SizingResult:
+    """Search every feasible option and rank the answers."""
+    ev = _Evaluator(p, runner, progress)
+    if p.mode == "gpus":
+        searches = {k: fewest_passing(max(p.max_gpus // k[2], 1)) for k in ev.by_key}
+    else:
+        r = p.rate_per_s
+        searches = {k: highest_passing(r, p.rate_tolerance, r / RATE_RANGE, r * RATE_RANGE)
+                    for k in ev.by_key}
+    answers = _lockstep(searches, ev)
+    rows = [_row(p, ev, o, answers.get(o.key)) for o in p.options]
+    return SizingResult(base=p.base, mode=p.mode, rate_per_s=p.rate_per_s if p.mode == "gpus"
+                        else None, gpus=p.gpus, max_gpus=p.max_gpus, seeds=p.seeds,
+                        rows=_ranked(rows, p.mode), runs=outcomes_frame(ev.outcomes))
+
+
+# --------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------
+
+
+def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
+    head = dict(rank=0, variant=opt.variant, hardware=opt.hardware,
+                tensor_parallel_size=opt.tensor_parallel_size)
+    if opt.run is None:
+        return SizingRow(**head, status="infeasible", note=opt.problem)
+    tested = list(answer.tested)
+    if answer.best is None:
+        best = max((ev.get(opt.key, x) for x in tested),
+                   key=lambda e: (e.pass_runs, e.binding().margin_frac))
+        return SizingRow(**head, status="not met", **_figures(best), note=_not_met(p, best),
+                         evaluations=len(tested))
+    chosen = ev.get(opt.key, answer.best)
+    note = ""
+    if p.mode == "rate" and answer.capped:
+        note = f"still meets the SLOs at {answer.best:g} req/s, the search's upper end"
+    return SizingRow(**head, status="met", **_figures(chosen),
+                     within_noise=_within_noise(p, ev, opt, answer, chosen), note=note,
+                     evaluations=len(tested))
+
+
+def _figures(e: Evaluation) -> dict[str, Any]:
+    b = e.binding()
+    gpus = e.outcomes[0].total.num_gpus
+    return dict(num_replicas=e.num_replicas, num_gpus=gpus, rate_per_s=e.rate_per_s,
+                cost_per_hour_usd=e.outcomes[0].total.cost_per_hour_usd,
+                cost_per_million_output_tokens_usd=e.mean("cost_per_million_output_tokens_usd"),
+                output_throughput_tok_per_s=e.mean("output_throughput_tok_per_s"),
+                binding=b.name, binding_value=b.worst, binding_bound=b.bound,
+                margin_frac=b.margin_frac)
+
+
+def _not_met(p: SizingPlan, best: Evaluation) -> str:
+    failed = [s for s in best.target_stats() if s.margin_frac < 0]
+    what = "; ".join(f"{s.name} {s.worst:.4g} vs {s.bound:g}" for s in failed)
+    where = (f"within max_gpus = {p.max_gpus}" if p.mode == "gpus"
+             else f"at any rate down to {p.rate_per_s / RATE_RANGE:.3g} req/s")
+    runs = f", {best.pass_runs}/{len(best.outcomes)} seeds pass" if len(best.outcomes) > 1 else ""
+    return (f"cannot meet the SLO targets {where}; best found: "
+            f"{best.outcomes[0].total.num_gpus} GPUs at {best.rate_per_s:.3g} req/s{runs}: {what}")
+
+
+def _within_noise(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer,
+                  chosen: Evaluation) -> bool | None:
+    """Could other traces change the answer? None with a single seed.
+
+    Fewest GPUs: one replica fewer passed in some replications, or the
+    binding target's 95 % interval at the answer contains its bound.
+    Capacity: the binding target's interval contains its bound (the next
+    rate tried is within the search tolerance, so it is not evidence).
+    """
+    if len(p.seeds) < 2:
+        return None
+    straddles = chosen.binding().ci_straddles_bound
+    if p.mode == "rate":
+        return straddles
+    fewer = answer.best - 1
+    flaky = fewer in answer.tested and ev.get(opt.key, fewer).pass_runs > 0
+    return flaky or straddles
+
+
+def _ranked(rows: list[SizingRow], mode: Mode) -> list[SizingRow]:
+    order = {"met": 0, "not met": 1, "infeasible": 2}
+
+    def key(r: SizingRow):
+        nan_last = lambda v: math.inf if v is None or math.isnan(v) else v  # noqa: E731
+        if mode == "gpus":
+            return (order[r.status], nan_last(r.cost_per_hour_usd),
+                    nan_last(r.cost_per_million_output_tokens_usd))
+        return (order[r.status], -(r.rate_per_s or 0.0) if r.status == "met" else 0.0,
+                nan_last(r.cost_per_million_output_tokens_usd))
+
+    ranked = sorted(rows, key=key)
+    return [replace(r, rank=i + 1 if r.status == "met" else 0) for i, r in enumerate(ranked)]
+
+
+def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
+    """sizing.csv: one row per fleet option, in rank order."""
+    return pd.DataFrame([{**r.__dict__, "configuration": r.label} for r in rows])
+

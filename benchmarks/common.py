@@ -71,7 +71,7 @@ def child(job: dict) -> dict:
 
     import capsim.sim.simulate as sim
     from capsim import workload
-    from capsim.scenario.config import load
+    from capsim.scenario.load import load
 
     envs: list[simpy.Environment] = []
 

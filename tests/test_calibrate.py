@@ -25,7 +25,7 @@ from capsim.calibrate.observations import concat
 from capsim.calibrate.vllm_bench import (BenchRequests, fit_bench, read_bench_json,
                                          scaled_profile, simulate_bench)
 from capsim.cli.main import cli
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Curve, GemmCurve, KernelEfficiency, load_hardware
 from capsim.profiles.models import load_model

@@ -12,7 +12,7 @@ import pytest
 import simpy
 import yaml
 
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.engine.transfer import FairShareNetwork, Flow, KVLink
 from capsim.profiles.links import load_link, resolve_link, LinkNumbers
 from capsim.metrics.summary import request_frame, summarize

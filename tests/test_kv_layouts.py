@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.kv.allocator import KVInvariantError
 from capsim.kv.contiguous import ContiguousAllocator
 from capsim.metrics.summary import summarize

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import numpy as np
 
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.engine.recorder import TimelineRecorder
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.metrics.summary import summarize

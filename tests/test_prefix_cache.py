@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import OUTPUT, PREFIX, USER, extend_hashes
 from capsim.metrics.summary import summarize

@@ -10,7 +10,7 @@ import yaml
 
 from capsim import workload
 from capsim.studies import sweep
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.studies.parallel import ExecutorSpec, open_runner
 from capsim.studies.queueing import little_check, md1_mean_wait_s
 from capsim.sim.simulate import simulate

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.engine.request import Request
 from capsim.metrics.summary import summarize
 from capsim.cost.roofline import StepPricer

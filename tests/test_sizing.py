@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from capsim.studies import sizing
-from capsim.scenario.config import load
+from capsim.scenario.load import load
 from capsim.studies.parallel import ExecutorSpec, open_runner
 from capsim.studies.search import drive, fewest_passing, highest_passing
 from capsim.studies.task import RunTask, execute

@@ -21,7 +21,7 @@ from capsim.calibrate.plain import read_plain_csv
 from capsim.calibrate.stats import error_figures
 from capsim.calibrate.vidur import DEVICES, load_vidur
 from capsim.calibrate.vllm_bench import fit_bench, read_bench_json, simulate_bench
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Calibration, ClassError, HardwareProfile
 from capsim.profiles.models import ModelShape

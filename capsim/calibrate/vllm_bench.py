@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Curve, HardwareProfile
 from capsim.sim.simulate import simulate

@@ -66,8 +66,8 @@ def _set_option(f):
 @_set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
     from capsim import report
-    from capsim.scenario.config import dump_resolved, load
-    from capsim.scenario.disagg import kv_log_lines
+    from capsim.scenario.load import dump_resolved, load
+    from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
     from capsim.report.console import disagg_table, summary_table
     from capsim.sim.simulate import simulate
@@ -125,15 +125,15 @@ def _traces(loaded) -> dict:
 @_scenario_arg
 @_set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    from capsim.scenario.config import load
-    from capsim.scenario.disagg import pool_lines
+    from capsim.scenario.load import load
+    from capsim.scenario.resolve import pool_lines
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
     sizes = "/".join(f"{len(t):,}" for t in traces.values())
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
-        if rc.disagg is not None:          # prefill and decode pools (config_disagg)
+        if rc.disagg is not None:          # prefill and decode pools
             for line in pool_lines(rc):
                 click.echo(f"  {line}")
             max_len = min(rc.disagg.prefill.engine.max_model_len,
@@ -347,7 +347,7 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
               bench: Path | None, scenario: Path | None, out_dir: Path | None,
               name: str | None, notes: tuple[str, ...]) -> None:
     from capsim.calibrate import Inputs, calibrate as run_calibration, write_profile
-    from capsim.scenario.config import load
+    from capsim.scenario.load import load
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
     from capsim.report.calibration import write_calibration_page

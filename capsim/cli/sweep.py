@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from capsim import __version__
-from capsim.scenario.config import dump_resolved, load
+from capsim.scenario.load import dump_resolved, load
 from capsim.common.errors import ScenarioError
 from capsim.studies.parallel import ExecutorSpec, open_runner
 from capsim.report import check_out_dir

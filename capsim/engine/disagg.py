@@ -40,7 +40,7 @@ from typing import Callable
 
 import simpy
 
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request

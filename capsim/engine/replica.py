@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.step import Step

@@ -14,7 +14,7 @@ written), crossed with the variants. ``sizing:`` holds the options of
 bound and the number of replications).
 
 The validators here only say what would be valid; the scenario loader
-(:mod:`capsim.scenario.config`) turns their errors into one line with the file and the
+(:mod:`capsim.scenario.validation`) turns their errors into one line with the file and the
 YAML path.
 """
 

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder

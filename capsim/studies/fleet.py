@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from capsim.scenario.config import LoadedScenario, RunConfig, load
+from capsim.scenario.load import LoadedScenario, load
+from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import load_hardware
 from capsim.cost.roofline import StepPricer, attn_pairs

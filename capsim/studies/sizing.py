@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from capsim.scenario.config import LoadedScenario
+from capsim.scenario.load import LoadedScenario
 from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation

@@ -23,7 +23,8 @@ from typing import Any
 import pandas as pd
 
 from capsim import workload
-from capsim.scenario.config import LoadedScenario, Scenario, load
+from capsim.scenario.load import LoadedScenario, load
+from capsim.scenario.schema import Scenario
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.confidence import aggregate
 from capsim.common.errors import ScenarioError
@@ -58,7 +59,7 @@ class SweepPoint:
 
     @property
     def overrides(self) -> list[str]:
-        """``--set`` strings for :func:`capsim.scenario.config.load` (values as JSON, which YAML reads)."""
+        """``--set`` strings for :func:`capsim.scenario.load.load` (values as JSON, which YAML reads)."""
         return [f"{k}={json.dumps(v)}" for k, v in self.values.items()]
 
     @property

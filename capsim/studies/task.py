@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from capsim.scenario.config import RunConfig
+from capsim.scenario.resolve import RunConfig
 from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check
 from capsim.results.model import FINISHED, RunResult, SummaryRow

@@ -1,0 +1,119 @@
+"""Reading a scenario file: YAML, ``--set`` overrides, validation and every variant resolved.
+
+:func:`load` validates everything once at the edge and turns every mistake into
+one :class:`~capsim.common.errors.ScenarioError` naming the file and the YAML
+path of the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capsim.common.errors import ScenarioError
+from capsim.common.yamlio import describe_yaml_error, safe_load_unique
+from capsim.scenario.overrides import apply_override, set_dotted
+from capsim.scenario.resolve import RunConfig, resolve_variant
+from capsim.scenario.schema import Scenario, VariantSpec
+from capsim.scenario.slo import RequestSlo
+from capsim.scenario.validation import validate
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A validated scenario plus where it came from."""
+
+    spec: Scenario
+    path: Path
+    runs: tuple[RunConfig, ...]
+    class_slos: dict[str, RequestSlo]
+    resolved: dict[str, Any]          # the raw document after --set, for scenario.resolved.yaml
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+
+def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -> LoadedScenario:
+    """Read, override, validate and resolve a scenario file.
+
+    Args:
+        path: the scenario YAML.
+        overrides: ``dotted.key=value`` strings (value parsed as YAML), applied
+            to the raw document before validation, e.g. ``engine.max_num_seqs=64``
+            or ``variants.0.cluster.num_replicas=4``.
+        seed: replaces the scenario's ``seed`` when given.
+
+    Raises:
+        ScenarioError: unreadable file, bad YAML, unknown or invalid field,
+            unknown hardware/model, a model that does not fit in memory.
+    """
+    path = Path(path)
+    raw = _read_yaml(path)
+    for item in overrides:
+        apply_override(raw, item, path)
+    if seed is not None:
+        raw["seed"] = seed
+    spec = validate(Scenario, raw, path)
+    runs = tuple(resolve_variant(_variant_scenario(raw, spec, i, v, path), i, v, path)
+                 for i, v in enumerate(_variants(spec)))
+    return LoadedScenario(spec=spec, path=path, runs=runs,
+                          class_slos=_class_slos(spec, path), resolved=raw)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
+    try:
+        doc = safe_load_unique(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
+    if not isinstance(doc, dict):
+        raise ScenarioError("a scenario must be a YAML mapping (name:, model:, ...)", file=str(path))
+    return doc
+
+
+def _variants(spec: Scenario) -> list[VariantSpec]:
+    return spec.variants or [VariantSpec(name="default")]
+
+
+def _variant_scenario(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,
+                      path: Path) -> Scenario:
+    """The scenario as variant ``index`` sees it: ``spec`` with the variant's ``set:`` applied."""
+    if not v.set:
+        return spec
+    doc = copy.deepcopy(raw)
+    for key, value in v.set.items():
+        try:
+            set_dotted(doc, key, value, path)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.message, file=str(path),
+                                path=f"variants.{index}.set.{key}") from None
+    try:
+        return validate(Scenario, doc, path)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, file=str(path),
+                            path=f"variants.{index}.set: {exc.path}") from None
+
+
+def _class_slos(spec: Scenario, path: Path) -> dict[str, RequestSlo]:
+    """Per-class SLO overrides (``workload.classes[i].slo``), merged over the scenario's."""
+    out: dict[str, RequestSlo] = {}
+    base = spec.slo.model_dump(include={"ttft_ms", "tpot_ms", "e2el_ms"})
+    for i, cls in enumerate(spec.workload.classes or []):
+        if cls.slo:
+            out[cls.name] = validate(RequestSlo, {**base, **cls.slo}, path,
+                                      f"workload.classes.{i}.slo")
+    return out
+
+
+def dump_resolved(loaded: LoadedScenario, version: str, seed: int) -> str:
+    """scenario.resolved.yaml: the document as run, with the capsim version and seed."""
+    doc = {"capsim_version": version, **loaded.resolved, "seed": seed}
+    return yaml.safe_dump(doc, sort_keys=False)
+

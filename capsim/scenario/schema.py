@@ -1,0 +1,155 @@
+"""The scenario schema: the top level of a scenario file and its engine, cluster and
+variant sections (pydantic, ``extra="forbid"``).
+
+A scenario names a model, a GPU profile, engine defaults (vLLM knob names), a
+cluster, a workload, SLOs and a list of variants; each variant overrides
+engine/cluster/hardware fields. The workload, SLO, disaggregation and sweep
+sections have their own modules; :mod:`capsim.scenario.load` reads a file into
+these models and :mod:`capsim.scenario.resolve` turns each variant into a
+:class:`~capsim.scenario.resolve.RunConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from capsim.common.schema import Int, StrictModel
+from capsim.profiles.models import ModelShape
+from capsim.scenario.disagg import DisaggregationConfig
+from capsim.scenario.slo import SloConfig
+from capsim.scenario.sweep import SizingConfig, SweepGrid
+from capsim.scenario.workload import WorkloadConfig
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+class EngineConfig(StrictModel):
+    """One engine replica's knobs, named as vLLM names them (vllm/config/scheduler.py, cache.py).
+
+    ``max_num_batched_tokens`` defaults like vLLM: 8192 with chunked prefill
+    (v1 online-serving default), else max(max_model_len, 2048) (v0, where a
+    whole prompt must fit one step).
+    """
+
+    scheduler: Literal["static", "continuous"] = "continuous"
+    enable_chunked_prefill: bool = True
+    max_num_seqs: Int = Field(default=256, gt=0)
+    max_num_batched_tokens: Int | None = Field(default=None, gt=0)
+    max_model_len: Int | None = Field(default=None, gt=0)
+    tensor_parallel_size: Int = Field(default=1, gt=0)
+    block_size: Int = Field(default=16, gt=0)
+    enable_prefix_caching: bool = True        # vLLM v1 default
+    # Non-KV memory per GPU besides weights and activations (capsim.kv.capacity):
+    non_torch_memory_gib: float = Field(default=0.2, ge=0)   # CUDA context, cuBLAS, NCCL
+    cudagraph_memory_gib: float = Field(default=0.0, ge=0)   # graph pool (vLLM >= 0.11 subtracts it)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
+    # PagedAttention paper (reserve max_model_len, or prompt + max_tokens, first fit).
+    kv_allocator: Literal["paged", "contiguous_max_model_len", "contiguous_max_tokens"] = "paged"
+    # Fixed KV cache size per GPU instead of gpu_memory_utilization's leftover
+    # (vLLM CacheConfig.kv_cache_memory_bytes); weights must still fit.
+    kv_cache_memory_gib: float | None = Field(default=None, gt=0)
+    swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
+    host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
+
+    @field_validator("block_size")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"block_size must be a power of two (vLLM's paged-attention "
+                             f"kernels use 8, 16, 32, ...), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _swap_fits_host(self) -> "EngineConfig":
+        swap = self.swap_space_gib * self.tensor_parallel_size
+        if self.preemption_mode == "swap" and swap > self.host_memory_gib:
+            raise ValueError(f"swap space {self.swap_space_gib:g} GiB × {self.tensor_parallel_size} "
+                             f"GPUs = {swap:g} GiB exceeds host_memory_gib "
+                             f"{self.host_memory_gib:g}")
+        return self
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype]
+
+    @property
+    def chunked(self) -> bool:
+        return self.scheduler == "continuous" and self.enable_chunked_prefill
+
+    def resolved(self, model: ModelShape) -> "EngineConfig":
+        """Fill model-dependent defaults and check the cross-field rules vLLM enforces.
+
+        Raises ValueError (turned into a ScenarioError by the caller) when
+        max_num_batched_tokens < max_num_seqs, or when an unchunked engine's
+        token budget cannot hold a max_model_len prompt (vLLM SchedulerConfig).
+        """
+        max_len = self.max_model_len or model.max_position_embeddings
+        if max_len > model.max_position_embeddings:
+            raise ValueError(f"max_model_len {max_len} exceeds the model's "
+                             f"max_position_embeddings {model.max_position_embeddings}")
+        budget = self.max_num_batched_tokens or (8192 if self.chunked else max(max_len, 2048))
+        if budget < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs})")
+        if not self.chunked and budget < max_len:
+            raise ValueError(f"max_num_batched_tokens ({budget}) is smaller than max_model_len "
+                             f"({max_len}) without chunked prefill; raise it, lower "
+                             "max_model_len or set enable_chunked_prefill: true")
+        return self.model_copy(update={"max_model_len": max_len, "max_num_batched_tokens": budget})
+
+
+class ClusterConfig(StrictModel):
+    """Replicas (each one tensor-parallel engine) behind a router."""
+
+    num_replicas: Int = Field(default=1, gt=0)
+    router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
+
+
+class VariantSpec(StrictModel):
+    """One variant: a name and overrides of the scenario's defaults."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    hardware: str | None = None
+    model: str | None = None
+    engine: dict[str, Any] = Field(default_factory=dict)
+    cluster: dict[str, Any] = Field(default_factory=dict)
+    disaggregation: DisaggregationConfig | None = None   # prefill/decode pools (scenario/disagg.py)
+    # Any other scenario field for this variant only, as dotted paths (like --set),
+    # e.g. {"workload.classes.0.shared_prefix.fraction": 0.5}. A variant that changes
+    # the workload gets its own trace (same seed and streams).
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Scenario(StrictModel):
+    """The top level of a scenario YAML file."""
+
+    # Names the report directory (reports/<name>), so no path separators.
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
+    model: str
+    hardware: str
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    workload: WorkloadConfig
+    slo: SloConfig = Field(default_factory=SloConfig)
+    variants: list[VariantSpec] = Field(default_factory=list)
+    sweep: SweepGrid | None = None          # capsim sweep: dotted field → values (config_sweep)
+    sizing: SizingConfig | None = None      # capsim size: load, options, search bound
+
+    @field_validator("variants")
+    @classmethod
+    def _unique_variant_names(cls, variants: list) -> list:
+        names = [v.name for v in variants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"variant names must be unique; repeated: {', '.join(dupes)}")
+        return variants
+

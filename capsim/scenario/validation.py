@@ -1,0 +1,77 @@
+"""Pydantic validation errors as one line: the file, the dotted YAML path, what is valid.
+
+Every model of a scenario, profile or link file is validated through
+:func:`validate`, so every mistake a user can make reads the same way
+(DESIGN.md "Conventions"; the pattern of guidellm's edge validation).
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from capsim.common.errors import ScenarioError
+
+def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise one_line_error(exc, model, path, prefix) from None
+
+
+def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, prefix: str) -> ScenarioError:
+    """The first pydantic error as one ScenarioError (file, dotted path, what is valid)."""
+    errors = exc.errors(include_url=False)
+    # A typo'd key also makes its field "missing": name the typo, it is the real mistake.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
+    dotted = ".".join(([prefix] if prefix else []) + loc)
+    if err["type"] == "extra_forbidden":
+        valid = _valid_keys(model, loc[:-1])
+        hint = difflib.get_close_matches(loc[-1], valid, n=1)
+        msg = f"unknown key '{loc[-1]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+        if valid:
+            msg += f"; valid keys: {', '.join(valid)}"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+        if ("input" in err and not isinstance(err["input"], (dict, list))
+                and not msg.endswith(f"got {err['input']}")):
+            msg += f" (got {err['input']!r})"
+    return ScenarioError(msg, file=str(path), path=dotted or None)
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic puts the discriminator tag / union member name into loc.
+    return isinstance(part, str) and ("[" in part or part in {"fixed", "uniform", "normal",
+                                                              "lognormal", "empirical"})
+
+
+def _valid_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """Field names accepted at ``loc`` inside ``model`` (best effort; [] if unknown)."""
+    current: Any = model
+    for part in loc:
+        if part.isdigit():
+            continue
+        cls = _model_class(current)
+        if cls is None or part not in cls.model_fields:
+            return []
+        current = cls.model_fields[part].annotation
+    cls = _model_class(current)
+    return sorted(cls.model_fields) if cls else []
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_class(arg)
+        if found is not None:
+            return found
+    return None
+

@@ -16,7 +16,7 @@ from capsim.scenario.load import load
 from capsim.engine.transfer import FairShareNetwork, Flow, KVLink
 from capsim.profiles.links import load_link, resolve_link, LinkNumbers
 from capsim.metrics.summary import request_frame, summarize
-from capsim.cost.roofline import StepPricer
+from capsim.cost.pricer import StepPricer
 from capsim.sim.simulate import simulate
 from capsim.workload import RequestTrace, build
 from cli_helpers import run_cli

@@ -228,7 +228,7 @@ def test_ring_all_reduce_with_profile_values_matches_vidur(name, sku, large_medi
     messages >= 1 MiB (the per-step all-reduce of a 4k-hidden model at >= 128
     tokens): median / p90 absolute error within the stated bounds."""
     pd = pytest.importorskip("pandas")
-    from capsim.cost.roofline import ring_all_reduce_s
+    from capsim.cost.operators import ring_all_reduce_s
 
     rows = pd.read_csv(VIDUR / "network" / sku / "all_reduce.csv")
     rows = rows[(rows.devices_per_node == rows.num_workers) & (rows["size"] >= 2**20)]

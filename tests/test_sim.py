@@ -11,7 +11,7 @@ import yaml
 from capsim.scenario.load import load
 from capsim.engine.request import Request
 from capsim.metrics.summary import summarize
-from capsim.cost.roofline import StepPricer
+from capsim.cost.pricer import StepPricer
 from capsim.sim.simulate import simulate
 from capsim.workload import RequestTrace, build
 

@@ -1,6 +1,6 @@
 """Predict measured operator times from a hardware profile, per operator class.
 
-These are the formulas :class:`capsim.cost.roofline.StepPricer` applies, vectorised
+These are the formulas :class:`capsim.cost.pricer.StepPricer` applies, vectorised
 over an :mod:`observations <capsim.calibrate.observations>` table (one row =
 one layer's operator, or one collective), so a profile's error on measured
 data is the error the simulator makes on those operators:
@@ -13,7 +13,7 @@ data is the error the simulator makes on those operators:
   factors (the scalars when the profile has none); a prefill
   ``compute_curve`` replaces ``compute`` by e(keys per query);
 - ``elementwise``: ``kernels × launch_s + bytes / (bw × memory)``;
-- ``all_reduce``: the ring α-β model :func:`capsim.cost.roofline.ring_all_reduce_s`
+- ``all_reduce``: the ring α-β model :func:`capsim.cost.operators.ring_all_reduce_s`
   over the NVLink (else PCIe) bandwidth × ``interconnect``, latency per hop.
 
 Peaks: bf16 (else fp16) — Vidur and vLLM run 16-bit weights.
@@ -28,7 +28,7 @@ import numpy as np
 
 from capsim.calibrate.observations import Observations
 from capsim.profiles.hardware import HardwareProfile
-from capsim.cost.roofline import curve_efficiency, ring_all_reduce_s
+from capsim.cost.operators import curve_efficiency, ring_all_reduce_s
 
 
 def peak_16bit(hw: HardwareProfile) -> float:

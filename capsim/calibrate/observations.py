@@ -34,13 +34,13 @@ import numpy as np
 import pandas as pd
 
 from capsim.profiles.models import ModelShape
-from capsim.cost.roofline import (
+from capsim.cost.operators import (
     attention_work,
     attn_pairs,
     check_tensor_parallel,
     elementwise_bytes_per_token,
     layer_matmuls,
-    _lm_head,
+    lm_head,
 )
 
 #: The operator classes whose efficiencies capsim fits, in report order.
@@ -126,7 +126,7 @@ def _work(layer: ModelShape, op: str, tp: int, n: np.ndarray, p: np.ndarray, b: 
           weight_bytes: int, kv_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(flops, bytes, new tokens) of one operator of one layer per GPU, over arrays of rows."""
     if op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"):
-        mm = (_lm_head(layer, tp, weight_bytes) if op == "lm_head" else
+        mm = (lm_head(layer, tp, weight_bytes) if op == "lm_head" else
               {m.name: m for m in layer_matmuls(layer, tp, weight_bytes)}[op])
         return mm.flops_per_row * n, mm.weight_bytes + mm.act_bytes_per_row * n, n
     if op == "elementwise":

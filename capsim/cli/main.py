@@ -78,7 +78,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     out = out_dir or Path("reports") / spec.name
     report.check_out_dir(out)
     console = _console()
-    sizes = sorted({len(t) for t in traces.values()})
+    sizes = sorted({len(t) for t in traces.traces.values()})
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     results, rows = [], []
@@ -87,7 +87,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
         for rc in loaded.runs:
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
-            trace = traces[_workload_key(rc)]
+            trace = traces.get(rc.workload, rc.seed)
             task = bar.add_task(rc.variant, total=len(trace))
             result = simulate(rc, trace, progress=lambda d, t, task=task: bar.update(task, completed=d))
             results.append(result)
@@ -102,22 +102,14 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(f"report: {index}")
 
 
-def _workload_key(rc) -> str:
-    return rc.workload.model_dump_json()
+def _traces(loaded):
+    """Every variant's trace (a :class:`~capsim.workload.TraceCache`), built before
+    anything runs: one per distinct workload."""
+    from capsim.workload import TraceCache
 
-
-def _traces(loaded) -> dict:
-    """One trace per distinct workload (normally one, shared by every variant)."""
-    from capsim import workload
-
-    traces: dict = {}
+    traces = TraceCache(loaded.base_dir, str(loaded.path))
     for rc in loaded.runs:
-        key = _workload_key(rc)
-        if key not in traces:
-            try:
-                traces[key] = workload.build(rc.workload, rc.seed, loaded.base_dir)
-            except ScenarioError as err:              # e.g. a trace file that is not there
-                raise err.with_context(file=str(loaded.path)) from None
+        traces.get(rc.workload, rc.seed)
     return traces
 
 
@@ -130,7 +122,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
-    sizes = "/".join(f"{len(t):,}" for t in traces.values())
+    sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
         if rc.disagg is not None:          # prefill and decode pools
@@ -147,7 +139,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
             for line in rc.kv.log_lines(eng.max_model_len):
                 click.echo(f"    {line}")
             max_len = eng.max_model_len
-        trace = traces[_workload_key(rc)]
+        trace = traces.get(rc.workload, rc.seed)
         too_long = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
         if too_long:
             click.echo(f"    warning: {too_long:,} of {len(trace):,} requests need more than "
@@ -204,7 +196,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
              tp: int, ideal: bool) -> None:
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
-    from capsim.cost.roofline import describe_step
+    from capsim.cost.describe import describe_step
 
     if prefill_tokens == 0 and decode_batch == 0:
         raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "

@@ -48,7 +48,7 @@ from capsim.engine.router import make_router
 from capsim.engine.scheduler.continuous import blocks_for
 from capsim.engine.transfer import KVLink
 from capsim.results.model import DisaggResult, LinkPortStats, RunResult, TransferRecords
-from capsim.cost.roofline import StepPricer
+from capsim.cost.pricer import StepPricer
 
 _NAN = float("nan")
 

@@ -35,7 +35,7 @@ from capsim.engine.scheduler.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
 from capsim.results.model import ReplicaStats
-from capsim.cost.roofline import StepPricer, WorkTally
+from capsim.cost.pricer import StepPricer, WorkTally
 
 GIB = 2**30
 

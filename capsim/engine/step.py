@@ -12,7 +12,7 @@ class Step:
     """One engine step: prefill chunks plus one decode token per decoding sequence.
 
     ``prefills`` holds (request, tokens computed this step). The aggregate
-    fields are exactly what :meth:`capsim.cost.roofline.StepPricer.cost` takes, so
+    fields are exactly what :meth:`capsim.cost.pricer.StepPricer.cost` takes, so
     pricing a step is O(1) in the batch size.
     """
 

@@ -54,7 +54,7 @@ class Curve(StrictModel):
     """An efficiency as a function of a count (tokens, keys per query).
 
     ``e`` is piecewise linear in ``log(count)`` between the knots and flat
-    outside them (:func:`capsim.cost.roofline.gemm_efficiency` evaluates it).
+    outside them (:func:`capsim.cost.operators.curve_efficiency` evaluates it).
 
     Attributes:
         tokens: knot counts, strictly increasing, >= 1.

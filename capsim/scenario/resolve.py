@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
-from capsim.cost.roofline import check_tensor_parallel
+from capsim.cost.operators import check_tensor_parallel
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import LinkProfile, resolve_link

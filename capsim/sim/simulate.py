@@ -25,7 +25,7 @@ from capsim.engine.scheduler.continuous import blocks_for
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.results.model import RunResult
-from capsim.cost.roofline import StepPricer
+from capsim.cost.pricer import StepPricer
 from capsim.workload import RequestTrace
 
 Progress = Callable[[int, int], None]

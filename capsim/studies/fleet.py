@@ -15,7 +15,8 @@ from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import load_hardware
-from capsim.cost.roofline import StepPricer, attn_pairs
+from capsim.cost.operators import attn_pairs
+from capsim.cost.pricer import StepPricer
 
 #: Why a disaggregated variant gets no answer yet (see :func:`fleet_at`).
 DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): sizing searches one replica count "
@@ -111,7 +112,7 @@ def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
     - ITL / TPOT: one decode step of a single sequence at context 1.
     - TTFT: the shortest prompt of the trace prefilled in one step, alone.
 
-    Both from the roofline (:class:`capsim.cost.roofline.StepPricer`); adding
+    Both from the roofline (:class:`capsim.cost.pricer.StepPricer`); adding
     sequences, context or chunks only lengthens steps.
     """
     pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,

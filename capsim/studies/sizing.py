@@ -38,7 +38,8 @@ from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet
                           slo_floors_ms, unreachable)
 from capsim.studies.parallel import Progress, Runner
 from capsim.studies.search import fewest_passing, highest_passing
-from capsim.studies.sweep import TraceCache, offered_rate_per_s
+from capsim.studies.sweep import offered_rate_per_s
+from capsim.workload import TraceCache
 from capsim.studies.task import RunOutcome, RunTask, execute, outcomes_frame
 
 __all__ = ["DISAGG_NOT_SIZED", "FleetOption", "fleet_at", "fleet_options", "slo_floors_ms",

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from capsim import workload
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.schema import Scenario
 from capsim.scenario.workload import WorkloadConfig
@@ -31,7 +30,7 @@ from capsim.common.errors import ScenarioError
 from capsim.studies.parallel import Progress, Runner
 from capsim.results.model import SummaryRow
 from capsim.studies.task import RUN_COLUMNS, RunTask, execute, outcomes_frame
-from capsim.workload import RequestTrace
+from capsim.workload import RequestTrace, TraceCache
 
 #: Label columns every run carries besides the swept fields.
 RUN_LABELS = ("point", "variant", "hardware", "tensor_parallel_size", "num_replicas",
@@ -148,29 +147,6 @@ def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
     if wl.arrival is not None:
         return float(wl.arrival.rate_per_s)
     return (len(trace) - 1) / trace.duration_s if trace.duration_s > 0 else float("nan")
-
-
-@dataclass
-class TraceCache:
-    """One trace per (workload section, seed): the load level's common random numbers."""
-
-    base_dir: Path
-    scenario: str | None = None         # named by errors that come without a file
-    traces: dict[tuple[str, int], RequestTrace] = field(default_factory=dict)
-
-    def get(self, wl: WorkloadConfig, seed: int) -> RequestTrace:
-        """Build (once) or reuse the trace of ``wl`` with ``seed``.
-
-        Raises:
-            ScenarioError: from :func:`capsim.workload.build`.
-        """
-        key = (wl.model_dump_json(), seed)
-        if key not in self.traces:
-            try:
-                self.traces[key] = workload.build(wl, seed, self.base_dir)
-            except ScenarioError as err:
-                raise err.with_context(file=self.scenario) from None
-        return self.traces[key]
 
 
 def replication_seeds(base_seed: int, num_seeds: int) -> list[int]:

@@ -1,8 +1,6 @@
 """Roofline price of one engine step (per-operator, tensor-parallel aware).
 
-One step runs every layer once over all the tokens scheduled in it (prefill
-chunks and decode tokens fused into one batch, as vLLM v1 and Sarathi-Serve
-do), then the LM head for the sequences that sample. Each operator costs
+Each operator of :mod:`capsim.cost.operators` costs
 
     t_op = max(flops_op / (peak_flops × compute_eff), bytes_op / (hbm_bw × memory_eff))
 
@@ -17,57 +15,48 @@ with a GEMM curve over the step's tokens n; prefill attention a compute
 curve over keys per query; decode attention and elementwise kernels their
 own memory factors; each class adds a fixed launch time per layer. A
 profile without those entries (and ``hw.ideal()``) uses the scalar
-``compute`` / ``memory`` factors for every operator, as above.
+``compute`` / ``memory`` factors for every operator, as above. The prefill
+chunks and the decode tokens are priced separately and summed (as Vidur
+predicts them).
 
-Operators per layer (all per GPU, sharded Megatron-style as vLLM does):
-
-- ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``: weight matmuls.
-  flops = 2 × tokens × params / TP; bytes = params × weight_bytes / TP (read
-  once per step) + tokens × (in + out activation widths) × 2 bytes.
-- ``attention_prefill`` and ``attention_decode``: flops = 4 × head_dim ×
-  heads / TP × query-key pairs (QKᵀ and AV, PaLM appendix B); bytes = KV
-  read for every context token + KV write and q / output activations for
-  every new token. FlashAttention streams K/V once per sequence; re-reads
-  across query tiles are ignored (lower bound). The prefill chunks and the
-  decode tokens are priced separately and summed (as Vidur predicts them).
-- ``elementwise``: RMSNorms, RoPE, SiLU·mul and residual adds, memory only
-  (their FLOPs are negligible). Vidur's A100 Llama-3-8B rows measure these
-  at ~9 % of a layer's time at 4,096 tokens; this traffic model gives ~6 %.
-- once per step: ``embedding`` (row gather, memory only) and ``lm_head``
-  (vocab-parallel matmul for the sequences that sample).
-
-Tensor parallelism: 2 all-reduces per layer (after o_proj and down_proj)
-plus one after the vocab-parallel embedding, each of tokens × hidden × 2
-bytes, priced by the ring all-reduce α-β model
+Tensor-parallel all-reduces use the ring α-β model
 ``2(TP−1)/TP × bytes / (link_bw × interconnect_eff) + 2(TP−1) × link_latency``
-(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), and a
-gather of the vocab-sharded logits to rank 0. Communication is not
-overlapped with compute (vLLM does not overlap TP collectives by default).
+(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition).
+Communication is not overlapped with compute (vLLM does not overlap TP
+collectives by default).
 
-Public API:
-    StepCost, OperatorCost, StepPricer, attn_pairs, describe_step,
-    Matmul, AttentionWork, layer_matmuls, attention_work, elementwise_bytes_per_token,
-    curve_efficiency, keys_per_query, ring_all_reduce_s
+One reference, two fast paths: :meth:`StepPricer.breakdown` prices each operator
+on its own (the reference formula, for reports); :meth:`StepPricer.cost` prices a
+step from batch aggregates in O(1) (one per engine step) and
+:meth:`StepPricer.decode_costs` a run of decode-only steps vectorised. Property
+tests hold both fast paths to the reference (and ``decode_costs`` to ``cost``
+bit for bit).
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from capsim.common.errors import ScenarioError
-from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency, load_hardware
-from capsim.profiles.models import ModelShape, load_model
-
-#: Bytes per activation element (bf16/fp16 activations, as vLLM runs them).
-ACTIVATION_BYTES = 2
-
-#: Bytes per weight element for each weight format the roofline prices.
-WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-
+from capsim.cost.operators import (
+    ACTIVATION_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    Matmul,
+    attention_work,
+    check_tensor_parallel,
+    curve_efficiency,
+    elementwise_bytes_per_token,
+    keys_per_query,
+    layer_matmuls,
+    lm_head,
+    ring_all_reduce_s,
+)
+from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
+from capsim.profiles.models import ModelShape
 
 class StepCost(NamedTuple):
     """Cost of one engine step on one GPU of the tensor-parallel group.
@@ -141,141 +130,9 @@ class OperatorCost:
         return self.compute_s > self.memory_s
 
 
-@dataclass(frozen=True, slots=True)
-class Matmul:
-    """A weight matmul as coefficients of its row count n (per GPU, over ``count`` layers).
-
-    flops = ``flops_per_row × n``; HBM bytes = ``weight_bytes + act_bytes_per_row × n``.
-    """
-
-    name: str
-    count: int
-    flops_per_row: float
-    weight_bytes: float
-    act_bytes_per_row: float
-
-
-@dataclass(frozen=True, slots=True)
-class AttentionWork:
-    """Attention work per GPU over ``layers`` layers, as coefficients of the batch.
-
-    flops = ``flops_per_pair × query-key pairs``; bytes = ``kv_bytes_per_token ×
-    KV tokens read + new_bytes_per_token × new tokens`` (KV write, q and output).
-    """
-
-    layers: int
-    flops_per_pair: float
-    kv_bytes_per_token: float
-    new_bytes_per_token: float
-
-
-def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
-    """Causal query-key pairs of a prefill chunk of ``chunk_tokens`` on ``cached_tokens``.
-
-    ``c × p + c (c + 1) / 2``: every new query sees all p cached keys plus the
-    new keys up to and including itself. Sum this over the step's chunks to
-    get ``StepPricer.cost(prefill_attn_pairs=...)``.
-    """
-    c = chunk_tokens
-    return c * cached_tokens + c * (c + 1) / 2
-
-
-def curve_efficiency(curve: Curve | None, tokens: Any) -> np.ndarray:
-    """Efficiency e(n) of a profile's curve (GEMM, prefill attention) at ``tokens``
-    (array-like of counts; values below 1 count as 1).
-
-    Piecewise linear in ``log(n)`` between the knots, flat outside them
-    (``numpy.interp``); all ones when ``curve`` is None. Shape: as ``tokens``.
-    """
-    n = np.asarray(tokens, dtype=float)
-    if curve is None:
-        return np.ones_like(n)
-    logs = np.log(np.maximum(n, 1.0))
-    return np.interp(logs, np.log(np.asarray(curve.tokens, dtype=float)), curve.efficiency)
-
-
-def check_tensor_parallel(model: ModelShape, tp: int) -> None:
-    """vLLM's sharding rule: TP divides the heads; KV heads are split or replicated."""
-    if not isinstance(tp, int) or tp < 1:
-        raise ScenarioError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
-    heads, kv_heads = model.num_attention_heads, model.num_key_value_heads
-    if heads % tp:
-        raise ScenarioError(
-            f"tensor_parallel_size {tp} must divide num_attention_heads {heads} of {model.name}"
-        )
-    if kv_heads % tp and tp % kv_heads:
-        raise ScenarioError(
-            f"tensor_parallel_size {tp} must divide, or be a multiple of, "
-            f"num_key_value_heads {kv_heads} of {model.name}"
-        )
-
-
-def _kv_heads_per_gpu(model: ModelShape, tp: int) -> int:
-    """KV heads each GPU holds: split when TP <= kv_heads, else one replica each (vLLM)."""
-    return max(1, model.num_key_value_heads // tp)
-
-
-def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2) -> tuple[Matmul, ...]:
-    """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
-    summed over ``model.num_hidden_layers``, with their activation traffic.
-
-    Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
-    O and down row-parallel; KV heads split, or replicated beyond their count.
-    """
-    h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
-    q = model.q_size / tp
-    qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
-    qkv_params = h * qkv_out + (qkv_out if model.attention_bias else 0)
-    shapes = (  # (name, params per GPU, input width, output width)
-        ("qkv_proj", qkv_params, h, qkv_out),
-        ("o_proj", q * h, q, h),
-        ("gate_up_proj", 2 * h * f / tp, h, 2 * f / tp),
-        ("down_proj", h * f / tp, f / tp, h),
-    )
-    return tuple(
-        Matmul(name, layers, 2.0 * layers * params, layers * params * weight_bytes,
-               layers * (w_in + w_out) * ACTIVATION_BYTES)
-        for name, params, w_in, w_out in shapes
-    )
-
-
-def _lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
-    """Vocab-parallel LM head: each GPU holds vocab / TP rows."""
-    h, v = model.hidden_size, model.vocab_size / tp
-    return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
-
-
-def attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2) -> AttentionWork:
-    """Attention coefficients per GPU over all layers (see :class:`AttentionWork`).
-
-    flops: 4 × head_dim × heads / TP per query-key pair (QKᵀ and AV, PaLM
-    appendix B). Bytes: K and V of every context token read once per
-    sequence (FlashAttention streams K/V; query-tile re-reads are ignored),
-    plus the new token's K/V write and its q / output activations.
-    """
-    layers = model.num_hidden_layers
-    kv_per_layer = 2 * _kv_heads_per_gpu(model, tp) * model.head_dim * kv_cache_dtype_bytes
-    return AttentionWork(
-        layers=layers,
-        flops_per_pair=4.0 * layers * model.q_size / tp,
-        kv_bytes_per_token=layers * kv_per_layer,
-        new_bytes_per_token=layers * (kv_per_layer + 2 * model.q_size / tp * ACTIVATION_BYTES))
-
-
-def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
-    """Per-token HBM traffic of ONE layer's elementwise kernels (bytes).
-
-    Fused add+RMSNorm twice (read x and residual, write both: 4h each), RoPE
-    on q and k (read + write), SiLU·mul (read 2·ffn, write ffn).
-    """
-    h = model.hidden_size
-    rope = 2 * (model.q_size / tp + _kv_heads_per_gpu(model, tp) * model.head_dim)
-    act = 3 * model.intermediate_size / tp
-    return (8 * h + rope + act) * ACTIVATION_BYTES
-
-
 #: Counts below this use a precomputed table of 1 / e(n) (see StepPricer).
 _GEMM_TABLE_TOKENS = 16_384
+
 
 #: The table of a profile without a curve: 1 / e = 1 everywhere (shared, read-only use).
 _NO_CURVE = array("d", [1.0]) * _GEMM_TABLE_TOKENS
@@ -288,18 +145,12 @@ def _inverse_table(curve: Curve | None) -> array:
     return array("d", (1.0 / curve_efficiency(curve, np.arange(_GEMM_TABLE_TOKENS))).tobytes())
 
 
-def keys_per_query(pairs: float, new_tokens: int) -> int:
-    """Whole number of keys each prefill query attends to on average: ``⌊pairs ÷ tokens⌋``."""
-    return int(pairs / new_tokens)
-
-
 class StepPricer:
     """Prices engine steps for one (model, hardware, TP degree, weight dtype).
 
     Construction precomputes every per-model constant and a table of the
     GEMM efficiency curve's ``1 / e(n)`` for ``n < 16,384`` tokens, so
-    :meth:`seconds` is a few dozen float operations, O(1) in the batch size
-    (about 1 µs per call in CPython).
+    :meth:`cost` is a few dozen float operations, O(1) in the batch size.
 
     Per operator class (see :class:`capsim.profiles.hardware.Efficiency`):
 
@@ -360,7 +211,7 @@ class StepPricer:
     def _init_operators(self, weight_bytes: int) -> None:
         m, tp = self.model, self.tensor_parallel_size
         self._matmuls = layer_matmuls(m, tp, weight_bytes)
-        self._lm = _lm_head(m, tp, weight_bytes)
+        self._lm = lm_head(m, tp, weight_bytes)
         self._attn = attention_work(m, tp, self.kv_cache_dtype_bytes)
         self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
         self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES)
@@ -432,47 +283,6 @@ class StepPricer:
             self.hw.efficiency.kernel("attention_prefill").compute_curve, keys))
 
     # -- pricing ----------------------------------------------------------------
-
-    def seconds(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
-                prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
-                logits_seqs: int | None = None) -> float:
-        """Step time in seconds; same inputs and result as ``cost(...).seconds``.
-
-        The hot-path variant: no allocation, no validation. An empty step
-        (no tokens) costs 0.0.
-        """
-        n = prefill_tokens + decode_seqs
-        if n <= 0:
-            return 0.0
-        if logits_seqs is None:
-            logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
-        gemm = 0.0
-        for c_row, m_fixed, m_row in self._lin:
-            c, m = c_row * n, m_fixed + m_row * n
-            gemm += c if c > m else m
-        ginv = self._ginv
-        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
-        total = self._fixed_s + self._per_token_s * n + gemm * g
-        if logits_seqs > 0:
-            c_row, m_fixed, m_row = self._lm_t
-            c, m = c_row * logits_seqs, m_fixed + m_row * logits_seqs
-            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
-                else self._gemm_inv(logits_seqs)
-            total += (c if c > m else m) * g + self._lm_launch_s \
-                + self._comm_per_logit_s * logits_seqs
-        if prefill_tokens > 0:
-            c_pair, m_kv, m_new, launch = self._attn_p
-            keys = int(prefill_attn_pairs / prefill_tokens)
-            c = c_pair * prefill_attn_pairs * (self._ainv[keys] if keys < _GEMM_TABLE_TOKENS
-                                               else self._attn_inv(keys))
-            m = m_kv * prefill_kv_tokens + m_new * prefill_tokens
-            total += launch + (c if c > m else m)
-        if decode_seqs > 0:
-            c_pair, m_kv, m_new, launch = self._attn_d
-            c = c_pair * decode_ctx_tokens
-            m = m_kv * decode_ctx_tokens + m_new * decode_seqs
-            total += launch + (c if c > m else m)
-        return total
 
     def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
              prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
@@ -712,100 +522,3 @@ class StepPricer:
         """Arithmetic intensity where a matmul turns compute-bound: effective peak ÷ bandwidth."""
         return self._mm_peak / self._mm_bw
 
-
-def ring_all_reduce_s(message_bytes: Any, workers: Any, bandwidth_bytes_per_s: float,
-                      latency_s: float) -> Any:
-    """Ring all-reduce time: ``2(n−1)/n × bytes / bandwidth + 2(n−1) × latency``.
-
-    The α-β model of Patarasuk & Yuan (JPDC 2009): reduce-scatter then
-    all-gather, each n−1 steps of bytes/n over every link; NCCL's "bus
-    bandwidth" divides by the same 2(n−1)/n. Works on floats or numpy arrays
-    (``message_bytes`` in bytes, ``workers`` >= 1; 0 s for one worker).
-    ``bandwidth_bytes_per_s`` is the per-direction link bandwidth times the
-    interconnect efficiency.
-    """
-    hops = 2 * (workers - 1)
-    return hops / workers * message_bytes / bandwidth_bytes_per_s + hops * latency_s
-
-
-# -- CLI helper ------------------------------------------------------------------
-
-
-def _resolve(model: ModelShape | str,
-             hw: HardwareProfile | str) -> tuple[ModelShape, HardwareProfile]:
-    model = load_model(model) if isinstance(model, str) else model
-    hw = load_hardware(hw) if isinstance(hw, str) else hw
-    return model, hw
-
-
-def _intensity(flops: float, nbytes: float) -> float:
-    return flops / nbytes if nbytes > 0 else 0.0
-
-
-def _bound_label(compute_s: float, memory_s: float) -> str:
-    if compute_s == 0.0 and memory_s == 0.0:
-        return "idle"
-    return "compute" if compute_s > memory_s else "memory"
-
-
-def _operator_row(op: OperatorCost) -> dict[str, Any]:
-    intensity = _intensity(op.flops, op.bytes)
-    return {
-        "name": op.name, "count": op.count, "flops": op.flops, "bytes": op.bytes,
-        "arithmetic_intensity_flops_per_byte": intensity,
-        "compute_s": op.compute_s, "memory_s": op.memory_s,
-        "seconds": op.seconds,
-        "bound": _bound_label(op.compute_s, op.memory_s),
-    }
-
-
-def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
-                  prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
-                  ideal: bool = False, weight_dtype: str = "bf16") -> dict[str, Any]:
-    """Roofline summary of one step, for ``capsim roofline`` to print as a table.
-
-    The step holds one prompt of ``prefill_tokens`` tokens (no cached
-    prefix; its last token samples) and ``decode_batch`` sequences that each
-    decode one token over ``context`` tokens of KV.
-
-    Args:
-        model, hw: shapes/profiles or their names (loaded with load_model /
-            load_hardware).
-        tp: tensor-parallel degree.
-        ideal: use efficiencies 1.0 and no step overhead (textbook roofline).
-
-    Returns:
-        dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
-        ``inputs``, ``flops``, ``bytes`` (per GPU), ``arithmetic_intensity_flops_per_byte``,
-        ``ridge_flops_per_byte``, ``seconds``, ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
-        ``bound`` ("compute" / "memory" / "idle") and ``operators`` (list of
-        dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
-        compute_s, memory_s, seconds, bound).
-
-    Raises:
-        ScenarioError: unknown names, negative counts, bad TP degree.
-    """
-    for label, value in (("prefill_tokens", prefill_tokens), ("decode_batch", decode_batch),
-                         ("context", context)):
-        if value < 0:
-            raise ScenarioError(f"{label} must be >= 0, got {value}")
-    model, hw = _resolve(model, hw)
-    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype)
-    inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
-                  prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
-                  decode_ctx_tokens=decode_batch * context)
-    cost = pricer.cost(**inputs)
-    intensity = _intensity(cost.flops, cost.bytes)
-    return {
-        "model": model.name, "hardware": hw.name, "tensor_parallel_size": tp, "ideal": ideal,
-        "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
-                   "context": context, "weight_dtype": weight_dtype},
-        "flops": cost.flops, "bytes": cost.bytes,
-        "arithmetic_intensity_flops_per_byte": intensity,
-        "ridge_flops_per_byte": pricer.ridge_flops_per_byte,
-        "seconds": cost.seconds,
-        "compute_s": cost.compute_s, "memory_s": cost.memory_s,
-        "comm_s": cost.comm_s, "overhead_s": cost.overhead_s,
-        "bound": _bound_label(cost.compute_s, cost.memory_s),
-        "operators": [_operator_row(op) for op in pricer.breakdown(**inputs)],
-    }

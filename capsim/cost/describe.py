@@ -1,0 +1,92 @@
+"""``capsim roofline``: one step priced per operator, as a table (FLOPs, bytes,
+arithmetic intensity, time, compute- or memory-bound)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capsim.common.errors import ScenarioError
+from capsim.cost.operators import attn_pairs
+from capsim.cost.pricer import OperatorCost, StepPricer
+from capsim.profiles.hardware import HardwareProfile, load_hardware
+from capsim.profiles.models import ModelShape, load_model
+
+def _resolve(model: ModelShape | str,
+             hw: HardwareProfile | str) -> tuple[ModelShape, HardwareProfile]:
+    model = load_model(model) if isinstance(model, str) else model
+    hw = load_hardware(hw) if isinstance(hw, str) else hw
+    return model, hw
+
+
+def _intensity(flops: float, nbytes: float) -> float:
+    return flops / nbytes if nbytes > 0 else 0.0
+
+
+def _bound_label(compute_s: float, memory_s: float) -> str:
+    if compute_s == 0.0 and memory_s == 0.0:
+        return "idle"
+    return "compute" if compute_s > memory_s else "memory"
+
+
+def _operator_row(op: OperatorCost) -> dict[str, Any]:
+    intensity = _intensity(op.flops, op.bytes)
+    return {
+        "name": op.name, "count": op.count, "flops": op.flops, "bytes": op.bytes,
+        "arithmetic_intensity_flops_per_byte": intensity,
+        "compute_s": op.compute_s, "memory_s": op.memory_s,
+        "seconds": op.seconds,
+        "bound": _bound_label(op.compute_s, op.memory_s),
+    }
+
+
+def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
+                  prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
+                  ideal: bool = False, weight_dtype: str = "bf16") -> dict[str, Any]:
+    """Roofline summary of one step, for ``capsim roofline`` to print as a table.
+
+    The step holds one prompt of ``prefill_tokens`` tokens (no cached
+    prefix; its last token samples) and ``decode_batch`` sequences that each
+    decode one token over ``context`` tokens of KV.
+
+    Args:
+        model, hw: shapes/profiles or their names (loaded with load_model /
+            load_hardware).
+        tp: tensor-parallel degree.
+        ideal: use efficiencies 1.0 and no step overhead (textbook roofline).
+
+    Returns:
+        dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
+        ``inputs``, ``flops``, ``bytes`` (per GPU), ``arithmetic_intensity_flops_per_byte``,
+        ``ridge_flops_per_byte``, ``seconds``, ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
+        ``bound`` ("compute" / "memory" / "idle") and ``operators`` (list of
+        dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
+        compute_s, memory_s, seconds, bound).
+
+    Raises:
+        ScenarioError: unknown names, negative counts, bad TP degree.
+    """
+    for label, value in (("prefill_tokens", prefill_tokens), ("decode_batch", decode_batch),
+                         ("context", context)):
+        if value < 0:
+            raise ScenarioError(f"{label} must be >= 0, got {value}")
+    model, hw = _resolve(model, hw)
+    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype)
+    inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
+                  prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
+                  decode_ctx_tokens=decode_batch * context)
+    cost = pricer.cost(**inputs)
+    intensity = _intensity(cost.flops, cost.bytes)
+    return {
+        "model": model.name, "hardware": hw.name, "tensor_parallel_size": tp, "ideal": ideal,
+        "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
+                   "context": context, "weight_dtype": weight_dtype},
+        "flops": cost.flops, "bytes": cost.bytes,
+        "arithmetic_intensity_flops_per_byte": intensity,
+        "ridge_flops_per_byte": pricer.ridge_flops_per_byte,
+        "seconds": cost.seconds,
+        "compute_s": cost.compute_s, "memory_s": cost.memory_s,
+        "comm_s": cost.comm_s, "overhead_s": cost.overhead_s,
+        "bound": _bound_label(cost.compute_s, cost.memory_s),
+        "operators": [_operator_row(op) for op in pricer.breakdown(**inputs)],
+    }
+

@@ -1,0 +1,243 @@
+"""Trace replay and empirical length files: CSVs read into numpy columns.
+
+CSVs are read with pandas as text, then converted column by column so that a
+bad cell is reported with its **line number in the file** (1-based, the header
+is line 1; blank lines are skipped but counted) and its value. Line numbers
+assume no quoted field spans several lines, which holds for numeric traces.
+
+All user-caused problems raise :class:`~capsim.common.errors.ScenarioError` with
+``path`` set to the YAML field (``workload.trace.path``,
+``workload.classes.0.prompt_tokens.path``) and ``file`` set to the CSV.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from capsim.common.errors import ScenarioError
+from capsim.scenario.workload import EmpiricalDist, TraceConfig
+from capsim.workload.trace import RequestTrace
+
+log = logging.getLogger(__name__)
+
+def load_empirical(dist: EmpiricalDist, base_dir: Path, *, yaml_path: str = "") -> np.ndarray:
+    """The numeric values of column ``dist.column`` of ``dist.path``, float64, shape ``(M,)``.
+
+    Raises:
+        ScenarioError: file not found, column missing, non-numeric cell
+            (line number and value), or no rows.
+    """
+    path = _resolve(dist.path, base_dir)
+    table = _read_csv(path, [dist.column], what="empirical length file", yaml_path=yaml_path)
+    return _parse_numbers(table, dist.column, path, yaml_path)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """CSV cells as strings plus the 1-based file line of each row."""
+
+    frame: pd.DataFrame
+    lines: np.ndarray
+
+
+def _resolve(path: str, base_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(os.path.normpath(Path(base_dir) / p))
+
+
+def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint: str = "") -> _Table:
+    """Read ``path`` as text cells; check that the ``needed`` columns exist."""
+    if not path.is_file():
+        kind = "is a directory" if path.is_dir() else "not found"
+        raise ScenarioError(f"{what} {kind}: {path}", path=yaml_path)
+    try:
+        frame = pd.read_csv(
+            path,
+            dtype=str,
+            na_filter=False,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            skipinitialspace=True,
+            encoding="utf-8-sig",
+        )
+    except pd.errors.EmptyDataError:
+        raise ScenarioError("file is empty (expected a CSV header line)", file=str(path), path=yaml_path) from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        msg = " ".join(str(exc).split())
+        raise ScenarioError(f"not a readable CSV file: {msg}", file=str(path), path=yaml_path) from None
+
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ScenarioError(
+            f"missing column(s) {', '.join(repr(c) for c in missing)}; expected "
+            f"{', '.join(repr(c) for c in needed)}; found {', '.join(repr(c) for c in frame.columns)}"
+            f"{hint}",
+            file=str(path),
+            path=yaml_path,
+        )
+    # Row i of the frame is line i + 2 (header = line 1); blank lines were kept
+    # as all-empty rows so this holds, and are dropped now.
+    lines = np.arange(2, len(frame) + 2, dtype=np.int64)
+    blank = (frame == "").all(axis=1).to_numpy()
+    if blank.any():
+        frame = frame.loc[~blank].reset_index(drop=True)
+        lines = lines[~blank]
+    if len(frame) == 0:
+        raise ScenarioError("no data rows after the header", file=str(path), path=yaml_path)
+    return _Table(frame, lines)
+
+
+def _bad_cell(table: _Table, column: str, mask: np.ndarray, problem: str, path: Path, yaml_path: str):
+    i = int(np.argmax(mask))
+    value = table.frame[column].iloc[i]
+    return ScenarioError(
+        f"line {table.lines[i]}: column {column!r} {problem}, got {value!r}",
+        file=str(path),
+        path=yaml_path,
+    )
+
+
+def _parse_numbers(table: _Table, column: str, path: Path, yaml_path: str) -> np.ndarray:
+    """Column as finite float64; error names the first non-numeric cell."""
+    values = pd.to_numeric(table.frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise _bad_cell(table, column, bad, "must be a number", path, yaml_path)
+    return values
+
+
+def _parse_counts(table: _Table, column: str, path: Path, yaml_path: str) -> np.ndarray:
+    """Column as whole token counts, int64 (any sign; callers check the range)."""
+    values = pd.to_numeric(table.frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        raise _bad_cell(table, column, bad, "must be a whole number of tokens", path, yaml_path)
+    return values.astype(np.int64)
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_arrivals(table: _Table, column: str, path: Path, yaml_path: str) -> np.ndarray:
+    """Arrival column → seconds since the earliest row, float64.
+
+    The first row decides the kind: a number means seconds; anything else is
+    parsed as an ISO-8601 timestamp (``2023-11-16 18:15:46.6805900``; up to
+    nanosecond precision; offsets are converted to UTC, naive times taken as UTC).
+    """
+    cells = table.frame[column]
+    if _looks_numeric(cells.iloc[0]):
+        seconds = _parse_numbers(table, column, path, yaml_path)
+        return seconds - seconds.min()
+    try:
+        stamps = pd.to_datetime(cells, format="ISO8601", utc=True, errors="coerce")
+    except (ValueError, TypeError, OverflowError) as exc:
+        msg = " ".join(str(exc).split())
+        raise ScenarioError(
+            f"column {column!r}: cannot parse timestamps: {msg}", file=str(path), path=yaml_path
+        ) from None
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        raise _bad_cell(
+            table, column, bad,
+            "must be a timestamp like '2023-11-16 18:15:46.6805900' (as in the first data row)",
+            path, yaml_path,
+        )
+    return (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def load_trace(
+    trace: TraceConfig,
+    base_dir: Path,
+    *,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+) -> RequestTrace:
+    """Replay a CSV request trace as a :class:`RequestTrace` with one class.
+
+    Columns come from ``trace.resolved_columns`` (Azure 2023 by default:
+    TIMESTAMP, ContextTokens, GeneratedTokens). The arrival column holds
+    seconds (numbers, e.g. Vidur's ``splitwise_*.csv`` ``arrived_at``) or
+    timestamps; ``arrival_s`` = (time − earliest time) / ``rate_scale``, so the
+    first request arrives at 0 and ``rate_scale: 2`` halves every gap. Rows are
+    stably sorted by arrival if the file is not in order. Then ``duration_s``
+    keeps rows with ``arrival_s < duration_s``; ``num_requests`` keeps the
+    first N rows.
+
+    Token counts: prompt tokens must be >= 1. Output tokens must be >= 0, and
+    **0 is replaced by 1** (a request always yields at least one token — the
+    first token closes its prefill); the number of such rows is logged at
+    WARNING level. (The Azure 2023 conv/code traces have no zero rows.)
+
+    Raises:
+        ScenarioError: with ``path='workload.trace.path'`` and ``file`` = the
+            CSV — "trace file not found: <path>", missing columns (lists the
+            expected and the found ones), a non-numeric / fractional / too small
+            token count or an unparsable timestamp (1-based line number, header
+            = line 1, and the bad value), ``num_requests`` larger than the
+            trace, or no row before ``duration_s``.
+    """
+    yaml_path = "workload.trace.path"
+    cols = trace.resolved_columns
+    path = _resolve(trace.path, base_dir)
+    needed = [cols.arrival, cols.prompt_tokens, cols.output_tokens]
+    hint = " (map other names with format: columns and columns: {arrival, prompt_tokens, output_tokens})"
+    table = _read_csv(path, needed, what="trace file", yaml_path=yaml_path, hint=hint)
+
+    arrival_s = _parse_arrivals(table, cols.arrival, path, yaml_path)
+    prompt = _parse_counts(table, cols.prompt_tokens, path, yaml_path)
+    output = _parse_counts(table, cols.output_tokens, path, yaml_path)
+    if (prompt < 1).any():
+        raise _bad_cell(table, cols.prompt_tokens, prompt < 1, "must be >= 1 prompt token", path, yaml_path)
+    if (output < 0).any():
+        raise _bad_cell(table, cols.output_tokens, output < 0, "must be >= 0 output tokens", path, yaml_path)
+    zero_out = output == 0
+    if zero_out.any():
+        log.warning("%s: %d rows with 0 output tokens replayed as 1 token", path, int(zero_out.sum()))
+        output = np.where(zero_out, 1, output)
+
+    arrival_s = arrival_s / trace.rate_scale
+    if (np.diff(arrival_s) < 0).any():
+        order = np.argsort(arrival_s, kind="stable")
+        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
+
+    if duration_s is not None:
+        keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
+        if keep == 0:
+            raise ScenarioError(
+                f"no trace row arrives before duration_s={duration_s:g}",
+                file=str(path), path="workload.duration_s",
+            )
+        arrival_s, prompt, output = arrival_s[:keep], prompt[:keep], output[:keep]
+    if num_requests is not None:
+        if num_requests > len(arrival_s):
+            raise ScenarioError(
+                f"num_requests={num_requests} but the trace has only {len(arrival_s)} rows",
+                file=str(path), path="workload.num_requests",
+            )
+        arrival_s, prompt, output = (
+            arrival_s[:num_requests], prompt[:num_requests], output[:num_requests]
+        )
+
+    n = len(arrival_s)
+    return RequestTrace(
+        arrival_s=arrival_s,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        class_id=np.zeros(n, dtype=np.int32),
+        prefix_id=np.full(n, -1, dtype=np.int32),
+        class_names=(trace.class_name,),
+    )
+

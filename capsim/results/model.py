@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capsim.results.columns import (ColumnModel, FloatColumn, IntColumn, StrColumn, TextColumn,
+from capsim.results.arrays import (ColumnModel, FloatColumn, IntColumn, StrColumn, TextColumn,
                             empty_ints)
 
 FINISHED = "finished"
@@ -32,7 +32,7 @@ class RequestRecords(ColumnModel, _Result):
     columns may be narrower than int64 (``replica``, ``num_preemptions`` int32;
     ``class_id``, ``n`` as the trace has them); lists given to the constructor
     or read from JSON become int64 / float64 / unicode arrays
-    (:mod:`capsim.results.columns`).
+    (:mod:`capsim.results.arrays`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

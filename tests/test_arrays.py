@@ -14,7 +14,7 @@ from capsim.results.model import ItlRuns, RequestRecords
 def test_itl_recorder_hands_over_compact_arrays():
     itl = ItlRecorder(num_classes=2)
     itl.add(0.02, [3, 0])
-    itl.add_steps(np.array([0.01, 0.03]), [1, 2])
+    itl.add(np.array([0.01, 0.03]), [1, 2])
     itl.add_one(0.5, 1)
     assert itl.total_gaps() == 3 + 2 * 3 + 1
     runs = itl.result()

@@ -12,7 +12,7 @@ import numpy as np
 
 from capsim.scenario.load import load
 from capsim.engine.recorder import TimelineRecorder
-from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.decode_set import DecodeSet
 from capsim.metrics.summary import summarize
 from capsim.sim.simulate import simulate
 from capsim.workload import build
@@ -91,8 +91,8 @@ def test_disaggregated_cases_saturate_the_decode_pool():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_timeline_run_equals_its_steps(seed):
-    """TimelineRecorder.steps (a decode run) bins exactly as step() once per step, also
-    across bin edges and when the bins coarsen mid-run."""
+    """TimelineRecorder.record over a decode run's steps bins exactly as one record() per
+    step, also across bin edges and when the bins coarsen mid-run."""
     rng = np.random.default_rng(seed)
     one, bulk = TimelineRecorder(0, "colocated", 0.1, 8), TimelineRecorder(0, "colocated", 0.1, 8)
     t = 0.0
@@ -104,9 +104,9 @@ def test_timeline_run_equals_its_steps(seed):
         q0, r0, q1, r1 = (int(x) for x in rng.integers(0, 9, 4))
         for j in range(m):
             last = j == m - 1
-            one.step(float(ends[j]), float(secs[j]), 0, 3, kv[j], q1 if last else q0,
-                     r1 if last else r0)
-        bulk.steps(ends, secs.tolist(), 3, kv.__getitem__, q0, r0, q1, r1)
+            one.record((float(ends[j]),), [float(secs[j])], 0, 3, kv[j], 0, 0,
+                       q1 if last else q0, r1 if last else r0)
+        bulk.record(ends, secs.tolist(), 0, 3, kv.__getitem__, q0, r0, q1, r1)
         t = float(ends[-1])
         assert bulk.bins == one.bins and bulk.bin_s == one.bin_s
     assert one.bin_s > 0.1                                    # it did coarsen
@@ -118,7 +118,7 @@ def test_forgetting_old_decode_epochs_changes_nothing(monkeypatch):
     rc = next(r for r in loaded.runs if r.variant == "chunked-2048")
     trace = build(rc.workload, rc.seed, loaded.base_dir)
     ref = simulate(rc, trace, macro_steps=False)
-    monkeypatch.setattr(ContinuousScheduler, "trim_epochs", 64)
+    monkeypatch.setattr(DecodeSet, "trim_epochs", 64)
     for macro in (False, True):
         got = simulate(rc, trace, macro_steps=macro)
         assert got.requests == ref.requests and got.replicas == ref.replicas
@@ -156,7 +156,7 @@ def test_timeline_starting_wide_has_the_bins_coarsening_would_reach():
     wide = TimelineRecorder(0, "colocated", TimelineRecorder.start_width_s(ends[-1], 0.1, 64), 64)
     for t in ends.tolist():
         for rec in (narrow, wide):
-            rec.step(t, 0.01, 0, 4, int(t), 1, 4)
+            rec.record((t,), (0.01,), 0, 4, int(t), 0, 0, 1, 4)
     assert narrow.bin_s == wide.bin_s
     assert {k: v for k, v in narrow.bins.items() if k != "busy_s"} == \
         {k: v for k, v in wide.bins.items() if k != "busy_s"}
@@ -186,18 +186,16 @@ def test_a_run_ends_at_its_exact_instant_even_when_no_delay_reaches_it():
     """No float delay takes SimPy from 0.37091528969081083 to 0.9918828499104085 (the
     sum rounds to one ulp below or above): a 94-step decode run of a 1P3D decode replica
     ended there, one ulp early, and the pool figures drifted from the step-by-step ones."""
-    import simpy
-
-    from capsim.engine.replica import timeout_at
+    from capsim.engine.clock import Environment
 
     start, end = 0.37091528969081083, 0.9918828499104085
     assert all(start + d != end for d in (end - start, np.nextafter(end - start, 1),
                                           np.nextafter(end - start, 0)))
-    env = simpy.Environment(initial_time=start)
+    env = Environment(initial_time=start)
     fired = []
 
     def wait():
-        yield timeout_at(env, end)
+        yield env.timeout_at(end)
         fired.append(env.now)
 
     env.process(wait())

@@ -38,14 +38,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-import simpy
 
 from capsim.scenario.resolve import RunConfig
+from capsim.engine.clock import Environment
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.engine.router import make_router
-from capsim.engine.scheduler.continuous import blocks_for
+from capsim.kv.blocks import blocks_needed
 from capsim.engine.transfer import KVLink
 from capsim.results.model import DisaggResult, LinkPortStats, RunResult, TransferRecords
 from capsim.cost.pricer import StepPricer
@@ -74,10 +74,10 @@ def reject_reason(req: Request, run: RunConfig) -> str:
             return (f"prompt + output = {total} tokens exceeds the {role} pool's "
                     f"max_model_len {pool.engine.max_model_len}")
     p, d = run.disagg.prefill, run.disagg.decode
-    need = blocks_for(req.prompt_tokens, p.engine.block_size)
+    need = blocks_needed(req.prompt_tokens, p.engine.block_size)
     if need > p.kv.num_gpu_blocks:
         return f"its prompt needs {need} KV blocks; a prefill replica has {p.kv.num_gpu_blocks}"
-    need = blocks_for(req.total_tokens, d.engine.block_size)
+    need = blocks_needed(req.total_tokens, d.engine.block_size)
     if need > d.kv.num_gpu_blocks:
         return f"needs {need} KV blocks; a decode replica has {d.kv.num_gpu_blocks}"
     return ""
@@ -118,7 +118,7 @@ class PoolMonitor:
     the stretch in progress. Definitions: :class:`capsim.results.model.DisaggResult`.
     """
 
-    def __init__(self, env: simpy.Environment, prefill: list[Replica], decode: list[Replica],
+    def __init__(self, env: Environment, prefill: list[Replica], decode: list[Replica],
                  pending: deque):
         self.env, self.prefill, self.decode, self.pending = env, prefill, decode, pending
         self.prefill_saturated_s = 0.0
@@ -166,6 +166,54 @@ class _Entry:
         self.monitor.touch()
 
 
+class _Hooks:
+    """What the cluster observes on one replica (:class:`~capsim.engine.replica.ReplicaHooks`):
+    busy / idle and queue changes (pool monitor, dispatch), handoffs after token 1 on the
+    prefill side, token 2 of transferred requests on the decode side."""
+
+    __slots__ = ("cluster", "replica", "joining", "awaiting")
+
+    def __init__(self, cluster: "DisaggCluster", replica: Replica):
+        self.cluster, self.replica = cluster, replica
+        self.joining: list[tuple[Request, int]] = []    # KV arrived, joins at next schedule
+        self.awaiting: list[tuple[Request, int]] = []   # joined, token 2 not yet emitted
+
+    def scheduled(self, busy: bool, queue_changed: bool) -> None:
+        if self.joining:
+            self.awaiting.extend(self.joining)
+            self.joining.clear()
+        if busy != self.replica.busy:
+            self.replica.busy = busy
+            self.cluster._observe()
+        if busy and queue_changed:
+            self.cluster._observe()             # admissions changed the queue others watch
+
+    def stepped(self, step, step_s: float) -> None:
+        rep = self.replica
+        if self.awaiting and step.decode_seqs:
+            for req, preemptions in self.awaiting:
+                if req.num_preemptions == preemptions:     # it decoded in this step
+                    self.cluster._second_token(req, rep.env.now)
+            self.awaiting.clear()
+        handoff = rep.scheduler.handoff
+        if handoff:
+            for req in handoff:
+                self.cluster._handoff(rep, req, step_s)
+            handoff.clear()
+
+    def ran(self, first_end_s: float) -> None:
+        if self.awaiting:                       # joined decoders emitted token 2 in step 0
+            for req, _ in self.awaiting:
+                self.cluster._second_token(req, first_end_s)
+            self.awaiting.clear()
+
+    def changed(self) -> None:
+        self.cluster._observe()
+
+    def transfers_waiting(self) -> bool:
+        return bool(self.cluster.pending)
+
+
 class DisaggCluster:
     """The replicas, link and bookkeeping of one disaggregated run.
 
@@ -183,7 +231,7 @@ class DisaggCluster:
     (P..P+D−1); ``route()`` picks the prefill replica for an arrival.
     """
 
-    def __init__(self, env: simpy.Environment, run: RunConfig, itl: ItlRecorder,
+    def __init__(self, env: Environment, run: RunConfig, itl: ItlRecorder,
                  num_classes: int, on_finish: Callable[[Request], None],
                  macro_steps: bool = True):
         d = run.disagg
@@ -213,12 +261,7 @@ class DisaggCluster:
         for i in indices:
             rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished, pool=role,
                           macro_steps=self.macro_steps)
-            rep.observer = self._observe
-            if role == "prefill":
-                rep.on_handoff = lambda req, step_s, rep=rep: self._handoff(rep, req, step_s)
-            else:
-                rep.on_second_token = self._second_token
-                rep.transfers_waiting = self._transfers_waiting
+            rep.hooks = _Hooks(self, rep)
             reps.append(rep)
         return reps
 
@@ -268,9 +311,6 @@ class DisaggCluster:
         self._dispatch()
         self.monitor.touch()
 
-    def _transfers_waiting(self) -> bool:
-        return bool(self.pending)
-
     def _dispatch(self) -> None:
         """Place waiting transfers, oldest first, while a decode replica has room (FIFO).
 
@@ -282,7 +322,7 @@ class DisaggCluster:
             target = next((r for r in self._decode_order() if r.reserve_transfer(t.req)), None)
             if target is None:
                 for r in self.decode:
-                    r.cut_run_through_finishes()
+                    r.runner.cut_through_finishes()
                 break
             self.pending.popleft()
             if self.disagg.router == "round_robin":
@@ -314,6 +354,7 @@ class DisaggCluster:
         t.source.scheduler.release_handoff(t.req)
         t.source.wake()
         t.target.admit_transferred(t.req)
+        t.target.hooks.joining.append((t.req, t.req.num_preemptions))
         t.req = None
         self.monitor.touch()
 

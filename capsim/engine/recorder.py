@@ -34,17 +34,17 @@ class ItlRecorder:
         self.count = array("I")
         self.class_id = array(self._class_typecode(num_classes))
 
-    def add(self, gap_s: float, class_counts: list[int]) -> None:
-        """``class_counts[c]`` sequences of class c each saw one gap of ``gap_s``."""
-        for cid, n in enumerate(class_counts):
-            if n:
-                self.gap_s.append(gap_s)
-                self.count.append(n)
-                self.class_id.append(cid)
-
-    def add_steps(self, gaps_s: np.ndarray, class_counts: list[int]) -> None:
-        """``add(gap, class_counts)`` for each gap of the float64 array ``gaps_s``, in order
-        (one run per step and class)."""
+    def add(self, gaps_s, class_counts: list[int]) -> None:
+        """``class_counts[c]`` sequences of class c each saw every gap of ``gaps_s``, in order:
+        one run per gap and class. ``gaps_s`` is one gap (a float: the step loop) or a
+        float64 array (a decode run's steps)."""
+        if isinstance(gaps_s, float):
+            for cid, n in enumerate(class_counts):
+                if n:
+                    self.gap_s.append(gaps_s)
+                    self.count.append(n)
+                    self.class_id.append(cid)
+            return
         k = len(gaps_s)
         if not k:
             return
@@ -112,41 +112,62 @@ class TimelineRecorder:
             width *= 2
         return width
 
-    def step(self, t_end_s: float, busy_s: float, prefill_tokens: int, decode_tokens: int,
-             kv_used_blocks: int, queue_len: int, running: int) -> None:
-        """Account one engine step that ended at ``t_end_s`` and took ``busy_s``."""
-        idx = int(t_end_s / self.bin_s)
-        while idx >= self.max_bins:
-            self._coarsen()
-            idx = int(t_end_s / self.bin_s)
-        b = self.bins
-        if idx >= len(b["steps"]):
-            grow = idx + 1 - len(b["steps"])
-            for lst in b.values():
-                lst.extend([0] * grow)
-        b["steps"][idx] += 1
-        b["busy_s"][idx] += busy_s
-        b["batch_tokens"][idx] += prefill_tokens + decode_tokens
-        b["prefill_tokens"][idx] += prefill_tokens
-        b["decode_tokens"][idx] += decode_tokens
-        self._raise_maxes(idx, kv_used_blocks, queue_len, running)
+    def record(self, ends_s, secs_s: list[float], prefill_tokens: int, decode_tokens: int,
+               kv_used_blocks: Callable[[int], int] | int, queue_len: int, running: int,
+               last_queue_len: int, last_running: int, busy_s: float | None = None) -> None:
+        """Account m ≥ 1 consecutive engine steps that ended at ``ends_s`` (non-decreasing: a
+        1-tuple for one step, a float64 array for a decode run) and took ``secs_s`` seconds:
+        the same bins and the same float sums, in the same order, however they are grouped.
 
-    def steps(self, t_end_s: np.ndarray, busy_s: list[float], decode_tokens: int,
-              kv_used_blocks: Callable[[int], int], queue_len: int, running: int,
-              last_queue_len: int, last_running: int) -> None:
-        """:meth:`step` for a run of decode-only steps ending at ``t_end_s`` (non-decreasing):
-        the same bins and the same float sums, in the same order.
-
-        Every step but the last saw ``queue_len`` / ``running``; the last one saw
+        Each step computed ``prefill_tokens`` prompt tokens and ``decode_tokens`` decode
+        tokens. Every step but the last saw ``queue_len`` / ``running``; the last one saw
         ``last_queue_len`` / ``last_running`` (requests that arrived during it, sequences
-        that finished in it). ``kv_used_blocks(j)`` (blocks in use in step j) is
-        non-decreasing along the run, so a bin's maximum is its last step's value. Work is O(steps) in numpy plus O(bins
+        that finished in it). ``kv_used_blocks(j)`` (blocks in use in step j; an int for
+        all of them) is non-decreasing along the steps, so a bin's maximum is its last
+        step's value. ``busy_s``, when given, is the busy seconds of the bin the steps all
+        end in after adding them (the caller's running sum). Steps that all end in one bin
+        cost O(m) Python float additions at most; others O(m) in numpy plus O(bins
         touched) in Python.
         """
+        m, bin_s = len(ends_s), self.bin_s
+        i = int(ends_s[0] / bin_s)
+        if i == int(ends_s[-1] / bin_s) and i < self.max_bins:
+            if busy_s is None:
+                busy_s = self.busy_in(i)
+                for x in secs_s:
+                    busy_s += x
+            kv = kv_used_blocks if isinstance(kv_used_blocks, int) else kv_used_blocks(m - 1)
+            queue, run = (max(queue_len, last_queue_len), max(running, last_running)) \
+                if m > 1 else (last_queue_len, last_running)
+            self._one_bin(i, m, busy_s, prefill_tokens * m, decode_tokens * m, kv, queue, run)
+        else:
+            kv_at = (lambda _: kv_used_blocks) if isinstance(kv_used_blocks, int) else kv_used_blocks
+            self._bins(np.asarray(ends_s, dtype=np.float64), secs_s, prefill_tokens,
+                       decode_tokens, kv_at, queue_len, running, last_queue_len, last_running)
+
+    def _one_bin(self, i: int, steps: int, busy_s: float, prefill_tokens: int,
+                 decode_tokens: int, kv_used_blocks: int, queue_len: int, running: int) -> None:
+        """Account ``steps`` steps that all end in bin ``i < max_bins``, which now holds
+        ``busy_s`` busy seconds."""
+        b = self.bins
+        grow = i + 1 - len(b["steps"])
+        if grow > 0:
+            for lst in b.values():
+                lst.extend([0] * grow)
+        b["steps"][i] += steps
+        b["busy_s"][i] = busy_s
+        b["batch_tokens"][i] += prefill_tokens + decode_tokens
+        b["prefill_tokens"][i] += prefill_tokens
+        b["decode_tokens"][i] += decode_tokens
+        self._raise_maxes(i, kv_used_blocks, queue_len, running)
+
+    def _bins(self, t_end_s: np.ndarray, busy_s: list[float], prefill_tokens: int,
+              decode_tokens: int, kv_used_blocks: Callable[[int], int], queue_len: int,
+              running: int, last_queue_len: int, last_running: int) -> None:
+        """:meth:`record` for steps spread over several bins (or past ``max_bins``, which
+        coarsens the bins first)."""
         m, start = len(t_end_s), 0
         b = self.bins
-        steps_b, busy_b, batch_b, dec_b = b["steps"], b["busy_s"], b["batch_tokens"], b["decode_tokens"]
-        kv_b, queue_b, run_b = b["kv_used_blocks_max"], b["queue_len_max"], b["running_max"]
         while start < m:
             idx = (t_end_s[start:] / self.bin_s).astype(np.int64)
             stop = m
@@ -155,38 +176,31 @@ class TimelineRecorder:
                 if fits == 0:
                     self._coarsen()
                     b = self.bins
-                    steps_b, busy_b, batch_b, dec_b = (b["steps"], b["busy_s"],
-                                                       b["batch_tokens"], b["decode_tokens"])
-                    kv_b, queue_b, run_b = (b["kv_used_blocks_max"], b["queue_len_max"],
-                                            b["running_max"])
                     continue
                 idx, stop = idx[:fits], start + fits
-            grow = int(idx[-1]) + 1 - len(steps_b)
+            grow = int(idx[-1]) + 1 - len(b["steps"])
             if grow > 0:
                 for lst in b.values():
                     lst.extend([0] * grow)
+            steps_b, busy_b, batch_b = b["steps"], b["busy_s"], b["batch_tokens"]
+            pre_b, dec_b = b["prefill_tokens"], b["decode_tokens"]
             cuts = (np.flatnonzero(idx[1:] != idx[:-1]) + (start + 1)).tolist()
             for lo, hi in zip([start] + cuts, cuts + [stop]):
                 i, cnt = int(idx[lo - start]), hi - lo
                 steps_b[i] += cnt
-                batch_b[i] += decode_tokens * cnt
+                batch_b[i] += (prefill_tokens + decode_tokens) * cnt
+                pre_b[i] += prefill_tokens * cnt
                 dec_b[i] += decode_tokens * cnt
                 acc = busy_b[i]
                 for s in busy_s[lo:hi]:
                     acc += s
                 busy_b[i] = acc
-                kv = kv_used_blocks(hi - 1)
-                if kv > kv_b[i]:
-                    kv_b[i] = kv
                 if hi == m:
                     q, r = (max(queue_len, last_queue_len), max(running, last_running)) \
                         if cnt > 1 else (last_queue_len, last_running)
                 else:
                     q, r = queue_len, running
-                if q > queue_b[i]:
-                    queue_b[i] = q
-                if r > run_b[i]:
-                    run_b[i] = r
+                self._raise_maxes(i, kv_used_blocks(hi - 1), q, r)
             start = stop
 
     def bin_of(self, t_s: float) -> int:
@@ -197,21 +211,6 @@ class TimelineRecorder:
         """Busy seconds accounted so far in bin ``i`` (0 for a bin not yet reached)."""
         busy = self.bins["busy_s"]
         return busy[i] if i < len(busy) else 0
-
-    def one_bin(self, i: int, steps: int, busy_s: float, tokens: int, kv_used_blocks: int,
-                queue_len: int, running: int) -> None:
-        """Account ``steps`` decode steps that all end in bin ``i < max_bins``, which now
-        holds ``busy_s`` busy seconds (the caller added their times in order)."""
-        b = self.bins
-        grow = i + 1 - len(b["steps"])
-        if grow > 0:
-            for lst in b.values():
-                lst.extend([0] * grow)
-        b["steps"][i] += steps
-        b["busy_s"][i] = busy_s
-        b["batch_tokens"][i] += tokens
-        b["decode_tokens"][i] += tokens
-        self._raise_maxes(i, kv_used_blocks, queue_len, running)
 
     def _raise_maxes(self, i: int, kv_used_blocks: int, queue_len: int, running: int) -> None:
         """Bin ``i``'s maxima of KV blocks in use, waiting queue and running batch."""

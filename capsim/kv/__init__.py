@@ -4,7 +4,8 @@ See DESIGN.md, "KV memory". Pure Python, no SimPy.
 """
 
 from capsim.kv.allocator import BlockAllocator, KVInvariantError, OutOfBlocks
-from capsim.kv.block_table import BlockTable, blocks_needed
+from capsim.kv.block_table import BlockTable
+from capsim.kv.blocks import blocks_needed
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 
 __all__ = [

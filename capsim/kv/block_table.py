@@ -11,11 +11,7 @@ who writes in place.
 from __future__ import annotations
 
 from capsim.kv.allocator import BlockAllocator, OutOfBlocks
-
-
-def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """Blocks holding ``num_tokens`` tokens: ``ceil(num_tokens / block_size)``."""
-    return -(-num_tokens // block_size)
+from capsim.kv.blocks import blocks_needed
 
 
 class BlockTable:

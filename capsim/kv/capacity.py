@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 from capsim.common.errors import ScenarioError
-from capsim.kv.block_table import blocks_needed
+from capsim.kv.blocks import blocks_needed
 
 GIB = 2**30
 FP32_BYTES = 4

@@ -14,6 +14,8 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from capsim.engine.clock import Environment
+
 from capsim.scenario.resolve import RunConfig
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
@@ -21,7 +23,7 @@ from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
-from capsim.engine.scheduler.continuous import blocks_for
+from capsim.kv.blocks import blocks_needed
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.results.model import RunResult
@@ -55,7 +57,7 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         InvariantError: if a conservation invariant fails at the end.
     """
     wall0 = time.perf_counter()
-    env = simpy.Environment()
+    env = Environment()
     itl = ItlRecorder(len(trace.class_names))
     source = RequestSource(trace)
     log = RequestLog(len(trace))
@@ -126,7 +128,7 @@ def reject_reason(req: Request, run: RunConfig) -> str:
         if want > run.kv.num_gpu_blocks * bs:
             return f"reserves {want} KV tokens; the whole cache has {run.kv.num_gpu_blocks * bs}"
     shared = req.prompt_tokens // bs              # full prompt blocks all samples share
-    need = shared + req.n * (blocks_for(req.total_tokens, bs) - shared)
+    need = shared + req.n * (blocks_needed(req.total_tokens, bs) - shared)
     if need > run.kv.num_gpu_blocks:
         return f"needs {need} KV blocks; the whole cache has {run.kv.num_gpu_blocks}"
     return ""

@@ -12,27 +12,26 @@ static batch never preempts.
 
 from __future__ import annotations
 
-from collections import deque
 from itertools import accumulate
 
 from capsim.engine.recorder import ItlRecorder
-from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
-from capsim.engine.scheduler.continuous import blocks_for
+from capsim.engine.request import FINISHED, RUNNING, Request
+from capsim.kv.blocks import blocks_needed
+from capsim.engine.scheduler.base import Scheduler
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
 
 
-class StaticScheduler:
-    """Run-to-completion batches for one replica (same interface as ContinuousScheduler)."""
+class StaticScheduler(Scheduler):
+    """Run-to-completion batches for one replica."""
 
     def __init__(self, *, max_num_seqs: int, allocator: BlockAllocator, num_classes: int,
                  itl: ItlRecorder):
+        super().__init__()
         self.max_num_seqs = max_num_seqs
         self.alloc = allocator
         self.itl = itl
         self.num_classes = num_classes
-        self.waiting: deque[Request] = deque()
-        self.running: dict[int, Request] = {}
         self.batch: list[Request] = []          # members, by output length ascending
         self._max_prompt = 0
         self._decode_steps = 0
@@ -41,18 +40,6 @@ class StaticScheduler:
         self._gaps: list[float] = []
         self._last_emit_s = 0.0
         self._admitted = 0
-        self.preemptions = 0
-        self.recomputed_tokens = 0
-        self.slot_steps_useful = 0
-        self.slot_steps_held = 0
-        self.steps = 0
-        self.num_decoding = 0
-        self.kv_tokens = 0                      # tokens of real (unpadded) KV written
-        self.finished: list[Request] = []
-
-    def add(self, req: Request) -> None:
-        req.state = WAITING
-        self.waiting.append(req)
 
     def has_work(self) -> bool:
         return bool(self.batch or self.waiting)
@@ -72,7 +59,7 @@ class StaticScheduler:
     def _form_batch(self, now: float) -> None:
         while self.waiting and len(self.batch) < self.max_num_seqs:
             req = self.waiting[0]
-            need = blocks_for(req.total_tokens, self.alloc.block_size)
+            need = blocks_needed(req.total_tokens, self.alloc.block_size)
             if not self.alloc.can_allocate(need):
                 break
             self.waiting.popleft()
@@ -100,10 +87,6 @@ class StaticScheduler:
         n = len(self.batch)
         ctx = self._max_prompt + self._decode_steps + 1
         return Step(decode_seqs=n, decode_ctx_tokens=n * ctx, emitting_decodes=self._active)
-
-    def plan_decode_run(self, step: Step, **limits: int) -> None:
-        """Static batches always advance one step at a time (see ContinuousScheduler)."""
-        return None
 
     def complete(self, step: Step, now: float) -> None:
         self.steps += 1

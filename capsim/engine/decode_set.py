@@ -1,0 +1,250 @@
+"""The sequences of one replica that decode a token per step, kept implicitly.
+
+A decoding request records the replica's decode *epoch* (decode steps completed)
+when it joined, plus its counters then (``dec_epoch0``, ``dec_computed0``,
+``dec_generated0``); its progress is the epochs since. A decode step therefore
+updates O(1) aggregates instead of touching every sequence:
+
+- Σ context of the next step is ``size · (epoch + 1) + offset`` with
+  ``offset = Σ (computed0 − epoch0)``;
+- the sequences whose next token starts a new KV block are one *bucket*, keyed
+  by ``(epoch0 − computed0) mod block_size``: bucket ``(epoch + j) mod block_size``
+  crosses a block boundary in step j from now;
+- finishes come off a heap keyed by the epoch of the last token (lazy deletion:
+  an entry is stale once its request left the set, ``dec_version``);
+- inter-token gaps are recorded per *cohort* (every sequence that emitted in the
+  same step shares the next gap), as weighted runs (DESIGN.md "Metrics").
+
+:meth:`DecodeSet.advance` commits any number of decode steps, one (the step loop)
+or a run (macro-steps), with the same bookkeeping: per-step cost does not grow with
+tokens or running sequences. The scheduler owns the policy (who joins, who is
+preempted, which blocks are taken); this class owns the decode state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+
+import numpy as np
+
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.request import Request
+
+
+class DecodeSet:
+    """The decoding sequences of one replica and their epoch bookkeeping.
+
+    Args:
+        block_size: KV block size in tokens (the bucket period).
+        num_classes: request classes (cohort counts per class).
+        itl: the run's ITL recorder; gaps are recorded as steps are advanced.
+
+    Attributes read by the scheduler: ``epoch`` (decode steps completed),
+    ``size`` (sequences decoding), ``shareable`` (of which shareable: they register
+    prefix-cache blocks as they grow), ``offset`` and ``buckets``.
+    """
+
+    trim_epochs = 1 << 16  # epochs' end times kept before forgetting the unneeded ones
+
+    def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder):
+        self.bs = block_size
+        self.itl = itl
+        self.num_classes = num_classes
+        self.buckets: list[dict[int, Request]] = [{} for _ in range(block_size)]
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self.epoch = 0                 # decode steps completed
+        self.size = 0
+        self.shareable = 0
+        self.offset = 0                # Σ (computed0 − epoch0) over decoding sequences
+        self._epoch_end = array("d")   # end time of each decode step since _epoch_base
+        self._epoch_gap = array("d")   # gap seen at each decode step by the previous step's cohort
+        self._epoch_base = 0           # first epoch still kept (older ones: _trim)
+        self._trim_at = self.trim_epochs
+        self._cohort_t = math.nan      # when the sequences of the last decode step emitted
+        self._cohort = [0] * num_classes
+        self._pending: dict[float, list[int]] = {}   # joined since: emit time → class counts
+
+    # ------------------------------------------------------------ membership
+    def join(self, req: Request, now: float) -> None:
+        """``req`` decodes from the next step; it emitted its last token at ``now``."""
+        e0, c0 = self.epoch, req.num_computed
+        req.dec_epoch0, req.dec_computed0, req.dec_generated0 = e0, c0, req.num_generated
+        req.dec_bucket = (e0 - c0) % self.bs
+        self.buckets[req.dec_bucket][req.rid] = req
+        self.size += 1
+        self.shareable += req.shareable
+        self.offset += c0 - e0
+        done_epoch = e0 + req.output_tokens - req.num_generated
+        heapq.heappush(self.finish_heap, (done_epoch, req.admit_order, req.dec_version, req))
+        counts = self._pending.get(now)
+        if counts is None:
+            counts = self._pending[now] = [0] * self.num_classes
+        counts[req.class_id] += 1
+
+    def leave(self, req: Request) -> None:
+        """Materialise ``req``'s counters and take it out of the set (finish or preemption)."""
+        steps = self.epoch - req.dec_epoch0
+        req.num_computed = req.dec_computed0 + steps
+        req.num_generated = req.dec_generated0 + steps
+        del self.buckets[req.dec_bucket][req.rid]
+        self.size -= 1
+        self.shareable -= req.shareable
+        self.offset -= req.dec_computed0 - req.dec_epoch0
+        if steps:
+            base = self._epoch_base
+            req.note_gap(self._epoch_end[req.dec_epoch0 - base] - req.last_token_s)
+            if steps > 1:
+                req.note_gap(self._max_gap(req.dec_epoch0 + 1 - base, self.epoch - base))
+            req.last_token_s = self._epoch_end[self.epoch - 1 - base]
+            self._cohort[req.class_id] -= 1
+        else:
+            self._pending[req.last_token_s][req.class_id] -= 1
+        req.dec_epoch0 = -1
+        req.dec_version += 1
+
+    def sync(self) -> None:
+        """Materialise every member's counters (for inspection in tests)."""
+        for bucket in self.buckets:
+            for req in bucket.values():
+                steps = self.epoch - req.dec_epoch0
+                req.num_computed = req.dec_computed0 + steps
+                req.num_generated = req.dec_generated0 + steps
+
+    # ------------------------------------------------------------ the steps ahead
+    @property
+    def ctx_tokens(self) -> int:
+        """Σ context the members attend over in the next step."""
+        return self.size * (self.epoch + 1) + self.offset
+
+    def crossing(self, j: int = 0) -> dict[int, Request]:
+        """The members whose token in step ``j`` from now starts a new KV block."""
+        return self.buckets[(self.epoch + j) % self.bs]
+
+    def crossings(self, first: int, m: int) -> list[dict[int, Request]]:
+        """The crossing buckets of steps ``first``..``min(m, first + block_size) − 1``: one
+        cycle at most (the buckets repeat with period ``block_size``)."""
+        rot = (self.epoch + first) % self.bs
+        return (self.buckets[rot:] + self.buckets[:rot])[:m - first] if m > first else []
+
+    def blocks_ahead(self, start: int, count: int) -> int:
+        """Blocks the members take in steps ``start``..``start + count − 1`` from now, the
+        set unchanged: whole cycles of ``block_size`` steps take one per member (each
+        crosses a boundary once per cycle), plus the buckets of the partial cycle.
+        O(block_size)."""
+        if count <= 0:
+            return 0
+        q, r = divmod(count, self.bs)
+        buckets, e, bs = self.buckets, self.epoch + start, self.bs
+        return q * self.size + sum(len(buckets[(e + i) % bs]) for i in range(r))
+
+    def drop_stale(self) -> None:
+        """Pop heap entries of requests that already left the set."""
+        heap = self.finish_heap
+        while heap and (heap[0][2] != heap[0][3].dec_version or heap[0][3].dec_epoch0 < 0):
+            heapq.heappop(heap)
+
+    def steps_to_finish(self) -> int | None:
+        """Steps from now until the next member's last token (None: the set is empty)."""
+        self.drop_stale()
+        heap = self.finish_heap
+        return heap[0][0] - self.epoch if heap else None
+
+    def pop_finishing(self, epoch: int, popped: list) -> list[Request]:
+        """The members whose last token is at ``epoch``, popped off the heap; their entries
+        are appended to ``popped`` (push them back with :meth:`push_back`)."""
+        heap, leavers = self.finish_heap, []
+        while heap and heap[0][0] == epoch:
+            entry = heapq.heappop(heap)
+            req = entry[3]
+            if entry[2] == req.dec_version and req.dec_epoch0 >= 0:
+                popped.append(entry)
+                leavers.append(req)
+        return leavers
+
+    def push_back(self, popped: list) -> None:
+        for entry in popped:
+            heapq.heappush(self.finish_heap, entry)
+
+    # ------------------------------------------------------------ advance
+    def advance(self, ends_s) -> list[Request]:
+        """Commit decode steps that ended at ``ends_s`` (m ≥ 1 non-decreasing times: a
+        float64 array, or a 1-tuple for one step): inter-token gaps, epochs, finishes.
+
+        Every member emits one token per step. The first step's gap runs from the
+        previous decode step's emission (NaN for the replica's first), and the sequences
+        that joined since (pending cohorts) emit their first decode gap from their own
+        last token and join the cohort. Returns the members whose last token it was,
+        already out of the set, in (epoch, admission) order.
+        """
+        m = len(ends_s)
+        itl, cohort = self.itl, self._cohort
+        had_epoch = self.epoch > 0
+        if m == 1:
+            now = ends_s[0]
+            gap = now - self._cohort_t if had_epoch else math.nan
+            if had_epoch:
+                itl.add(gap, cohort)
+            self._merge_pending(now)
+            self._epoch_end.append(now)
+            self._epoch_gap.append(gap)
+        else:
+            gaps = np.empty(m)
+            gaps[0] = ends_s[0] - self._cohort_t if had_epoch else math.nan
+            np.subtract(ends_s[1:], ends_s[:-1], out=gaps[1:])
+            if self._pending:                    # the first step merges the new cohorts
+                if had_epoch:
+                    itl.add(float(gaps[0]), cohort)
+                self._merge_pending(float(ends_s[0]))
+                itl.add(gaps[1:], cohort)
+            else:
+                itl.add(gaps if had_epoch else gaps[1:], cohort)
+            self._epoch_end.frombytes(ends_s.tobytes())
+            self._epoch_gap.frombytes(gaps.tobytes())
+            now = float(ends_s[-1])
+        self._cohort_t = now
+        self.epoch += m
+        return self._finished()
+
+    def _merge_pending(self, t: float) -> None:
+        """Cohorts that joined since the last decode step emit their first gap at ``t``."""
+        cohort = self._cohort
+        for t0, counts in self._pending.items():
+            self.itl.add(t - t0, counts)
+            for c, k in enumerate(counts):
+                cohort[c] += k
+        self._pending.clear()
+
+    def _finished(self) -> list[Request]:
+        heap, out = self.finish_heap, []
+        while heap and heap[0][0] <= self.epoch:
+            _, _, version, req = heapq.heappop(heap)
+            if version == req.dec_version and req.dec_epoch0 >= 0:
+                self.leave(req)
+                out.append(req)
+        if len(self._epoch_end) >= self._trim_at:
+            self._trim()
+        return out
+
+    def _trim(self) -> None:
+        """Forget the end times and gaps of epochs before the oldest member joined: no one
+        reads them again, so this memory follows the running batch, not the steps.
+        O(members + kept epochs), at most once per doubling of the kept epochs."""
+        oldest = min((req.dec_epoch0 for bucket in self.buckets for req in bucket.values()),
+                     default=self.epoch)
+        cut = oldest - self._epoch_base
+        if cut > 0:
+            del self._epoch_end[:cut]
+            del self._epoch_gap[:cut]
+            self._epoch_base = oldest
+        self._trim_at = max(self.trim_epochs, 2 * len(self._epoch_end))
+
+    def _max_gap(self, lo: int, hi: int) -> float:
+        """The longest gap of kept epochs lo..hi−1 (never NaN: only epoch 0's is)."""
+        if hi - lo < 32:
+            return max(self._epoch_gap[lo:hi])
+        view = np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo, offset=lo * 8)
+        top = float(view.max())
+        del view                                  # release the buffer: the array grows again
+        return top

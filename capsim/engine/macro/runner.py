@@ -1,0 +1,245 @@
+"""Advancing a planned decode run in one SimPy event (a macro-step).
+
+Step times are the step-by-step path's, added in the same order, so the clock
+lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
+unlike ``np.sum``) gives the running clock, busy time, timeline-bin busy time and
+(when any step is compute-bound) compute-bound count at every step. An arrival
+(``Replica.submit``, or a transfer's KV landing) interrupts the wait; the run then
+ends after the step in progress, exactly where the step-by-step loop would first
+see it. Segments (the batch shrinking at a finish) are then committed in order,
+each as the step loop would commit its steps (:meth:`Replica.account_steps
+<capsim.engine.replica.Replica.account_steps>`). A disaggregated cluster reading
+the replica mid-run first commits what has happened by then (:meth:`DecodeRunner.sync`).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan
+
+if TYPE_CHECKING:
+    from capsim.engine.replica import Replica
+    from capsim.engine.step import Step
+
+
+class _Run:
+    """A decode run in progress: its plan, the end time of every step (``clock[j + 1]``
+    for step j), step seconds, timeline-bin busy time, and how far it has been
+    committed: steps ``0..done − 1`` are committed, the blocks of steps ``0..grown − 1``
+    are taken (step 0's by ``schedule``); ``used_blocks`` were in use in step
+    ``grown − 1`` (blocks reserved for a transfer since then come after it).
+    ``done_tokens[i]``: prompt + output tokens of the requests that finished by
+    ``done_times[i − 1]`` (what the router no longer counts as outstanding then)."""
+
+    __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
+                 "grown", "used_blocks", "done_times", "done_tokens")
+
+    def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
+                 bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
+                 used_blocks: int):
+        self.plan, self.clock, self.secs, self.bin_busy = plan, clock, secs, bin_busy
+        self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
+        self.done, self.grown = 0, 1
+        self.used_blocks = used_blocks
+        ends = plan.ends
+        self.done_times = clock[ends[:-1]].tolist() if len(ends) > 1 else []
+        self.done_tokens = [0, *accumulate(plan.done_tokens)]
+
+    def step_at(self, t_s: float) -> int:
+        """The step in progress at ``t_s``: the first one ending at or after it."""
+        return int(self.clock[1:].searchsorted(t_s))
+
+
+class DecodeRunner:
+    """Plans and advances one replica's decode runs.
+
+    ``arrival_gap_s`` is an EMA of the gap between arrivals at the replica: runs are
+    not tried while arrivals come faster than ``MIN_RUN_STEPS`` steps (they would be
+    cut at once), and a run plans through finishes only about as far as the next
+    arrival (:meth:`horizon_steps`).
+    """
+
+    def __init__(self, replica: Replica):
+        self.replica = replica
+        self.run: _Run | None = None    # the decode run in progress, until committed
+        self.waiting = False            # waiting out a run an arrival may cut short
+        self.arrival_gap_s = math.inf
+        self._last_arrival_s = math.nan
+
+    # ------------------------------------------------------------ planning
+    def plan(self, step: Step, step_s: float, transfers_waiting: bool) -> RunPlan | None:
+        """A run starting with ``step`` (just scheduled), or None: step by step. Not tried
+        while arrivals come faster than ``MIN_RUN_STEPS`` steps of ``step_s`` seconds
+        (the last step's duration)."""
+        if self.arrival_gap_s <= MIN_RUN_STEPS * step_s:
+            return None
+        return self.replica.scheduler.plan_decode_run(
+            step, horizon_steps=0 if transfers_waiting else self.horizon_steps(step_s))
+
+    def horizon_steps(self, step_s: float) -> int:
+        """Steps a run plans through finishes: 32 × the mean steps between arrivals here.
+        Planning past the arrival that cuts the run is wasted numpy work, stopping short
+        of it costs a new run (an event, a plan, a pricing); on benchmark 1, factors
+        2 / 4 / 8 / 16 / 32 / 64 gave 27.0 / 23.8 / 21.2 / 19.3 / 18.7 / 18.7 k runs for
+        3.7 / 3.9 / 4.1 / 4.8 / 5.2 / 5.2 M planned steps (32 ran 3 % faster than 8: a
+        planned step costs far less than a run)."""
+        if self.arrival_gap_s == math.inf or not step_s:
+            return 4096
+        return min(4096, int(32 * self.arrival_gap_s / step_s))
+
+    def arrived(self, now: float) -> None:
+        """New work at ``now``: end the run in progress after its step in progress; update
+        the arrival-gap EMA."""
+        self.cut()
+        gap, self._last_arrival_s = now - self._last_arrival_s, now
+        if gap == gap:                                  # not the first arrival (NaN)
+            ema = self.arrival_gap_s
+            self.arrival_gap_s = gap if ema == math.inf else ema + (gap - ema) / 8
+
+    def cut(self) -> None:
+        """End the run in progress (if any) after the step in progress."""
+        if self.waiting:
+            self.waiting = False
+            self.replica.interrupt()
+
+    def cut_through_finishes(self) -> None:
+        """End a run that planned to go on through finishes (someone now waits for the
+        room a finish frees)."""
+        if self.run is not None and len(self.run.plan.ends) > 1:
+            self.cut()
+
+    # ------------------------------------------------------------ running
+    def advance(self, plan: RunPlan):
+        """Advance ``plan`` (its first step just scheduled) with one SimPy event; a
+        generator for the replica's process. Returns (as ``yield from``'s value) the end
+        time of step 0 and the duration of the last step committed."""
+        rep = self.replica
+        env, timeline = rep.env, rep.timeline
+        ends = plan.ends
+        k = ends[-1]
+        lengths = [b - a for a, b in zip([0, *ends], ends)]
+        secs, bound = rep.pricer.decode_costs(plan.seqs, plan.ctx0, lengths)
+        now = env.now
+        bin_now = timeline.bin_of(now)
+        # Rows: clock, busy seconds, busy seconds in the current timeline bin[, bound].
+        acc = np.empty((3 if bound is None else 4, k + 1))
+        acc[:, 0] = (now, rep.busy_s, timeline.busy_in(bin_now), 0.0)[:len(acc)]
+        acc[:3, 1:] = secs
+        if bound is not None:
+            acc[3, 1:] = bound
+        np.cumsum(acc, axis=1, out=acc)
+        clock = acc[0]
+        t_end = float(clock[k])
+        m = k
+        self.run = _Run(plan, clock, secs, acc[2], bin_now, timeline.bin_s,
+                        len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
+        self.waiting = True
+        try:
+            yield env.timeout_at(t_end)
+        except simpy.Interrupt:                     # a request arrived mid-run
+            if env.now < t_end:
+                m = self.run.step_at(env.now) + 1      # the run ends with the step in progress
+                yield env.timeout_at(float(clock[m]))
+        self.waiting = False
+        self._commit(m, last=True)
+        self.run = None
+        rep.busy_s = float(acc[1, m])
+        if bound is not None:
+            rep.compute_bound_steps += int(acc[3, m])
+        return float(clock[1]), float(secs[m - 1])
+
+    def _commit(self, m: int, last: bool) -> None:
+        """Commit steps ``done..m − 1`` of the run in progress, segment by segment, as the
+        step loop would; ``last``: step m − 1 is the run's last (it saw the waiting queue
+        as it is now; earlier steps saw it as it was when the run began)."""
+        run = self.run
+        plan, lo, seg_start = run.plan, run.done, 0
+        for n, ctx0, end in zip(plan.seqs, plan.ctx0, plan.ends):
+            if end > lo:
+                hi = min(end, m)
+                if hi <= lo:
+                    break
+                self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start),
+                                     last and hi == m)
+                lo = hi
+            seg_start = end
+        run.done = max(run.done, m)
+        run.grown = max(run.grown, m)
+
+    def _commit_segment(self, run: _Run, start: int, stop: int, n: int, ctx0: int,
+                        last: bool) -> None:
+        """Commit steps ``start``..``stop − 1`` of a run, within one segment where ``n``
+        decode over ``ctx0`` tokens in step ``start``; step j ends at ``run.clock[j + 1]``.
+        The waiting queue was ``run.queue0`` long in every step but the run's ``last``
+        one."""
+        rep = self.replica
+        sched, timeline = rep.scheduler, rep.timeline
+        m = stop - start
+        running0 = sched.num_running
+        if start < run.grown:                    # its blocks were taken before
+            blocks = sched.grow_for_run(m, 1)
+            blocks.used0 = run.used_blocks
+        else:
+            blocks = sched.grow_for_run(m, 0)
+        rep.note_run_peak(blocks, n)      # a peak already noted (a synced step's) is kept
+        ends = run.clock[start + 1:stop + 1]
+        sched.commit_decode_run(ends)
+        ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
+        in_first_bin = timeline.bin_of(ends[0]) == run.bin_now and timeline.bin_s == run.bin_s
+        rep.account_steps(
+            ends, run.secs[start:stop].tolist(), 0, n, (m, n * m, n * m, ctx, ctx, m),
+            blocks.at, run.queue0, running0, len(sched.waiting) if last else run.queue0,
+            busy_s=float(run.bin_busy[stop]) if in_first_bin else None)
+
+    # ------------------------------------------------------------ readers mid-run
+    def outstanding_done(self, now: float) -> int:
+        """Prompt + output tokens of the run's requests whose last step ended by ``now``
+        (0 outside a run): the router counts them as finished, as step by step."""
+        run = self.run
+        if run is None or not run.done_times:
+            return 0
+        return run.done_tokens[bisect_right(run.done_times, now)]
+
+    def sync(self) -> None:
+        """Bring the run in progress up to now, for readers of the replica's state (a
+        disaggregated cluster placing a transfer): commit the steps that ended before now
+        and take the blocks of the step in progress, as the step loop would have by now.
+        The run goes on."""
+        run = self.run
+        if run is None:
+            return
+        rep = self.replica
+        j = run.step_at(rep.env.now)
+        self._commit(j, last=False)
+        if run.grown <= j:
+            seg = bisect_right(run.plan.ends, j)
+            rep.note_run_peak(rep.scheduler.grow_for_run(1, 0), run.plan.seqs[seg])
+            run.grown = j + 1
+            run.used_blocks = rep.alloc.num_used_blocks
+
+    def kv_load(self) -> tuple[int, int] | None:
+        """(KV blocks in use, running sequences) as of now inside a run, in closed form
+        while no finish has happened since the last commit (else after :meth:`sync`);
+        None outside a run."""
+        run = self.run
+        if run is None:
+            return None
+        rep = self.replica
+        j = run.step_at(rep.env.now)
+        ends = run.plan.ends
+        if j < ends[bisect_right(ends, run.done)]:    # no finish since step `done`
+            first = max(run.grown, run.done)
+            taken = rep.scheduler.decode_blocks_ahead(first - run.done, j + 1 - first)
+            return rep.alloc.num_used_blocks + taken, rep.scheduler.num_running
+        self.sync()
+        return rep.alloc.num_used_blocks, rep.scheduler.num_running
+
+
+__all__ = ["DecodeRunner", "RunBlocks"]

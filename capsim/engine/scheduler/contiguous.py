@@ -1,0 +1,70 @@
+"""Continuous batching over a contiguous KV allocator: the pre-paging baseline
+(seed 000; the PagedAttention paper's comparison, Kwon et al., SOSP 2023)."""
+
+from __future__ import annotations
+
+from capsim.engine.macro.plan import RunBlocks
+from capsim.engine.request import Request
+from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.step import Step
+
+
+class ContiguousScheduler(ContinuousScheduler):
+    """Continuous batching over a contiguous KV allocator (the pre-paging baseline).
+
+    Admission reserves the whole range a request may ever need — ``max_model_len``
+    tokens (``reserve="max_model_len"``) or its prompt + ``max_tokens``
+    (``reserve="max_tokens"``) — first fit (:class:`capsim.kv.contiguous.ContiguousAllocator`);
+    nothing grows afterwards, so nothing is preempted. The queue head waits when no
+    hole fits, even if enough tokens are free in pieces: the first such moment is
+    recorded (``first_blocked``: wanted, free, biggest hole) as the seed's demo prints it.
+    """
+
+    def __init__(self, *, reserve: str, max_model_len: int, **kwargs):
+        super().__init__(**kwargs)
+        self.reserve = reserve
+        self.max_model_len = max_model_len
+        self._blocked_rid = -1                     # counts requests, not attempts (admission_blocked)
+        self._reservation: dict[int, tuple[int, int]] = {}
+
+    def _size(self, req: Request) -> int:
+        if self.reserve == "max_model_len":
+            return self.max_model_len
+        return req.prompt_tokens + req.output_tokens
+
+    def _admit_waiting(self, step: Step, budget: int, whole_prompts: bool) -> None:
+        while self.waiting and budget > 0 and self.num_running < self.max_num_seqs:
+            req = self.waiting[0]
+            todo = req.remaining_to_compute
+            if whole_prompts and todo > budget:
+                break
+            size = self._size(req)
+            start = self.alloc.reserve(size)
+            if start is None:
+                self._note_blocked(req, size)
+                break
+            self._reservation[req.rid] = (start, size)
+            n = min(todo, budget)
+            self._start(req, step, n)
+            budget -= n
+
+    def _note_blocked(self, req: Request, size: int) -> None:
+        if req.rid != self._blocked_rid:          # count requests, not scheduling attempts
+            self._blocked_rid = req.rid
+            self.admission_blocked += 1
+        if self.first_blocked is None:
+            self.first_blocked = (size, self.alloc.free_tokens, self.alloc.biggest_hole)
+
+    grows_kv = False
+
+    def _grow_decoders(self) -> None:
+        """Nothing to grow: the reservation already covers every future token."""
+
+    def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
+        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0, first)
+
+    def _reserve_prefill(self, req: Request, n: int) -> bool:
+        return True
+
+    def _release_kv(self, req: Request) -> None:
+        self.alloc.release(*self._reservation.pop(req.rid))

@@ -418,7 +418,7 @@ def test_cluster_num_replicas_next_to_pools_is_refused(tmp_path, capsys):
 
 def test_timeline_link_panel_counts_intervals_exactly():
     """Mean number of open [start, end) intervals per 1-s bin (waiting / in-flight panel)."""
-    from capsim.report.disagg import interval_occupancy
+    from capsim.report.run.disagg import interval_occupancy
     occ = interval_occupancy(np.array([0.5, 1.0, 2.25]), np.array([1.5, 3.0, float("nan")]),
                              1.0, 3)
     assert occ.tolist() == pytest.approx([0.5, 1.5, 1.0])

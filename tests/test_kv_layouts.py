@@ -97,7 +97,7 @@ def test_parallel_sampling_shares_prompt_blocks():
 
 
 def test_report_kv_table_shows_the_allocator_figures(layouts):
-    from capsim.report.html import kv_table
+    from capsim.report.run.html import kv_table
 
     rows = [row for row, _ in layouts.values()]
     table = kv_table(rows, {})

@@ -14,9 +14,9 @@ from rich.console import Console
 
 from capsim import report
 from capsim.metrics.summary import summarize, weighted_percentile
-from capsim.report import cdf, figures, timeline
-from capsim.report.columns import fmt, target_status
-from capsim.report.console import summary_table
+from capsim.report.cells import fmt, target_status
+from capsim.report.run import cdf, figures, timeline
+from capsim.report.run.console import summary_table
 from capsim.report.style import slug, unique_slugs, variant_colours
 from capsim.results.model import (FINISHED, REJECTED, ItlRuns, ReplicaStats, ReplicaTimeline,
                             RequestRecords, RunResult)

@@ -222,7 +222,7 @@ def test_bad_executor_options_are_one_line(tmp_path, capsys):
 
 
 def test_pareto_front_keeps_only_undominated_points():
-    from capsim.report.sweep_figures import pareto_front
+    from capsim.report.sweep.figures import pareto_front
 
     cost = np.array([1.0, 1.0, 2.0, 3.0, 3.0, np.nan, 0.5])
     tail = np.array([5.0, 3.0, 2.0, 2.0, 1.0, 0.1, np.nan])
@@ -231,7 +231,7 @@ def test_pareto_front_keeps_only_undominated_points():
 
 def test_identical_lines_of_a_variant_are_drawn_once():
     """An unchunked variant under a chunk-size sweep gives the same curve for every budget."""
-    from capsim.report.sweep import series_of
+    from capsim.report.sweep.page import series_of
 
     rows = []
     for variant in ("chunked", "unchunked"):

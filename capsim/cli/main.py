@@ -69,7 +69,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.scenario.load import dump_resolved, load
     from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
-    from capsim.report.console import disagg_table, summary_table
+    from capsim.report.run.console import disagg_table, summary_table
     from capsim.sim.simulate import simulate
 
     loaded = load(scenario, list(overrides), seed)

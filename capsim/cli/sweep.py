@@ -38,9 +38,9 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
               num_seeds: int, executor: ExecutorSpec, overrides: list[str]) -> Path:
     """``capsim sweep``: plan, run every point × variant × seed, print, write the report."""
     from capsim.studies import sweep
-    from capsim.report.sweep import display_labels, write_sweep
-    from capsim.report.sweep_console import rich_table
-    from capsim.report.sweep_tables import cheapest_table, points_table
+    from capsim.report.sweep.page import display_labels, write_sweep
+    from capsim.report.sweep.console import rich_table
+    from capsim.report.sweep.tables import cheapest_table, points_table
 
     plan = sweep.plan(scenario, overrides, seed)
     seeds = sweep.replication_seeds(plan.base.spec.seed, num_seeds)
@@ -79,9 +79,9 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
             written — no configuration meets the SLO targets within the bounds.
     """
     from capsim.studies import sizing
-    from capsim.report.sweep import sizing_headline, write_sizing
-    from capsim.report.sweep_console import rich_table
-    from capsim.report.sweep_tables import sizing_table
+    from capsim.report.sweep.page import sizing_headline, write_sizing
+    from capsim.report.sweep.console import rich_table
+    from capsim.report.sweep.tables import sizing_table
 
     base = load(scenario, overrides, seed)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,

@@ -5,7 +5,7 @@ jinja2, inline CSS, no network) and one ``fidelity_<class>.png`` per
 operator class: a log-log scatter of measured (x) against predicted (y)
 seconds, before calibration in grey and after in colour, with the y = x line
 and a ±25 % band, so a reader sees where the roofline is good and where not.
-Figures use the matplotlib object API on the Agg canvas (no pyplot).
+Figures use the helpers of :mod:`capsim.report.plotting` (object API, Agg canvas).
 
 Public API:
     write_calibration_page(out_dir, *, title, profile_name, date, data, errors, table) -> Path
@@ -20,10 +20,9 @@ import jinja2
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.report.style import DPI, RC
+from capsim.report.plotting import PLAIN, figure, log_axis, save
+from capsim.report.style import RC
 
 #: At most this many points per class and series are drawn (every k-th row, deterministic).
 MAX_POINTS = 20_000
@@ -80,7 +79,7 @@ def scatter_png(rows: pd.DataFrame, op_class: str, path: Path) -> None:
     before_ms = _thin(rows.predicted_before.to_numpy() * 1e3)
     after_ms = _thin(rows.predicted_after.to_numpy() * 1e3)
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(6.4, 5.2), dpi=DPI, layout="constrained")
+        fig = figure(6.4, 5.2)
         ax = fig.add_subplot()
         ax.scatter(measured_ms, before_ms, s=4, c="#9a9a9a", alpha=0.35, label="before",
                    rasterized=True, linewidths=0)
@@ -96,11 +95,9 @@ def scatter_png(rows: pd.DataFrame, op_class: str, path: Path) -> None:
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
                xlabel="measured (ms)", ylabel="predicted (ms)", title=op_class)
         for axis in (ax.xaxis, ax.yaxis):   # style.RC turns mathtext off: plain labels
-            axis.set_major_locator(LogLocator(base=10))
-            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
-            axis.set_minor_formatter(NullFormatter())
+            log_axis(axis, PLAIN)
         ax.legend(loc="upper left", markerscale=3)
-        fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+        save(fig, path)
 
 
 def _row(op_class: str, figures: Any) -> dict[str, Any]:

@@ -36,6 +36,9 @@ RC = {
     "text.parse_math": False,      # "$" in variant names and cost labels is literal text
 }
 
+# Prefill and decode wherever the report shows both (batch composition, pools).
+PREFILL, DECODE = "#E69F00", "#56B4E9"
+
 # Marker per statistic, shared by the CDF panels and their legend.
 STAT_MARKERS = {"p50": "o", "p99": "^", "p99.9": "D", "max": "*"}
 

@@ -13,36 +13,31 @@ every configuration (mean ± 95 % CI over replications), and write:
 - ``sizing.csv`` — the ranked sizing answer (``capsim size`` only);
 - ``scenario.resolved.yaml``.
 
-Like :func:`capsim.report.write`, everything is built in a temporary sibling
-directory and swapped in at the end; on error nothing is left half-written.
+Like the run report, everything is built in a temporary sibling directory and
+swapped in at the end (:func:`capsim.report.outdir.write_atomically`); on error
+nothing is left half-written.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
 import numpy as np
 import pandas as pd
 
 import capsim
 from capsim.studies.confidence import aggregate
-from capsim.report import replace_dir  # the run report's atomic directory swap
-from capsim.report.html import FigureRef, slo_lines
+from capsim.report.outdir import write_atomically
+from capsim.report.pages import FigureRef, environment, slo_lines
 from capsim.report.style import variant_colours
-from capsim.report.sweep_figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
+from capsim.report.sweep.figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
                                          plot_pareto)
-from capsim.report.sweep_tables import Table, cheapest_table, points_table, sizing_table
+from capsim.report.sweep.tables import Table, cheapest_table, points_table, sizing_table
 from capsim.studies.sizing import SizingResult, rows_frame
 from capsim.studies.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
 from capsim.scenario.slo import SloConfig
-
-_TEMPLATES = Path(__file__).parent / "templates"
 
 _CURVES_CAPTION = (
     "One line per configuration family; x is the offered load. Points are means over the "
@@ -74,12 +69,6 @@ class Page:
     points: Table | None = None
     figures: list[FigureRef] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True)
 
 
 def series_of(points: pd.DataFrame, group_columns: list[str], x_column: str) -> list[Series]:
@@ -238,19 +227,12 @@ def sizing_headline(result: SizingResult) -> str:
 
 
 def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        os.chmod(tmp, 0o755)
+    def build(d: Path) -> None:
         for name, frame in tables.items():
-            frame.to_csv(tmp / name, index=False)
-        (tmp / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
-        figures(tmp)
-        html = _env().get_template("sweep.html").render(page=page)
-        (tmp / "index.html").write_text(html, encoding="utf-8")
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir / "index.html"
+            frame.to_csv(d / name, index=False)
+        (d / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
+        figures(d)
+        html = environment().get_template("sweep.html").render(page=page)
+        (d / "index.html").write_text(html, encoding="utf-8")
+
+    return write_atomically(out_dir, build) / "index.html"

@@ -15,16 +15,15 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from capsim.report import disagg
-from capsim.report.style import DPI, RC, shades
+from capsim.report.plotting import figure, save
+from capsim.report.run import disagg
+from capsim.report.style import DECODE, PREFILL, RC, shades
 from capsim.results.model import ReplicaTimeline, RunResult
 
 MAX_REPLICA_LINES = 8   # above this, draw mean and max across replicas instead of one line each
 DISPLAY_BINS = 240      # at most this many bins across the time axis
-_PREFILL, _DECODE = "#E69F00", "#56B4E9"
 _LINESTYLES = ("-", "--", "-.", ":")
 
 
@@ -146,14 +145,14 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
     tls = sorted(result.timelines, key=lambda t: t.replica)
     split = result.disagg is not None      # prefill/decode pools: per-pool top panel + link panel
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(11.0, 10.8 if split else 8.2), dpi=DPI, layout="constrained")
+        fig = figure(11.0, 10.8 if split else 8.2)
         axes = fig.subplots(4 if split else 3, 1, sharex=True)
         ax_tok, ax_kv, ax_q = axes[:3]
         fig.suptitle(f"Timeline — {result.variant}", fontsize=12, fontweight="bold",
                      color=colour)
         if not tls:
             ax_tok.text(0.5, 0.5, "no timeline recorded", ha="center", transform=ax_tok.transAxes)
-            fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+            save(fig, path)
             return
         width, n = display_grid(tls, result.sim_end_s)
         t_s = np.arange(n + 1) * width          # bin edges; each series repeats its last value
@@ -165,7 +164,7 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
                              loc="left")
         else:
             pre, dec = tokens_per_step(tls, width, n)
-            ax_tok.stackplot(t_s, _pad(pre), _pad(dec), colors=[_PREFILL, _DECODE], step="post",
+            ax_tok.stackplot(t_s, _pad(pre), _pad(dec), colors=[PREFILL, DECODE], step="post",
                              alpha=0.85, labels=["prefill tokens / step", "decode tokens / step"])
             ax_tok.set_ylabel("tokens per step")
             ax_tok.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
@@ -208,4 +207,4 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
             disagg.draw_link(axes[3], result, width, n, t_s, _pad)
         axes[-1].set_xlabel("simulated time (s)")
         axes[-1].set_xlim(0, n * width)
-        fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+        save(fig, path)

@@ -4,8 +4,8 @@ Inputs are configuration-level frames (one row per configuration, metrics
 averaged over replications, ``<metric>_ci95`` half-widths; see
 :func:`capsim.studies.confidence.aggregate`) split into :class:`Series` — one line per
 variant (plus whatever else the sweep varies besides the load). Latencies
-are milliseconds. Same style as :mod:`capsim.report.figures`: object API,
-Agg canvas, ``style.RC``; filled markers meet every SLO target in every
+are milliseconds. Same style as the run report's figures (helpers of
+:mod:`capsim.report.plotting`, ``style.RC``); filled markers meet every SLO target in every
 replication, hollow ones miss at least one.
 """
 
@@ -18,16 +18,14 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter
 
 from capsim.studies.confidence import CI_SUFFIX
-from capsim.report.figures import short
-from capsim.report.style import DPI, RC
+from capsim.report.plotting import PLAIN, figure, log_axis, save, short
+from capsim.report.style import RC
 from capsim.scenario.slo import SloConfig
 
-_PLAIN = FuncFormatter(lambda v, _: f"{v:,.10g}")
 _TARGET = "#C0392B"
 
 #: (column, panel title) of the latency curves, in panel order.
@@ -48,25 +46,17 @@ class Series:
     rows: pd.DataFrame
 
 
-def _figure(width_in: float, height_in: float) -> Figure:
-    return Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
-
-
-def _save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
-
-
 def _log_y(ax, values: list[float]) -> None:
-    """Log y axis with plain labels (1-2-5 ticks when the data span ≤ 3 decades)."""
+    """Log y axis over the positive finite ``values``, with plain labels (1-2-5 ticks when the
+    data span ≤ 3 decades)."""
     vals = [v for v in values if v > 0 and math.isfinite(v)]
     ax.set_yscale("log")
-    if vals:
-        lo, hi = min(vals) / 1.5, max(vals) * 1.5
-        ax.set_ylim(lo, hi)
-        narrow = hi / lo <= 1e3
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,)))
-    ax.yaxis.set_major_formatter(_PLAIN)
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    if not vals:
+        log_axis(ax.yaxis, PLAIN)
+        return
+    lo, hi = min(vals) / 1.5, max(vals) * 1.5
+    ax.set_ylim(lo, hi)
+    log_axis(ax.yaxis, PLAIN, lo, hi)
 
 
 def _column(rows: pd.DataFrame, name: str) -> np.ndarray:
@@ -112,7 +102,7 @@ def plot_latency_curves(series: list[Series], x_col: str, x_label: str, slo: Slo
     (absent with one seed). Dashed red: the metric's SLO target, if any.
     """
     with matplotlib.rc_context(RC):
-        fig = _figure(12.0, 8.4)
+        fig = figure(12.0, 8.4)
         axes = fig.subplots(2, 2, sharex=True).ravel()
         any_target = False
         for ax, (metric, title) in zip(axes, CURVE_METRICS):
@@ -130,7 +120,7 @@ def plot_latency_curves(series: list[Series], x_col: str, x_label: str, slo: Slo
         handles = [Line2D([], [], color=s.colour, lw=2, label=short(s.label, 48)) for s in series]
         fig.legend(handles=handles + _marker_legend(any_target), loc="outside lower center",
                    ncol=min(3, len(handles) + 2), frameon=False)
-        _save(fig, path)
+        save(fig, path)
 
 
 def pareto_front(cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
@@ -161,7 +151,7 @@ def plot_pareto(series: list[Series], slo: SloConfig, path: Path) -> None:
     rows = pd.concat([s.rows.assign(_colour=s.colour) for s in series], ignore_index=True)
     cost = _column(rows, COST)
     with matplotlib.rc_context(RC):
-        fig = _figure(14.0, 5.0)
+        fig = figure(14.0, 5.0)
         axes = fig.subplots(1, len(PARETO_METRICS))
         any_target = False
         for ax, (metric, title) in zip(axes, PARETO_METRICS):
@@ -185,4 +175,4 @@ def plot_pareto(series: list[Series], slo: SloConfig, path: Path) -> None:
         handles.append(Line2D([], [], color="#555", lw=1.2, label="Pareto front"))
         fig.legend(handles=handles + _marker_legend(any_target), loc="outside lower center",
                    ncol=min(3, len(handles) + 2), frameon=False)
-        _save(fig, path)
+        save(fig, path)

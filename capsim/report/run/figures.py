@@ -1,10 +1,9 @@
 """Comparison charts across variants: ITL and TTFT distributions, ITL bars, throughput/cost.
 
-Only ``capsim.report`` imports matplotlib, and only through the object API
-(``matplotlib.figure.Figure`` rendered by the Agg canvas): no pyplot, no global
-state, safe to call from any thread. Every function writes one PNG at
-``style.DPI`` and returns nothing; inputs are in seconds (results) or
-milliseconds (summary rows), axes are labelled in ms.
+Drawn with the helpers of :mod:`capsim.report.plotting` (object API, Agg
+canvas). Every function writes one PNG at ``style.DPI`` and returns nothing;
+inputs are in seconds (results) or milliseconds (summary rows), axes are
+labelled in ms.
 """
 
 from __future__ import annotations
@@ -15,104 +14,16 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.report.cdf import Distribution, distribution, itl_distribution
-from capsim.report.columns import fmt
-from capsim.report.style import DPI, RC, STAT_MARKERS
+from capsim.report.cells import fmt
+from capsim.report.plotting import (PERCENT, PLAIN, bar_text, ccdf_y, cdf_y, draw_ccdf, draw_cdf,
+                                    figure, log_axis, mark, marker_handles, ms_axis,
+                                    reference_lines, save, short, x_limits)
+from capsim.report.run.cdf import Distribution, distribution, itl_distribution
+from capsim.report.style import RC
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
-
-_NAME_CHARS = 40
-
-
-def short(name: str, limit: int = _NAME_CHARS) -> str:
-    """Shorten long variant names for legends and tick labels."""
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
-def _figure(width_in: float, height_in: float) -> Figure:
-    return Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
-
-
-def _save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
-
-
-_PLAIN = FuncFormatter(lambda v, _: f"{v:,.10g}")
-_PERCENT = FuncFormatter(lambda v, _: f"{v * 100:.10g} %")
-
-
-def _log_axis(axis, formatter: FuncFormatter, lo: float | None = None,
-              hi: float | None = None) -> None:
-    """Plain tick labels on a log axis (style.RC turns mathtext off, so no 10^k labels).
-
-    When ``lo``..``hi`` spans at most three decades, ticks at 1-2-5 steps so a
-    narrow range still gets several labels.
-    """
-    narrow = lo is not None and hi is not None and 0 < lo < hi and hi / lo <= 1e3
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,)))
-    axis.set_major_formatter(formatter)
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _ms_axis(ax, label: str, lo: float, hi: float) -> None:
-    """Log-scale x axis in ms over ``lo``..``hi`` with plain-number tick labels."""
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    _log_axis(ax.xaxis, _PLAIN, lo, hi)
-    ax.set_xlabel(label)
-
-
-def _x_limits(dists: list[Distribution], extra: list[float]) -> tuple[float, float]:
-    lo = [d.x_ms[0] for d in dists if not d.empty and d.x_ms[0] > 0]
-    hi = [d.x_ms[-1] for d in dists if not d.empty] + [v for v in extra if v > 0]
-    lo_v = min(lo + [v for v in extra if v > 0], default=1.0)
-    hi_v = max(hi, default=10.0)
-    return lo_v / 1.6, hi_v * 1.8
-
-
-def _reference_lines(ax, lines: list[tuple[float, str, str, str]]) -> list[Line2D]:
-    """Draw vertical reference lines (value, label, colour, style); return legend handles."""
-    handles = []
-    for value, label, colour, ls in lines:
-        ax.axvline(value, color=colour, ls=ls, lw=1.3, zorder=1)
-        handles.append(Line2D([], [], color=colour, ls=ls, lw=1.3, label=label))
-    return handles
-
-
-def _marker_handles(stats: tuple[str, ...]) -> list[Line2D]:
-    return [Line2D([], [], ls="", marker=STAT_MARKERS[s], color="#444", mfc="white",
-                   mew=1.3, ms=8 if s == "max" else 6, label=s) for s in stats]
-
-
-def _mark(ax, dist: Distribution, colour: str, stats: tuple[str, ...], y_of) -> None:
-    for s in stats:
-        x = dist.markers.get(s, math.nan)
-        if math.isnan(x) or x <= 0:
-            continue
-        ax.plot([x], [y_of(s, dist)], ls="", marker=STAT_MARKERS[s], color=colour,
-                mfc="white", mew=1.6, ms=11 if s == "max" else 7, zorder=5)
-
-
-def _cdf_y(stat: str, dist: Distribution) -> float:
-    return dist.cdf_at(dist.markers[stat])
-
-
-def _ccdf_y(stat: str, dist: Distribution) -> float:
-    return dist.ccdf_at(dist.markers[stat])
-
-
-def _draw_cdf(ax, d: Distribution, colour: str) -> None:
-    """F(x) = P(X ≤ x) as a right-continuous step, rising from 0 at the smallest value."""
-    ax.step(np.r_[d.x_ms[0], d.x_ms], np.r_[0.0, d.cdf], where="post", color=colour, lw=2)
-
-
-def _draw_ccdf(ax, d: Distribution, colour: str) -> None:
-    """S(x) = P(X ≥ x) as a left-continuous step, from 1 down to P(X = max)."""
-    ax.step(np.r_[d.x_ms[0], d.x_ms], np.r_[1.0, d.ccdf], where="pre", color=colour, lw=2)
 
 
 def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConfig,
@@ -124,7 +35,7 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
     threshold (dotted grey).
     """
     with matplotlib.rc_context(RC):
-        fig = _figure(12.0, 5.4)
+        fig = figure(12.0, 5.4)
         ax_cdf, ax_tail = fig.subplots(1, 2)
         dists = [itl_distribution(r) for r in results]
         # One dash pattern per target, so two ITL targets can be told apart.
@@ -142,35 +53,35 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
                 variant_handles.append(Line2D([], [], color=c, lw=2,
                                               label=f"{short(r.variant)} (no tokens)"))
                 continue
-            _draw_cdf(ax_cdf, d, c)
-            _draw_ccdf(ax_tail, d, c)
-            _mark(ax_cdf, d, c, ("p50", "p99", "max"), _cdf_y)
-            _mark(ax_tail, d, c, ("p50", "p99", "p99.9", "max"), _ccdf_y)
+            draw_cdf(ax_cdf, d, c)
+            draw_ccdf(ax_tail, d, c)
+            mark(ax_cdf, d, c, ("p50", "p99", "max"), cdf_y)
+            mark(ax_tail, d, c, ("p50", "p99", "p99.9", "max"), ccdf_y)
             stalls = _stalls(r, slo.stall_threshold_ms)
             variant_handles.append(Line2D([], [], color=c, lw=2, label=(
                 f"{short(r.variant)}: max {d.markers['max']:,.1f} ms, {_plural(stalls, 'stall')}")))
-        ref_handles = _reference_lines(ax_cdf, refs)
-        _reference_lines(ax_tail, refs)
-        lo, hi = _x_limits(dists, [v for v, *_ in refs])
+        ref_handles = reference_lines(ax_cdf, refs)
+        reference_lines(ax_tail, refs)
+        lo, hi = x_limits(dists, [v for v, *_ in refs])
         for ax in (ax_cdf, ax_tail):
-            _ms_axis(ax, "inter-token latency (ms, log scale)", lo, hi)
+            ms_axis(ax, "inter-token latency (ms, log scale)", lo, hi)
         ax_cdf.set_ylim(0, 1.04)
-        ax_cdf.yaxis.set_major_formatter(_PERCENT)
+        ax_cdf.yaxis.set_major_formatter(PERCENT)
         ax_cdf.set_ylabel("share of gaps ≤ x")
         ax_cdf.set_title("ITL CDF (all token gaps, pooled)")
         _tail_axis(ax_tail, dists)
-        ax_cdf.legend(handles=_marker_handles(("p50", "p99", "max")) + ref_handles,
+        ax_cdf.legend(handles=marker_handles(("p50", "p99", "max")) + ref_handles,
                       loc="best", title="markers / lines", framealpha=0.9)
         fig.legend(handles=variant_handles, loc="outside lower center",
                    ncol=min(len(variant_handles), 2) or 1, frameon=False)
-        _save(fig, path)
+        save(fig, path)
 
 
 def _tail_axis(ax, dists: list[Distribution]) -> None:
     floor = min((d.ccdf[-1] for d in dists if not d.empty), default=1e-3)
     ax.set_yscale("log")
     ax.set_ylim(min(floor, 1e-3) / 3, 1.5)
-    _log_axis(ax.yaxis, _PERCENT)
+    log_axis(ax.yaxis, PERCENT)
     ax.set_ylabel("share of gaps ≥ x (log scale)")
     ax.set_title("ITL tail: where p99 stops looking")
     for y, text in ((1e-2, "1 %: p99 is blind below this line"), (1e-3, "0.1 %: p99.9")):
@@ -178,7 +89,7 @@ def _tail_axis(ax, dists: list[Distribution]) -> None:
         ax.annotate(text, xy=(1.0, y), xycoords=("axes fraction", "data"), ha="right",
                     xytext=(-4, 3), textcoords="offset points", fontsize=8, color="#555",
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
-    ax.legend(handles=_marker_handles(("p50", "p99", "p99.9", "max")), loc="lower left",
+    ax.legend(handles=marker_handles(("p50", "p99", "p99.9", "max")), loc="lower left",
               fontsize=8, framealpha=0.9, ncol=2)
 
 
@@ -201,7 +112,7 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
     ``ttft_*_ms`` targets (dash-dot).
     """
     with matplotlib.rc_context(RC):
-        fig = _figure(9.0, 5.2)
+        fig = figure(9.0, 5.2)
         ax = fig.subplots()
         refs = []
         if slo.ttft_ms is not None:
@@ -223,22 +134,22 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
                 handles.append(Line2D([], [], color=c, lw=2,
                                       label=f"{short(r.variant)}: no data{note}"))
                 continue
-            _draw_cdf(ax, d, c)
-            _mark(ax, d, c, ("p50", "p99", "max"), _cdf_y)
+            draw_cdf(ax, d, c)
+            mark(ax, d, c, ("p50", "p99", "max"), cdf_y)
             handles.append(Line2D([], [], color=c, lw=2, label=(
                 f"{short(r.variant)}: p99 {d.markers['p99']:,.0f} ms{note}")))
-        ref_handles = _reference_lines(ax, refs)
-        _ms_axis(ax, "time to first token (ms, log scale)",
-                 *_x_limits(dists, [v for v, *_ in refs]))
+        ref_handles = reference_lines(ax, refs)
+        ms_axis(ax, "time to first token (ms, log scale)",
+                *x_limits(dists, [v for v, *_ in refs]))
         ax.set_ylim(0, 1.04)
-        ax.yaxis.set_major_formatter(_PERCENT)
+        ax.yaxis.set_major_formatter(PERCENT)
         ax.set_ylabel("share of finished requests ≤ x")
         ax.set_title("TTFT CDF (arrival → first token)")
-        ax.legend(handles=_marker_handles(("p50", "p99", "max")) + ref_handles,
+        ax.legend(handles=marker_handles(("p50", "p99", "max")) + ref_handles,
                   loc="best", framealpha=0.9)
         fig.legend(handles=handles, loc="outside lower center",
                    ncol=min(len(handles), 2) or 1, frameon=False)
-        _save(fig, path)
+        save(fig, path)
 
 
 def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfig,
@@ -255,7 +166,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
     width = 0.8 / n
     vertical = n > 3
     with matplotlib.rc_context(RC):
-        fig = _figure(min(16.0, max(9.0, 1.2 * n + 5.0)), 5.4)
+        fig = figure(min(16.0, max(9.0, 1.2 * n + 5.0)), 5.4)
         ax = fig.subplots()
         x0 = np.arange(len(stats))
         for i, row in enumerate(rows):
@@ -265,7 +176,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
                           color=colours[row.variant], zorder=2, label=(
                               f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
                               f"> {slo.stall_threshold_ms:g} ms"))
-            ax.bar_label(bars, [_bar_text(v) for v in vals], padding=2, zorder=4,
+            ax.bar_label(bars, [bar_text(v) for v in vals], padding=2, zorder=4,
                          fontsize=8, rotation=90 if vertical else 0,
                          bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
                                "alpha": 0.85})
@@ -283,7 +194,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         ax.set_yscale("log")
         lo, hi = min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5)
         ax.set_ylim(lo, hi)
-        _log_axis(ax.yaxis, _PLAIN, lo, hi)
+        log_axis(ax.yaxis, PLAIN, lo, hi)
         ax.set_xticks(x0, ticks)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel("inter-token latency (ms, log scale)")
@@ -293,13 +204,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
             handles.append(Line2D([], [], color="#C0392B", ls="--", lw=1.5, label="SLO target"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2),
                    frameon=False)
-        _save(fig, path)
-
-
-def _bar_text(v: float) -> str:
-    if math.isnan(v):
-        return "—"
-    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+        save(fig, path)
 
 
 def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: Path) -> None:
@@ -319,7 +224,7 @@ def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: 
                        f"{fmt(r.cost_per_hour_usd, 'usd')}/h)")),
     )
     with matplotlib.rc_context(RC):
-        fig = _figure(13.0, 1.4 + 0.55 * max(len(rows), 2))
+        fig = figure(13.0, 1.4 + 0.55 * max(len(rows), 2))
         axes = fig.subplots(1, 3, sharey=True)
         for ax, (title, unit, get, text) in zip(axes, panels):
             vals = np.array([get(r) for r in rows], np.float64)
@@ -330,8 +235,8 @@ def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: 
             ax.set_xlim(0, (clean.max() if len(clean) and clean.max() > 0 else 1) * 1.65)
             ax.set_title(title)
             ax.set_xlabel(unit)
-            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.xaxis.set_major_formatter(PLAIN)
             ax.grid(axis="y", visible=False)
         axes[0].set_yticks(y, names)
         axes[0].invert_yaxis()
-        _save(fig, path)
+        save(fig, path)

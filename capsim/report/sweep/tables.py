@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from capsim.studies.confidence import CI_SUFFIX
-from capsim.report.columns import fmt
+from capsim.report.cells import fmt, target_status
 from capsim.studies.sizing import SizingResult, SizingRow
 from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
 
@@ -57,14 +57,6 @@ def with_ci(row: pd.Series, column: str, kind: str) -> str:
     return text
 
 
-def _status(column: str, value: float, slo: SloConfig) -> str:
-    if column not in slo.targets:
-        return ""
-    bound = slo.targets[column]
-    ok = value <= bound if column in UPPER_BOUND_TARGETS else value >= bound
-    return "pass" if ok else "fail"
-
-
 def _verdict(row: pd.Series, slo: SloConfig) -> Cell:
     if not slo.targets:
         return Cell("n/a")
@@ -82,7 +74,8 @@ def points_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfig)
     for _, row in points.iterrows():
         cells = [Cell(_label(row[c])) for c in label_columns]
         cells += [Cell(fmt(row["num_gpus"], "int")), Cell(fmt(row["cost_per_hour_usd"], "usd"))]
-        cells += [Cell(with_ci(row, m, kind), _status(m, row[m], slo)) for m, _, kind in metrics]
+        cells += [Cell(with_ci(row, m, kind), target_status(m, row[m], slo) or "")
+                  for m, _, kind in metrics]
         cells.append(_verdict(row, slo))
         t.rows.append(cells)
     return t

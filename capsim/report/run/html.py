@@ -8,33 +8,14 @@ zipped, mailed or opened offline.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from pathlib import Path
-
-import jinja2
 
 import capsim
-from capsim.report.columns import (Column, failed_list, fmt, header_groups, kv_columns,
-                                   target_status, target_text, verdict_columns)
+from capsim.report.cells import fmt, target_status
+from capsim.report.pages import FigureRef, environment, slo_lines
+from capsim.report.run.table import (Column, failed_list, header_groups, kv_columns, target_text,
+                                     verdict_columns)
 from capsim.results.model import RunResult, SummaryRow
-from capsim.scenario.slo import UPPER_BOUND_TARGETS, RequestSlo, SloConfig
-
-_TEMPLATES = Path(__file__).parent / "templates"
-
-
-@dataclass(frozen=True)
-class FigureRef:
-    """A PNG in the report directory and the text shown with it."""
-
-    file: str
-    title: str
-    caption: str
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True)
+from capsim.scenario.slo import RequestSlo, SloConfig
 
 
 def config_line(r: RunResult) -> str:
@@ -110,25 +91,6 @@ def tail_alerts(rows: list[SummaryRow], slo: SloConfig) -> list[str]:
     return out
 
 
-def slo_lines(slo: SloConfig, class_slos: dict[str, RequestSlo]) -> list[str]:
-    """Human-readable SLO settings: per-request limits, per-class limits, targets, stall threshold."""
-    def limits(s: RequestSlo) -> str:
-        parts = [f"{n} ≤ {v:g} ms" for n, v in (("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms),
-                                                  ("E2EL", s.e2el_ms)) if v is not None]
-        return ", ".join(parts) or "none"
-
-    lines = [f"Per-request limits (goodput): {limits(slo)}"]
-    lines += [f"Class {name}: {limits(s)}" for name, s in sorted(class_slos.items())]
-    if slo.targets:
-        lines.append("Run targets (verdict): " + ", ".join(
-            f"{k} {'≤' if k in UPPER_BOUND_TARGETS else '≥'} {v:g}"
-            for k, v in slo.targets.items()))
-    else:
-        lines.append("Run targets (verdict): none — every variant is reported, none judged")
-    lines.append(f"Stall threshold: inter-token gaps > {slo.stall_threshold_ms:g} ms count as stalls")
-    return lines
-
-
 def render(*, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
@@ -136,12 +98,12 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
            disagg: dict | None = None) -> str:
     """The full index.html text. All strings are autoescaped by jinja2.
 
-    ``disagg``: the prefill/decode table (:func:`capsim.report.disagg.table`), or None.
+    ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None.
     """
     all_rows = [r for r in rows if r.cls == "all"]
     class_rows = [r for r in rows if r.cls != "all"]
     seeds = sorted({r.seed for r in results})
-    return _env().get_template("report.html").render(
+    return environment().get_template("report.html").render(
         scenario_name=scenario_name,
         description=description,
         version=capsim.__version__,

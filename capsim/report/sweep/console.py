@@ -1,11 +1,11 @@
-"""Terminal tables of ``capsim sweep`` and ``capsim size`` (rich), from :mod:`sweep_tables`."""
+"""Terminal tables of ``capsim sweep`` and ``capsim size`` (rich), from :mod:`.tables`."""
 
 from __future__ import annotations
 
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from capsim.report.sweep_tables import Table
+from capsim.report.sweep.tables import Table
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow"}
 

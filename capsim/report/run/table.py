@@ -1,20 +1,18 @@
-"""Table columns shared by the HTML verdict table and the terminal summary.
+"""Table columns shared by the run report's HTML tables and the terminal summary.
 
 A :class:`Column` names a :class:`~capsim.results.model.SummaryRow` field, how to
-format it and which header group it sits under. :func:`target_status` says
-whether a cell meets the scenario's SLO target for that column (same rule as
-:func:`capsim.scenario.slo.failed_targets`: NaN fails).
+format it (a :func:`capsim.report.cells.fmt` kind) and which header group it sits
+under: the verdict and KV-memory tables of index.html, the disaggregation table
+(also printed by the terminal) and the terminal summary's shorter set.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from capsim.report.cells import fmt
 from capsim.results.model import SummaryRow
 from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
-
-NA = "—"
 
 
 @dataclass(frozen=True)
@@ -108,6 +106,30 @@ def kv_columns() -> list[Column]:
     ]
 
 
+#: Columns of the disaggregation table (splits only; the terminal prints a subset).
+DISAGG_COLUMNS = [
+    Column("disagg", "split", "Pools", "text"),
+    Column("num_gpus", "GPUs", "Pools", "int"),
+    Column("prefill_busy_frac", "prefill busy", "Pools", "frac"),
+    Column("decode_busy_frac", "decode busy", "Pools", "frac"),
+    Column("prefill_mfu", "prefill MFU", "Pools", "frac"),
+    Column("decode_slot_occupancy", "decode batch fill", "Pools", "frac"),
+    Column("stranded_prefill_frac", "prefill stranded", "Pools", "frac"),
+    Column("stranded_decode_frac", "decode stranded", "Pools", "frac"),
+    Column("kv_transfer_p50_ms", "p50", "KV transfer ms", "ms"),
+    Column("kv_transfer_p99_ms", "p99", "KV transfer ms", "ms"),
+    Column("kv_transfer_max_ms", "max", "KV transfer ms", "ms"),
+    Column("kv_backpressure_p99_ms", "wait p99", "KV transfer ms", "ms"),
+    Column("kv_transfer_gib", "GiB moved", "Link", "num"),
+    Column("kv_link_util_frac", "busiest port", "Link", "frac"),
+    Column("second_token_p50_ms", "p50", "Token 1→2 ms", "ms"),
+    Column("second_token_p99_ms", "p99", "Token 1→2 ms", "ms"),
+    Column("ttft_p99_ms", "TTFT p99", "Outcome", "ms"),
+    Column("itl_max_ms", "ITL max", "Outcome", "ms"),
+    Column("goodput_fraction", "goodput", "Outcome", "frac"),
+]
+
+
 def console_columns(slo: SloConfig) -> list[Column]:
     """The shorter column set of the terminal summary (brief: fits 160 characters)."""
     keep = ("num_gpus", "request_throughput_per_s", "output_throughput_tok_per_s",
@@ -131,52 +153,6 @@ def _auto_kind(key: str) -> str:
     if key in ("itl_stalls", "num_rejected", "preemptions"):
         return "int"
     return "num"
-
-
-def fmt(value: float | int | None, kind: str) -> str:
-    """Format one cell; NaN/None → "—".
-
-    ms: ≥100 → "1,234"; ≥10 → one decimal; else three significant digits.
-    frac: percent with one decimal. rate: three significant digits.
-    tok: thousands-separated integer. usd: "$12.34"; usd3: three significant digits.
-    """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NA
-    v = float(value)
-    if kind == "int":
-        return f"{int(round(v)):,}"
-    if kind == "frac":
-        return f"{v * 100:.1f}%"
-    if kind == "tok":
-        return f"{v:,.0f}" if abs(v) >= 100 else _sig3(v)
-    if kind == "usd":
-        return f"${v:,.2f}"
-    if kind == "usd3":
-        return "$" + _sig3(v)
-    # "ms", "rate", "num"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return _sig3(v)
-
-
-def _sig3(v: float) -> str:
-    if v == 0:
-        return "0"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    digits = max(0, 2 - int(math.floor(math.log10(abs(v)))))
-    return f"{v:.{digits}f}"
-
-
-def target_status(key: str, value: float, slo: SloConfig) -> str | None:
-    """"pass" / "fail" when ``slo.targets`` bounds ``key``, else None."""
-    if key not in slo.targets:
-        return None
-    bound = slo.targets[key]
-    ok = value <= bound if key in UPPER_BOUND_TARGETS else value >= bound
-    return "pass" if ok else "fail"
 
 
 def target_text(key: str, slo: SloConfig, kind: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from capsim.report.columns import console_columns, failed_list, fmt, target_status
-from capsim.report.disagg import TABLE_COLUMNS
+from capsim.report.cells import fmt, target_status
+from capsim.report.run.table import DISAGG_COLUMNS, console_columns, failed_list
 from capsim.results.model import SummaryRow
 from capsim.scenario.slo import SloConfig
 
@@ -56,7 +56,7 @@ def disagg_table(rows: list[SummaryRow]) -> Table | None:
     split = [r for r in rows if r.cls == "all" and r.disagg]
     if not split:
         return None
-    cols = [c for c in TABLE_COLUMNS if c.key in _SPLIT_KEYS]
+    cols = [c for c in DISAGG_COLUMNS if c.key in _SPLIT_KEYS]
     table = Table(title="prefill / decode pools (disaggregated variants; latencies in ms)",
                   title_justify="left", header_style="bold")
     table.add_column("variant", no_wrap=True, overflow="fold")

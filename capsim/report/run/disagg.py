@@ -19,11 +19,12 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from capsim.report.cdf import distribution
-from capsim.report.columns import Column, fmt, header_groups
-from capsim.report.figures import (_PERCENT, _PLAIN, _cdf_y, _draw_cdf, _figure, _log_axis, _mark,
-                                   _marker_handles, _ms_axis, _save, _x_limits, short)
-from capsim.report.style import RC
+from capsim.report.cells import fmt
+from capsim.report.plotting import (PERCENT, PLAIN, bar_text, cdf_y, draw_cdf, figure, log_axis,
+                                    mark, marker_handles, ms_axis, save, short, x_limits)
+from capsim.report.run.cdf import distribution
+from capsim.report.run.table import DISAGG_COLUMNS, header_groups
+from capsim.report.style import DECODE, PREFILL, RC
 from capsim.results.model import RunResult, SummaryRow
 
 RATIO_FIG = "disagg_ratio.png"
@@ -49,28 +50,6 @@ CAPTIONS = {
         "legend gives the back-pressure p99 and the GiB moved."),
 }
 
-TABLE_COLUMNS = [
-    Column("disagg", "split", "Pools", "text"),
-    Column("num_gpus", "GPUs", "Pools", "int"),
-    Column("prefill_busy_frac", "prefill busy", "Pools", "frac"),
-    Column("decode_busy_frac", "decode busy", "Pools", "frac"),
-    Column("prefill_mfu", "prefill MFU", "Pools", "frac"),
-    Column("decode_slot_occupancy", "decode batch fill", "Pools", "frac"),
-    Column("stranded_prefill_frac", "prefill stranded", "Pools", "frac"),
-    Column("stranded_decode_frac", "decode stranded", "Pools", "frac"),
-    Column("kv_transfer_p50_ms", "p50", "KV transfer ms", "ms"),
-    Column("kv_transfer_p99_ms", "p99", "KV transfer ms", "ms"),
-    Column("kv_transfer_max_ms", "max", "KV transfer ms", "ms"),
-    Column("kv_backpressure_p99_ms", "wait p99", "KV transfer ms", "ms"),
-    Column("kv_transfer_gib", "GiB moved", "Link", "num"),
-    Column("kv_link_util_frac", "busiest port", "Link", "frac"),
-    Column("second_token_p50_ms", "p50", "Token 1→2 ms", "ms"),
-    Column("second_token_p99_ms", "p99", "Token 1→2 ms", "ms"),
-    Column("ttft_p99_ms", "TTFT p99", "Outcome", "ms"),
-    Column("itl_max_ms", "ITL max", "Outcome", "ms"),
-    Column("goodput_fraction", "goodput", "Outcome", "frac"),
-]
-
 
 def has_disagg(results: list[RunResult]) -> bool:
     return any(r.disagg is not None for r in results)
@@ -95,10 +74,11 @@ def table(rows: list[SummaryRow], results: list[RunResult], colours: dict[str, s
     for row in ordered([r for r in rows if r.variant in links], results):
         d = links[row.variant]
         cells = [getattr(row, c.key) if c.kind == "text" else fmt(getattr(row, c.key), c.kind)
-                 for c in TABLE_COLUMNS]
+                 for c in DISAGG_COLUMNS]
         body.append({"variant": row.variant, "colour": colours.get(row.variant, "#777"),
                      "cells": cells, "link": _link_text(d)})
-    return {"groups": header_groups(TABLE_COLUMNS), "columns": [c.label for c in TABLE_COLUMNS], "rows": body}
+    return {"groups": header_groups(DISAGG_COLUMNS), "columns": [c.label for c in DISAGG_COLUMNS],
+            "rows": body}
 
 
 def _link_text(d) -> str:
@@ -125,7 +105,7 @@ def plot_ratio(rows: list[SummaryRow], results: list[RunResult], colours: dict[s
     rows = ordered(rows, results)
     x = np.arange(len(rows))
     with matplotlib.rc_context(RC):
-        fig = _figure(min(16.0, max(10.5, 1.6 * len(rows) + 3.5)), 10.5)
+        fig = figure(min(16.0, max(10.5, 1.6 * len(rows) + 3.5)), 10.5)
         ax_good, ax_lat, ax_pool = fig.subplots(3, 1, sharex=True)
         _goodput_panel(ax_good, rows, by_name, colours, x)
         _latency_panel(ax_lat, rows, by_name, x)
@@ -134,7 +114,7 @@ def plot_ratio(rows: list[SummaryRow], results: list[RunResult], colours: dict[s
         for ax in (ax_good, ax_lat, ax_pool):
             ax.grid(axis="x", visible=False)
             ax.set_xlim(-0.6, len(rows) - 0.4)
-        _save(fig, path)
+        save(fig, path)
 
 
 def _goodput_panel(ax, rows, by_name, colours, x) -> None:
@@ -169,26 +149,22 @@ def _latency_panel(ax, rows, by_name, x) -> None:
         ok = ~np.isnan(vals) & (vals > 0)
         ax.bar(pos[ok], vals[ok], width * 0.9, color=colour, label=label, zorder=2)
         for p, v in zip(pos[ok], vals[ok]):
-            ax.annotate(_short_ms(v), (p, v), xytext=(0, 2), textcoords="offset points",
+            ax.annotate(bar_text(v), (p, v), xytext=(0, 2), textcoords="offset points",
                         ha="center", fontsize=7, rotation=90)
         finite += vals[ok].tolist()
     ax.set_yscale("log")
     lo, hi = min(finite, default=1.0) / 2, max(finite, default=10.0) * 20
     ax.set_ylim(lo, hi)
-    _log_axis(ax.yaxis, _PLAIN, lo, hi)
+    log_axis(ax.yaxis, PLAIN, lo, hi)
     ax.set_ylabel("ms (log scale)")
     ax.set_title("Latency: TTFT p99, ITL p99 / max, token 1→2 gap p99 (splits only)", loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 
-def _short_ms(v: float) -> str:
-    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-
-_POOLS = (("prefill_busy_frac", "prefill busy", "#E69F00", None),
-          ("decode_busy_frac", "decode busy", "#56B4E9", None),
-          ("stranded_prefill_frac", "prefill stranded", "#E69F00", "xx"),
-          ("stranded_decode_frac", "decode stranded", "#56B4E9", "xx"))
+_POOLS = (("prefill_busy_frac", "prefill busy", PREFILL, None),
+          ("decode_busy_frac", "decode busy", DECODE, None),
+          ("stranded_prefill_frac", "prefill stranded", PREFILL, "xx"),
+          ("stranded_decode_frac", "decode stranded", DECODE, "xx"))
 
 
 def _pool_panel(ax, rows, by_name, x) -> None:
@@ -206,7 +182,7 @@ def _pool_panel(ax, rows, by_name, x) -> None:
             ax.annotate(f"{v * 100:.0f}%", (pos, v), xytext=(0, 2), textcoords="offset points",
                         ha="center", fontsize=7)
     ax.set_ylim(0, 1.12)
-    ax.yaxis.set_major_formatter(_PERCENT)
+    ax.yaxis.set_major_formatter(PERCENT)
     ax.set_ylabel("share of pool GPU time")
     ax.set_title("Pools: GPU busy and stranded (idle while the other pool is saturated)",
                  loc="left")
@@ -238,7 +214,7 @@ def plot_transfers(results: list[RunResult], rows: list[SummaryRow], colours: di
     splits = [r for r in results if r.disagg is not None]
     by_name = {r.variant: r for r in rows}
     with matplotlib.rc_context(RC):
-        fig = _figure(12.0, 5.2)
+        fig = figure(12.0, 5.2)
         ax_wire, ax_gap = fig.subplots(1, 2)
         wires, gaps, handles = [], [], []
         for r in splits:
@@ -250,8 +226,8 @@ def plot_transfers(results: list[RunResult], rows: list[SummaryRow], colours: di
             for ax, d, store in ((ax_wire, wire, wires), (ax_gap, gap, gaps)):
                 store.append(d)
                 if not d.empty:
-                    _draw_cdf(ax, d, c)
-                    _mark(ax, d, c, ("p50", "p99", "max"), _cdf_y)
+                    draw_cdf(ax, d, c)
+                    mark(ax, d, c, ("p50", "p99", "max"), cdf_y)
             row = by_name.get(r.variant)
             extra = "" if row is None else (
                 f": wait p99 {fmt(row.kv_backpressure_p99_ms, 'ms')} ms, "
@@ -262,22 +238,19 @@ def plot_transfers(results: list[RunResult], rows: list[SummaryRow], colours: di
                 (ax_wire, wires, "KV transfer time on the link", "transfer time (ms, log scale)"),
                 (ax_gap, gaps, "Token 1 → token 2 gap (as clients see it)",
                  "gap (ms, log scale)")):
-            _ms_axis(ax, xlabel, *_x_limits(dists, []))
+            ms_axis(ax, xlabel, *x_limits(dists, []))
             ax.set_ylim(0, 1.04)
-            ax.yaxis.set_major_formatter(_PERCENT)
+            ax.yaxis.set_major_formatter(PERCENT)
             ax.set_ylabel("share of transfers ≤ x")
             ax.set_title(title)
-        ax_wire.legend(handles=_marker_handles(("p50", "p99", "max")), loc="lower right",
+        ax_wire.legend(handles=marker_handles(("p50", "p99", "max")), loc="lower right",
                        framealpha=0.9)
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2) or 1,
                    frameon=False)
-        _save(fig, path)
+        save(fig, path)
 
 
 # ------------------------------------------------------------------------ timeline panels
-
-_PREFILL, _DECODE = "#E69F00", "#56B4E9"
-
 
 def interval_occupancy(starts_s: np.ndarray, ends_s: np.ndarray, width_s: float,
                        n: int) -> np.ndarray:
@@ -306,7 +279,7 @@ def draw_pool_tokens(ax, tls: list, width_s: float, n: int, t_s: np.ndarray, pad
     dec_tls = [t for t in tls if t.pool == "decode"]
     pre, _ = tokens_per_step(pre_tls, width_s, n)
     _, dec = tokens_per_step(dec_tls, width_s, n)
-    ax.fill_between(t_s, pad(pre), step="post", color=_PREFILL, alpha=0.8, lw=0,
+    ax.fill_between(t_s, pad(pre), step="post", color=PREFILL, alpha=0.8, lw=0,
                     label="prefill pool: prompt tokens / step (left)")
     ax.set_ylabel("prompt tokens per step", color="#9A6A00")
     ax_dec = ax.twinx()

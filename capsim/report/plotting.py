@@ -1,0 +1,128 @@
+"""Plotting helpers shared by every report figure: run, disaggregation, sweep and calibration.
+
+Only ``capsim.report`` imports matplotlib, and only through the object API
+(``matplotlib.figure.Figure`` rendered by the Agg canvas): no pyplot, no global
+state, safe to call from any thread. Callers draw inside
+``matplotlib.rc_context(style.RC)``, create the figure with :func:`figure` and
+write it with :func:`save` (PNG at ``style.DPI``, no software stamp, so the
+same inputs give the same bytes). Axes are labelled in ms.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from capsim.report.style import DPI, STAT_MARKERS
+
+if TYPE_CHECKING:
+    from capsim.report.run.cdf import Distribution
+
+NAME_CHARS = 40
+
+#: Tick labels: plain numbers (thousands separators, no 10^k) and shares as percent.
+PLAIN = FuncFormatter(lambda v, _: f"{v:,.10g}")
+PERCENT = FuncFormatter(lambda v, _: f"{v * 100:.10g} %")
+
+
+def short(name: str, limit: int = NAME_CHARS) -> str:
+    """Shorten long variant names for legends and tick labels."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def figure(width_in: float, height_in: float) -> Figure:
+    """An empty ``width_in`` × ``height_in`` inch figure at ``style.DPI``, constrained layout."""
+    return Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
+
+
+def save(fig: Figure, path: Path) -> None:
+    """Write ``fig`` to ``path`` as a PNG at ``style.DPI`` without the Software metadata."""
+    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+
+
+def log_axis(axis, formatter: FuncFormatter, lo: float | None = None,
+             hi: float | None = None) -> None:
+    """Plain tick labels on a log axis (style.RC turns mathtext off, so no 10^k labels).
+
+    When ``lo``..``hi`` spans at most three decades, ticks at 1-2-5 steps so a
+    narrow range still gets several labels.
+    """
+    narrow = lo is not None and hi is not None and 0 < lo < hi and hi / lo <= 1e3
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,)))
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())
+
+
+def ms_axis(ax, label: str, lo: float, hi: float) -> None:
+    """Log-scale x axis in ms over ``lo``..``hi`` with plain-number tick labels."""
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    log_axis(ax.xaxis, PLAIN, lo, hi)
+    ax.set_xlabel(label)
+
+
+def x_limits(dists: list[Distribution], extra: list[float]) -> tuple[float, float]:
+    """x range (ms) of CDF panels: every distribution and the positive ``extra`` values, padded."""
+    lo = [d.x_ms[0] for d in dists if not d.empty and d.x_ms[0] > 0]
+    hi = [d.x_ms[-1] for d in dists if not d.empty] + [v for v in extra if v > 0]
+    lo_v = min(lo + [v for v in extra if v > 0], default=1.0)
+    hi_v = max(hi, default=10.0)
+    return lo_v / 1.6, hi_v * 1.8
+
+
+def reference_lines(ax, lines: list[tuple[float, str, str, str]]) -> list[Line2D]:
+    """Draw vertical reference lines (value, label, colour, style); return legend handles."""
+    handles = []
+    for value, label, colour, ls in lines:
+        ax.axvline(value, color=colour, ls=ls, lw=1.3, zorder=1)
+        handles.append(Line2D([], [], color=colour, ls=ls, lw=1.3, label=label))
+    return handles
+
+
+def marker_handles(stats: tuple[str, ...]) -> list[Line2D]:
+    """Legend entries explaining the statistic markers (``style.STAT_MARKERS``) in grey."""
+    return [Line2D([], [], ls="", marker=STAT_MARKERS[s], color="#444", mfc="white",
+                   mew=1.3, ms=8 if s == "max" else 6, label=s) for s in stats]
+
+
+def mark(ax, dist: Distribution, colour: str, stats: tuple[str, ...], y_of) -> None:
+    """Mark each statistic of ``dist`` on its curve; ``y_of(stat, dist)`` gives the height."""
+    for s in stats:
+        x = dist.markers.get(s, math.nan)
+        if math.isnan(x) or x <= 0:
+            continue
+        ax.plot([x], [y_of(s, dist)], ls="", marker=STAT_MARKERS[s], color=colour,
+                mfc="white", mew=1.6, ms=11 if s == "max" else 7, zorder=5)
+
+
+def cdf_y(stat: str, dist: Distribution) -> float:
+    """Height of a statistic's marker on a CDF curve (for :func:`mark`)."""
+    return dist.cdf_at(dist.markers[stat])
+
+
+def ccdf_y(stat: str, dist: Distribution) -> float:
+    """Height of a statistic's marker on a CCDF (tail) curve (for :func:`mark`)."""
+    return dist.ccdf_at(dist.markers[stat])
+
+
+def draw_cdf(ax, d: Distribution, colour: str) -> None:
+    """F(x) = P(X ≤ x) as a right-continuous step, rising from 0 at the smallest value."""
+    ax.step(np.r_[d.x_ms[0], d.x_ms], np.r_[0.0, d.cdf], where="post", color=colour, lw=2)
+
+
+def draw_ccdf(ax, d: Distribution, colour: str) -> None:
+    """S(x) = P(X ≥ x) as a left-continuous step, from 1 down to P(X = max)."""
+    ax.step(np.r_[d.x_ms[0], d.x_ms], np.r_[1.0, d.ccdf], where="pre", color=colour, lw=2)
+
+
+def bar_text(v: float) -> str:
+    """Short label of a latency bar (ms): "1,234", "12.3", "1.23"; NaN → "—"."""
+    if math.isnan(v):
+        return "—"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"

@@ -1,0 +1,118 @@
+"""The run report (``capsim run``): a self-contained directory a sizing meeting can open offline.
+
+:func:`write` renders ``index.html`` (verdict table, figures, logs), the PNG
+figures, ``summary.csv``, ``requests.csv`` and ``scenario.resolved.yaml``.
+The terminal summary lives in :mod:`capsim.report.run.console`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from capsim.metrics.summary import request_frame, summary_frame
+from capsim.report.outdir import write_atomically
+from capsim.report.pages import FigureRef
+from capsim.report.run import disagg, figures, timeline
+from capsim.report.run.html import render
+from capsim.report.style import unique_slugs, variant_colours
+from capsim.results.model import RunResult, SummaryRow
+from capsim.scenario.slo import RequestSlo, SloConfig
+
+_CAPTIONS = {
+    "itl_cdf.png": (
+        "Inter-token latency distribution",
+        "Left: share of all token gaps at or below x (log ms). Right: the tail, share of gaps at or "
+        "above x on a log scale; the dash-dot lines at 1 % and 0.1 % are where p99 and p99.9 stop "
+        "looking. Markers: ○ p50, △ p99, ◇ p99.9, ★ max. p99 can hide rare long stalls (e.g. a "
+        "long prefill freezing every decode) — compare the ★ max and the stall counts in the "
+        "legend against the stall threshold."),
+    "itl_bars.png": (
+        "ITL percentiles and maximum",
+        "One group per statistic, one bar per variant (log ms). A small gap between p99 and max "
+        "means a smooth stream; a max far above p99 means rare stalls p99 does not show."),
+    "ttft_cdf.png": (
+        "Time to first token",
+        "Share of finished requests whose first token arrived within x ms (log scale). Curves "
+        "further left are better; the dashed line is the per-request TTFT limit. Rejected "
+        "requests are not in the curve (see the legend and the rejected column)."),
+    "throughput_cost.png": (
+        "Throughput, goodput and cost",
+        "Output tokens per second, goodput (requests per second meeting every per-request SLO, "
+        "with the share of all requests) and dollars per million output tokens at the fleet's "
+        "hourly price."),
+}
+_TIMELINE_CAPTION = (
+    "Top: mean tokens per engine step, split into prefill and decode (tall prefill bands are long "
+    "prompts sharing, or monopolising, steps). Middle: KV-cache blocks in use as % of capacity; "
+    "flat at 100 % means admission is memory-bound and preemptions are likely. Bottom: waiting "
+    "requests per replica over the running batch; a queue that grows without draining means the "
+    "fleet is under-sized for the offered load.")
+
+
+def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml: str,
+          results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
+          class_slos: dict[str, RequestSlo], notes: list[str] | None = None) -> Path:
+    """Write index.html + PNGs + summary.csv + requests.csv + scenario.resolved.yaml into out_dir.
+
+    Args:
+        out_dir: report directory; replaced as a whole (a previous report there is
+            removed only once the new one is complete).
+        scenario_name, description: shown in the header (HTML-escaped).
+        resolved_yaml: the fully resolved scenario, written verbatim.
+        results: one RunResult per variant (their order sets the variant colours).
+        rows: summary rows (``metrics.summarize``) of every variant, all classes.
+        slo, class_slos: the scenario's SLOs (targets mark table cells; limits draw lines).
+        notes: extra lines shown under the header (warnings, assumptions).
+
+    Returns:
+        Path of ``out_dir / "index.html"``.
+
+    Everything is built in a hidden sibling temporary directory first; on any
+    exception it is removed, the previous ``out_dir`` is left untouched and the
+    exception propagates.
+    """
+    notes = list(notes or [])
+    out_dir = write_atomically(out_dir, lambda d: _build(
+        d, scenario_name=scenario_name, description=description, resolved_yaml=resolved_yaml,
+        results=results, rows=rows, slo=slo, class_slos=class_slos, notes=notes))
+    return out_dir / "index.html"
+
+
+def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
+           results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
+           class_slos: dict[str, RequestSlo], notes: list[str]) -> None:
+    """Write every file of the report into the (empty) directory ``d``."""
+    colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
+    frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
+    summary_frame(rows).to_csv(d / "summary.csv", index=False)
+    requests = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
+    requests.to_csv(d / "requests.csv", index=False)
+    (d / "scenario.resolved.yaml").write_text(resolved_yaml, encoding="utf-8")
+
+    all_rows = [r for r in rows if r.cls == "all"]
+    figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
+    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png")
+    figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
+    figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
+    figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
+    split_table = None
+    if disagg.has_disagg(results):            # prefill/decode pools: P:D view + KV transfers
+        disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
+        disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
+        figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+        split_table = disagg.table(all_rows, results, colours)
+
+    slugs = unique_slugs(r.variant for r in results)
+    timelines = []
+    for r in results:
+        name = f"timeline_{slugs[r.variant]}.png"
+        timeline.plot_timeline(r, colours[r.variant], d / name)
+        timelines.append(FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION))
+
+    html = render(scenario_name=scenario_name, description=description,
+                  resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
+                  class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
+                  notes=notes, disagg=split_table)
+    (d / "index.html").write_text(html, encoding="utf-8")

@@ -67,20 +67,19 @@ def _peak_rss_bytes() -> int:
 
 def child(job: dict) -> dict:
     """Run one simulation in this process and return its figures (called in the child)."""
-    import simpy
-
     import capsim.sim.simulate as sim
     from capsim import workload
+    from capsim.engine.clock import Environment
     from capsim.scenario.load import load
 
-    envs: list[simpy.Environment] = []
+    envs: list[Environment] = []
 
-    class CountingEnvironment(simpy.Environment):
+    class CountingEnvironment(Environment):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             envs.append(self)
 
-    sim.simpy.Environment = CountingEnvironment          # count the events the run schedules
+    sim.Environment = CountingEnvironment                # count the events the run schedules
     state_peak = [0]
     build_result = sim._result
 

@@ -298,7 +298,7 @@ def synthetic_bench(tmp_path, scale: float, overhead_s: float, rate: str = "inf"
     prompts, outs = rng.integers(50, 3000, n), rng.integers(2, 40, n)
     arrival = np.zeros(n) if rate == "inf" else np.sort(rng.uniform(0, 2.0, n))
     requests = BenchRequests(arrival, prompts, outs, np.ones(n), np.ones(n))
-    ttft, tpot = simulate_bench(run, requests, scaled_profile(run.hardware, scale, overhead_s))
+    ttft, tpot = simulate_bench(run, requests, scaled_profile(run.pool().hardware, scale, overhead_s))
     data = {"request_rate": rate, "input_lens": prompts.tolist(), "output_lens": outs.tolist(),
             "ttfts": ttft.tolist(), "errors": [""] * n,
             "itls": [[float(t)] * int(o - 1) for t, o in zip(tpot, outs)]}
@@ -314,14 +314,14 @@ def test_vllm_bench_fit_recovers_overhead_and_scale(tmp_path, rate):
     """GPU time × 1.3 and 0.8 ms per step (prompts of 50-3000 tokens in 512-token
     chunks, so step sizes vary and the two are not interchangeable)."""
     run, path = synthetic_bench(tmp_path, 1.3, 0.8e-3, rate)
-    fit = fit_bench(run, read_bench_json(path), run.hardware)
+    fit = fit_bench(run, read_bench_json(path), run.pool().hardware)
     assert fit.scale == pytest.approx(1.3, rel=0.01)
     assert fit.step_overhead_s == pytest.approx(0.8e-3, rel=0.03)
 
 
 def test_vllm_bench_through_calibrate(tmp_path):
     run, path = synthetic_bench(tmp_path, 1.3, 0.8e-3)
-    outcome = calibrate(run.hardware, Inputs(bench=path, run=run))
+    outcome = calibrate(run.pool().hardware, Inputs(bench=path, run=run))
     assert set(outcome.errors) == {"ttft", "tpot"}
     assert outcome.errors["tpot"].after.p90_pct < 1.0
     assert outcome.errors["tpot"].before.median_pct > 10.0

@@ -218,7 +218,7 @@ def test_seed_experiment_disaggregation_removes_the_prefill_stall(tmp_path):
         r = result.requests
         assert max(r.first_token_s[:32]) < ARRIVAL_S < min(r.finish_s[:32])
     run = loaded.runs[0]
-    pricer = StepPricer(run.model, run.hardware, 1)
+    pricer = StepPricer(run.model, run.pool().hardware, 1)
     step_32 = pricer.cost(decode_seqs=32, decode_ctx_tokens=32 * 512).seconds
     step_33 = pricer.cost(decode_seqs=33, decode_ctx_tokens=33 * 2048).seconds   # generous bound
     prefill = pricer.cost(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2,
@@ -281,7 +281,7 @@ def backpressure_run(tmp_path, decode_util: float):
 def test_backpressure_throttles_the_prefill_pool_without_losing_or_duplicating(tmp_path):
     roomy_run, roomy = backpressure_run(tmp_path, 0.9)
     tight_run, tight = backpressure_run(tmp_path, 0.2)
-    blocks = tight_run.disagg.decode.kv.num_gpu_blocks
+    blocks = tight_run.pool("decode").kv.num_gpu_blocks
     assert blocks * 16 < 3 * 1400                       # room for about two requests at once
     for result in (roomy, tight):
         assert result.requests.status.tolist() == ["finished"] * 60
@@ -365,7 +365,7 @@ def test_fleet_price_and_peaks_sum_over_heterogeneous_pools(tmp_path):
     loaded = load(scenario(tmp_path, [{"name": "het", "disaggregation": pools}]))
     run = loaded.runs[0]
     result = simulate(run, trace_of([(0.0, 500, 20), (0.1, 900, 30)]))
-    h100, h200 = (run.disagg.pool(r).hardware for r in ("prefill", "decode"))
+    h100, h200 = (run.pool(r).hardware for r in ("prefill", "decode"))
     assert result.num_gpus == 3 and result.hardware == "h100-sxm/h200-sxm"
     assert result.price_per_hour_usd == pytest.approx(
         2 * h100.price_per_gpu_hour_usd + h200.price_per_gpu_hour_usd)

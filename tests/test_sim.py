@@ -51,7 +51,7 @@ def seed_experiment(tmp_path: Path, engine: dict) -> tuple:
 
 
 def decode_step_s(run, ctx: int) -> float:
-    pricer = StepPricer(run.model, run.hardware, 1)
+    pricer = StepPricer(run.model, run.pool().hardware, 1)
     return pricer.cost(decode_seqs=32, decode_ctx_tokens=32 * ctx).seconds
 
 
@@ -62,7 +62,7 @@ def test_unchunked_max_itl_is_a_whole_prefill_plus_a_decode_step(tmp_path):
     run, result = seed_experiment(tmp_path, {"enable_chunked_prefill": False,
                                              "max_num_batched_tokens": 16384})
     row = summarize(result, load(scenario(tmp_path)).spec.slo)[0]
-    pricer = StepPricer(run.model, run.hardware, 1)
+    pricer = StepPricer(run.model, run.pool().hardware, 1)
     prefill_s = pricer.cost(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2,
                             prefill_kv_tokens=2048, logits_seqs=1).seconds
     decode_s = decode_step_s(run, 540)
@@ -127,7 +127,7 @@ def test_kv_pressure_preempts_and_still_conserves_everything(tmp_path):
     """A tiny KV cache forces recompute preemptions; invariants (checked inside simulate) hold."""
     path = scenario(tmp_path, engine={"max_model_len": 4096, "gpu_memory_utilization": 0.215})
     run = load(path).runs[0]
-    assert run.kv.num_gpu_blocks * 16 < 40 * 1400 / 3     # far less than the 40 requests need
+    assert run.pool().kv.num_gpu_blocks * 16 < 40 * 1400 / 3     # far less than the 40 requests need
     rows = [(i * 0.01, 1000, 400) for i in range(40)]
     result = simulate(run, trace_of(rows))
     assert sum(r.preemptions for r in result.replicas) > 0
@@ -150,7 +150,7 @@ def test_result_round_trips_through_json(tmp_path):
 def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(tmp_path):
     path = scenario(tmp_path, engine={"max_model_len": 8192, "gpu_memory_utilization": 0.2})
     run = load(path).runs[0]
-    big = run.kv.num_gpu_blocks * run.engine.block_size + 10
+    big = run.pool().kv.num_gpu_blocks * run.pool().engine.block_size + 10
     result = simulate(run, trace_of([(0.0, min(big, 8000), 100)]))
     if big < 8100:
         assert result.requests.status.tolist() == ["rejected"]

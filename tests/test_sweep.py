@@ -64,10 +64,10 @@ def test_grid_is_the_cartesian_product_in_yaml_order():
 def test_plan_resolves_every_point(tmp_path):
     plan = sweep.plan(write(tmp_path, BASE))
     assert len(plan.points) == 4 and plan.num_runs_per_seed == 8
-    budgets = [loaded.runs[0].engine.max_num_batched_tokens for _, loaded in plan.points]
+    budgets = [loaded.runs[0].pool().engine.max_num_batched_tokens for _, loaded in plan.points]
     rates = [loaded.spec.workload.arrival.rate_per_s for _, loaded in plan.points]
     assert budgets == [256, 1024, 256, 1024] and rates == [2, 2, 8, 8]
-    assert [rc.cluster.num_replicas for rc in plan.points[0][1].runs] == [1, 2]
+    assert [rc.num_replicas for rc in plan.points[0][1].runs] == [1, 2]
 
 
 def test_one_trace_per_load_level(tmp_path):

@@ -24,7 +24,6 @@ Public API:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -145,7 +144,7 @@ def scaled_profile(hw: HardwareProfile, scale: float, overhead_s: float) -> Hard
 def simulate_bench(run: RunConfig, requests: BenchRequests,
                    hw: HardwareProfile) -> tuple[np.ndarray, np.ndarray]:
     """Simulated (TTFT s, TPOT s) per request with profile ``hw``; NaN where rejected."""
-    result = simulate(dataclasses.replace(run, hardware=hw), requests.trace())
+    result = simulate(run.with_hardware(hw), requests.trace())
     rec = result.requests
     arrival = np.asarray(rec.arrival_s, float)
     first = np.asarray(rec.first_token_s, float)          # NaN where rejected

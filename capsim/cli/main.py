@@ -125,18 +125,18 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
-        if rc.disagg is not None:          # prefill and decode pools
+        if rc.disaggregated:          # prefill and decode pools
             for line in pool_lines(rc):
                 click.echo(f"  {line}")
-            max_len = min(rc.disagg.prefill.engine.max_model_len,
-                          rc.disagg.decode.engine.max_model_len)
+            max_len = min(p.engine.max_model_len for p in rc.pools)
         else:
-            eng = rc.engine
-            click.echo(f"  {rc.variant}: {rc.cluster.num_replicas} × {rc.hardware.name} "
+            pool = rc.pool()
+            eng = pool.engine
+            click.echo(f"  {rc.variant}: {pool.num_replicas} × {pool.hardware.name} "
                        f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
                        f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
                        f"max_num_batched_tokens {eng.max_num_batched_tokens}")
-            for line in rc.kv.log_lines(eng.max_model_len):
+            for line in pool.kv.log_lines(eng.max_model_len):
                 click.echo(f"    {line}")
             max_len = eng.max_model_len
         trace = traces.get(rc.workload, rc.seed)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.resolve import Pool, RunConfig
 from capsim.engine.clock import Environment
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
@@ -48,16 +48,8 @@ from capsim.engine.router import make_router
 from capsim.kv.blocks import blocks_needed
 from capsim.engine.transfer import KVLink
 from capsim.results.model import DisaggResult, LinkPortStats, RunResult, TransferRecords
-from capsim.cost.pricer import StepPricer
 
 _NAN = float("nan")
-
-
-def make_pricer(run: RunConfig) -> StepPricer:
-    """The roofline pricer of one pool (its hardware, TP and dtypes)."""
-    return StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
-                      weight_dtype=run.engine.dtype,
-                      kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
 
 
 def reject_reason(req: Request, run: RunConfig) -> str:
@@ -68,12 +60,11 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     KV blocks for prompt + output − 1 tokens).
     """
     total = req.prompt_tokens + req.output_tokens
-    for role in ("prefill", "decode"):
-        pool = run.disagg.pool(role)
+    for pool in run.pools:
         if total > pool.engine.max_model_len:
-            return (f"prompt + output = {total} tokens exceeds the {role} pool's "
+            return (f"prompt + output = {total} tokens exceeds the {pool.role} pool's "
                     f"max_model_len {pool.engine.max_model_len}")
-    p, d = run.disagg.prefill, run.disagg.decode
+    p, d = run.pool("prefill"), run.pool("decode")
     need = blocks_needed(req.prompt_tokens, p.engine.block_size)
     if need > p.kv.num_gpu_blocks:
         return f"its prompt needs {need} KV blocks; a prefill replica has {p.kv.num_gpu_blocks}"
@@ -132,8 +123,8 @@ class PoolMonitor:
         state = (
             all(r.busy for r in self.prefill) and any(r.scheduler.waiting for r in self.prefill),
             bool(self.pending),
-            sum(r.run_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
-            sum(r.run_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
+            sum(r.pool_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
+            sum(r.pool_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
         if state != self._state:
             self.flush()
             self._state = state
@@ -219,7 +210,7 @@ class DisaggCluster:
 
     Args:
         env: the simulation.
-        run: a RunConfig with ``run.disagg`` set.
+        run: a disaggregated RunConfig (a prefill and a decode pool, ``run.transfer``).
         itl: the run's ITL recorder (shared by both pools: token 1→2 gaps are
             recorded by the decode replica).
         num_classes: request classes.
@@ -234,32 +225,34 @@ class DisaggCluster:
     def __init__(self, env: Environment, run: RunConfig, itl: ItlRecorder,
                  num_classes: int, on_finish: Callable[[Request], None],
                  macro_steps: bool = True):
-        d = run.disagg
+        d = run.transfer
+        self.prefill_pool, self.decode_pool = run.pool("prefill"), run.pool("decode")
         self.macro_steps = macro_steps
-        self.env, self.run, self.disagg, self._on_finish = env, run, d, on_finish
-        p_n, d_n = d.prefill.cluster.num_replicas, d.decode.cluster.num_replicas
-        self.prefill = self._pool(d.prefill, "prefill", range(p_n), itl, num_classes)
-        self.decode = self._pool(d.decode, "decode", range(p_n, p_n + d_n), itl, num_classes)
+        self.env, self.run, self.disagg, self._on_finish = env, run, d, on_finish   # disagg: the KV transfer
+        p_n, d_n = self.prefill_pool.num_replicas, self.decode_pool.num_replicas
+        self.prefill = self._pool(self.prefill_pool, range(p_n), itl, num_classes)
+        self.decode = self._pool(self.decode_pool, range(p_n, p_n + d_n), itl, num_classes)
         self.replicas = self.prefill + self.decode
         # Port i = replica i's port: egress for prefill replicas, ingress for decode ones.
-        self.capacities = [d.link.bandwidth_bytes_per_s * r.run_cfg.engine.tensor_parallel_size
+        self.capacities = [d.link.bandwidth_bytes_per_s * r.pool_cfg.engine.tensor_parallel_size
                            for r in self.replicas]
         self.link = KVLink(env, self.capacities, d.link.latency_s)
-        self.kv_bytes_per_token = run.model.kv_bytes_per_token(run.engine.kv_dtype_bytes)
+        self.kv_bytes_per_token = run.model.kv_bytes_per_token(
+            self.decode_pool.engine.kv_dtype_bytes)
         self.pending: deque[Transfer] = deque()
         self.transfers: dict[int, Transfer] = {}
         self.duplicates: list[int] = []
         self._problems: list[str] = []   # broken invariants noticed as requests finished
         self.monitor = PoolMonitor(env, self.prefill, self.decode, self.pending)
-        self._prefill_router = make_router(run.cluster.router, self.prefill)
+        self._prefill_router = make_router(run.router, self.prefill)
         self._rr = 0
 
-    def _pool(self, pool: RunConfig, role: str, indices: range, itl: ItlRecorder,
+    def _pool(self, pool: Pool, indices: range, itl: ItlRecorder,
               num_classes: int) -> list[Replica]:
-        pricer = make_pricer(pool)
+        pricer = pool.pricer(self.run.model)
         reps = []
         for i in indices:
-            rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished, pool=role,
+            rep = Replica(self.env, i, pool, pricer, itl, num_classes, self._finished,
                           macro_steps=self.macro_steps)
             rep.hooks = _Hooks(self, rep)
             reps.append(rep)
@@ -389,27 +382,27 @@ class DisaggCluster:
 
     def finish(self, result: RunResult) -> RunResult:
         """Complete ``result`` (built as for a co-located run) with the pools' figures."""
-        d = self.disagg
-        pools = (d.prefill, d.decode)
+        pre, dec = self.prefill_pool, self.decode_pool
+        pools = (pre, dec)
         gpus = sum(p.num_gpus for p in pools)
         hw = {p.hardware.name for p in pools}
         return result.model_copy(update={
-            "scheduler": f"disaggregated {d.label}: prefill {_sched(d.prefill)}, "
-                         f"decode {_sched(d.decode)}, KV over {d.link.name}",
-            "hardware": d.prefill.hardware.name if len(hw) == 1 else
-                        f"{d.prefill.hardware.name}/{d.decode.hardware.name}",
+            "scheduler": f"disaggregated {self.run.label}: prefill {_sched(pre)}, "
+                         f"decode {_sched(dec)}, KV over {self.disagg.link.name}",
+            "hardware": pre.hardware.name if len(hw) == 1 else
+                        f"{pre.hardware.name}/{dec.hardware.name}",
             "price_per_hour_usd": sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
             "peak_flops_per_gpu": sum(p.hardware.peak_flops(p.engine.dtype) * p.num_gpus
                                       for p in pools) / gpus,
             "hbm_bandwidth_per_gpu_bytes_per_s": sum(p.hardware.hbm_bandwidth_bytes_per_s
                                                      * p.num_gpus for p in pools) / gpus,
-            "log": [f"{role}: {line}" for role, p in zip(("prefill", "decode"), pools)
+            "log": [f"{p.role}: {line}" for p in pools
                     for line in p.kv.log_lines(p.engine.max_model_len)],
             "disagg": self._result(),
         })
 
     def _result(self) -> DisaggResult:
-        d, m = self.disagg, self.monitor
+        d, m, pre, dec = self.disagg, self.monitor, self.prefill_pool, self.decode_pool
         ts = sorted(self.transfers.values(), key=lambda t: t.rid)
         records = TransferRecords(
             request_id=[t.rid for t in ts], class_id=[t.class_id for t in ts],
@@ -424,20 +417,20 @@ class DisaggCluster:
                                bytes=net.port_bytes[i], busy_s=net.port_busy_s[i])
                  for i, (r, cap) in enumerate(zip(self.replicas, self.capacities))]
         return DisaggResult(
-            label=d.label, link=d.link.name, link_bandwidth_bytes_per_s=d.link.bandwidth_bytes_per_s,
+            label=self.run.label, link=d.link.name, link_bandwidth_bytes_per_s=d.link.bandwidth_bytes_per_s,
             link_latency_s=d.link.latency_s, router=d.router, layerwise_overlap=d.layerwise_overlap,
             prefill_replicas=len(self.prefill), decode_replicas=len(self.decode),
-            prefill_gpus=d.prefill.num_gpus, decode_gpus=d.decode.num_gpus,
-            prefill_hardware=d.prefill.hardware.name, decode_hardware=d.decode.hardware.name,
-            prefill_peak_flops_per_gpu=d.prefill.hardware.peak_flops(d.prefill.engine.dtype),
-            decode_hbm_bandwidth_per_gpu_bytes_per_s=d.decode.hardware.hbm_bandwidth_bytes_per_s,
+            prefill_gpus=pre.num_gpus, decode_gpus=dec.num_gpus,
+            prefill_hardware=pre.hardware.name, decode_hardware=dec.hardware.name,
+            prefill_peak_flops_per_gpu=pre.hardware.peak_flops(pre.engine.dtype),
+            decode_hbm_bandwidth_per_gpu_bytes_per_s=dec.hardware.hbm_bandwidth_bytes_per_s,
             transfers=records, ports=ports,
             prefill_saturated_s=m.prefill_saturated_s, decode_saturated_s=m.decode_saturated_s,
             stranded_prefill_gpu_s=m.stranded_prefill_gpu_s,
             stranded_decode_gpu_s=m.stranded_decode_gpu_s)
 
 
-def _sched(pool: RunConfig) -> str:
+def _sched(pool: Pool) -> str:
     eng = pool.engine
     mode = f"chunked({eng.max_num_batched_tokens})" if eng.chunked else "unchunked"
-    return f"{pool.cluster.num_replicas}×{pool.hardware.name} TP{eng.tensor_parallel_size} {mode}"
+    return f"{pool.num_replicas}×{pool.hardware.name} TP{eng.tensor_parallel_size} {mode}"

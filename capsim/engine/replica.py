@@ -29,7 +29,7 @@ from capsim.engine.request import Request
 from capsim.engine.scheduler import make_kv, make_scheduler
 from capsim.engine.step import Step
 from capsim.results.model import ReplicaStats
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.resolve import Pool
 
 
 class ReplicaHooks(Protocol):
@@ -59,27 +59,27 @@ class Replica:
     Args:
         env: the simulation (:class:`~capsim.engine.clock.Environment`).
         index: replica number in the run.
-        run: the resolved configuration of its pool (engine, hardware, KV).
+        pool: its pool (engine, hardware, KV cache, role: ``colocated``, ``prefill`` or
+            ``decode``, the scheduler's role).
         pricer: the roofline of its pool.
         itl: the run's ITL recorder.
         num_classes: request classes.
         on_finish: called for every finished request.
-        pool: ``colocated``, ``prefill`` or ``decode`` (the scheduler's role).
         macro_steps: advance decode-only stretches in one event (identical results).
         timeline_bin_s: the timeline's first bin width.
     """
 
-    def __init__(self, env: Environment, index: int, run: RunConfig, pricer: StepPricer,
+    def __init__(self, env: Environment, index: int, pool: Pool, pricer: StepPricer,
                  itl: ItlRecorder, num_classes: int, on_finish: Callable[[Request], None],
-                 pool: str = "colocated", macro_steps: bool = True, timeline_bin_s: float = 0.1):
-        self.env, self.index, self.run_cfg, self.pool = env, index, run, pool
+                 macro_steps: bool = True, timeline_bin_s: float = 0.1):
+        self.env, self.index, self.pool_cfg, self.pool = env, index, pool, pool.role
         self.macro_steps = macro_steps
         self.pricer = pricer
-        self.alloc = make_kv(run.engine, run.kv.num_gpu_blocks)
-        self.scheduler = make_scheduler(run.engine, self.alloc, run.kv.kv_bytes_per_token,
-                                        num_classes, itl, pool)
+        self.alloc = make_kv(pool.engine, pool.kv.num_gpu_blocks)
+        self.scheduler = make_scheduler(pool.engine, self.alloc, pool.kv.kv_bytes_per_token,
+                                        num_classes, itl, pool.role)
         self.runner = DecodeRunner(self)
-        self.timeline = TimelineRecorder(index, pool, timeline_bin_s)
+        self.timeline = TimelineRecorder(index, pool.role, timeline_bin_s)
         self.on_finish = on_finish
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
@@ -226,7 +226,7 @@ class Replica:
 
     def _swap_s(self, nbytes: int) -> float:
         """Host↔GPU copy time: each GPU moves its KV shard over its own PCIe link."""
-        hw, tp = self.run_cfg.hardware, self.run_cfg.engine.tensor_parallel_size
+        hw, tp = self.pool_cfg.hardware, self.pool_cfg.engine.tensor_parallel_size
         return hw.pcie_latency_s + nbytes / tp / hw.pcie_bandwidth_bytes_per_s
 
     # ------------------------------------------------------------ KV peak
@@ -252,11 +252,11 @@ class Replica:
         self.table_entries_at_peak = self.scheduler.block_table_entries()
 
     def stats(self) -> ReplicaStats:
-        eng, sched = self.run_cfg.engine, self.scheduler
+        eng, sched = self.pool_cfg.engine, self.scheduler
         flops, hbm_bytes = self.pricer.work(self.work)
         tp = eng.tensor_parallel_size
         return ReplicaStats(
-            replica=self.index, pool=self.pool, hardware=self.run_cfg.hardware.name,
+            replica=self.index, pool=self.pool, hardware=self.pool_cfg.hardware.name,
             tensor_parallel_size=eng.tensor_parallel_size,
             num_gpu_blocks=self.alloc.num_blocks, block_size=eng.block_size,
             kv_cache_tokens=self.alloc.num_blocks * eng.block_size, steps=sched.steps,

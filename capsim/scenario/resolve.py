@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
 from capsim.cost.operators import check_tensor_parallel
+from capsim.cost.pricer import StepPricer
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import LinkProfile, resolve_link
@@ -34,53 +35,103 @@ from capsim.scenario.workload import WorkloadConfig
 GIB = 2**30
 
 @dataclass(frozen=True)
+class Pool:
+    """Identical replicas, each one tensor-parallel engine with its GPU, knobs and KV cache.
+
+    A co-located variant has one pool (``role`` ``colocated``); a disaggregated one a
+    ``prefill`` and a ``decode`` pool, each resolved with every rule, default and memory
+    check of a co-located variant.
+    """
+
+    role: str
+    hardware: HardwareProfile
+    engine: EngineConfig
+    kv: KVCapacity
+    num_replicas: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_replicas * self.engine.tensor_parallel_size
+
+    def pricer(self, model: ModelShape) -> StepPricer:
+        """The roofline of one of its replicas running ``model`` (hardware, TP, dtypes)."""
+        return StepPricer(model, self.hardware, self.engine.tensor_parallel_size,
+                          weight_dtype=self.engine.dtype,
+                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """How a disaggregated variant moves each prompt's KV cache from the prefill pool to
+    the decode pool: the link, the decode-side router, layer-wise overlap."""
+
+    link: LinkProfile
+    router: str
+    layerwise_overlap: bool
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """One variant, fully resolved: everything ``sim.simulate`` needs besides the trace."""
+    """One variant, fully resolved: everything ``sim.simulate`` needs besides the trace.
+
+    ``pools`` is ``(colocated,)`` or ``(prefill, decode)``; arrivals reach the first
+    pool's replicas through ``router`` (the scenario's ``cluster.router``); ``transfer``
+    is set exactly when the variant is disaggregated.
+    """
 
     variant: str
     description: str
     seed: int
     workload: WorkloadConfig
     model: ModelShape
-    hardware: HardwareProfile
-    engine: EngineConfig
-    cluster: ClusterConfig
-    kv: KVCapacity
-    disagg: DisaggRun | None = None   # prefill/decode pools; hardware/engine/kv above = decode pool's
-
-    @property
-    def num_gpus(self) -> int:
-        if self.disagg is not None:
-            return self.disagg.num_gpus
-        return self.cluster.num_replicas * self.engine.tensor_parallel_size
-
-
-@dataclass(frozen=True)
-class DisaggRun:
-    """A resolved disaggregated variant.
-
-    ``prefill`` and ``decode`` are full co-located RunConfigs of one pool each
-    (``cluster.num_replicas`` = the pool's replicas); the variant's own
-    RunConfig carries the decode pool's hardware, engine and KV as its defaults.
-    """
-
-    prefill: "RunConfig"
-    decode: "RunConfig"
-    link: LinkProfile
+    pools: tuple[Pool, ...]
     router: str
-    layerwise_overlap: bool
+    transfer: KVTransfer | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.transfer is not None
+
+    def pool(self, role: str = "colocated") -> Pool:
+        """The pool of ``role`` (``colocated``, ``prefill`` or ``decode``).
+
+        Raises:
+            KeyError: the variant has no such pool.
+        """
+        for p in self.pools:
+            if p.role == role:
+                return p
+        raise KeyError(f"variant {self.variant} has no {role} pool")
+
+    @property
+    def serving_pool(self) -> Pool:
+        """The pool that streams the replies: the only pool, or a split's decode pool
+        (sweep and sizing tables label a variant's hardware and TP by it)."""
+        return self.pools[-1]
 
     @property
     def num_gpus(self) -> int:
-        return self.prefill.num_gpus + self.decode.num_gpus
+        return sum(p.num_gpus for p in self.pools)
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(p.num_replicas for p in self.pools)
 
     @property
     def label(self) -> str:
-        """``1P1D``-style name of the split (replicas, not GPUs)."""
-        return f"{self.prefill.cluster.num_replicas}P{self.decode.cluster.num_replicas}D"
+        """``1P1D``-style name of a disaggregated split (replicas, not GPUs); "" co-located."""
+        if not self.disaggregated:
+            return ""
+        return f"{self.pool('prefill').num_replicas}P{self.pool('decode').num_replicas}D"
 
-    def pool(self, role: str) -> "RunConfig":
-        return self.prefill if role == "prefill" else self.decode
+    def with_hardware(self, hw: HardwareProfile) -> "RunConfig":
+        """This variant with every pool on ``hw``, KV sizes kept (a calibrated copy of the
+        same GPU's profile)."""
+        return replace(self, pools=tuple(replace(p, hardware=hw) for p in self.pools))
+
+    def with_replicas(self, num_replicas: int) -> "RunConfig":
+        """This co-located variant on ``num_replicas`` replicas (a sizing candidate)."""
+        return replace(self, pools=(replace(self.pool(), num_replicas=num_replicas),))
 
 
 def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> RunConfig:
@@ -107,7 +158,8 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
                    where if (memory_knobs & set(v.engine) or v.hardware or v.model) else "")
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
-                     hardware=hw, engine=engine, cluster=cluster, kv=kv)
+                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas),),
+                     router=cluster.router)
 
 
 def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Path) -> "RunConfig":
@@ -129,26 +181,26 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
                             file=str(path), path=f"variants.{index}.cluster.num_replicas")
     pools = {role: _resolve_pool(spec, index, v, role, getattr(d, role), path)
              for role in ROLES}
-    if pools["prefill"].engine.kv_dtype_bytes != pools["decode"].engine.kv_dtype_bytes:
+    prefill, decode = (pools[role][1] for role in ROLES)
+    if prefill.engine.kv_dtype_bytes != decode.engine.kv_dtype_bytes:
         raise ScenarioError(
             f"prefill and decode pools store the KV cache in different dtypes "
-            f"({pools['prefill'].engine.kv_cache_dtype} vs {pools['decode'].engine.kv_cache_dtype}); "
+            f"({prefill.engine.kv_cache_dtype} vs {decode.engine.kv_cache_dtype}); "
             "the transferred cache must be usable as is: set the same kv_cache_dtype on both",
             file=str(path), path=f"{where}.decode.engine.kv_cache_dtype")
     try:
         link = resolve_link(d.link)
     except ScenarioError as exc:
         raise ScenarioError(exc.message, file=str(path), path=f"{where}.link") from None
-    run = DisaggRun(prefill=pools["prefill"], decode=pools["decode"], link=link,
-                    router=d.router, layerwise_overlap=d.layerwise_overlap)
-    base = pools["decode"]
-    total = pools["prefill"].cluster.num_replicas + base.cluster.num_replicas
-    return replace(base, variant=v.name, description=v.description,
-                   cluster=base.cluster.model_copy(update={"num_replicas": total}), disagg=run)
+    base = pools["decode"][0]
+    return replace(base, variant=v.name, description=v.description, pools=(prefill, decode),
+                   transfer=KVTransfer(link, d.router, d.layerwise_overlap))
 
 
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: PoolConfig,
-                  path: Path) -> "RunConfig":
+                  path: Path) -> tuple[RunConfig, Pool]:
+    """One pool of a disaggregated variant, resolved as a co-located variant with the
+    pool's overrides: (that variant, its pool in ``role``)."""
     where = f"variants.{index}.disaggregation.{role}"
     engine = {**v.engine, **pool.engine}
     if pool.tensor_parallel_size is not None:
@@ -164,11 +216,12 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
         run = resolve_variant(spec, index, variant, path)
     except ScenarioError as exc:
         raise _pool_error(exc, index, where, pool) from None
-    if run.engine.scheduler != "continuous":
+    resolved = run.pool()
+    if resolved.engine.scheduler != "continuous":
         raise ScenarioError("a disaggregated pool runs continuous batching (static batching "
                             "cannot hand a request over after its first token); valid: continuous",
                             file=str(path), path=f"{where}.engine.scheduler")
-    return run
+    return run, replace(resolved, role=role)
 
 
 def _pool_error(exc: ScenarioError, index: int, where: str, pool: PoolConfig) -> ScenarioError:
@@ -249,28 +302,27 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
     return per_token * tp // heads if tp > heads else per_token
 
 
-def kv_log_lines(run: "RunConfig") -> list[str]:
+def kv_log_lines(run: RunConfig) -> list[str]:
     """vLLM's KV start-up lines of a variant; one set per pool (prefixed) when disaggregated."""
-    if run.disagg is None:
-        return run.kv.log_lines(run.engine.max_model_len)
-    return [f"{role}: {line}" for role in ROLES
-            for line in run.disagg.pool(role).kv.log_lines(run.disagg.pool(role).engine.max_model_len)]
+    if not run.disaggregated:
+        pool = run.pool()
+        return pool.kv.log_lines(pool.engine.max_model_len)
+    return [f"{p.role}: {line}" for p in run.pools
+            for line in p.kv.log_lines(p.engine.max_model_len)]
 
 
-def pool_lines(run: "RunConfig") -> list[str]:
+def pool_lines(run: RunConfig) -> list[str]:
     """What ``capsim validate`` prints for a disaggregated variant: split, link, each pool."""
-    d = run.disagg
-    out = [f"{run.variant}: {d.label} on {d.num_gpus} GPUs, KV over {d.link.name} "
+    d = run.transfer
+    out = [f"{run.variant}: {run.label} on {run.num_gpus} GPUs, KV over {d.link.name} "
            f"({d.link.bandwidth_bytes_per_s / 1e9:,.0f} GB/s per GPU and direction, "
            f"{d.link.latency_s * 1e6:,.0f} µs per transfer), decode router "
            f"{d.router}" + (", layer-wise overlap" if d.layerwise_overlap else "")]
-    for role in ROLES:
-        pool = d.pool(role)
+    for pool in run.pools:
         eng = pool.engine
-        out.append(f"  {role}: {pool.cluster.num_replicas} × {pool.hardware.name} "
+        out.append(f"  {pool.role}: {pool.num_replicas} × {pool.hardware.name} "
                    f"TP{eng.tensor_parallel_size}, {'chunked' if eng.chunked else 'unchunked'}, "
                    f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
                    f"{eng.max_num_batched_tokens}")
         out += [f"    {line}" for line in pool.kv.log_lines(eng.max_model_len)]
     return out
-

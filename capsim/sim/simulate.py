@@ -16,7 +16,7 @@ import simpy
 
 from capsim.engine.clock import Environment
 
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.resolve import Pool, RunConfig
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
@@ -27,7 +27,6 @@ from capsim.kv.blocks import blocks_needed
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.results.model import RunResult
-from capsim.cost.pricer import StepPricer
 from capsim.workload import RequestTrace
 
 Progress = Callable[[int, int], None]
@@ -73,20 +72,19 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
             env.process(_next_turn(env, child, rejected, trace, route, run, on_finish))
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
-    if run.disagg is not None:
+    if run.disaggregated:
         cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish,
                                 macro_steps=macro_steps)
         replicas, route = cluster.replicas, cluster.route
     else:
-        pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
-                            weight_dtype=run.engine.dtype,
-                            kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+        pool = run.pool()
+        pricer = pool.pricer(run.model)
         bin_s = TimelineRecorder.start_width_s(
             float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0)
-        replicas = [Replica(env, i, run, pricer, itl, len(trace.class_names), on_finish,
+        replicas = [Replica(env, i, pool, pricer, itl, len(trace.class_names), on_finish,
                             macro_steps=macro_steps, timeline_bin_s=bin_s)
-                    for i in range(run.cluster.num_replicas)]
-        route = make_router(run.cluster.router, replicas)
+                    for i in range(pool.num_replicas)]
+        route = make_router(run.router, replicas)
     env.process(_arrivals(env, source, route, run, on_finish))
     env.run()
     _check_invariants(log, replicas, itl)
@@ -113,24 +111,25 @@ def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trac
 
 def reject_reason(req: Request, run: RunConfig) -> str:
     """Why a request can never be served by this engine ("" if it can)."""
-    if run.disagg is not None:
+    if run.disaggregated:
         return disagg_reject_reason(req, run)
-    max_len = run.engine.max_model_len
+    pool = run.pool()
+    max_len = pool.engine.max_model_len
     if req.prompt_tokens + req.output_tokens > max_len:
         return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
                 f"exceeds max_model_len {max_len}")
-    bs = run.engine.block_size
-    if run.engine.kv_allocator != "paged":
+    bs, blocks = pool.engine.block_size, pool.kv.num_gpu_blocks
+    if pool.engine.kv_allocator != "paged":
         if req.n > 1:
             return "parallel sampling (n > 1) needs the paged KV allocator"
-        want = max_len if run.engine.kv_allocator == "contiguous_max_model_len" else \
+        want = max_len if pool.engine.kv_allocator == "contiguous_max_model_len" else \
             req.prompt_tokens + req.output_tokens
-        if want > run.kv.num_gpu_blocks * bs:
-            return f"reserves {want} KV tokens; the whole cache has {run.kv.num_gpu_blocks * bs}"
+        if want > blocks * bs:
+            return f"reserves {want} KV tokens; the whole cache has {blocks * bs}"
     shared = req.prompt_tokens // bs              # full prompt blocks all samples share
     need = shared + req.n * (blocks_needed(req.total_tokens, bs) - shared)
-    if need > run.kv.num_gpu_blocks:
-        return f"needs {need} KV blocks; the whole cache has {run.kv.num_gpu_blocks}"
+    if need > blocks:
+        return f"needs {need} KV blocks; the whole cache has {blocks}"
     return ""
 
 
@@ -179,21 +178,24 @@ def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder
 
 def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
             itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
-    hw = run.hardware
+    """The run's result; a disaggregated split's pool-level fields (scheduler, hardware,
+    price, peaks, log) are then replaced by :meth:`DisaggCluster.finish`."""
+    pool = run.pools[-1]
+    hw = pool.hardware
     return RunResult(
-        variant=run.variant, seed=run.seed, scheduler=_scheduler_label(run),
-        num_replicas=run.cluster.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
+        variant=run.variant, seed=run.seed, scheduler=_scheduler_label(pool),
+        num_replicas=run.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
         model=run.model.name, price_per_hour_usd=hw.price_per_gpu_hour_usd * run.num_gpus,
-        peak_flops_per_gpu=hw.peak_flops(run.engine.dtype),
+        peak_flops_per_gpu=hw.peak_flops(pool.engine.dtype),
         hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
         timelines=[r.timeline.result() for r in replicas],
-        log=run.kv.log_lines(run.engine.max_model_len))
+        log=pool.kv.log_lines(pool.engine.max_model_len))
 
 
-def _scheduler_label(run: RunConfig) -> str:
-    eng = run.engine
+def _scheduler_label(pool: Pool) -> str:
+    eng = pool.engine
     if eng.scheduler == "static":
         return "static"
     if eng.chunked:

@@ -9,14 +9,13 @@ prefill + decode pools of disaggregated variants will go);
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import load_hardware
 from capsim.cost.operators import attn_pairs
-from capsim.cost.pricer import StepPricer
 
 #: Why a disaggregated variant gets no answer yet (see :func:`fleet_at`).
 DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): sizing searches one replica count "
@@ -73,10 +72,11 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
         loaded = load(base.path, overrides + extra, base.spec.seed)
     except ScenarioError as exc:
         problem = f"{exc.path}: {exc.message}" if exc.path else exc.message   # file said once
-        return [FleetOption(rc.variant, hw or rc.hardware.name,
-                            tp or rc.engine.tensor_parallel_size, None, problem)
+        return [FleetOption(rc.variant, hw or rc.serving_pool.hardware.name,
+                            tp or rc.serving_pool.engine.tensor_parallel_size, None, problem)
                 for rc in base.runs]
-    return [FleetOption(rc.variant, rc.hardware.name, rc.engine.tensor_parallel_size, rc)
+    return [FleetOption(rc.variant, rc.serving_pool.hardware.name,
+                        rc.serving_pool.engine.tensor_parallel_size, rc)
             for rc in loaded.runs]
 
 
@@ -98,12 +98,11 @@ def fleet_at(run: RunConfig, replicas: int) -> RunConfig:
     """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP).
 
     The one place that turns a searched count into a fleet. Disaggregated
-    variants (``run.disagg``) are marked :data:`DISAGG_NOT_SIZED` before any
-    search; sizing them means returning prefill and decode pool sizes here
-    (e.g. ``replace(run, disagg=...)`` with both pools' ``num_replicas``) and
-    a 2-D search over (P, D) in :func:`run`.
+    variants (``run.disaggregated``) are marked :data:`DISAGG_NOT_SIZED` before
+    any search; sizing them means returning prefill and decode pool sizes here
+    (both pools' ``num_replicas``) and a 2-D search over (P, D) in :func:`run`.
     """
-    return replace(run, cluster=run.cluster.model_copy(update={"num_replicas": replicas}))
+    return run.with_replicas(replicas)
 
 
 def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
@@ -115,9 +114,7 @@ def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
     Both from the roofline (:class:`capsim.cost.pricer.StepPricer`); adding
     sequences, context or chunks only lengthens steps.
     """
-    pricer = StepPricer(run.model, run.hardware, run.engine.tensor_parallel_size,
-                        weight_dtype=run.engine.dtype,
-                        kv_cache_dtype_bytes=run.engine.kv_dtype_bytes)
+    pricer = run.pool().pricer(run.model)
     decode = pricer.cost(decode_seqs=1, decode_ctx_tokens=1, logits_seqs=1).seconds * 1e3
     p = int(min_prompt_tokens)
     prefill = pricer.cost(prefill_tokens=p, prefill_attn_pairs=attn_pairs(p, 0),

@@ -195,7 +195,7 @@ def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOptio
     """Mark options that can never pass (floors, GPU count); raise if none is left."""
     out = []
     for opt in options:
-        if opt.run is not None and opt.run.disagg is not None:
+        if opt.run is not None and opt.run.disaggregated:
             opt = replace(opt, run=None, problem=DISAGG_NOT_SIZED)
         if opt.run is not None:
             trace = p.traces.get(p.workload_at(opt.run.workload, p.rate_per_s), p.seeds[0])

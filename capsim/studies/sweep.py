@@ -170,9 +170,9 @@ def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -
                 trace = cache.get(rc.workload, seed)
                 rate = offered_rate_per_s(rc.workload, trace)
                 labels = {"point": point.index, **point.values, "variant": rc.variant,
-                          "hardware": rc.hardware.name,
-                          "tensor_parallel_size": rc.engine.tensor_parallel_size,
-                          "num_replicas": rc.cluster.num_replicas, "offered_rate_per_s": rate,
+                          "hardware": rc.serving_pool.hardware.name,
+                          "tensor_parallel_size": rc.serving_pool.engine.tensor_parallel_size,
+                          "num_replicas": rc.num_replicas, "offered_rate_per_s": rate,
                           "replication": rep, "seed": seed}
                 out.append(RunTask(labels=labels, run=replace(rc, seed=seed), trace=trace,
                                    slo=loaded.spec.slo, class_slos=loaded.class_slos))

@@ -22,7 +22,7 @@ import simpy
 
 from capsim.cost.pricer import StepPricer, WorkTally
 from capsim.engine.clock import Environment
-from capsim.engine.macro.plan import RunBlocks
+from capsim.engine.macro.plan import RunBlocks, RunPlan
 from capsim.engine.macro.runner import DecodeRunner
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
@@ -151,28 +151,42 @@ class Replica:
 
     # ------------------------------------------------------------ the loop
     def _loop(self):
-        env, sched, hooks = self.env, self.scheduler, self.hooks
+        sched, hooks = self.scheduler, self.hooks
         while True:
             queued = len(sched.waiting)
-            step = sched.schedule(env.now)
+            step = sched.schedule(self.env.now)
             if hooks is not None:
                 hooks.scheduled(step is not None, len(sched.waiting) != queued)
             if step is None:
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+                yield from self._idle()
                 continue
-            plan = self.runner.plan(step, self._step_s, hooks is not None
-                                    and hooks.transfers_waiting()) if self.macro_steps else None
+            plan = self._plan(step)
             if plan is None:
-                yield from self._one_step(step)
+                yield from self._one_step(step)          # price → timeout → complete
             else:
-                first_end_s, self._step_s = yield from self.runner.advance(plan)
-                if hooks is not None:
-                    hooks.ran(first_end_s)
+                yield from self._decode_run(plan)
             self._report_finished()
             if hooks is not None:
                 hooks.changed()
+
+    def _idle(self):
+        """Wait for new work (:meth:`wake`); never busy-polls."""
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+
+    def _plan(self, step: Step) -> RunPlan | None:
+        """A decode run starting with ``step``, or None: this step on its own."""
+        if not self.macro_steps:
+            return None
+        waiting = self.hooks is not None and self.hooks.transfers_waiting()
+        return self.runner.plan(step, self._step_s, waiting)
+
+    def _decode_run(self, plan: RunPlan):
+        """Advance ``plan`` in one event (:meth:`DecodeRunner.advance`)."""
+        first_end_s, self._step_s = yield from self.runner.advance(plan)
+        if self.hooks is not None:
+            self.hooks.ran(first_end_s)
 
     def _one_step(self, step: Step):
         """Price ``step``, wait it out, complete and account it."""

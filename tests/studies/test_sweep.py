@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,6 @@ from capsim.metrics.summary import summarize
 from capsim.studies.parallel import ExecutorSpec, open_runner
 from capsim.sim.simulate import simulate
 from capsim.studies.task import RUN_COLUMNS
-from cli_helpers import run_cli
 
 BASE = {
     "name": "tiny", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -33,12 +31,6 @@ BASE = {
               "engine.max_num_batched_tokens": [256, 1024]},
     "variants": [{"name": "one"}, {"name": "two", "cluster": {"num_replicas": 2}}],
 }
-
-
-def write(tmp_path: Path, doc: dict, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def edited(**changes) -> dict:
@@ -61,8 +53,8 @@ def test_grid_is_the_cartesian_product_in_yaml_order():
     assert pts[5].label == "a.x=2, b=r"
 
 
-def test_plan_resolves_every_point(tmp_path):
-    plan = sweep.plan(write(tmp_path, BASE))
+def test_plan_resolves_every_point(tmp_path, write_scenario):
+    plan = sweep.plan(write_scenario(tmp_path, BASE))
     assert len(plan.points) == 4 and plan.num_runs_per_seed == 8
     budgets = [loaded.runs[0].pool().engine.max_num_batched_tokens for _, loaded in plan.points]
     rates = [loaded.spec.workload.arrival.rate_per_s for _, loaded in plan.points]
@@ -70,10 +62,10 @@ def test_plan_resolves_every_point(tmp_path):
     assert [rc.num_replicas for rc in plan.points[0][1].runs] == [1, 2]
 
 
-def test_one_trace_per_load_level(tmp_path):
+def test_one_trace_per_load_level(tmp_path, write_scenario):
     """Common random numbers: every point and variant at one rate and seed replays the very
     same trace object; another rate rescales the same arrival stream."""
-    plan = sweep.plan(write(tmp_path, BASE))
+    plan = sweep.plan(write_scenario(tmp_path, BASE))
     tasks = sweep.tasks(plan, [5, 6])
     assert len(tasks) == 16
     by_level = {}
@@ -87,9 +79,9 @@ def test_one_trace_per_load_level(tmp_path):
     np.testing.assert_array_equal(slow.prompt_tokens, fast.prompt_tokens)
 
 
-def test_a_sweep_run_equals_a_direct_run(tmp_path):
+def test_a_sweep_run_equals_a_direct_run(tmp_path, write_scenario):
     """A point's numbers are exactly those of simulating that configuration directly."""
-    plan = sweep.plan(write(tmp_path, BASE))
+    plan = sweep.plan(write_scenario(tmp_path, BASE))
     with open_runner(ExecutorSpec("serial")) as runner:
         result = sweep.run(plan, [5], runner)
     _, loaded = plan.points[3]                       # rate 8, budget 1024
@@ -103,8 +95,8 @@ def test_a_sweep_run_equals_a_direct_run(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_plan(tmp_path_factory):
-    return sweep.plan(write(tmp_path_factory.mktemp("exec"), BASE))
+def small_plan(tmp_path_factory, write_scenario):
+    return sweep.plan(write_scenario(tmp_path_factory.mktemp("exec"), BASE))
 
 
 def _numbers(result: sweep.SweepResult) -> pd.DataFrame:
@@ -159,10 +151,10 @@ def test_mean_ci_is_student_t():
     assert not agg.loc["a", "slo_pass_all"] and agg.loc["b", "slo_pass_all"]
 
 
-def test_cli_sweep_writes_every_run_and_the_report(tmp_path, capsys):
+def test_cli_sweep_writes_every_run_and_the_report(tmp_path, run_cli, write_scenario):
     out = tmp_path / "report"
-    code, stdout, err = run_cli(["sweep", str(write(tmp_path, BASE)), "-o", str(out),
-                                 "--seeds", "2", "--workers", "2"], capsys)
+    code, stdout, err = run_cli(["sweep", str(write_scenario(tmp_path, BASE)), "-o", str(out),
+                                 "--seeds", "2", "--workers", "2"])
     assert code == 0, err
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 4 * 2 * 2 * 3             # points × variants × seeds × classes
@@ -200,63 +192,36 @@ BAD = [
 
 
 @pytest.mark.parametrize("change,expected", BAD)
-def test_bad_sweep_is_one_line_and_writes_nothing(tmp_path, capsys, change, expected):
+def test_bad_sweep_is_one_line_and_writes_nothing(tmp_path, run_cli, write_scenario, change,
+                                                 expected):
     doc = {**yaml.safe_load(yaml.safe_dump(BASE)), **change}
     if doc.get("sweep") is None:
         doc.pop("sweep")
-    path = write(tmp_path, doc)
+    path = write_scenario(tmp_path, doc)
     out = tmp_path / "report"
-    code, _, err = run_cli(["sweep", str(path), "-o", str(out), "--workers", "1"], capsys)
+    code, _, err = run_cli(["sweep", str(path), "-o", str(out), "--workers", "1"])
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: "), err
     assert expected in err
     assert not out.exists()
 
 
-def test_bad_executor_options_are_one_line(tmp_path, capsys):
-    path = write(tmp_path, BASE)
-    code, _, err = run_cli(["sweep", str(path), "--workers", "0"], capsys)
+def test_bad_executor_options_are_one_line(tmp_path, run_cli, write_scenario):
+    path = write_scenario(tmp_path, BASE)
+    code, _, err = run_cli(["sweep", str(path), "--workers", "0"])
     assert code == 2 and err == "error: --workers must be >= 1, got 0\n"
-    code, _, err = run_cli(["sweep", str(path), "--seeds", "0"], capsys)
+    code, _, err = run_cli(["sweep", str(path), "--seeds", "0"])
     assert code == 2 and err == "error: --seeds must be >= 1, got 0\n"
 
 
-def test_pareto_front_keeps_only_undominated_points():
-    from capsim.report.sweep.figures import pareto_front
-
-    cost = np.array([1.0, 1.0, 2.0, 3.0, 3.0, np.nan, 0.5])
-    tail = np.array([5.0, 3.0, 2.0, 2.0, 1.0, 0.1, np.nan])
-    assert list(pareto_front(cost, tail)) == [1, 2, 4]
-
-
-def test_identical_lines_of_a_variant_are_drawn_once():
-    """An unchunked variant under a chunk-size sweep gives the same curve for every budget."""
-    from capsim.report.sweep.page import series_of
-
-    rows = []
-    for variant in ("chunked", "unchunked"):
-        for budget in (256, 512):
-            for rate in (1.0, 2.0):
-                itl = rate * (budget if variant == "chunked" else 1000)
-                rows.append({"variant": variant, "budget": budget, "offered_rate_per_s": rate,
-                             "itl_p50_ms": itl, "itl_p99_ms": itl, "itl_max_ms": itl,
-                             "ttft_p99_ms": itl, "cost_per_million_output_tokens_usd": 1 / rate})
-    series = series_of(pd.DataFrame(rows), ["variant", "budget"], "offered_rate_per_s")
-    assert [s.label for s in series] == ["chunked · budget=256", "chunked · budget=512",
-                                         "unchunked"]
-    assert list(series[2].rows["offered_rate_per_s"]) == [1.0, 2.0]
-    assert len({s.colour for s in series}) == 3
-
-
-def test_shipped_sweep_scenario_plans(tmp_path):
-    root = Path(__file__).resolve().parents[1] / "scenarios"
-    plan = sweep.plan(root / "rag_mix_chunk_sweep.yaml")
+def test_shipped_sweep_scenario_plans(tmp_path, scenarios_dir):
+    plan = sweep.plan(scenarios_dir / "rag_mix_chunk_sweep.yaml")
     assert len(plan.points) == 20 and plan.num_runs_per_seed == 40
     unique, _ = sweep.dedupe(sweep.tasks(plan, [42]))
     assert len(unique) == 24                  # the unchunked variant is simulated once per rate
 
 
-def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, capsys):
+def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, run_cli, write_scenario):
     """--scheduler ADDRESS: the runs go to a cluster that was already running."""
     from distributed import LocalCluster
 
@@ -264,12 +229,13 @@ def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, capsys):
     out = tmp_path / "report"
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                       dashboard_address=None) as cluster:
-        code, stdout, err = run_cli(["sweep", str(write(tmp_path, doc)), "-o", str(out),
-                                     "--scheduler", cluster.scheduler_address], capsys)
+        code, stdout, err = run_cli(["sweep", str(write_scenario(tmp_path, doc)), "-o", str(out),
+                                     "--scheduler", cluster.scheduler_address])
     assert code == 0, err
     assert f"Dask scheduler {cluster.scheduler_address}" in stdout
     with open_runner(ExecutorSpec("serial")) as runner:
-        serial = sweep.run(sweep.plan(write(tmp_path, doc, "again.yaml")), [5], runner).runs
+        serial = sweep.run(sweep.plan(write_scenario(tmp_path, doc, "again.yaml")), [5],
+                           runner).runs
     remote = pd.read_csv(out / "summary.csv")
     np.testing.assert_allclose(remote["itl_p99_ms"], serial["itl_p99_ms"])
     np.testing.assert_allclose(remote["ttft_p99_ms"], serial["ttft_p99_ms"])

@@ -1,4 +1,5 @@
-"""Contiguous KV baselines vs paged blocks, block-size sweep, parallel sampling (seed 000)."""
+"""Contiguous KV baselines vs paged blocks, block-size sweep, parallel sampling (seed 000):
+scenarios/kv_allocators.yaml, block_size_sweep.yaml and parallel_sampling.yaml run whole."""
 
 from __future__ import annotations
 
@@ -7,17 +8,13 @@ from pathlib import Path
 import pytest
 
 from capsim.scenario.load import load
-from capsim.kv.allocator import KVInvariantError
-from capsim.kv.contiguous import ContiguousAllocator
 from capsim.metrics.summary import summarize
 from capsim.sim.simulate import simulate
 from capsim.workload import build
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def run_all(name: str) -> dict:
-    loaded = load(ROOT / "scenarios" / name)
+def run_all(path: Path) -> dict:
+    loaded = load(path)
     out = {}
     for rc in loaded.runs:
         result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
@@ -25,25 +22,9 @@ def run_all(name: str) -> dict:
     return out
 
 
-def test_first_fit_places_in_the_first_hole_and_merges_on_release():
-    a = ContiguousAllocator(100, 1)
-    x, y, z = a.reserve(30), a.reserve(30), a.reserve(30)
-    assert (x, y, z) == (0, 30, 60) and a.free_tokens == 10
-    a.release(x, 30)
-    a.release(z, 30)
-    # 70 tokens free, but in holes of 30 and 40: a 50-token request does not fit.
-    assert a.free_tokens == 70 and a.biggest_hole == 40 and a.reserve(50) is None
-    assert a.reserve(25) == 0                   # first fit: the hole at 0
-    a.release(0, 25)
-    a.release(y, 30)                            # everything merges back into one hole
-    a.check_all_free()
-    with pytest.raises(KVInvariantError):
-        a.release(0, 10)
-
-
 @pytest.fixture(scope="module")
-def layouts():
-    return run_all("kv_allocators.yaml")
+def layouts(scenarios_dir):
+    return run_all(scenarios_dir / "kv_allocators.yaml")
 
 
 def test_paging_fits_the_most_users_in_the_same_memory(layouts):
@@ -70,10 +51,10 @@ def test_contiguous_wastes_and_fragments_paged_does_not(layouts):
     assert paged.ttft_p99_ms < own.ttft_p99_ms < full.ttft_p99_ms
 
 
-def test_block_size_sweep_trades_table_entries_for_waste():
+def test_block_size_sweep_trades_table_entries_for_waste(scenarios_dir):
     """Seed 000's sweep: block 1 has zero waste and the biggest tables; waste grows and
     tables shrink with the block size; at 1,024 concurrency collapses."""
-    rows = {v: row for v, (row, _) in run_all("block_size_sweep.yaml").items()}
+    rows = {v: row for v, (row, _) in run_all(scenarios_dir / "block_size_sweep.yaml").items()}
     sizes = [1, 4, 16, 64, 256, 1024]
     waste = [rows[f"block-{b}"].kv_internal_waste_tokens for b in sizes]
     tables = [rows[f"block-{b}"].block_table_entries_at_peak for b in sizes]
@@ -84,8 +65,8 @@ def test_block_size_sweep_trades_table_entries_for_waste():
     assert rows["block-1024"].peak_running < rows["block-16"].peak_running / 2
 
 
-def test_parallel_sampling_shares_prompt_blocks():
-    out = run_all("parallel_sampling.yaml")
+def test_parallel_sampling_shares_prompt_blocks(scenarios_dir):
+    out = run_all(scenarios_dir / "parallel_sampling.yaml")
     n1, r1 = out["n1"]
     n4, r4 = out["n4"]
     assert n4.output_throughput_tok_per_s == pytest.approx(4 * n1.output_throughput_tok_per_s,

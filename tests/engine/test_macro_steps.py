@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,8 +14,6 @@ from capsim.engine.decode_set import DecodeSet
 from capsim.metrics.summary import summarize
 from capsim.sim.simulate import simulate
 from capsim.workload import build
-
-ROOT = Path(__file__).resolve().parents[1]
 
 CASES = [
     ("rag_mix.yaml", ["workload.duration_s=40"]),
@@ -59,8 +55,8 @@ def simulate_both(rc, trace):
 
 
 @pytest.mark.parametrize("scenario,overrides", CASES)
-def test_macro_steps_equal_step_by_step(scenario, overrides):
-    loaded = load(ROOT / "scenarios" / scenario, overrides)
+def test_macro_steps_equal_step_by_step(scenario, overrides, scenarios_dir):
+    loaded = load(scenarios_dir / scenario, overrides)
     for rc in loaded.runs:
         ref, fast = simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
         rows_ref = [r.model_dump_json() for r in summarize(ref, loaded.spec.slo)]
@@ -70,20 +66,20 @@ def test_macro_steps_equal_step_by_step(scenario, overrides):
                                                                          ref.itl.count))
 
 
-def test_preemption_case_really_preempts():
-    loaded = load(ROOT / "scenarios/rag_mix.yaml", CASES[1][1])
+def test_preemption_case_really_preempts(scenarios_dir):
+    loaded = load(scenarios_dir / "rag_mix.yaml", CASES[1][1])
     rc = next(r for r in loaded.runs if r.variant == "chunked-512")
     result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
     assert sum(r.preemptions for r in result.replicas) > 0
 
 
-def test_disaggregated_cases_saturate_the_decode_pool():
+def test_disaggregated_cases_saturate_the_decode_pool(scenarios_dir):
     """The disaggregated cases above reach what they are there for: prefilled requests
     waiting for decode slots, and preemptions on decode replicas."""
-    loaded = load(ROOT / "scenarios/disagg_ratio.yaml", CASES[-2][1])
+    loaded = load(scenarios_dir / "disagg_ratio.yaml", CASES[-2][1])
     rc = next(r for r in loaded.runs if r.variant == "2P2D")
     assert simulate(rc, build(rc.workload, rc.seed, loaded.base_dir)).disagg.decode_saturated_s > 1
-    loaded = load(ROOT / "scenarios/disagg_ratio.yaml", CASES[-1][1])
+    loaded = load(scenarios_dir / "disagg_ratio.yaml", CASES[-1][1])
     rc = next(r for r in loaded.runs if r.variant == "1P3D")
     result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
     assert sum(r.preemptions for r in result.replicas if r.pool == "decode") > 0
@@ -112,9 +108,9 @@ def test_timeline_run_equals_its_steps(seed):
     assert one.bin_s > 0.1                                    # it did coarsen
 
 
-def test_forgetting_old_decode_epochs_changes_nothing(monkeypatch):
+def test_forgetting_old_decode_epochs_changes_nothing(monkeypatch, scenarios_dir):
     """Trimming the decode epochs' end times (memory) gives the same results, both paths."""
-    loaded = load(ROOT / "scenarios/rag_mix.yaml", ["workload.duration_s=20"])
+    loaded = load(scenarios_dir / "rag_mix.yaml", ["workload.duration_s=20"])
     rc = next(r for r in loaded.runs if r.variant == "chunked-2048")
     trace = build(rc.workload, rc.seed, loaded.base_dir)
     ref = simulate(rc, trace, macro_steps=False)
@@ -132,14 +128,15 @@ def test_forgetting_old_decode_epochs_changes_nothing(monkeypatch):
            ["round_robin", "least_outstanding_tokens"]), replicas=st.sampled_from([1, 3]),
        chunked=st.booleans(), rate=st.sampled_from([2.0, 9.0]))
 def test_macro_steps_equal_step_by_step_across_engine_settings(kv_gib, block_size, max_num_seqs,
-                                                              router, replicas, chunked, rate):
+                                                              router, replicas, chunked, rate,
+                                                              scenarios_dir):
     """Runs that go on through finishes, stop at KV shortages, or are cut by arrivals that
     the router places by outstanding tokens: identical to step by step whatever the knobs."""
     overrides = ["workload.duration_s=20", f"workload.arrival.rate_per_s={rate}",
                  f"engine.kv_cache_memory_gib={kv_gib}", f"engine.block_size={block_size}",
                  f"engine.max_num_seqs={max_num_seqs}", f"cluster.router={router}",
                  f"cluster.num_replicas={replicas}"]
-    loaded = load(ROOT / "scenarios/rag_mix.yaml", overrides)
+    loaded = load(scenarios_dir / "rag_mix.yaml", overrides)
     rc = next(r for r in loaded.runs if r.variant == ("chunked-512" if chunked else "continuous"))
     simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
 
@@ -169,7 +166,7 @@ def test_timeline_starting_wide_has_the_bins_coarsening_would_reach():
        decode_seqs=st.sampled_from([6, 32, 128]), decode_kv_gib=st.sampled_from([1.0, 8.0]),
        caching=st.booleans(), rate=st.sampled_from([8.0, 24.0]))
 def test_disaggregated_macro_steps_equal_step_by_step(split, router, decode_seqs, decode_kv_gib,
-                                                      caching, rate):
+                                                      caching, rate, scenarios_dir):
     """Decode pools skip too: transfers cut runs, placements read and sync replicas mid-run,
     waiting transfers make finishes observed. Identical whatever the split and knobs."""
     i = ["1P3D", "2P2D", "3P1D"].index(split) + 1
@@ -177,7 +174,7 @@ def test_disaggregated_macro_steps_equal_step_by_step(split, router, decode_seqs
                  f"variants.{i}.disaggregation.router={router}",
                  f"variants.{i}.disaggregation.decode.engine={{max_num_seqs: {decode_seqs}, "
                  f"kv_cache_memory_gib: {decode_kv_gib}, enable_prefix_caching: {caching}}}"]
-    loaded = load(ROOT / "scenarios/disagg_ratio.yaml", overrides)
+    loaded = load(scenarios_dir / "disagg_ratio.yaml", overrides)
     rc = next(r for r in loaded.runs if r.variant == split)
     simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
 

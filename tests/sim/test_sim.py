@@ -6,48 +6,45 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from capsim.scenario.load import load
-from capsim.engine.request import Request
 from capsim.metrics.summary import summarize
 from capsim.cost.pricer import StepPricer
 from capsim.sim.simulate import simulate
-from capsim.workload import RequestTrace, build
+from capsim.workload import build
 
 
-def scenario(tmp_path: Path, **overrides) -> Path:
-    doc = {
-        "name": "t", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
-        "engine": {"max_model_len": 8192},
-        "workload": {"num_requests": 200, "arrival": {"process": "poisson", "rate_per_s": 4},
-                     "classes": [{"name": "chat", "weight": 1,
-                                  "prompt_tokens": {"dist": "uniform", "min": 50, "max": 3000},
-                                  "output_tokens": {"dist": "uniform", "min": 2, "max": 300}}]},
-    }
-    for key, value in overrides.items():
-        doc[key] = value
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+@pytest.fixture
+def scenario(tmp_path, write_scenario):
+    """``scenario(**overrides)`` → the path of the test scenario (Llama-3.1-8B on one H100,
+    200 chat requests) with these top-level keys replaced."""
+    def write(**overrides) -> Path:
+        doc = {
+            "name": "t", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+            "engine": {"max_model_len": 8192},
+            "workload": {"num_requests": 200, "arrival": {"process": "poisson", "rate_per_s": 4},
+                         "classes": [{"name": "chat", "weight": 1,
+                                      "prompt_tokens": {"dist": "uniform", "min": 50, "max": 3000},
+                                      "output_tokens": {"dist": "uniform", "min": 2, "max": 300}}]},
+        }
+        for key, value in overrides.items():
+            doc[key] = value
+        return write_scenario(tmp_path, doc)
+    return write
 
 
-def trace_of(rows: list[tuple[float, int, int]]) -> RequestTrace:
-    a, p, o = (np.array(c) for c in zip(*rows))
-    n = len(rows)
-    return RequestTrace(arrival_s=a.astype(np.float64), prompt_tokens=p.astype(np.int64),
-                        output_tokens=o.astype(np.int64), class_id=np.zeros(n, np.int32),
-                        prefix_id=np.full(n, -1, np.int32), class_names=("chat",))
-
-
-def seed_experiment(tmp_path: Path, engine: dict) -> tuple:
-    """Seed 000: 32 sequences decoding at ~512 context, one 2,048-token prompt arriving."""
-    path = scenario(tmp_path, model="llama-2-7b", hardware="a100-80gb",
-                    engine={"max_model_len": 4096, "max_num_seqs": 64, **engine})
-    run = load(path).runs[0]
-    rows = [(0.0, 512, 60)] * 32 + [(0.25, 2048, 2)]
-    result = simulate(run, trace_of(rows))
-    return run, result
+@pytest.fixture
+def seed_experiment(scenario, trace_of):
+    """``seed_experiment(engine)`` → (run, result) of seed 000: 32 sequences decoding at
+    ~512 context, one 2,048-token prompt arriving."""
+    def run_seed(engine: dict) -> tuple:
+        path = scenario(model="llama-2-7b", hardware="a100-80gb",
+                        engine={"max_model_len": 4096, "max_num_seqs": 64, **engine})
+        run = load(path).runs[0]
+        rows = [(0.0, 512, 60)] * 32 + [(0.25, 2048, 2)]
+        result = simulate(run, trace_of(rows))
+        return run, result
+    return run_seed
 
 
 def decode_step_s(run, ctx: int) -> float:
@@ -55,13 +52,13 @@ def decode_step_s(run, ctx: int) -> float:
     return pricer.cost(decode_seqs=32, decode_ctx_tokens=32 * ctx).seconds
 
 
-def test_unchunked_max_itl_is_a_whole_prefill_plus_a_decode_step(tmp_path):
+def test_unchunked_max_itl_is_a_whole_prefill_plus_a_decode_step(seed_experiment, scenario):
     """Seed 000 "shared GPU": the median gap stays one decode step; the worst gap is one
     2,048-token prefill plus one decode step (84 ms vs 11 ms in the seed's A100 arithmetic)."""
     # A budget that prefills the 32 prompts in one step, so all 32 then decode in lockstep.
-    run, result = seed_experiment(tmp_path, {"enable_chunked_prefill": False,
-                                             "max_num_batched_tokens": 16384})
-    row = summarize(result, load(scenario(tmp_path)).spec.slo)[0]
+    run, result = seed_experiment({"enable_chunked_prefill": False,
+                                   "max_num_batched_tokens": 16384})
+    row = summarize(result, load(scenario()).spec.slo)[0]
     pricer = StepPricer(run.model, run.pool().hardware, 1)
     prefill_s = pricer.cost(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2,
                             prefill_kv_tokens=2048, logits_seqs=1).seconds
@@ -71,18 +68,18 @@ def test_unchunked_max_itl_is_a_whole_prefill_plus_a_decode_step(tmp_path):
     assert row.itl_max_ms > 5 * row.itl_p50_ms
 
 
-def test_chunking_caps_the_stall(tmp_path):
+def test_chunking_caps_the_stall(seed_experiment, scenario):
     """Seed 000 "chunked prefill": chunk 512 cuts the worst gap to a fraction of the unchunked one."""
-    _, unchunked = seed_experiment(tmp_path, {"enable_chunked_prefill": False,
-                                              "max_num_batched_tokens": 16384})
-    _, chunked = seed_experiment(tmp_path, {"max_num_batched_tokens": 512})
-    slo = load(scenario(tmp_path)).spec.slo
+    _, unchunked = seed_experiment({"enable_chunked_prefill": False,
+                                    "max_num_batched_tokens": 16384})
+    _, chunked = seed_experiment({"max_num_batched_tokens": 512})
+    slo = load(scenario()).spec.slo
     u, c = summarize(unchunked, slo)[0], summarize(chunked, slo)[0]
     assert c.itl_max_ms < 0.5 * u.itl_max_ms
     assert c.itl_p50_ms == pytest.approx(u.itl_p50_ms, rel=0.05)
 
 
-def test_static_batching_wastes_slot_steps_continuous_does_not(tmp_path):
+def test_static_batching_wastes_slot_steps_continuous_does_not(scenario, trace_of):
     """Seed 000: with a queue always full, static batching idles most slot-steps
     (uneven reply lengths), continuous batching keeps slots busy."""
     rng = np.random.default_rng(0)
@@ -90,8 +87,8 @@ def test_static_batching_wastes_slot_steps_continuous_does_not(tmp_path):
     rows = [(0.0, 64, int(o)) for o in outs]
     occ = {}
     for sched in ("static", "continuous"):
-        path = scenario(tmp_path, engine={"scheduler": sched, "max_num_seqs": 8,
-                                          "max_model_len": 4096})
+        path = scenario(engine={"scheduler": sched, "max_num_seqs": 8,
+                                "max_model_len": 4096})
         result = simulate(load(path).runs[0], trace_of(rows))
         occ[sched] = summarize(result, load(path).spec.slo)[0].slot_occupancy
     assert occ["static"] < 0.6
@@ -100,8 +97,8 @@ def test_static_batching_wastes_slot_steps_continuous_does_not(tmp_path):
     assert occ["continuous"] > 1.5 * occ["static"]
 
 
-def test_same_seed_same_numbers(tmp_path):
-    path = scenario(tmp_path)
+def test_same_seed_same_numbers(scenario):
+    path = scenario()
     loaded = load(path)
     trace = build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
     a = summarize(simulate(loaded.runs[0], trace), loaded.spec.slo)
@@ -113,8 +110,8 @@ def test_same_seed_same_numbers(tmp_path):
     assert c[0].ttft_p50_ms != a[0].ttft_p50_ms
 
 
-def test_requests_too_long_are_rejected_and_counted(tmp_path):
-    path = scenario(tmp_path, engine={"max_model_len": 1024})
+def test_requests_too_long_are_rejected_and_counted(scenario, trace_of):
+    path = scenario(engine={"max_model_len": 1024})
     run = load(path).runs[0]
     result = simulate(run, trace_of([(0.0, 100, 10), (0.1, 1000, 100), (0.2, 50, 5)]))
     assert result.requests.status.tolist() == ["finished", "rejected", "finished"]
@@ -123,9 +120,9 @@ def test_requests_too_long_are_rejected_and_counted(tmp_path):
     assert row.num_rejected == 1 and row.num_finished == 2
 
 
-def test_kv_pressure_preempts_and_still_conserves_everything(tmp_path):
+def test_kv_pressure_preempts_and_still_conserves_everything(scenario, trace_of):
     """A tiny KV cache forces recompute preemptions; invariants (checked inside simulate) hold."""
-    path = scenario(tmp_path, engine={"max_model_len": 4096, "gpu_memory_utilization": 0.215})
+    path = scenario(engine={"max_model_len": 4096, "gpu_memory_utilization": 0.215})
     run = load(path).runs[0]
     assert run.pool().kv.num_gpu_blocks * 16 < 40 * 1400 / 3     # far less than the 40 requests need
     rows = [(i * 0.01, 1000, 400) for i in range(40)]
@@ -135,9 +132,9 @@ def test_kv_pressure_preempts_and_still_conserves_everything(tmp_path):
     assert result.itl.count.sum() == 40 * 399
 
 
-def test_result_round_trips_through_json(tmp_path):
-    path = scenario(tmp_path, workload={"num_requests": 20, "arrival": {"process": "constant",
-                                        "rate_per_s": 5}, "classes": [
+def test_result_round_trips_through_json(scenario):
+    path = scenario(workload={"num_requests": 20, "arrival": {"process": "constant",
+                              "rate_per_s": 5}, "classes": [
         {"name": "a", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 100},
          "output_tokens": {"dist": "fixed", "value": 1}}]})
     loaded = load(path)
@@ -147,8 +144,8 @@ def test_result_round_trips_through_json(tmp_path):
     assert np.isnan(summarize(again, loaded.spec.slo)[0].tpot_p50_ms)   # 1-token replies: no TPOT
 
 
-def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(tmp_path):
-    path = scenario(tmp_path, engine={"max_model_len": 8192, "gpu_memory_utilization": 0.2})
+def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(scenario, trace_of):
+    path = scenario(engine={"max_model_len": 8192, "gpu_memory_utilization": 0.2})
     run = load(path).runs[0]
     big = run.pool().kv.num_gpu_blocks * run.pool().engine.block_size + 10
     result = simulate(run, trace_of([(0.0, min(big, 8000), 100)]))
@@ -159,19 +156,15 @@ def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(tmp_path):
         pytest.skip("cache larger than max_model_len at this utilisation")
 
 
-def test_request_state_is_plain():
-    r = Request(0, 0, 0.0, 10, 5)
-    assert r.total_tokens == 14 and r.remaining_to_compute == 10
-
-
-def small_run(tmp_path):
-    run = load(scenario(tmp_path)).runs[0]
+@pytest.fixture
+def small_run(scenario, trace_of):
+    run = load(scenario()).runs[0]
     return run, trace_of([(0.0, 100, 10), (0.1, 200, 10), (0.2, 300, 10)])
 
 
-def test_a_request_that_never_ends_breaks_the_run(tmp_path, monkeypatch):
+def test_a_request_that_never_ends_breaks_the_run(small_run, monkeypatch):
     import capsim.sim.simulate as sim
-    run, trace = small_run(tmp_path)
+    run, trace = small_run
     admit = sim._admit
     monkeypatch.setattr(sim, "_admit", lambda req, *a: None if req.rid == 1 else admit(req, *a))
     with pytest.raises(sim.InvariantError,
@@ -179,11 +172,11 @@ def test_a_request_that_never_ends_breaks_the_run(tmp_path, monkeypatch):
         simulate(run, trace)
 
 
-def test_lost_tokens_and_unrecorded_gaps_break_the_run(tmp_path, monkeypatch):
+def test_lost_tokens_and_unrecorded_gaps_break_the_run(small_run, monkeypatch):
     import capsim.sim.simulate as sim
     from capsim.engine.recorder import ItlRecorder
     from capsim.sim.request_log import RequestLog
-    run, trace = small_run(tmp_path)
+    run, trace = small_run
     total_gaps = ItlRecorder.total_gaps
     with monkeypatch.context() as m:
         m.setattr(ItlRecorder, "total_gaps", lambda self: total_gaps(self) - 1)

@@ -17,11 +17,6 @@ import pytest
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import HardwareProfile, hardware_names, list_hardware, load_hardware
 
-REPO = Path(__file__).resolve().parents[1]
-VIDUR = REPO.parent / "shared" / "reference" / "vidur_profiling" / "data" / "profiling"
-needs_vidur = pytest.mark.skipif(
-    not VIDUR.is_dir(), reason=f"Vidur profiling data not found at {VIDUR} (../shared absent)"
-)
 GIB = 2**30
 NUMERIC_FIELDS = ("peak_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
                   "pcie_bandwidth_bytes_per_s", "pcie_latency_s", "efficiency",
@@ -32,11 +27,11 @@ def test_packaged_profiles():
     assert hardware_names() == ["a100-80gb", "h100-sxm", "h200-sxm", "l40s"]
 
 
-def test_top_level_hardware_folder_is_the_packaged_one():
+def test_top_level_hardware_folder_is_the_packaged_one(repo_root):
     """The project layout has hardware/*.yaml at the top; it links to the package data."""
-    top = sorted(p.name for p in (REPO / "hardware").glob("*.yaml"))
+    top = sorted(p.name for p in (repo_root / "hardware").glob("*.yaml"))
     assert top == [f"{n}.yaml" for n in hardware_names()]
-    assert load_hardware(str(REPO / "hardware" / "h100-sxm.yaml")) == load_hardware("h100-sxm")
+    assert load_hardware(str(repo_root / "hardware" / "h100-sxm.yaml")) == load_hardware("h100-sxm")
 
 
 @pytest.mark.parametrize(
@@ -126,8 +121,8 @@ def test_unknown_name_lists_valid_names():
     assert str(err.value) == "unknown hardware 'b200'; valid: a100-80gb, h100-sxm, h200-sxm, l40s"
 
 
-def _profile_text(**replace: str) -> str:
-    text = (REPO / "hardware" / "a100-80gb.yaml").read_text()
+def _profile_text(repo_root: Path, **replace: str) -> str:
+    text = (repo_root / "hardware" / "a100-80gb.yaml").read_text()
     for old, new in replace.items():
         assert old in text
         text = text.replace(old, new, 1)      # first hit: the top-level key
@@ -143,26 +138,27 @@ def test_malformed_yaml_names_the_file(tmp_path):
     assert "YAML" in err.value.message
 
 
-def test_invalid_field_names_file_and_dotted_path(tmp_path):
+def test_invalid_field_names_file_and_dotted_path(tmp_path, repo_root):
     path = tmp_path / "a100.yaml"
-    path.write_text(_profile_text(**{"compute: 0.73": "compute: 1.7"}))
+    path.write_text(_profile_text(repo_root, **{"compute: 0.73": "compute: 1.7"}))
     with pytest.raises(ScenarioError) as err:
         load_hardware(str(path))
     assert err.value.file == str(path)
     assert err.value.path == "efficiency.compute"
 
 
-def test_unknown_key_rejected(tmp_path):
+def test_unknown_key_rejected(tmp_path, repo_root):
     path = tmp_path / "a100.yaml"
-    path.write_text(_profile_text(**{"step_overhead_s:": "step_overhed_s: 1.0\nstep_overhead_s:"}))
+    path.write_text(_profile_text(repo_root, **{"step_overhead_s:":
+                                                "step_overhed_s: 1.0\nstep_overhead_s:"}))
     with pytest.raises(ScenarioError) as err:
         load_hardware(str(path))
     assert err.value.path == "step_overhed_s"
 
 
-def test_missing_source_rejected(tmp_path):
+def test_missing_source_rejected(tmp_path, repo_root):
     path = tmp_path / "a100.yaml"
-    text = "\n".join(line for line in _profile_text().splitlines()
+    text = "\n".join(line for line in _profile_text(repo_root).splitlines()
                      if not line.strip().startswith("hbm_bandwidth_bytes_per_s: https"))
     path.write_text(text)
     with pytest.raises(ScenarioError, match="hbm_bandwidth_bytes_per_s"):
@@ -203,26 +199,25 @@ def _gemm_efficiency(csv: Path, peak_flops: float, bandwidth: float) -> tuple[fl
             2 * weights / total_s(1) / bandwidth)
 
 
-@needs_vidur
 @pytest.mark.parametrize("name, csv", [
     ("a100-80gb", "compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv"),
     ("h100-sxm", "compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"),
 ])
-def test_default_efficiencies_come_from_vidur_gemm_timings(name, csv):
+def test_default_efficiencies_come_from_vidur_gemm_timings(name, csv, vidur_profiling):
     """The profile defaults are these measurements rounded to 2 places
     (A100: 0.732 / 0.775; H100: 0.757 / 0.774)."""
     hw = load_hardware(name)
-    compute, memory = _gemm_efficiency(VIDUR / csv, hw.peak_flops("bf16"),
+    compute, memory = _gemm_efficiency(vidur_profiling / "data" / "profiling" / csv,
+                                       hw.peak_flops("bf16"),
                                        hw.hbm_bandwidth_bytes_per_s)
     assert round(compute, 2) == hw.efficiency.compute
     assert round(memory, 2) == hw.efficiency.memory
 
 
-@needs_vidur
 @pytest.mark.parametrize("name, sku, large_median_pct, large_p90_pct", [
     ("a100-80gb", "a100_dgx", 18.0, 40.0), ("h100-sxm", "h100_dgx", 20.0, 55.0)])
 def test_ring_all_reduce_with_profile_values_matches_vidur(name, sku, large_median_pct,
-                                                           large_p90_pct):
+                                                           large_p90_pct, vidur_profiling):
     """The ring α-β formula with the profile's interconnect and nvlink_latency_s
     (fitted by capsim calibrate) against Vidur's single-node all-reduce medians,
     messages >= 1 MiB (the per-step all-reduce of a 4k-hidden model at >= 128
@@ -230,7 +225,8 @@ def test_ring_all_reduce_with_profile_values_matches_vidur(name, sku, large_medi
     pd = pytest.importorskip("pandas")
     from capsim.cost.operators import ring_all_reduce_s
 
-    rows = pd.read_csv(VIDUR / "network" / sku / "all_reduce.csv")
+    rows = pd.read_csv(vidur_profiling / "data" / "profiling" / "network" / sku /
+                       "all_reduce.csv")
     rows = rows[(rows.devices_per_node == rows.num_workers) & (rows["size"] >= 2**20)]
     hw = load_hardware(name)
     measured = rows["time_stats.all_reduce.median"].to_numpy() * 1e-3

@@ -8,33 +8,25 @@ and p90 absolute percentage error and hold them to the stated bounds.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from capsim.calibrate import class_errors, fit_profile, load_vidur, predict
 from capsim.profiles.hardware import load_hardware
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-VIDUR = SHARED / "reference" / "vidur_profiling"
-pytestmark = pytest.mark.skipif(
-    not (VIDUR / "data" / "profiling").is_dir(),
-    reason=f"Vidur profiling data not found at {VIDUR} (../shared absent); "
-           "held-out calibration tests skipped")
-
 #: Held-out models: the 70B-class shapes; fit on the 7B-34B ones.
 BIG = ("Llama-2-70b-hf", "Meta-Llama-3-70B", "Qwen-72B")
 
 
+# Every test reads a100 or h100: without ../shared the vidur_profiling fixture skips them all.
 @pytest.fixture(scope="module")
-def a100():
-    return load_vidur(VIDUR, "a100", "a100_dgx").observations
+def a100(vidur_profiling):
+    return load_vidur(vidur_profiling, "a100", "a100_dgx").observations
 
 
 @pytest.fixture(scope="module")
-def h100():
-    return load_vidur(VIDUR, "h100", "h100_dgx").observations
+def h100(vidur_profiling):
+    return load_vidur(vidur_profiling, "h100", "h100_dgx").observations
 
 
 def _held_out(train, test, base, label):

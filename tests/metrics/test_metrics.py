@@ -1,4 +1,4 @@
-"""Percentiles over weighted runs and per-request metric definitions."""
+"""Percentiles over weighted runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capsim.metrics.summary import weighted_percentile
-from capsim.scenario.slo import SloConfig, failed_targets
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,16 +32,3 @@ def test_p99_is_blind_to_rare_stalls_but_max_is_not():
     assert weighted_percentile(values, counts, 99.0) == 10.0
     assert weighted_percentile(values, counts, 99.99) > 10.0
     assert values[counts > 0].max() == 96.0
-
-
-def test_failed_targets_direction_and_nan():
-    slo = SloConfig(targets={"itl_p99_ms": 50, "goodput_fraction": 0.9})
-    assert failed_targets({"itl_p99_ms": 40.0, "goodput_fraction": 0.95}, slo.targets) == []
-    failed = failed_targets({"itl_p99_ms": 60.0, "goodput_fraction": 0.5}, slo.targets)
-    assert failed == ["itl_p99_ms 60 > 50", "goodput_fraction 0.5 < 0.9"]
-    assert failed_targets({"itl_p99_ms": float("nan"), "goodput_fraction": 1.0}, slo.targets)
-
-
-def test_unknown_slo_metric_is_refused_with_the_valid_names():
-    with pytest.raises(ValueError, match="unknown SLO metric 'itl_p98_ms'; valid: .*itl_p99_ms"):
-        SloConfig(targets={"itl_p98_ms": 1})

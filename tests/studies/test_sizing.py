@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +15,6 @@ from capsim.scenario.load import load
 from capsim.studies.parallel import ExecutorSpec, open_runner
 from capsim.studies.search import drive, fewest_passing, highest_passing
 from capsim.studies.task import RunTask, execute
-from cli_helpers import run_cli
 
 DOC = {
     "name": "sz", "seed": 2, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -32,12 +29,6 @@ DOC = {
     "variants": [{"name": "chunked", "engine": {"max_num_batched_tokens": 512}},
                  {"name": "unchunked", "engine": {"enable_chunked_prefill": False}}],
 }
-
-
-def write(tmp_path: Path, doc: dict, name: str = "size.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def with_(**sections) -> dict:
@@ -86,8 +77,8 @@ def scan(plan: sizing.SizingPlan, key, counts) -> list[bool]:
 
 
 @pytest.fixture(scope="module")
-def sized(tmp_path_factory):
-    path = write(tmp_path_factory.mktemp("size"), DOC)
+def sized(tmp_path_factory, write_scenario):
+    path = write_scenario(tmp_path_factory.mktemp("size"), DOC)
     plan = sizing.plan(load(path), [])
     with open_runner(ExecutorSpec("serial")) as runner:
         serial = sizing.run(plan, runner)
@@ -129,10 +120,10 @@ def test_sizing_row_figures(sized):
     assert row.evaluations == runs["num_replicas"].nunique() <= 7          # ≤ 2·log2(8) + 1
 
 
-def test_seeds_pass_in_every_replication_and_flag_noise(tmp_path):
+def test_seeds_pass_in_every_replication_and_flag_noise(tmp_path, write_scenario):
     """With K seeds the answer must pass in all K; the noise flag looks one replica lower and
     at the binding target's 95 % interval."""
-    path = write(tmp_path, with_(variants=[DOC["variants"][1]]))
+    path = write_scenario(tmp_path, with_(variants=[DOC["variants"][1]]))
     plan = sizing.plan(load(path), [], num_seeds=3)
     assert plan.seeds == [2, 3, 4]
     with open_runner(ExecutorSpec("process", workers=2)) as runner:
@@ -157,9 +148,9 @@ def test_seeds_pass_in_every_replication_and_flag_noise(tmp_path):
 # --------------------------------------------------------------------------
 
 
-def test_capacity_of_n_gpus_is_the_highest_passing_rate(tmp_path):
+def test_capacity_of_n_gpus_is_the_highest_passing_rate(tmp_path, write_scenario):
     doc = with_(variants=[DOC["variants"][0]])
-    plan = sizing.plan(load(write(tmp_path, doc)), [], gpus=2)
+    plan = sizing.plan(load(write_scenario(tmp_path, doc)), [], gpus=2)
     with open_runner(ExecutorSpec("serial")) as runner:
         result = sizing.run(plan, runner)
     row = result.rows[0]
@@ -177,8 +168,8 @@ def test_capacity_of_n_gpus_is_the_highest_passing_rate(tmp_path):
 # --------------------------------------------------------------------------
 
 
-def test_floors_are_single_request_step_times():
-    rc = load(Path(__file__).parents[1] / "scenarios" / "rag_mix.yaml").runs[0]
+def test_floors_are_single_request_step_times(scenarios_dir):
+    rc = load(scenarios_dir / "rag_mix.yaml").runs[0]
     floors = sizing.slo_floors_ms(rc, 100)
     assert 3 < floors["itl"] < 10 and floors["tpot"] == floors["itl"]
     assert floors["ttft"] > floors["itl"]
@@ -186,10 +177,10 @@ def test_floors_are_single_request_step_times():
         f"slo.targets.itl_p99_ms ≤ 1 but one decode step takes {floors['itl']:.3g} ms"]
 
 
-def test_unreachable_target_is_one_line_before_running(tmp_path, capsys):
-    path = write(tmp_path, with_(slo={"targets": {"itl_p99_ms": 1}}))
+def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_scenario):
+    path = write_scenario(tmp_path, with_(slo={"targets": {"itl_p99_ms": 1}}))
     out = tmp_path / "r"
-    code, _, err = run_cli(["size", str(path), "-o", str(out)], capsys)
+    code, _, err = run_cli(["size", str(path), "-o", str(out)])
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {path}: no configuration can be sized; ")
     assert "slo.targets.itl_p99_ms ≤ 1 but one decode step takes" in err
@@ -204,21 +195,21 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, capsys):
     ({}, ["--rate", "-3"], "--rate must be > 0 requests/s, got -3"),
     ({}, ["--gpus", "0"], "--gpus must be >= 1, got 0"),
 ])
-def test_bad_size_input_is_one_line(tmp_path, capsys, change, args, expected):
-    path = write(tmp_path, with_(**change))
+def test_bad_size_input_is_one_line(tmp_path, run_cli, write_scenario, change, args, expected):
+    path = write_scenario(tmp_path, with_(**change))
     out = tmp_path / "r"
-    code, _, err = run_cli(["size", str(path), "-o", str(out), *args], capsys)
+    code, _, err = run_cli(["size", str(path), "-o", str(out), *args])
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
     assert expected in err
     assert not out.exists()
 
 
-def test_bound_that_never_meets_the_slo_reports_the_best_found(tmp_path, capsys):
+def test_bound_that_never_meets_the_slo_reports_the_best_found(tmp_path, run_cli, write_scenario):
     """max_gpus 2 cannot carry this load: the report says so (best found) and the CLI exits 2."""
     doc = with_(sizing={"max_gpus": 2}, variants=[DOC["variants"][1]])
     out = tmp_path / "r"
-    code, stdout, err = run_cli(["size", str(write(tmp_path, doc)), "-o", str(out),
-                                 "--workers", "1"], capsys)
+    code, stdout, err = run_cli(["size", str(write_scenario(tmp_path, doc)), "-o", str(out),
+                                 "--workers", "1"])
     assert code == 2 and err.count("\n") == 1
     assert "sizing.max_gpus: no configuration meets every SLO target" in err
     assert "cannot meet the SLO targets within max_gpus = 2; best found: 2 GPUs" in err
@@ -229,12 +220,12 @@ def test_bound_that_never_meets_the_slo_reports_the_best_found(tmp_path, capsys)
     assert "not met" in stdout
 
 
-def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, capsys):
+def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, run_cli, write_scenario):
     doc = with_(sizing={"hardware": ["a100-80gb", "h100-sxm"], "max_gpus": 8},
                 variants=[DOC["variants"][0]])
     out = tmp_path / "r"
-    code, stdout, err = run_cli(["size", str(write(tmp_path, doc)), "-o", str(out),
-                                 "--rate", "10", "--workers", "2"], capsys)
+    code, stdout, err = run_cli(["size", str(write_scenario(tmp_path, doc)), "-o", str(out),
+                                 "--rate", "10", "--workers", "2"])
     assert code == 0, err
     table = pd.read_csv(out / "sizing.csv")
     assert set(table["hardware"]) == {"a100-80gb", "h100-sxm"}
@@ -249,9 +240,9 @@ def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, capsys):
     assert "binding SLO" in stdout
 
 
-def test_shipped_sizing_scenario_plans():
+def test_shipped_sizing_scenario_plans(scenarios_dir):
     """scenarios/size_chat_h100_vs_a100.yaml: 2 variants × 2 GPUs × TP 1, 3 seeds, 40 req/s."""
-    path = Path(__file__).resolve().parents[1] / "scenarios" / "size_chat_h100_vs_a100.yaml"
+    path = scenarios_dir / "size_chat_h100_vs_a100.yaml"
     plan = sizing.plan(load(path), [])
     assert plan.mode == "gpus" and plan.rate_per_s == 40 and plan.seeds == [7, 8, 9]
     assert sorted(o.label for o in plan.options) == [
@@ -261,36 +252,37 @@ def test_shipped_sizing_scenario_plans():
     assert sizing.plan(load(path), [], gpus=4).mode == "rate"
 
 
-def test_a_replayed_trace_is_rescaled_to_the_sizing_rate(tmp_path):
+def test_a_replayed_trace_is_rescaled_to_the_sizing_rate(tmp_path, write_scenario):
     """For a trace workload, --rate sets workload.trace.rate_scale: same requests, closer."""
     rows = "\n".join(f"{i * 0.5},{200 + i},{20}" for i in range(41))      # 2 req/s for 20 s
     (tmp_path / "t.csv").write_text("arrival_s,prompt,output\n" + rows + "\n")
     doc = with_(workload={"trace": {"path": "t.csv", "format": "columns", "columns": {
         "arrival": "arrival_s", "prompt_tokens": "prompt", "output_tokens": "output"}}},
         variants=[DOC["variants"][0]])
-    plan = sizing.plan(load(write(tmp_path, doc)), [], rate_per_s=8.0)
+    plan = sizing.plan(load(write_scenario(tmp_path, doc)), [], rate_per_s=8.0)
     wl = plan.workload_at(plan.options[0].run.workload, 8.0)
     assert wl.trace.rate_scale == pytest.approx(4.0)
     trace = plan.traces.get(wl, plan.seeds[0])
     assert len(trace) == 41 and trace.duration_s == pytest.approx(5.0)
-    assert sizing.plan(load(write(tmp_path, doc, "b.yaml")), []).rate_per_s == pytest.approx(2.0)
+    again = write_scenario(tmp_path, doc, "b.yaml")
+    assert sizing.plan(load(again), []).rate_per_s == pytest.approx(2.0)
 
 
-def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path):
+def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path, write_scenario):
     disagg = {"name": "1P1D", "disaggregation": {
         "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1}, "link": "nvlink-4"}}
     doc = with_(variants=[DOC["variants"][0], disagg])
-    plan = sizing.plan(load(write(tmp_path, doc)), [])
+    plan = sizing.plan(load(write_scenario(tmp_path, doc)), [])
     by = {o.variant: o for o in plan.options}
     assert by["1P1D"].run is None and by["1P1D"].problem == sizing.DISAGG_NOT_SIZED
     assert by["chunked"].run is not None
 
 
-def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, capsys):
+def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, run_cli, write_scenario):
     """TP 3 does not divide Llama-3.1-8B's 32 heads: the error says so with its YAML path
     and names the scenario once (it used to repeat it inside the message)."""
     doc = with_(sizing={"tensor_parallel_size": [3]})
-    path = write(tmp_path, doc)
-    code, _, err = run_cli(["size", str(path), "-o", str(tmp_path / "r")], capsys)
+    path = write_scenario(tmp_path, doc)
+    code, _, err = run_cli(["size", str(path), "-o", str(tmp_path / "r")])
     assert code == 2 and err.count("\n") == 1 and err.count(str(path)) == 1
     assert "engine.tensor_parallel_size: tensor_parallel_size 3 must divide" in err

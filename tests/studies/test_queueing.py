@@ -18,11 +18,11 @@ from capsim.sim.simulate import simulate
 PROMPT_TOKENS = 256
 
 
-def md1_scenario(tmp_path: Path, **extra) -> Path:
+def md1_doc(**extra) -> dict:
     """One H100 replica serving one request at a time (max_num_seqs 1), every request a
     256-token prompt and a single output token: each request is exactly one prefill step of
     the same length, so service is deterministic (D) and arrivals are Poisson — M/D/1."""
-    doc = {
+    return {
         "name": "md1", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
         "engine": {"max_model_len": 2048, "max_num_seqs": 1, "max_num_batched_tokens": 2048},
         "workload": {"num_requests": 20000, "arrival": {"process": "poisson", "rate_per_s": 50},
@@ -31,9 +31,6 @@ def md1_scenario(tmp_path: Path, **extra) -> Path:
                                   "output_tokens": {"dist": "fixed", "value": 1}}]},
         **extra,
     }
-    path = tmp_path / "md1.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def service_time_s(path: Path) -> float:
@@ -52,8 +49,8 @@ def test_md1_formula():
         md1_mean_wait_s(100.0, 0.01)
 
 
-def test_service_time_is_deterministic(tmp_path):
-    path = md1_scenario(tmp_path)
+def test_service_time_is_deterministic(tmp_path, write_scenario):
+    path = write_scenario(tmp_path, md1_doc(), "md1.yaml")
     d = service_time_s(path)
     assert 3e-3 < d < 20e-3          # one 256-token prefill of Llama-3.1-8B on an H100: ms
     loaded = load(path, ["workload.num_requests=2000", f"workload.arrival.rate_per_s={0.7 / d}"])
@@ -64,15 +61,15 @@ def test_service_time_is_deterministic(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def md1_sweep(tmp_path_factory):
+def md1_sweep(tmp_path_factory, write_scenario):
     """ρ = 0.3, 0.5, 0.7 × 3 seeds of 20,000 requests each, through the sweep machinery."""
     tmp = tmp_path_factory.mktemp("md1")
-    path = md1_scenario(tmp)
+    path = write_scenario(tmp, md1_doc(), "md1.yaml")
     d = service_time_s(path)
     rhos = (0.3, 0.5, 0.7)
     doc = yaml.safe_load(path.read_text())
     doc["sweep"] = {"workload.arrival.rate_per_s": [rho / d for rho in rhos]}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_scenario(tmp, doc, "md1.yaml")
     plan = sweep.plan(path)
     with open_runner(ExecutorSpec("process", workers=2)) as runner:
         result = sweep.run(plan, sweep.replication_seeds(1, 3), runner)
@@ -115,9 +112,9 @@ def test_little_check_by_hand():
         little_check(np.array([1.0]), np.array([0.5]))
 
 
-def test_littles_law_holds_with_batching_and_replicas(tmp_path):
+def test_littles_law_holds_with_batching_and_replicas(tmp_path, write_scenario):
     """Continuous batching, static batching and several replicas: L = λW on each run."""
-    doc = yaml.safe_load(md1_scenario(tmp_path).read_text())
+    doc = md1_doc()
     doc["engine"] = {"max_model_len": 4096, "max_num_seqs": 16}
     doc["workload"]["num_requests"] = 300
     doc["workload"]["classes"][0]["prompt_tokens"] = {"dist": "uniform", "min": 50, "max": 2000}
@@ -125,8 +122,7 @@ def test_littles_law_holds_with_batching_and_replicas(tmp_path):
     doc["variants"] = [{"name": "chunked"}, {"name": "static", "engine": {"scheduler": "static"}},
                        {"name": "two", "cluster": {"num_replicas": 2}}]
     doc["sweep"] = {"workload.arrival.rate_per_s": [5, 20]}
-    path = tmp_path / "batch.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path = write_scenario(tmp_path, doc, "batch.yaml")
     with open_runner(ExecutorSpec("serial")) as runner:
         result = sweep.run(sweep.plan(path), [1], runner)
     runs = result.runs[result.runs["cls"] == "all"]

@@ -12,13 +12,10 @@ import pytest
 
 from capsim.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_scenario(name: str, out: Path) -> pd.DataFrame:
+def run_scenario(path: Path, out: Path) -> pd.DataFrame:
     printed = io.StringIO()
     with pytest.raises(SystemExit) as exc, contextlib.redirect_stdout(printed):
-        main(["run", str(ROOT / "scenarios" / name), "-o", str(out)])
+        main(["run", str(path), "-o", str(out)])
         raise SystemExit(0)
     assert exc.value.code == 0
     (out.parent / "stdout.txt").write_text(printed.getvalue())
@@ -30,13 +27,14 @@ def run_scenario(name: str, out: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def rag_mix(tmp_path_factory):
-    return run_scenario("rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
+def rag_mix(tmp_path_factory, scenarios_dir):
+    return run_scenario(scenarios_dir / "rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
 
 
 @pytest.fixture(scope="module")
-def ratio(tmp_path_factory):
-    return run_scenario("disagg_ratio.yaml", tmp_path_factory.mktemp("ratio") / "report")
+def ratio(tmp_path_factory, scenarios_dir):
+    return run_scenario(scenarios_dir / "disagg_ratio.yaml",
+                        tmp_path_factory.mktemp("ratio") / "report")
 
 
 def test_rag_mix_1p1d_removes_the_prefill_stalls_on_the_same_two_gpus(rag_mix):

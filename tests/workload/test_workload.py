@@ -15,15 +15,6 @@ from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.workload import RequestTrace, build
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TRACES = SHARED / "reference" / "traces"
-AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-SPLITWISE_CONV = TRACES / "splitwise_conv.csv"
-needs_traces = pytest.mark.skipif(
-    not AZURE_CONV.is_file(),
-    reason=f"reference traces not found at {TRACES} (the shared/ folder next to the repo)",
-)
-
 FIXED_8 = {"dist": "fixed", "value": 8}
 
 
@@ -338,14 +329,13 @@ def trace_cfg(path, **trace) -> WorkloadConfig:
     return WorkloadConfig.model_validate({"trace": {"path": str(path), **trace}, **top})
 
 
-@needs_traces
-def test_azure_conv_replay_matches_independent_csv_read():
-    with AZURE_CONV.open(newline="") as f:
+def test_azure_conv_replay_matches_independent_csv_read(azure_conv_trace):
+    with azure_conv_trace.open(newline="") as f:
         rows = list(csv.DictReader(f))
     prompt_sum = sum(int(r["ContextTokens"]) for r in rows)
     output_sum = sum(int(r["GeneratedTokens"]) for r in rows)
 
-    tr = build(trace_cfg(AZURE_CONV), 0, Path("."))
+    tr = build(trace_cfg(azure_conv_trace), 0, Path("."))
     assert len(tr) == len(rows) == 19_366
     assert tr.arrival_s[0] == 0.0
     # the file spans 18:15:46.68059 .. 19:14:08.402527 — 58.4 min, not a full hour
@@ -357,29 +347,27 @@ def test_azure_conv_replay_matches_independent_csv_read():
     assert tr.arrival_s[1] == pytest.approx(4.314579, abs=1e-9)
 
 
-@needs_traces
-def test_splitwise_columns_format_equals_azure_timestamps():
-    azure = build(trace_cfg(AZURE_CONV), 0, Path("."))
+def test_splitwise_columns_format_equals_azure_timestamps(azure_conv_trace, splitwise_conv_trace):
+    azure = build(trace_cfg(azure_conv_trace), 0, Path("."))
     cols = {"arrival": "arrived_at", "prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}
-    split = build(trace_cfg(SPLITWISE_CONV, format="columns", columns=cols), 0, Path("."))
+    split = build(trace_cfg(splitwise_conv_trace, format="columns", columns=cols), 0, Path("."))
     assert np.allclose(split.arrival_s, azure.arrival_s, rtol=0, atol=1e-6)
     assert np.array_equal(split.prompt_tokens, azure.prompt_tokens)
     assert np.array_equal(split.output_tokens, azure.output_tokens)
 
 
-@needs_traces
-def test_rate_scale_and_cutoffs():
-    full = build(trace_cfg(AZURE_CONV), 0, Path("."))
-    fast = build(trace_cfg(AZURE_CONV, rate_scale=2.0), 0, Path("."))
+def test_rate_scale_and_cutoffs(azure_conv_trace):
+    full = build(trace_cfg(azure_conv_trace), 0, Path("."))
+    fast = build(trace_cfg(azure_conv_trace, rate_scale=2.0), 0, Path("."))
     assert fast.duration_s == pytest.approx(full.duration_s / 2)
     assert np.array_equal(fast.prompt_tokens, full.prompt_tokens)
-    first = build(trace_cfg(AZURE_CONV, num_requests=100), 0, Path("."))
+    first = build(trace_cfg(azure_conv_trace, num_requests=100), 0, Path("."))
     assert len(first) == 100 and np.array_equal(first.arrival_s, full.arrival_s[:100])
-    ten_min = build(trace_cfg(AZURE_CONV, duration_s=600.0), 0, Path("."))
+    ten_min = build(trace_cfg(azure_conv_trace, duration_s=600.0), 0, Path("."))
     assert len(ten_min) == int((full.arrival_s < 600.0).sum())
     assert ten_min.arrival_s[-1] < 600.0
     with pytest.raises(ScenarioError, match="only 19366 rows"):
-        build(trace_cfg(AZURE_CONV, num_requests=20_000), 0, Path("."))
+        build(trace_cfg(azure_conv_trace, num_requests=20_000), 0, Path("."))
 
 
 def test_trace_path_relative_to_base_dir(tmp_path):

@@ -1,4 +1,4 @@
-"""Result columns: numpy arrays that round-trip through JSON; the ITL recorder's compact runs."""
+"""Result columns: numpy arrays that round-trip through JSON and compare by value."""
 
 from __future__ import annotations
 
@@ -7,29 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from capsim.engine.recorder import ItlRecorder
 from capsim.results.model import ItlRuns, RequestRecords
-
-
-def test_itl_recorder_hands_over_compact_arrays():
-    itl = ItlRecorder(num_classes=2)
-    itl.add(0.02, [3, 0])
-    itl.add(np.array([0.01, 0.03]), [1, 2])
-    itl.add_one(0.5, 1)
-    assert itl.total_gaps() == 3 + 2 * 3 + 1
-    runs = itl.result()
-    assert (runs.gap_s.dtype, runs.count.dtype, runs.class_id.dtype) == (
-        np.float64, np.uint32, np.uint8)
-    assert runs.gap_s.tolist() == [0.02, 0.01, 0.01, 0.03, 0.03, 0.5]
-    assert runs.count.tolist() == [3, 1, 2, 1, 2, 1]
-    assert runs.class_id.tolist() == [0, 0, 1, 0, 1, 1]
-    assert itl.total_gaps() == 0 and len(itl.result().gap_s) == 0      # handed over
-
-
-def test_many_classes_get_a_wider_class_column():
-    itl = ItlRecorder(num_classes=300)
-    itl.add_one(0.1, 299)
-    assert itl.result().class_id.tolist() == [299]
 
 
 def test_columns_round_trip_through_json_with_nan_and_compare_by_value():

@@ -10,14 +10,9 @@ import pytest
 
 from capsim.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-AZURE_CONV = SHARED / "reference/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
-
-
-def run_scenario(name: str, out: Path, *extra: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_scenario(path: Path, out: Path, *extra: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     with pytest.raises(SystemExit) as exc:
-        main(["run", str(ROOT / "scenarios" / name), "-o", str(out), *extra])
+        main(["run", str(path), "-o", str(out), *extra])
         raise SystemExit(0)
     assert exc.value.code == 0
     summary = pd.read_csv(out / "summary.csv")
@@ -26,8 +21,8 @@ def run_scenario(name: str, out: Path, *extra: str) -> tuple[pd.DataFrame, pd.Da
 
 
 @pytest.fixture(scope="module")
-def rag_mix(tmp_path_factory):
-    return run_scenario("rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
+def rag_mix(tmp_path_factory, scenarios_dir):
+    return run_scenario(scenarios_dir / "rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
 
 
 def test_rag_mix_unchunked_stalls_on_long_prefills_and_chunking_caps_it(rag_mix):
@@ -68,13 +63,12 @@ def test_rag_mix_accounts_for_every_request(rag_mix):
             == row.num_requests
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(),
-                    reason=f"Azure 2023 trace not found at {AZURE_CONV} (../shared absent)")
-def test_azure_conv_replay_whole_trace(tmp_path):
-    """The real Azure LLM inference 2023 conversation trace, all 19,366 requests."""
-    s, requests = run_scenario("azure_conv_replay.yaml", tmp_path / "az",
-                               "--set", f"workload.trace.path={AZURE_CONV}")
-    with AZURE_CONV.open(newline="") as fh:
+def test_azure_conv_replay_whole_trace(tmp_path, scenarios_dir, azure_conv_trace):
+    """The real Azure LLM inference 2023 conversation trace, all 19,366 requests (skipped
+    without ../shared)."""
+    s, requests = run_scenario(scenarios_dir / "azure_conv_replay.yaml", tmp_path / "az",
+                               "--set", f"workload.trace.path={azure_conv_trace}")
+    with azure_conv_trace.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     out_tokens = sum(int(r["GeneratedTokens"]) for r in rows)
     row = s.loc[("default", "all")]

@@ -1,5 +1,6 @@
-"""Tests for capsim.report: files, CSV contents, HTML escaping/offline-ness, atomic writes,
-figure helpers and the terminal table. All inputs are small hand-built RunResults."""
+"""Tests for capsim.report (a run's report): files, CSV contents, HTML escaping/offline-ness,
+atomic writes, figure helpers and the terminal table. All inputs are small and hand-built
+(RunResults, timelines, intervals). The sweep report: test_sweep_report.py."""
 
 from __future__ import annotations
 
@@ -348,6 +349,14 @@ def test_timeline_many_replicas(tmp_path):
     path = tmp_path / "t.png"
     timeline.plot_timeline(r, "#0072B2", path)
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_timeline_link_panel_counts_intervals_exactly():
+    """Mean number of open [start, end) intervals per 1-s bin (waiting / in-flight panel)."""
+    from capsim.report.run.disagg import interval_occupancy
+    occ = interval_occupancy(np.array([0.5, 1.0, 2.25]), np.array([1.5, 3.0, float("nan")]),
+                             1.0, 3)
+    assert occ.tolist() == pytest.approx([0.5, 1.5, 1.0])
 
 
 def test_slugs_and_colours():

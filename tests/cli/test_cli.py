@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-
-from cli_helpers import run_cli
 
 GOOD = {
     "name": "cli", "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -20,12 +17,6 @@ GOOD = {
                               "output_tokens": {"dist": "fixed", "value": 20}}]},
     "variants": [{"name": "a"}, {"name": "b", "engine": {"max_num_batched_tokens": 1024}}],
 }
-
-
-def write(tmp_path: Path, doc: dict, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def with_(doc: dict, dotted: str, value) -> dict:
@@ -53,10 +44,11 @@ BAD = [
 
 
 @pytest.mark.parametrize("field,value,expected", BAD)
-def test_bad_field_is_one_line_naming_file_and_path(tmp_path, capsys, field, value, expected):
-    path = write(tmp_path, with_(GOOD, field, value))
+def test_bad_field_is_one_line_naming_file_and_path(tmp_path, run_cli, write_scenario, field,
+                                                    value, expected):
+    path = write_scenario(tmp_path, with_(GOOD, field, value))
     out_dir = tmp_path / "report"
-    code, out, err = run_cli(["run", str(path), "-o", str(out_dir)], capsys)
+    code, out, err = run_cli(["run", str(path), "-o", str(out_dir)])
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: ")
     assert expected in err
@@ -64,43 +56,43 @@ def test_bad_field_is_one_line_naming_file_and_path(tmp_path, capsys, field, val
     assert not out_dir.exists()
 
 
-def test_missing_field_and_weights_that_do_not_fit(tmp_path, capsys):
+def test_missing_field_and_weights_that_do_not_fit(tmp_path, run_cli, write_scenario):
     doc = dict(GOOD)
     del doc["model"]
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and "model: required field is missing" in err
     big = with_(with_(GOOD, "model", "llama-3.1-70b"), "hardware", "a100-80gb")
-    code, _, err = run_cli(["validate", str(write(tmp_path, big))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, big))])
     assert code == 2 and "engine.gpu_memory_utilization" in err and "do not fit" in err
 
 
-def test_trace_errors_name_the_line(tmp_path, capsys):
+def test_trace_errors_name_the_line(tmp_path, run_cli, write_scenario):
     csv = tmp_path / "t.csv"
     csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                    "2023-11-16 18:15:46.6805900,100,20\n"
                    "2023-11-16 18:15:47.0000000,abc,20\n")
     doc = {k: v for k, v in GOOD.items() if k != "workload"}
     doc["workload"] = {"trace": {"path": "t.csv"}}
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and "line 3" in err and "abc" in err
     doc["workload"] = {"trace": {"path": "missing.csv"}}
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and "not found" in err
 
 
-def test_bad_set_and_missing_file(tmp_path, capsys):
-    path = write(tmp_path, GOOD)
-    code, _, err = run_cli(["validate", str(path), "--set", "engine.max_num_seqs"], capsys)
+def test_bad_set_and_missing_file(tmp_path, run_cli, write_scenario):
+    path = write_scenario(tmp_path, GOOD)
+    code, _, err = run_cli(["validate", str(path), "--set", "engine.max_num_seqs"])
     assert code == 2 and "dotted.key=value" in err
-    code, _, err = run_cli(["validate", str(tmp_path / "nope.yaml")], capsys)
+    code, _, err = run_cli(["validate", str(tmp_path / "nope.yaml")])
     assert code == 2 and "nope.yaml" in err
 
 
-def test_run_writes_the_report_and_set_overrides(tmp_path, capsys):
-    path = write(tmp_path, GOOD)
+def test_run_writes_the_report_and_set_overrides(tmp_path, run_cli, write_scenario):
+    path = write_scenario(tmp_path, GOOD)
     out_dir = tmp_path / "r"
     code, out, _ = run_cli(["run", str(path), "-o", str(out_dir), "--seed", "7",
-                            "--set", "cluster.num_replicas=2"], capsys)
+                            "--set", "cluster.num_replicas=2"])
     assert code == 0
     for name in ("index.html", "summary.csv", "requests.csv", "scenario.resolved.yaml"):
         assert (out_dir / name).is_file()
@@ -110,17 +102,17 @@ def test_run_writes_the_report_and_set_overrides(tmp_path, capsys):
     assert "GPU KV cache size:" in out
 
 
-def test_roofline_command_prints_the_seed_decode_step(capsys):
+def test_roofline_command_prints_the_seed_decode_step(run_cli):
     """Seed 000: Llama-2-7B decode, batch 32 at 512 context on an A100: ≈ 11 ms, memory-bound."""
     code, out, _ = run_cli(["roofline", "--model", "llama-2-7b", "--hardware", "a100-80gb",
-                            "--decode-batch", "32", "--context", "512", "--ideal"], capsys)
+                            "--decode-batch", "32", "--context", "512", "--ideal"])
     assert code == 0 and "memory-bound" in out
     ms = float(out.split("→")[1].split("ms")[0])
     assert ms == pytest.approx(11.03, rel=0.05)
 
 
-def test_hardware_command_lists_profiles(capsys):
-    code, out, _ = run_cli(["hardware"], capsys)
+def test_hardware_command_lists_profiles(run_cli):
+    code, out, _ = run_cli(["hardware"])
     assert code == 0 and "a100-80gb" in out and "h100-sxm" in out
 
 
@@ -134,9 +126,9 @@ def test_python_dash_m_entry_point():
     ("engine.block_size", 24, "engine.block_size: block_size must be a power of two"),
     ("engine.swap_space_gib", 600, "exceeds host_memory_gib"),
 ])
-def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
+def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value, expected):
     doc = with_(with_(GOOD, field, value), "engine.preemption_mode", "swap")
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and expected in err and err.count("\n") == 1
 
 
@@ -158,97 +150,99 @@ def test_kv_knobs_are_validated(tmp_path, capsys, field, value, expected):
     (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
     (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),
 ])
-def test_more_bad_input_is_one_line(tmp_path, capsys, args, expected):
-    code, _, err = run_cli(["validate", str(write(tmp_path, GOOD)), *args], capsys)
+def test_more_bad_input_is_one_line(tmp_path, run_cli, write_scenario, args, expected):
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, GOOD)), *args])
     assert code == 2 and expected in err and err.count("\n") == 1
 
 
-def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, capsys):
+def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, run_cli,
+                                                                  write_scenario):
     doc = with_(GOOD, "workload", {"trace": {"path": "sub/../missing.csv"}})
-    path = write(tmp_path, doc)
-    code, _, err = run_cli(["validate", str(path)], capsys)
+    path = write_scenario(tmp_path, doc)
+    code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and err.count("\n") == 1
     assert err == (f"error: {path}: workload.trace.path: trace file not found: "
                    f"{tmp_path / 'missing.csv'}\n")
 
 
-def test_size_refuses_max_gpus_with_a_fixed_gpu_count(tmp_path, capsys):
-    code, _, err = run_cli(["size", str(write(tmp_path, GOOD)), "--gpus", "8", "--max-gpus", "4"],
-                           capsys)
+def test_size_refuses_max_gpus_with_a_fixed_gpu_count(tmp_path, run_cli, write_scenario):
+    code, _, err = run_cli(["size", str(write_scenario(tmp_path, GOOD)), "--gpus", "8",
+                            "--max-gpus", "4"])
     assert code == 2 and "--max-gpus bounds the search" in err and err.count("\n") == 1
 
 
-def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, capsys):
+def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, run_cli, write_scenario):
     out_dir = tmp_path / "report"
-    code, _, err = run_cli(["run", str(write(tmp_path, GOOD)), "--seed", "-1", "-o", str(out_dir)],
-                           capsys)
+    code, _, err = run_cli(["run", str(write_scenario(tmp_path, GOOD)), "--seed", "-1",
+                            "-o", str(out_dir)])
     assert code == 2 and "Invalid value for '--seed'" in err and err.count("\n") == 1
     assert not out_dir.exists()
 
 
-def test_a_typo_on_a_required_key_names_the_typo(tmp_path, capsys):
+def test_a_typo_on_a_required_key_names_the_typo(tmp_path, run_cli, write_scenario):
     doc = {("hardwre" if k == "hardware" else k): v for k, v in GOOD.items()}
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and "unknown key 'hardwre' (did you mean 'hardware'?)" in err
 
 
-def test_output_directory_that_is_not_a_report_is_never_replaced(tmp_path, capsys, monkeypatch):
+def test_output_directory_that_is_not_a_report_is_never_replaced(tmp_path, run_cli, write_scenario,
+                                                                  monkeypatch):
     keep = tmp_path / "precious"
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
-    path = write(tmp_path, GOOD)
-    code, _, err = run_cli(["run", str(path), "-o", str(keep)], capsys)
+    path = write_scenario(tmp_path, GOOD)
+    code, _, err = run_cli(["run", str(path), "-o", str(keep)])
     assert code == 2 and "is not a capsim report" in err
     assert (keep / "notes.txt").read_text() == "mine"
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(["run", str(path), "-o", "."], capsys)
+    code, _, err = run_cli(["run", str(path), "-o", "."])
     assert code == 2 and "working directory" in err
-    code, _, err = run_cli(["size", str(path), "--rate", "0"], capsys)
+    code, _, err = run_cli(["size", str(path), "--rate", "0"])
     assert code == 2 and "--rate must be > 0" in err
-    code, _, err = run_cli(["run", str(tmp_path)], capsys)
+    code, _, err = run_cli(["run", str(tmp_path)])
     assert code == 2 and err.count("\n") == 1 and "is a directory" in err
 
 
-def test_models_command_lists_presets_with_seed_kv_figures(capsys):
+def test_models_command_lists_presets_with_seed_kv_figures(run_cli):
     """Seeds 001/002: Llama-2-7B 512 KiB/token, Llama-3.1-8B 128, Llama-3.1-70B 320."""
-    code, out, _ = run_cli(["models"], capsys)
+    code, out, _ = run_cli(["models"])
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
     assert code == 0
     assert " 512 " in rows["llama-2-7b"] and " 128 " in rows["llama-3.1-8b"]
     assert " 320 " in rows["llama-3.1-70b"]
 
 
-def test_a_repeated_key_is_refused_not_silently_dropped(tmp_path, capsys):
+def test_a_repeated_key_is_refused_not_silently_dropped(tmp_path, run_cli):
     """PyYAML keeps the last of two equal keys; a second engine: section would silently
     replace the first. capsim refuses the file instead."""
     path = tmp_path / "dup.yaml"
     path.write_text(yaml.safe_dump(GOOD, sort_keys=False) + "seed: 7\nengine: {max_num_seqs: 8}\n")
-    code, _, err = run_cli(["validate", str(path)], capsys)
+    code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {path}: invalid YAML at line ") and "duplicate key" in err
 
 
-def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, capsys):
+def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, run_cli, write_scenario):
     """They would be rejected one by one at run time; validate says so up front."""
     doc = with_(GOOD, "workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 4090})
-    code, out, _ = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
     assert out.count("warning: 30 of 30 requests need more than max_model_len 4,096 tokens") == 2
-    code, out, _ = run_cli(["validate", str(write(tmp_path, GOOD))], capsys)
+    code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, GOOD))])
     assert code == 0 and "warning" not in out
 
 
-def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(capsys):
+def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(run_cli):
     """Llama-3.1-70B in bf16 (≈131 GiB of weights, models/llama-3.1-70b) on one 48 GB L40S."""
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "l40s",
-                            "--decode-batch", "1", "--context", "100"], capsys)
+                            "--decode-batch", "1", "--context", "100"])
     assert code == 0 and "warning: does not fit: 131.4 GiB per GPU" in err
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
-                            "--decode-batch", "32", "--context", "1000"], capsys)
+                            "--decode-batch", "32", "--context", "1000"])
     assert code == 0 and "warning" not in err
 
 
-def test_merge_keys_still_work_and_may_be_overridden(tmp_path, capsys):
+def test_merge_keys_still_work_and_may_be_overridden(tmp_path, run_cli):
     """`<<: *base` brings keys in that the mapping may override; only keys written twice
     in one mapping are an error."""
     text = yaml.safe_dump({k: v for k, v in GOOD.items() if k not in ("engine", "variants")},
@@ -257,37 +251,36 @@ def test_merge_keys_still_work_and_may_be_overridden(tmp_path, capsys):
              "variants:\n  - name: a\n    engine: {<<: *eng, max_num_seqs: 32}\n")
     path = tmp_path / "merge.yaml"
     path.write_text(text)
-    code, out, _ = run_cli(["validate", str(path)], capsys)
+    code, out, _ = run_cli(["validate", str(path)])
     assert code == 0 and "a: 1 × h100-sxm TP1, continuous chunked, max_num_seqs 32" in out
     path.write_text(text.replace("max_num_seqs: 32}", "max_num_seqs: 32, max_num_seqs: 8}"))
-    code, _, err = run_cli(["validate", str(path)], capsys)
+    code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and "duplicate key 'max_num_seqs'" in err
 
 
-def test_validate_warns_for_disaggregated_variants_too(capsys):
-    scenario = Path(__file__).parents[1] / "scenarios" / "rag_mix.yaml"
-    code, out, _ = run_cli(["validate", str(scenario), "--set", "engine.max_model_len=4096"],
-                           capsys)
+def test_validate_warns_for_disaggregated_variants_too(run_cli, scenarios_dir):
+    scenario = scenarios_dir / "rag_mix.yaml"
+    code, out, _ = run_cli(["validate", str(scenario), "--set", "engine.max_model_len=4096"])
     assert code == 0
     # static, continuous, chunked-2048, chunked-512 and the two 1P1D variants
     assert out.count("requests need more than max_model_len 4,096 tokens") == 6
 
 
-def test_a_link_must_have_finite_numbers(tmp_path, capsys):
+def test_a_link_must_have_finite_numbers(tmp_path, run_cli, write_scenario):
     """An infinite KV-link latency used to pass validation and end the run with an
     invariant error (no request could finish): refused up front, like any non-finite number."""
     doc = with_(GOOD, "variants", [{"name": "split", "disaggregation": {
         "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1},
         "link": {"bandwidth_gbit_per_s": 400, "latency_s": float("inf")}}}])
-    code, _, err = run_cli(["validate", str(write(tmp_path, doc))], capsys)
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and err.count("\n") == 1
     assert "variants.0.disaggregation.link: latency_s: Input should be a finite number" in err
 
 
-def test_roofline_decode_needs_a_context(capsys):
+def test_roofline_decode_needs_a_context(run_cli):
     """Decoding sequences attend over their context; pricing them over 0 tokens used to
     pass silently (the decode attention term vanished)."""
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
-                            "--decode-batch", "32"], capsys)
+                            "--decode-batch", "32"])
     assert code == 2 and err.count("\n") == 1
     assert "--decode-batch 32 needs --context C" in err

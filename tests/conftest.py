@@ -1,0 +1,156 @@
+"""What the tests share: where the repository and the reference data are, capsim's command
+line in-process, scenario files written for a test, and hand-made request traces.
+
+``tests/`` mirrors the packages of ``capsim/`` (``tests/kv`` tests ``capsim.kv``, ...);
+``tests/shipped_scenarios`` runs the files of ``scenarios/`` end to end. Test modules are
+imported with ``--import-mode=importlib`` (pyproject.toml): two folders may hold files of
+the same name, and no test module imports another or this file, so the helpers here reach
+the tests as fixtures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from capsim.workload import RequestTrace
+
+REPO = Path(__file__).resolve().parents[1]
+#: The reference data (traces, Vidur's profiling, seeds) next to the repository:
+#: optional; the tests that read it are skipped without it.
+SHARED = REPO.parent / "shared"
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def scenarios_dir() -> Path:
+    """The shipped scenario files."""
+    return REPO / "scenarios"
+
+
+def shared_or_skip(relative: str, what: str) -> Path:
+    """``../shared/RELATIVE``, or skip the test (with where it was looked for) if absent."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"{what} not found at {path} (../shared absent)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def azure_conv_trace() -> Path:
+    """The Azure LLM inference 2023 conversation trace (19,366 requests)."""
+    return shared_or_skip("reference/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+                          "Azure 2023 conversation trace")
+
+
+@pytest.fixture(scope="session")
+def splitwise_conv_trace() -> Path:
+    """The same conversation trace in Splitwise's column format."""
+    return shared_or_skip("reference/traces/splitwise_conv.csv",
+                          "Splitwise conversation trace")
+
+
+@pytest.fixture(scope="session")
+def vidur_profiling() -> Path:
+    """Microsoft Vidur's profiling folder (its measurements are under data/profiling)."""
+    shared_or_skip("reference/vidur_profiling/data/profiling", "Vidur profiling data")
+    return SHARED / "reference" / "vidur_profiling"
+
+
+# -------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """``run_cli(ARGS)`` → (exit code, stdout, stderr) of ``capsim ARGS``, in-process."""
+    from capsim.cli.main import main
+
+    def run(args: list[str]) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+            raise SystemExit(0)
+        out = capsys.readouterr()
+        return exc.value.code, out.out, out.err
+    return run
+
+
+# ------------------------------------------------------------------ scenario files
+
+
+def _write_scenario(directory: Path, doc: dict, name: str = "s.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def write_scenario():
+    """``write_scenario(DIRECTORY, DOC, NAME="s.yaml")`` → the path of DOC written as YAML
+    (keys in DOC's order)."""
+    return _write_scenario
+
+
+def _disagg(p: int = 1, d: int = 1, link="infiniband-ndr", **extra) -> dict:
+    out = {"prefill": {"num_replicas": p}, "decode": {"num_replicas": d}, "link": link}
+    for key, value in extra.items():
+        if key in ("prefill", "decode"):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.fixture(scope="session")
+def disagg():
+    """``disagg(P, D, LINK, **extra)`` → a variant's ``disaggregation:`` section: P prefill
+    and D decode replicas over LINK; ``prefill=`` / ``decode=`` dicts add to a pool."""
+    return _disagg
+
+
+@pytest.fixture
+def disagg_scenario(tmp_path):
+    """``disagg_scenario(VARIANTS, **top)`` → the path of the disaggregation tests' scenario
+    (Llama-3.1-8B on H100s, 120 chat requests), written in tmp_path, with these variants
+    and top-level keys replaced by ``top``."""
+    def write(variants: list[dict], **top) -> Path:
+        doc = {"name": "disagg", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+               "engine": {"max_model_len": 8192},
+               "workload": {"num_requests": 120,
+                            "arrival": {"process": "poisson", "rate_per_s": 6},
+                            "classes": [{"name": "chat", "weight": 1,
+                                         "prompt_tokens": {"dist": "uniform", "min": 50,
+                                                           "max": 4000},
+                                         "output_tokens": {"dist": "uniform", "min": 1,
+                                                           "max": 300}}]},
+               "variants": variants, **top}
+        return _write_scenario(tmp_path, doc)
+    return write
+
+
+# ------------------------------------------------------------------------- traces
+
+
+def _trace_of(rows: list[tuple], classes: tuple[str, ...] = ("chat",)) -> RequestTrace:
+    """rows: (arrival_s, prompt_tokens, output_tokens[, class_id])."""
+    rows = [r if len(r) == 4 else (*r, 0) for r in rows]
+    a, p, o, c = (np.array(col) for col in zip(*rows))
+    n = len(rows)
+    return RequestTrace(arrival_s=a.astype(np.float64), prompt_tokens=p.astype(np.int64),
+                        output_tokens=o.astype(np.int64), class_id=c.astype(np.int32),
+                        prefix_id=np.full(n, -1, np.int32), class_names=classes)
+
+
+@pytest.fixture(scope="session")
+def trace_of():
+    """``trace_of(ROWS, CLASSES=("chat",))`` → a RequestTrace of exactly these requests."""
+    return _trace_of

@@ -1,16 +1,14 @@
-"""KV memory: paged block allocator, block tables, capacity sizing.
+"""KV memory: paged block allocator, prefix hashing, capacity sizing.
 
 See DESIGN.md, "KV memory". Pure Python, no SimPy.
 """
 
 from capsim.kv.allocator import BlockAllocator, KVInvariantError, OutOfBlocks
-from capsim.kv.block_table import BlockTable
 from capsim.kv.blocks import blocks_needed
 from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
 
 __all__ = [
     "BlockAllocator",
-    "BlockTable",
     "KVCapacity",
     "KVInvariantError",
     "OutOfBlocks",

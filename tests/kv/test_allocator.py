@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,
                                  precondition, rule)
 
-from capsim.kv import (BlockAllocator, BlockTable, KVInvariantError, OutOfBlocks,
-                       blocks_needed)
+from capsim.kv import BlockAllocator, KVInvariantError, OutOfBlocks, blocks_needed
+from support.block_table import BlockTable
 
 def shuffled_allocator(order: list[int], block_size: int) -> BlockAllocator:
     """An allocator whose free list is in ``order`` (earlier traffic)."""

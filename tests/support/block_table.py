@@ -1,4 +1,10 @@
-"""One sequence's block table: logical block i -> physical block id.
+"""A reference model of one sequence's block table, for driving the allocator in tests.
+
+(The engine keeps block ids in ``Request.blocks`` lists and copies-on-write in the
+scheduler; this class states PagedAttention's table on its own so the allocator's
+tests can exercise forks, copy-on-write and frees without a scheduler.)
+
+One sequence's block table: logical block i -> physical block id.
 
 PagedAttention's one indirection (Kwon et al., SOSP 2023): token ``i`` of a
 sequence lives at ``table[i // B] * B + i % B`` in the block pool, so a

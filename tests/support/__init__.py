@@ -1,0 +1,1 @@
+"""Test-only reference models (importable from tests: ``pythonpath = ["tests"]``)."""

@@ -168,9 +168,11 @@ class DecodeSet:
             heapq.heappush(self.finish_heap, entry)
 
     # ------------------------------------------------------------ advance
-    def advance(self, ends_s) -> list[Request]:
-        """Commit decode steps that ended at ``ends_s`` (m ≥ 1 non-decreasing times: a
-        float64 array, or a 1-tuple for one step): inter-token gaps, epochs, finishes.
+    def advance(self, clock_s) -> list[Request]:
+        """Commit m ≥ 1 decode steps: inter-token gaps, epochs, finishes. ``clock_s`` holds
+        m + 1 non-decreasing times: the start of the first step, then the end of each
+        step (a float64 array for a run; for one step, ``(start, end)``, whose start is
+        not read).
 
         Every member emits one token per step. The first step's gap runs from the
         previous decode step's emission (NaN for the replica's first), and the sequences
@@ -178,34 +180,41 @@ class DecodeSet:
         last token and join the cohort. Returns the members whose last token it was,
         already out of the set, in (epoch, admission) order.
         """
-        m = len(ends_s)
+        m = len(clock_s) - 1
         itl, cohort = self.itl, self._cohort
         had_epoch = self.epoch > 0
         if m == 1:
-            now = ends_s[0]
+            now = clock_s[1]
             gap = now - self._cohort_t if had_epoch else math.nan
             if had_epoch:
                 itl.add(gap, cohort)
-            self._merge_pending(now)
+            if self._pending:
+                self._merge_pending(now)
             self._epoch_end.append(now)
             self._epoch_gap.append(gap)
         else:
-            gaps = np.empty(m)
-            gaps[0] = ends_s[0] - self._cohort_t if had_epoch else math.nan
-            np.subtract(ends_s[1:], ends_s[:-1], out=gaps[1:])
+            ends = clock_s[1:]
+            gaps = ends - clock_s[:-1]
+            if not had_epoch:
+                gaps[0] = math.nan
+            elif self._cohort_t != clock_s[0]:      # the step before decoded nothing
+                gaps[0] = ends[0] - self._cohort_t
             if self._pending:                    # the first step merges the new cohorts
                 if had_epoch:
                     itl.add(float(gaps[0]), cohort)
-                self._merge_pending(float(ends_s[0]))
+                self._merge_pending(float(ends[0]))
                 itl.add(gaps[1:], cohort)
             else:
                 itl.add(gaps if had_epoch else gaps[1:], cohort)
-            self._epoch_end.frombytes(ends_s.tobytes())
+            self._epoch_end.frombytes(ends.tobytes())
             self._epoch_gap.frombytes(gaps.tobytes())
-            now = float(ends_s[-1])
+            now = float(ends[-1])
         self._cohort_t = now
         self.epoch += m
-        return self._finished()
+        heap = self.finish_heap
+        if (heap and heap[0][0] <= self.epoch) or len(self._epoch_end) >= self._trim_at:
+            return self._finished()
+        return []
 
     def _merge_pending(self, t: float) -> None:
         """Cohorts that joined since the last decode step emit their first gap at ``t``."""

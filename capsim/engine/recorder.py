@@ -48,6 +48,13 @@ class ItlRecorder:
         k = len(gaps_s)
         if not k:
             return
+        if len(class_counts) == 1:                  # one class: one run per gap
+            n = class_counts[0]
+            if n:
+                self.gap_s.frombytes(gaps_s.tobytes())
+                self.count.extend(array(self.count.typecode, (n,)) * k)
+                self.class_id.extend(array(self.class_id.typecode, (0,)) * k)
+            return
         classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
         if not classes:
             return
@@ -112,54 +119,54 @@ class TimelineRecorder:
             width *= 2
         return width
 
-    def record(self, ends_s, secs_s: list[float], prefill_tokens: int, decode_tokens: int,
-               kv_used_blocks: Callable[[int], int] | int, queue_len: int, running: int,
+    def record(self, ends_s, secs_s, prefill_tokens: int, decode_tokens: int,
+               kv_used_blocks: int | Callable[[int], int], queue_len: int, running: int,
                last_queue_len: int, last_running: int, busy_s: float | None = None) -> None:
-        """Account m ≥ 1 consecutive engine steps that ended at ``ends_s`` (non-decreasing: a
-        1-tuple for one step, a float64 array for a decode run) and took ``secs_s`` seconds:
-        the same bins and the same float sums, in the same order, however they are grouped.
+        """Account m ≥ 1 consecutive engine steps that ended at ``ends_s`` and took
+        ``secs_s`` seconds — one step: 1-tuples of floats; a decode run: float64 arrays
+        (non-decreasing ends) — with the same bins and the same float sums, in the same
+        order, however they are grouped.
 
         Each step computed ``prefill_tokens`` prompt tokens and ``decode_tokens`` decode
         tokens. Every step but the last saw ``queue_len`` / ``running``; the last one saw
         ``last_queue_len`` / ``last_running`` (requests that arrived during it, sequences
-        that finished in it). ``kv_used_blocks(j)`` (blocks in use in step j; an int for
-        all of them) is non-decreasing along the steps, so a bin's maximum is its last
-        step's value. ``busy_s``, when given, is the busy seconds of the bin the steps all
+        that finished in it). ``kv_used_blocks``: blocks in use (an int for one step; for
+        a run, a function of the step j, non-decreasing along the steps, so a bin's
+        maximum is its last step's value). ``busy_s``, when given, is the busy seconds of the bin the steps all
         end in after adding them (the caller's running sum). Steps that all end in one bin
         cost O(m) Python float additions at most; others O(m) in numpy plus O(bins
         touched) in Python.
         """
         m, bin_s = len(ends_s), self.bin_s
         i = int(ends_s[0] / bin_s)
-        if i == int(ends_s[-1] / bin_s) and i < self.max_bins:
-            if busy_s is None:
-                busy_s = self.busy_in(i)
-                for x in secs_s:
-                    busy_s += x
-            kv = kv_used_blocks if isinstance(kv_used_blocks, int) else kv_used_blocks(m - 1)
-            queue, run = (max(queue_len, last_queue_len), max(running, last_running)) \
-                if m > 1 else (last_queue_len, last_running)
-            self._one_bin(i, m, busy_s, prefill_tokens * m, decode_tokens * m, kv, queue, run)
+        if (m == 1 or i == int(ends_s[-1] / bin_s)) and i < self.max_bins:
+            b = self.bins
+            if m == 1:
+                kv, queue, run = kv_used_blocks, last_queue_len, last_running
+                if busy_s is None:
+                    busy_s = (b["busy_s"][i] if i < len(b["busy_s"]) else 0) + secs_s[0]
+            else:
+                kv = kv_used_blocks(m - 1)
+                queue, run = max(queue_len, last_queue_len), max(running, last_running)
+                if busy_s is None:
+                    busy_s = self.busy_in(i)
+                    for x in secs_s.tolist():
+                        busy_s += x
+            grow = i + 1 - len(b["steps"])
+            if grow > 0:
+                for lst in b.values():
+                    lst.extend([0] * grow)
+            b["steps"][i] += m
+            b["busy_s"][i] = busy_s
+            b["batch_tokens"][i] += (prefill_tokens + decode_tokens) * m
+            b["prefill_tokens"][i] += prefill_tokens * m
+            b["decode_tokens"][i] += decode_tokens * m
+            self._raise_maxes(i, kv, queue, run)
         else:
-            kv_at = (lambda _: kv_used_blocks) if isinstance(kv_used_blocks, int) else kv_used_blocks
-            self._bins(np.asarray(ends_s, dtype=np.float64), secs_s, prefill_tokens,
+            kv_at = (lambda _: kv_used_blocks) if m == 1 else kv_used_blocks
+            self._bins(np.asarray(ends_s, dtype=np.float64),
+                       list(secs_s) if m == 1 else secs_s.tolist(), prefill_tokens,
                        decode_tokens, kv_at, queue_len, running, last_queue_len, last_running)
-
-    def _one_bin(self, i: int, steps: int, busy_s: float, prefill_tokens: int,
-                 decode_tokens: int, kv_used_blocks: int, queue_len: int, running: int) -> None:
-        """Account ``steps`` steps that all end in bin ``i < max_bins``, which now holds
-        ``busy_s`` busy seconds."""
-        b = self.bins
-        grow = i + 1 - len(b["steps"])
-        if grow > 0:
-            for lst in b.values():
-                lst.extend([0] * grow)
-        b["steps"][i] += steps
-        b["busy_s"][i] = busy_s
-        b["batch_tokens"][i] += prefill_tokens + decode_tokens
-        b["prefill_tokens"][i] += prefill_tokens
-        b["decode_tokens"][i] += decode_tokens
-        self._raise_maxes(i, kv_used_blocks, queue_len, running)
 
     def _bins(self, t_end_s: np.ndarray, busy_s: list[float], prefill_tokens: int,
               decode_tokens: int, kv_used_blocks: Callable[[int], int], queue_len: int,

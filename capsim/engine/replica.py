@@ -16,13 +16,14 @@ whether prefilled requests wait for room.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Callable, Protocol
 
 import simpy
 
 from capsim.cost.pricer import StepPricer, WorkTally
 from capsim.engine.clock import Environment
-from capsim.engine.macro.plan import RunBlocks, RunPlan
+from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan
 from capsim.engine.macro.runner import DecodeRunner
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
@@ -84,6 +85,7 @@ class Replica:
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._step_s = 0.0              # the last step's duration
+        self._in_step: tuple = ()       # (cost, KV blocks used, LM-head rows, seconds) of the step in progress
         self.busy = False               # running a step now (kept while hooked)
         self.busy_s = 0.0
         self.work = WorkTally()         # FLOPs and bytes follow from it (StepPricer.work)
@@ -103,7 +105,10 @@ class Replica:
         (what ``least_outstanding_tokens`` routing compares). Inside a decode run that
         goes on through finishes, those whose step ended by now count as finished, as
         they would step by step."""
-        return self._outstanding - self.runner.outstanding_done(self.env.now)
+        run = self.runner.run
+        if run is None or not run.done_times:
+            return self._outstanding
+        return self._outstanding - run.done_tokens[bisect_right(run.done_times, self.env.now)]
 
     @outstanding_tokens.setter
     def outstanding_tokens(self, value: int) -> None:
@@ -151,7 +156,7 @@ class Replica:
 
     # ------------------------------------------------------------ the loop
     def _loop(self):
-        sched, hooks = self.scheduler, self.hooks
+        sched, hooks, runner = self.scheduler, self.hooks, self.runner
         while True:
             queued = len(sched.waiting)
             step = sched.schedule(self.env.now)
@@ -160,9 +165,12 @@ class Replica:
             if step is None:
                 yield from self._idle()
                 continue
-            plan = self._plan(step)
+            # Runs are not tried while arrivals come faster than a few steps apart.
+            plan = self._plan(step) if runner.arrival_gap_s > MIN_RUN_STEPS * self._step_s \
+                else None
             if plan is None:
-                yield from self._one_step(step)          # price → timeout → complete
+                yield self._start_step(step)             # price → timeout
+                self._complete_step(step)                # → complete
             else:
                 yield from self._decode_run(plan)
             self._report_finished()
@@ -176,11 +184,14 @@ class Replica:
         self._wake = None
 
     def _plan(self, step: Step) -> RunPlan | None:
-        """A decode run starting with ``step``, or None: this step on its own."""
+        """A decode run starting with ``step`` (:meth:`Scheduler.plan_decode_run`, through
+        finishes about as far as the next arrival: :meth:`DecodeRunner.horizon_steps`), or
+        None: this step on its own."""
         if not self.macro_steps:
             return None
         waiting = self.hooks is not None and self.hooks.transfers_waiting()
-        return self.runner.plan(step, self._step_s, waiting)
+        return self.scheduler.plan_decode_run(
+            step, horizon_steps=0 if waiting else self.runner.horizon_steps(self._step_s))
 
     def _decode_run(self, plan: RunPlan):
         """Advance ``plan`` in one event (:meth:`DecodeRunner.advance`)."""
@@ -188,9 +199,8 @@ class Replica:
         if self.hooks is not None:
             self.hooks.ran(first_end_s)
 
-    def _one_step(self, step: Step):
-        """Price ``step``, wait it out, complete and account it."""
-        sched = self.scheduler
+    def _start_step(self, step: Step) -> simpy.Event:
+        """Price ``step`` (noting a new KV peak) and return the timeout it takes."""
         logits = step.logits_seqs          # before complete() moves the prefills on
         cost = self.pricer.cost(prefill_tokens=step.prefill_tokens,
                                 prefill_attn_pairs=step.prefill_attn_pairs,
@@ -202,7 +212,13 @@ class Replica:
             self._note_kv_peak(used, step)
         seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
         self._step_s = seconds
-        yield self.env.timeout(seconds)
+        self._in_step = (cost, used, logits, seconds)
+        return self.env.timeout(seconds)
+
+    def _complete_step(self, step: Step) -> None:
+        """Complete the step :meth:`_start_step` priced and account it."""
+        cost, used, logits, seconds = self._in_step
+        sched = self.scheduler
         sched.complete(step, self.env.now)
         self.busy_s += seconds
         self.compute_bound_steps += cost.compute_bound

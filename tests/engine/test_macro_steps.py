@@ -102,7 +102,7 @@ def test_timeline_run_equals_its_steps(seed):
             last = j == m - 1
             one.record((float(ends[j]),), [float(secs[j])], 0, 3, kv[j], 0, 0,
                        q1 if last else q0, r1 if last else r0)
-        bulk.record(ends, secs.tolist(), 0, 3, kv.__getitem__, q0, r0, q1, r1)
+        bulk.record(ends, secs, 0, 3, kv.__getitem__ if m > 1 else kv[0], q0, r0, q1, r1)
         t = float(ends[-1])
         assert bulk.bins == one.bins and bulk.bin_s == one.bin_s
     assert one.bin_s > 0.1                                    # it did coarsen

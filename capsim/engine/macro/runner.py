@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan
+from capsim.engine.macro.plan import RunBlocks, RunPlan
 
 if TYPE_CHECKING:
     from capsim.engine.replica import Replica
-    from capsim.engine.step import Step
 
 
 class _Run:
@@ -60,8 +59,8 @@ class _Run:
 class DecodeRunner:
     """Plans and advances one replica's decode runs.
 
-    ``arrival_gap_s`` is an EMA of the gap between arrivals at the replica: runs are
-    not tried while arrivals come faster than ``MIN_RUN_STEPS`` steps (they would be
+    ``arrival_gap_s`` is an EMA of the gap between arrivals at the replica: the replica
+    tries no run while arrivals come faster than ``MIN_RUN_STEPS`` steps (it would be
     cut at once), and a run plans through finishes only about as far as the next
     arrival (:meth:`horizon_steps`).
     """
@@ -74,15 +73,6 @@ class DecodeRunner:
         self._last_arrival_s = math.nan
 
     # ------------------------------------------------------------ planning
-    def plan(self, step: Step, step_s: float, transfers_waiting: bool) -> RunPlan | None:
-        """A run starting with ``step`` (just scheduled), or None: step by step. Not tried
-        while arrivals come faster than ``MIN_RUN_STEPS`` steps of ``step_s`` seconds
-        (the last step's duration)."""
-        if self.arrival_gap_s <= MIN_RUN_STEPS * step_s:
-            return None
-        return self.replica.scheduler.plan_decode_run(
-            step, horizon_steps=0 if transfers_waiting else self.horizon_steps(step_s))
-
     def horizon_steps(self, step_s: float) -> int:
         """Steps a run plans through finishes: 32 × the mean steps between arrivals here.
         Planning past the arrival that cuts the run is wasted numpy work, stopping short
@@ -189,24 +179,18 @@ class DecodeRunner:
         else:
             blocks = sched.grow_for_run(m, 0)
         rep.note_run_peak(blocks, n)      # a peak already noted (a synced step's) is kept
+        sched.commit_decode_run(run.clock[start:stop + 1])
         ends = run.clock[start + 1:stop + 1]
-        sched.commit_decode_run(ends)
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
+        # Steps ending in the bin the run started in: their busy time is the run's sum.
         in_first_bin = timeline.bin_of(ends[0]) == run.bin_now and timeline.bin_s == run.bin_s
         rep.account_steps(
-            ends, run.secs[start:stop].tolist(), 0, n, (m, n * m, n * m, ctx, ctx, m),
-            blocks.at, run.queue0, running0, len(sched.waiting) if last else run.queue0,
+            ends, run.secs[start:stop], 0, n, (m, n * m, n * m, ctx, ctx, m),
+            blocks.at if m > 1 else blocks.at(0), run.queue0, running0,
+            len(sched.waiting) if last else run.queue0,
             busy_s=float(run.bin_busy[stop]) if in_first_bin else None)
 
     # ------------------------------------------------------------ readers mid-run
-    def outstanding_done(self, now: float) -> int:
-        """Prompt + output tokens of the run's requests whose last step ended by ``now``
-        (0 outside a run): the router counts them as finished, as step by step."""
-        run = self.run
-        if run is None or not run.done_times:
-            return 0
-        return run.done_tokens[bisect_right(run.done_times, now)]
-
     def sync(self) -> None:
         """Bring the run in progress up to now, for readers of the replica's state (a
         disaggregated cluster placing a transfer): commit the steps that ended before now

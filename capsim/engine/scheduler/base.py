@@ -117,7 +117,7 @@ class Scheduler(ABC):
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
         raise NotImplementedError(f"{type(self).__name__} plans no decode runs")
 
-    def commit_decode_run(self, ends_s) -> None:
+    def commit_decode_run(self, clock_s) -> None:
         raise NotImplementedError(f"{type(self).__name__} plans no decode runs")
 
     def decode_blocks_ahead(self, start: int, count: int) -> int:

@@ -406,11 +406,9 @@ class ContinuousScheduler(Scheduler):
 
         Finished requests are appended to ``self.finished``.
         """
-        self._count_steps(1, step.prefill_tokens + step.decode_seqs)
-        emitted = 0
-        if step.decode_seqs:
-            emitted += step.decode_seqs
-            self._advance_decoders((now,))
+        self._steps_done(1, step.prefill_tokens + step.decode_seqs,
+                         (now, now) if step.decode_seqs else None)
+        emitted = step.decode_seqs
         for req, n in step.prefills:
             req.num_computed += n
             if req.num_computed == req.num_tokens:
@@ -418,18 +416,19 @@ class ContinuousScheduler(Scheduler):
                 self._emit_after_prefill(req, now)
         self.slot_steps_useful += emitted
 
-    def _count_steps(self, m: int, tokens: int) -> None:
-        """``m`` steps ran, writing ``tokens`` tokens of KV (before their finishes)."""
+    def _steps_done(self, m: int, tokens: int, decode_clock_s) -> None:
+        """``m`` steps ran, writing ``tokens`` tokens of KV; the decoders emitted at the
+        step ends of ``decode_clock_s`` (:meth:`DecodeSet.advance`; None: no decode in
+        them): the decode set's bookkeeping, then its finishes, in (epoch, admission)
+        order."""
         self.steps += m
         self.slot_steps_held += len(self.running) * m
         self.kv_tokens += tokens
-
-    def _advance_decoders(self, ends_s) -> None:
-        """Decode steps that ended at ``ends_s``: the decode set's bookkeeping, then the
-        finishes, in (epoch, admission) order."""
-        leavers = self.decoders.advance(ends_s)
+        if decode_clock_s is None:
+            return
+        leavers = self.decoders.advance(decode_clock_s)
         if leavers:
-            now = float(ends_s[-1])
+            now = float(decode_clock_s[-1])
             for req in leavers:
                 self._finish(req, now)
 
@@ -543,14 +542,13 @@ class ContinuousScheduler(Scheduler):
         self._give_blocks(cycle * full + cycle[:taken[rem - 1]] if rem else cycle * full)
         return blocks
 
-    def commit_decode_run(self, ends_s) -> None:
-        """Complete planned decode steps that ended at ``ends_s`` (float64 array, m ≥ 1
-        non-decreasing times): the same bookkeeping as :meth:`complete` step by step, in
-        bulk."""
-        m, n = len(ends_s), self.decoders.size
-        self._count_steps(m, n * m)
+    def commit_decode_run(self, clock_s) -> None:
+        """Complete planned decode steps: ``clock_s`` (float64 array) holds the first
+        step's start, then every step's end. The same bookkeeping as :meth:`complete`
+        step by step, in bulk."""
+        m, n = len(clock_s) - 1, self.decoders.size
         self.slot_steps_useful += n * m
-        self._advance_decoders(ends_s)
+        self._steps_done(m, n * m, clock_s)
 
     # ------------------------------------------------------------ invariants
     def sync(self) -> None:

@@ -96,10 +96,20 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)
     console.print(summary_table(rows, spec.slo))
+    for label, names in _by_engine(results).items():
+        console.print(f"engine {label}: {', '.join(names)}")
     split = disagg_table(rows)
     if split is not None:
         console.print(split)
     console.print(f"report: {index}")
+
+
+def _by_engine(results) -> dict[str, list[str]]:
+    """Variant names by the engine preset they ran."""
+    out: dict[str, list[str]] = {}
+    for r in results:
+        out.setdefault(r.engine, []).append(r.variant)
+    return out
 
 
 def _traces(loaded):
@@ -118,7 +128,7 @@ def _traces(loaded):
 @_set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     from capsim.scenario.load import load
-    from capsim.scenario.resolve import pool_lines
+    from capsim.scenario.resolve import pool_lines, pool_log_lines
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
@@ -136,7 +146,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                        f"TP{eng.tensor_parallel_size}, {eng.scheduler}"
                        f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
                        f"max_num_batched_tokens {eng.max_num_batched_tokens}")
-            for line in pool.kv.log_lines(eng.max_model_len):
+            for line in pool_log_lines(pool):
                 click.echo(f"    {line}")
             max_len = eng.max_model_len
         trace = traces.get(rc.workload, rc.seed)

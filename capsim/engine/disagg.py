@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from capsim.scenario.resolve import Pool, RunConfig
+from capsim.scenario.resolve import Pool, RunConfig, pool_log_lines
 from capsim.engine.clock import Environment
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
@@ -396,8 +396,7 @@ class DisaggCluster:
                                       for p in pools) / gpus,
             "hbm_bandwidth_per_gpu_bytes_per_s": sum(p.hardware.hbm_bandwidth_bytes_per_s
                                                      * p.num_gpus for p in pools) / gpus,
-            "log": [f"{p.role}: {line}" for p in pools
-                    for line in p.kv.log_lines(p.engine.max_model_len)],
+            "log": [f"{p.role}: {line}" for p in pools for line in pool_log_lines(p)],
             "disagg": self._result(),
         })
 

@@ -37,6 +37,8 @@ DType = Literal["bf16", "fp16", "fp8", "int8"]
 _SOURCED_FIELDS = (
     "peak_flops_per_s",
     "hbm_bytes",
+    "memory_total_gib",
+    "num_sms",
     "hbm_bandwidth_bytes_per_s",
     "nvlink_bandwidth_bytes_per_s",
     "nvlink_latency_s",
@@ -172,13 +174,19 @@ class HardwareProfile(StrictModel):
     ``nvlink_bandwidth_bytes_per_s`` and ``nvlink_latency_s`` are both ``None``
     for a PCIe-only card; tensor-parallel traffic then goes over PCIe.
     ``hbm_bytes`` is the device memory (HBM or GDDR) as the datasheet's
-    "GB" read as GiB; each YAML says why.
+    "GB" read as GiB; each YAML says why. ``memory_total_gib`` is what the
+    engines see (``torch.cuda.mem_get_info`` total, e.g. 79.19 GiB on an H100 80GB:
+    the driver reserves the rest); KV sizing uses it, and ``hbm_bytes`` when it is
+    not given. ``num_sms``: streaming multiprocessors (vLLM sizes its sampler's
+    top-k/top-p scratch by them).
     """
 
     name: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
     peak_flops_per_s: dict[DType, float] = Field(min_length=1)
     hbm_bytes: Int = Field(gt=0)
+    memory_total_gib: float | None = Field(None, gt=0)
+    num_sms: Int | None = Field(None, gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
     nvlink_latency_s: float | None = Field(None, gt=0)
@@ -222,6 +230,13 @@ class HardwareProfile(StrictModel):
             raise ScenarioError(
                 f"hardware '{self.name}' has no {dtype!r} peak; valid: {valid}"
             ) from None
+
+    @property
+    def memory_total_bytes(self) -> int:
+        """Device memory the engines see, bytes (``memory_total_gib``, else ``hbm_bytes``)."""
+        if self.memory_total_gib is None:
+            return self.hbm_bytes
+        return int(self.memory_total_gib * 2**30)
 
     @property
     def has_nvlink(self) -> bool:

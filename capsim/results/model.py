@@ -216,6 +216,7 @@ class RunResult(_Result):
     timelines: list[ReplicaTimeline]
     log: list[str]                     # vLLM-style startup lines ("GPU KV cache size: ...")
     disagg: DisaggResult | None = None # prefill/decode disaggregation only
+    engine: str = ""                   # engine preset and version, e.g. "vllm-v1 (vLLM 0.19.0)"
 
 
 class SummaryRow(_Result):

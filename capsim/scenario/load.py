@@ -17,7 +17,7 @@ import yaml
 from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import describe_yaml_error, safe_load_unique
 from capsim.scenario.overrides import apply_override, set_dotted
-from capsim.scenario.resolve import RunConfig, resolve_variant
+from capsim.scenario.resolve import RunConfig, engine_label, resolve_variant
 from capsim.scenario.schema import Scenario, VariantSpec
 from capsim.scenario.slo import RequestSlo
 from capsim.scenario.validation import validate
@@ -113,7 +113,9 @@ def _class_slos(spec: Scenario, path: Path) -> dict[str, RequestSlo]:
 
 
 def dump_resolved(loaded: LoadedScenario, version: str, seed: int) -> str:
-    """scenario.resolved.yaml: the document as run, with the capsim version and seed."""
+    """scenario.resolved.yaml: the document as run, with the capsim version and seed, and
+    a comment naming each variant's engine preset and version. Loads as a scenario."""
     doc = {"capsim_version": version, **loaded.resolved, "seed": seed}
-    return yaml.safe_dump(doc, sort_keys=False)
+    header = "".join(f"# engine of {rc.variant}: {engine_label(rc)}\n" for rc in loaded.runs)
+    return header + yaml.safe_dump(doc, sort_keys=False)
 

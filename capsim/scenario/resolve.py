@@ -23,7 +23,9 @@ from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
 from capsim.cost.operators import check_tensor_parallel
 from capsim.cost.pricer import StepPricer
-from capsim.kv.capacity import KVCapacity, activation_reserve_bytes, kv_capacity
+from capsim.kv.capacity import KVCapacity, pool_from_terms
+from capsim.kv.memory import MemoryTerms, memory_terms
+from capsim.profiles.engines import EnginePreset, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import LinkProfile, resolve_link
 from capsim.profiles.models import ModelShape, load_model
@@ -48,6 +50,7 @@ class Pool:
     engine: EngineConfig
     kv: KVCapacity
     num_replicas: int
+    preset: EnginePreset
 
     @property
     def num_gpus(self) -> int:
@@ -135,31 +138,110 @@ class RunConfig:
 
 
 def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> RunConfig:
+    """Variant ``index`` of ``spec`` (``v``) as a RunConfig: model and GPU profile loaded
+    (with hardware overrides), the engine preset's defaults filled in, vLLM's rules
+    checked, the KV cache sized by the preset's memory rule.
+
+    Raises:
+        ScenarioError: naming the file and the YAML path of the offending field.
+    """
     where = f"variants.{index}" if spec.variants else ""
     if v.disaggregation is not None:
         return _resolve_disaggregated(spec, index, v, path)
     model = _named(load_model, v.model or spec.model, path, f"{where}.model" if v.model else "model")
     hw = _named(load_hardware, v.hardware or spec.hardware, path,
                 f"{where}.hardware" if v.hardware else "hardware")
-    engine = _merged(EngineConfig, spec.engine, v.engine, path, where, "engine")
+    hw = _overridden(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
+    engine, preset = _engine(spec.engine, v.engine, model, hw, path, where)
     cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
-    try:
-        engine = engine.resolved(model)
-    except ValueError as exc:
-        raise ScenarioError(str(exc), file=str(path),
-                            path=f"{where}.engine" if v.engine else "engine") from None
     if engine.dtype == "fp8":   # the chip must have FP8 tensor cores (datasheet)
         _named(hw.peak_flops, "fp8", path, f"{where}.engine.dtype" if where else "engine.dtype")
     _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
            f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
            else "engine.tensor_parallel_size")
-    memory_knobs = {"gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_gib"}
-    kv = _capacity(model, hw, engine, path,
+    memory_knobs = {"gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_gib",
+                    "mem_fraction_static", "free_gpu_memory_fraction", "cuda_memory_fraction"}
+    kv = _capacity(model, hw, engine, preset, path,
                    where if (memory_knobs & set(v.engine) or v.hardware or v.model) else "")
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
-                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas),),
+                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
                      router=cluster.router)
+
+
+def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, Any], path: Path,
+                where: str) -> HardwareProfile:
+    """``hw`` with the scenario's then the variant's ``hardware_overrides`` applied; the
+    profile's name says it was changed (``h100-sxm[memory_total_gib=93.1]``), so every
+    table and report shows it."""
+    changes = {**base, **variant}
+    if not changes:
+        return hw
+    for key in changes:
+        if key not in HardwareProfile.model_fields or key in ("name", "sources"):
+            valid = ", ".join(sorted(set(HardwareProfile.model_fields) - {"name", "sources"}))
+            at = f"{where}.hardware_overrides" if key in variant and where else "hardware_overrides"
+            raise ScenarioError(f"unknown hardware profile field '{key}'; valid: {valid}",
+                                file=str(path), path=f"{at}.{key}")
+    label = ",".join(f"{k}={v}" for k, v in changes.items())
+    data = {**hw.model_dump(), **changes, "name": f"{hw.name}[{label}]",
+            "sources": {**hw.sources, **{k: "scenario hardware_overrides" for k in changes}}}
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        at = f"{where}.hardware_overrides" if where and variant else "hardware_overrides"
+        raise one_line_error(exc, HardwareProfile, path, at) from None
+
+
+def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw: HardwareProfile,
+            path: Path, where: str) -> tuple[EngineConfig, EnginePreset]:
+    """The variant's engine knobs over the scenario's over the preset's defaults on ``hw``,
+    resolved (:meth:`EngineConfig.resolved`), and the preset."""
+    user = {**base.model_dump(exclude_unset=True), **override}
+    name = user.get("preset", "vllm-v1")
+    at = f"{where}.engine" if where and "preset" in override else "engine"
+    preset = _named(load_engine_preset, name, path, f"{at}.preset")
+    knobs = {k: v for k, v in user.items() if k != "preset"}
+    defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
+    scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
+                       if k in EngineConfig.model_fields}
+    engine = _merged(EngineConfig, EngineConfig(), {**scheduler_knobs, **defaults, **user}, path,
+                     where, "engine", user_keys=set(override))
+    _check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    try:
+        engine = engine.resolved(model, set(knobs))
+    except ValueError as exc:
+        raise ScenarioError(str(exc), file=str(path),
+                            path=f"{where}.engine" if override else "engine") from None
+    return engine, preset
+
+
+#: Engine knobs that belong to one scheduling policy / memory rule.
+_POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativeness": "sglang",
+                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi"}
+
+
+def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[str], path: Path,
+                        where: str, variant_keys: set[str]) -> None:
+    """Engine-specific knobs only with their engine; contradictory combinations refused."""
+    def fail(key: str, message: str) -> None:
+        at = f"{where}.engine" if where and key in variant_keys else "engine"
+        raise ScenarioError(message, file=str(path), path=f"{at}.{key}")
+
+    fraction = preset.memory.fraction_knob
+    for knob in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction",
+                 "cuda_memory_fraction"):
+        if knob in user and knob != fraction:
+            fail(knob, f"{knob} is not a knob of engine preset '{preset.name}', which sizes its "
+                       f"KV cache with {fraction}")
+    for knob, policy in _POLICY_KNOBS.items():
+        if knob in user and engine.scheduler != policy:
+            fail(knob, f"{knob} belongs to the {policy} scheduler; this engine runs "
+                       f"scheduler: {engine.scheduler}")
+    if engine.scheduler in ("trtllm", "tgi") and engine.preemption_mode == "swap":
+        fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's whole KV "
+                                "at admission and never preempts; swap preemption contradicts "
+                                "it (valid: recompute)")
 
 
 def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Path) -> "RunConfig":
@@ -247,47 +329,66 @@ def _named(loader, name: str, path: Path, field: str):
 
 
 def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any], path: Path,
-            where: str, section: str):
+            where: str, section: str, user_keys: set[str] | None = None):
+    """``override`` over the fields ``base`` set, validated; errors point at the variant's
+    field when it gave it (``user_keys``, default: ``override``'s keys), else the scenario's."""
     data = {**base.model_dump(exclude_unset=True), **override}
+    variant_keys = set(override) if user_keys is None else user_keys
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         field = str(first["loc"][0]) if first["loc"] else ""
-        prefix = f"{where}.{section}" if where and field in override else section
+        prefix = f"{where}.{section}" if where and field in variant_keys else section
         raise one_line_error(exc, model, path, prefix) from None
 
 
-def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path: Path,
-              where: str) -> KVCapacity:
+def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, preset: EnginePreset,
+              path: Path, where: str) -> KVCapacity:
+    """The pool of one replica: the preset's memory rule on this GPU (:mod:`capsim.kv.memory`),
+    with the scenario's ``non_torch_memory_gib`` / ``cudagraph_memory_gib`` /
+    ``kv_cache_memory_gib`` in place of the rule's terms where given."""
+    rule, tp = preset.memory, engine.tensor_parallel_size
+    field = f"{where}.engine.{rule.fraction_knob}" if where else f"engine.{rule.fraction_knob}"
     try:
-        kv = kv_capacity(
-            hbm_bytes=hw.hbm_bytes,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            weight_bytes=model.weight_bytes(DTYPE_BYTES[engine.dtype]),
-            kv_bytes_per_token=kv_bytes_per_token(model, engine),
-            block_size=engine.block_size,
-            activation_reserve_bytes=activation_reserve_bytes(
-                model.hidden_size, model.intermediate_size, model.vocab_size,
-                engine.max_num_batched_tokens, engine.tensor_parallel_size),
-            non_torch_bytes=int(engine.non_torch_memory_gib * GIB) * engine.tensor_parallel_size,
-            cudagraph_bytes=int(engine.cudagraph_memory_gib * GIB) * engine.tensor_parallel_size,
-        )
+        terms = memory_terms(model, rule, total_bytes=hw.memory_total_bytes,
+                             fraction=getattr(engine, rule.fraction_knob), tp=tp,
+                             weight_bytes=DTYPE_BYTES[engine.dtype],
+                             max_num_seqs=engine.max_num_seqs,
+                             max_num_batched_tokens=engine.max_num_batched_tokens,
+                             num_sms=hw.num_sms or 0)
+        terms = _with_overrides(terms, engine)
+        kv = pool_from_terms(terms, tensor_parallel_size=tp,
+                             kv_bytes_per_token=kv_bytes_per_token(model, engine),
+                             block_size=engine.block_size)
     except ScenarioError as exc:
-        field = f"{where}.engine.gpu_memory_utilization" if where else "engine.gpu_memory_utilization"
         raise exc.with_context(file=str(path), path=field) from None
     if engine.kv_cache_memory_gib is None:
         return kv
-    kv_bytes = int(engine.kv_cache_memory_gib * GIB) * engine.tensor_parallel_size
-    if kv_bytes > kv.kv_cache_bytes:
+    kv_bytes = int(engine.kv_cache_memory_gib * GIB)
+    if kv_bytes > terms.available_kv_bytes:
         raise ScenarioError(
             f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
-            f"{kv.kv_cache_bytes / GIB / engine.tensor_parallel_size:.2f} GiB left after weights "
-            "and activations", file=str(path),
+            f"{terms.available_kv_bytes / GIB:.2f} GiB left after weights and activations",
+            file=str(path),
             path=f"{where}.engine.kv_cache_memory_gib" if where else "engine.kv_cache_memory_gib")
-    return dataclasses.replace(kv, kv_cache_bytes=kv_bytes,
-                               num_gpu_blocks=kv_bytes // (engine.block_size * kv.kv_bytes_per_token))
+    return pool_from_terms(dataclasses.replace(terms, available_kv_bytes=kv_bytes),
+                           tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
+                           block_size=engine.block_size)
+
+
+def _with_overrides(terms: MemoryTerms, engine: EngineConfig) -> MemoryTerms:
+    """``terms`` with the scenario's non-torch / CUDA-graph memory per GPU where it gives them."""
+    changes = {}
+    if engine.non_torch_memory_gib is not None:
+        changes["non_torch_bytes"] = int(engine.non_torch_memory_gib * GIB)
+    if engine.cudagraph_memory_gib is not None:
+        changes["cudagraph_bytes"] = int(engine.cudagraph_memory_gib * GIB)
+    if not changes:
+        return terms
+    new = dataclasses.replace(terms, **changes)
+    freed = terms.non_torch_bytes + terms.cudagraph_bytes - new.non_torch_bytes - new.cudagraph_bytes
+    return dataclasses.replace(new, available_kv_bytes=terms.available_kv_bytes + freed)
 
 
 def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
@@ -302,13 +403,27 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
     return per_token * tp // heads if tp > heads else per_token
 
 
+def pool_log_lines(pool: Pool) -> list[str]:
+    """A pool's start-up lines as its engine logs them (per GPU): the preset, weights,
+    the memory profile, the available KV memory, the KV cache size and concurrency."""
+    return [f"engine {pool.preset.label}", *pool.kv.memory.log_lines(),
+            *pool.kv.log_lines(pool.engine.max_model_len)]
+
+
+def engine_label(run: RunConfig) -> str:
+    """The engine preset(s) of a variant, e.g. ``vllm-v1 (vLLM 0.19.0)``; a split whose
+    pools run different presets names both."""
+    labels = list(dict.fromkeys(p.preset.label for p in run.pools))
+    return labels[0] if len(labels) == 1 else \
+        ", ".join(f"{p.role} {p.preset.label}" for p in run.pools)
+
+
 def kv_log_lines(run: RunConfig) -> list[str]:
-    """vLLM's KV start-up lines of a variant; one set per pool (prefixed) when disaggregated."""
+    """A variant's start-up lines (:func:`pool_log_lines`); one set per pool (prefixed)
+    when disaggregated."""
     if not run.disaggregated:
-        pool = run.pool()
-        return pool.kv.log_lines(pool.engine.max_model_len)
-    return [f"{p.role}: {line}" for p in run.pools
-            for line in p.kv.log_lines(p.engine.max_model_len)]
+        return pool_log_lines(run.pool())
+    return [f"{p.role}: {line}" for p in run.pools for line in pool_log_lines(p)]
 
 
 def pool_lines(run: RunConfig) -> list[str]:
@@ -324,5 +439,5 @@ def pool_lines(run: RunConfig) -> list[str]:
                    f"TP{eng.tensor_parallel_size}, {'chunked' if eng.chunked else 'unchunked'}, "
                    f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
                    f"{eng.max_num_batched_tokens}")
-        out += [f"    {line}" for line in pool.kv.log_lines(eng.max_model_len)]
+        out += [f"    {line}" for line in pool_log_lines(pool)]
     return out

@@ -26,14 +26,25 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 
 
 class EngineConfig(StrictModel):
-    """One engine replica's knobs, named as vLLM names them (vllm/config/scheduler.py, cache.py).
+    """One engine replica's knobs, named as vLLM names them (vllm/config/scheduler.py,
+    cache.py); other engines' own knobs under their own names.
 
-    ``max_num_batched_tokens`` defaults like vLLM: 8192 with chunked prefill
-    (v1 online-serving default), else max(max_model_len, 2048) (v0, where a
-    whole prompt must fit one step).
+    ``preset`` names the engine (``capsim/profiles/data/engines/NAME.yaml``, default
+    ``vllm-v1``): it fills every knob the scenario leaves unset, on the scenario's GPU
+    (:meth:`capsim.profiles.engines.EnginePreset.defaults_for`), and says how the engine
+    sizes its KV cache. Without a preset value either, a knob takes the default below;
+    ``max_num_batched_tokens`` then follows vLLM: 8192 with chunked prefill, else
+    max(max_model_len, 2048). Engine-specific knobs:
+
+    - memory fraction: ``gpu_memory_utilization`` (vLLM), ``mem_fraction_static``
+      (SGLang), ``free_gpu_memory_fraction`` (TensorRT-LLM), ``cuda_memory_fraction``
+      (TGI) — each valid only with its engine's preset;
+    - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness``
+      (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI).
     """
 
-    scheduler: Literal["static", "continuous"] = "continuous"
+    preset: str = Field(default="vllm-v1", min_length=1)
+    scheduler: Literal["static", "continuous", "trtllm", "sglang", "tgi"] = "continuous"
     enable_chunked_prefill: bool = True
     max_num_seqs: Int = Field(default=256, gt=0)
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)
@@ -41,21 +52,32 @@ class EngineConfig(StrictModel):
     tensor_parallel_size: Int = Field(default=1, gt=0)
     block_size: Int = Field(default=16, gt=0)
     enable_prefix_caching: bool = True        # vLLM v1 default
-    # Non-KV memory per GPU besides weights and activations (capsim.kv.capacity):
-    non_torch_memory_gib: float = Field(default=0.2, ge=0)   # CUDA context, cuBLAS, NCCL
-    cudagraph_memory_gib: float = Field(default=0.0, ge=0)   # graph pool (vLLM >= 0.11 subtracts it)
+    # Memory fractions, by engine (the preset's memory rule reads its own).
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    free_gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    cuda_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    # Non-KV memory per GPU; None: what the preset's memory rule says (capsim.kv.memory).
+    non_torch_memory_gib: float | None = Field(default=None, ge=0)   # NCCL, CUDA context
+    cudagraph_memory_gib: float | None = Field(default=None, ge=0)   # charged to the KV budget
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
     # PagedAttention paper (reserve max_model_len, or prompt + max_tokens, first fit).
     kv_allocator: Literal["paged", "contiguous_max_model_len", "contiguous_max_tokens"] = "paged"
-    # Fixed KV cache size per GPU instead of gpu_memory_utilization's leftover
+    # Fixed KV cache size per GPU instead of the memory fraction's leftover
     # (vLLM CacheConfig.kv_cache_memory_bytes); weights must still fit.
     kv_cache_memory_gib: float | None = Field(default=None, gt=0)
     swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
     host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
+    # TensorRT-LLM (scheduler: trtllm)
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
+    # SGLang (scheduler: sglang)
+    schedule_conservativeness: float | None = Field(default=None, gt=0)
+    # TGI (scheduler: tgi)
+    max_waiting_tokens: Int | None = Field(default=None, gt=0)
+    waiting_served_ratio: float | None = Field(default=None, ge=0)
 
     @field_validator("block_size")
     @classmethod
@@ -76,14 +98,23 @@ class EngineConfig(StrictModel):
 
     @property
     def kv_dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype]
+        """Bytes per KV element: ``auto`` keeps the model's 16-bit dtype even with fp8
+        weights (vLLM ``CacheConfig.cache_dtype`` "auto" = the model dtype, not the
+        quantization)."""
+        return 2 if self.kv_cache_dtype == "auto" else DTYPE_BYTES[self.kv_cache_dtype]
 
     @property
     def chunked(self) -> bool:
-        return self.scheduler == "continuous" and self.enable_chunked_prefill
+        """Prompts may be split over steps (vLLM's and SGLang's chunked prefill)."""
+        return self.scheduler in ("continuous", "sglang", "trtllm") and self.enable_chunked_prefill
 
-    def resolved(self, model: ModelShape) -> "EngineConfig":
+    def resolved(self, model: ModelShape, user_set: set[str] = frozenset()) -> "EngineConfig":
         """Fill model-dependent defaults and check the cross-field rules vLLM enforces.
+
+        ``user_set``: the knobs the scenario gave (not the preset). As vLLM 0.19's
+        ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``: a default
+        token budget without chunked prefill is raised to max_model_len and capped at
+        max_num_seqs × max_model_len; a default max_num_seqs is capped at the budget.
 
         Raises ValueError (turned into a ScenarioError by the caller) when
         max_num_batched_tokens < max_num_seqs, or when an unchunked engine's
@@ -94,14 +125,22 @@ class EngineConfig(StrictModel):
             raise ValueError(f"max_model_len {max_len} exceeds the model's "
                              f"max_position_embeddings {model.max_position_embeddings}")
         budget = self.max_num_batched_tokens or (8192 if self.chunked else max(max_len, 2048))
-        if budget < self.max_num_seqs:
+        seqs = self.max_num_seqs
+        if "max_num_batched_tokens" not in user_set:
+            if not self.chunked:
+                budget = max(max_len, budget)
+            budget = min(seqs * max_len, budget)
+        if "max_num_seqs" not in user_set:
+            seqs = min(seqs, budget)
+        if budget < seqs:
             raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_num_seqs "
-                             f"({self.max_num_seqs})")
+                             f"({seqs})")
         if not self.chunked and budget < max_len:
             raise ValueError(f"max_num_batched_tokens ({budget}) is smaller than max_model_len "
                              f"({max_len}) without chunked prefill; raise it, lower "
                              "max_model_len or set enable_chunked_prefill: true")
-        return self.model_copy(update={"max_model_len": max_len, "max_num_batched_tokens": budget})
+        return self.model_copy(update={"max_model_len": max_len, "max_num_batched_tokens": budget,
+                                       "max_num_seqs": seqs})
 
 
 class ClusterConfig(StrictModel):
@@ -120,6 +159,9 @@ class VariantSpec(StrictModel):
     model: str | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     cluster: dict[str, Any] = Field(default_factory=dict)
+    # Fields of the hardware profile changed for this variant (over the scenario's),
+    # e.g. {memory_total_gib: 93.1} for an H100 NVL, without copying the profile.
+    hardware_overrides: dict[str, Any] = Field(default_factory=dict)
     disaggregation: DisaggregationConfig | None = None   # prefill/decode pools (scenario/disagg.py)
     # Any other scenario field for this variant only, as dotted paths (like --set),
     # e.g. {"workload.classes.0.shared_prefix.fraction": 0.5}. A variant that changes
@@ -136,6 +178,7 @@ class Scenario(StrictModel):
     seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
     model: str
     hardware: str
+    hardware_overrides: dict[str, Any] = Field(default_factory=dict)   # profile fields changed
     engine: EngineConfig = Field(default_factory=EngineConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig
@@ -143,6 +186,8 @@ class Scenario(StrictModel):
     variants: list[VariantSpec] = Field(default_factory=list)
     sweep: SweepGrid | None = None          # capsim sweep: dotted field → values (config_sweep)
     sizing: SizingConfig | None = None      # capsim size: load, options, search bound
+    # Written into scenario.resolved.yaml (the version that ran it); ignored when read.
+    capsim_version: str | None = None
 
     @field_validator("variants")
     @classmethod

@@ -16,7 +16,7 @@ import simpy
 
 from capsim.engine.clock import Environment
 
-from capsim.scenario.resolve import Pool, RunConfig
+from capsim.scenario.resolve import Pool, RunConfig, engine_label, pool_log_lines
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
@@ -191,7 +191,7 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
         timelines=[r.timeline.result() for r in replicas],
-        log=pool.kv.log_lines(pool.engine.max_model_len))
+        log=pool_log_lines(pool), engine=engine_label(run))
 
 
 def _scheduler_label(pool: Pool) -> str:

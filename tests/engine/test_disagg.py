@@ -103,12 +103,14 @@ def test_seed_experiment_disaggregation_removes_the_prefill_stall(seed_runs):
 
 @pytest.fixture
 def backpressure_run(disagg_scenario, disagg, trace_of):
-    """``backpressure_run(decode_util)``: 60 requests (1,000-token prompts, 400-token
-    replies) within 0.12 s into one prefill replica whose KV holds ~50 prompts, and one
-    decode replica of ``decode_util``; returns (run, result)."""
-    def run_at(decode_util: float):
-        pools = disagg(prefill={"engine": {"gpu_memory_utilization": 0.215}},
-                       decode={"engine": {"gpu_memory_utilization": decode_util}})
+    """``backpressure_run(decode_kv_gib)``: 60 requests (1,000-token prompts, 400-token
+    replies) within 0.12 s into one prefill replica whose KV (1.7 GiB) holds ~13 prompts,
+    and one decode replica with ``decode_kv_gib`` of KV (None: what 0.9 of the GPU
+    leaves); returns (run, result)."""
+    def run_at(decode_kv_gib: float | None):
+        decode = {"kv_cache_memory_gib": decode_kv_gib} if decode_kv_gib else {}
+        pools = disagg(prefill={"engine": {"kv_cache_memory_gib": 1.7}},
+                       decode={"engine": decode})
         path = disagg_scenario([{"name": "bp", "disaggregation": pools}],
                                engine={"max_model_len": 4096, "max_num_batched_tokens": 4096})
         run = load(path).runs[0]
@@ -119,8 +121,8 @@ def backpressure_run(disagg_scenario, disagg, trace_of):
 
 def test_backpressure_throttles_the_prefill_pool_without_losing_or_duplicating(
         backpressure_run, disagg_scenario):
-    roomy_run, roomy = backpressure_run(0.9)
-    tight_run, tight = backpressure_run(0.2)
+    roomy_run, roomy = backpressure_run(None)
+    tight_run, tight = backpressure_run(0.5)
     blocks = tight_run.pool("decode").kv.num_gpu_blocks
     assert blocks * 16 < 3 * 1400                       # room for about two requests at once
     for result in (roomy, tight):

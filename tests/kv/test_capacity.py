@@ -1,4 +1,4 @@
-"""KV capacity sizing (vLLM v1 formula) and the analytic activation reserve.
+"""KV capacity arithmetic (vLLM v1 formula) from given memory terms.
 
 "seed 002" is ../shared/seeds/002_be97687ecafaf8fa.txt (Q6: contiguous slabs
 vs paged blocks). The Llama-3.1 shapes are from their Hugging Face
@@ -13,7 +13,7 @@ import math
 import pytest
 
 from capsim.common.errors import ScenarioError
-from capsim.kv import KVCapacity, activation_reserve_bytes, kv_capacity
+from capsim.kv import KVCapacity, kv_capacity
 
 KIB, GIB = 2**10, 2**30
 LLAMA_8B_PARAMS = 8_030_261_248
@@ -60,14 +60,11 @@ def test_seed002_q6_paged_pool_same_50_gb():
 
 def test_llama_8b_on_h100_80gb_util_0_9_by_hand():
     """vLLM-style num_gpu_blocks for Llama-3.1-8B, one 80 GB H100 (80e9 bytes,
-    the datasheet figure), gpu_memory_utilization 0.9, BF16, block 16,
-    max_num_batched_tokens 8192, max_num_seqs 256:
+    the datasheet figure), gpu_memory_utilization 0.9, BF16, block 16, with an
+    activation reserve of 838,860,800 bytes given:
 
       budget      = ceil(80e9 * 0.9)                      = 72,000,000,000
       weights     = 8,030,261,248 params * 2 B            = 16,060,522,496
-      activations = 8192 * (2*4096 + 3*14336) * 2         =    838,860,800
-        (forward peak; the sampler peak 8192*4096*2 + 256*128256*10
-         = 395,444,224 is smaller)
       available   = 72e9 - 16,060,522,496 - 838,860,800   = 55,100,616,704
       page        = 16 tokens * 131,072 B                 =      2,097,152
       num_blocks  = 55,100,616,704 // 2,097,152           =         26,274
@@ -75,8 +72,7 @@ def test_llama_8b_on_h100_80gb_util_0_9_by_hand():
       concurrency @ 8,192   = 26,274 / 512                =          51.32x
       concurrency @ 131,072 = 26,274 / 8,192              =           3.21x
     """
-    reserve = activation_reserve_bytes(4096, 14336, 128256, 8192, 1)
-    assert reserve == 838_860_800
+    reserve = 838_860_800
     cap = kv_capacity(hbm_bytes=80 * 10**9, tensor_parallel_size=1,
                       gpu_memory_utilization=0.9,
                       weight_bytes=LLAMA_8B_PARAMS * 2,
@@ -102,7 +98,7 @@ def test_tensor_parallel_matches_vllm_per_gpu_formula():
     (8) and weights split over 4 GPUs (gpu_worker.py, kv_cache_utils.py)."""
     tp, layers, kv_heads, head, block = 4, 80, 8, 128, 16
     weights = LLAMA_70B_PARAMS * 2
-    reserve = activation_reserve_bytes(8192, 28672, 128256, 8192, tp)
+    reserve = tp * 1_963_000_000               # activation peak per GPU, times TP
     cap = kv_capacity(hbm_bytes=80 * 10**9, tensor_parallel_size=tp,
                       gpu_memory_utilization=0.9, weight_bytes=weights,
                       kv_bytes_per_token=kv_bytes_per_token(layers, kv_heads, head),
@@ -161,24 +157,3 @@ def test_bad_utilisation_raises(util):
         kv_capacity(hbm_bytes=80 * 10**9, tensor_parallel_size=1,
                     gpu_memory_utilization=util, weight_bytes=0,
                     kv_bytes_per_token=1, block_size=16, activation_reserve_bytes=0)
-
-
-def test_activation_reserve_sampler_peak_dominates_small_batches():
-    """At 256 batched tokens the forward peak, 256 * 51200 * 2 = 26,214,400,
-    is below the sampler peak 256*4096*2 + 256*128256*(2+8) = 330,432,512."""
-    assert activation_reserve_bytes(4096, 14336, 128256, 256, 1) == 330_432_512
-
-
-def test_activation_reserve_scales_with_tensor_parallel():
-    """TP=2: per GPU the MLP shards, 8192 * (2*4096 + 3*7168) * 2 = 486,539,264,
-    still above the sampler's 395,444,224; two GPUs hold twice that."""
-    assert activation_reserve_bytes(4096, 14336, 128256, 8192, 2) == 2 * 486_539_264
-
-
-def test_activation_reserve_sampled_rows_capped_by_max_num_seqs():
-    """Sampled rows = min(max_num_seqs, max_num_batched_tokens), as vLLM's
-    profile run splits the dummy batch into that many requests."""
-    small = activation_reserve_bytes(4096, 14336, 128256, 512, 1, max_num_seqs=64)
-    big = activation_reserve_bytes(4096, 14336, 128256, 512, 1, max_num_seqs=1024)
-    assert small == 512 * 4096 * 2 + 64 * 128256 * 10 == 86_278_144 < big
-    assert big == 512 * 4096 * 2 + 512 * 128256 * 10   # rows = min(seqs, tokens)

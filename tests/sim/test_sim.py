@@ -122,7 +122,7 @@ def test_requests_too_long_are_rejected_and_counted(scenario, trace_of):
 
 def test_kv_pressure_preempts_and_still_conserves_everything(scenario, trace_of):
     """A tiny KV cache forces recompute preemptions; invariants (checked inside simulate) hold."""
-    path = scenario(engine={"max_model_len": 4096, "gpu_memory_utilization": 0.215})
+    path = scenario(engine={"max_model_len": 4096, "kv_cache_memory_gib": 1.7})
     run = load(path).runs[0]
     assert run.pool().kv.num_gpu_blocks * 16 < 40 * 1400 / 3     # far less than the 40 requests need
     rows = [(i * 0.01, 1000, 400) for i in range(40)]
@@ -145,7 +145,7 @@ def test_result_round_trips_through_json(scenario):
 
 
 def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(scenario, trace_of):
-    path = scenario(engine={"max_model_len": 8192, "gpu_memory_utilization": 0.2})
+    path = scenario(engine={"max_model_len": 8192, "kv_cache_memory_gib": 0.5})
     run = load(path).runs[0]
     big = run.pool().kv.num_gpu_blocks * run.pool().engine.block_size + 10
     result = simulate(run, trace_of([(0.0, min(big, 8000), 100)]))

@@ -26,8 +26,9 @@ def config_line(r: RunResult) -> str:
     pools = sorted({s.pool for s in r.replicas} - {"colocated"})
     pool = f", pools: {', '.join(pools)}" if pools else ""
     gpus = f"{r.num_gpus} GPU" + ("" if r.num_gpus == 1 else "s")
+    engine = f" · engine {r.engine}" if r.engine else ""
     return (f"{r.num_replicas} × {r.hardware}{tp} · {gpus} · ${r.price_per_hour_usd:,.2f}/h"
-            f" · model {r.model} · scheduler {r.scheduler}{pool}")
+            f" · model {r.model}{engine} · scheduler {r.scheduler}{pool}")
 
 
 def _cells(row: SummaryRow, cols: list[Column], slo: SloConfig) -> list[dict]:

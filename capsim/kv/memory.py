@@ -1,0 +1,190 @@
+"""A replica's GPU memory at start-up, term by term, as each engine profiles it.
+
+Every term is per GPU (all GPUs of a tensor-parallel group are alike) and in bytes;
+:class:`MemoryTerms` holds them the way vLLM logs them. :func:`memory_terms` applies
+an engine's :class:`~capsim.profiles.engines.MemoryRule`:
+
+- **weights** (:func:`weight_bytes_per_gpu`): every tensor on the GPU that holds it.
+  Linear layers are sharded over TP in the weight dtype, with fp32 per-output-channel
+  scales when quantized to fp8 (compressed-tensors FP8-dynamic, as vLLM loads it);
+  the embedding table and LM head (vocab-parallel) and the norms stay in the model's
+  16-bit dtype; vLLM also allocates the RoPE cos/sin cache
+  (``rotary_embedding/base.py``: max_position × rotary_dim in the model dtype).
+  Reproduces vLLM 0.19's "Model loading took" lines (measured cases
+  ``kv_vllm0190_h100_llama31_8b_tp1_bf16``: 14.99 GiB, ``…_tp2_bf16``: 7.51 GiB,
+  ``kv_vllm0190_h100_llama33_70b_fp8dyn_tp2``: 33.88 GiB).
+- **activation peak** (:func:`activation_peak_bytes`): the larger of the profile
+  run's forward pass and its dummy sampler (vLLM 0.19 ``gpu_model_runner.profile_run``
+  → ``_dummy_run(max_num_batched_tokens)`` + ``_dummy_sampler_run``: the sampler's
+  logits for ``min(max_num_seqs, max_num_batched_tokens)`` requests × the full
+  vocabulary dominate at vLLM's defaults), plus a constant.
+- **non-torch** memory charged to the budget (NCCL buffers at TP ≥ 2) and, for
+  engines that count it, the CUDA context.
+- **CUDA graphs**, inside the budget only where the engine version subtracts them.
+
+The available KV memory then becomes blocks of ``block_size`` tokens
+(``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks``: available // page // layers).
+Constants come from the preset YAML, each with its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from capsim.common.errors import ScenarioError
+from capsim.profiles.engines import MemoryRule
+from capsim.profiles.models import ModelShape
+
+GIB = 2**30
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """One GPU of a replica at start-up, bytes (vLLM's log names in brackets).
+
+    Attributes:
+        total_bytes: torch-visible device memory [``total_memory``].
+        fraction: the engine's memory fraction (``gpu_memory_utilization``, …).
+        budget_bytes: what the rule divides among weights, activations and KV
+            [``worker requested memory``].
+        weight_bytes: [``Model loading took``].
+        activation_peak_bytes: [``torch peak memory increase``].
+        non_torch_bytes: non-torch memory charged to the budget
+            [``non-torch forward increase memory``].
+        cudagraph_bytes: CUDA-graph memory charged to the budget (0 when the
+            engine captures graphs after sizing the pool).
+        available_kv_bytes: [``Available KV cache memory``].
+    """
+
+    total_bytes: int
+    fraction: float
+    budget_bytes: int
+    weight_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    available_kv_bytes: int
+
+    @property
+    def non_kv_bytes(self) -> int:
+        """[``Total non KV cache memory``]: weights + activation peak + non-torch (+ graphs)."""
+        return (self.weight_bytes + self.activation_peak_bytes + self.non_torch_bytes
+                + self.cudagraph_bytes)
+
+    def gib(self) -> dict[str, float]:
+        """Every term in GiB, keyed by its attribute name without ``_bytes``."""
+        return {"total": self.total_bytes / GIB, "budget": self.budget_bytes / GIB,
+                "weights": self.weight_bytes / GIB,
+                "activation_peak": self.activation_peak_bytes / GIB,
+                "non_torch": self.non_torch_bytes / GIB, "cudagraph": self.cudagraph_bytes / GIB,
+                "available_kv": self.available_kv_bytes / GIB}
+
+    def log_lines(self) -> list[str]:
+        """The start-up lines vLLM prints for these terms (per GPU)."""
+        g = self.gib()
+        return [
+            f"Model loading took {g['weights']:.2f} GiB memory",
+            f"Total non KV cache memory: {self.non_kv_bytes / GIB:.2f}GiB; torch peak memory "
+            f"increase: {g['activation_peak']:.2f}GiB; non-torch forward increase memory: "
+            f"{g['non_torch']:.2f}GiB; weights memory: {g['weights']:.2f}GiB.",
+            f"Available KV cache memory: {g['available_kv']:.2f} GiB",
+        ]
+
+
+def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+                         rope_cache: bool = False) -> int:
+    """Bytes of weights on one GPU of a TP group (module docstring, "weights").
+
+    Args:
+        model: the shape.
+        tp: tensor-parallel degree (linears and the vocabulary are split by it; norms
+            and the RoPE cache are replicated).
+        weight_bytes: bytes per linear-layer weight (2: bf16/fp16; 1: fp8, which adds
+            fp32 per-output-channel scales).
+        rope_cache: add the RoPE cos/sin cache (vLLM).
+    """
+    h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    qkv_out = model.q_size + 2 * model.kv_size
+    linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
+              + model.mlp_params)
+    out = layers * linear * weight_bytes // tp
+    if model.attention_bias:
+        out += layers * qkv_out * act // tp
+    if weight_bytes < act:                      # per-output-channel scales of each linear
+        out += layers * (qkv_out + h + 3 * model.intermediate_size) * FP32_BYTES // tp
+    vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
+    out += vocab * act // tp
+    out += (layers * model.norm_params + h) * act
+    if rope_cache:
+        out += model.max_position_embeddings * model.head_dim * act
+    return out
+
+
+def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_seqs: int,
+                          max_num_batched_tokens: int, num_sms: int) -> int:
+    """The profile run's peak of torch memory above the weights, one GPU (bytes).
+
+    forward = T × (a × I / TP + b × h) with T = ``max_num_batched_tokens`` (gate_up,
+    activation and residual tensors of one layer; a, b from the rule); sampler = R × V
+    × s + S × V × 4 + T × h × 2 + 2 × R × h × 2 with R = min(max_num_seqs, T): the
+    logits (s bytes per element live at once: bf16 logits, an fp32 copy, fp32 probs
+    and the fp32 noise of random sampling make vLLM 0.19's 14), S rows of fp32 top-k /
+    top-p scratch and the hidden states. The sampler does not shrink with TP: logits
+    are all-gathered to the full vocabulary before sampling. Returns
+    max(forward, sampler) + the rule's constant.
+    """
+    t, h, v = max_num_batched_tokens, model.hidden_size, model.vocab_size
+    act = model.dtype_bytes
+    rows = min(max_num_seqs, t)
+    forward = t * (rule.forward_bytes_per_token_intermediate * model.intermediate_size / tp
+                   + rule.forward_bytes_per_token_hidden * h)
+    sampler = 0.0
+    if rule.sampler_bytes_per_logit:
+        scratch = num_sms if rule.sampler_scratch_rows == "num_sms" else rule.sampler_scratch_rows
+        sampler = (rows * v * rule.sampler_bytes_per_logit + scratch * v * FP32_BYTES
+                   + t * h * act + 2 * rows * h * act)
+    return int(max(forward, sampler) + rule.profile_constant_gib * GIB)
+
+
+def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fraction: float,
+                 tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
+                 num_sms: int) -> MemoryTerms:
+    """Apply ``rule`` to one GPU of a replica (module docstring; rules in
+    :class:`~capsim.profiles.engines.MemoryRule`).
+
+    Args:
+        model: the shape; total_bytes: torch-visible memory of one GPU;
+        fraction: the engine's memory fraction knob; tp: tensor-parallel degree;
+        weight_bytes: bytes per linear weight; max_num_seqs, max_num_batched_tokens:
+        the profile run's requests and tokens; num_sms: streaming multiprocessors
+        (sampler scratch rows).
+
+    Raises:
+        ScenarioError: the weights alone do not fit in the budget.
+    """
+    w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache)
+    a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms)
+    n = int(rule.non_torch_gib_at(tp) * GIB)
+    graphs = int(rule.cudagraph_gib_per_layer * GIB) * model.num_hidden_layers \
+        if rule.cudagraph_in_budget else 0
+    context = int(rule.context_gib * GIB)
+    if rule.rule == "sglang":                   # f × (free before weights) − weights
+        budget = int(fraction * (total_bytes - context))
+        a = n = graphs = 0                      # activations live outside the static fraction
+        available = budget - w
+    elif rule.rule in ("vllm_v1", "vllm_v0"):
+        budget = math.ceil(total_bytes * fraction) if rule.ceil_budget else int(total_bytes * fraction)
+        available = budget - w - a - n - graphs
+    else:                                       # trtllm, tgi: a fraction of what is free
+        budget = int(fraction * total_bytes)
+        available = int(rule.kv_fraction_of_free * (budget - w - a - n - context))
+    if w >= budget:
+        raise ScenarioError(
+            f"model weights {w / GIB:.2f} GiB per GPU do not fit in {fraction:g} × "
+            f"{total_bytes / GIB:.2f} GiB = {budget / GIB:.2f} GiB; raise the memory fraction "
+            "or tensor_parallel_size, or use a larger GPU")
+    return MemoryTerms(total_bytes=total_bytes, fraction=fraction, budget_bytes=budget,
+                       weight_bytes=w, activation_peak_bytes=a, non_torch_bytes=n,
+                       cudagraph_bytes=graphs, available_kv_bytes=available)

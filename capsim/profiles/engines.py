@@ -1,0 +1,209 @@
+"""Engine presets: what a serving engine does by default, as data with sources.
+
+One YAML file per engine (and version era) under ``capsim/profiles/data/engines/``:
+
+- ``defaults``: the engine's own defaults for capsim's engine knobs (vLLM names:
+  ``max_num_seqs``, ``max_num_batched_tokens``, ``enable_chunked_prefill``,
+  ``block_size``, ``enable_prefix_caching``, the memory fraction, ...). A scenario's
+  ``engine:`` section overrides any of them.
+- ``memory``: how the engine sizes its KV pool at start-up (:class:`MemoryRule`,
+  applied by :mod:`capsim.kv.memory`), with every constant's source.
+- ``scheduler``: the scheduling policy family (``engine.scheduler``) and its knobs,
+  named as the engine names them.
+- ``host_overhead``: reserved for the per-step host terms (filled by the timing work).
+
+A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
+
+Public API:
+    EnginePreset, MemoryRule
+    load_engine_preset(name_or_path) -> EnginePreset
+    engine_preset_names() -> list[str]
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import StrictModel
+from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
+
+_PACKAGE_DIR = ("data", "engines")
+
+#: The preset a scenario runs when it names none.
+DEFAULT_PRESET = "vllm-v1"
+
+#: Each memory rule and the engine knob that holds its memory fraction.
+FRACTION_KNOBS = {
+    "vllm_v1": "gpu_memory_utilization",
+    "vllm_v0": "gpu_memory_utilization",
+    "sglang": "mem_fraction_static",
+    "trtllm": "free_gpu_memory_fraction",
+    "tgi": "cuda_memory_fraction",
+}
+
+
+class MemoryRule(StrictModel):
+    """How an engine turns a GPU into a KV pool (:mod:`capsim.kv.memory` has the formulas).
+
+    Rules (per GPU; W weights, A the profile run's activation peak, N non-torch memory):
+
+    - ``vllm_v1`` (vLLM 0.10-0.19 ``gpu_worker.determine_available_memory``):
+      KV = ceil(total × gpu_memory_utilization) − W − A − N_increase(TP) [− graphs];
+    - ``vllm_v0`` (vLLM 0.5-0.6 ``worker.determine_num_available_blocks``):
+      KV = total × gpu_memory_utilization − W − A − N (``profiler`` says which N);
+    - ``sglang`` (``profile_max_num_token``): KV = f × (total − context) − W, f =
+      ``mem_fraction_static`` (activations and graphs live in the rest);
+    - ``trtllm`` (PyTorch backend ``KvCacheCreator``): KV = free_gpu_memory_fraction ×
+      (total − W − A − N);
+    - ``tgi`` (``flash_causal_lm.warmup``): KV = kv_fraction_of_free × (cuda_memory_fraction
+      × total − W − A − N).
+
+    The activation peak A is the larger of the profile run's forward pass over
+    ``max_num_batched_tokens`` tokens (``forward_bytes_per_token_*`` coefficients of
+    intermediate ÷ TP and hidden size) and its sampler over ``min(max_num_seqs,
+    max_num_batched_tokens)`` requests × vocabulary (``sampler_bytes_per_logit`` bytes
+    per element, plus ``sampler_scratch_rows`` fp32 rows of scratch, plus the hidden
+    states), plus ``profile_constant_gib``.
+    """
+
+    rule: Literal["vllm_v1", "vllm_v0", "sglang", "trtllm", "tgi"]
+    #: Tokens and requests of the profile run: ``max_num_batched_tokens`` /
+    #: ``max_num_seqs`` (vLLM), or the engine's own warm-up batch.
+    profile_tokens: Literal["max_num_batched_tokens"] = "max_num_batched_tokens"
+    forward_bytes_per_token_intermediate: float = Field(0.0, ge=0)
+    forward_bytes_per_token_hidden: float = Field(0.0, ge=0)
+    sampler_bytes_per_logit: float = Field(0.0, ge=0)
+    sampler_scratch_rows: Literal["num_sms"] | int = 0
+    profile_constant_gib: float = Field(0.0, ge=0)
+    #: Non-torch memory charged to the KV budget, GiB per GPU, by tensor-parallel degree:
+    #: the entry of the largest key <= TP applies.
+    non_torch_gib: dict[int, float] = Field(default_factory=lambda: {1: 0.0})
+    #: CUDA context and other memory present before the engine loads (not in the
+    #: budget of vllm_v1; subtracted by sglang's ``total − context``), GiB per GPU.
+    context_gib: float = Field(0.0, ge=0)
+    #: Weights include the RoPE cos/sin cache (vLLM ``rotary_embedding`` buffers).
+    rope_cache: bool = False
+    #: Round the budget up to a whole byte like vLLM 0.19's ``request_memory`` (ceil).
+    ceil_budget: bool = False
+    #: tgi: fraction of the free memory after warm-up that becomes KV.
+    kv_fraction_of_free: float = Field(1.0, gt=0, le=1)
+    #: Whether CUDA-graph memory is taken out of the KV budget (vLLM >= 0.21 estimates
+    #: and subtracts it; 0.19 captures graphs after sizing the pool).
+    cudagraph_in_budget: bool = False
+    cudagraph_gib_per_layer: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _non_torch_from_tp1(self) -> "MemoryRule":
+        if 1 not in self.non_torch_gib:
+            raise ValueError("non_torch_gib needs an entry for TP 1 (the smallest degree)")
+        return self
+
+    @property
+    def fraction_knob(self) -> str:
+        """The engine knob holding this rule's memory fraction (``gpu_memory_utilization`` …)."""
+        return FRACTION_KNOBS[self.rule]
+
+    def non_torch_gib_at(self, tp: int) -> float:
+        """Non-torch memory charged per GPU at tensor-parallel degree ``tp``."""
+        return self.non_torch_gib[max(k for k in self.non_torch_gib if k <= tp)]
+
+
+class Condition(StrictModel):
+    """When a conditional default applies (every given field must hold)."""
+
+    min_memory_total_gib: float | None = None
+    hardware_not_matching: str | None = None      # substring of the profile name
+    enable_chunked_prefill: bool | None = None
+
+    def holds(self, hardware_name: str, memory_total_gib: float, knobs: dict[str, Any]) -> bool:
+        if self.min_memory_total_gib is not None and memory_total_gib < self.min_memory_total_gib:
+            return False
+        if self.hardware_not_matching is not None and self.hardware_not_matching in hardware_name:
+            return False
+        return (self.enable_chunked_prefill is None
+                or knobs.get("enable_chunked_prefill") == self.enable_chunked_prefill)
+
+
+class ConditionalDefaults(StrictModel):
+    """Defaults that depend on the GPU or on another knob (vLLM's batch defaults by GPU)."""
+
+    when: Condition
+    set: dict[str, Any]
+
+
+class SchedulerPreset(StrictModel):
+    """The engine's scheduling policy family and its own knobs (engine spelling)."""
+
+    policy: Literal["continuous", "static", "trtllm", "sglang", "tgi"]
+    knobs: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnginePreset(StrictModel):
+    """One engine (and version era) as capsim models it."""
+
+    name: str = Field(min_length=1)
+    display_name: str = Field(min_length=1)
+    engine: Literal["vllm", "sglang", "tensorrt-llm", "tgi"]
+    version: str = Field(min_length=1)
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    conditional_defaults: list[ConditionalDefaults] = Field(default_factory=list)
+    memory: MemoryRule
+    scheduler: SchedulerPreset
+    host_overhead: dict[str, Any] | None = None
+    sources: dict[str, str] = Field(min_length=1)
+    notes: str = ""
+
+    def defaults_for(self, hardware_name: str, memory_total_gib: float,
+                     knobs: dict[str, Any]) -> dict[str, Any]:
+        """The engine knobs this preset sets on that GPU, given the ones the scenario set
+        (``knobs``; conditions on a knob see the scenario's value, else the default)."""
+        out = dict(self.defaults)
+        seen = {**out, **knobs}
+        for cond in self.conditional_defaults:
+            if cond.when.holds(hardware_name, memory_total_gib, seen):
+                out.update(cond.set)
+        return out
+
+    @property
+    def label(self) -> str:
+        """``vllm-v1 (vLLM 0.19.0)``: the name and the version it models."""
+        return f"{self.name} ({self.display_name} {self.version})"
+
+
+def _packaged_dir() -> Any:
+    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
+
+
+def engine_preset_names() -> list[str]:
+    """Names of the packaged engine presets, sorted."""
+    return sorted(entry.name[: -len(".yaml")] for entry in _packaged_dir().iterdir()
+                  if entry.name.endswith(".yaml"))
+
+
+def _parse(path: Path) -> EnginePreset:
+    try:
+        return EnginePreset.model_validate(read_yaml_mapping(path))
+    except ValidationError as exc:
+        raise scenario_error_from_validation(exc, str(path)) from None
+
+
+def load_engine_preset(name_or_path: str) -> EnginePreset:
+    """An engine preset by packaged name (``vllm-v1``) or from a ``.yaml`` file.
+
+    Raises:
+        ScenarioError: unknown name (the message lists the valid ones), or an
+            unreadable or invalid file (names the file and the field).
+    """
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")):
+        return _parse(Path(text))
+    names = engine_preset_names()
+    if text not in names:
+        raise ScenarioError(f"unknown engine preset {text!r}; valid: {', '.join(names)}")
+    with resources.as_file(_packaged_dir().joinpath(f"{text}.yaml")) as path:
+        return _parse(Path(path))

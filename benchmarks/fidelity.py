@@ -1,0 +1,638 @@
+"""Fidelity benchmark: capsim's predictions of 18 measured public cases, and the error.
+
+Usage (from the repository root, capsim importable):
+
+    python benchmarks/fidelity.py [--kind KIND] [--case ID] [--markdown] [--json PATH]
+
+The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
+never copied; without it the script exits 2). Each case has a row in :data:`ENTRIES`: its
+scenario file in ``benchmarks/fidelity/`` (named after the case id; the header says how the
+case was expressed and what was assumed) and a predictor that turns capsim's output into
+the case's measured quantities:
+
+- ``kv_capacity``: the resolved pool's memory terms (:func:`memory_terms`), read against
+  the engine's start-up log lines;
+- ``load_latency_throughput`` and the fixed-batch / first-token ``kernel_step_timing``
+  cases: the scenario's variants simulated, their summary row (all requests) read against
+  the published medians, means and throughputs (:data:`SUMMARY_FIELDS`);
+- Vidur's per-operator timings: the roofline's per-operator breakdown (:func:`vidur_linear_ops`).
+
+Inputs are each case's configuration only (flags, model, GPU, workload as published); a
+figure the engine logged or measured is never fed back as an input. Error % =
+(predicted - measured) / measured x 100, signed. The run is deterministic (every scenario
+has a seed) and prints one row per quantity (case, quantity, measured, predicted, error),
+then per kind the count, median and max |error| (and per kv_capacity quantity the median
+signed error), then what capsim cannot express, one line each. ``--markdown`` prints the
+summaries as GitHub markdown instead (per kind, per memory term, per case); ``--json PATH``
+also writes every quantity, the summaries and the gaps as JSON. Exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from capsim.cost.pricer import StepPricer
+from capsim.metrics.summary import summarize
+from capsim.results.model import SummaryRow
+from capsim.scenario.load import LoadedScenario, load
+from capsim.scenario.resolve import Pool
+from capsim.sim.simulate import simulate
+from capsim.workload import TraceCache
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES_YAML = ROOT.parent / "shared" / "reference" / "measured" / "cases.yaml"
+SCENARIOS = ROOT / "benchmarks" / "fidelity"
+KINDS = ("kv_capacity", "load_latency_throughput", "kernel_step_timing")
+GIB = 2**30
+NAN = float("nan")
+
+
+class Compared(NamedTuple):
+    """One measured quantity of a case and capsim's prediction of it (NaN: not predicted)."""
+
+    name: str
+    measured: float
+    predicted: float
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured configuration of a case.
+
+    Attributes:
+        variant: the scenario variant that expresses it.
+        fields: measured figures (a mapping out of the case's ``measured`` section).
+        label: prefix of its quantity names ("" when the names are unique without one).
+        only: compare only quantities whose name starts with one of these ("": all).
+    """
+
+    variant: str
+    fields: Mapping[str, Any]
+    label: str = ""
+    only: tuple[str, ...] = ()
+
+    def wants(self, quantity: str) -> bool:
+        return not self.only or quantity.startswith(self.only)
+
+    def name(self, quantity: str) -> str:
+        return f"{self.label} {quantity}".strip()
+
+
+Predictor = Callable[[dict, LoadedScenario], list[Compared]]
+
+
+# -- kv_capacity ------------------------------------------------------------------------
+
+
+def memory_terms(pool: Pool, max_model_len: int) -> dict[str, float]:
+    """capsim's start-up memory figures of one pool, per GPU; NaN where not modelled today.
+
+    The one place that reads capsim's memory model (switch it here to a new API). Keys:
+    ``total`` (device memory), ``requested`` (gpu_memory_utilization x total), ``weights``,
+    ``activation_peak``, ``non_torch``, ``cudagraph``, ``available_kv`` in GiB per GPU;
+    ``kv_blocks`` and ``kv_tokens`` of the pool (the whole TP group); ``max_concurrency``
+    (requests of ``max_model_len`` tokens the pool holds, x).
+    """
+    kv, tp = pool.kv, pool.engine.tensor_parallel_size
+    return {
+        "total": kv.total_memory_bytes / tp / GIB,
+        "requested": kv.budget_bytes / tp / GIB,
+        "weights": kv.weight_bytes / tp / GIB,
+        "activation_peak": kv.activation_reserve_bytes / tp / GIB,
+        # An input today (the engine knob capsim subtracts), not a modelled term.
+        "non_torch": pool.engine.non_torch_memory_gib,
+        # capsim does not size the CUDA-graph pool (its knob is an in-budget subtraction).
+        "cudagraph": NAN,
+        "available_kv": kv.kv_cache_bytes / tp / GIB,
+        "kv_blocks": kv.num_gpu_blocks,
+        "kv_tokens": kv.num_tokens,
+        "max_concurrency": kv.max_concurrency(max_model_len),
+    }
+
+
+#: Start-up log wording (vLLM V1 0.19, V0 0.6 one-line format, PR #10511's breakdown) →
+#: quantity; group 1 is the number. V0 printed "GB" for GiB (bytes / 2**30).
+LOG_PATTERNS = {
+    "total_gib": r"total_(?:gpu_)?memory[= ]([\d.]+) ?GiB",
+    "requested_gib": r"(?:worker requested memory: |can use )([\d.]+) ?GiB",
+    "weights_gib": r"(?:Model loading took |Loading model weights took |model weights take )"
+                   r"([\d.]+) ?Gi?B",
+    "torch_peak_gib": r"peak_torch_memory=([\d.]+) ?GiB",     # V0: weights + activations
+    "activation_peak_gib": r"(?:torch peak memory increase: |PyTorch activation peak memory )"
+                           r"([\d.]+) ?GiB",
+    "non_torch_gib": r"(?:non-torch forward increase memory: |non_torch_memory[= ])([\d.]+) ?GiB",
+    "cudagraph_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) ?GiB",
+    "available_kv_gib": r"(?:Available KV cache memory: |available_kv_cache_memory |kv_cache_size=)"
+                        r"([\d.]+) ?GiB",
+    "kv_cache_blocks": r"GPU blocks: (\d+)",
+    "kv_cache_tokens": r"(?:GPU KV cache size: |stored in KV cache \()([\d,]+)",
+}
+CONCURRENCY_LINE = r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
+
+#: Structured fields of cases.yaml (results_raw.csv rows, sweeps) → quantity.
+FIELD_QUANTITIES = {
+    "kv_cache_blocks": "kv_cache_blocks",
+    "gpu_kv_cache_tokens": "kv_cache_tokens",
+    "available_kv_gib": "available_kv_gib",
+    "weights_gib": "weights_gib",
+    "non_torch_forward_gib": "non_torch_gib",
+}
+
+#: Quantity → the memory_terms key that predicts it.
+TERMS = {
+    "total_gib": "total", "requested_gib": "requested", "weights_gib": "weights",
+    "activation_peak_gib": "activation_peak", "non_torch_gib": "non_torch",
+    "cudagraph_gib": "cudagraph", "available_kv_gib": "available_kv",
+    "kv_cache_blocks": "kv_blocks", "kv_cache_tokens": "kv_tokens",
+}
+
+#: vLLM V1's init snapshot is taken before the budget: its non-torch memory (CUDA context,
+#: NCCL) is not charged to the KV budget. Only its total_memory is read.
+INIT_SNAPSHOT = "log_worker_init"
+
+
+def measured_memory(fields: Mapping[str, Any], max_model_len: int) -> dict[str, float]:
+    """The start-up quantities stated in ``fields`` (log lines and structured numbers).
+
+    A quantity found in several fields keeps its first value. ``max_concurrency@L`` takes L
+    from its log line, else ``max_model_len`` (the point's configuration).
+    """
+    found: dict[str, float] = {}
+    for key, value in fields.items():
+        if key == "max_concurrency":                         # a structured row: "291.82x"
+            found.setdefault(f"max_concurrency@{max_model_len}", float(str(value).rstrip("x")))
+        elif isinstance(value, str):
+            for quantity, pattern in LOG_PATTERNS.items():
+                match = re.search(pattern, value)
+                if match and (key != INIT_SNAPSHOT or quantity == "total_gib"):
+                    found.setdefault(quantity, float(match.group(1).replace(",", "")))
+            match = re.search(CONCURRENCY_LINE, value)
+            if match:
+                found.setdefault(f"max_concurrency@{match.group(1).replace(',', '')}",
+                                 float(match.group(2)))
+        elif key in FIELD_QUANTITIES and isinstance(value, (int, float)):
+            found.setdefault(FIELD_QUANTITIES[key], float(value))
+    order = list(LOG_PATTERNS)          # memory terms first, then pool size, then concurrency
+    return dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order
+                       else len(order) + int(kv[0].split("@")[1])))
+
+
+def predicted_memory(quantity: str, pool: Pool, max_model_len: int) -> float:
+    """capsim's value of one start-up quantity (names as :func:`measured_memory`)."""
+    if quantity.startswith("max_concurrency@"):
+        return memory_terms(pool, int(quantity.split("@")[1]))["max_concurrency"]
+    terms = memory_terms(pool, max_model_len)
+    if quantity == "torch_peak_gib":                         # V0's peak includes the weights
+        return terms["weights"] + terms["activation_peak"]
+    return terms[TERMS[quantity]]
+
+
+def kv_capacity(points: Callable[[dict], list[Point]]) -> Predictor:
+    """Predictor of a start-up case: every quantity each point's fields state."""
+
+    def predict(case: dict, loaded: LoadedScenario) -> list[Compared]:
+        runs = {run.variant: run for run in loaded.runs}
+        out = []
+        for point in points(case["measured"]):
+            pool = runs[point.variant].pool()
+            max_len = pool.engine.max_model_len
+            for quantity, value in measured_memory(point.fields, max_len).items():
+                if point.wants(quantity):
+                    out.append(Compared(point.name(quantity), value,
+                                        float(predicted_memory(quantity, pool, max_len))))
+        return out
+
+    return predict
+
+
+# -- load_latency_throughput, fixed-batch and first-token timings ---------------------------
+
+SummaryField = str | Callable[[SummaryRow], float]
+
+#: Measured keys → the SummaryRow field (cls "all") that predicts them, or a function of it.
+SUMMARY_FIELDS: dict[str, SummaryField] = {
+    "median_e2e_latency_ms": "e2el_p50_ms",
+    "median_ttft_ms": "ttft_p50_ms",
+    "median_tpot_ms": "tpot_p50_ms",
+    "median_itl_ms": "itl_p50_ms",
+    "mean_ttft_ms": "ttft_mean_ms",
+    "mean_itl_ms": "itl_mean_ms",
+    "request_throughput_req_s": "request_throughput_per_s",
+    "tput_req_s": "request_throughput_per_s",
+    "output_token_throughput_tok_s": "output_throughput_tok_per_s",
+    "output_tput_tok_s": "output_throughput_tok_per_s",
+    "input_tput_tok_s": lambda r: r.total_throughput_tok_per_s - r.output_throughput_tok_per_s,
+    # NIM concurrency-1 rows (one request alone: its throughput = OSL / E2E).
+    "ttft_ms": "ttft_mean_ms",
+    "itl_ms": "itl_mean_ms",
+    "throughput_tokens_per_s": "output_throughput_tok_per_s",
+    # vLLM benchmark_latency: one batch, all of whose requests end at the same step.
+    "median_ms": "e2el_p50_ms",
+    # TensorRT-LLM first-token latency: one request with one output token.
+    "first_token_latency_ms": "ttft_p50_ms",
+}
+
+
+def summary_value(row: SummaryRow, how: SummaryField) -> float:
+    return float(how(row) if callable(how) else getattr(row, how))
+
+
+def serving(points: Callable[[dict], list[Point]],
+            derived: Mapping[str, SummaryField] | None = None) -> Predictor:
+    """Predictor of a simulated case: each point's variant is simulated once and its summary
+    row read through :data:`SUMMARY_FIELDS` (``derived`` overrides some keys for this case)."""
+    fields = {**SUMMARY_FIELDS, **(derived or {})}
+
+    def predict(case: dict, loaded: LoadedScenario) -> list[Compared]:
+        pts = points(case["measured"])
+        rows = summary_rows(loaded, [p.variant for p in pts])
+        return [Compared(p.name(key), float(value), summary_value(rows[p.variant], fields[key]))
+                for p in pts for key, value in p.fields.items() if key in fields and p.wants(key)]
+
+    return predict
+
+
+def summary_rows(loaded: LoadedScenario, variants: list[str]) -> dict[str, SummaryRow]:
+    """Simulate the named variants of ``loaded`` once each; their summary rows (all requests)."""
+    traces = TraceCache(loaded.base_dir, str(loaded.path))
+    rows = {}
+    for run in loaded.runs:
+        if run.variant in variants:
+            result = simulate(run, traces.get(run.workload, run.seed))
+            rows[run.variant] = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
+    return rows
+
+
+# -- kernel_step_timing: Vidur per-operator GEMMs -------------------------------------------
+
+#: Vidur mlp.csv operator → capsim's matmul of the same weights.
+VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj",
+             "mlp_up_proj": "gate_up_proj", "mlp_down_proj": "down_proj"}
+
+
+def vidur_linear_ops(case: dict, loaded: LoadedScenario) -> list[Compared]:
+    """Per-layer GEMM time vs tokens in the step (ms): capsim's roofline breakdown of a step of
+    N tokens, each matmul divided by its execution count (layers), against Vidur's medians."""
+    run = loaded.runs[0]
+    pricer: StepPricer = run.pool().pricer(run.model)
+    out = []
+    for row in case["measured"]["rows"]:
+        n = row["num_tokens"]
+        ops = {op.name: op.seconds / op.count * 1e3 for op in pricer.breakdown(prefill_tokens=n)}
+        out += [Compared(f"{vidur}_ms@{n}", row[vidur], ops[ours])
+                for vidur, ours in VIDUR_OPS.items()]
+    return out
+
+
+# -- the cases -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """How one measured case is predicted.
+
+    Attributes:
+        scenario: file in benchmarks/fidelity/ (None: the case cannot be expressed).
+        predict: (case, loaded scenario) → compared quantities.
+        not_expressed: (what, reason) for the parts of the case left out.
+    """
+
+    scenario: str | None
+    predict: Predictor | None
+    not_expressed: tuple[tuple[str, str], ...] = ()
+
+
+def _one(measured: dict) -> list[Point]:
+    """The whole case is one configuration, the scenario's only variant."""
+    return [Point("default", measured)]
+
+
+def _llama8b_tp1_sweep(m: dict) -> list[Point]:
+    """The log at max_model_len 8192, plus the concurrency lines of the max_model_len sweep."""
+    return [Point("max_model_len_8192", m)] + [
+        Point(f"max_model_len_{row['max_model_len']}", row, only=("max_concurrency",))
+        for row in m["max_model_len_sweep"] if row["max_model_len"] != 8192]
+
+
+def _qwen_rows(m: dict) -> list[Point]:
+    """The TP 1 log and the TP 2 / TP 4 / fp8-KV rows of results_raw.csv."""
+    return [Point("tp1", m, "tp1"), Point("tp2", m["tp2_same_source"], "tp2"),
+            Point("tp4", m["tp4_same_source"], "tp4"),
+            Point("kv_fp8", m["kv_fp8_same_source"], "kv_fp8")]
+
+
+def _labelled(keys: dict[str, str]) -> Callable[[dict], list[Point]]:
+    """One point per measured key: {measured key: variant (also the label)}."""
+    return lambda m: [Point(variant, {key: m[key]} if isinstance(m[key], str) else m[key], variant)
+                      for key, variant in keys.items()]
+
+
+def _rps_points(m: dict) -> list[Point]:
+    return [Point(key, m[key], key) for key in ("rps_4", "rps_8", "rps_inf")]
+
+
+def _nim_concurrency_1(m: dict) -> list[Point]:
+    """The concurrency-1 row of the ISL 5000 / OSL 500 table and of the ISL 500 / OSL 2000
+    excerpt (a quoted sentence: its three numbers are read out)."""
+    row = dict(zip(m["table_columns"], next(r for r in m["rows"] if r[0] == 1)))
+    numbers = re.search(r"concurrency 1: TTFT ([\d.]+) ms, ITL ([\d.]+) ms, throughput ([\d.]+)",
+                        m["isl500_osl2000_partial"]).groups()
+    partial = dict(zip(("ttft_ms", "itl_ms", "throughput_tokens_per_s"), map(float, numbers)))
+    return [Point("isl5000_osl500_c1", row, "isl5000/osl500 c=1"),
+            Point("isl500_osl2000_c1", partial, "isl500/osl2000 c=1")]
+
+
+def _trtllm_grid(m: dict) -> list[Point]:
+    return [Point(f"{gpu}-{isl_osl.replace('/', '-')}", {"output_tput_tok_s": tok_s},
+                  f"{gpu} {isl_osl}")
+            for gpu in ("h100", "h200") for isl_osl, tok_s in m[f"{gpu}_tp1_fp8"].items()]
+
+
+def _batch_latency(m: dict) -> list[Point]:
+    """The dense models' median latency (Mixtral is MoE: not expressible)."""
+    return [Point(v, {"median_ms": m[f"latency_{v}"]["median_ms"]}, v)
+            for v in ("llama8B_tp1", "llama70B_tp4")]
+
+
+def _first_token(m: dict) -> list[Point]:
+    """One point per table row; variant llama<size>_tp<N>_in<ISL> (e.g. llama7B_tp1_in128)."""
+    return [Point(v, {"first_token_latency_ms": row["ms"]}, v)
+            for row in m["first_token_latency_ms"]
+            for v in [f"llama{row['model'].split()[1]}_tp{row['tp']}_in{row['input_len']}"]]
+
+
+MOE = "MoE model shape refused (capsim: mixture-of-experts models are not supported)"
+CLOSED_LOOP = ("closed-loop fixed-concurrency load not supported: capsim's arrivals are "
+               "open-loop and its closed loop (conversation turns) grows every prompt")
+MULTI_STEP = ("not modelled: simulated single-step (prompts admitted at any step); the "
+              "streamed median ITL is compared as 10 x TPOT")
+NO_STD = "capsim's summary has means and percentiles, no standard deviation"
+UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
+                     "stated in the case")
+ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norms, RoPE, "
+               "SiLU-mul, adds); the case omits post_attention_layernorm, so no group sum")
+
+#: Case id → scenario file and predictor (the per-case glue).
+ENTRIES: dict[str, Entry] = {
+    "kv_vllm0190_h100_llama31_8b_tp1_bf16": Entry(
+        "kv_vllm0190_h100_llama31_8b_tp1_bf16.yaml", kv_capacity(_llama8b_tp1_sweep)),
+    "kv_vllm0190_h100_llama31_8b_tp2_bf16": Entry(
+        "kv_vllm0190_h100_llama31_8b_tp2_bf16.yaml", kv_capacity(_one)),
+    "kv_vllm0190_h100_llama31_8b_tp1_kvfp8": Entry(
+        "kv_vllm0190_h100_llama31_8b_tp1_kvfp8.yaml", kv_capacity(_one)),
+    "kv_vllm0190_h100_qwen25_7b_tp1_bf16": Entry(
+        "kv_vllm0190_h100_qwen25_7b_tp1_bf16.yaml", kv_capacity(_qwen_rows)),
+    "kv_vllm0190_h100_llama33_70b_fp8dyn_tp2": Entry(
+        "kv_vllm0190_h100_llama33_70b_fp8dyn_tp2.yaml", kv_capacity(_one)),
+    "kv_vllm_pr2031_a100_llama2_7b_tp1": Entry(
+        "kv_vllm_pr2031_a100_llama2_7b_tp1.yaml",
+        kv_capacity(_labelled({"gpu_blocks_current_main": "main_dec2023",
+                               "gpu_blocks_with_pr2031": "pr2031"}))),
+    "kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect": Entry(
+        "kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect.yaml",
+        kv_capacity(_labelled({"max_model_len_20000": "max_model_len_20000",
+                               "max_model_len_29000": "max_model_len_29000"}))),
+    "kv_vllm_pr10511_llama3_8b_memory_breakdown": Entry(
+        "kv_vllm_pr10511_llama3_8b_memory_breakdown.yaml",
+        kv_capacity(_labelled({"tp1": "tp1", "tp2": "tp2"}))),
+    "load_sglang030_a100_llama31_8b_sharegpt_rps4_rps8": Entry(
+        "load_sglang030_a100_llama31_8b_sharegpt_rps4_rps8.yaml", serving(_rps_points)),
+    "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10": Entry(
+        "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10.yaml",
+        # Tokens stream in bursts of --num-scheduler-steps 10: the median gap ~= 10 x TPOT.
+        serving(_rps_points, derived={"median_itl_ms": lambda r: 10 * r.tpot_p50_ms}),
+        (("multi-step scheduling (--num-scheduler-steps 10)", MULTI_STEP),)),
+    "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep": Entry(
+        "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep.yaml",
+        serving(_nim_concurrency_1),
+        (("concurrency 5-250 rows (ISL 5000 / OSL 500) and concurrency 5 (ISL 500 / OSL 2000)",
+          CLOSED_LOOP),)),
+    "load_vllm_nightly_a100_tgi21_llama3_8b_qps4_and_70b_tp4_qps2": Entry(
+        "load_vllm_nightly_a100_tgi21_llama3_8b_qps4_and_70b_tp4_qps2.yaml",
+        serving(_labelled({"tgi_llama8B_tp1_qps_4": "llama8B_tp1_qps_4",
+                           "tgi_llama70B_tp4_qps_2": "llama70B_tp4_qps_2"})),
+        (("std_ttft_ms, std_itl_ms", NO_STD),)),
+    "tput_trtllm_v10_h100_fp8_llama31_8b_isl_osl_grid": Entry(
+        "tput_trtllm_v10_h100_fp8_llama31_8b_isl_osl_grid.yaml", serving(_trtllm_grid)),
+    "step_vllm_perfbench_latency_bs8_in32_out128_a100": Entry(
+        "step_vllm_perfbench_latency_bs8_in32_out128_a100.yaml", serving(_batch_latency),
+        (("latency_mixtral8x7B_tp2", MOE),
+         ("throughput_tests_req_s", UNSTATED_WORKLOAD))),
+    "step_vllm_perfbench_latency_bs8_in32_out128_h100": Entry(
+        "step_vllm_perfbench_latency_bs8_in32_out128_h100.yaml", serving(_batch_latency),
+        (("latency_mixtral8x7B_tp2", MOE),)),
+    "step_trtllm_v05_first_token_latency_bs1_a100_fp16": Entry(
+        "step_trtllm_v05_first_token_latency_bs1_a100_fp16.yaml", serving(_first_token)),
+    "kernel_vidur_a100_llama2_7b_linear_ops_tp1": Entry(
+        "kernel_vidur_a100_llama2_7b_linear_ops_tp1.yaml", vidur_linear_ops,
+        (("mlp_act, input_layernorm, attn_rope, add, emb", ELEMENTWISE),)),
+    "kernel_vidur_h100_llama2_7b_linear_ops_tp1": Entry(
+        "kernel_vidur_h100_llama2_7b_linear_ops_tp1.yaml", vidur_linear_ops,
+        (("mlp_act, input_layernorm, attn_rope, add, emb", ELEMENTWISE),)),
+}
+
+
+# -- running and reporting ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One printed quantity."""
+
+    case: str
+    kind: str
+    quantity: str
+    measured: float
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        """(predicted - measured) / measured x 100; NaN when capsim has no prediction."""
+        return (self.predicted - self.measured) / self.measured * 100.0
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A case, or part of one, that capsim cannot express."""
+
+    case: str
+    what: str
+    reason: str
+
+
+def read_cases() -> list[dict]:
+    """The measured cases, or exit 2 with one line when the shared reference is absent."""
+    if not CASES_YAML.is_file():
+        print(f"error: {CASES_YAML} not found: the fidelity benchmark reads the measured cases "
+              "from ../shared/reference/measured/ next to this checkout", file=sys.stderr)
+        sys.exit(2)
+    return yaml.safe_load(CASES_YAML.read_text())
+
+
+def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
+    """Predict every case: its rows, and the parts no scenario expresses."""
+    rows: list[Row] = []
+    gaps: list[Gap] = []
+    for case in cases:
+        entry = ENTRIES.get(case["id"])
+        if entry is None:
+            gaps.append(Gap(case["id"], "whole case", "no entry in benchmarks/fidelity.py"))
+            continue
+        gaps += [Gap(case["id"], what, reason) for what, reason in entry.not_expressed]
+        if entry.scenario is None:
+            continue
+        loaded = load(SCENARIOS / entry.scenario)
+        rows += [Row(case["id"], case["kind"], *c) for c in entry.predict(case, loaded)]
+    return rows, gaps
+
+
+def fmt(x: float) -> str:
+    """A measured or predicted number: thousands separators for large integers."""
+    if math.isnan(x):
+        return "n/a"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}" if x == int(x) else f"{x:,.1f}"
+    return f"{x:.4g}"
+
+
+def fmt_err(row: Row) -> str:
+    return "n/a" if math.isnan(row.predicted) else f"{row.error_pct:+.1f}%"
+
+
+def error_stats(rows: list[Row]) -> dict[str, Any]:
+    """Over the predicted ``rows``: count, median |error| %, median signed error % (the bias),
+    max |error| % and the worst quantity; ``not_predicted`` counts the n/a ones."""
+    scored = [r for r in rows if not math.isnan(r.predicted)]
+    worst = max(scored, key=lambda r: abs(r.error_pct), default=None)
+    errors = [r.error_pct for r in scored]
+    return {
+        "quantities": len(scored), "not_predicted": len(rows) - len(scored),
+        "median_abs_err_pct": statistics.median(map(abs, errors)) if errors else NAN,
+        "median_err_pct": statistics.median(errors) if errors else NAN,
+        "max_abs_err_pct": abs(worst.error_pct) if worst else NAN,
+        "worst": f"{worst.case}: {worst.quantity}" if worst else "",
+    }
+
+
+def memory_term(row: Row) -> str:
+    """The start-up quantity of a kv_capacity row without its label and length
+    ("tp2 max_concurrency@8192" → "max_concurrency")."""
+    return row.quantity.split()[-1].split("@")[0]
+
+
+def summaries(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`error_stats` per kind, per kv_capacity quantity (memory term) and per case."""
+    kv_rows = [r for r in rows if r.kind == "kv_capacity"]
+    order = [*LOG_PATTERNS, "max_concurrency"]
+    terms = sorted(set(map(memory_term, kv_rows)), key=order.index)
+    return {
+        "kind": [{"kind": k, **error_stats([r for r in rows if r.kind == k])}
+                 for k in KINDS if any(r.kind == k for r in rows)],
+        "kv_term": [{"term": t, **error_stats([r for r in kv_rows if memory_term(r) == t])}
+                    for t in terms],
+        "case": [{"case": c, **error_stats([r for r in rows if r.case == c])}
+                 for c in dict.fromkeys(r.case for r in rows)],
+    }
+
+
+def print_rows(rows: list[Row]) -> None:
+    width = max((len(r.case) for r in rows), default=4)
+    qwidth = max((len(r.quantity) for r in rows), default=8)
+    print(f"{'case':<{width}}  {'quantity':<{qwidth}}  {'measured':>12}  {'predicted':>12}  "
+          f"{'error':>8}")
+    for r in rows:
+        print(f"{r.case:<{width}}  {r.quantity:<{qwidth}}  {fmt(r.measured):>12}  "
+              f"{fmt(r.predicted):>12}  {fmt_err(r):>8}")
+
+
+def print_summary(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> None:
+    print("\nper kind: |error| over the quantities capsim predicts")
+    for s in summary["kind"]:
+        print(f"  {s['kind']:<24} n={s['quantities']:<3} median {s['median_abs_err_pct']:5.1f}%  "
+              f"max {s['max_abs_err_pct']:6.1f}% ({s['worst']})"
+              + (f"  [{s['not_predicted']} n/a]" if s["not_predicted"] else ""))
+    if summary["kv_term"]:
+        print("\nkv_capacity per quantity: median signed error (bias), max |error|")
+        for s in summary["kv_term"]:
+            print(f"  {s['term']:<24} n={s['quantities']:<3} "
+                  + ("n/a (not modelled)" if not s["quantities"] else
+                     f"median {s['median_err_pct']:+6.1f}%  max {s['max_abs_err_pct']:5.1f}%"))
+    print("\nnot expressible in capsim today:")
+    for g in gaps:
+        print(f"  {g.case}: {g.what}: {g.reason}")
+
+
+def print_markdown(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> None:
+    def pct(x: float, signed: bool = False) -> str:
+        return "n/a" if math.isnan(x) else f"{x:+.1f} %" if signed else f"{x:.1f} %"
+
+    print("| kind | quantities | median \\|error\\| | max \\|error\\| | worst quantity |")
+    print("|---|---:|---:|---:|---|")
+    for s in summary["kind"]:
+        print(f"| `{s['kind']}` | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
+              f"{pct(s['max_abs_err_pct'])} | {s['worst']} |")
+    if summary["kv_term"]:
+        print("\n| kv_capacity quantity | n | median error (bias) | max \\|error\\| |")
+        print("|---|---:|---:|---:|")
+        for s in summary["kv_term"]:
+            print(f"| `{s['term']}` | {s['quantities']} | {pct(s['median_err_pct'], True)} | "
+                  f"{pct(s['max_abs_err_pct'])} |")
+    print("\n| case | quantities | median \\|error\\| | max \\|error\\| |")
+    print("|---|---:|---:|---:|")
+    for s in summary["case"]:
+        print(f"| `{s['case']}` | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
+              f"{pct(s['max_abs_err_pct'])} |")
+    print("\nNot expressible in capsim today:\n")
+    for g in gaps:
+        print(f"- `{g.case}` — {g.what}: {g.reason}")
+
+
+def finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with NaN (not predicted) as null, so the JSON is strict."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in record.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=KINDS, help="only the cases of this kind")
+    parser.add_argument("--case", metavar="ID", help="only this case id")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the summary as GitHub markdown (for the README) instead")
+    parser.add_argument("--json", metavar="PATH", type=Path,
+                        help="also write every quantity, the summaries and the gaps as JSON")
+    args = parser.parse_args()
+    cases = read_cases()
+    if args.case and args.case not in {c["id"] for c in cases}:
+        parser.error(f"no case {args.case!r} in {CASES_YAML}")
+    cases = [c for c in cases if (not args.kind or c["kind"] == args.kind)
+             and (not args.case or c["id"] == args.case)]
+    os.chdir(ROOT)          # scenarios name model / hardware files relative to the repo root
+    rows, gaps = evaluate(cases)
+    summary = summaries(rows)
+    if args.markdown:
+        print_markdown(summary, gaps)
+    else:
+        print_rows(rows)
+        print_summary(summary, gaps)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "quantities": [finite({**asdict(r), "error_pct": r.error_pct}) for r in rows],
+            "summary": {k: [finite(s) for s in v] for k, v in summary.items()},
+            "not_expressible": [asdict(g) for g in gaps],
+        }, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

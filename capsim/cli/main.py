@@ -162,18 +162,37 @@ def hardware() -> None:
     from capsim.profiles.hardware import list_hardware
 
     table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
-    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "HBM TB/s", "NVLink GB/s",
-                "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
+    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "seen GiB", "HBM TB/s",
+                "NVLink GB/s", "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for hw in list_hardware():
         fp8 = hw.peak_flops_per_s.get("fp8")
         table.add_row(hw.name, f"{hw.peak_flops_per_s['bf16'] / 1e12:,.0f}",
                       f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 2**30:,.0f}",
+                      f"{hw.memory_total_bytes / 2**30:,.2f}",
                       f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                       f"{(hw.nvlink_bandwidth_bytes_per_s or 0) / 1e9:,.0f}",
                       f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}",
                       f"{hw.efficiency.compute:.2f}", f"{hw.efficiency.memory:.2f}",
                       f"{hw.price_per_gpu_hour_usd:.2f}")
+    _console().print(table)
+
+
+@cli.command(help="List the engine presets: version, memory rule, scheduler and defaults.")
+def engines() -> None:
+    from capsim.profiles.engines import engine_preset_names, load_engine_preset
+
+    table = Table(title="Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)")
+    for col in ("name", "engine", "version", "memory rule", "scheduler", "defaults"):
+        table.add_column(col)
+    for name in engine_preset_names():
+        p = load_engine_preset(name)
+        defaults = ", ".join(f"{k} {v}" for k, v in p.defaults.items() if k != "scheduler")
+        for c in p.conditional_defaults:
+            when = ", ".join(f"{k} {v}" for k, v in c.when.model_dump(exclude_none=True).items())
+            defaults += f"; if {when}: " + ", ".join(f"{k} {v}" for k, v in c.set.items())
+        table.add_row(p.name, p.display_name, p.version,
+                      f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy, defaults)
     _console().print(table)
 
 

@@ -40,6 +40,20 @@ BAD = [
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
     ("seed", -1, "seed: Input should be greater than or equal to 0"),
     ("seed", True, "seed: Input should be a valid integer"),
+    # Engine presets and hardware overrides (issue "Fidelity I", bad input).
+    ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
+                                "tgi, trtllm, vllm-0.6, vllm-0.6.4, vllm-v1"),
+    ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
+    ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
+                                        "a knob of engine preset 'vllm-v1'"),
+    ("engine.max_waiting_tokens", 10, "engine.max_waiting_tokens: max_waiting_tokens belongs to "
+                                      "the tgi scheduler"),
+    ("engine", {"preset": "trtllm", "preemption_mode": "swap"},
+     "engine.preemption_mode: scheduler trtllm reserves each request's whole KV"),
+    ("hardware_overrides", {"hbm_gb": 94}, "hardware_overrides.hbm_gb: unknown hardware profile "
+                                           "field 'hbm_gb'; valid: "),
+    ("variants.1.hardware_overrides", {"memory_total_gib": -3},
+     "variants.1.hardware_overrides.memory_total_gib: "),
 ]
 
 
@@ -54,6 +68,17 @@ def test_bad_field_is_one_line_naming_file_and_path(tmp_path, run_cli, write_sce
     assert expected in err
     assert "Traceback" not in err
     assert not out_dir.exists()
+
+
+def test_hardware_override_is_applied_and_named(tmp_path, run_cli, write_scenario):
+    """An H100 NVL's 94 GB without a new profile: the pool grows, the hardware says so."""
+    doc = with_(GOOD, "variants.1.hardware_overrides", {"memory_total_gib": 93.1})
+    code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 0
+    assert "b: 1 × h100-sxm[memory_total_gib=93.1] TP1" in out
+    stock, nvl = [int(line.split()[4].replace(",", "")) for line in out.splitlines()
+                  if "GPU KV cache size" in line]
+    assert nvl > stock
 
 
 def test_missing_field_and_weights_that_do_not_fit(tmp_path, run_cli, write_scenario):

@@ -78,7 +78,7 @@ class Replica:
         self.pricer = pricer
         self.alloc = make_kv(pool.engine, pool.kv.num_gpu_blocks)
         self.scheduler = make_scheduler(pool.engine, self.alloc, pool.kv.kv_bytes_per_token,
-                                        num_classes, itl, pool.role)
+                                        num_classes, itl, pool.role, pool.preset.scheduler.knobs)
         self.runner = DecodeRunner(self)
         self.timeline = TimelineRecorder(index, pool.role, timeline_bin_s)
         self.on_finish = on_finish

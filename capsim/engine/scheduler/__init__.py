@@ -3,7 +3,11 @@
 - ``continuous`` (:mod:`.continuous`): iteration-level batching, chunked
   (Sarathi-Serve / vLLM v1) or not (Orca / vLLM v0); over a contiguous KV layout
   :mod:`.contiguous` is its pre-paging baseline;
-- ``static`` (:mod:`.static`): run-to-completion batches.
+- ``static`` (:mod:`.static`): run-to-completion batches;
+- ``trtllm`` (:mod:`.trtllm`): TensorRT-LLM's in-flight batching, GUARANTEED_NO_EVICT
+  (default) or MAX_UTILIZATION (``capacity_scheduler_policy``);
+- ``sglang`` (:mod:`.sglang`): SGLang's prefill-first scheduler and its admission budget;
+- ``tgi`` (:mod:`.tgi`): TGI 2.1's router-v3 batching.
 
 :func:`make_scheduler` builds the one an engine names; :data:`POLICIES` maps
 ``engine.scheduler`` values to classes.
@@ -15,7 +19,10 @@ from capsim.engine.recorder import ItlRecorder
 from capsim.engine.scheduler.base import Scheduler
 from capsim.engine.scheduler.contiguous import ContiguousScheduler
 from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.scheduler.sglang import SglangScheduler
 from capsim.engine.scheduler.static import StaticScheduler
+from capsim.engine.scheduler.tgi import TgiScheduler
+from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
 from capsim.scenario.schema import EngineConfig
@@ -24,7 +31,14 @@ GIB = 2**30
 
 #: ``engine.scheduler`` → policy class.
 POLICIES: dict[str, type[Scheduler]] = {"continuous": ContinuousScheduler,
-                                        "static": StaticScheduler}
+                                        "static": StaticScheduler,
+                                        "trtllm": TrtllmScheduler,
+                                        "sglang": SglangScheduler,
+                                        "tgi": TgiScheduler}
+
+#: SGLang's constants, read from the preset's ``scheduler.knobs``.
+SGLANG_KNOBS = ("init_new_token_ratio", "min_new_token_ratio_factor",
+                "new_token_ratio_decay_steps", "retract_decode_steps", "clip_max_new_tokens")
 
 
 def make_kv(eng: EngineConfig, num_gpu_blocks: int) -> BlockAllocator | ContiguousAllocator:
@@ -39,12 +53,15 @@ def make_kv(eng: EngineConfig, num_gpu_blocks: int) -> BlockAllocator | Contiguo
 
 def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocator,
                    kv_bytes_per_token: int, num_classes: int, itl: ItlRecorder,
-                   role: str = "colocated") -> Scheduler:
-    """The scheduler ``eng.scheduler`` names, for one replica in ``role``.
+                   role: str = "colocated", knobs: dict | None = None) -> Scheduler:
+    """The scheduler ``eng.scheduler`` names, for one replica in ``role``; ``knobs``: the
+    engine preset's ``scheduler.knobs`` (SGLang's constants).
 
     Raises:
-        ValueError: static batching in a disaggregated pool (the scenario's
-            resolution refuses it first, with the YAML path).
+        ValueError: static batching or an engine's own policy in a disaggregated pool
+            (the scenario's resolution refuses them first, with the YAML path); an
+            engine's own policy over a contiguous KV layout or with swap preemption; a
+            knob the policy needs that neither the engine config nor ``knobs`` gives.
     """
     policy = POLICIES[eng.scheduler]
     if policy is StaticScheduler:
@@ -55,6 +72,8 @@ def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocato
     common = dict(max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
                   chunked=eng.chunked, allocator=alloc, num_classes=num_classes, itl=itl,
                   role=role)
+    if policy is not ContinuousScheduler:
+        return _engine_policy(eng, common, knobs or {})
     if eng.kv_allocator != "paged":
         return ContiguousScheduler(reserve=eng.kv_allocator.removeprefix("contiguous_"),
                                    max_model_len=eng.max_model_len, **common)
@@ -63,5 +82,36 @@ def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocato
     return policy(**common, swap_space_bytes=swap, kv_bytes_per_token=kv_bytes_per_token)
 
 
+def _engine_policy(eng: EngineConfig, common: dict, knobs: dict) -> Scheduler:
+    """TensorRT-LLM's, SGLang's or TGI's policy, its knobs from ``eng`` or the preset."""
+    name = eng.scheduler
+    if common["role"] != "colocated":
+        raise ValueError(f"scheduler {name} runs co-located replicas only")
+    if eng.kv_allocator != "paged" or eng.preemption_mode != "recompute":
+        raise ValueError(f"scheduler {name} runs on the paged KV allocator with recompute "
+                         "preemption only")
+
+    def knob(key: str):
+        value = getattr(eng, key, None)
+        if value is None:
+            value = knobs.get(key)
+        if value is None:
+            raise ValueError(f"scheduler {name} needs {key} (engine knob or the preset's "
+                             "scheduler.knobs)")
+        return value
+
+    if name == "trtllm":
+        policy = eng.capacity_scheduler_policy or knobs.get("capacity_scheduler_policy",
+                                                            "GUARANTEED_NO_EVICT")
+        cls = TrtllmMaxUtilizationScheduler if policy == "MAX_UTILIZATION" else TrtllmScheduler
+        return cls(**common)
+    if name == "tgi":
+        return TgiScheduler(max_waiting_tokens=knob("max_waiting_tokens"),
+                            waiting_served_ratio=knob("waiting_served_ratio"), **common)
+    return SglangScheduler(schedule_conservativeness=knob("schedule_conservativeness"),
+                           **{k: knob(k) for k in SGLANG_KNOBS}, **common)
+
+
 __all__ = ["POLICIES", "ContiguousScheduler", "ContinuousScheduler", "Scheduler",
-           "StaticScheduler", "make_kv", "make_scheduler"]
+           "SglangScheduler", "StaticScheduler", "TgiScheduler", "TrtllmMaxUtilizationScheduler",
+           "TrtllmScheduler", "make_kv", "make_scheduler"]

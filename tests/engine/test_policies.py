@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from capsim.engine.recorder import ItlRecorder
+from capsim.engine.scheduler import make_kv, make_scheduler
 from capsim.engine.request import RUNNING, WAITING, Request
 from capsim.engine.scheduler.sglang import SglangScheduler
 from capsim.engine.scheduler.tgi import TgiScheduler
@@ -120,6 +121,27 @@ def test_trtllm_max_utilization_pauses_the_newest_and_recomputes_it():
     assert len(a.blocks) == 4 and alloc.num_used_blocks == 4
     # b must recompute 32 + 17 = 49 tokens (4 blocks); only 2 are free: it waits.
     assert batch(step(sched, 18.0)) == ([], 1)
+
+
+def test_trtllm_parallel_samples_reserve_their_own_output_blocks_up_front():
+    """n = 3 samples of a 40-token prompt with 20 output tokens: the prompt's 2 full blocks
+    are shared, each sample reserves the other 2 of its 4 (60 tokens): 8 blocks at
+    admission, none taken later, all returned at the end."""
+    sched, alloc, _ = make(TrtllmScheduler)
+    req = Request(0, 0, 0.0, 40, 20, n=3)
+    sched.add(req)
+    step(sched, 0.0)
+    assert alloc.num_used_blocks == 8 and sched.num_running == 3
+    samples = list(sched.running.values())
+    assert all(s.blocks[:2] == req.blocks[:2] for s in samples)
+    assert len({b for s in samples for b in s.blocks[2:]}) == 6
+    t = 1.0
+    while sched.running:
+        step(sched, t)
+        assert alloc.num_used_blocks in (8, 0)
+        t += 1
+    assert sched.finished == [req] and alloc.num_used_blocks == 0
+    alloc.check_all_free()
 
 
 # ------------------------------------------------------------------------- SGLang
@@ -290,6 +312,41 @@ def test_tgi_reserves_prompt_plus_output_minus_one_and_never_preempts():
         t += 1
     assert b.state == c.state == WAITING and sched.preemptions == 0
     assert batch(step(sched, t)) == ([(1, 50), (2, 10)], 0)
+
+
+def test_make_scheduler_takes_each_presets_policy_and_knobs(write_scenario, tmp_path):
+    """The factory builds the preset's policy with the engine knobs and the preset's
+    scheduler.knobs (SGLang's constants); MAX_UTILIZATION picks its own class; an engine's
+    policy over a contiguous KV layout is refused."""
+    doc = {"name": "f", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+           "engine": {"max_model_len": 4096},
+           "workload": {"num_requests": 1, "arrival": {"process": "poisson", "rate_per_s": 1},
+                        "classes": [{"name": "c", "weight": 1,
+                                     "prompt_tokens": {"dist": "fixed", "value": 10},
+                                     "output_tokens": {"dist": "fixed", "value": 10}}]},
+           "variants": [{"name": "t", "engine": {"preset": "trtllm"}},
+                        {"name": "m", "engine": {"preset": "trtllm", "capacity_scheduler_policy":
+                                                 "MAX_UTILIZATION"}},
+                        {"name": "s", "engine": {"preset": "sglang",
+                                                 "schedule_conservativeness": 0.5}},
+                        {"name": "g", "engine": {"preset": "tgi"}}]}
+    pools = {rc.variant: rc.pool() for rc in load(write_scenario(tmp_path, doc)).runs}
+    built = {}
+    for name, pool in pools.items():
+        alloc = make_kv(pool.engine, 100)
+        built[name] = make_scheduler(pool.engine, alloc, 0, 1, ItlRecorder(),
+                                     knobs=pool.preset.scheduler.knobs)
+    assert type(built["t"]) is TrtllmScheduler and built["t"].bs == 32
+    assert type(built["m"]) is TrtllmMaxUtilizationScheduler
+    s = built["s"]
+    assert type(s) is SglangScheduler and s.chunked and s.clip == 4096
+    assert s.ratio_init == 0.35 and s.ratio_min == 0.35 * 0.14
+    g = built["g"]
+    assert type(g) is TgiScheduler and (g.max_waiting_tokens, float(g.waiting_served_ratio)) \
+        == (20, float(np.float32(0.3)))
+    contiguous = pools["g"].engine.model_copy(update={"kv_allocator": "contiguous_max_tokens"})
+    with pytest.raises(ValueError, match="paged KV allocator"):
+        make_scheduler(contiguous, make_kv(contiguous, 100), 0, 1, ItlRecorder())
 
 
 # ------------------------------------------------------------------ whole runs

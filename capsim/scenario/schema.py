@@ -117,8 +117,10 @@ class EngineConfig(StrictModel):
         max_num_seqs × max_model_len; a default max_num_seqs is capped at the budget.
 
         Raises ValueError (turned into a ScenarioError by the caller) when
-        max_num_batched_tokens < max_num_seqs, or when an unchunked engine's
-        token budget cannot hold a max_model_len prompt (vLLM SchedulerConfig).
+        max_num_batched_tokens < max_num_seqs, or when an unchunked vLLM engine's
+        token budget cannot hold a max_model_len prompt (vLLM SchedulerConfig). Other
+        engines keep their budget: a longer prompt is then rejected per request
+        (TensorRT-LLM without chunked context cannot run it).
         """
         max_len = self.max_model_len or model.max_position_embeddings
         if max_len > model.max_position_embeddings:
@@ -126,7 +128,8 @@ class EngineConfig(StrictModel):
                              f"max_position_embeddings {model.max_position_embeddings}")
         budget = self.max_num_batched_tokens or (8192 if self.chunked else max(max_len, 2048))
         seqs = self.max_num_seqs
-        if "max_num_batched_tokens" not in user_set:
+        vllm = self.scheduler in ("continuous", "static")   # vLLM's own rules below
+        if "max_num_batched_tokens" not in user_set and vllm:
             if not self.chunked:
                 budget = max(max_len, budget)
             budget = min(seqs * max_len, budget)
@@ -135,7 +138,7 @@ class EngineConfig(StrictModel):
         if budget < seqs:
             raise ValueError(f"max_num_batched_tokens ({budget}) must be >= max_num_seqs "
                              f"({seqs})")
-        if not self.chunked and budget < max_len:
+        if vllm and not self.chunked and budget < max_len:
             raise ValueError(f"max_num_batched_tokens ({budget}) is smaller than max_model_len "
                              f"({max_len}) without chunked prefill; raise it, lower "
                              "max_model_len or set enable_chunked_prefill: true")

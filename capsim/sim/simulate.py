@@ -118,7 +118,11 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     if req.prompt_tokens + req.output_tokens > max_len:
         return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
                 f"exceeds max_model_len {max_len}")
-    bs, blocks = pool.engine.block_size, pool.kv.num_gpu_blocks
+    eng = pool.engine
+    if not eng.chunked and req.prompt_tokens > eng.max_num_batched_tokens:
+        return (f"its {req.prompt_tokens}-token prompt exceeds max_num_batched_tokens "
+                f"{eng.max_num_batched_tokens} without chunked prefill")
+    bs, blocks = eng.block_size, pool.kv.num_gpu_blocks
     if pool.engine.kv_allocator != "paged":
         if req.n > 1:
             return "parallel sampling (n > 1) needs the paged KV allocator"
@@ -195,9 +199,11 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
 
 
 def _scheduler_label(pool: Pool) -> str:
+    """``continuous+chunked(2048)``, ``static``, ``trtllm(GUARANTEED_NO_EVICT, 8192)``, …"""
     eng = pool.engine
     if eng.scheduler == "static":
         return "static"
-    if eng.chunked:
-        return f"continuous+chunked({eng.max_num_batched_tokens})"
-    return "continuous"
+    chunk = f"+chunked({eng.max_num_batched_tokens})" if eng.chunked else ""
+    if eng.scheduler == "trtllm":
+        return f"trtllm({eng.capacity_scheduler_policy}, {eng.max_num_batched_tokens}){chunk}"
+    return f"{eng.scheduler}{chunk}"

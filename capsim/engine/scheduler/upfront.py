@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from capsim.engine.macro.plan import RunBlocks
 from capsim.engine.request import Request
-from capsim.kv.blocks import blocks_needed
 
 
 class UpFrontKV:

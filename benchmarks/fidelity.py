@@ -378,8 +378,6 @@ def _first_token(m: dict) -> list[Point]:
 MOE = "MoE model shape refused (capsim: mixture-of-experts models are not supported)"
 CLOSED_LOOP = ("closed-loop fixed-concurrency load not supported: capsim's arrivals are "
                "open-loop and its closed loop (conversation turns) grows every prompt")
-MULTI_STEP = ("not modelled: simulated single-step (prompts admitted at any step); the "
-              "streamed median ITL is compared as 10 x TPOT")
 NO_STD = "capsim's summary has means and percentiles, no standard deviation"
 UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
                      "stated in the case")
@@ -417,8 +415,7 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10": Entry(
         "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10.yaml",
         # Tokens stream in bursts of --num-scheduler-steps 10: the median gap ~= 10 x TPOT.
-        serving(_rps_points, derived={"median_itl_ms": lambda r: 10 * r.tpot_p50_ms}),
-        (("multi-step scheduling (--num-scheduler-steps 10)", MULTI_STEP),)),
+        serving(_rps_points, derived={"median_itl_ms": lambda r: 10 * r.tpot_p50_ms})),
     "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep": Entry(
         "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep.yaml",
         serving(_nim_concurrency_1),

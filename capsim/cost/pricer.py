@@ -55,6 +55,7 @@ from capsim.cost.operators import (
     lm_head,
     ring_all_reduce_s,
 )
+from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
 from capsim.profiles.models import ModelShape
 
@@ -186,10 +187,12 @@ class StepPricer:
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
+        "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
-                 weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2):
+                 weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2,
+                 host: HostOverhead | None = None):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -197,6 +200,7 @@ class StepPricer:
         self.model, self.hw = model, hw
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
+        self._init_host(host)
         self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
         self._init_rates()
         self._init_comm()
@@ -207,6 +211,31 @@ class StepPricer:
         self._bytes_fixed = sum(op.weight_bytes for op in self._matmuls)
         self._bytes_per_token = (sum(op.act_bytes_per_row for op in self._matmuls)
                                  + self._mem_only_bytes_per_token)
+
+    def _init_host(self, host: HostOverhead | None) -> None:
+        """The engine's host terms (:class:`capsim.profiles.engines.HostOverhead`); None:
+        the GPU step alone."""
+        self._host = host is not None and (host.per_step_s or host.per_seq_s
+                                           or host.per_prefill_token_s) > 0
+        h = host or HostOverhead()
+        self._host_step_s, self._host_seq_s = h.per_step_s, h.per_seq_s
+        self._host_token_s, self._host_residual_s = h.per_prefill_token_s, h.residual_s
+        self._host_async = h.overlap == "async"
+
+    def _with_host(self, gpu_s: float, seqs: int, prefill_tokens: int) -> float:
+        """A step's seconds: the GPU's and the host's, in series or overlapped."""
+        host_s = self._host_step_s + self._host_seq_s * seqs + self._host_token_s * prefill_tokens
+        if self._host_async:
+            return (gpu_s if gpu_s > host_s else host_s) + self._host_residual_s
+        return gpu_s + host_s
+
+    def _with_host_array(self, gpu_s: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """:meth:`_with_host` over a decode run (no prompt tokens), elementwise, the same
+        float operations in the same order."""
+        host_s = self._host_step_s + self._host_seq_s * seqs + self._host_token_s * 0
+        if self._host_async:
+            return np.maximum(gpu_s, host_s) + self._host_residual_s
+        return gpu_s + host_s
 
     def _init_operators(self, weight_bytes: int) -> None:
         m, tp = self.model, self.tensor_parallel_size
@@ -286,7 +315,7 @@ class StepPricer:
 
     def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
              prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
-             logits_seqs: int | None = None) -> StepCost:
+             logits_seqs: int | None = None, prefill_seqs: int | None = None) -> StepCost:
         """Price one step from batch aggregates (O(1) in the batch size).
 
         Args:
@@ -304,9 +333,13 @@ class StepPricer:
                 computes logits only for a prompt's last chunk). 0 skips the
                 LM head and its weight read entirely.
 
+            prefill_seqs: sequences with a prompt chunk this step (the host's
+                per-sequence work); default 1 if ``prefill_tokens`` else 0.
+
         Returns:
             StepCost per GPU; all zeros for an empty step. ``compute_s`` and
-            ``memory_s`` each include the kernels' fixed launch times.
+            ``memory_s`` each include the kernels' fixed launch times;
+            ``overhead_s`` is what the step overhead and the engine's host work add.
         """
         n = prefill_tokens + decode_seqs
         if n <= 0:
@@ -326,8 +359,15 @@ class StepPricer:
             nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
         comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
                   + self._comm_per_logit_s * logits_seqs)
-        return StepCost(roof_s + comm_s + self._overhead_s, flops, nbytes, compute_s, memory_s,
-                        comm_s, self._overhead_s, compute_s > memory_s)
+        seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
+        if self._host:
+            if prefill_seqs is None:
+                prefill_seqs = 1 if prefill_tokens else 0
+            gpu_s = seconds
+            seconds = self._with_host(gpu_s, decode_seqs + prefill_seqs, prefill_tokens)
+            overhead_s += seconds - gpu_s
+        return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, overhead_s,
+                        compute_s > memory_s)
 
     def work(self, tally: WorkTally) -> tuple[float, float]:
         """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
@@ -374,7 +414,8 @@ class StepPricer:
             c = launch + c_pair * ctx
             m += m_new * n
             bound = (compute_s + c) > (memory_s + m)
-            return roof_s + np.maximum(c, m) + comm_s + self._overhead_s, \
+            gpu = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
+            return self._with_host_array(gpu, n) if self._host else gpu, \
                 bound if bound.any() else None
         lo = 0                           # the memory side always wins: max(c, m) is m
         for (_, _, roof_s, comm_s, n), length in zip(terms, lengths):
@@ -384,6 +425,9 @@ class StepPricer:
             seg += comm_s
             lo += length
         m += self._overhead_s
+        if self._host:
+            n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
+            return self._with_host_array(m, n), None
         return m, None
 
     def _never_compute_bound(self, terms: tuple[float, ...], ctx0: int, n: int) -> bool:

@@ -206,7 +206,8 @@ class Replica:
                                 prefill_attn_pairs=step.prefill_attn_pairs,
                                 prefill_kv_tokens=step.prefill_kv_tokens,
                                 decode_seqs=step.decode_seqs,
-                                decode_ctx_tokens=step.decode_ctx_tokens, logits_seqs=logits)
+                                decode_ctx_tokens=step.decode_ctx_tokens, logits_seqs=logits,
+                                prefill_seqs=len(step.prefills))
         used = self.alloc.num_used_blocks
         if used > self.peak_kv_used_blocks:
             self._note_kv_peak(used, step)

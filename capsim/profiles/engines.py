@@ -10,12 +10,13 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
   applied by :mod:`capsim.kv.memory`), with every constant's source.
 - ``scheduler``: the scheduling policy family (``engine.scheduler``) and its knobs,
   named as the engine names them.
-- ``host_overhead``: reserved for the per-step host terms (filled by the timing work).
+- ``host_overhead``: the CPU work per step and per request around the GPU
+  (:class:`HostOverhead`), each term with its source.
 
 A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
 
 Public API:
-    EnginePreset, MemoryRule
+    EnginePreset, MemoryRule, HostOverhead
     load_engine_preset(name_or_path) -> EnginePreset
     engine_preset_names() -> list[str]
 """
@@ -143,6 +144,26 @@ class SchedulerPreset(StrictModel):
     knobs: dict[str, Any] = Field(default_factory=dict)
 
 
+class HostOverhead(StrictModel):
+    """The engine's CPU work around the GPU (:mod:`capsim.cost.pricer` adds it to each step).
+
+    Per step, ``host = per_step_s + per_seq_s × sequences scheduled + per_prefill_token_s ×
+    prompt tokens``; ``overlap: serial`` (the host work and the GPU step run one after the
+    other: vLLM V0, TGI) makes the step ``gpu + host``, ``async`` (the next step is scheduled
+    while the GPU runs: vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's
+    executor) makes it ``max(gpu, host) + residual_s``. Per request, ``request_before_s``
+    (HTTP, tokenization, the engine's wake-up) passes before the request can be scheduled:
+    TTFT and E2EL grow by it, and so does the queue it joins.
+    """
+
+    per_step_s: float = Field(0.0, ge=0)
+    per_seq_s: float = Field(0.0, ge=0)
+    per_prefill_token_s: float = Field(0.0, ge=0)
+    overlap: Literal["serial", "async"] = "serial"
+    residual_s: float = Field(0.0, ge=0)
+    request_before_s: float = Field(0.0, ge=0)
+
+
 class EnginePreset(StrictModel):
     """One engine (and version era) as capsim models it."""
 
@@ -154,7 +175,7 @@ class EnginePreset(StrictModel):
     conditional_defaults: list[ConditionalDefaults] = Field(default_factory=list)
     memory: MemoryRule
     scheduler: SchedulerPreset
-    host_overhead: dict[str, Any] | None = None
+    host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""
 

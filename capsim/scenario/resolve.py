@@ -57,10 +57,16 @@ class Pool:
         return self.num_replicas * self.engine.tensor_parallel_size
 
     def pricer(self, model: ModelShape) -> StepPricer:
-        """The roofline of one of its replicas running ``model`` (hardware, TP, dtypes)."""
+        """The roofline of one of its replicas running ``model`` (hardware, TP, dtypes) with
+        its engine's host overhead."""
+        host = self.preset.host_overhead
+        steps = self.engine.num_scheduler_steps
+        if steps > 1:          # scheduled once per window: its per-step work spread over it
+            host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
+                                           "per_seq_s": host.per_seq_s / steps})
         return StepPricer(model, self.hardware, self.engine.tensor_parallel_size,
                           weight_dtype=self.engine.dtype,
-                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes)
+                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes, host=host)
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,14 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
         if knob in user and engine.scheduler != policy:
             fail(knob, f"{knob} belongs to the {policy} scheduler; this engine runs "
                        f"scheduler: {engine.scheduler}")
+    if engine.num_scheduler_steps > 1:
+        if not preset.scheduler.knobs.get("multi_step_scheduling"):
+            fail("num_scheduler_steps", f"engine preset '{preset.name}' has no multi-step "
+                                        "scheduling (valid with: vllm-0.6, vllm-0.6.4)")
+        if engine.chunked:
+            fail("num_scheduler_steps", "multi-step scheduling runs without chunked prefill "
+                                        "(vLLM 0.6 refuses both); set enable_chunked_prefill: "
+                                        "false")
     if engine.scheduler in ("trtllm", "tgi") and engine.preemption_mode == "swap":
         fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's whole KV "
                                 "at admission and never preempts; swap preemption contradicts "

@@ -75,6 +75,9 @@ class EngineConfig(StrictModel):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
     # SGLang (scheduler: sglang)
     schedule_conservativeness: float | None = Field(default=None, gt=0)
+    # vLLM 0.6 (V0) multi-step scheduling (--num-scheduler-steps): the scheduler runs once
+    # per window of this many decode steps; valid with the vllm-0.6 presets, no chunking.
+    num_scheduler_steps: Int = Field(default=1, gt=0)
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)

@@ -106,7 +106,7 @@ def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trac
         return
     yield env.timeout(float(trace.think_s[req.rid]))
     req.arrival_s = env.now
-    _admit(req, route, run, on_finish)
+    _admit(env, req, route, run, on_finish)
 
 
 def reject_reason(req: Request, run: RunConfig) -> str:
@@ -145,13 +145,19 @@ def _arrivals(env: simpy.Environment, source: RequestSource, route, run: RunConf
         delay = req.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        _admit(req, route, run, on_finish)
+        _admit(env, req, route, run, on_finish)
 
 
-def _admit(req: Request, route, run: RunConfig, on_finish) -> None:
+def _admit(env: simpy.Environment, req: Request, route, run: RunConfig, on_finish) -> None:
+    """Reject a request no replica can serve; else route it to a replica once the engine's
+    server path (``request_before_s``: HTTP, tokenization, wake-up) has passed."""
     reason = reject_reason(req, run)
     if reason:
         _reject(req, reason, req.arrival_s, on_finish)
+        return
+    before_s = run.pools[0].preset.host_overhead.request_before_s    # the pool it enters
+    if before_s > 0:
+        env.timeout(before_s).callbacks.append(lambda _: route().submit(req))
     else:
         route().submit(req)
 
@@ -184,7 +190,7 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
             itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
     """The run's result; a disaggregated split's pool-level fields (scheduler, hardware,
     price, peaks, log) are then replaced by :meth:`DisaggCluster.finish`."""
-    pool = run.pools[-1]
+    pool = run.serving_pool
     hw = pool.hardware
     return RunResult(
         variant=run.variant, seed=run.seed, scheduler=_scheduler_label(pool),

@@ -54,6 +54,13 @@ BAD = [
                                            "field 'hbm_gb'; valid: "),
     ("variants.1.hardware_overrides", {"memory_total_gib": -3},
      "variants.1.hardware_overrides.memory_total_gib: "),
+    # Multi-step scheduling exists in vLLM 0.6 only, and without chunked prefill.
+    ("engine.num_scheduler_steps", 8, "engine.num_scheduler_steps: engine preset 'vllm-v1' has "
+                                      "no multi-step scheduling (valid with: vllm-0.6, "
+                                      "vllm-0.6.4)"),
+    ("engine", {"preset": "vllm-0.6", "num_scheduler_steps": 8, "enable_chunked_prefill": True},
+     "engine.num_scheduler_steps: multi-step scheduling runs without chunked prefill"),
+    ("engine.num_scheduler_steps", 0, "engine.num_scheduler_steps: "),
 ]
 
 

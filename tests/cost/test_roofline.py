@@ -20,6 +20,7 @@ from capsim.profiles.models import load_model
 from capsim.cost.describe import describe_step
 from capsim.cost.operators import attn_pairs
 from capsim.cost.pricer import StepPricer
+from capsim.profiles.engines import HostOverhead, load_engine_preset
 
 MS, US = 1e-3, 1e-6
 
@@ -226,16 +227,68 @@ def test_describe_step_rejects_bad_input():
         describe_step("llama-3.1-8b", "tpu-v5", decode_batch=1)
 
 
+# No host work; serial host work per step and per sequence; async host work (max + residual).
+HOSTS = [None, HostOverhead(per_step_s=1.05e-3, per_seq_s=2e-6),
+         HostOverhead(per_step_s=4e-3, per_seq_s=1e-5, overlap="async", residual_s=3e-4)]
+
+
+def test_serial_host_work_adds_to_the_gpu_step(llama8b_h100):
+    """vLLM V0 / TGI: the scheduler, input preparation and sampling run between GPU steps,
+    so a step costs GPU + host (per step + per sequence + per prompt token)."""
+    host = HostOverhead(per_step_s=1e-3, per_seq_s=1e-5, per_prefill_token_s=1e-7)
+    pricer = StepPricer(llama8b_h100.model, llama8b_h100.hw, host=host)
+    gpu = llama8b_h100.cost(**decode(32, 32 * 512))
+    both = pricer.cost(**decode(32, 32 * 512))
+    assert both.seconds == pytest.approx(gpu.seconds + 1e-3 + 32 * 1e-5, rel=1e-12)
+    assert both.overhead_s - gpu.overhead_s == pytest.approx(1e-3 + 32e-5, rel=1e-9)
+    assert (both.flops, both.bytes) == (gpu.flops, gpu.bytes)      # the GPU's work is unchanged
+    # Two prompt chunks (2 sequences) and 24 decodes in one step: 26 sequences, 1,000 tokens.
+    mixed = dict(prefill_tokens=1000, prefill_attn_pairs=attn_pairs(0, 1000),
+                 prefill_kv_tokens=1000, decode_seqs=24, decode_ctx_tokens=24 * 300,
+                 logits_seqs=25)
+    assert pricer.cost(**mixed, prefill_seqs=2).seconds == pytest.approx(
+        llama8b_h100.cost(**mixed).seconds + 1e-3 + 26e-5 + 1000e-7, rel=1e-12)
+
+
+def test_async_host_work_hides_behind_a_long_gpu_step(llama8b_h100):
+    """vLLM V1 async scheduling / SGLang overlap: the host prepares step k+1 while the GPU
+    runs step k, so a step costs max(GPU, host) + the residual that cannot overlap."""
+    host = HostOverhead(per_step_s=5e-3, overlap="async", residual_s=2e-4)
+    pricer = StepPricer(llama8b_h100.model, llama8b_h100.hw, host=host)
+    short = llama8b_h100.cost(**decode(1, 100)).seconds          # a few ms: the host's longer
+    long = llama8b_h100.cost(**prefill(8192)).seconds            # hundreds of ms: the GPU's
+    assert short < 5e-3 < long
+    assert pricer.cost(**decode(1, 100)).seconds == pytest.approx(5e-3 + 2e-4, rel=1e-12)
+    assert pricer.cost(**prefill(8192)).seconds == pytest.approx(long + 2e-4, rel=1e-12)
+
+
+def test_presets_name_the_source_of_their_host_terms():
+    """Each preset's host terms are data with a source: fitted (naming the measured case and
+    the held-out check, e.g. vLLM: step_vllm_perfbench 8B rows, 70B TP 4 held out) or
+    assumed from another preset's fit."""
+    for name in ("vllm-v1", "vllm-0.6", "vllm-0.6.4", "sglang", "tgi", "trtllm"):
+        preset = load_engine_preset(name)
+        h = preset.host_overhead
+        for field in ("per_step_s", "request_before_s"):
+            if getattr(h, field):
+                source = preset.sources[f"host_overhead.{field}"]
+                fitted = source.startswith("fitted") and "held out" in source
+                assert fitted or "assumed" in source, (name, field, source)
+    assert load_engine_preset("vllm-v1").host_overhead.per_step_s == pytest.approx(1.05e-3)
+    assert load_engine_preset("trtllm").host_overhead.overlap == "async"
+
+
 @settings(max_examples=100, deadline=None)
 @given(seqs=st.integers(1, 512), ctx=st.integers(1, 10**6), k=st.integers(1, 40),
        model=st.sampled_from(["llama-3.1-8b", "llama-2-7b"]),
-       hw=st.sampled_from(["h100-sxm", "a100-80gb", "l40s"]), tp=st.sampled_from([1, 2]))
-def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw, tp):
+       hw=st.sampled_from(["h100-sxm", "a100-80gb", "l40s"]), tp=st.sampled_from([1, 2]),
+       host=st.sampled_from(HOSTS))
+def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw, tp, host):
     """Macro-steps price k decode steps at once; the floats must be exactly cost()'s, or the
     macro-step clock would drift from the step-by-step one (issue 6: identical results)."""
     import numpy as np
 
-    pricer = StepPricer(load_model(model), load_hardware(hw), tp)
+    pricer = StepPricer(load_model(model), load_hardware(hw), tp, host=host)
     ctxs = ctx + seqs * np.arange(k)
     secs, bound = pricer.decode_costs([seqs], [ctx], [k])
     assert len(secs) == k
@@ -248,13 +301,13 @@ def test_vectorised_decode_costs_equal_cost_bit_for_bit(seqs, ctx, k, model, hw,
 @settings(max_examples=60, deadline=None)
 @given(segs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 12)), min_size=1, max_size=5),
        ctx=st.integers(1, 10**6), hw=st.sampled_from(["h100-sxm", "a100-80gb"]),
-       tp=st.sampled_from([1, 2]))
-def test_segmented_decode_costs_equal_cost_bit_for_bit(segs, ctx, hw, tp):
+       tp=st.sampled_from([1, 2]), host=st.sampled_from(HOSTS))
+def test_segmented_decode_costs_equal_cost_bit_for_bit(segs, ctx, hw, tp, host):
     """A run that goes on through finishes prices segments of different batch sizes in one
     call; each step must still equal cost() for its own batch exactly."""
     import numpy as np
 
-    pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware(hw), tp)
+    pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware(hw), tp, host=host)
     seqs = [n for n, _ in segs]
     lengths = [m for _, m in segs]
     per_step = np.repeat(seqs, lengths)

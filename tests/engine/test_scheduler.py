@@ -302,3 +302,33 @@ def test_decode_run_stops_at_a_finish_when_requests_wait():
     run_steps(sched, 1)                              # two admitted, one waits for a slot
     plan = sched.plan_decode_run(sched.schedule(1.0))
     assert plan.ends == [29] and plan.seqs == [2]
+
+
+def test_multi_step_window_holds_a_new_prompt_until_it_ends():
+    """vLLM 0.6 --num-scheduler-steps 4 (llm_engine.py _has_remaining_steps at v0.6.0): a
+    decode step opens a window of 4; a prompt arriving inside it waits for the window's end,
+    then gets its prefill-only step; the next decode step opens a new window."""
+    alloc = BlockAllocator(10_000, 16)
+    sched = ContinuousScheduler(max_num_seqs=64, max_num_batched_tokens=4096, chunked=False,
+                                allocator=alloc, num_classes=1, itl=ItlRecorder(),
+                                num_scheduler_steps=4)
+    sched.add(Request(0, 0, 0.0, 64, 100))
+    steps, t = run_steps(sched, 2)               # the prefill, then window step 1 of 4
+    assert steps[0].prefills and steps[1].decode_seqs == 1
+    sched.add(Request(1, 0, t, 64, 100))
+    kinds = []
+    for _ in range(6):
+        step = sched.schedule(t)
+        kinds.append("P" if step.prefills else step.decode_seqs)
+        t += 1.0
+        sched.complete(step, t)
+    assert kinds == [1, 1, 1, "P", 2, 2]         # window steps 2–4, prefill, a new window
+
+
+def test_single_step_scheduling_admits_a_prompt_at_the_next_step():
+    """The same arrival with num_scheduler_steps 1 gets its prefill at once."""
+    sched, _, _ = continuous(budget=4096, chunked=False)
+    sched.add(Request(0, 0, 0.0, 64, 100))
+    _, t = run_steps(sched, 2)
+    sched.add(Request(1, 0, t, 64, 100))
+    assert sched.schedule(t).prefills

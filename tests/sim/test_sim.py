@@ -48,7 +48,7 @@ def seed_experiment(scenario, trace_of):
 
 
 def decode_step_s(run, ctx: int) -> float:
-    pricer = StepPricer(run.model, run.pool().hardware, 1)
+    pricer = run.pool().pricer(run.model)      # with the engine's host overhead
     return pricer.cost(decode_seqs=32, decode_ctx_tokens=32 * ctx).seconds
 
 
@@ -59,7 +59,7 @@ def test_unchunked_max_itl_is_a_whole_prefill_plus_a_decode_step(seed_experiment
     run, result = seed_experiment({"enable_chunked_prefill": False,
                                    "max_num_batched_tokens": 16384})
     row = summarize(result, load(scenario()).spec.slo)[0]
-    pricer = StepPricer(run.model, run.pool().hardware, 1)
+    pricer = run.pool().pricer(run.model)
     prefill_s = pricer.cost(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2,
                             prefill_kv_tokens=2048, logits_seqs=1).seconds
     decode_s = decode_step_s(run, 540)
@@ -166,7 +166,8 @@ def test_a_request_that_never_ends_breaks_the_run(small_run, monkeypatch):
     import capsim.sim.simulate as sim
     run, trace = small_run
     admit = sim._admit
-    monkeypatch.setattr(sim, "_admit", lambda req, *a: None if req.rid == 1 else admit(req, *a))
+    monkeypatch.setattr(sim, "_admit",
+                        lambda env, req, *a: None if req.rid == 1 else admit(env, req, *a))
     with pytest.raises(sim.InvariantError,
                        match=r"request 1 neither finished nor rejected \(2 of 3 requests ended\)"):
         simulate(run, trace)
@@ -193,3 +194,31 @@ def test_lost_tokens_and_unrecorded_gaps_break_the_run(small_run, monkeypatch):
     monkeypatch.setattr(RequestLog, "record", lose_one_token)
     with pytest.raises(sim.InvariantError, match="request 2 emitted 9 of 10 tokens"):
         simulate(run, trace)
+
+
+def test_server_path_delays_scheduling_by_request_before(scenario, trace_of):
+    """SGLang's preset: HTTP, tokenizer and detokenizer processes take request_before_s
+    (8.3 ms, fitted to load_sglang030_a100_llama31_8b_sharegpt_rps4_rps8) before a request
+    can be scheduled; a lone request's TTFT is that plus its prefill step (with host work)."""
+    run = load(scenario(engine={"preset": "sglang", "max_model_len": 8192})).runs[0]
+    before_s = run.pool().preset.host_overhead.request_before_s
+    assert before_s == pytest.approx(8.3e-3)
+    result = simulate(run, trace_of([(1.0, 1000, 2)]))
+    prefill_s = run.pool().pricer(run.model).cost(
+        prefill_tokens=1000, prefill_attn_pairs=1000 * 1001 / 2, prefill_kv_tokens=1000,
+        logits_seqs=1).seconds
+    req = result.requests
+    assert req.first_scheduled_s[0] == pytest.approx(1.0 + before_s, abs=1e-12)
+    assert req.first_token_s[0] - req.arrival_s[0] == pytest.approx(before_s + prefill_s,
+                                                                     rel=1e-9)
+
+
+def test_multi_step_spreads_the_host_step_over_its_window(scenario):
+    """vLLM 0.6 with --num-scheduler-steps 10 schedules and prepares inputs once per window:
+    each decode step carries a tenth of the preset's 1.05 ms per-step host work."""
+    def decode_s(steps: int) -> float:
+        engine = {"preset": "vllm-0.6", "max_model_len": 8192, "enable_chunked_prefill": False,
+                  "num_scheduler_steps": steps}
+        run = load(scenario(engine=engine)).runs[0]
+        return run.pool().pricer(run.model).cost(decode_seqs=8, decode_ctx_tokens=8000).seconds
+    assert decode_s(1) - decode_s(10) == pytest.approx(1.05e-3 * 0.9, rel=1e-9)

@@ -127,7 +127,9 @@ def test_confidence_interval_narrows_as_seeds_grow(small_plan):
     totals = runs[runs["cls"] == "all"]
     assert len(totals) == 32 and sorted(set(totals["seed"])) == list(range(5, 21))
     for variant, rows in totals.groupby("variant"):
-        for metric in ("ttft_mean_ms", "itl_p50_ms", "output_throughput_tok_per_s"):
+        # (Not itl_p50: one decode step in every run, ±0.01 ms apart, whose few outliers
+        # make s from 4 runs no guide to s from 16.)
+        for metric in ("ttft_mean_ms", "output_throughput_tok_per_s"):
             widths = [mean_ci(rows[metric].to_numpy()[:k])[1] for k in (2, 4, 16)]
             assert widths[0] > widths[1] > widths[2] > 0, (variant, metric, widths)
         ratios = []

@@ -79,7 +79,8 @@ def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocato
                                    max_model_len=eng.max_model_len, **common)
     swap = int(eng.swap_space_gib * GIB) * eng.tensor_parallel_size \
         if eng.preemption_mode == "swap" else 0
-    return policy(**common, swap_space_bytes=swap, kv_bytes_per_token=kv_bytes_per_token)
+    return policy(**common, swap_space_bytes=swap, kv_bytes_per_token=kv_bytes_per_token,
+                  num_scheduler_steps=eng.num_scheduler_steps)
 
 
 def _engine_policy(eng: EngineConfig, common: dict, knobs: dict) -> Scheduler:

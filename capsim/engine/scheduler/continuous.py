@@ -67,6 +67,11 @@ class ContinuousScheduler(Scheduler):
         swap_space_bytes: host swap space of the replica (vLLM v0 ``--swap-space`` ×
             TP) when preempting by swap; 0 preempts by recompute.
         kv_bytes_per_token: KV bytes per token of the replica (swap copies).
+        num_scheduler_steps: vLLM 0.6's multi-step scheduling (unchunked only): once a
+            decode step starts a window, the next ``num_scheduler_steps − 1`` steps decode
+            the same batch without consulting the queue, so a new prompt waits for the
+            window to end (vllm/engine/llm_engine.py ``_has_remaining_steps`` at v0.6.0,
+            32e7db2). Such windows are stepped one by one (no decode runs).
     """
 
     grows_kv = True       # decoders take blocks as they grow (False: reserved up front)
@@ -74,9 +79,11 @@ class ContinuousScheduler(Scheduler):
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
                  role: str = "colocated", swap_space_bytes: int = 0,
-                 kv_bytes_per_token: int = 0):
+                 kv_bytes_per_token: int = 0, num_scheduler_steps: int = 1):
         super().__init__()
         self.role = role
+        self.num_scheduler_steps = num_scheduler_steps
+        self._window_left = 0             # decode steps left in the current multi-step window
         # Swap preemption (vLLM v0 preemption_mode="swap"): victims' KV goes to a
         # host buffer of swap_space_bytes; copies are charged to the step (PCIe).
         self.swap_space_bytes = swap_space_bytes
@@ -208,11 +215,15 @@ class ContinuousScheduler(Scheduler):
 
     def _schedule_unchunked(self) -> Step:
         step = Step()
-        if not self.swapped:
+        in_window = self._window_left > 0 and self.decoders.size
+        if not self.swapped and not in_window:
             self._admit_waiting(step, self.budget, whole_prompts=True)
         if step.prefills:
+            self._window_left = 0
             return step                      # prefill-only step: decodes stall (Orca / vLLM v0)
         if self.decoders.size:
+            self._window_left = self._window_left - 1 if in_window \
+                else self.num_scheduler_steps - 1
             self._grow_decoders()
             self._add_decodes(step)
         return step
@@ -490,11 +501,13 @@ class ContinuousScheduler(Scheduler):
         - with prefix caching, nothing waits: a block the run takes can evict one of the
           queue head's cached blocks and change what its admission needs (without
           caching a head that could not be admitted stays blocked while the run takes
-          blocks).
+          blocks);
+        - no multi-step scheduling (its windows open the queue at fixed steps).
         """
         return not (step.prefills or step.swap_bytes or not step.decode_seqs
                     or self._kv_ready or self.incoming or self._cow_pending or self.swapped
-                    or self._preempted_now or (self.caching and self.waiting))
+                    or self._preempted_now or (self.caching and self.waiting)
+                    or self.num_scheduler_steps > 1)
 
     def plan_decode_run(self, step: Step, max_steps: int = 4096,
                         min_steps: int = MIN_RUN_STEPS,

@@ -620,6 +620,12 @@ def main() -> None:
         parser.error(f"no case {args.case!r} in {CASES_YAML}")
     cases = [c for c in cases if (not args.kind or c["kind"] == args.kind)
              and (not args.case or c["id"] == args.case)]
+    if not cases:
+        parser.error(f"case {args.case!r} is not of kind {args.kind!r}")
+    if args.json:
+        args.json = args.json.resolve()
+        if not args.json.parent.is_dir():
+            parser.error(f"--json {args.json}: no directory {args.json.parent}")
     os.chdir(ROOT)          # scenarios name model / hardware files relative to the repo root
     rows, gaps = evaluate(cases)
     summary = summaries(rows)

@@ -70,7 +70,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
     from capsim.report.run.console import disagg_table, summary_table
-    from capsim.sim.simulate import simulate
+    from capsim.sim.simulate import group_reasons, simulate
 
     loaded = load(scenario, list(overrides), seed)
     spec = loaded.spec
@@ -98,6 +98,10 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(summary_table(rows, spec.slo))
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
+    for r in results:
+        for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:
+            console.print(f"[yellow]warning[/]: {r.variant}: {count:,} of "
+                          f"{len(r.requests.reject_reason):,} requests rejected, e.g. {example}")
     split = disagg_table(rows)
     if split is not None:
         console.print(split)
@@ -129,6 +133,7 @@ def _traces(loaded):
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     from capsim.scenario.load import load
     from capsim.scenario.resolve import pool_lines, pool_log_lines
+    from capsim.sim.simulate import rejections
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
@@ -150,11 +155,9 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                 click.echo(f"    {line}")
             max_len = eng.max_model_len
         trace = traces.get(rc.workload, rc.seed)
-        too_long = int(((trace.prompt_tokens + trace.output_tokens) > max_len).sum())
-        if too_long:
-            click.echo(f"    warning: {too_long:,} of {len(trace):,} requests need more than "
-                       f"max_model_len {max_len:,} tokens (prompt + output); "
-                       "they will be rejected")
+        for count, example in rejections(rc, trace):
+            click.echo(f"    warning: {count:,} of {len(trace):,} requests will be rejected, "
+                       f"e.g. {example}")
 
 
 @cli.command(help="List the GPU profiles and their key datasheet numbers.")

@@ -177,7 +177,10 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     elif rule.rule in ("vllm_v1", "vllm_v0"):
         budget = math.ceil(total_bytes * fraction) if rule.ceil_budget else int(total_bytes * fraction)
         available = budget - w - a - n - graphs
-    else:                                       # trtllm, tgi: a fraction of what is free
+    elif rule.rule == "trtllm":                 # f × (what the profile run left free)
+        budget = total_bytes
+        available = int(fraction * (budget - w - a - n - context))
+    else:                                       # tgi: a share of f × total less the peak
         budget = int(fraction * total_bytes)
         available = int(rule.kv_fraction_of_free * (budget - w - a - n - context))
     if w >= budget:

@@ -58,8 +58,7 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
     if seed is not None:
         raw["seed"] = seed
     spec = validate(Scenario, raw, path)
-    runs = tuple(resolve_variant(_variant_scenario(raw, spec, i, v, path), i, v, path)
-                 for i, v in enumerate(_variants(spec)))
+    runs = tuple(_resolve(raw, spec, i, v, path) for i, v in enumerate(_variants(spec)))
     return LoadedScenario(spec=spec, path=path, runs=runs,
                           class_slos=_class_slos(spec, path), resolved=raw)
 
@@ -80,6 +79,21 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _variants(spec: Scenario) -> list[VariantSpec]:
     return spec.variants or [VariantSpec(name="default")]
+
+
+def _resolve(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,
+             path: Path) -> RunConfig:
+    """Variant ``index`` resolved; an error in a field its ``set:`` gave names that entry
+    (``variants.<i>.set.engine.preset``), not the scenario's field it replaced."""
+    try:
+        return resolve_variant(_variant_scenario(raw, spec, index, v, path), index, v, path)
+    except ScenarioError as exc:
+        key = next((k for k in v.set if exc.path == k or (exc.path or "").startswith(f"{k}.")),
+                   None)
+        if key is None:
+            raise
+        raise ScenarioError(exc.message, file=exc.file,
+                            path=f"variants.{index}.set.{exc.path}") from None
 
 
 def _variant_scenario(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,

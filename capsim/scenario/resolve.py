@@ -165,10 +165,8 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
            f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
            else "engine.tensor_parallel_size")
-    memory_knobs = {"gpu_memory_utilization", "tensor_parallel_size", "kv_cache_memory_gib",
-                    "mem_fraction_static", "free_gpu_memory_fraction", "cuda_memory_fraction"}
     kv = _capacity(model, hw, engine, preset, path,
-                   where if (memory_knobs & set(v.engine) or v.hardware or v.model) else "")
+                   lambda *fields: _memory_path(spec, v, where, fields))
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
@@ -180,22 +178,35 @@ def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, An
     """``hw`` with the scenario's then the variant's ``hardware_overrides`` applied; the
     profile's name says it was changed (``h100-sxm[memory_total_gib=93.1]``), so every
     table and report shows it."""
-    changes = {**base, **variant}
-    if not changes:
+    if not base and not variant:
         return hw
-    for key in changes:
-        if key not in HardwareProfile.model_fields or key in ("name", "sources"):
-            valid = ", ".join(sorted(set(HardwareProfile.model_fields) - {"name", "sources"}))
-            at = f"{where}.hardware_overrides" if key in variant and where else "hardware_overrides"
-            raise ScenarioError(f"unknown hardware profile field '{key}'; valid: {valid}",
-                                file=str(path), path=f"{at}.{key}")
+    for changes, at in ((base, "hardware_overrides"), (variant, f"{where}.hardware_overrides")):
+        for key in changes:
+            if key not in HardwareProfile.model_fields or key in ("name", "sources"):
+                valid = ", ".join(sorted(set(HardwareProfile.model_fields) - {"name", "sources"}))
+                raise ScenarioError(f"unknown hardware profile field '{key}'; valid: {valid}",
+                                    file=str(path), path=f"{at}.{key}")
+        if changes:      # each level on its own first, so an error names the level it is in
+            _with_changes(hw, changes, path, at)
+    return _with_changes(hw, {**base, **variant}, path,
+                         f"{where}.hardware_overrides" if where and variant else "hardware_overrides")
+
+
+def _with_changes(hw: HardwareProfile, changes: dict[str, Any], path: Path,
+                  at: str) -> HardwareProfile:
+    """``hw`` with ``changes``; a mapping (``peak_flops_per_s: {fp8: …}``,
+    ``efficiency``) is merged into the profile's, not put in its place."""
+    data = hw.model_dump()
+    for key, value in changes.items():
+        old = data.get(key)
+        data[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) \
+            else value
     label = ",".join(f"{k}={v}" for k, v in changes.items())
-    data = {**hw.model_dump(), **changes, "name": f"{hw.name}[{label}]",
-            "sources": {**hw.sources, **{k: "scenario hardware_overrides" for k in changes}}}
+    data |= {"name": f"{hw.name}[{label}]",
+             "sources": {**hw.sources, **{k: "scenario hardware_overrides" for k in changes}}}
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        at = f"{where}.hardware_overrides" if where and variant else "hardware_overrides"
         raise one_line_error(exc, HardwareProfile, path, at) from None
 
 
@@ -219,6 +230,16 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     except ValueError as exc:
         raise ScenarioError(str(exc), file=str(path),
                             path=f"{where}.engine" if override else "engine") from None
+    if engine.scheduler == "tgi" and engine.max_num_batched_tokens < engine.max_model_len - 1:
+        # TGI's launcher (launcher/src/main.rs at v2.1.0): max_batch_prefill_tokens must be
+        # >= max_input_tokens, which defaults to max_total_tokens - 1.
+        key = "max_num_batched_tokens" if "max_num_batched_tokens" in user else "max_model_len"
+        at = f"{where}.engine.{key}" if where and key in override else f"engine.{key}"
+        raise ScenarioError(
+            f"TGI refuses to start with max_num_batched_tokens (its max_batch_prefill_tokens) "
+            f"{engine.max_num_batched_tokens:,} below max_input_tokens = max_model_len - 1 = "
+            f"{engine.max_model_len - 1:,}: raise max_num_batched_tokens or lower max_model_len",
+            file=str(path), path=at)
     return engine, preset
 
 
@@ -229,10 +250,27 @@ _POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativene
 
 def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[str], path: Path,
                         where: str, variant_keys: set[str]) -> None:
-    """Engine-specific knobs only with their engine; contradictory combinations refused."""
+    """Engine-specific knobs only with their engine; contradictory combinations refused.
+
+    The error names the variant's field when the variant set it; when the scenario's
+    ``engine:`` set it and the variant chose the preset, it names the variant's preset
+    and says which scenario-wide knob conflicts."""
     def fail(key: str, message: str) -> None:
-        at = f"{where}.engine" if where and key in variant_keys else "engine"
-        raise ScenarioError(message, file=str(path), path=f"{at}.{key}")
+        if where and key in variant_keys:
+            at = f"{where}.engine.{key}"
+        elif where and "preset" in variant_keys:
+            at = f"{where}.engine.preset"
+            message += f" (engine.{key} is set for the whole scenario: move it into the " \
+                       "variants that need it)"
+        else:
+            at = f"engine.{key}"
+        raise ScenarioError(message, file=str(path), path=at)
+
+    policies = _preset_policies(preset)
+    if engine.scheduler not in policies:
+        fail("scheduler", f"engine preset '{preset.name}' runs scheduler "
+                          f"{preset.scheduler.policy}, not {engine.scheduler} "
+                          f"(valid: {', '.join(policies)})")
 
     fraction = preset.memory.fraction_knob
     for knob in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction",
@@ -256,6 +294,23 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
         fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's whole KV "
                                 "at admission and never preempts; swap preemption contradicts "
                                 "it (valid: recompute)")
+    if engine.preemption_mode == "swap" and not preset.scheduler.knobs.get("swap_preemption"):
+        fail("preemption_mode", f"engine preset '{preset.name}' preempts by recompute only "
+                                "(swap to host memory: vLLM V0, presets vllm-0.6, vllm-0.6.4)")
+    if engine.scheduler == "tgi" and engine.enable_chunked_prefill:
+        fail("enable_chunked_prefill", "TGI 2.1 prefills whole prompts (chunked prefill came "
+                                       "with TGI 3.0); valid: false")
+    if engine.kv_allocator != "paged" and engine.scheduler not in ("continuous", "static"):
+        fail("kv_allocator", f"scheduler {engine.scheduler} runs on its engine's paged KV "
+                             "cache; the contiguous layouts are vLLM-style baselines (valid: "
+                             "paged)")
+
+
+def _preset_policies(preset: EnginePreset) -> tuple[str, ...]:
+    """The ``engine.scheduler`` values a preset can run: its own policy; a vLLM preset also
+    static batching (the baseline it is compared with)."""
+    own = preset.scheduler.policy
+    return (own, "static") if own == "continuous" else (own,)
 
 
 def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Path) -> "RunConfig":
@@ -314,9 +369,12 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
         raise _pool_error(exc, index, where, pool) from None
     resolved = run.pool()
     if resolved.engine.scheduler != "continuous":
-        raise ScenarioError("a disaggregated pool runs continuous batching (static batching "
-                            "cannot hand a request over after its first token); valid: continuous",
-                            file=str(path), path=f"{where}.engine.scheduler")
+        key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
+        raise ScenarioError(
+            f"a disaggregated pool runs vLLM's continuous batching (capsim hands a request "
+            f"from prefill to decode pool in that policy only); this pool runs scheduler "
+            f"{resolved.engine.scheduler} (engine preset '{resolved.preset.name}'); valid: "
+            "continuous with a vLLM preset", file=str(path), path=f"{where}.engine.{key}")
     return run, replace(resolved, role=role)
 
 
@@ -357,13 +415,45 @@ def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any
         raise one_line_error(exc, model, path, prefix) from None
 
 
+#: What sizes a replica's memory, most direct first (after the error's own knob).
+_MEMORY_FIELDS = ("engine.kv_cache_memory_gib", "engine.tensor_parallel_size",
+                  "hardware_overrides.memory_total_gib", "hardware", "model", "engine.preset",
+                  "engine.max_num_seqs", "engine.max_num_batched_tokens")
+#: Knobs that move memory only through the activation peak: named after the rest.
+_INDIRECT = {"engine.max_num_seqs", "engine.max_num_batched_tokens"}
+
+
+def _memory_path(spec: Scenario, v: VariantSpec, where: str, fields: tuple[str, ...]) -> str:
+    """The YAML path a memory error names: the first of ``fields`` the variant gives
+    (``variants.<i>.…``), else the scenario gives, the direct ones before the indirect
+    (:data:`_INDIRECT`); else ``fields[0]``, the knob to change."""
+    variant = {f"engine.{k}" for k in v.engine} | {f"hardware_overrides.{k}"
+                                                   for k in v.hardware_overrides}
+    variant |= {k for k in ("hardware", "model") if getattr(v, k)}
+    scenario = {f"engine.{k}" for k in spec.engine.model_fields_set} | {
+        f"hardware_overrides.{k}" for k in spec.hardware_overrides}
+    for indirect in (False, True):
+        for level, given in ((where, variant if where else set()), ("", scenario)):
+            for f in fields:
+                if (f in _INDIRECT) == indirect and f in given:
+                    return f"{level}.{f}" if level else f
+    return fields[0]
+
+
 def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, preset: EnginePreset,
-              path: Path, where: str) -> KVCapacity:
+              path: Path, field_of) -> KVCapacity:
     """The pool of one replica: the preset's memory rule on this GPU (:mod:`capsim.kv.memory`),
     with the scenario's ``non_torch_memory_gib`` / ``cudagraph_memory_gib`` /
-    ``kv_cache_memory_gib`` in place of the rule's terms where given."""
+    ``kv_cache_memory_gib`` in place of the rule's terms where given. ``field_of(*fields)``:
+    the YAML path an error names (:func:`_memory_path`).
+
+    Raises:
+        ScenarioError: the weights or one KV block do not fit; a vLLM engine's cache
+            cannot hold one ``max_model_len`` request (vLLM refuses to start).
+    """
     rule, tp = preset.memory, engine.tensor_parallel_size
-    field = f"{where}.engine.{rule.fraction_knob}" if where else f"engine.{rule.fraction_knob}"
+    fraction = f"engine.{rule.fraction_knob}"
+    field = field_of(fraction, *_MEMORY_FIELDS)
     try:
         terms = memory_terms(model, rule, total_bytes=hw.memory_total_bytes,
                              fraction=getattr(engine, rule.fraction_knob), tp=tp,
@@ -377,18 +467,31 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
                              block_size=engine.block_size)
     except ScenarioError as exc:
         raise exc.with_context(file=str(path), path=field) from None
-    if engine.kv_cache_memory_gib is None:
-        return kv
-    kv_bytes = int(engine.kv_cache_memory_gib * GIB)
-    if kv_bytes > terms.available_kv_bytes:
-        raise ScenarioError(
-            f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
-            f"{terms.available_kv_bytes / GIB:.2f} GiB left after weights and activations",
-            file=str(path),
-            path=f"{where}.engine.kv_cache_memory_gib" if where else "engine.kv_cache_memory_gib")
-    return pool_from_terms(dataclasses.replace(terms, available_kv_bytes=kv_bytes),
-                           tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
-                           block_size=engine.block_size)
+    if engine.kv_cache_memory_gib is not None:
+        kv_bytes = int(engine.kv_cache_memory_gib * GIB)
+        if kv_bytes > terms.available_kv_bytes:
+            raise ScenarioError(
+                f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
+                f"{terms.available_kv_bytes / GIB:.2f} GiB left after weights and activations",
+                file=str(path), path=field_of("engine.kv_cache_memory_gib"))
+        kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=kv_bytes),
+                             tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
+                             block_size=engine.block_size)
+    if rule.rule in ("vllm_v1", "vllm_v0") and kv.num_tokens < engine.max_model_len:
+        raise ScenarioError(_too_small_for_max_model_len(kv, engine), file=str(path),
+                            path=field_of("engine.max_model_len", fraction, *_MEMORY_FIELDS))
+    return kv
+
+
+def _too_small_for_max_model_len(kv: KVCapacity, engine: EngineConfig) -> str:
+    """vLLM's start-up refusal (``vllm/v1/core/kv_cache_utils.py``
+    ``check_enough_kv_cache_memory`` at v0.19.0; V0: ``raise_if_cache_size_invalid``)."""
+    need_gib = engine.max_model_len * kv.kv_bytes_per_token / kv.tensor_parallel_size / GIB
+    have_gib = kv.num_tokens * kv.kv_bytes_per_token / kv.tensor_parallel_size / GIB
+    return (f"one max_model_len ({engine.max_model_len:,}) request needs {need_gib:.2f} GiB of KV "
+            f"cache per GPU, more than the {have_gib:.2f} GiB available, so vLLM refuses to "
+            f"start; the cache holds {kv.num_tokens:,} tokens: set max_model_len <= "
+            f"{kv.num_tokens:,}, or raise the memory fraction or tensor_parallel_size")
 
 
 def _with_overrides(terms: MemoryTerms, engine: EngineConfig) -> MemoryTerms:

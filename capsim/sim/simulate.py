@@ -8,8 +8,9 @@ replica drained and every KV block is back on its free list.
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import simpy
@@ -107,6 +108,25 @@ def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trac
     yield env.timeout(float(trace.think_s[req.rid]))
     req.arrival_s = env.now
     _admit(env, req, route, run, on_finish)
+
+
+def rejections(run: RunConfig, trace: RequestTrace) -> list[tuple[int, str]]:
+    """What :func:`reject_reason` would refuse in ``trace``, before running it
+    (:func:`group_reasons`); [] when every request can be served."""
+    rows = zip(trace.prompt_tokens.tolist(), trace.output_tokens.tolist(), trace.n.tolist())
+    return group_reasons(reject_reason(Request(rid, 0, 0.0, prompt, output, None, n), run)
+                         for rid, (prompt, output, n) in enumerate(rows))
+
+
+def group_reasons(reasons: Iterable[str]) -> list[tuple[int, str]]:
+    """(count, one example) per kind of rejection reason (the reason with its numbers
+    blanked), most frequent first; empty reasons are skipped."""
+    kinds: dict[str, list] = {}
+    for reason in reasons:
+        if reason:
+            kind = kinds.setdefault(re.sub(r"\d+", "#", reason), [0, reason])
+            kind[0] += 1
+    return sorted(((count, example) for count, example in kinds.values()), reverse=True)
 
 
 def reject_reason(req: Request, run: RunConfig) -> str:

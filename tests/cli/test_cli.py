@@ -61,6 +61,29 @@ BAD = [
     ("engine", {"preset": "vllm-0.6", "num_scheduler_steps": 8, "enable_chunked_prefill": True},
      "engine.num_scheduler_steps: multi-step scheduling runs without chunked prefill"),
     ("engine.num_scheduler_steps", 0, "engine.num_scheduler_steps: "),
+    # A scheduler, preemption or KV layout the preset's engine does not have.
+    ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
+                                   "continuous, not sglang (valid: continuous, static)"),
+    ("engine", {"preset": "sglang", "preemption_mode": "swap"},
+     "engine.preemption_mode: engine preset 'sglang' preempts by recompute only"),
+    ("engine.preemption_mode", "swap", "engine.preemption_mode: engine preset 'vllm-v1' "
+                                       "preempts by recompute only"),
+    ("engine", {"preset": "trtllm", "kv_allocator": "contiguous_max_model_len"},
+     "engine.kv_allocator: scheduler trtllm runs on its engine's paged KV cache"),
+    ("engine", {"preset": "tgi", "enable_chunked_prefill": True},
+     "engine.enable_chunked_prefill: TGI 2.1 prefills whole prompts"),
+    # TGI's launcher: max_batch_prefill_tokens >= max_input_tokens (launcher/src/main.rs).
+    ("engine", {"preset": "tgi", "max_model_len": 16384},
+     "engine.max_model_len: TGI refuses to start with max_num_batched_tokens (its "
+     "max_batch_prefill_tokens) 4,145 below max_input_tokens = max_model_len - 1 = 16,383"),
+    ("variants.1.set", {"engine.preset": "sglng"},
+     "variants.1.set.engine.preset: unknown engine preset 'sglng'"),
+    # vLLM refuses to start when one max_model_len request does not fit in the KV cache
+    # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory): 17.6 GiB × 0.9 leaves
+    # ~0.2 GiB after 14.99 GiB of weights and the profile run, 1,600-odd tokens < 4,096.
+    ("variants.1.hardware_overrides", {"memory_total_gib": 17.6},
+     "variants.1.hardware_overrides.memory_total_gib: one max_model_len (4,096) request needs "
+     "0.50 GiB of KV cache per GPU, more than the "),
 ]
 
 
@@ -75,6 +98,44 @@ def test_bad_field_is_one_line_naming_file_and_path(tmp_path, run_cli, write_sce
     assert expected in err
     assert "Traceback" not in err
     assert not out_dir.exists()
+
+
+@pytest.mark.parametrize("scenario_engine,expected", [
+    ({"scheduler": "continuous"}, "variants.1.engine.preset: engine preset 'trtllm' runs "
+                                  "scheduler trtllm, not continuous (valid: trtllm) "
+                                  "(engine.scheduler is set for the whole scenario"),
+    ({"gpu_memory_utilization": 0.9}, "variants.1.engine.preset: gpu_memory_utilization is not "
+                                      "a knob of engine preset 'trtllm'"),
+])
+def test_scenario_knob_against_a_variants_preset_names_the_variant(
+        tmp_path, run_cli, write_scenario, scenario_engine, expected):
+    """A knob in the scenario's engine: binds every variant; the variant whose preset lacks
+    it is named, and the message says the knob is scenario-wide."""
+    doc = with_(with_(GOOD, "engine", {"max_model_len": 4096, **scenario_engine}),
+                "variants.1.engine", {"preset": "trtllm"})
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 2 and err.count("\n") == 1
+    assert expected in err
+
+
+def test_each_level_of_hardware_overrides_is_checked_on_its_own(tmp_path, run_cli,
+                                                                  write_scenario):
+    """A bad scenario-level override is named there even when a variant overrides too."""
+    doc = with_(with_(GOOD, "hardware_overrides", {"memory_total_gib": -1}),
+                "variants.1.hardware_overrides", {"memory_total_gib": 93.1})
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 2 and ": hardware_overrides.memory_total_gib: " in err
+
+
+def test_a_mapping_override_is_merged_into_the_profile(tmp_path, write_scenario):
+    """{peak_flops_per_s: {fp8: …}} changes the fp8 peak and keeps the bf16 one
+    (989 TFLOP/s dense, the H100 SXM datasheet)."""
+    from capsim.scenario.load import load
+
+    doc = with_(GOOD, "hardware_overrides", {"peak_flops_per_s": {"fp8": 1.5e15}})
+    hw = load(write_scenario(tmp_path, doc)).runs[0].pool().hardware
+    assert hw.peak_flops("fp8") == 1.5e15 and hw.peak_flops("bf16") == pytest.approx(989e12,
+                                                                                       rel=0.01)
 
 
 def test_hardware_override_is_applied_and_named(tmp_path, run_cli, write_scenario):
@@ -159,7 +220,8 @@ def test_python_dash_m_entry_point():
     ("engine.swap_space_gib", 600, "exceeds host_memory_gib"),
 ])
 def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value, expected):
-    doc = with_(with_(GOOD, field, value), "engine.preemption_mode", "swap")
+    doc = with_(with_(with_(GOOD, field, value), "engine.preemption_mode", "swap"),
+                "engine.preset", "vllm-0.6")        # swap preemption: vLLM V0
     code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and expected in err and err.count("\n") == 1
 
@@ -259,9 +321,27 @@ def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, run_cli, wr
     doc = with_(GOOD, "workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 4090})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
-    assert out.count("warning: 30 of 30 requests need more than max_model_len 4,096 tokens") == 2
+    assert out.count("warning: 30 of 30 requests will be rejected, e.g. prompt + output = "
+                     "4110 tokens exceeds max_model_len 4096") == 2
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, GOOD))])
     assert code == 0 and "warning" not in out
+
+
+def test_validate_and_run_warn_of_prompts_over_an_unchunked_budget(tmp_path, run_cli,
+                                                                   write_scenario):
+    """TensorRT-LLM without chunked context cannot run a prompt over max_num_tokens (8,192):
+    validate says so before the run, run after it."""
+    doc = with_(with_(GOOD, "engine", {"preset": "trtllm", "max_model_len": 16384}),
+                "workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 9000})
+    doc["variants"] = [{"name": "a"}]
+    path = write_scenario(tmp_path, doc)
+    warning = ("30 of 30 requests will be rejected, e.g. its 9000-token prompt exceeds "
+               "max_num_batched_tokens 8192 without chunked prefill")
+    code, out, _ = run_cli(["validate", str(path)])
+    assert code == 0 and f"warning: {warning}" in out
+    code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r")])
+    assert code == 0 and err == ""                  # no plotting warning with no finished request
+    assert warning.replace("will be rejected", "rejected") in out
 
 
 def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(run_cli):
@@ -295,7 +375,8 @@ def test_validate_warns_for_disaggregated_variants_too(run_cli, scenarios_dir):
     code, out, _ = run_cli(["validate", str(scenario), "--set", "engine.max_model_len=4096"])
     assert code == 0
     # static, continuous, chunked-2048, chunked-512 and the two 1P1D variants
-    assert out.count("requests need more than max_model_len 4,096 tokens") == 6
+    assert out.count("538 of 2,075 requests will be rejected, e.g. prompt + output = 6068 "
+                     "tokens exceeds ") == 6
 
 
 def test_a_link_must_have_finite_numbers(tmp_path, run_cli, write_scenario):

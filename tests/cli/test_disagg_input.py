@@ -13,7 +13,12 @@ BAD = [
     ({"prefill": {"num_replicas": 0}}, "variants.0.disaggregation.prefill.num_replicas: "),
     ({"decode": {"num_replicas": 0}}, "variants.0.disaggregation.decode.num_replicas: "),
     ({"decode": {"num_replicas": 1, "engine": {"scheduler": "static"}}},
-     "variants.0.disaggregation.decode.engine.scheduler: "),
+     "variants.0.disaggregation.decode.engine.scheduler: a disaggregated pool runs vLLM's "
+     "continuous batching"),
+    ({"prefill": {"num_replicas": 1, "engine": {"preset": "sglang"}}},
+     "variants.0.disaggregation.prefill.engine.preset: a disaggregated pool runs vLLM's "
+     "continuous batching (capsim hands a request from prefill to decode pool in that policy "
+     "only); this pool runs scheduler sglang (engine preset 'sglang')"),
     ({"link": {"bandwidth_gbit_per_s": 0}}, "variants.0.disaggregation.link: "),
 ]
 

@@ -18,9 +18,12 @@ from capsim.workload import build
 CASES = [
     ("rag_mix.yaml", ["workload.duration_s=40"]),
     # preemption-heavy: a small fixed KV cache under chat load
-    ("rag_mix.yaml", ["workload.duration_s=30", "engine.kv_cache_memory_gib=0.4"]),
+    # (max_model_len within its 3,264 tokens, as vLLM requires: the long RAG prompts are rejected)
     ("rag_mix.yaml", ["workload.duration_s=30", "engine.kv_cache_memory_gib=0.4",
-                      "engine.preemption_mode=swap"]),
+                      "engine.max_model_len=3264"]),
+    ("rag_mix.yaml", ["workload.duration_s=30", "engine.kv_cache_memory_gib=0.4",
+                      "engine.max_model_len=3264",
+                      "engine.preset=vllm-0.6", "engine.preemption_mode=swap"]),
     # prefix-cache-heavy: shared system prompts and multi-turn conversations
     ("prefix_sharing.yaml", ["workload.num_requests=150",
                              "workload.classes.0.conversation={turns: {dist: uniform, min: 1, "
@@ -37,7 +40,8 @@ CASES = [
     # decode-pool preemptions with prefix caching: a run's blocks evict cached blocks a
     # preempted request waits to reuse
     ("disagg_ratio.yaml", ["workload.duration_s=40",
-                           "variants.1.disaggregation.decode.engine={kv_cache_memory_gib: 1.0}"]),
+                           "variants.1.disaggregation.decode.engine={kv_cache_memory_gib: 1.0, "
+                           "max_model_len: 8192}"]),
 ]
 
 
@@ -134,6 +138,8 @@ def test_macro_steps_equal_step_by_step_across_engine_settings(kv_gib, block_siz
     the router places by outstanding tokens: identical to step by step whatever the knobs."""
     overrides = ["workload.duration_s=20", f"workload.arrival.rate_per_s={rate}",
                  f"engine.kv_cache_memory_gib={kv_gib}", f"engine.block_size={block_size}",
+                 # within the cache (128 KiB of KV per token), as vLLM requires
+                 f"engine.max_model_len={ {0.3: 2048, 0.6: 4096, 4.0: 16384}[kv_gib]}",
                  f"engine.max_num_seqs={max_num_seqs}", f"cluster.router={router}",
                  f"cluster.num_replicas={replicas}"]
     loaded = load(scenarios_dir / "rag_mix.yaml", overrides)
@@ -173,7 +179,8 @@ def test_disaggregated_macro_steps_equal_step_by_step(split, router, decode_seqs
     overrides = ["workload.duration_s=12", f"workload.arrival.rate_per_s={rate}",
                  f"variants.{i}.disaggregation.router={router}",
                  f"variants.{i}.disaggregation.decode.engine={{max_num_seqs: {decode_seqs}, "
-                 f"kv_cache_memory_gib: {decode_kv_gib}, enable_prefix_caching: {caching}}}"]
+                 f"kv_cache_memory_gib: {decode_kv_gib}, enable_prefix_caching: {caching}, "
+                 f"max_model_len: {int(decode_kv_gib * 8192)}}}"]   # within the cache
     loaded = load(scenarios_dir / "disagg_ratio.yaml", overrides)
     rc = next(r for r in loaded.runs if r.variant == split)
     simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))

@@ -99,3 +99,67 @@ def test_llama33_70b_fp8_weights_tp2_held_out(pool):
     assert p.engine.kv_dtype_bytes == 2
     check(p, tokens=244_304, blocks=15_269, weights=33.88, activation_peak=1.96,
           non_torch=2.1, available_kv=37.28)
+
+
+# -- other engines' rules, as their sources compute them --------------------------------
+
+def _terms(rule: str, fraction: float, **rule_fields):
+    from capsim.kv.memory import memory_terms
+    from capsim.profiles.engines import MemoryRule
+    from capsim.profiles.models import load_model
+
+    return memory_terms(load_model("llama-3.1-8b"),
+                        MemoryRule(rule=rule, forward_bytes_per_token_intermediate=6,
+                                   forward_bytes_per_token_hidden=6, non_torch_gib={1: 0.5},
+                                   **rule_fields),
+                        total_bytes=int(79.19 * GIB), fraction=fraction, tp=1,
+                        weight_bytes=2, max_num_seqs=256, max_num_batched_tokens=8192,
+                        num_sms=132)
+
+
+@pytest.mark.parametrize("fraction", [0.9, 0.5, 0.15])
+def test_trtllm_takes_its_fraction_of_what_the_profile_run_left(fraction):
+    """TensorRT-LLM's PyTorch backend (tensorrt_llm/_torch/pyexecutor/_util.py
+    KvCacheCreator._cal_max_memory at 0004396): KV = (total − peak) × free_gpu_memory_fraction,
+    so even 0.15 leaves a KV cache (a fraction of the whole GPU would not fit the weights)."""
+    t = _terms("trtllm", fraction)
+    peak = t.weight_bytes + t.activation_peak_bytes + t.non_torch_bytes
+    assert t.available_kv_bytes == int(fraction * (t.total_bytes - peak))
+    assert t.available_kv_bytes / GIB == pytest.approx(fraction * 62.9, abs=0.1 * fraction)
+
+
+def test_tgi_takes_a_share_of_its_fraction_of_the_gpu_less_the_peak():
+    """TGI (server/text_generation_server/utils/import_utils.py get_cuda_free_memory and
+    flash_causal_lm.warmup): free = fraction × total − used; KV = 0.95 × free."""
+    t = _terms("tgi", 0.8, kv_fraction_of_free=0.95, context_gib=0.5)
+    used = t.weight_bytes + t.activation_peak_bytes + t.non_torch_bytes + int(0.5 * GIB)
+    assert t.available_kv_bytes == int(0.95 * (int(0.8 * t.total_bytes) - used))
+
+
+def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, tmp_path,
+                                                               monkeypatch):
+    """Measured case kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect (vLLM V0, one RTX
+    3090, gpu_memory_utilization 0.90): at max_model_len 20000 the engine starts; at 29000 the
+    longer profile run leaves 23,648 tokens of KV and vLLM refuses ("The model's max seq len
+    (29000) is larger than the maximum number of tokens that can be stored in KV cache")."""
+    from capsim.common.errors import ScenarioError
+
+    def scenario(max_model_len: int):
+        doc = {"name": "rtx3090", "model": "llama-3.1-8b",
+               "hardware": "benchmarks/fidelity/hardware/rtx-3090.yaml",
+               "engine": {"preset": "vllm-0.6.4", "gpu_memory_utilization": 0.90,
+                          "enable_chunked_prefill": False, "enable_prefix_caching": False,
+                          "max_num_seqs": 256, "max_model_len": max_model_len},
+               "workload": {"num_requests": 1, "arrival": {"process": "poisson",
+                                                           "rate_per_s": 1.0},
+                            "classes": [{"name": "a", "weight": 1.0,
+                                         "prompt_tokens": {"dist": "fixed", "value": 8},
+                                         "output_tokens": {"dist": "fixed", "value": 8}}]}}
+        return write_scenario(tmp_path, doc)
+
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])   # the hardware path is the repo's
+    assert load(scenario(20000)).runs[0].pool().kv.num_tokens > 20000
+    with pytest.raises(ScenarioError, match=r"one max_model_len \(29,000\) request .* vLLM "
+                                            r"refuses to start; the cache holds 22,400 tokens"):
+        load(scenario(29000))

@@ -144,16 +144,20 @@ def test_result_round_trips_through_json(scenario):
     assert np.isnan(summarize(again, loaded.spec.slo)[0].tpot_p50_ms)   # 1-token replies: no TPOT
 
 
-def test_request_is_rejected_when_it_exceeds_the_whole_kv_cache(scenario, trace_of):
-    path = scenario(engine={"max_model_len": 8192, "kv_cache_memory_gib": 0.5})
-    run = load(path).runs[0]
-    big = run.pool().kv.num_gpu_blocks * run.pool().engine.block_size + 10
-    result = simulate(run, trace_of([(0.0, min(big, 8000), 100)]))
-    if big < 8100:
-        assert result.requests.status.tolist() == ["rejected"]
-        assert "KV blocks" in result.requests.reject_reason[0]
-    else:
-        pytest.skip("cache larger than max_model_len at this utilisation")
+def test_a_request_larger_than_the_whole_kv_cache(scenario, trace_of):
+    """vLLM refuses to start when one max_model_len request cannot fit (its start-up check,
+    vllm/v1/core/kv_cache_utils.py); SGLang serves what fits and rejects the rest."""
+    from capsim.common.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="vLLM refuses to start"):
+        load(scenario(engine={"max_model_len": 8192, "kv_cache_memory_gib": 0.5}))
+    run = load(scenario(engine={"preset": "sglang", "max_model_len": 8192,
+                                "kv_cache_memory_gib": 0.5})).runs[0]
+    cache_tokens = run.pool().kv.num_gpu_blocks * run.pool().engine.block_size
+    assert cache_tokens == 4096                       # 0.5 GiB / 128 KiB per token
+    result = simulate(run, trace_of([(0.0, 4000, 200), (0.1, 3000, 100)]))
+    assert result.requests.status.tolist() == ["rejected", "finished"]
+    assert "KV blocks" in result.requests.reject_reason[0]
 
 
 @pytest.fixture

@@ -191,8 +191,9 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         finite = [getattr(r, k) for r in rows for _, k in stats
                   if getattr(r, k) > 0 and not math.isnan(getattr(r, k))]
         finite += [slo.targets[k] for _, k in stats if k in slo.targets]
-        ax.set_yscale("log")
         lo, hi = min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5)
+        ax.set_ylim(lo, hi)             # first: with every request rejected no bar is > 0
+        ax.set_yscale("log")
         ax.set_ylim(lo, hi)
         log_axis(ax.yaxis, PLAIN, lo, hi)
         ax.set_xticks(x0, ticks)

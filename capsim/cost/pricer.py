@@ -11,7 +11,8 @@ Each operator of :mod:`capsim.cost.operators` costs
 The efficiencies come per operator class from the profile
 (:class:`capsim.profiles.hardware.Efficiency`; fitted by ``capsim calibrate``):
 weight matmuls use ``launch_s + max(flops / peak, bytes / hbm_bw) / e(n)``
-with a GEMM curve over the step's tokens n; prefill attention a compute
+with a GEMM curve over the step's tokens n (``gemm_fp8`` at the fp8 peak for fp8
+weights when the profile has it, else ``gemm``); prefill attention a compute
 curve over keys per query; decode attention and elementwise kernels their
 own memory factors; each class adds a fixed launch time per layer. A
 profile without those entries (and ``hw.ideal()``) uses the scalar
@@ -156,7 +157,8 @@ class StepPricer:
     Per operator class (see :class:`capsim.profiles.hardware.Efficiency`):
 
     - weight matmuls (layers and LM head): ``launch_s + max(flops / peak,
-      bytes / bw) / e(n)`` with the profile's ``gemm`` curve, or
+      bytes / bw) / e(n)`` with the profile's ``gemm`` curve (``gemm_fp8`` for fp8
+      weights, when the profile has one), or
       ``max(flops / (peak × compute), bytes / (bw × memory))`` without one;
     - attention, split into the prefill part (chunks over their cached
       prefix) and the decode part (one token over its context), each with its
@@ -170,8 +172,9 @@ class StepPricer:
         hw: the GPU profile; its efficiencies and step overhead apply (use
             ``hw.ideal()`` for textbook numbers).
         tensor_parallel_size: GPUs in the tensor-parallel group.
-        weight_dtype: ``bf16``, ``fp16`` or ``fp8``; sets weight bytes and the
-            peak used for matmuls. Attention runs at the bf16 (else fp16) peak.
+        weight_dtype: ``bf16``, ``fp16`` or ``fp8``; sets weight bytes, the
+            peak used for matmuls and their GEMM curve (``gemm_fp8`` for fp8 when
+            the profile has one). Attention runs at the bf16 (else fp16) peak.
         kv_cache_dtype_bytes: bytes per KV-cache element (2 for bf16, 1 for fp8).
 
     Raises:
@@ -252,7 +255,7 @@ class StepPricer:
         peak, bw = hw.peak_flops(self.weight_dtype), hw.hbm_bandwidth_bytes_per_s
         self._peak, self._bw = peak * eff.compute, bw * eff.memory
         self._attn_peak = hw.peak_flops(attn_dtype)
-        curve = eff.gemm
+        curve = eff.matmul_curve(self.weight_dtype)
         # With a curve the matmul roofs are ideal and 1 / e(n) scales their max.
         self._mm_peak = peak if curve is not None else self._peak
         self._mm_bw = bw if curve is not None else self._bw
@@ -302,7 +305,7 @@ class StepPricer:
         """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
         if n < _GEMM_TABLE_TOKENS:
             return self._ginv[n]
-        return float(1.0 / curve_efficiency(self.hw.efficiency.gemm, n))
+        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self.weight_dtype), n))
 
     def _attn_inv(self, keys: int) -> float:
         """1 / e(keys per query) of the prefill-attention compute curve."""

@@ -11,6 +11,7 @@ Public API:
     Efficiency               achieved ÷ peak factors (calibration inputs)
     Curve, GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
     Calibration              provenance and error figures of a calibrated profile
+    Derivation               provenance of efficiencies derived (not fitted) from another profile
     load_hardware(name_or_path) -> HardwareProfile
     list_hardware() -> list[HardwareProfile]
     hardware_names() -> list[str]
@@ -120,6 +121,8 @@ class Efficiency(StrictModel):
     ``interconnect`` scales the tensor-parallel link bandwidth. The optional
     per-operator-class entries (written by ``capsim calibrate``) override them:
     ``gemm`` (QKV / O / MLP / LM-head matmuls, a curve over tokens),
+    ``gemm_fp8`` (the same matmuls with fp8 weights and activations, at the fp8
+    peak; without it fp8 matmuls use ``gemm`` at the fp8 peak),
     ``attention_prefill``, ``attention_decode`` and ``elementwise`` (norms,
     RoPE, activation, residual adds and the embedding gather; memory only).
     """
@@ -130,9 +133,17 @@ class Efficiency(StrictModel):
         1.0, gt=0.0, le=1.0, description="all-reduce bus bandwidth ÷ link bandwidth per direction"
     )
     gemm: GemmCurve | None = None
+    gemm_fp8: GemmCurve | None = None
     attention_prefill: KernelEfficiency | None = None
     attention_decode: KernelEfficiency | None = None
     elementwise: KernelEfficiency | None = None
+
+    def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
+        """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
+        weights when the profile has one, else ``gemm`` (None: the scalar factors)."""
+        if weight_dtype == "fp8" and self.gemm_fp8 is not None:
+            return self.gemm_fp8
+        return self.gemm
 
     def kernel(self, op_class: str) -> KernelEfficiency:
         """The factors of ``attention_prefill`` / ``attention_decode`` / ``elementwise``;
@@ -167,6 +178,34 @@ class Calibration(StrictModel):
     error: dict[str, ClassError] = Field(default_factory=dict)
 
 
+#: Efficiency entries a :class:`Derivation` may list.
+EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
+                          "elementwise"]
+
+
+class Derivation(StrictModel):
+    """Efficiencies derived from another (measured) profile, not fitted to this GPU.
+
+    Marks a profile whose per-operator-class curves were carried over from the
+    closest calibrated GPU with a documented scaling, because no kernel timings of
+    this GPU were at hand. ``status`` is always ``"derived, uncalibrated"``: treat
+    its timings as an estimate until ``capsim calibrate`` fits measured ones.
+
+    Attributes:
+        status: the flag, ``"derived, uncalibrated"``.
+        from_profile: the calibrated profile the entries come from (``h100-sxm``).
+        classes: the efficiency entries derived (each must be set in ``efficiency``).
+        method: how they were carried over (the scaling and why).
+        date: ISO date of the derivation.
+    """
+
+    status: Literal["derived, uncalibrated"]
+    from_profile: str = Field(min_length=1)
+    classes: list[EfficiencyClass] = Field(min_length=1)
+    method: str = Field(min_length=1)
+    date: str = Field(min_length=1)
+
+
 class HardwareProfile(StrictModel):
     """One GPU SKU as the roofline and the KV sizer see it.
 
@@ -197,6 +236,7 @@ class HardwareProfile(StrictModel):
     price_per_gpu_hour_usd: float = Field(gt=0)
     sources: dict[str, str]
     calibration: Calibration | None = None
+    derivation: Derivation | None = None
     notes: str = ""
 
     @model_validator(mode="after")
@@ -212,6 +252,11 @@ class HardwareProfile(StrictModel):
         missing = [f for f in _SOURCED_FIELDS if f not in self.sources and _is_set(self, f)]
         if missing:
             raise ValueError(f"sources has no entry for: {', '.join(missing)}")
+        if self.derivation is not None:
+            unset = [c for c in self.derivation.classes if getattr(self.efficiency, c) is None]
+            if unset:
+                raise ValueError(f"derivation lists efficiency entries the profile does not "
+                                 f"set: {', '.join(unset)}")
         return self
 
     # -- derived values ---------------------------------------------------
@@ -258,12 +303,13 @@ class HardwareProfile(StrictModel):
         return self.pcie_latency_s
 
     def ideal(self) -> "HardwareProfile":
-        """Copy with every efficiency 1.0, no per-class entries, no kernel launch
-        times and no step overhead (textbook roofline)."""
+        """Copy with every efficiency 1.0, no per-class entries (nor their derivation),
+        no kernel launch times and no step overhead (textbook roofline)."""
         return self.model_copy(
             update={
                 "efficiency": Efficiency(compute=1.0, memory=1.0, interconnect=1.0),
                 "step_overhead_s": 0.0,
+                "derivation": None,
             }
         )
 

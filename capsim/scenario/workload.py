@@ -19,6 +19,16 @@ Two ways to describe traffic (exactly one must be given)::
           prompt_tokens: {dist: fixed, value: 512}
           output_tokens: {dist: fixed, value: 128}
 
+and two ways to send it: open loop (``poisson`` / ``gamma`` / ``constant`` at
+``rate_per_s``, whatever the server does; ``rate_per_s: .inf`` sends every request
+at t = 0, as ``vllm bench serve --request-rate inf``) or a closed loop
+(``process: concurrency``: ``users`` requests in flight, each end releasing the
+next request ``think_time_s`` later, as ``vllm bench serve --max-concurrency``,
+genai-perf / AIPerf ``--concurrency`` and GuideLLM's ``concurrent`` profile). A
+closed loop may also send a trace's rows (in file order, timestamps ignored).
+``warmup_request_count: K`` (genai-perf / AIPerf ``--warmup-request-count``)
+leaves the first K requests sent out of every metric.
+
 Token lengths are integers: every sampled value is rounded to the nearest
 integer and clipped to ``[min, max]`` (``min`` >= 1, because a request has at
 least one prompt token and always produces at least one output token).
@@ -26,9 +36,10 @@ least one prompt token and always produces at least one output token).
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import Int, StrictModel
 
@@ -136,31 +147,95 @@ LengthDist = Annotated[
 # --------------------------------------------------------------------------
 
 
+CLOSED_LOOP = "concurrency"
+"""The closed loop: a fixed number of requests in flight."""
+
+
 class ArrivalConfig(StrictModel):
-    """Arrival process of synthetic requests.
+    """How synthetic requests (or a closed loop's trace rows) are sent.
+
+    Open loop, at ``rate_per_s`` requests/s:
 
     - ``poisson``: exponential inter-arrival times with mean ``1/rate_per_s``.
     - ``gamma``: Gamma inter-arrival times with mean ``1/rate_per_s`` and
       coefficient of variation ``cv`` (cv > 1 is burstier than Poisson,
       cv < 1 smoother; cv = 1 is Poisson).
     - ``constant``: exactly ``1/rate_per_s`` apart, first request at t = 0.
+
+    ``rate_per_s: .inf`` (poisson or constant, with ``num_requests``) sends every
+    request at t = 0 (``vllm bench serve --request-rate inf``); it is the only
+    non-finite number a scenario takes.
+
+    Closed loop, ``process: concurrency``: ``users`` requests in flight. The first
+    ``users`` requests are sent at t = 0; each time one ends (finished or rejected)
+    the next one is sent ``think_time_s`` later (a constant pause; 0 = at once, as
+    the benchmark clients do). The run stops sending after ``num_requests`` requests
+    or at ``duration_s`` (a request due at or after it is not sent).
     """
 
-    process: Literal["poisson", "gamma", "constant"]
-    rate_per_s: float = Field(gt=0, description="mean arrival rate, requests/s")
+    process: Literal["poisson", "gamma", "constant", "concurrency"]
+    rate_per_s: Optional[float] = Field(
+        default=None, gt=0, allow_inf_nan=True,
+        description="open loop: mean arrival rate, requests/s (.inf: all at t = 0)")
     cv: Optional[float] = Field(
         default=None, gt=0, description="gamma only: CV of inter-arrival times"
     )
+    users: Optional[Int] = Field(
+        default=None, gt=0, description="concurrency only: requests in flight")
+    think_time_s: Optional[float] = Field(
+        default=None, ge=0, description="concurrency only: pause between a request's end "
+                                        "and the next request, s")
+
+    @field_validator("rate_per_s", mode="before")
+    @classmethod
+    def _check_rate(cls, rate: Any) -> Any:
+        if isinstance(rate, float) and math.isnan(rate):
+            raise ValueError("must be a number > 0 requests/s, or .inf to send every request "
+                             "at t = 0")
+        return rate
 
     @model_validator(mode="after")
-    def _check_cv(self):
-        if self.process == "gamma" and self.cv is None:
-            raise ValueError("cv is required for process: gamma (coefficient of variation, > 0)")
-        if self.process != "gamma" and self.cv is not None:
+    def _check_process(self):
+        p = self.process
+        if p != "gamma" and self.cv is not None:
             raise ValueError(
-                f"cv only applies to process: gamma (got process: {self.process}); remove cv"
+                f"cv only applies to process: gamma (got process: {p}); remove cv"
             )
+        if p == CLOSED_LOOP:
+            if self.users is None:
+                raise ValueError("users is required for process: concurrency "
+                                 "(requests in flight, >= 1)")
+            if self.rate_per_s is not None:
+                raise ValueError("process: concurrency has no rate_per_s: users requests are "
+                                 "in flight and each end sends the next; remove rate_per_s")
+            return self
+        for key in ("users", "think_time_s"):
+            if getattr(self, key) is not None:
+                raise ValueError(f"{key} only applies to process: concurrency (got process: "
+                                 f"{p}); remove {key}")
+        if self.rate_per_s is None:
+            raise ValueError(f"rate_per_s is required for process: {p} (requests/s, > 0)")
+        if p == "gamma" and self.cv is None:
+            raise ValueError("cv is required for process: gamma (coefficient of variation, > 0)")
+        if self.all_at_once and p == "gamma":
+            raise ValueError("rate_per_s: .inf (every request at t = 0) applies to process: "
+                             "poisson or constant, not gamma")
         return self
+
+    @property
+    def closed_loop(self) -> bool:
+        """``process: concurrency``."""
+        return self.process == CLOSED_LOOP
+
+    @property
+    def all_at_once(self) -> bool:
+        """``rate_per_s: .inf``: every request arrives at t = 0."""
+        return self.rate_per_s == math.inf
+
+    @property
+    def think_s(self) -> float:
+        """The closed loop's pause, seconds (0 when not given)."""
+        return self.think_time_s or 0.0
 
 
 class SharedPrefix(StrictModel):
@@ -265,22 +340,35 @@ class WorkloadConfig(StrictModel):
     """The ``workload:`` section: synthetic (``arrival`` + ``classes``) or ``trace``.
 
     Synthetic: exactly one of ``num_requests`` (that many requests) or
-    ``duration_s`` (all requests arriving in ``[0, duration_s)``).
+    ``duration_s`` (all requests arriving in ``[0, duration_s)``; in a closed
+    loop, every request sent before ``duration_s``). ``rate_per_s: .inf`` needs
+    ``num_requests``.
     Trace: at most one of them — ``num_requests`` keeps the first N rows,
-    ``duration_s`` keeps rows arriving before it (after ``rate_scale``).
+    ``duration_s`` keeps rows arriving before it (after ``rate_scale``). With
+    ``arrival: {process: concurrency, ...}`` the rows are sent by the closed loop in
+    file order instead (their timestamps ignored) and ``duration_s`` stops it.
+
+    ``warmup_request_count``: the first K requests sent are simulated but left out of
+    every metric and summary (genai-perf / AIPerf ``--warmup-request-count``); it must
+    leave at least one request of ``num_requests``.
     """
 
     num_requests: Optional[int] = Field(default=None, gt=0)
     duration_s: Optional[float] = Field(default=None, gt=0)
+    warmup_request_count: Int = Field(
+        default=0, ge=0, description="first requests sent that no metric counts")
     arrival: Optional[ArrivalConfig] = None
     classes: Optional[list[RequestClass]] = Field(default=None, min_length=1)
     trace: Optional[TraceConfig] = None
 
     @model_validator(mode="after")
     def _check_source(self):
-        synthetic = self.arrival is not None or self.classes is not None
-        if self.trace is not None and synthetic:
-            raise ValueError("give either trace or arrival + classes, not both")
+        closed = self.arrival is not None and self.arrival.closed_loop
+        if self.trace is not None and (self.classes is not None or
+                                       (self.arrival is not None and not closed)):
+            raise ValueError("give either trace or arrival + classes, not both (a trace "
+                             "brings its own arrival times; only arrival: {process: "
+                             "concurrency, users: N} may send its rows)")
         if self.trace is None:
             missing = [k for k in ("arrival", "classes") if getattr(self, k) is None]
             if missing:
@@ -302,6 +390,49 @@ class WorkloadConfig(StrictModel):
                 "or duration_s (rows arriving before it)"
             )
         return self
+
+    @field_validator("warmup_request_count")
+    @classmethod
+    def _check_warmup(cls, k: int, info: ValidationInfo) -> int:
+        n = info.data.get("num_requests")
+        if n is not None and k >= n:
+            raise ValueError(f"must be < num_requests ({n}): no request would be measured")
+        return k
+
+    @field_validator("arrival")
+    @classmethod
+    def _check_all_at_once(cls, arrival: ArrivalConfig | None,
+                           info: ValidationInfo) -> ArrivalConfig | None:
+        if arrival is not None and arrival.all_at_once and info.data.get("duration_s"):
+            raise ValueError("rate_per_s: .inf sends every request at t = 0: give "
+                             "num_requests, not duration_s")
+        return arrival
+
+    @field_validator("classes")
+    @classmethod
+    def _check_turns(cls, classes: list[RequestClass] | None,
+                     info: ValidationInfo) -> list[RequestClass] | None:
+        arrival = info.data.get("arrival")
+        if arrival is not None and arrival.closed_loop:
+            for i, c in enumerate(classes or []):
+                if c.conversation is not None:
+                    raise ValueError(
+                        f"classes.{i} ({c.name}) has conversation turns, which process: "
+                        "concurrency cannot send (a conversation is its own closed loop: each "
+                        "turn follows the previous reply); remove conversation or use an "
+                        "open-loop arrival")
+        return classes
+
+    @field_validator("trace")
+    @classmethod
+    def _check_trace_loop(cls, trace: TraceConfig | None,
+                          info: ValidationInfo) -> TraceConfig | None:
+        arrival = info.data.get("arrival")
+        if trace is not None and arrival is not None and arrival.closed_loop \
+                and trace.rate_scale != 1.0:
+            raise ValueError("rate_scale has no effect in a closed loop (process: concurrency "
+                             "sends the rows in file order, timestamps ignored); remove it")
+        return trace
 
     @property
     def class_names(self) -> tuple[str, ...]:

@@ -9,14 +9,17 @@ numbers). The CLI's ``run`` / ``validate`` and the sweep / sizing studies share 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.scenario.workload import WorkloadConfig
 from capsim.workload.replay import load_trace
 from capsim.workload.synthetic import generate
-from capsim.workload.trace import RequestTrace
+from capsim.workload.trace import ClosedLoop, RequestTrace
 
 
 def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
@@ -30,20 +33,33 @@ def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
             (``trace.path``, ``empirical.path``) resolve against it.
 
     Returns:
-        A :class:`RequestTrace` in arrival order. Synthetic workloads have
-        ``class_names`` = the configured class names; a replayed trace has one
-        class, ``trace.class_name``.
+        A :class:`RequestTrace` in arrival order (a closed loop's: in sending order,
+        arrivals NaN, with its :class:`~capsim.workload.trace.ClosedLoop`). Synthetic
+        workloads have ``class_names`` = the configured class names; a replayed trace
+        has one class, ``trace.class_name``.
 
     Raises:
         ScenarioError: unreadable or malformed CSV (with file, line number and
-            value), a workload that yields no request, or more than
-            :data:`~capsim.workload.trace.MAX_REQUESTS` requests.
+            value), a workload that yields no request or only warm-up requests, or more
+            than :data:`~capsim.workload.trace.MAX_REQUESTS` requests.
     """
     base_dir = Path(base_dir)
-    if workload.trace is not None:
-        return load_trace(workload.trace, base_dir, num_requests=workload.num_requests,
-                          duration_s=workload.duration_s)
-    return generate(workload, seed, base_dir)
+    if workload.trace is None:
+        return generate(workload, seed, base_dir)
+    arrival, k = workload.arrival, workload.warmup_request_count
+    if arrival is None:                                 # replayed at its timestamps
+        trace = load_trace(workload.trace, base_dir, num_requests=workload.num_requests,
+                           duration_s=workload.duration_s)
+    else:                                               # sent by a closed loop, in file order
+        rows = load_trace(workload.trace, base_dir, num_requests=workload.num_requests)
+        trace = replace(rows, arrival_s=np.full(len(rows), np.nan), closed_loop=ClosedLoop(
+            users=arrival.users, think_time_s=arrival.think_s,
+            stop_s=workload.duration_s if workload.duration_s is not None else math.inf))
+    if k >= len(trace):
+        raise ScenarioError(f"must be < the trace's {len(trace)} requests: with {k} warm-up "
+                            "requests no request would be measured",
+                            path="workload.warmup_request_count")
+    return replace(trace, warmup_requests=k) if k else trace
 
 
 @dataclass

@@ -8,7 +8,10 @@ Randomness. :func:`generate` derives independent child streams from
 - stream 0: inter-arrival times,
 - stream 1: class choice of each request,
 - stream 2: token lengths, split again into one stream per class and, inside
-  it, one for prompt lengths and one for output lengths.
+  it, one for prompt lengths and one for output lengths;
+- stream 3 (closed loop, which draws no arrival): block b of its rows draws its
+  classes and lengths from ``SeedSequence(seed, spawn_key=(3, b))``, split as
+  streams 1 and 2 (:func:`closed_loop_trace`).
 
 So editing class ``i``'s output-length distribution changes neither the
 arrival times, nor the class of any request, nor the lengths of other classes
@@ -34,7 +37,7 @@ from capsim.scenario.workload import (
     WorkloadConfig,
 )
 from capsim.workload.replay import load_empirical
-from capsim.workload.trace import MAX_REQUESTS, RequestTrace
+from capsim.workload.trace import MAX_REQUESTS, ClosedLoop, RequestTrace
 
 def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
     """Draw the requests of a synthetic ``workload`` (arrival process + classes).
@@ -47,12 +50,15 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
 
     Returns:
         A :class:`RequestTrace` in arrival order, ``class_names`` = the
-        configured class names.
+        configured class names (for a closed loop, rows in sending order with NaN
+        arrivals: :func:`closed_loop_trace`).
 
     Raises:
         ScenarioError: unreadable or malformed empirical CSV, a workload that
             yields no request, or more than :data:`MAX_REQUESTS` requests.
     """
+    if workload.arrival.closed_loop:
+        return closed_loop_trace(workload, seed, base_dir)
     arrival_ss, class_ss, length_ss = np.random.SeedSequence(seed).spawn(3)
     arrival_s = sample_arrivals(
         workload.arrival,
@@ -67,7 +73,24 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
             f"at rate_per_s={workload.arrival.rate_per_s:g}; increase duration_s or the rate",
             path="workload.duration_s",
         )
+    if workload.warmup_request_count >= n:
+        raise ScenarioError(
+            f"all {n} requests arriving before duration_s={workload.duration_s:g} would be "
+            f"warm-up; lower warmup_request_count or increase duration_s",
+            path="workload.warmup_request_count")
+    rows = _draw_rows(workload, arrival_s, class_ss, length_ss, base_dir, {})
+    return RequestTrace(class_names=workload.class_names,
+                        warmup_requests=workload.warmup_request_count, **rows)
 
+
+def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
+               class_ss: np.random.SeedSequence, length_ss: np.random.SeedSequence,
+               base_dir: Path, empirical: dict) -> dict:
+    """The columns of the requests arriving at ``arrival_s`` (shape ``(n,)``): classes from
+    ``class_ss``; lengths, shared prefixes and later conversation turns (appended as rows,
+    arrival NaN) from ``length_ss``. ``empirical`` caches the values of empirical length
+    files (filled on first use)."""
+    n = len(arrival_s)
     classes = workload.classes
     weights = np.array([c.weight for c in classes], dtype=np.float64)
     class_id = choose_classes(weights, n, np.random.default_rng(class_ss))
@@ -85,10 +108,10 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
         where = f"workload.classes.{i}"
         prompt_rng = np.random.default_rng(prompt_ss)
         output_rng = np.random.default_rng(output_ss)
-        prompt[rows] = sample_lengths(cls.prompt_tokens, len(rows), prompt_rng,
-                                      base_dir=base_dir, yaml_path=f"{where}.prompt_tokens")
-        output[rows] = sample_lengths(cls.output_tokens, len(rows), output_rng,
-                                      base_dir=base_dir, yaml_path=f"{where}.output_tokens")
+        prompt[rows] = sample_lengths(cls.prompt_tokens, len(rows), prompt_rng, base_dir=base_dir,
+                                      yaml_path=f"{where}.prompt_tokens", empirical=empirical)
+        output[rows] = sample_lengths(cls.output_tokens, len(rows), output_rng, base_dir=base_dir,
+                                      yaml_path=f"{where}.output_tokens", empirical=empirical)
         if cls.shared_prefix is not None:
             _apply_prefix(cls.shared_prefix, i, rows, np.random.default_rng(prefix_ss),
                           prompt, prefix_id, prefix_tokens)
@@ -102,7 +125,84 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
                  parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n), n=samples)
     for t in turns:
         trace = t.append_to(trace)
-    return RequestTrace(class_names=tuple(c.name for c in classes), **trace)
+    return trace
+
+
+# --------------------------------------------------------------------------
+# The closed loop's rows
+# --------------------------------------------------------------------------
+
+BLOCK_ROWS = 1024
+"""A closed loop's rows are drawn in blocks of this many, each from its own stream."""
+
+
+def closed_loop_trace(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
+    """The rows a closed loop (``arrival.process: concurrency``) sends, in sending order.
+
+    The rows are one endless sequence per seed, drawn in blocks of :data:`BLOCK_ROWS`:
+    block b's classes and lengths come from ``SeedSequence(seed, spawn_key=(3, b))``
+    (stream 3 of the seed, apart from the open loop's streams 0–2), so the first N rows
+    are the same however many are drawn. ``num_requests`` takes the first N;
+    ``duration_s`` draws a first few blocks and lets the simulation draw more as it
+    sends them (:attr:`ClosedLoop.more`), so every variant sends the same requests in
+    the same order however fast it serves them.
+
+    Raises:
+        ScenarioError: as :func:`generate`.
+    """
+    rows = ClosedLoopRows(workload, seed, base_dir)
+    arrival = workload.arrival
+    if workload.num_requests is not None:
+        return rows.trace(workload.num_requests, bounded=True)
+    first = max(arrival.users * 4, workload.warmup_request_count + arrival.users, BLOCK_ROWS)
+    return rows.trace(first, bounded=False)
+
+
+class ClosedLoopRows:
+    """The endless row sequence of a synthetic closed loop. Picklable: a task carries it to
+    any worker with the values of its empirical length files, so no file is read there.
+
+    Args:
+        workload: the validated ``workload:`` section (``process: concurrency``).
+        seed: the trace's seed.
+        base_dir: the scenario file's directory (empirical length files, read once).
+    """
+
+    def __init__(self, workload: WorkloadConfig, seed: int, base_dir: Path):
+        self.workload, self.seed, self.base_dir = workload, seed, Path(base_dir)
+        self.empirical: dict = {}          # yaml path → values of an empirical length file
+
+    def block(self, b: int) -> dict:
+        """The columns of block ``b`` (:data:`BLOCK_ROWS` rows)."""
+        class_ss, length_ss = np.random.SeedSequence(self.seed, spawn_key=(3, b)).spawn(2)
+        return _draw_rows(self.workload, np.full(BLOCK_ROWS, np.nan), class_ss, length_ss,
+                          self.base_dir, self.empirical)
+
+    def trace(self, n: int, *, bounded: bool) -> RequestTrace:
+        """The first ``n`` rows as a closed-loop :class:`RequestTrace`; unless ``bounded``
+        (``num_requests``), its loop can draw more (``more``) until ``duration_s``.
+
+        Raises:
+            ScenarioError: ``n`` above :data:`MAX_REQUESTS`.
+        """
+        _check_count(n, "workload.num_requests" if bounded else "workload.duration_s")
+        blocks = [self.block(b) for b in range(-(-n // BLOCK_ROWS))]
+        cols = {k: np.concatenate([blk[k] for blk in blocks])[:n] for k in blocks[0]}
+        wl, arrival = self.workload, self.workload.arrival
+        loop = ClosedLoop(users=arrival.users, think_time_s=arrival.think_s,
+                          stop_s=wl.duration_s if wl.duration_s is not None else math.inf,
+                          more=None if bounded else self.more)
+        return RequestTrace(class_names=wl.class_names, closed_loop=loop,
+                            warmup_requests=wl.warmup_request_count, **cols)
+
+    def more(self, n: int) -> RequestTrace:
+        """At least ``n`` rows: twice as many (up to :data:`MAX_REQUESTS`), so the loop
+        draws seldom (O(rows) in all).
+
+        Raises:
+            ScenarioError: ``n`` above :data:`MAX_REQUESTS`.
+        """
+        return self.trace(n if n > MAX_REQUESTS else min(2 * n, MAX_REQUESTS), bounded=False)
 
 
 def _apply_prefix(spec, class_index: int, rows: np.ndarray, rng: np.random.Generator,
@@ -210,6 +310,8 @@ def sample_arrivals(
       (mean ``1/rate_per_s``, coefficient of variation ``cv``); first request
       after the first gap.
     - constant: ``t_i = i / rate_per_s``, starting at 0.
+    - ``rate_per_s: .inf`` (poisson or constant, ``num_requests`` only): every
+      request at 0, nothing drawn.
 
     With ``duration_s`` the gaps are drawn in chunks from the same stream, so
     the result is a prefix of the ``num_requests`` sequence for the same rng
@@ -224,6 +326,8 @@ def sample_arrivals(
     rate = arrival.rate_per_s
     if num_requests is not None:
         _check_count(num_requests, "workload.num_requests")
+        if arrival.all_at_once:
+            return np.zeros(num_requests)
         if arrival.process == "constant":
             return np.arange(num_requests, dtype=np.float64) / rate
         return np.cumsum(_interarrivals(arrival, rng, num_requests))
@@ -271,6 +375,7 @@ def sample_lengths(
     *,
     base_dir: Path = Path("."),
     yaml_path: str = "",
+    empirical: dict | None = None,
 ) -> np.ndarray:
     """``n`` token lengths from ``dist``, int64, shape ``(n,)``, each in ``[min, max]``.
 
@@ -286,6 +391,7 @@ def sample_lengths(
 
     Args:
         yaml_path: YAML path of ``dist`` for error messages.
+        empirical: a cache of empirical files' values by ``yaml_path`` (read on first use).
 
     Raises:
         ScenarioError: empirical file missing, column missing, a non-numeric
@@ -301,7 +407,11 @@ def sample_lengths(
         mu = math.log(dist.mean) - dist.sigma**2 / 2.0
         return _round_clip(rng.lognormal(mu, dist.sigma, size=n), dist.min, dist.max)
     if isinstance(dist, EmpiricalDist):
-        values = load_empirical(dist, base_dir, yaml_path=f"{yaml_path}.path")
+        values = None if empirical is None else empirical.get(yaml_path)
+        if values is None:
+            values = load_empirical(dist, base_dir, yaml_path=f"{yaml_path}.path")
+            if empirical is not None:
+                empirical[yaml_path] = values
         return _round_clip(values[rng.integers(0, len(values), size=n)], dist.min, dist.max)
     raise TypeError(f"unknown length distribution {type(dist).__name__}")
 

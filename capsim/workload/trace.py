@@ -2,14 +2,18 @@
 
 :class:`RequestTrace` holds, per request in arrival order, its arrival time,
 prompt and output tokens, class, shared-prefix id, conversation parent and think
-time, and parallel samples. :func:`capsim.workload.build` makes one from a
+time, and parallel samples; and how the requests are sent: at their arrival times
+(open loop) or by a :class:`ClosedLoop` of a fixed number of users, and how many of
+the first ones are warm-up. :func:`capsim.workload.build` makes one from a
 scenario's ``workload:`` section; every variant of the scenario replays it
 (common random numbers across variants).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -24,6 +28,29 @@ def _frozen_column(values: np.ndarray, dtype: type, name: str) -> np.ndarray:
     view = arr.view()
     view.flags.writeable = False
     return view
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """How a closed loop sends a trace's rows: ``users`` requests in flight.
+
+    The first ``users`` rows are sent at t = 0; each time a request ends (finished or
+    rejected) the next row is sent ``think_time_s`` later, in row order, until the rows
+    run out or the clock reaches ``stop_s`` (a request due at or after it is not sent).
+
+    Attributes:
+        users: requests in flight, >= 1.
+        think_time_s: constant pause between a request's end and the next send, s, >= 0.
+        stop_s: nothing is sent at or after this simulated time, s (``inf``: every row).
+        more: ``more(n)`` → the same trace with at least ``n`` rows, its first rows
+            unchanged (a synthetic workload bounded by ``duration_s`` draws rows as the
+            loop needs them); None when the rows are all there is.
+    """
+
+    users: int
+    think_time_s: float = 0.0
+    stop_s: float = math.inf
+    more: Callable[[int], "RequestTrace"] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +77,11 @@ class RequestTrace:
             known only when the simulation gets there); 0 for first turns.
         n: int32, parallel samples per request (vLLM ``SamplingParams.n``), >= 1;
             each sample generates ``output_tokens``.
+        closed_loop: None (open loop: each first turn arrives at ``arrival_s``) or how a
+            closed loop sends the rows; then ``arrival_s`` is NaN (a row's arrival is
+            known when the loop sends it) and no row has a parent.
+        warmup_requests: the first K requests sent are warm-up: simulated, left out of
+            every metric (``workload.warmup_request_count``).
 
     Raises:
         ValueError: columns of different lengths or broken invariants (a bug
@@ -66,6 +98,8 @@ class RequestTrace:
     parent: np.ndarray | None = None
     think_s: np.ndarray | None = None
     n: np.ndarray | None = None
+    closed_loop: ClosedLoop | None = None
+    warmup_requests: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -94,11 +128,16 @@ class RequestTrace:
         self._check_invariants()
 
     def _check_invariants(self) -> None:
+        if self.warmup_requests < 0:
+            raise ValueError("RequestTrace.warmup_requests must be >= 0")
         if len(self) == 0:
             return
         roots = self.parent < 0
         a = self.arrival_s[roots]
-        if not (np.isfinite(a).all() and a[0] >= 0 and (np.diff(a) >= 0).all()):
+        if self.closed_loop is not None:
+            if not (np.isnan(self.arrival_s).all() and roots.all()):
+                raise ValueError("a closed loop's RequestTrace has NaN arrival_s and no parents")
+        elif not (np.isfinite(a).all() and a[0] >= 0 and (np.diff(a) >= 0).all()):
             raise ValueError("RequestTrace.arrival_s of first turns must be finite, >= 0 and "
                              "non-decreasing")
         if (self.parent >= np.arange(len(self))).any():
@@ -122,9 +161,19 @@ class RequestTrace:
         """Sum of output lengths, tokens."""
         return int(self.output_tokens.sum())
 
+    def head(self, n: int) -> "RequestTrace":
+        """The first ``n`` rows (views of these columns), the rest of the trace unchanged."""
+        if n == len(self):
+            return self
+        cols = {k: getattr(self, k)[:n] for k in ("arrival_s", "prompt_tokens", "output_tokens",
+                                                   "class_id", "prefix_id", "prefix_tokens",
+                                                   "parent", "think_s", "n")}
+        return replace(self, **cols)
+
     @property
     def duration_s(self) -> float:
-        """Last first-turn arrival minus the first arrival, seconds (0.0 for < 2 requests)."""
+        """Last first-turn arrival minus the first arrival, seconds (0.0 for < 2 requests;
+        NaN for a closed loop, whose arrivals the simulation decides)."""
         a = self.arrival_s[self.parent < 0]
         if len(a) < 2:
             return 0.0

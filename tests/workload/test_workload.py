@@ -98,7 +98,7 @@ def test_schema_accepts_the_documented_example():
         ({"num_requests": 5, "arrival": {"process": "poisson", "rate_per_s": 0}}, "greater than 0"),
         ({"num_requests": 5, "arrival": {"process": "gamma", "rate_per_s": 1}}, "cv is required"),
         ({"num_requests": 5, "arrival": {"process": "poisson", "rate_per_s": 1, "cv": 2}}, "cv only applies"),
-        ({"num_requests": 5, "arrival": {"process": "burst", "rate_per_s": 1}}, "'poisson', 'gamma' or 'constant'"),
+        ({"num_requests": 5, "arrival": {"process": "burst", "rate_per_s": 1}}, "'poisson', 'gamma', 'constant' or 'concurrency'"),
         ({"num_requests": 5, "classes": []}, "at least 1 item"),
         ({"num_requests": 5, "classes": one_class() * 2}, "class names must be unique; repeated: a"),
         ({"num_requests": 5, "classes": one_class(prompt={"dist": "zipf"})},

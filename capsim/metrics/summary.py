@@ -11,6 +11,14 @@ DESIGN.md "Metrics":
 - throughput over first arrival → last completion;
 - goodput = requests/s meeting every per-request SLO.
 
+Warm-up requests (``workload.warmup_request_count``: status ``warmup``, their ITL
+runs already left out by the simulation) count in no column: latencies, counts,
+throughput and goodput are over the measured requests, throughput over the first
+measured arrival → last measured completion. The run-level figures (GPU busy,
+MFU / MBU, KV peak, preemptions, prefix hits, slot occupancy, a split's pool and
+link columns) cover the whole run, warm-up included, over its own span (first
+arrival of any request → last completion).
+
 Percentiles use numpy's default linear interpolation, exactly, also over
 weighted runs (:func:`weighted_percentile`).
 """
@@ -25,6 +33,7 @@ import pandas as pd
 from capsim.metrics.disagg import disagg_columns, transfer_frame
 from capsim.results.model import FINISHED, RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig, failed_targets
+from capsim.sim.request_log import WARMUP
 
 _NAN = float("nan")
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -55,7 +64,8 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
 
 def request_frame(result: RunResult, slo: SloConfig | None = None,
                   class_slos: dict[str, RequestSlo] | None = None) -> pd.DataFrame:
-    """One row per request with derived latencies in milliseconds.
+    """One row per measured request (warm-up requests left out) with derived latencies
+    in milliseconds.
 
     Columns: variant, request_id, cls, replica, status, reject_reason,
     arrival_s, prompt_tokens, output_tokens, queue_ms, ttft_ms, tpot_ms,
@@ -91,9 +101,18 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
         df["tpot_ms"] = np.where(out > 1, (finish - first) * 1e3 / (out - 1), _NAN)
     df["max_itl_ms"] = np.asarray(r.max_itl_s, dtype=np.float64) * 1e3
     df["good"] = _good_mask(df, slo, class_slos or {})
+    warmup = _warmup_mask(result)
+    if warmup is not None:
+        df = df[~warmup].reset_index(drop=True)
     if result.disagg is not None:
         df = df.merge(transfer_frame(result), on="request_id", how="left")
     return df
+
+
+def _warmup_mask(result: RunResult) -> np.ndarray | None:
+    """Which requests are warm-up (None when none is)."""
+    mask = np.asarray(result.requests.status) == WARMUP
+    return mask if mask.any() else None
 
 
 def _good_mask(df: pd.DataFrame, slo: RequestSlo | None,
@@ -127,7 +146,8 @@ def summarize(result: RunResult, slo: SloConfig,
     counts = np.asarray(itl.count, dtype=np.int64)
     run_cls = np.asarray(itl.class_id, dtype=np.int64)
     span_s = _span_s(df)
-    shared = _shared_stats(result, span_s)
+    run_span_s = _run_span_s(result) if _warmup_mask(result) is not None else span_s
+    shared = _shared_stats(result, run_span_s)
     rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared)]
     for cid, name in enumerate(result.class_names):
         sub = df[df["cls"] == name]
@@ -135,7 +155,7 @@ def summarize(result: RunResult, slo: SloConfig,
             mask = run_cls == cid
             rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared))
     if result.disagg is not None:
-        rows = [r.model_copy(update=disagg_columns(result, r.cls, span_s)) for r in rows]
+        rows = [r.model_copy(update=disagg_columns(result, r.cls, run_span_s)) for r in rows]
     return rows
 
 
@@ -146,6 +166,15 @@ def _span_s(df: pd.DataFrame) -> float:
         return _NAN
     end = (df.loc[done, "arrival_s"] + df.loc[done, "e2el_ms"] / 1e3).max()
     return float(end - df["arrival_s"].min())
+
+
+def _run_span_s(result: RunResult) -> float:
+    """The whole run's span, warm-up included: first arrival → last completion."""
+    r = result.requests
+    finish = np.asarray(r.finish_s, dtype=np.float64)
+    if np.isnan(finish).all():
+        return _NAN
+    return float(np.nanmax(finish) - np.nanmin(np.asarray(r.arrival_s, dtype=np.float64)))
 
 
 def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:

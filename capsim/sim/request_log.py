@@ -4,7 +4,12 @@ The run keeps no :class:`~capsim.engine.request.Request` after it has finished
 or been rejected: :meth:`RequestLog.record` copies what the result needs
 (times, replica, preemptions, status, the reason of a rejection) and checks
 the request's token invariant there and then. Memory: 49 bytes per request of
-the trace, allocated at the start, plus the reason strings of rejected ones.
+the trace, allocated at the start (a closed loop bounded by time grows them as
+it draws rows), plus the reason strings of rejected ones.
+
+Warm-up requests (``workload.warmup_request_count``: the first K sent) end like
+any other but their status in the result is :data:`WARMUP`, so that every metric
+leaves them out (:mod:`capsim.metrics.summary`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from capsim.results.model import FINISHED, REJECTED, RequestRecords
 from capsim.workload import RequestTrace
 
 _OPEN, _DONE, _REJECTED = 0, 1, 2          # status codes: not ended yet, finished, rejected
+
+WARMUP = "warmup"
+"""``RequestRecords.status`` of a warm-up request (finished or rejected): simulated, measured
+by no metric. Next to :data:`~capsim.results.model.FINISHED` and ``REJECTED``."""
 
 
 class RequestLog:
@@ -42,7 +51,29 @@ class RequestLog:
         self.reasons: dict[int, str] = {}        # rid → reject reason (rejected requests only)
         self.written = 0
         self.gaps_expected = 0
+        self.warmup: set[int] = set()            # rids of warm-up requests
         self._problems: list[str] = []
+
+    def mark_warmup(self, rid: int) -> None:
+        """Request ``rid`` (just sent) is warm-up: its result status will be :data:`WARMUP`."""
+        self.warmup.add(rid)
+
+    def grow(self, num_requests: int) -> None:
+        """Room for rids up to ``num_requests − 1`` (a closed loop drew more rows)."""
+        extra = num_requests - len(self.status)
+        if extra <= 0:
+            return
+        for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s",
+                     "replica", "num_preemptions", "status"):
+            col = getattr(self, name)
+            fill = {"replica": -1, "num_preemptions": 0, "status": _OPEN}.get(name, np.nan)
+            setattr(self, name, np.concatenate([col, np.full(extra, fill, dtype=col.dtype)]))
+
+    def truncate(self, num_requests: int) -> None:
+        """Keep rids below ``num_requests`` only (the rows a closed loop never sent)."""
+        for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s",
+                     "replica", "num_preemptions", "status"):
+            setattr(self, name, getattr(self, name)[:num_requests])
 
     def record(self, req: Request) -> None:
         """Write ``req``'s outcome (it has just finished or been rejected) and check it.
@@ -90,16 +121,21 @@ class RequestLog:
 
     def records(self, trace: RequestTrace) -> RequestRecords:
         """The result's per-request table. The log's columns are handed over (not copied);
-        class, prompt and output tokens and ``n`` are the trace's (read-only) arrays."""
+        class, prompt and output tokens and ``n`` are the trace's (read-only) arrays (``trace``
+        has as many rows as the log). Status: finished, rejected or, for the warm-up
+        requests, :data:`WARMUP`."""
         n = len(self.status)
         reasons = np.full(n, "", dtype=object)
         for rid, reason in self.reasons.items():
             reasons[rid] = reason
+        status = np.where(self.status == _DONE, FINISHED, REJECTED)
+        if self.warmup:
+            status[np.fromiter(self.warmup, dtype=np.int64, count=len(self.warmup))] = WARMUP
         return RequestRecords(
             request_id=np.arange(n, dtype=np.int64), class_id=trace.class_id,
             replica=self.replica, arrival_s=self.arrival_s,
             prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
-            status=np.where(self.status == _DONE, FINISHED, REJECTED), reject_reason=reasons,
+            status=status, reject_reason=reasons,
             first_scheduled_s=self.first_scheduled_s, first_token_s=self.first_token_s,
             finish_s=self.finish_s, num_preemptions=self.num_preemptions, n=trace.n,
             max_itl_s=self.max_itl_s)

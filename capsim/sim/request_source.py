@@ -33,6 +33,11 @@ class RequestSource:
     """
 
     def __init__(self, trace: RequestTrace):
+        self.use(trace)
+
+    def use(self, trace: RequestTrace) -> None:
+        """Build requests from ``trace`` (at first, or the same rows and more: a closed loop
+        bounded by time drew more rows)."""
         self.trace = trace
         parent = trace.parent
         kids = np.flatnonzero(parent >= 0)

@@ -8,6 +8,7 @@ replica drained and every KV block is back on its free list.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Callable, Iterable
@@ -25,9 +26,10 @@ from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
 from capsim.kv.blocks import blocks_needed
+from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
-from capsim.results.model import RunResult
+from capsim.results.model import ItlRuns, RunResult, TransferRecords
 from capsim.workload import RequestTrace
 
 Progress = Callable[[int, int], None]
@@ -45,6 +47,14 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     they arrive, later turns when the turn before them ends
     (:class:`~capsim.sim.request_source.RequestSource`); each request's outcome goes
     into numpy columns when it ends (:class:`~capsim.sim.request_log.RequestLog`).
+    An open-loop trace's first turns arrive at their ``arrival_s``; a closed loop's rows
+    are sent as earlier requests end (:class:`~capsim.sim.closed_loop.ClosedLoopSender`),
+    and the result holds the rows it sent.
+
+    Warm-up (``trace.warmup_requests`` = K): the first K requests sent are simulated like
+    the others, but their inter-token gaps are recorded under class ids shifted by the
+    number of classes and left out of the result's ITL runs (and a disaggregated run's
+    transfers), and their status is ``warmup``, so no metric counts them.
 
     Args:
         run: the resolved variant.
@@ -55,39 +65,55 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
 
     Raises:
         InvariantError: if a conservation invariant fails at the end.
+        ScenarioError: a closed loop bounded by time whose requests are all rejected.
     """
     wall0 = time.perf_counter()
     env = Environment()
-    itl = ItlRecorder(len(trace.class_names))
+    num_classes = len(trace.class_names)
+    itl_classes = 2 * num_classes if trace.warmup_requests else num_classes
+    itl = ItlRecorder(itl_classes)
     source = RequestSource(trace)
     log = RequestLog(len(trace))
+    loop = trace.closed_loop
     total = len(trace)
     tick = max(1, total // 200)
 
     def on_finish(req: Request) -> None:
         log.record(req)
         if progress is not None and log.written % tick == 0:
-            progress(log.written, total)
+            progress(_done(log.written, total, loop, env.now), total)
+        if sender is not None:
+            sender.ended(req)
         rejected = req.state == REJECTED
         for child in source.next_turns(req):
-            env.process(_next_turn(env, child, rejected, trace, route, run, on_finish))
+            env.process(_next_turn(env, child, rejected, trace, admit))
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
     if run.disaggregated:
-        cluster = DisaggCluster(env, run, itl, len(trace.class_names), on_finish,
+        cluster = DisaggCluster(env, run, itl, itl_classes, on_finish,
                                 macro_steps=macro_steps)
         replicas, route = cluster.replicas, cluster.route
     else:
         pool = run.pool()
         pricer = pool.pricer(run.model)
-        bin_s = TimelineRecorder.start_width_s(
-            float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0)
-        replicas = [Replica(env, i, pool, pricer, itl, len(trace.class_names), on_finish,
+        bin_s = TimelineRecorder.start_width_s(_last_arrival_s(trace))
+        replicas = [Replica(env, i, pool, pricer, itl, itl_classes, on_finish,
                             macro_steps=macro_steps, timeline_bin_s=bin_s)
                     for i in range(pool.num_replicas)]
         route = make_router(run.router, replicas)
-    env.process(_arrivals(env, source, route, run, on_finish))
+    admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
+    sender = None
+    if loop is None:
+        env.process(_arrivals(env, source, admit))
+    else:
+        sender = ClosedLoopSender(env, source, log, admit)
+        for rep in replicas:
+            rep.hooks = EveryFinishObserved(rep.hooks)
+        env.process(sender.start())
     env.run()
+    if sender is not None:               # the rows it sent (all, unless stopped by time)
+        log.truncate(sender.sent)
+        trace = source.trace.head(sender.sent)
     _check_invariants(log, replicas, itl)
     problems = cluster.invariant_problems() if cluster is not None else []
     if problems:
@@ -95,19 +121,54 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     if progress is not None:
         progress(total, total)
     result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
-    return result if cluster is None else cluster.finish(result)
+    result = result if cluster is None else cluster.finish(result)
+    return _without_warmup(result, num_classes) if trace.warmup_requests else result
+
+
+def _last_arrival_s(trace: RequestTrace) -> float:
+    """Where the timeline's bins should reach: the last known arrival, or a closed loop's
+    stop time (0 when unknown: the bins start narrow and coarsen)."""
+    if trace.closed_loop is not None:
+        stop = trace.closed_loop.stop_s
+        return stop if stop != math.inf else 0.0
+    return float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0
+
+
+def _done(written: int, total: int, loop, now: float) -> int:
+    """Progress: requests ended, or for a closed loop bounded by time, its time elapsed
+    (as a share of ``total``)."""
+    if loop is None or loop.stop_s == math.inf:
+        return written
+    return min(total, int(total * now / loop.stop_s))
+
+
+def _without_warmup(result: RunResult, num_classes: int) -> RunResult:
+    """The result without the warm-up requests' ITL runs (class ids ≥ ``num_classes``) and
+    KV transfers; their request records say ``warmup``."""
+    itl = result.itl
+    keep = np.asarray(itl.class_id) < num_classes
+    update = {"itl": ItlRuns(gap_s=np.asarray(itl.gap_s)[keep], count=np.asarray(itl.count)[keep],
+                             class_id=np.asarray(itl.class_id)[keep])}
+    if result.disagg is not None:
+        t = result.disagg.transfers
+        ok = [c < num_classes for c in t.class_id]
+        transfers = t.model_copy(update={k: [v for v, o in zip(getattr(t, k), ok) if o]
+                                         for k in TransferRecords.model_fields})
+        update["disagg"] = result.disagg.model_copy(update={"transfers": transfers})
+    return result.model_copy(update=update)
 
 
 def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trace: RequestTrace,
-               route, run: RunConfig, on_finish):
+               admit: "_Admission"):
     """A conversation's next turn arrives ``think_s`` after the previous reply completes
     (rejected at once if the previous turn was rejected)."""
     if parent_rejected:
-        _reject(req, "the previous turn of its conversation was rejected", env.now, on_finish)
+        _reject(req, "the previous turn of its conversation was rejected", env.now,
+                admit.on_finish)
         return
     yield env.timeout(float(trace.think_s[req.rid]))
     req.arrival_s = env.now
-    _admit(env, req, route, run, on_finish)
+    admit(req)
 
 
 def rejections(run: RunConfig, trace: RequestTrace) -> list[tuple[int, str]]:
@@ -157,7 +218,7 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     return ""
 
 
-def _arrivals(env: simpy.Environment, source: RequestSource, route, run: RunConfig, on_finish):
+def _arrivals(env: simpy.Environment, source: RequestSource, admit: "_Admission"):
     """First turns, in trace order, each built and admitted at its arrival time."""
     roots = source.roots
     for k in range(len(roots)):
@@ -165,7 +226,28 @@ def _arrivals(env: simpy.Environment, source: RequestSource, route, run: RunConf
         delay = req.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        _admit(env, req, route, run, on_finish)
+        admit(req)
+
+
+class _Admission:
+    """Sends an arriving request to the cluster (``route``), or rejects it at once when
+    the engine could never serve it (:func:`reject_reason`, :func:`_admit`). The first ``warmup``
+    requests through here are marked as warm-up: logged as such, their class id shifted
+    by ``num_classes`` (their ITL runs are recorded apart)."""
+
+    __slots__ = ("env", "route", "run", "on_finish", "log", "warmup_left", "num_classes")
+
+    def __init__(self, env: simpy.Environment, route, run: RunConfig, on_finish,
+                 log: RequestLog, warmup: int, num_classes: int):
+        self.env, self.route, self.run, self.on_finish, self.log = env, route, run, on_finish, log
+        self.warmup_left, self.num_classes = warmup, num_classes
+
+    def __call__(self, req: Request) -> None:
+        if self.warmup_left:
+            self.warmup_left -= 1
+            req.class_id += self.num_classes
+            self.log.mark_warmup(req.rid)
+        _admit(self.env, req, self.route, self.run, self.on_finish)
 
 
 def _admit(env: simpy.Environment, req: Request, route, run: RunConfig, on_finish) -> None:

@@ -155,12 +155,13 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     capacity question.
 
     Raises:
-        ScenarioError: no ``slo.targets``; an unknown hardware name; every
-            option infeasible (too big for memory, or a target below what any
+        ScenarioError: a closed loop or all-at-once arrivals (no rate to search); no
+            ``slo.targets``; an unknown hardware name; every option infeasible (too big for memory, or a target below what any
             fleet can reach — the message says which and why).
     """
     spec, path = base.spec, str(base.path)
     sizing = spec.sizing
+    _check_open_loop(base)
     if not spec.slo.targets:
         raise ScenarioError("capsim size needs at least one run-level target to meet, e.g. "
                             "slo: {targets: {itl_p99_ms: 60, ttft_p99_ms: 2000}}",
@@ -179,6 +180,28 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                             sizing.tensor_parallel_size if sizing else None)
     p.options = _check_options(p, options)
     return p
+
+
+def _check_open_loop(base: LoadedScenario) -> None:
+    """Both searches set a finite request rate: refuse a closed loop and all-at-once arrivals.
+
+    Raises:
+        ScenarioError: a variant's workload is ``process: concurrency`` or ``rate_per_s: .inf``.
+    """
+    for rc in base.runs:                  # a variant may set its own workload
+        arrival = rc.workload.arrival
+        if arrival is not None and arrival.closed_loop:
+            raise ScenarioError(
+                "capsim size searches request rates (the fewest GPUs at one rate, or the "
+                "highest rate N GPUs sustain); a closed loop (process: concurrency) sends as "
+                "fast as the server answers, it has no rate to set. Sweep "
+                "workload.arrival.users and cluster.num_replicas with capsim sweep instead, or "
+                "size an open-loop arrival", file=str(base.path), path="workload.arrival.process")
+        if arrival is not None and arrival.all_at_once:
+            raise ScenarioError(
+                "capsim size needs a finite request rate; rate_per_s: .inf sends every request "
+                "at t = 0 (give a rate, or --rate R)", file=str(base.path),
+                path="workload.arrival.rate_per_s")
 
 
 def _start_rate(p: SizingPlan, rate_per_s: float | None) -> float:

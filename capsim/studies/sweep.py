@@ -141,9 +141,13 @@ def _load_point(base: LoadedScenario, point: SweepPoint, overrides: list[str],
 def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
     """The request rate a run is offered, requests/s.
 
-    Synthetic: ``arrival.rate_per_s``. Trace: inter-arrival gaps ÷ span,
-    ``(N − 1) / (last − first arrival)`` (NaN for fewer than two requests).
+    Synthetic: ``arrival.rate_per_s`` (``inf``: all at once). Trace: inter-arrival gaps ÷
+    span, ``(N − 1) / (last − first arrival)`` (NaN for fewer than two requests). A closed
+    loop (``process: concurrency``) offers none: NaN (its load is ``arrival.users``, the
+    swept field's own column).
     """
+    if wl.arrival is not None and wl.arrival.closed_loop:
+        return float("nan")
     if wl.arrival is not None:
         return float(wl.arrival.rate_per_s)
     return (len(trace) - 1) / trace.duration_s if trace.duration_s > 0 else float("nan")

@@ -47,7 +47,7 @@ from capsim.cost.pricer import StepPricer
 from capsim.metrics.summary import summarize
 from capsim.results.model import SummaryRow
 from capsim.scenario.load import LoadedScenario, load
-from capsim.scenario.resolve import Pool
+from capsim.scenario.resolve import Pool, RunConfig
 from capsim.sim.simulate import simulate
 from capsim.workload import TraceCache
 
@@ -221,9 +221,10 @@ def kv_capacity(points: Callable[[dict], list[Point]]) -> Predictor:
 
 # -- load_latency_throughput, fixed-batch and first-token timings ---------------------------
 
-SummaryField = str | Callable[[SummaryRow], float]
+SummaryField = str | Callable[[SummaryRow, RunConfig], float]
 
-#: Measured keys → the SummaryRow field (cls "all") that predicts them, or a function of it.
+#: Measured keys → the SummaryRow field (cls "all") that predicts them, or a function of it
+#: (and of the variant's run).
 SUMMARY_FIELDS: dict[str, SummaryField] = {
     "median_e2e_latency_ms": "e2el_p50_ms",
     "median_ttft_ms": "ttft_p50_ms",
@@ -235,11 +236,12 @@ SUMMARY_FIELDS: dict[str, SummaryField] = {
     "tput_req_s": "request_throughput_per_s",
     "output_token_throughput_tok_s": "output_throughput_tok_per_s",
     "output_tput_tok_s": "output_throughput_tok_per_s",
-    "input_tput_tok_s": lambda r: r.total_throughput_tok_per_s - r.output_throughput_tok_per_s,
-    # NIM concurrency-1 rows (one request alone: its throughput = OSL / E2E).
+    "input_tput_tok_s": lambda r, _: r.total_throughput_tok_per_s - r.output_throughput_tok_per_s,
+    # NIM's concurrency sweep (genai-perf averages over the measured requests; throughput =
+    # output tokens/s of all users in steady state).
     "ttft_ms": "ttft_mean_ms",
     "itl_ms": "itl_mean_ms",
-    "throughput_tokens_per_s": "output_throughput_tok_per_s",
+    "throughput_tokens_per_s": lambda r, run: closed_loop_tok_s(r, run),
     # vLLM benchmark_latency: one batch, all of whose requests end at the same step.
     "median_ms": "e2el_p50_ms",
     # TensorRT-LLM first-token latency: one request with one output token.
@@ -247,8 +249,21 @@ SUMMARY_FIELDS: dict[str, SummaryField] = {
 }
 
 
-def summary_value(row: SummaryRow, how: SummaryField) -> float:
-    return float(how(row) if callable(how) else getattr(row, how))
+def summary_value(row: SummaryRow, how: SummaryField, run: RunConfig) -> float:
+    return float(how(row, run) if callable(how) else getattr(row, how))
+
+
+def closed_loop_tok_s(row: SummaryRow, run: RunConfig) -> float:
+    """A closed loop's steady-state output tokens/s, by Little's law: users × output tokens
+    per request ÷ (mean E2E latency + think time), over the measured requests. (The summary's
+    throughput, measured requests' tokens ÷ first measured arrival → last completion, is low
+    by about users ÷ measured requests: that span includes the last requests' time in the
+    system; a benchmark client's measurement windows are not.) An open-loop run: the summary's."""
+    arrival = run.workload.arrival
+    if arrival is None or not arrival.closed_loop:
+        return row.output_throughput_tok_per_s
+    tokens_per_request = row.output_throughput_tok_per_s / row.request_throughput_per_s
+    return arrival.users * tokens_per_request / (row.e2el_mean_ms / 1e3 + arrival.think_s)
 
 
 def serving(points: Callable[[dict], list[Point]],
@@ -260,7 +275,9 @@ def serving(points: Callable[[dict], list[Point]],
     def predict(case: dict, loaded: LoadedScenario) -> list[Compared]:
         pts = points(case["measured"])
         rows = summary_rows(loaded, [p.variant for p in pts])
-        return [Compared(p.name(key), float(value), summary_value(rows[p.variant], fields[key]))
+        runs = {run.variant: run for run in loaded.runs}
+        return [Compared(p.name(key), float(value),
+                         summary_value(rows[p.variant], fields[key], runs[p.variant]))
                 for p in pts for key, value in p.fields.items() if key in fields and p.wants(key)]
 
     return predict
@@ -345,15 +362,18 @@ def _rps_points(m: dict) -> list[Point]:
     return [Point(key, m[key], key) for key in ("rps_4", "rps_8", "rps_inf")]
 
 
-def _nim_concurrency_1(m: dict) -> list[Point]:
-    """The concurrency-1 row of the ISL 5000 / OSL 500 table and of the ISL 500 / OSL 2000
-    excerpt (a quoted sentence: its three numbers are read out)."""
-    row = dict(zip(m["table_columns"], next(r for r in m["rows"] if r[0] == 1)))
-    numbers = re.search(r"concurrency 1: TTFT ([\d.]+) ms, ITL ([\d.]+) ms, throughput ([\d.]+)",
-                        m["isl500_osl2000_partial"]).groups()
-    partial = dict(zip(("ttft_ms", "itl_ms", "throughput_tokens_per_s"), map(float, numbers)))
-    return [Point("isl5000_osl500_c1", row, "isl5000/osl500 c=1"),
-            Point("isl500_osl2000_c1", partial, "isl500/osl2000 c=1")]
+def _nim_concurrency(m: dict) -> list[Point]:
+    """Every row of the ISL 5000 / OSL 500 table, and the rows of the ISL 500 / OSL 2000
+    excerpt (a quoted sentence, "concurrency C: TTFT x ms, ITL y ms, throughput z tok/s; ...",
+    whose numbers are read out); variant isl<ISL>_osl<OSL>_c<C>."""
+    points = [Point(f"isl5000_osl500_c{row[0]}", dict(zip(m["table_columns"], row)),
+                    f"isl5000/osl500 c={row[0]}") for row in m["rows"]]
+    names = {"TTFT": "ttft_ms", "ITL": "itl_ms", "throughput": "throughput_tokens_per_s"}
+    for c, text in re.findall(r"concurrency (\d+): ([^;]*)", m["isl500_osl2000_partial"]):
+        fields = {names[k]: float(v) for k, v in re.findall(r"(TTFT|ITL|throughput) ([\d.]+)",
+                                                            text)}
+        points.append(Point(f"isl500_osl2000_c{c}", fields, f"isl500/osl2000 c={c}"))
+    return points
 
 
 def _trtllm_grid(m: dict) -> list[Point]:
@@ -376,8 +396,6 @@ def _first_token(m: dict) -> list[Point]:
 
 
 MOE = "MoE model shape refused (capsim: mixture-of-experts models are not supported)"
-CLOSED_LOOP = ("closed-loop fixed-concurrency load not supported: capsim's arrivals are "
-               "open-loop and its closed loop (conversation turns) grows every prompt")
 NO_STD = "capsim's summary has means and percentiles, no standard deviation"
 UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
                      "stated in the case")
@@ -415,12 +433,10 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10": Entry(
         "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10.yaml",
         # Tokens stream in bursts of --num-scheduler-steps 10: the median gap ~= 10 x TPOT.
-        serving(_rps_points, derived={"median_itl_ms": lambda r: 10 * r.tpot_p50_ms})),
+        serving(_rps_points, derived={"median_itl_ms": lambda r, _: 10 * r.tpot_p50_ms})),
     "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep": Entry(
         "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep.yaml",
-        serving(_nim_concurrency_1),
-        (("concurrency 5-250 rows (ISL 5000 / OSL 500) and concurrency 5 (ISL 500 / OSL 2000)",
-          CLOSED_LOOP),)),
+        serving(_nim_concurrency)),
     "load_vllm_nightly_a100_tgi21_llama3_8b_qps4_and_70b_tp4_qps2": Entry(
         "load_vllm_nightly_a100_tgi21_llama3_8b_qps4_and_70b_tp4_qps2.yaml",
         serving(_labelled({"tgi_llama8B_tp1_qps_4": "llama8B_tp1_qps_4",

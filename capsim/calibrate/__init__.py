@@ -6,9 +6,15 @@ Readers turn measurements into one observation table
 :mod:`~capsim.calibrate.model` predicts each row with the roofline's formulas,
 :mod:`~capsim.calibrate.fit` fits the per-operator-class factors by least
 squares, :mod:`~capsim.calibrate.stats` scores them (median / p90 absolute
-percentage error). :mod:`~capsim.calibrate.vllm_bench` fits the step
-overhead from a ``vllm bench serve`` result by simulating the same requests.
-:func:`calibrate` ties them together for ``capsim calibrate``.
+percentage error). :func:`calibrate` ties them together for ``capsim calibrate``.
+
+Measured serving runs: :mod:`~capsim.calibrate.readers` reads the result files of
+benchmark clients (vllm bench serve, sglang.bench_serving, GuideLLM, AIPerf,
+genai-perf) into one :class:`~capsim.calibrate.measured.MeasuredRun`;
+:mod:`~capsim.calibrate.replay` turns it into a trace with the measured arrivals;
+:mod:`~capsim.calibrate.serving` fits the step overhead and a GPU-time scale by
+simulating the same requests; :mod:`~capsim.calibrate.compare` sets measured against
+simulated latency distributions for ``capsim compare``.
 """
 
 from capsim.calibrate.fit import fit_class, fit_profile

@@ -20,7 +20,9 @@ from capsim.calibrate.observations import Observations, concat
 from capsim.calibrate.plain import read_plain_csv
 from capsim.calibrate.stats import error_figures
 from capsim.calibrate.vidur import DEVICES, load_vidur
-from capsim.calibrate.vllm_bench import fit_bench, read_bench_json, simulate_bench
+from capsim.calibrate.readers import read_result
+from capsim.calibrate.replay import replay
+from capsim.calibrate.serving import fit_replay, request_latencies, simulate_replay
 from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Calibration, ClassError, HardwareProfile
@@ -33,14 +35,20 @@ METHOD = ("scipy.optimize.least_squares on log(predicted / measured) per operato
 
 @dataclass(frozen=True)
 class Inputs:
-    """What to calibrate from (any combination; at least one)."""
+    """What to calibrate from (any combination; at least one).
+
+    ``result`` is a benchmark client's result file (any format of
+    :mod:`capsim.calibrate.readers`), ``result_run`` its run when it holds several,
+    ``run`` the scenario variant whose engine the server ran.
+    """
 
     vidur: Path | None = None
     vidur_device: str | None = None
     vidur_network: str | None = None
     csv: Path | None = None
     model: ModelShape | None = None
-    bench: Path | None = None
+    result: Path | None = None
+    result_run: int | None = None
     run: RunConfig | None = None
     notes: tuple[str, ...] = ()
 
@@ -120,15 +128,16 @@ def calibrate(base: HardwareProfile, inputs: Inputs, *, name: str | None = None,
               date: str | None = None) -> Outcome:
     """Fit ``base`` to the measurements in ``inputs`` and score it before and after.
 
-    Operator data (Vidur, plain CSV) is fitted first; a vLLM bench result then
-    fits the step overhead and a GPU-time scale on top of that.
+    Operator data (Vidur, plain CSV) is fitted first; a benchmark result (vllm bench
+    serve, sglang.bench_serving, GuideLLM, AIPerf, genai-perf) then fits the step
+    overhead and a GPU-time scale on top of that.
 
     Raises:
         ScenarioError: no input given, or any input problem (see the readers).
     """
-    if inputs.vidur is None and inputs.csv is None and inputs.bench is None:
+    if inputs.vidur is None and inputs.csv is None and inputs.result is None:
         raise ScenarioError("nothing to calibrate from: give --vidur DIR, --csv FILE "
-                            "and/or --vllm-bench JSON")
+                            "and/or --from RESULT")
     date = date or _dt.date.today().isoformat()
     obs, data = _operator_inputs(inputs, base)
     profile, tables = base, []
@@ -136,11 +145,10 @@ def calibrate(base: HardwareProfile, inputs: Inputs, *, name: str | None = None,
         profile = fit_profile(obs, base)
         tables.append(obs[["op_class", "operator", "tokens", "group", "time_s"]].assign(
             predicted_before=predict(obs, base), predicted_after=predict(obs, profile)))
-    if inputs.bench is not None:
-        profile, bench_table = _bench(inputs, base, profile)
+    if inputs.result is not None:
+        profile, bench_table, description = _bench(inputs, base, profile)
         tables.append(bench_table)
-        data.append(f"vllm bench serve result {inputs.bench} (replayed with the engine of "
-                    f"scenario variant {inputs.run.variant!r})")
+        data.append(description)
     data += list(inputs.notes)
     table = pd.concat(tables, ignore_index=True)
     errors = _errors(table)
@@ -151,19 +159,26 @@ def calibrate(base: HardwareProfile, inputs: Inputs, *, name: str | None = None,
 
 
 def _bench(inputs: Inputs, base: HardwareProfile,
-           start: HardwareProfile) -> tuple[HardwareProfile, pd.DataFrame]:
+           start: HardwareProfile) -> tuple[HardwareProfile, pd.DataFrame, str]:
+    """Fit on a benchmark result; the fitted profile, the ttft / tpot rows and a data line."""
     if inputs.run is None:
-        raise ScenarioError("--vllm-bench needs --scenario (the engine the server ran)")
-    requests = read_bench_json(inputs.bench)
-    fit = fit_bench(inputs.run, requests, start)
-    before = simulate_bench(inputs.run, requests, base)
-    after = simulate_bench(inputs.run, requests, fit.profile)
+        raise ScenarioError("--from needs --scenario (the engine the server ran)")
+    measured = read_result(inputs.result, inputs.result_run)
+    rep = replay(measured, allow_redrawn=False)
+    fit = fit_replay(inputs.run, rep, measured, start)
+    before = request_latencies(simulate_replay(inputs.run, rep, base))
+    after = request_latencies(simulate_replay(inputs.run, rep, fit.profile))
+    rows = rep.rows
     parts = []
-    for k, name, measured in ((0, "ttft", requests.ttft_s), (1, "tpot", requests.tpot_s)):
-        ok = np.isfinite(measured) & np.isfinite(before[k]) & np.isfinite(after[k])
+    for k, name, want in ((0, "ttft", measured.ttft_s[rows]), (1, "tpot", measured.tpot_s[rows])):
+        ok = rep.measured & np.isfinite(want) & np.isfinite(before[k]) & np.isfinite(after[k])
         parts.append(pd.DataFrame({"op_class": name, "operator": name,
-                                   "tokens": requests.prompt_tokens[ok].astype(float),
-                                   "group": str(inputs.bench), "time_s": measured[ok],
+                                   "tokens": rep.trace.prompt_tokens[ok].astype(float),
+                                   "group": str(inputs.result), "time_s": want[ok],
                                    "predicted_before": before[k][ok],
                                    "predicted_after": after[k][ok]}))
-    return fit.profile, pd.concat(parts, ignore_index=True)
+    run_label = f", {measured.run_label}" if measured.run_label else ""
+    description = (f"{measured.label} result {inputs.result}{run_label} (schema: "
+                   f"{measured.source}); replayed with the engine of scenario variant "
+                   f"{inputs.run.variant!r}; arrivals: {rep.arrivals}")
+    return fit.profile, pd.concat(parts, ignore_index=True), description

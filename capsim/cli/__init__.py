@@ -1,2 +1,2 @@
 """The ``capsim`` command line (click): :mod:`.main` (run, validate, hardware, models,
-roofline, calibrate) and :mod:`.sweep` (sweep, size)."""
+roofline, compare, calibrate) and :mod:`.sweep` (sweep, size)."""

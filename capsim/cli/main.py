@@ -1,4 +1,4 @@
-"""The ``capsim`` command line: run | validate | hardware | roofline.
+"""The ``capsim`` command line: run | validate | hardware | roofline | compare | calibrate | ….
 
 User mistakes (:class:`~capsim.common.errors.ScenarioError`) print one line on
 stderr and exit with code 2, without a traceback.
@@ -347,6 +347,80 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
              overrides=list(overrides))
 
 
+def _variant_option(f):
+    return click.option("--variant", help="Scenario variant to simulate [default: the first].")(f)
+
+
+def _run_option(f):
+    return click.option("--run", "run_index", type=click.IntRange(min=0), metavar="N",
+                        help="Which run of a result file holding several (appended JSON lines, "
+                             "GuideLLM benchmarks, genai-perf experiments), from 0.")(f)
+
+
+def _pick_variant(loaded, name: str | None):
+    """The RunConfig of variant ``name`` (the first when None)."""
+    if name is None:
+        return loaded.runs[0]
+    for rc in loaded.runs:
+        if rc.variant == name:
+            return rc
+    raise ScenarioError(f"--variant {name!r}: no such variant; valid: "
+                        f"{', '.join(rc.variant for rc in loaded.runs)}", file=str(loaded.path))
+
+
+@cli.command(help="Replay a benchmark client's measured requests through a scenario variant; "
+                  "print and write measured vs simulated TTFT / TPOT / ITL / E2E (CDFs and an "
+                  "error table). RESULT: vllm bench serve, sglang.bench_serving, GuideLLM, "
+                  "AIPerf or genai-perf output (format detected).")
+@click.argument("result", type=click.Path(dir_okay=False, path_type=Path))
+@_scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/compare-<result file name>].")
+@_variant_option
+@_run_option
+@click.option("--seed", type=click.IntRange(min=0),
+              help="Seed of re-drawn arrivals (finite-rate runs without send times) "
+                   "[default: the scenario's].")
+@_set_option
+def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | None,
+            run_index: int | None, seed: int | None, overrides: tuple[str, ...]) -> None:
+    from capsim import report
+    from capsim.calibrate.compare import compare as run_compare
+    from capsim.calibrate.readers import read_result
+    from capsim.report.compare import error_table, write
+    from capsim.report.style import slug
+    from capsim.scenario.load import dump_resolved, load
+
+    loaded = load(scenario, list(overrides), seed)
+    rc = _pick_variant(loaded, variant)
+    measured = read_result(result, run_index)
+    out = out_dir or Path("reports") / f"compare-{slug(result.stem)}"
+    report.check_out_dir(out)
+    console = _console()
+    console.print(f"[bold]{measured.label}[/] {result}"
+                  f"{f' ({measured.run_label})' if measured.run_label else ''}: "
+                  f"{len(measured):,} requests, {int(measured.success.sum()):,} successful; "
+                  f"simulating variant [bold]{rc.variant}[/] of {loaded.spec.name}")
+    c = run_compare(rc, measured, seed=loaded.spec.seed)
+    notes = list(measured.notes)
+    if variant is None and len(loaded.runs) > 1:
+        notes.append(f"The scenario has {len(loaded.runs)} variants; simulated the first, "
+                     f"{rc.variant!r} (choose with --variant).")
+    if c.replay.dropped:
+        notes.append(f"{c.replay.dropped:,} request(s) not replayed: no prompt length, no "
+                     "output token or no send time (failed before the server answered).")
+    if c.rejected:
+        notes.append(f"{c.rejected:,} successful request(s) rejected by the simulated engine "
+                     "(e.g. longer than max_model_len): left out of both distributions.")
+    index = write(out, c, scenario_name=loaded.spec.name,
+                  resolved_yaml=dump_resolved(loaded, __version__, loaded.spec.seed), notes=notes)
+    console.print(c.replay.note)
+    for line in notes:
+        console.print(f"note: {line}")
+    console.print(error_table(c))
+    console.print(f"report: {index}")
+
+
 @cli.command(help="Fit the hardware profile's efficiencies and step overhead to measured timings; "
                   "write the calibrated profile YAML and a fidelity report.")
 @click.option("--hardware", "hw_name", required=True,
@@ -358,18 +432,24 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Plain CSV of measured operators (see README: Calibration).")
 @click.option("--model", "model_name", help="Model the --csv operators were measured on.")
-@click.option("--vllm-bench", "bench", type=click.Path(dir_okay=False, path_type=Path),
-              help="vllm bench serve --save-result --save-detailed JSON.")
+@click.option("--from", "--vllm-bench", "result", type=click.Path(dir_okay=False, path_type=Path),
+              help="A benchmark result: vllm bench serve --save-result --save-detailed JSON, "
+                   "sglang.bench_serving --output-details JSONL, GuideLLM report JSON, AIPerf "
+                   "profile_export.jsonl or genai-perf profile_export.json (format detected; "
+                   "--vllm-bench is the old name).")
 @click.option("--scenario", type=click.Path(dir_okay=False, path_type=Path),
-              help="Scenario whose first variant's engine the --vllm-bench server ran.")
+              help="Scenario whose variant's engine the --from server ran.")
+@_variant_option
+@_run_option
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Output folder for the profile and the report [default: reports/calibration-<hw>].")
 @click.option("--name", help="Name of the calibrated profile [default: the input's].")
 @click.option("--note", "notes", multiple=True, help="Provenance line added to calibration.data.")
 def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
               vidur_network: str | None, csv_path: Path | None, model_name: str | None,
-              bench: Path | None, scenario: Path | None, out_dir: Path | None,
-              name: str | None, notes: tuple[str, ...]) -> None:
+              result: Path | None, scenario: Path | None, variant: str | None,
+              run_index: int | None, out_dir: Path | None, name: str | None,
+              notes: tuple[str, ...]) -> None:
     from capsim.calibrate import Inputs, calibrate as run_calibration, write_profile
     from capsim.scenario.load import load
     from capsim.profiles.hardware import load_hardware
@@ -377,10 +457,10 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
     from capsim.report.calibration import write_calibration_page
 
     base = load_hardware(hw_name)
-    run = load(scenario).runs[0] if scenario is not None else None
+    run = _pick_variant(load(scenario), variant) if scenario is not None else None
     inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
                     csv=csv_path, model=load_model(model_name) if model_name else None,
-                    bench=bench, run=run, notes=notes)
+                    result=result, result_run=run_index, run=run, notes=notes)
     outcome = run_calibration(base, inputs, name=name)
     profile = outcome.profile
     out = out_dir or Path("reports") / f"calibration-{profile.name}"

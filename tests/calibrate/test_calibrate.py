@@ -4,13 +4,14 @@
 - the calibration model (capsim.calibrate.model) prices an operator exactly
   as StepPricer does, so the error it reports is the simulator's error;
 - the plain CSV reader, the profile writer, the CLI (exit 2 on bad input)
-  and the vllm-bench fit (replaying a synthetic result simulated with a known
-  step overhead and GPU-time scale).
+  and the fit on a benchmark result (``--from``; replaying a synthetic vllm bench serve
+  result simulated with a known step overhead and GPU-time scale).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +23,9 @@ from capsim.calibrate import (Inputs, calibrate, class_errors, fit_profile, from
                               predict, profile_yaml, read_plain_csv)
 from capsim.calibrate.fit import gemm_knots
 from capsim.calibrate.observations import concat
-from capsim.calibrate.vllm_bench import (BenchRequests, fit_bench, read_bench_json,
-                                         scaled_profile, simulate_bench)
+from capsim.calibrate.readers import read_result
+from capsim.calibrate.replay import replay
+from capsim.calibrate.serving import fit_replay
 from capsim.cli.main import cli
 from capsim.scenario.load import load
 from capsim.common.errors import ScenarioError
@@ -273,71 +275,64 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args
     assert not (tmp_path / "out").exists()
 
 
-# -- vllm bench serve ----------------------------------------------------------------------
-
-SCENARIO = """\
-name: bench
-model: llama-3.1-8b
-hardware: h100-sxm
-engine: {max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 4096}
-workload:
-  num_requests: 1
-  arrival: {process: constant, rate_per_s: 1.0}
-  classes:
-    - {name: a, weight: 1, prompt_tokens: {dist: fixed, value: 100},
-       output_tokens: {dist: fixed, value: 10}}
-"""
-
-
-def synthetic_bench(tmp_path, scale: float, overhead_s: float, rate: str = "inf"):
-    """A vllm-bench-style JSON made by simulating 32 requests with a known profile."""
-    (tmp_path / "s.yaml").write_text(SCENARIO)
-    run = load(tmp_path / "s.yaml").runs[0]
-    rng = np.random.default_rng(0)
-    n = 32
-    prompts, outs = rng.integers(50, 3000, n), rng.integers(2, 40, n)
-    arrival = np.zeros(n) if rate == "inf" else np.sort(rng.uniform(0, 2.0, n))
-    requests = BenchRequests(arrival, prompts, outs, np.ones(n), np.ones(n))
-    ttft, tpot = simulate_bench(run, requests, scaled_profile(run.pool().hardware, scale, overhead_s))
-    data = {"request_rate": rate, "input_lens": prompts.tolist(), "output_lens": outs.tolist(),
-            "ttfts": ttft.tolist(), "errors": [""] * n,
-            "itls": [[float(t)] * int(o - 1) for t, o in zip(tpot, outs)]}
-    if rate != "inf":
-        data["start_times"] = (arrival + 5000.0).tolist()    # perf_counter seconds
-    path = tmp_path / "bench.json"
-    path.write_text(json.dumps(data))
-    return run, path
+# -- benchmark results (calibrate --from) -------------------------------------------------
 
 
 @pytest.mark.parametrize("rate", ["inf", "16"])
-def test_vllm_bench_fit_recovers_overhead_and_scale(tmp_path, rate):
+def test_fit_on_a_bench_result_recovers_overhead_and_scale(bench_result, rate):
     """GPU time × 1.3 and 0.8 ms per step (prompts of 50-3000 tokens in 512-token
     chunks, so step sizes vary and the two are not interchangeable)."""
-    run, path = synthetic_bench(tmp_path, 1.3, 0.8e-3, rate)
-    fit = fit_bench(run, read_bench_json(path), run.pool().hardware)
+    run, path = bench_result(1.3, 0.8e-3, rate)
+    measured = read_result(path)
+    fit = fit_replay(run, replay(measured, allow_redrawn=False), measured, run.pool().hardware)
     assert fit.scale == pytest.approx(1.3, rel=0.01)
     assert fit.step_overhead_s == pytest.approx(0.8e-3, rel=0.03)
 
 
-def test_vllm_bench_through_calibrate(tmp_path):
-    run, path = synthetic_bench(tmp_path, 1.3, 0.8e-3)
-    outcome = calibrate(run.pool().hardware, Inputs(bench=path, run=run))
+def test_bench_result_through_calibrate(bench_result):
+    run, path = bench_result(1.3, 0.8e-3)
+    outcome = calibrate(run.pool().hardware, Inputs(result=path, run=run))
     assert set(outcome.errors) == {"ttft", "tpot"}
     assert outcome.errors["tpot"].after.p90_pct < 1.0
     assert outcome.errors["tpot"].before.median_pct > 10.0
     assert outcome.profile.step_overhead_s == pytest.approx(0.8e-3, rel=0.03)
     assert "calibrated" in outcome.profile.sources["step_overhead_s"]
+    assert "vllm bench serve result" in outcome.data[0]
+    assert "vllm-project/vllm vllm/benchmarks/serve.py @ 009e6d4a" in outcome.data[0]
 
 
-def test_vllm_bench_errors(tmp_path):
+def test_calibrate_refuses_a_finite_rate_without_send_times(tmp_path, bench_scenario):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"input_lens": [1], "output_lens": [2], "ttfts": [0.1]}))
-    with pytest.raises(ScenarioError, match="--save-detailed"):
-        read_bench_json(path)
     path.write_text(json.dumps({"request_rate": 4.0, "input_lens": [1], "output_lens": [2],
                                 "ttfts": [0.1], "itls": [[0.02]]}))
-    with pytest.raises(ScenarioError, match="request_rate 4.0 without start_times"):
-        read_bench_json(path)
-    path.write_text("{not json")
-    with pytest.raises(ScenarioError, match="malformed JSON"):
-        read_bench_json(path)
+    run = load(bench_scenario).runs[0]
+    with pytest.raises(ScenarioError, match="request rate 4 without send times"):
+        calibrate(run.pool().hardware, Inputs(result=path, run=run))
+
+
+@pytest.mark.parametrize("option", ["--from", "--vllm-bench"])
+def test_cli_calibrates_from_a_result_file(bench_result, bench_scenario, tmp_path, option):
+    run, path = bench_result(1.3, 0.8e-3)
+    out = tmp_path / "cal"
+    result = CliRunner().invoke(cli, ["calibrate", "--hardware", "h100-sxm", option, str(path),
+                                      "--scenario", str(bench_scenario), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    profile = load_hardware(str(out / "h100-sxm.yaml"))
+    assert profile.step_overhead_s == pytest.approx(0.8e-3, rel=0.03)
+    assert (out / "fidelity_ttft.png").exists() and (out / "fidelity_tpot.png").exists()
+
+
+def test_cli_from_needs_scenario_and_a_known_variant(tmp_path, monkeypatch, capsys,
+                                                    bench_scenario):
+    from capsim.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    fixture = Path(__file__).parent / "fixtures" / "vllm_bench_serve.json"
+    for args, message in ((["--from", str(fixture)], "--from needs --scenario"),
+                          (["--from", str(fixture), "--scenario", "s.yaml", "--variant", "x"],
+                           "--variant 'x': no such variant; valid: default")):
+        with pytest.raises(SystemExit) as exc:
+            main(["calibrate", "--hardware", "h100-sxm", *args, "-o", "out"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1

@@ -1,0 +1,189 @@
+"""One measured load-test run, whatever client wrote it: the structure every reader returns.
+
+A benchmark client (``vllm bench serve``, ``sglang.bench_serving``, GuideLLM, AIPerf,
+genai-perf) sends requests to a server and records, per request, when it was sent,
+how many tokens went in and came out, and when tokens came back.
+:class:`MeasuredRun` holds exactly that, column-wise (numpy arrays of shape ``(N,)``,
+one row per request in the order the file lists them), plus what the file says about
+the run: request rate or concurrency, model, duration.
+
+Metric definitions are vLLM's (``vllm/benchmarks/serve.py`` ``calculate_metrics``), as
+:mod:`capsim.metrics.summary` uses them:
+
+- TTFT = first token − send; E2E = last token − send;
+- TPOT = (E2E − TTFT) ÷ (output tokens − 1), only for replies of two or more tokens;
+- ITL = every gap between consecutive streamed chunks, pooled over requests.
+
+Also here: the helpers every reader shares — reading a JSON / JSON-lines file
+(:func:`load_documents`), the one-line errors (:func:`missing_fields`), ragged
+per-request ITL lists (:func:`ragged`).
+
+Public API:
+    MeasuredRun, load_documents, missing_fields, ragged, as_float, opt_float, opt_int, to_seconds
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capsim.common.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """The requests of one measured run and what the file says about the run.
+
+    Per-request columns, shape ``(N,)``, in file order:
+
+    Attributes:
+        send_s: float64 seconds since the first send, when the request was sent; None
+            when the tool saves no send times (then :mod:`capsim.calibrate.replay`
+            derives arrivals from the rate / concurrency); NaN for a request without one.
+        prompt_tokens: int64 prompt length, tokens; 0 where unknown.
+        output_tokens: int64 tokens received; 0 where none or unknown.
+        ttft_s: float64 time to first token, s; NaN where unknown.
+        e2e_s: float64 send → last token, s; NaN where unknown.
+        success: bool, the request completed without error.
+        itl_gaps_s: float64 every inter-chunk gap of every request, concatenated in
+            request order (shape ``(itl_counts.sum(),)``), s; None when the tool saves none.
+        itl_counts: int64 ``(N,)`` gaps per request, or None with ``itl_gaps_s``.
+
+    Run level:
+
+    Attributes:
+        path: the file read.
+        format: the reader's key (``vllm-bench``, ``sglang-bench``, ``guidellm``,
+            ``aiperf``, ``genai-perf``).
+        label: the tool, for people ("vllm bench serve").
+        source: where the reader's schema comes from (repository, file, commit).
+        run_label: which run of the file this is ("benchmark 2 of 5: constant 4 req/s").
+        request_rate_per_s: configured request rate; ``math.inf`` = everything at once;
+            None when unknown or not rate-driven (closed loop).
+        max_concurrency: the client's in-flight cap, None when there is none / unknown.
+        burstiness: gamma shape of the configured inter-arrival gaps (vLLM's
+            ``--burstiness``; 1 = Poisson); None when unknown.
+        model: the model name the client sent, None when not saved.
+        duration_s: the run's measured duration, s, None when not saved.
+        notes: what the reader had to derive or could not read, one sentence each.
+    """
+
+    path: str
+    format: str
+    label: str
+    source: str
+    run_label: str
+    send_s: np.ndarray | None
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    success: np.ndarray
+    itl_gaps_s: np.ndarray | None = None
+    itl_counts: np.ndarray | None = None
+    request_rate_per_s: float | None = None
+    max_concurrency: int | None = None
+    burstiness: float | None = None
+    model: str | None = None
+    duration_s: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """(E2E − TTFT) ÷ (output tokens − 1) per request, s; NaN below two tokens."""
+        out = self.output_tokens.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(out > 1, (self.e2e_s - self.ttft_s) / (out - 1), np.nan)
+
+    def itl_of(self, rows: np.ndarray) -> np.ndarray | None:
+        """The pooled inter-chunk gaps (s) of the requests ``rows`` (indices), or None
+        when the file has no per-request gaps."""
+        if self.itl_gaps_s is None or self.itl_counts is None:
+            return None
+        owner = np.repeat(np.arange(len(self)), self.itl_counts)
+        keep = np.zeros(len(self), bool)
+        keep[rows] = True
+        return self.itl_gaps_s[keep[owner]]
+
+
+def load_documents(path: str | Path) -> list[Any]:
+    """The JSON values in ``path``: one for a JSON file, one per non-empty line for JSON lines.
+
+    Raises:
+        ScenarioError: unreadable file, or text that is neither JSON nor JSON lines
+            (naming the first bad line).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise ScenarioError("not a text file (expected JSON or JSON lines)",
+                            file=str(path)) from None
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError as exc:
+        if exc.msg != "Extra data":
+            raise ScenarioError(f"malformed JSON: {exc}", file=str(path)) from None
+    docs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ScenarioError(f"line {number}: malformed JSON line: {exc}",
+                                    file=str(path)) from None
+    return docs
+
+
+def missing_fields(path: str | Path, label: str, fields: Iterable[str], hint: str,
+                   where: str = "") -> ScenarioError:
+    """The one-line error for a file of a known format that lacks needed fields:
+    ``FILE: <label> result<where>: missing <fields>; <hint>``."""
+    return ScenarioError(f"{label} result{where}: missing {', '.join(fields)}; {hint}",
+                         file=str(path))
+
+
+def as_float(value: Any) -> float:
+    """A JSON number as float; NaN for null, strings or anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def opt_float(value: Any) -> float | None:
+    """A JSON number as float; None for null, NaN or a non-number."""
+    v = as_float(value)
+    return None if math.isnan(v) else v
+
+
+def opt_int(value: Any) -> int | None:
+    """A JSON number as int; None for null, NaN or a non-number."""
+    v = opt_float(value)
+    return None if v is None or math.isinf(v) else int(v)
+
+
+def to_seconds(value: float, unit: str | None) -> float:
+    """``value`` in ``unit`` ("ns", "us", "ms", "s"; AIPerf's unit strings) as seconds; NaN
+    for an unknown unit."""
+    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+    return value * scale.get((unit or "").lower(), math.nan)
+
+
+def ragged(per_request: Sequence[Sequence[float] | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request gap lists (s) as ``(all gaps concatenated, gaps per request)``;
+    a missing list counts as empty."""
+    counts = np.fromiter((len(g) if g else 0 for g in per_request), np.int64,
+                         count=len(per_request))
+    gaps = np.fromiter((as_float(x) for g in per_request if g for x in g), np.float64,
+                       count=int(counts.sum()))
+    return gaps, counts

@@ -1,0 +1,105 @@
+"""Benchmark-client results → :class:`~capsim.calibrate.measured.MeasuredRun`, format detected
+from the content.
+
+- ``vllm-bench`` — ``vllm bench serve --save-result --save-detailed`` JSON (JSON lines
+  with ``--append-result``): keys ``model_id``, ``num_prompts``, ``start_times``, … or the
+  per-request lists ``input_lens`` / ``ttfts`` / ``itls``;
+- ``sglang-bench`` — ``python -m sglang.bench_serving --output-file F --output-details``
+  JSON lines: ``total_output_tokens_retokenized``, ``mean_e2e_latency_ms``, …;
+- ``guidellm`` — ``guidellm benchmark --output-path F.json``: a ``benchmarks`` list;
+- ``aiperf`` — AIPerf ``profile_export.jsonl``: lines with ``metadata.request_start_ns``
+  and ``metrics``;
+- ``genai-perf`` — genai-perf ``profile_export.json``: an ``experiments`` list.
+
+Each reader module cites the tool's source file and commit it follows. The summaries
+genai-perf and AIPerf write next to their per-request files
+(``profile_export_genai_perf.json``, ``profile_export_aiperf.json``) hold statistics
+only and are refused with a pointer to the per-request file.
+
+Public API:
+    FORMATS, detect, read_result
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from capsim.calibrate.measured import MeasuredRun, load_documents
+from capsim.calibrate.readers.aiperf import AIPERF, is_aiperf_record
+from capsim.calibrate.readers.base import ResultFormat
+from capsim.calibrate.readers.genai_perf import GENAI_PERF, is_genai_perf_export
+from capsim.calibrate.readers.guidellm import GUIDELLM, is_guidellm
+from capsim.calibrate.readers.serving_bench import SGLANG, VLLM, is_sglang, is_vllm
+from capsim.common.errors import ScenarioError
+
+FORMATS: tuple[ResultFormat, ...] = (VLLM, SGLANG, GUIDELLM, AIPERF, GENAI_PERF)
+
+_TESTS = ((is_guidellm, GUIDELLM), (is_genai_perf_export, GENAI_PERF),
+          (is_aiperf_record, AIPERF), (is_sglang, SGLANG), (is_vllm, VLLM))
+
+EXPECTED = ("expected a vllm bench serve --save-result JSON (model_id, input_lens, ttfts, "
+            "itls, …), an sglang.bench_serving --output-file JSON line (input_lens, ttfts, "
+            "itls, total_output_tokens_retokenized, …), a GuideLLM report (benchmarks), an "
+            "AIPerf profile_export.jsonl (metadata.request_start_ns, metrics) or a genai-perf "
+            "profile_export.json (experiments)")
+
+
+def _keys(doc: Any) -> str:
+    if isinstance(doc, dict):
+        keys = list(doc)[:8]
+        return "a JSON object with keys " + ", ".join(keys) + (", …" if len(doc) > 8 else "")
+    return f"a JSON {type(doc).__name__}"
+
+
+def detect(docs: list[Any], path: str | Path) -> ResultFormat:
+    """The format of a file's JSON documents (judged on the first one).
+
+    Raises:
+        ScenarioError: an empty file, a genai-perf / AIPerf statistics summary, or
+            anything else, naming the formats expected and what was found.
+    """
+    if not docs:
+        raise ScenarioError(f"empty file; {EXPECTED}", file=str(path))
+    first = docs[0]
+    for test, fmt in _TESTS:
+        if test(first):
+            return fmt
+    if isinstance(first, dict) and "input_config" in first:
+        raise ScenarioError(
+            "a genai-perf / AIPerf summary (profile_export_genai_perf.json / "
+            "profile_export_aiperf.json) holds statistics only: missing per-request records; "
+            "give the profile_export.json (genai-perf) or profile_export.jsonl (AIPerf) from "
+            "the same artifacts directory", file=str(path))
+    raise ScenarioError(f"not a supported benchmark result ({_keys(first)}); {EXPECTED}",
+                        file=str(path))
+
+
+def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
+    """Read one run of a benchmark result file, detecting its format from the content.
+
+    Args:
+        path: the result file.
+        run: which run (0-based) when the file holds several (JSON lines of appended
+            runs, GuideLLM benchmarks, genai-perf experiments); None = the only one.
+
+    Raises:
+        ScenarioError: unreadable or unrecognised file, missing fields (naming them and
+            how to get them), several runs and no ``run``, ``run`` out of range.
+    """
+    docs = load_documents(path)
+    fmt = detect(docs, path)
+    runs = fmt.runs(docs)
+    if not runs:
+        raise ScenarioError(f"{fmt.label} result holds no run", file=str(path))
+    if run is None and len(runs) > 1:
+        listing = "; ".join(f"{i}: {fmt.describe(r)}" for i, r in enumerate(runs[:12]))
+        raise ScenarioError(f"{fmt.label} result holds {len(runs)} runs ({listing}"
+                            f"{'; …' if len(runs) > 12 else ''}); choose one with --run N",
+                            file=str(path))
+    index = 0 if run is None else run
+    if not 0 <= index < len(runs):
+        raise ScenarioError(f"--run {index}: the {fmt.label} result holds {len(runs)} run(s), "
+                            f"numbered 0 to {len(runs) - 1}", file=str(path))
+    label = f"run {index} of {len(runs)}: {fmt.describe(runs[index])}" if len(runs) > 1 else ""
+    return fmt.read(runs[index], str(path), label)

@@ -186,7 +186,8 @@ def engines() -> None:
     from capsim.profiles.engines import engine_preset_names, load_engine_preset
 
     table = Table(title="Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)")
-    for col in ("name", "engine", "version", "memory rule", "scheduler", "defaults"):
+    for col in ("name", "engine", "version", "memory rule", "scheduler", "host overhead",
+                "defaults"):
         table.add_column(col)
     for name in engine_preset_names():
         p = load_engine_preset(name)
@@ -195,8 +196,22 @@ def engines() -> None:
             when = ", ".join(f"{k} {v}" for k, v in c.when.model_dump(exclude_none=True).items())
             defaults += f"; if {when}: " + ", ".join(f"{k} {v}" for k, v in c.set.items())
         table.add_row(p.name, p.display_name, p.version,
-                      f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy, defaults)
+                      f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
+                      _host_text(p.host_overhead), defaults)
     _console().print(table)
+
+
+def _host_text(h) -> str:
+    """``1.05 ms/step, serial; 8.3 ms before scheduling``: the non-zero host terms."""
+    terms = [f"{v * 1e3:g} ms/{unit}" for v, unit in ((h.per_step_s, "step"),
+                                                       (h.per_seq_s, "sequence"),
+                                                       (h.per_prefill_token_s, "prompt token"))
+             if v]
+    text = ", ".join([*terms, h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s
+                                           else "")])
+    if h.request_before_s:
+        text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
+    return text
 
 
 @cli.command(help="List the model presets with their shapes and KV bytes per token.")

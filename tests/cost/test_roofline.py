@@ -266,7 +266,7 @@ def test_presets_name_the_source_of_their_host_terms():
     """Each preset's host terms are data with a source: fitted (naming the measured case and
     the held-out check, e.g. vLLM: step_vllm_perfbench 8B rows, 70B TP 4 held out) or
     assumed from another preset's fit."""
-    for name in ("vllm-v1", "vllm-0.6", "vllm-0.6.4", "sglang", "tgi", "trtllm"):
+    for name in ("vllm-v1", "vllm-0.6", "vllm-0.6.4", "sglang", "sglang-0.3", "tgi", "trtllm"):
         preset = load_engine_preset(name)
         h = preset.host_overhead
         for field in ("per_step_s", "request_before_s"):
@@ -276,6 +276,9 @@ def test_presets_name_the_source_of_their_host_terms():
                 assert fitted or "assumed" in source, (name, field, source)
     assert load_engine_preset("vllm-v1").host_overhead.per_step_s == pytest.approx(1.05e-3)
     assert load_engine_preset("trtllm").host_overhead.overlap == "async"
+    # SGLang's overlap scheduler arrived in 0.4: 0.3 runs its host work between GPU steps.
+    assert [load_engine_preset(n).host_overhead.overlap for n in ("sglang-0.3", "sglang")] == \
+        ["serial", "async"]
 
 
 @settings(max_examples=100, deadline=None)

@@ -3,6 +3,7 @@
 Usage (from the repository root, capsim importable):
 
     python benchmarks/fidelity.py [--kind KIND] [--case ID] [--markdown] [--json PATH]
+                                  [--trust capsim/profiles/data/trust.yaml]
 
 The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
 never copied; without it the script exits 2). Each case has a row in :data:`ENTRIES`: its
@@ -24,7 +25,8 @@ has a seed) and prints one row per quantity (case, quantity, measured, predicted
 then per kind the count, median and max |error| (and per kv_capacity quantity the median
 signed error), then what capsim cannot express, one line each. ``--markdown`` prints the
 summaries as GitHub markdown instead (per kind, per memory term, per case); ``--json PATH``
-also writes every quantity, the summaries and the gaps as JSON. Exit 0.
+also writes every quantity, the summaries and the gaps as JSON; ``--trust PATH`` writes the
+per engine preset × GPU error table every capsim run shows (:func:`trust_table`). Exit 0.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import yaml
 
 from capsim.cost.pricer import StepPricer
 from capsim.metrics.summary import summarize
+from capsim.profiles.trust import FAMILIES
 from capsim.results.model import SummaryRow
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.resolve import Pool, RunConfig
@@ -60,11 +63,13 @@ NAN = float("nan")
 
 
 class Compared(NamedTuple):
-    """One measured quantity of a case and capsim's prediction of it (NaN: not predicted)."""
+    """One measured quantity of a case and capsim's prediction of it (NaN: not predicted),
+    and the scenario variant that predicted it."""
 
     name: str
     measured: float
     predicted: float
+    variant: str
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,8 @@ def kv_capacity(points: Callable[[dict], list[Point]]) -> Predictor:
             for quantity, value in measured_memory(point.fields, max_len).items():
                 if point.wants(quantity) and quantity not in INPUTS_OR_UNMODELLED:
                     out.append(Compared(point.name(quantity), value,
-                                        float(predicted_memory(quantity, pool, max_len))))
+                                        float(predicted_memory(quantity, pool, max_len)),
+                                        point.variant))
         return out
 
     return predict
@@ -277,7 +283,8 @@ def serving(points: Callable[[dict], list[Point]],
         rows = summary_rows(loaded, [p.variant for p in pts])
         runs = {run.variant: run for run in loaded.runs}
         return [Compared(p.name(key), float(value),
-                         summary_value(rows[p.variant], fields[key], runs[p.variant]))
+                         summary_value(rows[p.variant], fields[key], runs[p.variant]),
+                         p.variant)
                 for p in pts for key, value in p.fields.items() if key in fields and p.wants(key)]
 
     return predict
@@ -310,7 +317,7 @@ def vidur_linear_ops(case: dict, loaded: LoadedScenario) -> list[Compared]:
     for row in case["measured"]["rows"]:
         n = row["num_tokens"]
         ops = {op.name: op.seconds / op.count * 1e3 for op in pricer.breakdown(prefill_tokens=n)}
-        out += [Compared(f"{vidur}_ms@{n}", row[vidur], ops[ours])
+        out += [Compared(f"{vidur}_ms@{n}", row[vidur], ops[ours], run.variant)
                 for vidur, ours in VIDUR_OPS.items()]
     return out
 
@@ -474,6 +481,8 @@ class Row:
     quantity: str
     measured: float
     predicted: float
+    preset: str             # the engine preset and GPU profile of the variant that predicted it
+    hardware: str
 
     @property
     def error_pct(self) -> float:
@@ -512,7 +521,10 @@ def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
         if entry.scenario is None:
             continue
         loaded = load(SCENARIOS / entry.scenario)
-        rows += [Row(case["id"], case["kind"], *c) for c in entry.predict(case, loaded)]
+        pools = {run.variant: run.pool() for run in loaded.runs}
+        rows += [Row(case["id"], case["kind"], c.name, c.measured, c.predicted,
+                     pools[c.variant].preset.name, pools[c.variant].hardware.name)
+                 for c in entry.predict(case, loaded)]
     return rows, gaps
 
 
@@ -563,6 +575,66 @@ def summaries(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
         "case": [{"case": c, **error_stats([r for r in rows if r.case == c])}
                  for c in dict.fromkeys(r.case for r in rows)],
     }
+
+
+#: Measured key → its family in capsim/profiles/trust.py (the figure a user reads).
+SUMMARY_FAMILY = {
+    "median_e2e_latency_ms": "e2el", "median_ms": "e2el",
+    "median_ttft_ms": "ttft", "mean_ttft_ms": "ttft", "ttft_ms": "ttft",
+    "first_token_latency_ms": "ttft",
+    "median_tpot_ms": "tpot_itl", "median_itl_ms": "tpot_itl", "mean_itl_ms": "tpot_itl",
+    "itl_ms": "tpot_itl",
+    "request_throughput_req_s": "throughput", "tput_req_s": "throughput",
+    "output_token_throughput_tok_s": "throughput", "output_tput_tok_s": "throughput",
+    "input_tput_tok_s": "throughput", "throughput_tokens_per_s": "throughput",
+}
+assert SUMMARY_FAMILY.keys() == SUMMARY_FIELDS.keys(), "classify every serving quantity"
+#: Start-up quantities that are the KV capacity a user sizes with (the other memory terms
+#: are its parts).
+KV_CAPACITY_TERMS = ("available_kv_gib", "kv_cache_blocks", "kv_cache_tokens", "max_concurrency")
+
+
+def family(row: Row) -> str | None:
+    """The trust family of ``row`` (None: a per-operator kernel time or a memory term)."""
+    if row.kind == "kv_capacity":
+        return "kv_capacity" if memory_term(row) in KV_CAPACITY_TERMS else None
+    return SUMMARY_FAMILY.get(row.quantity.split()[-1])
+
+
+def trust_table(rows: list[Row]) -> dict[str, Any]:
+    """capsim/profiles/data/trust.yaml: per (engine preset, GPU) and over all cases, the
+    error statistics of each family (only predicted quantities; see capsim.profiles.trust)."""
+    scored = [r for r in rows if family(r) and not math.isnan(r.predicted)]
+
+    def families(subset: list[Row]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for f in FAMILIES:
+            errors = [r.error_pct for r in subset if family(r) == f]
+            if errors:
+                out[f] = {"n": len(errors),
+                          "cases": len({r.case for r in subset if family(r) == f}),
+                          "median_abs_err_pct": round(statistics.median(map(abs, errors)), 1),
+                          "max_abs_err_pct": round(max(map(abs, errors)), 1),
+                          "median_err_pct": round(statistics.median(errors), 1)}
+        return out
+
+    pairs = sorted({(r.preset, r.hardware) for r in scored})
+    return {
+        "all_cases": families(scored),
+        "coverage": [{"preset": p, "hardware": h,
+                      "case_ids": sorted({r.case for r in scored if (r.preset, r.hardware) == (p, h)}),
+                      "families": families([r for r in scored if (r.preset, r.hardware) == (p, h)])}
+                     for p, h in pairs],
+    }
+
+
+TRUST_HEADER = """\
+# How far to trust capsim per engine preset x GPU profile: the fidelity benchmark's error
+# per family of figures (capsim/profiles/trust.py says how it is read).
+# GENERATED, do not edit: python benchmarks/fidelity.py --trust capsim/profiles/data/trust.yaml
+# from ../shared/reference/measured/cases.yaml; tests/profiles/test_trust.py checks that it
+# is what the benchmark prints today.
+"""
 
 
 def print_rows(rows: list[Row]) -> None:
@@ -630,6 +702,9 @@ def main() -> None:
                         help="print the summary as GitHub markdown (for the README) instead")
     parser.add_argument("--json", metavar="PATH", type=Path,
                         help="also write every quantity, the summaries and the gaps as JSON")
+    parser.add_argument("--trust", metavar="PATH", type=Path,
+                        help="also write the per preset x GPU error table capsim shows with "
+                             "every run (capsim/profiles/data/trust.yaml); all cases only")
     args = parser.parse_args()
     cases = read_cases()
     if args.case and args.case not in {c["id"] for c in cases}:
@@ -638,10 +713,14 @@ def main() -> None:
              and (not args.case or c["id"] == args.case)]
     if not cases:
         parser.error(f"case {args.case!r} is not of kind {args.kind!r}")
-    if args.json:
-        args.json = args.json.resolve()
-        if not args.json.parent.is_dir():
-            parser.error(f"--json {args.json}: no directory {args.json.parent}")
+    if (args.kind or args.case) and args.trust:
+        parser.error("--trust needs every case (no --kind / --case)")
+    for option in ("json", "trust"):
+        path = getattr(args, option)
+        if path is not None:
+            setattr(args, option, path.resolve())
+            if not path.resolve().parent.is_dir():
+                parser.error(f"--{option} {path}: no directory {path.resolve().parent}")
     os.chdir(ROOT)          # scenarios name model / hardware files relative to the repo root
     rows, gaps = evaluate(cases)
     summary = summaries(rows)
@@ -656,6 +735,8 @@ def main() -> None:
             "summary": {k: [finite(s) for s in v] for k, v in summary.items()},
             "not_expressible": [asdict(g) for g in gaps],
         }, indent=1) + "\n")
+    if args.trust:
+        args.trust.write_text(TRUST_HEADER + yaml.safe_dump(trust_table(rows), sort_keys=False))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
+from capsim.profiles.trust import EDGES
 
 
 
@@ -69,6 +70,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.scenario.load import dump_resolved, load
     from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
+    from capsim.profiles import trust
     from capsim.report.run.console import disagg_table, summary_table
     from capsim.sim.simulate import group_reasons, simulate
 
@@ -98,6 +100,8 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(summary_table(rows, spec.slo))
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
+    for line in trust.lines((r.preset, r.hardware) for r in results):
+        console.print(f"how far to trust it: {line}")
     for r in results:
         for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:
             console.print(f"[yellow]warning[/]: {r.variant}: {count:,} of "
@@ -338,11 +342,16 @@ def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>-size].")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
+@click.option("--trust-edge", type=click.Choice(EDGES), default="none", show_default=True,
+              help="Size against the pessimistic edge of capsim's measured error for each "
+                   "option's engine preset and GPU: SLO bounds tightened by the median or max "
+                   "|error| of the fidelity benchmark (README, 'How far to trust it').")
 @_executor_options
 @_set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
-         out_dir: Path | None, seed: int | None, num_seeds: int | None, workers: int | None,
-         executor: str, scheduler: str | None, overrides: tuple[str, ...]) -> None:
+         out_dir: Path | None, seed: int | None, trust_edge: str, num_seeds: int | None,
+         workers: int | None, executor: str, scheduler: str | None,
+         overrides: tuple[str, ...]) -> None:
     from capsim.cli.sweep import run_size
 
     for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
@@ -359,7 +368,7 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
              num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
                                                                          scheduler),
-             overrides=list(overrides))
+             overrides=list(overrides), trust_edge=trust_edge)
 
 
 def _variant_option(f):

@@ -71,7 +71,8 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
 
 def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int | None, *,
              rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
-             max_gpus: int | None, executor: ExecutorSpec, overrides: list[str]) -> Path:
+             max_gpus: int | None, executor: ExecutorSpec, overrides: list[str],
+             trust_edge: str = "none") -> Path:
     """``capsim size``: search every fleet option, print the ranked table, write the report.
 
     Raises:
@@ -79,13 +80,13 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
             written — no configuration meets the SLO targets within the bounds.
     """
     from capsim.studies import sizing
-    from capsim.report.sweep.page import sizing_headline, write_sizing
+    from capsim.report.sweep.page import sizing_headline, trust_notes, write_sizing
     from capsim.report.sweep.console import rich_table
     from capsim.report.sweep.tables import sizing_table
 
     base = load(scenario, overrides, seed)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,
-                       max_gpus=max_gpus)
+                       max_gpus=max_gpus, trust_edge=trust_edge)
     live = sum(o.run is not None for o in plan.options)
     console.print(f"[bold]{base.spec.name}[/]: sizing {live} configuration(s) × "
                   f"{len(plan.seeds)} seed(s) on {executor.describe()}")
@@ -97,6 +98,8 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
                                                                    base.spec.seed),
                          executor=executor.describe())
     console.print(rich_table(sizing_table(result), sizing_headline(result)))
+    for note in trust_notes(result):
+        console.print(f"[dim]{note}[/]")
     console.print(f"report: {index}")
     if not result.any_met:
         where = "sizing.max_gpus" if result.mode == "gpus" else "slo.targets"

@@ -217,6 +217,7 @@ class RunResult(_Result):
     log: list[str]                     # vLLM-style startup lines ("GPU KV cache size: ...")
     disagg: DisaggResult | None = None # prefill/decode disaggregation only
     engine: str = ""                   # engine preset and version, e.g. "vllm-v1 (vLLM 0.19.0)"
+    preset: str = ""                   # engine preset name; "disaggregated" for a P/D split
 
 
 class SummaryRow(_Result):

@@ -303,7 +303,8 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
         timelines=[r.timeline.result() for r in replicas],
-        log=pool_log_lines(pool), engine=engine_label(run))
+        log=pool_log_lines(pool), engine=engine_label(run),
+        preset="disaggregated" if run.disaggregated else pool.preset.name)
 
 
 def _scheduler_label(pool: Pool) -> str:

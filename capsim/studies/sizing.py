@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pandas as pd
@@ -36,11 +36,13 @@ from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet_options,
                           slo_floors_ms, unreachable)
+from capsim.profiles.trust import Edge, coverage
 from capsim.studies.parallel import Progress, Runner
 from capsim.studies.search import fewest_passing, highest_passing
 from capsim.studies.sweep import offered_rate_per_s
 from capsim.workload import TraceCache
 from capsim.studies.task import RunOutcome, RunTask, execute, outcomes_frame
+from capsim.studies.trust_edge import EdgedSlo, edged_slo
 
 __all__ = ["DISAGG_NOT_SIZED", "FleetOption", "fleet_at", "fleet_options", "slo_floors_ms",
            "unreachable", "SizingRow", "SizingResult", "SizingPlan", "plan", "run", "rows_frame"]
@@ -66,6 +68,8 @@ class SizingRow:
     ``within_noise``: the decision could flip with other traces — at the
     next smaller fleet (or next higher rate) some replications passed, or the
     binding target's 95 % interval contains its bound; None with one seed.
+    ``trust``: how its SLO bounds were moved to the pessimistic edge of capsim's
+    measured error (``--trust-edge``; "" when they were not).
     """
 
     rank: int
@@ -86,6 +90,7 @@ class SizingRow:
     within_noise: bool | None = None
     note: str = ""
     evaluations: int = 0
+    trust: str = ""
 
     @property
     def label(self) -> str:
@@ -110,6 +115,7 @@ class SizingResult:
     seeds: list[int]
     rows: list[SizingRow]
     runs: pd.DataFrame
+    trust_edge: Edge = "none"
 
     @property
     def any_met(self) -> bool:
@@ -134,6 +140,12 @@ class SizingPlan:
     seeds: list[int]
     rate_tolerance: float
     traces: TraceCache
+    trust_edge: Edge = "none"
+    slos: dict[tuple, EdgedSlo] = field(default_factory=dict)
+
+    def slo(self, key: tuple) -> EdgedSlo:
+        """The SLOs option ``key`` is judged by (the scenario's, or moved to the edge)."""
+        return self.slos[key]
 
     def workload_at(self, wl: WorkloadConfig, rate_per_s: float) -> WorkloadConfig:
         """``wl`` offering ``rate_per_s``: the synthetic rate, or a trace's ``rate_scale``."""
@@ -148,11 +160,13 @@ class SizingPlan:
 
 def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None = None,
          gpus: int | None = None, num_seeds: int | None = None,
-         max_gpus: int | None = None) -> SizingPlan:
+         max_gpus: int | None = None, trust_edge: Edge = "none") -> SizingPlan:
     """Combine the CLI options with the ``sizing:`` section and check the question.
 
     Arguments given here override ``sizing:``; ``gpus`` switches to the
-    capacity question.
+    capacity question. ``trust_edge`` ("median" / "max") judges each option by SLO bounds
+    moved to that edge of the measured error of its engine preset on its GPU
+    (:mod:`capsim.studies.trust_edge`).
 
     Raises:
         ScenarioError: a closed loop or all-at-once arrivals (no rate to search); no
@@ -174,11 +188,14 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                    gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
                    seeds=[spec.seed + r for r in range(seeds_k)],
                    rate_tolerance=sizing.rate_tolerance if sizing else 0.02,
-                   traces=TraceCache(base.base_dir, str(base.path)))
+                   traces=TraceCache(base.base_dir, str(base.path)), trust_edge=trust_edge)
     p.rate_per_s = _start_rate(p, rate_per_s)
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None)
     p.options = _check_options(p, options)
+    p.slos = {o.key: edged_slo(spec.slo, base.class_slos,
+                               coverage(o.run.pool().preset.name, o.hardware), trust_edge)
+              for o in p.options if o.run is not None}
     return p
 
 
@@ -269,7 +286,7 @@ class _Evaluator:
         for i, (k, n, rate) in enumerate(todo):
             self.done[(k, n, rate)] = Evaluation(k, n, rate,
                                                  tuple(results[i * k_seeds:(i + 1) * k_seeds]),
-                                                 dict(self.p.base.spec.slo.targets))
+                                                 dict(self.p.slo(k).slo.targets))
 
     def get(self, key, x) -> Evaluation:
         return self.done[(key, *self.config(key, x))]
@@ -281,7 +298,8 @@ class _Evaluator:
         labels = {"variant": opt.variant, "hardware": opt.hardware,
                   "tensor_parallel_size": opt.tensor_parallel_size, "num_replicas": replicas,
                   "offered_rate_per_s": rate, "replication": rep, "seed": seed}
-        return RunTask(labels, run, trace, self.p.base.spec.slo, self.p.base.class_slos)
+        edged = self.p.slo(key)
+        return RunTask(labels, run, trace, edged.slo, edged.class_slos)
 
 
 def _lockstep(searches: dict[tuple, Generator], ev: _Evaluator) -> dict[tuple, Any]:
@@ -313,7 +331,8 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
     rows = [_row(p, ev, o, answers.get(o.key)) for o in p.options]
     return SizingResult(base=p.base, mode=p.mode, rate_per_s=p.rate_per_s if p.mode == "gpus"
                         else None, gpus=p.gpus, max_gpus=p.max_gpus, seeds=p.seeds,
-                        rows=_ranked(rows, p.mode), runs=outcomes_frame(ev.outcomes))
+                        rows=_ranked(rows, p.mode), runs=outcomes_frame(ev.outcomes),
+                        trust_edge=p.trust_edge)
 
 
 # --------------------------------------------------------------------------
@@ -326,6 +345,7 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                 tensor_parallel_size=opt.tensor_parallel_size)
     if opt.run is None:
         return SizingRow(**head, status="infeasible", note=opt.problem)
+    head["trust"] = p.slo(opt.key).note
     tested = list(answer.tested)
     if answer.best is None:
         best = max((ev.get(opt.key, x) for x in tested),

@@ -193,6 +193,13 @@ def test_run_writes_the_report_and_set_overrides(tmp_path, run_cli, write_scenar
     assert resolved["seed"] == 7 and resolved["cluster"]["num_replicas"] == 2
     assert resolved["capsim_version"]
     assert "GPU KV cache size:" in out
+    # How far to trust it (issue 'Fidelity II'): the terminal and the report name the
+    # preset x GPU's measured cases (vLLM 0.19 on H100: kv_vllm0190_* and the H100
+    # benchmark_latency case) from capsim/profiles/data/trust.yaml.
+    from capsim.profiles.trust import coverage
+    line = coverage("vllm-v1", "h100-sxm").text()
+    assert "how far to trust it: vllm-v1 on h100-sxm: median |error| over 6 measured" in out
+    assert line in (out_dir / "index.html").read_text()
 
 
 def test_roofline_command_prints_the_seed_decode_step(run_cli):

@@ -286,3 +286,25 @@ def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, run_cli, wr
     code, _, err = run_cli(["size", str(path), "-o", str(tmp_path / "r")])
     assert code == 2 and err.count("\n") == 1 and err.count(str(path)) == 1
     assert "engine.tensor_parallel_size: tensor_parallel_size 3 must divide" in err
+
+
+def test_trust_edge_sizes_against_the_pessimistic_edge(tmp_path, write_scenario, sized):
+    """--trust-edge max: every bound moved by the max |error| of vllm-v1 on h100-sxm (the
+    fidelity benchmark's table); the answer needs at least as many GPUs, and says why."""
+    from capsim.profiles.trust import coverage
+
+    _, nominal, _ = sized
+    path = write_scenario(tmp_path, with_(variants=[DOC["variants"][0]]))
+    plan = sizing.plan(load(path), [], trust_edge="max")
+    with open_runner(ExecutorSpec("serial")) as runner:
+        edged = sizing.run(plan, runner)
+    row = edged.rows[0]
+    before = next(r for r in nominal.rows if r.variant == "chunked")
+    assert row.status == "met" and row.num_gpus >= before.num_gpus
+    cov = coverage("vllm-v1", "h100-sxm")
+    e_itl, e_ttft = cov.edge_pct("tpot_itl", "max"), cov.edge_pct("ttft", "max")
+    assert plan.slo(row_key := ("chunked", "h100-sxm", 1)).slo.targets == {
+        "itl_p99_ms": pytest.approx(30 / (1 + e_itl / 100)),
+        "ttft_p99_ms": pytest.approx(600 / (1 + e_ttft / 100))}
+    assert row.binding_bound == plan.slo(row_key).slo.targets[row.binding]
+    assert edged.trust_edge == "max" and row.trust.startswith("SLO bounds moved by the max")

@@ -182,7 +182,8 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
               "offered_rate_per_s"]
     page = Page(title=f"{spec.name} — sizing", kind="sizing", description=spec.description,
                 meta=_meta(result.seeds, result.runs, executor),
-                slo_lines=slo_lines(spec.slo, base.class_slos), notes=list(notes or []),
+                slo_lines=slo_lines(spec.slo, base.class_slos),
+                notes=list(notes or []) + trust_notes(result),
                 resolved_yaml=resolved_yaml, headline=sizing_headline(result),
                 capacity=result.mode == "rate",
                 sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
@@ -207,6 +208,17 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
     return _write(out_dir, page, tables, figures)
 
 
+def trust_notes(result: SizingResult) -> list[str]:
+    """With ``--trust-edge``: which edge sized the fleet, and each option's moved bounds."""
+    if result.trust_edge == "none":
+        return []
+    moved = [f"{r.label}: {r.trust}" for r in result.rows if r.trust]
+    return [f"Sized against the pessimistic edge of capsim's measured error "
+            f"(--trust-edge {result.trust_edge}): every SLO bound is moved by the "
+            f"{result.trust_edge} |error| of the option's engine preset on its GPU "
+            f"(README, 'How far to trust it')."] + moved
+
+
 def sizing_headline(result: SizingResult) -> str:
     """One sentence: the question and the best answer (or that none meets the SLOs)."""
     k = len(result.seeds)
@@ -223,7 +235,9 @@ def sizing_headline(result: SizingResult) -> str:
     answer = (f"{best.num_gpus} × {best.hardware} ({best.label}), ${best.cost_per_hour_usd:,.2f}/h"
               if result.mode == "gpus" else f"{best.rate_per_s:.4g} req/s with {best.label}")
     noise = " — within noise" if best.within_noise else ""
-    return f"{question}: {answer}{noise}."
+    edge = (f" (at the {result.trust_edge} edge of capsim's measured error)"
+            if result.trust_edge != "none" else "")
+    return f"{question}: {answer}{noise}{edge}."
 
 
 def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:

@@ -1,0 +1,72 @@
+"""How far to trust a run: the shipped error table is the fidelity benchmark's, read right."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import yaml
+
+from capsim.profiles import trust
+from capsim.profiles.trust import FAMILIES
+
+from conftest import REPO, shared_or_skip
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("fidelity", REPO / "benchmarks" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity"] = module          # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["fidelity"]
+    return module
+
+
+def test_shipped_table_is_what_the_fidelity_benchmark_prints_today(monkeypatch):
+    """capsim/profiles/data/trust.yaml is generated; a fidelity change that is not regenerated
+    (python benchmarks/fidelity.py --trust capsim/profiles/data/trust.yaml) fails here."""
+    shared_or_skip("reference/measured/cases.yaml", "the measured cases")
+    fidelity = _benchmark()
+    monkeypatch.chdir(REPO)               # the benchmark's scenarios name repo-relative files
+    rows, _ = fidelity.evaluate(fidelity.read_cases())
+    shipped = yaml.safe_load((REPO / "capsim/profiles/data/trust.yaml").read_text())
+    assert fidelity.trust_table(rows) == shipped
+
+
+def test_a_measured_pair_reads_its_own_cases():
+    """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 5 of them) and the H100
+    benchmark_latency case (step_vllm_perfbench_latency_bs8_in32_out128_h100)."""
+    cov = trust.coverage("vllm-v1", "h100-sxm")
+    assert cov.measured
+    assert "step_vllm_perfbench_latency_bs8_in32_out128_h100" in cov.case_ids
+    assert sum(c.startswith("kv_vllm0190_h100") for c in cov.case_ids) == 5
+    assert set(cov.families) == {"e2el", "kv_capacity"}
+    assert cov.families["kv_capacity"].max_abs_err_pct <= 0.3      # issue 'Fidelity I': 0.3 %
+    text = cov.text()
+    assert text.startswith("vllm-v1 on h100-sxm: median |error| over 6 measured case(s): E2EL ±")
+    # TTFT was not measured for this pair: the line says so and gives the all-cases figure.
+    all_ttft = trust.coverage("nobody", "nothing").families["ttft"].median_abs_err_pct
+    assert f"not measured here, all cases: TTFT ±{all_ttft:.1f} %" in text
+
+
+def test_an_unmeasured_pair_is_uncalibrated_and_falls_back_to_all_cases():
+    cov = trust.coverage("vllm-v1", "l40s")
+    assert not cov.measured and cov.case_ids == ()
+    assert set(cov.families) == set(FAMILIES)          # every family has some measured case
+    assert cov.text().startswith("vllm-v1 on l40s: no measured case, uncalibrated;")
+    assert trust.coverage("disaggregated", "h100-sxm").measured is False
+
+
+def test_edges_of_the_error():
+    cov = trust.coverage("trtllm", "h100-sxm")
+    ttft = cov.families["ttft"]
+    assert ttft.median_abs_err_pct <= ttft.max_abs_err_pct
+    assert cov.edge_pct("ttft", "median") == ttft.median_abs_err_pct
+    assert cov.edge_pct("ttft", "max") == ttft.max_abs_err_pct
+    assert cov.edge_pct("ttft", "none") == 0.0
+    # No E2EL measured for TensorRT-LLM on H100: the all-cases figure, never 0.
+    assert cov.edge_pct("e2el", "median") == \
+        trust.coverage("nobody", "nothing").families["e2el"].median_abs_err_pct > 0

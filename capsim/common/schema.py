@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 
 Int = Annotated[int, Strict()]
 """An integer field that takes only integers: YAML ``true`` is not 1, ``16.0`` is not 16."""
@@ -15,3 +15,26 @@ class StrictModel(BaseModel):
     numbers (``.inf``, ``.nan``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """YAML ``true`` is not 1.0: pydantic's lax float takes a bool, a typo's usual shape
+        (``gpu_memory_utilization: yes``); every float field of a subclass refuses it."""
+        super().__pydantic_init_subclass__(**kwargs)
+        changed = False
+        for field in cls.model_fields.values():
+            if ((field.annotation is float or float in get_args(field.annotation))
+                    and _NOT_BOOL not in field.metadata):
+                field.metadata.append(_NOT_BOOL)
+                changed = True
+        if changed:
+            cls.model_rebuild(force=True)
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"Input should be a number, not {str(value).lower()}")
+    return value
+
+
+_NOT_BOOL = BeforeValidator(_not_bool)

@@ -40,6 +40,11 @@ BAD = [
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
     ("seed", -1, "seed: Input should be greater than or equal to 0"),
     ("seed", True, "seed: Input should be a valid integer"),
+    # YAML true is not 1.0 in a float field either (issue 'Fidelity I', bad input).
+    ("engine.gpu_memory_utilization", True,
+     "engine.gpu_memory_utilization: Input should be a number, not true"),
+    ("workload.arrival.rate_per_s", False,
+     "workload.arrival.rate_per_s: Input should be a number, not false"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
                                 "sglang-0.3, tgi, trtllm, vllm-0.6, vllm-0.6.4, vllm-v1"),

@@ -218,20 +218,57 @@ def _host_text(h) -> str:
     return text
 
 
-@cli.command(help="List the model presets with their shapes and KV bytes per token.")
+@cli.command(help="List the model presets: total and active parameters, experts, attention, "
+                  "KV bytes per token.")
 def models() -> None:
     from capsim.profiles.models import list_models
 
     table = Table(title="Model presets (bf16 weights and KV)")
-    for col in ("name", "params B", "weights GiB", "layers", "hidden", "heads / kv", "KV KiB/token",
-                "max context"):
-        table.add_column(col, justify="left" if col == "name" else "right")
+    for col in ("name", "params B", "active B", "weights GiB", "layers", "hidden", "heads / kv",
+                "experts", "attention", "KV KiB/token", "max context"):
+        table.add_column(col, justify="left" if col in ("name", "attention") else "right")
     for m in list_models():
-        table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.weight_bytes(2) / 2**30:.1f}",
-                      str(m.num_hidden_layers), str(m.hidden_size),
-                      f"{m.num_attention_heads} / {m.num_key_value_heads}",
-                      f"{m.kv_bytes_per_token(2) / 1024:.0f}", f"{m.max_position_embeddings:,}")
+        table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.params_active / 1e9:.2f}",
+                      f"{m.weight_bytes(2) / 2**30:.1f}", str(m.num_hidden_layers),
+                      str(m.hidden_size), f"{m.num_attention_heads} / {m.num_key_value_heads}",
+                      _experts_text(m), _attention_text(m), _kv_text(m),
+                      f"{m.max_position_embeddings:,}")
     _console().print(table)
+    click.echo("active: parameters one token uses, embedding table excluded. KV: all layers "
+               "per token; 'paged' where vLLM frees sliding-window blocks.")
+
+
+def _experts_text(m) -> str:
+    """``8 of 256 +1 shared, 58/61 layers``; ``-`` for a dense model."""
+    if not m.is_moe:
+        return "-"
+    text = f"{m.num_experts_per_tok} of {m.num_experts}"
+    if m.shared_expert_intermediate_size:
+        text += " +shared"
+    if m.moe_layers != m.num_hidden_layers:
+        text += f", {m.moe_layers}/{m.num_hidden_layers} layers"
+    if m.expert_weight_format:
+        text += f" ({m.expert_weight_format})"
+    return text
+
+
+def _attention_text(m) -> str:
+    """``MLA``, ``GQA``, with the windowed layers: ``GQA, 18 sliding 128``."""
+    text = "MLA" if m.is_mla else ("MHA" if m.num_key_value_heads == m.num_attention_heads
+                                   else "GQA")
+    if m.sliding_window_layers:
+        text += f", {m.sliding_window_layers} sliding {m.sliding_window}"
+    if m.chunked_attention_layers:
+        text += f", {m.chunked_attention_layers} chunked {m.attention_chunk_size}"
+    if m.attention_sinks:
+        text += ", sinks"
+    return text
+
+
+def _kv_text(m) -> str:
+    """KiB per token, and the paged figure where it differs."""
+    full, paged = m.kv_bytes_per_token(2) / 1024, m.paged_kv_bytes_per_token(2) / 1024
+    return f"{full:.0f}" if full == paged else f"{full:.0f} ({paged:.0f} paged)"
 
 
 @cli.command(help="Price one engine step with the roofline: FLOPs, bytes, intensity, time, bound.")

@@ -1,10 +1,15 @@
 """Transformer shapes: parameter counts, weight and KV bytes, FLOPs per token.
 
 A :class:`ModelShape` holds the Hugging Face ``config.json`` fields that
-decide cost (same names as HF), for dense decoder-only models with
-grouped-query attention and a gated (SwiGLU) MLP: the Llama, Mistral and
-Qwen2 families. Presets live in ``capsim/profiles/data/models/<name>.yaml``; any HF
-``config.json`` of the same family loads too.
+decide cost (same names as HF) of a decoder-only model with a gated (SwiGLU)
+MLP: dense with grouped-query attention (Llama, Mistral, Qwen2), and the
+mixture-of-experts and attention variants of 2025 models (:mod:`capsim.profiles.hf_config`
+reads their configs): routed and shared experts, dense-first layers, multi-head
+latent attention (DeepSeek MLA), sliding-window and chunked attention layers,
+attention sinks. Every MoE / MLA / window field defaults to "absent", so a dense
+shape computes exactly what it did before them. Presets live in
+``capsim/profiles/data/models/<name>.yaml``; any HF ``config.json`` of a known
+``model_type`` loads too.
 
 Public API:
     ModelShape
@@ -23,6 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
+from capsim.profiles.hf_config import shape_fields
 from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
 from capsim.common.schema import Int, StrictModel
 
@@ -31,12 +37,6 @@ _PACKAGE_DIR = ("data", "models")
 #: Bytes per element of each HF ``torch_dtype`` value.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-#: HF ``model_type`` values whose attention projections carry a q/k/v bias
-#: although their config.json has no ``attention_bias`` key (Qwen2 modeling code).
-_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2"})
-
-#: Keys whose presence with a value > 1 marks a mixture-of-experts config.
-_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 class ModelShape(StrictModel):
@@ -62,6 +62,30 @@ class ModelShape(StrictModel):
     attention_bias: bool = False
     torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     notes: str = ""
+    model_type: str = ""
+    # -- mixture of experts (num_experts 0: dense) --------------------------------
+    num_experts: Int = Field(0, ge=0)
+    num_experts_per_tok: Int = Field(0, ge=0)
+    moe_intermediate_size: Int = Field(0, ge=0)
+    shared_expert_intermediate_size: Int = Field(0, ge=0)
+    num_moe_layers: Int | None = Field(None, ge=0)
+    expert_bias: bool = False
+    router_bias: bool = False
+    shared_expert_gate: bool = False
+    expert_weight_format: str | None = None
+    num_nextn_predict_layers: Int = Field(0, ge=0)
+    # -- multi-head latent attention (kv_lora_rank 0: not MLA) ----------------------
+    q_lora_rank: Int | None = Field(None, gt=0)
+    kv_lora_rank: Int = Field(0, ge=0)
+    qk_nope_head_dim: Int = Field(0, ge=0)
+    qk_rope_head_dim: Int = Field(0, ge=0)
+    v_head_dim: Int = Field(0, ge=0)
+    # -- windowed attention layers ---------------------------------------------------
+    sliding_window: Int | None = Field(None, gt=0)
+    sliding_window_layers: Int = Field(0, ge=0)
+    attention_chunk_size: Int | None = Field(None, gt=0)
+    chunked_attention_layers: Int = Field(0, ge=0)
+    attention_sinks: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -79,7 +103,64 @@ class ModelShape(StrictModel):
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})"
             )
+        layers = self.num_hidden_layers
+        if self.num_experts:
+            if not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be in "
+                                 f"1..num_experts ({self.num_experts})")
+            if self.moe_intermediate_size <= 0:
+                raise ValueError("moe_intermediate_size must be > 0 with num_experts > 0")
+        if self.num_moe_layers is not None and self.num_moe_layers > layers:
+            raise ValueError(f"num_moe_layers ({self.num_moe_layers}) exceeds "
+                             f"num_hidden_layers ({layers})")
+        if self.kv_lora_rank and not (self.qk_rope_head_dim and self.qk_nope_head_dim
+                                      and self.v_head_dim):
+            raise ValueError("an MLA shape (kv_lora_rank > 0) needs qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim > 0")
+        for count, size, what in ((self.sliding_window_layers, self.sliding_window,
+                                   "sliding_window"),
+                                  (self.chunked_attention_layers, self.attention_chunk_size,
+                                   "attention_chunk_size")):
+            if count and size is None:
+                raise ValueError(f"{what} must be given when its layer count is > 0")
+        if self.sliding_window_layers + self.chunked_attention_layers > layers:
+            raise ValueError("sliding_window_layers + chunked_attention_layers exceed "
+                             f"num_hidden_layers ({layers})")
         return self
+
+    # -- kinds -------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts shape (routed experts on some layers)."""
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek-V2/V3: one latent per token)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is the routed-expert block (the others run the dense MLP)."""
+        if not self.num_experts:
+            return 0
+        return self.num_hidden_layers if self.num_moe_layers is None else self.num_moe_layers
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with the dense gated MLP of width ``intermediate_size``."""
+        return self.num_hidden_layers - self.moe_layers
+
+    @property
+    def window_layers(self) -> int:
+        """Layers whose attention sees a bounded span (sliding window or local chunk)."""
+        return self.sliding_window_layers + self.chunked_attention_layers
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers attending over the whole context."""
+        return self.num_hidden_layers - self.window_layers
 
     # -- widths -------------------------------------------------------------
 
@@ -123,8 +204,56 @@ class ModelShape(StrictModel):
 
     @property
     def layer_params(self) -> int:
-        """All parameters of one decoder layer."""
+        """All parameters of one dense decoder layer (GQA attention + gated MLP + norms)."""
         return self.qkv_params + self.o_params + self.mlp_params + self.norm_params
+
+    @property
+    def mla_params(self) -> int:
+        """MLA projections of one layer (DeepSeek-V2/V3 modeling code): q_a (h × q_lora)
+        + its norm + q_b (q_lora × heads × (nope + rope)), or a plain q_proj without
+        ``q_lora_rank``; kv_a_proj_with_mqa (h × (kv_lora + rope)) + its norm; kv_b_proj
+        (kv_lora × heads × (nope + v)); o_proj (heads × v × h)."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * qk
+             if self.q_lora_rank else h * heads * qk)
+        kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv_a + kv_b + heads * self.v_head_dim * h
+
+    @property
+    def attention_params(self) -> int:
+        """Attention parameters of one layer: q/k/v/o (or the MLA projections) + sinks
+        (gpt-oss: one learned logit per head)."""
+        base = self.mla_params if self.is_mla else self.qkv_params + self.o_params
+        return base + (self.num_attention_heads if self.attention_sinks else 0)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer: gate, up, down of ``moe_intermediate_size``
+        (+ their biases: 2 × moe_i + h, gpt-oss)."""
+        h, f = self.hidden_size, self.moe_intermediate_size
+        return 3 * h * f + ((2 * f + h) if self.expert_bias else 0)
+
+    @property
+    def shared_expert_params(self) -> int:
+        """The always-on shared expert(s) of one MoE layer: 3 × h × width (+ h for
+        Qwen2-MoE's sigmoid gate)."""
+        h = self.hidden_size
+        return (3 * h * self.shared_expert_intermediate_size
+                + (h if self.shared_expert_gate else 0))
+
+    @property
+    def router_params(self) -> int:
+        """Router of one MoE layer: h × E (+ E: gpt-oss's bias, DeepSeek-V3's
+        e_score_correction_bias)."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
+
+    @property
+    def moe_block_params(self) -> int:
+        """One MoE layer's MLP block: every routed expert + shared expert + router."""
+        return self.num_experts * self.expert_params + self.shared_expert_params \
+            + self.router_params
 
     @property
     def embedding_params(self) -> int:
@@ -145,25 +274,45 @@ class ModelShape(StrictModel):
         """Every stored parameter: embedding + LM head (once if tied) + layers + final norm.
 
         Matches the published sizes: Llama-3.1-8B 8.03e9, Llama-2-7B 6.74e9,
-        Llama-3.1-70B 70.6e9 (HF model cards).
+        Llama-3.1-70B 70.6e9 (HF model cards); DeepSeek-V3 671e9 (its MTP module,
+        ``num_nextn_predict_layers``, is not counted: vLLM loads it only to speculate).
         """
         lm_head = 0 if self.tie_word_embeddings else self.lm_head_params
-        return (
-            self.embedding_params
-            + lm_head
-            + self.num_hidden_layers * self.layer_params
-            + self.hidden_size
-        )
+        if not (self.is_moe or self.is_mla or self.attention_sinks):
+            return (self.embedding_params + lm_head
+                    + self.num_hidden_layers * self.layer_params + self.hidden_size)
+        layers = self.num_hidden_layers * (self.attention_params + self.norm_params) \
+            + self.dense_layers * self.mlp_params + self.moe_layers * self.moe_block_params
+        return self.embedding_params + lm_head + layers + self.hidden_size
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token uses: ``params_total`` without the experts it is not routed
+        to and without the embedding table (a row lookup), as DeepSeek-V3 ("36.6B
+        activated, including 0.9B for the output head") and OpenAI's gpt-oss model card
+        (5.13B for gpt-oss-120b) count. Dense models: ``params_total`` − embedding."""
+        idle = self.moe_layers * (self.num_experts - self.num_experts_per_tok) \
+            * self.expert_params
+        emb = 0 if self.tie_word_embeddings else self.embedding_params
+        return self.params_total - emb - idle
 
     @property
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul per token: layer projections + LM head.
 
         Excludes the embedding table (a lookup) and norm weights (elementwise);
-        this is Kaplan et al.'s non-embedding N plus the de-embedding matmul.
+        this is Kaplan et al.'s non-embedding N plus the de-embedding matmul. A MoE
+        layer counts its shared expert, router and the ``num_experts_per_tok``
+        experts a token is routed to.
         """
-        per_layer = self.qkv_params + self.o_params + self.mlp_params
-        return self.num_hidden_layers * per_layer + self.lm_head_params
+        if not (self.is_moe or self.is_mla):
+            per_layer = self.qkv_params + self.o_params + self.mlp_params
+            return self.num_hidden_layers * per_layer + self.lm_head_params
+        attn = self.mla_params if self.is_mla else self.qkv_params + self.o_params
+        moe = self.num_experts_per_tok * self.expert_params + self.shared_expert_params \
+            + self.router_params
+        return (self.num_hidden_layers * attn + self.dense_layers * self.mlp_params
+                + self.moe_layers * moe + self.lm_head_params)
 
     # -- bytes and FLOPs ---------------------------------------------------
 
@@ -171,14 +320,49 @@ class ModelShape(StrictModel):
         """Bytes of all stored weights at ``dtype_bytes`` per parameter."""
         return self.params_total * dtype_bytes
 
+    def kv_layer_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
+        """KV-cache bytes one token occupies in ONE attention layer.
+
+        GQA: ``2 (K and V) × kv_heads × head_dim × bytes``. MLA: one latent of
+        ``kv_lora_rank + qk_rope_head_dim`` elements (vLLM's ``MLAAttentionSpec`` stores a
+        single latent, vllm/v1/kv_cache_interface.py).
+        """
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
+        return 2 * self.kv_size * kv_dtype_bytes
+
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
-        """KV-cache bytes one token occupies across all layers.
+        """KV-cache bytes one token occupies across all layers (windowed layers included:
+        what a sequence shorter than every window holds).
 
         ``2 (K and V) × layers × kv_heads × head_dim × bytes`` — the derivation
         in the PagedAttention literature (Kwon et al. 2023, §2) and seed 001.
-        Llama-2-7B fp16: 524,288 (512 KiB); Llama-3-70B: 327,680 (320 KiB).
+        Llama-2-7B fp16: 524,288 (512 KiB); Llama-3-70B: 327,680 (320 KiB). MLA:
+        ``layers × (kv_lora_rank + qk_rope_head_dim) × bytes``; DeepSeek-V3 bf16:
+        61 × 576 × 2 = 70,272.
         """
+        if self.is_mla:
+            return self.num_hidden_layers * self.kv_layer_bytes_per_token(kv_dtype_bytes)
         return 2 * self.num_hidden_layers * self.kv_size * kv_dtype_bytes
+
+    def paged_kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
+        """KV bytes per token that grow with the sequence in vLLM V1's paged cache.
+
+        vLLM's hybrid KV cache manager (docs.vllm.ai design/hybrid_kv_cache_manager;
+        ``SlidingWindowManager.remove_skipped_blocks`` in
+        vllm/v1/core/single_type_kv_cache_manager.py) frees a sliding-window layer's
+        blocks once they leave the window, so only the other layers grow: gpt-oss
+        keeps 18 of its 36 layers per token. Chunked local attention (Llama 4) is
+        allocated like full attention: vLLM turns the hybrid manager off for it by
+        default (vllm/config/vllm.py, "latency regression when using chunked local
+        attention with the hybrid KV cache manager"). Dense models: equal to
+        :meth:`kv_bytes_per_token`. The window layers' own blocks (at most
+        ⌈(window − 1) / block_size⌉ + 1 per sequence and group) are not charged.
+        """
+        layers = self.num_hidden_layers - self.sliding_window_layers
+        if layers == self.num_hidden_layers:
+            return self.kv_bytes_per_token(kv_dtype_bytes)
+        return layers * self.kv_layer_bytes_per_token(kv_dtype_bytes)
 
     def flops_per_token(self, context: int = 0) -> float:
         """Forward FLOPs for one token that attends over ``context`` tokens.
@@ -189,6 +373,10 @@ class ModelShape(StrictModel):
         (Chowdhery et al. 2022, PaLM, Appendix B, forward third of
         6N + 12·L·H·Q·T). Norms, RoPE and softmax are ignored.
         """
+        if self.is_mla:     # prefill form: q·k over nope + rope, then · v
+            per_pair = 2 * self.num_attention_heads * (
+                self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+            return 2.0 * self.matmul_params + self.num_hidden_layers * per_pair * context
         attention = 4 * self.num_hidden_layers * self.q_size * context
         return 2.0 * self.matmul_params + attention
 
@@ -216,51 +404,22 @@ def _validate(data: dict[str, Any], file: str | None) -> ModelShape:
         raise scenario_error_from_validation(exc, file) from None
 
 
-def _default_tie(model_type: str | None) -> bool:
-    # transformers' PretrainedConfig defaults tie_word_embeddings to True;
-    # LlamaConfig, MistralConfig and Qwen2Config override it to False.
-    return model_type not in {"llama", "mistral", "qwen2"}
-
-
 def model_from_hf_config(
     config: dict[str, Any], *, name: str, source: str = "", file: str | None = None
 ) -> ModelShape:
-    """Build a ModelShape from a Hugging Face ``config.json`` dict.
+    """Build a ModelShape from a Hugging Face ``config.json`` dict
+    (:func:`capsim.profiles.hf_config.shape_fields` reads each ``model_type``).
 
     Unknown keys are ignored (config.json has dozens). A multimodal config
     with the language model under ``text_config`` is unwrapped.
 
     Raises:
-        ScenarioError: mixture-of-experts config (not supported), or a
-            missing / invalid field (names ``file`` and the field).
+        ScenarioError: experts or MLA in a ``model_type`` without a reader (lists the
+            supported ones), or a missing / invalid field (names ``file`` and the field).
     """
-    if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
-        config = config["text_config"]
-    for key in _MOE_KEYS:
-        if isinstance(config.get(key), int) and config[key] > 1:
-            raise ScenarioError(
-                f"mixture-of-experts models are not supported ({key}={config[key]})",
-                file=file,
-                path=key,
-            )
-    model_type = config.get("model_type")
-    fields = (
-        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "vocab_size", "max_position_embeddings", "head_dim",
-    )
-    data: dict[str, Any] = {k: config[k] for k in fields if config.get(k) is not None}
+    data = shape_fields(config, file)
     data["name"] = name
     data["source"] = source
-    data["num_key_value_heads"] = config.get("num_key_value_heads") or config.get(
-        "num_attention_heads"
-    )
-    data["tie_word_embeddings"] = config.get("tie_word_embeddings", _default_tie(model_type))
-    data["attention_bias"] = bool(
-        config.get("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
-    )
-    dtype = config.get("torch_dtype") or config.get("dtype")
-    if dtype in DTYPE_BYTES:
-        data["torch_dtype"] = dtype
     return _validate(data, file)
 
 

@@ -129,7 +129,9 @@ def test_unknown_model_lists_presets():
 def test_every_preset_loads_and_cites_its_hf_config():
     names = model_names()
     assert set(names) == {"llama-2-7b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b",
-                          "mistral-7b", "qwen2.5-7b", "qwen2.5-72b"}
+                          "llama-3.1-405b", "mistral-7b", "qwen2.5-7b", "qwen2.5-72b",
+                          "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",
+                          "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout"}
     for model in list_models():
         assert model.source.startswith("https://huggingface.co/")
         assert model.source.endswith("config.json")
@@ -184,11 +186,15 @@ def test_missing_field_names_file_and_field(tmp_path):
     assert err.value.path == "hidden_size"
 
 
-def test_moe_config_rejected(tmp_path):
+def test_moe_config_of_an_unknown_model_type_is_refused(tmp_path):
+    """Experts in a family without a reader: one error naming model_type and the
+    supported ones."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**QWEN_CONFIG, "num_local_experts": 8}))
-    with pytest.raises(ScenarioError, match="mixture-of-experts"):
+    path.write_text(json.dumps({**QWEN_CONFIG, "model_type": "qwen2", "num_local_experts": 8}))
+    with pytest.raises(ScenarioError, match="mixture-of-experts") as err:
         load_model(str(path))
+    assert err.value.path == "model_type"
+    assert "'qwen2'" in str(err.value) and "deepseek_v3" in str(err.value)
 
 
 def test_preset_format_yaml_is_strict(tmp_path):

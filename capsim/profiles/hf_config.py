@@ -1,0 +1,193 @@
+"""Hugging Face ``config.json`` → the fields of a :class:`~capsim.profiles.models.ModelShape`.
+
+One reader per family of ``model_type``, each following the family's modeling code in
+``transformers`` (and vLLM's ``vllm/model_executor/models/<family>.py``, which reads the
+same keys):
+
+- dense: ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (and any config without expert
+  or MLA keys, read as a Llama-like shape, as before);
+- ``mixtral``: ``num_local_experts`` experts of ``intermediate_size`` on every layer;
+- ``qwen2_moe`` / ``qwen3_moe``: ``num_experts`` of ``moe_intermediate_size``, a shared
+  expert of ``shared_expert_intermediate_size`` with a sigmoid gate (Qwen2-MoE), MoE
+  on layers ``(i + 1) % decoder_sparse_step == 0`` not in ``mlp_only_layers``;
+- ``deepseek_v2`` / ``deepseek_v3``: MLA (``q_lora_rank``, ``kv_lora_rank``,
+  ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_experts`` +
+  ``n_shared_experts`` × ``moe_intermediate_size``, dense below
+  ``first_k_dense_replace`` and off the ``moe_layer_freq`` grid, MTP layers
+  (``num_nextn_predict_layers``) recorded;
+- ``gpt_oss``: ``num_local_experts`` with biases, a router bias, attention sinks,
+  ``layer_types`` alternating ``sliding_attention`` (``sliding_window``) and
+  ``full_attention``, MXFP4 experts (``quantization_config.quant_method``, recorded as
+  ``expert_weight_format``; the weight bytes follow the engine's dtype);
+- ``llama4`` / ``llama4_text``: ``num_local_experts`` + one shared expert of
+  ``intermediate_size``, dense layers of ``intermediate_size_mlp`` off the
+  ``interleave_moe_layer_step`` grid, chunked local attention
+  (``attention_chunk_size``) on the RoPE layers (``no_rope_layers[i] == 1``; the NoPE
+  layers attend globally).
+
+Public API:
+    shape_fields(config, file=None) -> dict
+    MOE_MODEL_TYPES, DENSE_MODEL_TYPES
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capsim.common.errors import ScenarioError
+
+#: Dense families read as they always were (Llama-like shapes).
+DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+#: Families with experts or MLA that capsim reads (this module's readers).
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+                   "gpt_oss", "llama4", "llama4_text")
+
+#: Keys whose presence with a value > 1 marks a mixture-of-experts config.
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+#: ``model_type`` values whose attention projections carry a q/k/v bias although their
+#: config.json has no ``attention_bias`` key (Qwen2 and Qwen2-MoE modeling code).
+_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+
+_DTYPES = ("bfloat16", "float16", "float32")
+
+_BASE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "vocab_size", "max_position_embeddings", "head_dim")
+
+
+def _default_tie(model_type: str | None) -> bool:
+    # transformers' PretrainedConfig defaults tie_word_embeddings to True; the Llama,
+    # Mistral, Qwen2/3 (and their MoE), DeepSeek, gpt-oss and Llama 4 configs set False.
+    return model_type not in {"llama", "mistral", "qwen2", "qwen3", *MOE_MODEL_TYPES}
+
+
+def _int(config: dict[str, Any], key: str, file: str | None, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ScenarioError(f"expected an integer, got {value!r}", file=file, path=key)
+    return value
+
+
+def _is_moe(config: dict[str, Any]) -> bool:
+    return any(isinstance(config.get(k), int) and config[k] > 1 for k in _MOE_KEYS)
+
+
+def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, Any]:
+    """The ModelShape fields of a HF ``config.json`` dict (without ``name`` / ``source``).
+
+    A multimodal config with the language model under ``text_config`` is unwrapped.
+    Unknown keys are ignored.
+
+    Raises:
+        ScenarioError: experts or MLA keys in a ``model_type`` capsim has no reader for
+            (names it and lists the supported ones), or a malformed field (names it).
+    """
+    if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
+        config = config["text_config"]
+    model_type = config.get("model_type")
+    special = _is_moe(config) or config.get("kv_lora_rank")
+    if special and model_type not in MOE_MODEL_TYPES:
+        raise ScenarioError(
+            f"mixture-of-experts / MLA config.json of model_type {model_type!r} is not "
+            f"supported; supported model types: {', '.join(MOE_MODEL_TYPES)} (and the dense "
+            f"{', '.join(DENSE_MODEL_TYPES)})", file=file, path="model_type")
+    data: dict[str, Any] = {k: config[k] for k in _BASE_FIELDS if config.get(k) is not None}
+    data["num_key_value_heads"] = config.get("num_key_value_heads") or config.get(
+        "num_attention_heads")
+    data["tie_word_embeddings"] = config.get("tie_word_embeddings", _default_tie(model_type))
+    data["attention_bias"] = bool(config.get("attention_bias",
+                                             model_type in _QKV_BIAS_MODEL_TYPES))
+    dtype = config.get("torch_dtype") or config.get("dtype")
+    if dtype in _DTYPES:
+        data["torch_dtype"] = dtype
+    if model_type in MOE_MODEL_TYPES:
+        data["model_type"] = model_type
+        _READERS[model_type](config, data, file)
+    return data
+
+
+def _mixtral(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
+    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
+    data["moe_intermediate_size"] = _int(config, "intermediate_size", file)
+
+
+def _qwen_moe(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
+    layers = _int(config, "num_hidden_layers", file)
+    data["num_experts"] = _int(config, "num_experts", file)
+    data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
+    data["moe_intermediate_size"] = _int(config, "moe_intermediate_size", file)
+    shared = config.get("shared_expert_intermediate_size") or 0
+    data["shared_expert_intermediate_size"] = shared
+    data["shared_expert_gate"] = bool(shared)            # Qwen2MoeSparseMoeBlock.shared_expert_gate
+    step = _int(config, "decoder_sparse_step", file, 1)
+    skip = set(config.get("mlp_only_layers") or ())
+    data["num_moe_layers"] = sum(1 for i in range(layers)
+                                 if i not in skip and step > 0 and (i + 1) % step == 0)
+
+
+def _deepseek(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
+    layers = _int(config, "num_hidden_layers", file)
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        data[key] = _int(config, key, file)
+    if config.get("q_lora_rank") is not None:
+        data["q_lora_rank"] = _int(config, "q_lora_rank", file)
+    experts = config.get("n_routed_experts") or 0
+    if experts:
+        data["num_experts"] = experts
+        data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
+        moe_i = _int(config, "moe_intermediate_size", file)
+        data["moe_intermediate_size"] = moe_i
+        data["shared_expert_intermediate_size"] = (config.get("n_shared_experts") or 0) * moe_i
+        first = _int(config, "first_k_dense_replace", file, 0)
+        freq = _int(config, "moe_layer_freq", file, 1)
+        data["num_moe_layers"] = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+        # DeepSeek-V3's noaux_tc router keeps an e_score_correction_bias of E values.
+        data["router_bias"] = config.get("topk_method") == "noaux_tc"
+    data["num_nextn_predict_layers"] = config.get("num_nextn_predict_layers") or 0
+    data["num_key_value_heads"] = data.get("num_attention_heads", 1)
+
+
+def _gpt_oss(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
+    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts_per_tok"] = config.get("num_experts_per_tok") or _int(
+        config, "experts_per_token", file)
+    data["moe_intermediate_size"] = _int(config, "intermediate_size", file)
+    data["expert_bias"] = data["router_bias"] = data["attention_sinks"] = True
+    types = config.get("layer_types") or []
+    sliding = sum(1 for t in types if t == "sliding_attention")
+    if sliding:
+        data["sliding_window"] = _int(config, "sliding_window", file)
+        data["sliding_window_layers"] = sliding
+    quant = config.get("quantization_config") or {}
+    if isinstance(quant, dict) and quant.get("quant_method"):
+        data["expert_weight_format"] = str(quant["quant_method"])
+
+
+def _llama4(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
+    layers = _int(config, "num_hidden_layers", file)
+    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
+    expert = _int(config, "intermediate_size", file)
+    data["moe_intermediate_size"] = data["shared_expert_intermediate_size"] = expert
+    data["intermediate_size"] = _int(config, "intermediate_size_mlp", file, expert)
+    moe_layers = config.get("moe_layers")
+    if moe_layers is None:
+        step = _int(config, "interleave_moe_layer_step", file, 1)
+        moe_layers = [i for i in range(layers) if (i + 1) % step == 0]
+    data["num_moe_layers"] = len(moe_layers)
+    chunk = config.get("attention_chunk_size")
+    if chunk:
+        # no_rope_layers[i] == 1: layer i uses RoPE and chunked local attention (vLLM
+        # llama4.py); transformers' default: every no_rope_layer_interval-th layer is NoPE.
+        no_rope = config.get("no_rope_layers") or [
+            int((i + 1) % _int(config, "no_rope_layer_interval", file, 4) != 0)
+            for i in range(layers)]
+        data["attention_chunk_size"] = _int(config, "attention_chunk_size", file)
+        data["chunked_attention_layers"] = sum(1 for v in no_rope if v)
+
+
+_READERS = {"mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+            "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss,
+            "llama4": _llama4, "llama4_text": _llama4}

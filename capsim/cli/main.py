@@ -280,8 +280,10 @@ def _kv_text(m) -> str:
               help="Context length of each decoding sequence (tokens).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ideal", is_flag=True, help="Efficiencies 1.0 and no step overhead (textbook).")
+@click.option("--routing-skew", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="MoE routing skew: Zipf exponent of expert popularity (0: uniform).")
 def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
-             tp: int, ideal: bool) -> None:
+             tp: int, ideal: bool, routing_skew: float) -> None:
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
     from capsim.cost.describe import describe_step
@@ -294,7 +296,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                             "decoding sequence attends over (>= 1)")
     model, hw = load_model(model_name), load_hardware(hw_name)
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
-                      context=context, ideal=ideal)
+                      context=context, ideal=ideal, routing_skew=routing_skew)
     _print_step(d, model.name, hw.name, tp, ideal)
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
     kv_tokens = decode_batch * context + prefill_tokens
@@ -325,6 +327,11 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
         f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
         f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
         f"{d['overhead_s'] * 1e3:.3f} ms)")
+    e = d.get("experts")
+    if e:
+        console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "
+                      f"({e['tokens']:,} tokens × top-{e['top_k']}; "
+                      f"{e['hit'] / e['num_experts']:.0%} of the expert weights)")
 
 
 def _executor_options(f):

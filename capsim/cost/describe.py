@@ -41,7 +41,8 @@ def _operator_row(op: OperatorCost) -> dict[str, Any]:
 
 def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
                   prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
-                  ideal: bool = False, weight_dtype: str = "bf16") -> dict[str, Any]:
+                  ideal: bool = False, weight_dtype: str = "bf16",
+                  routing_skew: float = 0.0) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table.
 
     The step holds one prompt of ``prefill_tokens`` tokens (no cached
@@ -53,6 +54,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             load_hardware).
         tp: tensor-parallel degree.
         ideal: use efficiencies 1.0 and no step overhead (textbook roofline).
+        routing_skew: the MoE routing skew (:func:`capsim.cost.operators.expected_experts_hit`).
 
     Returns:
         dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
@@ -60,7 +62,9 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         ``ridge_flops_per_byte``, ``seconds``, ``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``,
         ``bound`` ("compute" / "memory" / "idle") and ``operators`` (list of
         dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
-        compute_s, memory_s, seconds, bound).
+        compute_s, memory_s, seconds, bound); for a MoE model ``experts`` (dict with
+        ``hit`` — expected distinct experts per MoE layer —, ``num_experts``, ``top_k``,
+        ``tokens``), else None.
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree.
@@ -70,7 +74,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         if value < 0:
             raise ScenarioError(f"{label} must be >= 0, got {value}")
     model, hw = _resolve(model, hw)
-    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype)
+    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype,
+                        routing_skew=routing_skew)
     inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
                   prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
                   decode_ctx_tokens=decode_batch * context)
@@ -88,5 +93,9 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         "comm_s": cost.comm_s, "overhead_s": cost.overhead_s,
         "bound": _bound_label(cost.compute_s, cost.memory_s),
         "operators": [_operator_row(op) for op in pricer.breakdown(**inputs)],
+        "experts": None if not model.is_moe else {
+            "hit": pricer.experts_hit(prefill_tokens + decode_batch),
+            "num_experts": model.num_experts, "top_k": model.num_experts_per_tok,
+            "tokens": prefill_tokens + decode_batch},
     }
 

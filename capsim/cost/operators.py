@@ -23,6 +23,16 @@ Operators per layer (all per GPU, sharded Megatron-style as vLLM does):
 - once per step: ``embedding`` (row gather, memory only) and ``lm_head``
   (vocab-parallel matmul for the sequences that sample).
 
+Mixture-of-experts layers (:func:`layer_matmuls`, :class:`ExpertWork`): the router
+(replicated), the shared expert (a dense MLP, TP-sharded) and the routed experts,
+whose weight bytes read per step grow with the distinct experts the step's tokens hit
+(:func:`expected_experts_hit`) and whose FLOPs follow the k experts of every token.
+MLA attention (DeepSeek-V2/V3) runs as vLLM runs it: prefill expands the latent with
+kv_b_proj and attends MHA-style over ``qk_nope + qk_rope`` / ``v_head_dim``; decode
+absorbs kv_b_proj into q and the output and attends over the latent
+(``kv_lora_rank + qk_rope_head_dim`` per key, every rank reading the whole latent).
+Sliding-window and chunked-attention layers attend over at most their window.
+
 Tensor parallelism: 2 all-reduces per layer (after o_proj and down_proj)
 plus one after the vocab-parallel embedding, each of tokens × hidden × 2
 bytes, priced by the ring all-reduce α-β model (:func:`ring_all_reduce_s`),
@@ -66,14 +76,57 @@ class Matmul:
 class AttentionWork:
     """Attention work per GPU over ``layers`` layers, as coefficients of the batch.
 
-    flops = ``flops_per_pair × query-key pairs``; bytes = ``kv_bytes_per_token ×
+    flops = ``flops_per_pair × query-key pairs`` (prefill; ``decode_flops_per_pair``
+    for decode, which differs for MLA's absorbed form); bytes = ``kv_bytes_per_token ×
     KV tokens read + new_bytes_per_token × new tokens`` (KV write, q and output).
+    ``window_layers`` of the layers attend over at most ``window_tokens`` keys
+    (sliding window or local chunk; 0: none): :func:`windowed` caps their share.
     """
 
     layers: int
     flops_per_pair: float
     kv_bytes_per_token: float
     new_bytes_per_token: float
+    decode_flops_per_pair: float = 0.0
+    window_tokens: int = 0
+    window_layers: int = 0
+
+    @property
+    def window_fraction(self) -> float:
+        """Share of the layers that are windowed (0.0 without windows)."""
+        return self.window_layers / self.layers if self.window_tokens else 0.0
+
+
+def windowed(total: float, cap: float, fraction: float) -> float:
+    """Pairs (or KV tokens) with the windowed layers' share capped:
+    ``total − fraction × (total − min(total, cap))``.
+
+    ``total`` is the uncapped aggregate over the step's sequences; ``cap`` the window
+    times the sequences (decode: n × W keys; prefill: tokens × W pairs). Exact when
+    every sequence is past the window or none is; otherwise an upper bound (the
+    aggregate cannot tell which sequences are). Chunked local attention (a query sees
+    the keys of its own chunk, ``pos mod C + 1`` of them) is priced with the same
+    cap: exact below the chunk size, an upper bound beyond it.
+    """
+    return total - fraction * (total - (total if total < cap else cap))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertWork:
+    """The routed experts of the MoE layers, per GPU, summed over ``layers`` MoE layers.
+
+    A step of n tokens routes n × k (token, expert) pairs: flops =
+    ``flops_per_pair × n × k``; HBM bytes = ``weight_bytes_per_expert × experts hit``
+    (each expert's weights read once per step, :func:`expected_experts_hit`) +
+    ``act_bytes_per_pair × n × k``. Each expert's GEMM runs ``n × k / hit`` rows.
+    """
+
+    layers: int
+    num_experts: int
+    top_k: int
+    flops_per_pair: float
+    weight_bytes_per_expert: float
+    act_bytes_per_pair: float
 
 
 def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
@@ -122,13 +175,123 @@ def _kv_heads_per_gpu(model: ModelShape, tp: int) -> int:
     return max(1, model.num_key_value_heads // tp)
 
 
+def expected_experts_hit(tokens: float, num_experts: int, top_k: int,
+                         routing_skew: float = 0.0) -> float:
+    """Expected distinct experts that ``tokens`` tokens, each routed to ``top_k`` of
+    ``num_experts``, touch in one layer.
+
+    With marginal probability q_i that a token picks expert i (Σ q_i = k) and tokens
+    routed independently, expert i is missed by all n tokens with probability
+    (1 − q_i)^n, so E[hit] = Σ_i 1 − (1 − q_i)^n. Uniform routing (``routing_skew``
+    0): q_i = k / E and E[hit] = E·(1 − (1 − k/E)^n) — exact for top-k without
+    replacement too, since only the marginals enter. ``routing_skew`` s > 0 gives the
+    experts Zipf popularity q_i ∝ i^(−s) (scaled to Σ q_i = k, each capped at 1), the
+    uneven routing real traffic shows: fewer distinct experts per step. 0 tokens hit 0.
+    """
+    if tokens <= 0:
+        return 0.0
+    if routing_skew == 0.0:
+        return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+    q = _skewed_marginals(num_experts, top_k, routing_skew)
+    return float(np.sum(1.0 - (1.0 - q) ** tokens))
+
+
+def _skewed_marginals(num_experts: int, top_k: int, skew: float) -> np.ndarray:
+    """Per-expert selection probabilities ∝ i^(−skew), Σ = k, none above 1 (the excess
+    of a capped expert is spread over the others in proportion)."""
+    w = np.arange(1, num_experts + 1, dtype=float) ** (-skew)
+    q = top_k * w / w.sum()
+    for _ in range(num_experts):
+        over = q > 1.0
+        if not over.any():
+            break
+        free = ~over
+        q[free] += (q[over].sum() - over.sum()) * w[free] / w[free].sum()
+        q[over] = 1.0
+    return q
+
+
+def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, float]]:
+    """MLA projections per GPU (name, params, in width, out width) as vLLM shards them:
+    q_a / kv_a down-projections replicated (``fused_qkv_a_proj``, disable_tp), q_b and
+    kv_b column-parallel, o row-parallel (vllm/model_executor/models/deepseek_v2.py).
+    kv_b_proj is priced once per new token: in prefill it expands the new tokens'
+    latent; in decode, absorbed into q and the output, it costs the same FLOPs
+    (heads × kv_lora × (nope + v) per token). Re-expanding a cached prefix in chunked
+    prefill is not priced."""
+    h, heads = model.hidden_size, model.num_attention_heads / tp
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    kv_a = model.kv_lora_rank + model.qk_rope_head_dim
+    rows = []
+    if model.q_lora_rank:
+        rows.append(("q_a_kv_a_proj", h * (model.q_lora_rank + kv_a), h,
+                     model.q_lora_rank + kv_a))
+        rows.append(("q_b_proj", model.q_lora_rank * heads * qk, model.q_lora_rank, heads * qk))
+    else:
+        rows.append(("kv_a_proj", h * kv_a, h, kv_a))
+        rows.append(("q_proj", h * heads * qk, h, heads * qk))
+    kv_b_out = heads * (model.qk_nope_head_dim + model.v_head_dim)
+    rows.append(("kv_b_proj", model.kv_lora_rank * kv_b_out, model.kv_lora_rank, kv_b_out))
+    rows.append(("o_proj", heads * model.v_head_dim * h, heads * model.v_head_dim, h))
+    return rows
+
+
+def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: int) -> tuple[Matmul, ...]:
+    """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
+    the dense MLP on the dense layers, the shared expert and the router on the MoE
+    layers (the routed experts are :func:`expert_work`)."""
+    h, layers = model.hidden_size, model.num_hidden_layers
+    out: list[Matmul] = []
+
+    def add(name: str, count: int, params: float, w_in: float, w_out: float) -> None:
+        if count > 0 and params > 0:
+            out.append(Matmul(name, count, 2.0 * count * params, count * params * weight_bytes,
+                              count * (w_in + w_out) * ACTIVATION_BYTES))
+
+    if model.is_mla:
+        for name, params, w_in, w_out in _mla_matmuls(model, tp):
+            add(name, layers, params, w_in, w_out)
+    else:
+        q = model.q_size / tp
+        qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
+        add("qkv_proj", layers, h * qkv_out + (qkv_out if model.attention_bias else 0), h,
+            qkv_out)
+        add("o_proj", layers, q * h, q, h)
+    f, dense = model.intermediate_size, model.dense_layers
+    add("gate_up_proj", dense, 2 * h * f / tp, h, 2 * f / tp)
+    add("down_proj", dense, h * f / tp, f / tp, h)
+    moe, fs = model.moe_layers, model.shared_expert_intermediate_size
+    add("shared_expert", moe, (3 * h * fs + (h if model.shared_expert_gate else 0)) / tp, h,
+        h + 3 * fs / tp)
+    add("router", moe, model.router_params, h, model.num_experts)   # replicated on every rank
+    return tuple(out)
+
+
+def expert_work(model: ModelShape, tp: int, weight_bytes: int = 2) -> ExpertWork | None:
+    """The routed experts per GPU (None for a dense model): every expert's gate/up/down
+    split over TP along its intermediate dimension (vLLM's fused MoE without expert
+    parallelism), read in the weight dtype."""
+    if not model.is_moe:
+        return None
+    h, f, layers = model.hidden_size, model.moe_intermediate_size, model.moe_layers
+    params = model.expert_params / tp
+    return ExpertWork(layers=layers, num_experts=model.num_experts,
+                      top_k=model.num_experts_per_tok, flops_per_pair=2.0 * layers * params,
+                      weight_bytes_per_expert=layers * params * weight_bytes,
+                      act_bytes_per_pair=layers * (2 * h + 3 * f / tp) * ACTIVATION_BYTES)
+
+
 def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
     Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
     O and down row-parallel; KV heads split, or replicated beyond their count.
+    A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`); each
+    Matmul's ``count`` is the layers it runs on.
     """
+    if model.is_moe or model.is_mla:
+        return _moe_layer_matmuls(model, tp, weight_bytes)
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
     qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
@@ -159,14 +322,34 @@ def attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2) ->
     appendix B). Bytes: K and V of every context token read once per
     sequence (FlashAttention streams K/V; query-tile re-reads are ignored),
     plus the new token's K/V write and its q / output activations.
+
+    MLA: prefill 2 × heads / TP × (nope + rope + v) per pair (MHA over the expanded
+    latent), decode 2 × heads / TP × (2 · kv_lora + rope) per pair (q·latent over
+    kv_lora + rope, then p·latent over kv_lora); every rank reads the whole latent,
+    ``kv_lora + rope`` elements per token and layer.
     """
     layers = model.num_hidden_layers
+    window = model.sliding_window or model.attention_chunk_size or 0
+    if model.is_mla:
+        heads = model.num_attention_heads / tp
+        kv_per_layer = model.kv_layer_bytes_per_token(kv_cache_dtype_bytes)
+        prefill = 2.0 * heads * (model.qk_nope_head_dim + model.qk_rope_head_dim
+                                 + model.v_head_dim)
+        decode = 2.0 * heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+        q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        return AttentionWork(
+            layers=layers, flops_per_pair=layers * prefill, kv_bytes_per_token=layers * kv_per_layer,
+            new_bytes_per_token=layers * (kv_per_layer + q_out * ACTIVATION_BYTES),
+            decode_flops_per_pair=layers * decode, window_tokens=window,
+            window_layers=model.window_layers)
     kv_per_layer = 2 * _kv_heads_per_gpu(model, tp) * model.head_dim * kv_cache_dtype_bytes
+    flops = 4.0 * layers * model.q_size / tp
     return AttentionWork(
         layers=layers,
-        flops_per_pair=4.0 * layers * model.q_size / tp,
+        flops_per_pair=flops,
         kv_bytes_per_token=layers * kv_per_layer,
-        new_bytes_per_token=layers * (kv_per_layer + 2 * model.q_size / tp * ACTIVATION_BYTES))
+        new_bytes_per_token=layers * (kv_per_layer + 2 * model.q_size / tp * ACTIVATION_BYTES),
+        decode_flops_per_pair=flops, window_tokens=window, window_layers=model.window_layers)
 
 
 def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
@@ -176,9 +359,26 @@ def elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
     on q and k (read + write), SiLU·mul (read 2·ffn, write ffn).
     """
     h = model.hidden_size
+    if model.is_moe or model.is_mla:
+        return _moe_elementwise_bytes_per_token(model, tp)
     rope = 2 * (model.q_size / tp + _kv_heads_per_gpu(model, tp) * model.head_dim)
     act = 3 * model.intermediate_size / tp
     return (8 * h + rope + act) * ACTIVATION_BYTES
+
+
+def _moe_elementwise_bytes_per_token(model: ModelShape, tp: int) -> float:
+    """:func:`elementwise_bytes_per_token` of a MoE / MLA shape, averaged over the layers:
+    SiLU·mul over the MLP width a token runs (dense layers: ffn; MoE layers: k experts +
+    the shared expert); RoPE on the rope part of q and k (MLA: heads × rope + rope)."""
+    h, layers = model.hidden_size, model.num_hidden_layers
+    if model.is_mla:
+        rope = 2 * (model.num_attention_heads / tp + 1) * model.qk_rope_head_dim
+    else:
+        rope = 2 * (model.q_size / tp + _kv_heads_per_gpu(model, tp) * model.head_dim)
+    width = (model.dense_layers * model.intermediate_size + model.moe_layers * (
+        model.num_experts_per_tok * model.moe_intermediate_size
+        + model.shared_expert_intermediate_size)) / layers
+    return (8 * h + rope + 3 * width / tp) * ACTIVATION_BYTES
 
 
 def keys_per_query(pairs: float, new_tokens: int) -> int:

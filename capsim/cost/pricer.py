@@ -51,10 +51,13 @@ from capsim.cost.operators import (
     check_tensor_parallel,
     curve_efficiency,
     elementwise_bytes_per_token,
+    expected_experts_hit,
+    expert_work,
     keys_per_query,
     layer_matmuls,
     lm_head,
     ring_all_reduce_s,
+    windowed,
 )
 from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
@@ -91,11 +94,15 @@ class WorkTally:
     in decode runs alike. All fields are ``int``.
     """
 
-    __slots__ = ("steps", "logit_steps", "tokens", "logits", "attn_pairs", "kv_read_tokens")
+    __slots__ = ("steps", "logit_steps", "tokens", "logits", "attn_pairs", "kv_read_tokens",
+                 "steps_by_tokens")
 
-    def __init__(self) -> None:
+    def __init__(self, by_tokens: bool = False) -> None:
         self.steps = self.logit_steps = self.tokens = self.logits = 0
         self.attn_pairs = self.kv_read_tokens = 0
+        # Steps per tokens-per-step, kept for MoE models, whose expert weight reads are
+        # not linear in the tokens (StepPricer.new_tally); None otherwise.
+        self.steps_by_tokens: dict[int, int] | None = {} if by_tokens else None
 
     def add(self, steps: int, tokens: int, logits: int, attn_pairs: int, kv_read_tokens: int,
             logit_steps: int) -> None:
@@ -108,6 +115,9 @@ class WorkTally:
         self.logits += logits
         self.attn_pairs += attn_pairs
         self.kv_read_tokens += kv_read_tokens
+        if self.steps_by_tokens is not None and steps:
+            n = tokens // steps          # every step of a call has the same token count
+            self.steps_by_tokens[n] = self.steps_by_tokens.get(n, 0) + steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +201,13 @@ class StepPricer:
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
+        "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
+        "_win_tokens",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
                  weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2,
-                 host: HostOverhead | None = None):
+                 host: HostOverhead | None = None, routing_skew: float = 0.0):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -203,12 +215,17 @@ class StepPricer:
         self.model, self.hw = model, hw
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
+        if routing_skew < 0:
+            raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
+        self._routing_skew = float(routing_skew)
         self._init_host(host)
         self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
         self._init_rates()
         self._init_comm()
         self._fixed_s = (self._overhead_s + self._comm_fixed_s + self._gemm_launch_s
                          + self._ew_launch_s)
+        if self._experts is not None:
+            self._fixed_s += self._expert_launch_s
         self._per_token_s = self._comm_per_token_s + self._mem_only_t
         self._flops_per_token = sum(op.flops_per_row for op in self._matmuls)
         self._bytes_fixed = sum(op.weight_bytes for op in self._matmuls)
@@ -245,6 +262,11 @@ class StepPricer:
         self._matmuls = layer_matmuls(m, tp, weight_bytes)
         self._lm = lm_head(m, tp, weight_bytes)
         self._attn = attention_work(m, tp, self.kv_cache_dtype_bytes)
+        self._experts = expert_work(m, tp, weight_bytes)
+        self._hits: dict[int, float] = {}            # expected experts hit, per step tokens
+        a = self._attn
+        self._window = a.window_fraction > 0
+        self._win_frac, self._win_tokens = a.window_fraction, a.window_tokens
         self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
         self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES)
         self._mem_only_bytes_per_token = self._elementwise + self._embedding
@@ -262,13 +284,16 @@ class StepPricer:
         self._lin = tuple(self._time_coeffs(op) for op in self._matmuls)
         self._lm_t = self._time_coeffs(self._lm)
         launch = curve.launch_s if curve is not None else 0.0
-        self._gemm_launch_s = len(self._matmuls) * self.model.num_hidden_layers * launch
+        self._gemm_launch_s = sum(op.count for op in self._matmuls) * launch
+        # vLLM's fused MoE: one grouped GEMM for gate/up and one for down per MoE layer.
+        self._expert_launch_s = 2 * self._experts.layers * launch if self._experts else 0.0
         self._lm_launch_s = launch
         self._ginv = _inverse_table(curve)
         prefill = eff.kernel("attention_prefill")
         self._ainv = _inverse_table(prefill.compute_curve)
-        self._attn_p = self._attn_coeffs(prefill)
-        self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"))
+        self._attn_p = self._attn_coeffs(prefill, self._attn.flops_per_pair)
+        self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"),
+                                         self._attn.decode_flops_per_pair)
         ew = eff.kernel("elementwise")
         self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
         self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s
@@ -280,12 +305,45 @@ class StepPricer:
         return (op.flops_per_row / self._mm_peak, op.weight_bytes / self._mm_bw,
                 op.act_bytes_per_row / self._mm_bw)
 
-    def _attn_coeffs(self, k: KernelEfficiency) -> tuple[float, float, float, float]:
+    def _attn_coeffs(self, k: KernelEfficiency,
+                     flops_per_pair: float) -> tuple[float, float, float, float]:
         """(compute s per pair, s per KV token read, s per new token, launch s per step)."""
         a, bw = self._attn, self.hw.hbm_bandwidth_bytes_per_s * k.memory
         compute = 1.0 if k.compute_curve is not None else k.compute   # the curve scales it
-        return (a.flops_per_pair / (self._attn_peak * compute), a.kv_bytes_per_token / bw,
+        return (flops_per_pair / (self._attn_peak * compute), a.kv_bytes_per_token / bw,
                 a.new_bytes_per_token / bw, a.layers * k.launch_s)
+
+    # -- mixture of experts ---------------------------------------------------------
+
+    def experts_hit(self, tokens: int) -> float:
+        """Expected distinct experts per MoE layer a step of ``tokens`` tokens reads
+        (:func:`~capsim.cost.operators.expected_experts_hit` with this pricer's routing
+        skew); memoised per token count. 0.0 for a dense model."""
+        if self._experts is None or tokens <= 0:
+            return 0.0
+        hit = self._hits.get(tokens)
+        if hit is None:
+            e = self._experts
+            hit = self._hits[tokens] = expected_experts_hit(tokens, e.num_experts, e.top_k,
+                                                             self._routing_skew)
+        return hit
+
+    def _expert_terms(self, n: int) -> tuple[float, float, float, float]:
+        """(flops, bytes, compute_s, memory_s) of the routed experts in a step of ``n``
+        tokens (launch excluded): n·k (token, expert) rows over the experts hit, each
+        expert's GEMM at the efficiency of its ``n·k / hit`` rows."""
+        e = self._experts
+        hit, pairs = self.experts_hit(n), n * e.top_k
+        rows = int(pairs / hit) if hit > 0 else 0
+        g = self._gemm_inv(rows) if rows > 0 else 1.0
+        f = e.flops_per_pair * pairs
+        b = e.weight_bytes_per_expert * hit + e.act_bytes_per_pair * pairs
+        return f, b, f / self._mm_peak * g, b / self._mm_bw * g
+
+    def new_tally(self) -> WorkTally:
+        """A :class:`WorkTally` for this pricer's :meth:`work` (it keeps the steps per
+        token count when the model has routed experts)."""
+        return WorkTally(by_tokens=self._experts is not None)
 
     def _init_comm(self) -> None:
         """Ring all-reduce α-β constants (Patarasuk & Yuan 2009) and the logits gather."""
@@ -354,11 +412,14 @@ class StepPricer:
         a = self._attn
         if decode_seqs > 0:
             c_pair, m_kv, m_new, launch = self._attn_d
+            if self._window:     # windowed layers read at most W keys per sequence
+                decode_ctx_tokens = windowed(decode_ctx_tokens, decode_seqs * self._win_tokens,
+                                             self._win_frac)
             c = launch + c_pair * decode_ctx_tokens
             m = launch + m_kv * decode_ctx_tokens + m_new * decode_seqs
             compute_s, memory_s = compute_s + c, memory_s + m
             roof_s += c if c > m else m
-            flops += a.flops_per_pair * decode_ctx_tokens
+            flops += a.decode_flops_per_pair * decode_ctx_tokens
             nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
         comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
                   + self._comm_per_logit_s * logits_seqs)
@@ -374,7 +435,12 @@ class StepPricer:
 
     def work(self, tally: WorkTally) -> tuple[float, float]:
         """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
-        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms)."""
+        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms).
+
+        The routed experts' terms come from the tally's steps per token count (a tally
+        from :meth:`new_tally`). Not exact for MLA (prefill and decode pairs are summed
+        together and priced at the prefill rate) nor for windowed layers (the pairs are
+        uncapped): an upper bound there."""
         a, lm = self._attn, self._lm
         flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * tally.logits
                  + a.flops_per_pair * tally.attn_pairs)
@@ -382,6 +448,10 @@ class StepPricer:
                   + lm.weight_bytes * tally.logit_steps + lm.act_bytes_per_row * tally.logits
                   + a.kv_bytes_per_token * tally.kv_read_tokens
                   + a.new_bytes_per_token * tally.tokens)
+        if self._experts is not None and tally.steps_by_tokens:
+            for n, steps in tally.steps_by_tokens.items():
+                f, b, _, _ = self._expert_terms(n)
+                flops, nbytes = flops + f * steps, nbytes + b * steps
         return flops, nbytes
 
     def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
@@ -408,9 +478,12 @@ class StepPricer:
                               for n, c, m in zip(seqs, ctx0, lengths)]) \
             if len(seqs) > 1 else np.arange(ctx0[0], ctx0[0] + seqs[0] * lengths[0], seqs[0],
                                             dtype=np.float64)
+        if self._window:         # the windowed layers' keys capped, as cost() caps them
+            n_steps = np.repeat(np.array(seqs, dtype=np.float64), lengths)
+            ctx = ctx - self._win_frac * (ctx - np.minimum(ctx, n_steps * self._win_tokens))
         m = ctx * m_kv
         m += launch
-        if c_pair * (1 + 1e-6) > m_kv or not all(
+        if self._window or c_pair * (1 + 1e-6) > m_kv or not all(
                 self._never_compute_bound(t, c, n) for t, c, n in zip(terms, ctx0, seqs)):
             compute_s, memory_s, roof_s, comm_s, n = np.repeat(
                 np.array(terms, dtype=np.float64), lengths, axis=0).T
@@ -467,6 +540,12 @@ class StepPricer:
             compute_s, memory_s = compute_s + c, memory_s + m
             roof_s += c if c > m else m
         flops, nbytes = self._flops_per_token * n, self._bytes_fixed + self._bytes_per_token * n
+        if self._experts is not None:
+            f, b, c, m = self._expert_terms(n)
+            c, m = c + self._expert_launch_s, m + self._expert_launch_s
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops, nbytes = flops + f, nbytes + b
         if logits_seqs > 0:
             lm, (c_row, m_fixed, m_row) = self._lm, self._lm_t
             g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
@@ -480,6 +559,9 @@ class StepPricer:
             nbytes += lm.weight_bytes + lm.act_bytes_per_row * logits_seqs
         a = self._attn
         if prefill_tokens > 0:
+            if self._window:
+                prefill_attn_pairs, prefill_kv_tokens = self._windowed_prefill(
+                    prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
             c_pair, m_kv, m_new, launch = self._attn_p
             keys = int(prefill_attn_pairs / prefill_tokens)
             c = launch + c_pair * prefill_attn_pairs * (
@@ -491,6 +573,14 @@ class StepPricer:
             nbytes += a.kv_bytes_per_token * prefill_kv_tokens + a.new_bytes_per_token * prefill_tokens
         return compute_s, memory_s, roof_s, flops, nbytes
 
+    def _windowed_prefill(self, tokens: int, pairs: float, kv_tokens: float
+                          ) -> tuple[float, float]:
+        """Prefill (pairs, KV tokens read) with the windowed layers capped: at most W keys
+        per query, and at most the chunk + W cached keys read (one sequence; more
+        prefilling sequences in one step make it an upper bound)."""
+        w, frac = self._win_tokens, self._win_frac
+        return windowed(pairs, tokens * w, frac), windowed(kv_tokens, tokens + w, frac)
+
     def _operator_terms(self, n: int, logits_seqs: int, prefill_tokens: int, pairs: float,
                         prefill_kv_tokens: float, decode_seqs: int,
                         decode_ctx_tokens: float) -> list[tuple[float, float, float, float]]:
@@ -500,14 +590,26 @@ class StepPricer:
         ``max(compute_s, memory_s)`` is the operator's time.
         """
         g = self._gemm_inv(n) if n > 0 else 1.0
-        per_op_launch = self.model.num_hidden_layers * self._lm_launch_s
-        rows = [self._matmul_terms(op, n, g, per_op_launch) for op in self._matmuls]
+        launch = self._lm_launch_s
+        rows = [self._matmul_terms(op, n, g, op.count * launch) for op in self._matmuls]
+        if self._experts is not None:
+            if n > 0:
+                f, b, c, m = self._expert_terms(n)
+                rows.append((f, b, c + self._expert_launch_s, m + self._expert_launch_s))
+            else:
+                rows.append((0.0, 0.0, 0.0, 0.0))
+        if self._window and prefill_tokens > 0:
+            pairs, prefill_kv_tokens = self._windowed_prefill(prefill_tokens, pairs,
+                                                              prefill_kv_tokens)
+        if self._window and decode_seqs > 0:
+            decode_ctx_tokens = windowed(decode_ctx_tokens, decode_seqs * self._win_tokens,
+                                         self._win_frac)
         g_attn = self._attn_inv(keys_per_query(pairs, prefill_tokens)) if prefill_tokens > 0 \
             else 1.0
         rows.append(self._attn_terms(self._attn_p, prefill_tokens, pairs, prefill_kv_tokens,
-                                     g_attn))
+                                     g_attn, self._attn.flops_per_pair))
         rows.append(self._attn_terms(self._attn_d, decode_seqs, decode_ctx_tokens,
-                                     decode_ctx_tokens, 1.0))
+                                     decode_ctx_tokens, 1.0, self._attn.decode_flops_per_pair))
         bw_ew = self._mem_only_bytes_per_token / self._mem_only_t
         ew_bytes, emb_bytes = self._elementwise * n, self._embedding * n
         ew_launch = self._ew_launch_s if n > 0 else 0.0
@@ -526,13 +628,13 @@ class StepPricer:
         return (f, b, launch_s + f / self._mm_peak * g, launch_s + b / self._mm_bw * g)
 
     def _attn_terms(self, coeffs: tuple[float, float, float, float], new_tokens: int,
-                    pairs: float, kv_tokens: float,
-                    g: float) -> tuple[float, float, float, float]:
+                    pairs: float, kv_tokens: float, g: float,
+                    flops_per_pair: float) -> tuple[float, float, float, float]:
         if new_tokens <= 0:
             return (0.0, 0.0, 0.0, 0.0)
         a = self._attn
         c_pair, m_kv, m_new, launch = coeffs
-        f = a.flops_per_pair * pairs
+        f = flops_per_pair * pairs
         b = a.kv_bytes_per_token * kv_tokens + a.new_bytes_per_token * new_tokens
         return (f, b, launch + c_pair * pairs * g, launch + m_kv * kv_tokens + m_new * new_tokens)
 
@@ -544,13 +646,16 @@ class StepPricer:
         Operators: the four layer matmuls, ``attention_prefill``,
         ``attention_decode`` and ``elementwise`` (each summed over all
         layers), then ``embedding`` and ``lm_head`` (once). Each operator's
-        compute and memory seconds include its fixed launch time.
+        compute and memory seconds include its fixed launch time. A MoE / MLA model
+        lists its own projections (:func:`~capsim.cost.operators.layer_matmuls`), then
+        ``experts`` (the routed experts the step's tokens hit, over the MoE layers).
         """
         n = prefill_tokens + decode_seqs
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
         layers = self.model.num_hidden_layers
-        names = [(op.name, op.count) for op in self._matmuls] + [
+        names = [(op.name, op.count) for op in self._matmuls] + (
+            [("experts", self._experts.layers)] if self._experts is not None else []) + [
             ("attention_prefill", layers), ("attention_decode", layers), ("elementwise", layers),
             ("embedding", 1), ("lm_head", 1)]
         terms = self._operator_terms(n, logits_seqs, prefill_tokens, prefill_attn_pairs,
@@ -562,7 +667,9 @@ class StepPricer:
     @property
     def weight_bytes_per_gpu(self) -> float:
         """Matmul weight bytes one GPU reads per step (layers + LM head; no embedding table)."""
-        return sum(op.weight_bytes for op in self._matmuls) + self._lm.weight_bytes
+        experts = self._experts.weight_bytes_per_expert * self._experts.num_experts \
+            if self._experts is not None else 0.0
+        return sum(op.weight_bytes for op in self._matmuls) + self._lm.weight_bytes + experts
 
     @property
     def ridge_flops_per_byte(self) -> float:

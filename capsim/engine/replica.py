@@ -88,7 +88,7 @@ class Replica:
         self._in_step: tuple = ()       # (cost, KV blocks used, LM-head rows, seconds) of the step in progress
         self.busy = False               # running a step now (kept while hooked)
         self.busy_s = 0.0
-        self.work = WorkTally()         # FLOPs and bytes follow from it (StepPricer.work)
+        self.work = pricer.new_tally()  # FLOPs and bytes follow from it (StepPricer.work)
         self.compute_bound_steps = 0
         self.prefill_tokens = 0
         self.decode_tokens = 0

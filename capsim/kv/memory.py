@@ -106,6 +106,8 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         rope_cache: add the RoPE cos/sin cache (vLLM).
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    if model.is_moe or model.is_mla or model.attention_sinks:
+        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache)
     qkv_out = model.q_size + 2 * model.kv_size
     linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
               + model.mlp_params)
@@ -119,6 +121,32 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
     out += (layers * model.norm_params + h) * act
     if rope_cache:
         out += model.max_position_embeddings * model.head_dim * act
+    return out
+
+
+def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+                              rope_cache: bool) -> int:
+    """:func:`weight_bytes_per_gpu` of a MoE / MLA shape: every linear (experts included:
+    vLLM's fused MoE shards each expert's intermediate dimension over TP without expert
+    parallelism) in the weight dtype ÷ TP, except the linears vLLM replicates on every
+    rank (the router, ``ReplicatedLinear``; MLA's q_a / kv_a down-projections, fused
+    ``fused_qkv_a_proj`` with ``disable_tp``, vllm/model_executor/models/deepseek_v2.py);
+    vocabulary ÷ TP and norms, sinks and biases in the model's 16-bit dtype. fp8 weight
+    scales are not added here (the quantized formats are priced elsewhere)."""
+    h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
+    small = layers * model.norm_params + h + (layers * model.num_attention_heads
+                                              if model.attention_sinks else 0)
+    replicated = model.moe_layers * model.router_params
+    if model.is_mla:
+        replicated += layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
+                                    + model.qk_rope_head_dim)
+    linear = model.params_total - vocab - small - replicated
+    out = linear * weight_bytes // tp + replicated * weight_bytes
+    out += vocab * act // tp + small * act
+    if rope_cache:
+        rope_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
+        out += model.max_position_embeddings * rope_dim * act
     return out
 
 

@@ -66,7 +66,8 @@ class Pool:
                                            "per_seq_s": host.per_seq_s / steps})
         return StepPricer(model, self.hardware, self.engine.tensor_parallel_size,
                           weight_dtype=self.engine.dtype,
-                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes, host=host)
+                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes, host=host,
+                          routing_skew=self.engine.moe_routing_skew)
 
 
 @dataclass(frozen=True)
@@ -513,10 +514,15 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
 
     When tensor_parallel_size exceeds the KV heads, vLLM replicates heads so
     each GPU holds one (vllm/model_executor/models/llama.py, num_kv_heads =
-    max(1, total_kv_heads // tp_size)).
+    max(1, total_kv_heads // tp_size)); MLA's latent is held whole by every rank.
+    Only the layers whose cache grows with the sequence count
+    (:meth:`~capsim.profiles.models.ModelShape.paged_kv_bytes_per_token`).
     """
-    per_token = model.kv_bytes_per_token(engine.kv_dtype_bytes)
-    tp, heads = engine.tensor_parallel_size, model.num_key_value_heads
+    per_token = model.paged_kv_bytes_per_token(engine.kv_dtype_bytes)
+    tp = engine.tensor_parallel_size
+    # MLA caches one latent per token that every TP rank holds whole (vLLM's
+    # MLAAttentionSpec has num_kv_heads 1): like one KV head replicated.
+    heads = 1 if model.is_mla else model.num_key_value_heads
     return per_token * tp // heads if tp > heads else per_token
 
 

@@ -78,6 +78,9 @@ class EngineConfig(StrictModel):
     # vLLM 0.6 (V0) multi-step scheduling (--num-scheduler-steps): the scheduler runs once
     # per window of this many decode steps; valid with the vllm-0.6 presets, no chunking.
     num_scheduler_steps: Int = Field(default=1, gt=0)
+    # Mixture-of-experts routing skew (capsim's own knob, not an engine's): Zipf exponent
+    # of expert popularity; 0 routes uniformly (capsim.cost.operators.expected_experts_hit).
+    moe_routing_skew: float = Field(default=0.0, ge=0)
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)

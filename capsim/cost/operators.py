@@ -236,27 +236,32 @@ def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, fl
     return rows
 
 
-def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: int) -> tuple[Matmul, ...]:
+def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: int,
+                       dp_attention: bool = False) -> tuple[Matmul, ...]:
     """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
     the dense MLP on the dense layers, the shared expert and the router on the MoE
-    layers (the routed experts are :func:`expert_work`)."""
+    layers (the routed experts are :func:`expert_work`). With ``dp_attention`` each GPU
+    runs the attention projections whole for 1/TP of the step's tokens."""
     h, layers = model.hidden_size, model.num_hidden_layers
     out: list[Matmul] = []
 
-    def add(name: str, count: int, params: float, w_in: float, w_out: float) -> None:
+    def add(name: str, count: int, params: float, w_in: float, w_out: float,
+            share: float = 1.0) -> None:
         if count > 0 and params > 0:
-            out.append(Matmul(name, count, 2.0 * count * params, count * params * weight_bytes,
-                              count * (w_in + w_out) * ACTIVATION_BYTES))
+            out.append(Matmul(name, count, 2.0 * count * params * share,
+                              count * params * weight_bytes,
+                              count * (w_in + w_out) * ACTIVATION_BYTES * share))
 
+    t_attn, share = (1, 1.0 / tp) if dp_attention else (tp, 1.0)
     if model.is_mla:
-        for name, params, w_in, w_out in _mla_matmuls(model, tp):
-            add(name, layers, params, w_in, w_out)
+        for name, params, w_in, w_out in _mla_matmuls(model, t_attn):
+            add(name, layers, params, w_in, w_out, share)
     else:
-        q = model.q_size / tp
-        qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
+        q = model.q_size / t_attn
+        qkv_out = q + 2 * _kv_heads_per_gpu(model, t_attn) * model.head_dim
         add("qkv_proj", layers, h * qkv_out + (qkv_out if model.attention_bias else 0), h,
-            qkv_out)
-        add("o_proj", layers, q * h, q, h)
+            qkv_out, share)
+        add("o_proj", layers, q * h, q, h, share)
     f, dense = model.intermediate_size, model.dense_layers
     add("gate_up_proj", dense, 2 * h * f / tp, h, 2 * f / tp)
     add("down_proj", dense, h * f / tp, f / tp, h)
@@ -281,17 +286,18 @@ def expert_work(model: ModelShape, tp: int, weight_bytes: int = 2) -> ExpertWork
                       act_bytes_per_pair=layers * (2 * h + 3 * f / tp) * ACTIVATION_BYTES)
 
 
-def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2) -> tuple[Matmul, ...]:
+def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2,
+                  dp_attention: bool = False) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
     Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
     O and down row-parallel; KV heads split, or replicated beyond their count.
-    A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`); each
-    Matmul's ``count`` is the layers it runs on.
+    A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`; ``dp_attention``:
+    data-parallel attention); each Matmul's ``count`` is the layers it runs on.
     """
     if model.is_moe or model.is_mla:
-        return _moe_layer_matmuls(model, tp, weight_bytes)
+        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention)
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
     qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
@@ -313,6 +319,20 @@ def lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
     """Vocab-parallel LM head: each GPU holds vocab / TP rows."""
     h, v = model.hidden_size, model.vocab_size / tp
     return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
+
+
+def dp_attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2
+                      ) -> AttentionWork:
+    """:func:`attention_work` under data-parallel attention: each of the ``tp`` GPUs
+    attends with all heads for 1/TP of the step's sequences, so per GPU every
+    coefficient is TP 1's ÷ TP (balanced ranks assumed; the slowest rank sets a real
+    step). MLA's latent is then read once per sequence, not on every rank."""
+    a = attention_work(model, 1, kv_cache_dtype_bytes)
+    return AttentionWork(layers=a.layers, flops_per_pair=a.flops_per_pair / tp,
+                         kv_bytes_per_token=a.kv_bytes_per_token / tp,
+                         new_bytes_per_token=a.new_bytes_per_token / tp,
+                         decode_flops_per_pair=a.decode_flops_per_pair / tp,
+                         window_tokens=a.window_tokens, window_layers=a.window_layers)
 
 
 def attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2) -> AttentionWork:

@@ -49,6 +49,7 @@ from capsim.cost.operators import (
     Matmul,
     attention_work,
     check_tensor_parallel,
+    dp_attention_work,
     curve_efficiency,
     elementwise_bytes_per_token,
     expected_experts_hit,
@@ -186,10 +187,18 @@ class StepPricer:
             peak used for matmuls and their GEMM curve (``gemm_fp8`` for fp8 when
             the profile has one). Attention runs at the bf16 (else fp16) peak.
         kv_cache_dtype_bytes: bytes per KV-cache element (2 for bf16, 1 for fp8).
+        routing_skew: MoE routing skew (Zipf exponent of expert popularity, 0: uniform;
+            :func:`~capsim.cost.operators.expected_experts_hit`).
+        dp_attention: data-parallel attention (MoE models): attention projections and
+            attention whole on each GPU for 1/TP of the sequences
+            (:func:`~capsim.cost.operators.dp_attention_work`). The collectives stay
+            priced as TP all-reduces (SGLang's gather / scatter around the MoE layers
+            move the same bytes); expert-parallel all-to-all is not priced.
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
-            dtype, or a dtype the hardware has no peak for.
+            dtype, a dtype the hardware has no peak for, a negative routing skew, or
+            DP attention on a dense model.
     """
 
     __slots__ = (
@@ -202,12 +211,13 @@ class StepPricer:
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
         "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
-        "_win_tokens",
+        "_win_tokens", "dp_attention",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
                  weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2,
-                 host: HostOverhead | None = None, routing_skew: float = 0.0):
+                 host: HostOverhead | None = None, routing_skew: float = 0.0,
+                 dp_attention: bool = False):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -218,6 +228,10 @@ class StepPricer:
         if routing_skew < 0:
             raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
         self._routing_skew = float(routing_skew)
+        if dp_attention and not model.is_moe:
+            raise ScenarioError(f"data-parallel attention needs a mixture-of-experts model; "
+                                f"{model.name} is dense")
+        self.dp_attention = dp_attention
         self._init_host(host)
         self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
         self._init_rates()
@@ -259,9 +273,10 @@ class StepPricer:
 
     def _init_operators(self, weight_bytes: int) -> None:
         m, tp = self.model, self.tensor_parallel_size
-        self._matmuls = layer_matmuls(m, tp, weight_bytes)
+        self._matmuls = layer_matmuls(m, tp, weight_bytes, self.dp_attention)
         self._lm = lm_head(m, tp, weight_bytes)
-        self._attn = attention_work(m, tp, self.kv_cache_dtype_bytes)
+        self._attn = dp_attention_work(m, tp, self.kv_cache_dtype_bytes) if self.dp_attention \
+            else attention_work(m, tp, self.kv_cache_dtype_bytes)
         self._experts = expert_work(m, tp, weight_bytes)
         self._hits: dict[int, float] = {}            # expected experts hit, per step tokens
         a = self._attn

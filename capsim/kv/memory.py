@@ -94,7 +94,7 @@ class MemoryTerms:
 
 
 def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
-                         rope_cache: bool = False) -> int:
+                         rope_cache: bool = False, dp_attention: bool = False) -> int:
     """Bytes of weights on one GPU of a TP group (module docstring, "weights").
 
     Args:
@@ -104,10 +104,13 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         weight_bytes: bytes per linear-layer weight (2: bf16/fp16; 1: fp8, which adds
             fp32 per-output-channel scales).
         rope_cache: add the RoPE cos/sin cache (vLLM).
+        dp_attention: attention weights whole on every GPU (data-parallel attention,
+            MoE shapes only). Expert parallelism holds E / TP whole experts per GPU: the
+            same bytes as a 1/TP slice of each, so it needs no flag here.
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
     if model.is_moe or model.is_mla or model.attention_sinks:
-        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache)
+        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, dp_attention)
     qkv_out = model.q_size + 2 * model.kv_size
     linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
               + model.mlp_params)
@@ -125,20 +128,25 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
 
 
 def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
-                              rope_cache: bool) -> int:
+                              rope_cache: bool, dp_attention: bool = False) -> int:
     """:func:`weight_bytes_per_gpu` of a MoE / MLA shape: every linear (experts included:
     vLLM's fused MoE shards each expert's intermediate dimension over TP without expert
     parallelism) in the weight dtype ÷ TP, except the linears vLLM replicates on every
     rank (the router, ``ReplicatedLinear``; MLA's q_a / kv_a down-projections, fused
     ``fused_qkv_a_proj`` with ``disable_tp``, vllm/model_executor/models/deepseek_v2.py);
     vocabulary ÷ TP and norms, sinks and biases in the model's 16-bit dtype. fp8 weight
-    scales are not added here (the quantized formats are priced elsewhere)."""
+    scales are not added here (the quantized formats are priced elsewhere). With
+    ``dp_attention`` every layer's attention projections are whole on each GPU (SGLang's
+    DP attention: TP 1 inside attention; the dense and shared MLPs stay TP-sharded)."""
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
     vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
     small = layers * model.norm_params + h + (layers * model.num_attention_heads
                                               if model.attention_sinks else 0)
     replicated = model.moe_layers * model.router_params
-    if model.is_mla:
+    if dp_attention:
+        replicated += layers * (model.attention_params
+                                - (model.num_attention_heads if model.attention_sinks else 0))
+    elif model.is_mla:
         replicated += layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
                                     + model.qk_rope_head_dim)
     linear = model.params_total - vocab - small - replicated
@@ -178,7 +186,7 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
 
 def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fraction: float,
                  tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 num_sms: int) -> MemoryTerms:
+                 num_sms: int, dp_attention: bool = False) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -187,12 +195,13 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         fraction: the engine's memory fraction knob; tp: tensor-parallel degree;
         weight_bytes: bytes per linear weight; max_num_seqs, max_num_batched_tokens:
         the profile run's requests and tokens; num_sms: streaming multiprocessors
-        (sampler scratch rows).
+        (sampler scratch rows); dp_attention: data-parallel attention
+        (:func:`weight_bytes_per_gpu`).
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget.
     """
-    w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache)
+    w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention)
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms)
     n = int(rule.non_torch_gib_at(tp) * GIB)
     graphs = int(rule.cudagraph_gib_per_layer * GIB) * model.num_hidden_layers \

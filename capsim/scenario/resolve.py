@@ -67,7 +67,8 @@ class Pool:
         return StepPricer(model, self.hardware, self.engine.tensor_parallel_size,
                           weight_dtype=self.engine.dtype,
                           kv_cache_dtype_bytes=self.engine.kv_dtype_bytes, host=host,
-                          routing_skew=self.engine.moe_routing_skew)
+                          routing_skew=self.engine.moe_routing_skew,
+                          dp_attention=self.engine.enable_dp_attention)
 
 
 @dataclass(frozen=True)
@@ -166,12 +167,34 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
            f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
            else "engine.tensor_parallel_size")
+    _check_expert_parallel(model, engine, path, where, set(v.engine))
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields))
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
                      router=cluster.router)
+
+
+def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
+                           variant_keys: set[str]) -> None:
+    """Expert parallelism and DP attention need routed experts; EP needs the replica's
+    GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives each EP rank
+    num_experts / ep_size of them)."""
+    def at(key: str) -> str:
+        return f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+
+    for key in ("enable_expert_parallel", "enable_dp_attention"):
+        if getattr(engine, key) and not model.is_moe:
+            raise ScenarioError(f"{key} needs a mixture-of-experts model; {model.name} is dense",
+                                file=str(path), path=at(key))
+    tp = engine.tensor_parallel_size
+    if engine.enable_expert_parallel and model.num_experts % tp:
+        raise ScenarioError(
+            f"expert parallel size {tp} (tensor_parallel_size) must divide num_experts "
+            f"{model.num_experts} of {model.name}", file=str(path),
+            path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
+            else at("enable_expert_parallel"))
 
 
 def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, Any], path: Path,
@@ -461,7 +484,8 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
                              weight_bytes=DTYPE_BYTES[engine.dtype],
                              max_num_seqs=engine.max_num_seqs,
                              max_num_batched_tokens=engine.max_num_batched_tokens,
-                             num_sms=hw.num_sms or 0)
+                             num_sms=hw.num_sms or 0,
+                             dp_attention=engine.enable_dp_attention)
         terms = _with_overrides(terms, engine)
         kv = pool_from_terms(terms, tensor_parallel_size=tp,
                              kv_bytes_per_token=kv_bytes_per_token(model, engine),
@@ -520,6 +544,8 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
     """
     per_token = model.paged_kv_bytes_per_token(engine.kv_dtype_bytes)
     tp = engine.tensor_parallel_size
+    if engine.enable_dp_attention:     # each token's KV on the one GPU serving its request
+        return per_token
     # MLA caches one latent per token that every TP rank holds whole (vLLM's
     # MLAAttentionSpec has num_kv_heads 1): like one KV head replicated.
     heads = 1 if model.is_mla else model.num_key_value_heads

@@ -81,6 +81,14 @@ class EngineConfig(StrictModel):
     # Mixture-of-experts routing skew (capsim's own knob, not an engine's): Zipf exponent
     # of expert popularity; 0 routes uniformly (capsim.cost.operators.expected_experts_hit).
     moe_routing_skew: float = Field(default=0.0, ge=0)
+    # Expert parallelism (vLLM --enable-expert-parallel): the replica's
+    # tensor_parallel_size GPUs hold num_experts / tensor_parallel_size whole experts each
+    # instead of a 1/TP slice of every expert. Data-parallel attention (SGLang
+    # --enable-dp-attention; vLLM --data-parallel-size with expert parallelism): each GPU
+    # runs attention for its own requests with the whole attention weights and keeps those
+    # requests' KV only (no KV replicated across the group, MLA's latent included).
+    enable_expert_parallel: bool = False
+    enable_dp_attention: bool = False
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)

@@ -88,7 +88,18 @@ BAD = [
     # ~0.2 GiB after 14.99 GiB of weights and the profile run, 1,600-odd tokens < 4,096.
     ("variants.1.hardware_overrides", {"memory_total_gib": 17.6},
      "variants.1.hardware_overrides.memory_total_gib: one max_model_len (4,096) request needs "
-     "0.50 GiB of KV cache per GPU, more than the "),
+     "0.50 GiB of KV cache per GPU, more than the "),    # Expert parallelism and DP attention (issue 15, bad input): a dense model, and an EP
+    # size that does not divide the experts (Mixtral's 8 over 16 GPUs).
+    ("variants.1.engine.enable_expert_parallel", True,
+     "variants.1.engine.enable_expert_parallel: enable_expert_parallel needs a "
+     "mixture-of-experts model; llama-3.1-8b is dense"),
+    ("engine.enable_dp_attention", True,
+     "engine.enable_dp_attention: enable_dp_attention needs a mixture-of-experts model"),
+    ("variants", [{"name": "a"}, {"name": "b", "model": "mixtral-8x7b", "engine": {
+        "tensor_parallel_size": 16, "enable_expert_parallel": True}}],
+     "variants.1.engine.tensor_parallel_size: expert parallel size 16 (tensor_parallel_size) "
+     "must divide num_experts 8 of mixtral-8x7b"),
+    ("engine.moe_routing_skew", -0.5, "engine.moe_routing_skew: "),
 ]
 
 

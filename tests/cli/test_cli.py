@@ -227,6 +227,32 @@ def test_roofline_command_prints_the_seed_decode_step(run_cli):
     assert ms == pytest.approx(11.03, rel=0.05)
 
 
+def test_roofline_shows_the_experts_a_moe_step_reads(run_cli):
+    """Qwen3-30B-A3B (128 experts, top 8): one decoding token reads 8 of them per MoE
+    layer, 32 tokens 128·(1 − (1 − 8/128)^32) = 111.8, a 2,048-token prefill all 128;
+    a skewed routing reads fewer."""
+    base = ["roofline", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm"]
+    code, out, _ = run_cli([*base, "--decode-batch", "1", "--context", "1000"])
+    assert code == 0 and "experts: 8.0 of 128 read per MoE layer" in out
+    code, out, _ = run_cli([*base, "--decode-batch", "32", "--context", "1000"])
+    assert "experts: 111.8 of 128" in out and "87% of the expert weights" in out
+    code, out, _ = run_cli([*base, "--prefill-tokens", "2048"])
+    assert "experts: 128.0 of 128" in out
+    code, out, _ = run_cli([*base, "--decode-batch", "32", "--context", "1000",
+                            "--routing-skew", "1.0"])
+    hit = float(out.split("experts: ")[1].split(" of")[0])
+    assert 8 < hit < 111.8
+
+
+def test_models_command_shows_moe_and_mla_rows(run_cli):
+    code, out, _ = run_cli(["models"])
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert code == 0
+    assert "671.03" in rows["deepseek-v3"] and "36.63" in rows["deepseek-v3"]
+    assert "MLA" in rows["deepseek-v3"] and "8 of 256" in rows["deepseek-v3"]
+    assert "72 (36 paged)" in rows["gpt-oss-120b"] and "18 sliding 128" in rows["gpt-oss-120b"]
+
+
 def test_hardware_command_lists_profiles(run_cli):
     code, out, _ = run_cli(["hardware"])
     assert code == 0 and "a100-80gb" in out and "h100-sxm" in out

@@ -43,8 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
+from capsim.common.yamlio import load_yaml
 from capsim.cost.pricer import StepPricer
 from capsim.metrics.summary import summarize
 from capsim.profiles.trust import FAMILIES
@@ -503,7 +502,7 @@ def read_cases() -> list[dict]:
         print(f"error: {CASES_YAML} not found: the fidelity benchmark reads the measured cases "
               "from ../shared/reference/measured/ next to this checkout", file=sys.stderr)
         sys.exit(2)
-    return yaml.safe_load(CASES_YAML.read_text())
+    return load_yaml(CASES_YAML.read_text())
 
 
 def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:

@@ -1,20 +1,43 @@
-"""YAML reading that refuses duplicate keys.
+"""The one YAML reader of capsim: numbers as people write them, repeated keys refused.
 
-PyYAML's ``safe_load`` keeps the last of two equal keys in a mapping, so a
-scenario with two ``engine:`` sections silently loses the first. Every capsim
-YAML file (scenarios, hardware, model and link profiles) is read through
-:func:`safe_load_unique`, which raises instead.
+Every YAML capsim reads — scenarios, ``--set`` values, hardware, model, link and engine
+profiles — goes through :func:`load_yaml` (``tests/common/test_yamlio.py`` holds the
+package to it). It is PyYAML's safe loader with two changes:
+
+- **Numbers in exponent notation.** PyYAML implements YAML 1.1, whose float needs a
+  dot and a signed exponent (``1.5e+3``): ``192e9``, ``1e-3``, ``3.35E12`` and
+  ``1.0e9`` are strings there, and a profile's ``hbm_bandwidth_bytes_per_s: 3.35E12``
+  fails as "not a number". Here they are numbers, as in YAML 1.2's core schema
+  (https://yaml.org/spec/1.2.2/#1022-tag-resolution) and JSON. A mantissa without a
+  dot and a non-negative exponent (``192e9``, ``1e3``) is read as the integer it
+  names (below 2**63), so an integer field (``hbm_bytes: 192e9``, ``max_num_seqs:
+  1e3``) takes it; every other form is a float. A number too large for a float (``1e400``) is refused
+  rather than read as infinity: ``.inf`` is the only way to write one.
+- **Repeated keys refused.** ``safe_load`` keeps the last of two equal keys in a
+  mapping, so a scenario with two ``engine:`` sections would silently lose the first.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
 
+#: Exponent-notation numbers YAML 1.1 leaves as strings (YAML 1.2 core schema floats with
+#: an exponent); the forms 1.1 already reads (``1.5e+3``) match too and read the same.
+_EXPONENT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
+#: ``192e9``: an integer mantissa and a non-negative exponent, an integer.
+_INTEGER_EXPONENT = re.compile(r"^([-+]?[0-9]+)[eE]\+?([0-9]+)$")
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_INF_LITERALS = frozenset({".inf", "+.inf", "-.inf"})
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with exponent-notation numbers and repeated keys refused."""
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # Only keys written in this mapping count: merge keys (``<<: *base``) and the
         # keys they bring in may be overridden, as YAML allows.
@@ -33,11 +56,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_number(self, node: yaml.ScalarNode) -> int | float:
+        text = str(node.value).replace("_", "")
+        whole = _INTEGER_EXPONENT.match(text)
+        if whole and int(whole.group(2)) <= 18:
+            value = int(whole.group(1)) * 10 ** int(whole.group(2))
+            if abs(value) < 2**63:        # a count; beyond int64 it is a magnitude: a float
+                return value
+        number = float(text) if whole else self.construct_yaml_float(node)
+        if not math.isinf(number) or text.lower() in _INF_LITERALS:
+            return number
+        raise ConstructorError(None, None, f"number {node.value} is out of range (write .inf "
+                               "for infinity)", node.start_mark)
 
-def safe_load_unique(text: str) -> Any:
-    """``yaml.safe_load`` that raises ``yaml.YAMLError`` ("duplicate key 'x'", with the
-    line of the second one) when a mapping repeats a key."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+# The 1.1 float form ("1.5e+3") is resolved before this one and constructed by
+# construct_number too, so both spellings of a number read the same.
+_Loader.add_implicit_resolver(_FLOAT_TAG, _EXPONENT, list("-+.0123456789"))
+_Loader.add_constructor(_FLOAT_TAG, _Loader.construct_number)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse ``text`` as YAML the way every capsim file is read (see the module docstring).
+
+    Raises:
+        yaml.YAMLError: malformed YAML, a repeated key ("duplicate key 'x'", with the line
+            of the second one) or a number out of float range; :func:`describe_yaml_error`
+            makes it one line.
+    """
+    return yaml.load(text, Loader=_Loader)
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:

@@ -29,7 +29,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Int, StrictModel
-from capsim.common.yamlio import describe_yaml_error, safe_load_unique
+from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for.
 DType = Literal["bf16", "fp16", "fp8", "int8"]
@@ -350,7 +350,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
     try:
-        data = safe_load_unique(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(data, dict):

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from capsim.common.errors import ScenarioError
-from capsim.common.yamlio import describe_yaml_error, safe_load_unique
+from capsim.common.yamlio import describe_yaml_error, load_yaml
 from capsim.scenario.overrides import apply_override, set_dotted
 from capsim.scenario.resolve import RunConfig, engine_label, resolve_variant
 from capsim.scenario.schema import Scenario, VariantSpec
@@ -69,7 +69,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
     try:
-        doc = safe_load_unique(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(doc, dict):

@@ -1,7 +1,8 @@
 """``--set dotted.key=value`` overrides of a scenario document (before validation).
 
 Keys are dotted YAML paths, list indices included (``variants.2.cluster.num_replicas``);
-values are parsed as YAML. A variant's ``set:`` mapping uses the same paths.
+values are parsed as YAML by :func:`capsim.common.yamlio.load_yaml` (``1e-3`` is a
+number). A variant's ``set:`` mapping uses the same paths.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from typing import Any
 import yaml
 
 from capsim.common.errors import ScenarioError
+from capsim.common.yamlio import load_yaml
 
 def apply_override(raw: dict[str, Any], item: str, path: Path) -> None:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError(f"--set expects dotted.key=value, got '{item}'", file=str(path))
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = load_yaml(value) if value.strip() else ""
     except yaml.YAMLError as exc:
         raise ScenarioError(f"--set {key.strip()}: value is not valid YAML "
                             f"({getattr(exc, 'problem', None) or exc})", file=str(path)) from None

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import statistics
 import sys
@@ -718,7 +717,6 @@ def main() -> None:
             setattr(args, option, path.resolve())
             if not path.resolve().parent.is_dir():
                 parser.error(f"--{option} {path}: no directory {path.resolve().parent}")
-    os.chdir(ROOT)          # scenarios name model / hardware files relative to the repo root
     rows, gaps = evaluate(cases)
     summary = summaries(rows)
     if args.markdown:

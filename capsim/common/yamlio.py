@@ -11,8 +11,9 @@ package to it). It is PyYAML's safe loader with two changes:
   (https://yaml.org/spec/1.2.2/#1022-tag-resolution) and JSON. A mantissa without a
   dot and a non-negative exponent (``192e9``, ``1e3``) is read as the integer it
   names (below 2**63), so an integer field (``hbm_bytes: 192e9``, ``max_num_seqs:
-  1e3``) takes it; every other form is a float. A number too large for a float (``1e400``) is refused
-  rather than read as infinity: ``.inf`` is the only way to write one.
+  1e3``) takes it; every other form is a float. A number too large for a float
+  (``1e400``) is refused rather than read as infinity: ``.inf`` is the only way to
+  write one.
 - **Repeated keys refused.** ``safe_load`` keeps the last of two equal keys in a
   mapping, so a scenario with two ``engine:`` sections would silently lose the first.
 """

@@ -213,7 +213,7 @@ def _parse(path: Path) -> EnginePreset:
         raise scenario_error_from_validation(exc, str(path)) from None
 
 
-def load_engine_preset(name_or_path: str) -> EnginePreset:
+def load_engine_preset(name_or_path: str | Path) -> EnginePreset:
     """An engine preset by packaged name (``vllm-v1``) or from a ``.yaml`` file.
 
     Raises:
@@ -221,7 +221,7 @@ def load_engine_preset(name_or_path: str) -> EnginePreset:
             unreadable or invalid file (names the file and the field).
     """
     text = str(name_or_path)
-    if text.endswith((".yaml", ".yml")):
+    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
         return _parse(Path(text))
     names = engine_preset_names()
     if text not in names:

@@ -382,12 +382,14 @@ def _load_file(path: Path) -> HardwareProfile:
     return _parse_profile(read_yaml_mapping(path), str(path))
 
 
-def load_hardware(name_or_path: str) -> HardwareProfile:
+def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     """Load a hardware profile by packaged name or from a YAML file.
 
     Args:
-        name_or_path: a packaged name (``h100-sxm``) or a path ending in
-            ``.yaml``/``.yml``.
+        name_or_path: a packaged name (``h100-sxm``), a path ending in
+            ``.yaml``/``.yml``, or any :class:`~pathlib.Path` (read as a profile YAML);
+            a relative path is relative to the working directory (a scenario's are
+            made relative to the scenario file by :mod:`capsim.scenario.paths`).
 
     Raises:
         ScenarioError: unknown name (the message lists the valid names),
@@ -395,7 +397,7 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
             file and the dotted field path).
     """
     text = str(name_or_path)
-    if text.endswith((".yaml", ".yml")):
+    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
         return _load_file(Path(text))
     names = hardware_names()
     if text not in names:

@@ -118,7 +118,7 @@ def _load_file(path: Path) -> LinkProfile:
         raise scenario_error_from_validation(exc, str(path)) from None
 
 
-def load_link(name_or_path: str) -> LinkProfile:
+def load_link(name_or_path: str | Path) -> LinkProfile:
     """A packaged link by name, or a link YAML by path (``.yaml``/``.yml``).
 
     Raises:
@@ -126,7 +126,7 @@ def load_link(name_or_path: str) -> LinkProfile:
             invalid file.
     """
     text = str(name_or_path)
-    if text.endswith((".yaml", ".yml")):
+    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
         return _load_file(Path(text))
     names = link_names()
     if text not in names:
@@ -136,7 +136,7 @@ def load_link(name_or_path: str) -> LinkProfile:
         return _load_file(Path(path))
 
 
-def resolve_link(spec: str | LinkNumbers) -> LinkProfile:
+def resolve_link(spec: str | Path | LinkNumbers) -> LinkProfile:
     """The scenario's ``link:`` as a LinkProfile (by name, by numbers, or a name with overrides).
 
     An inline link without a latency gets 0 s; its sources say "scenario".
@@ -144,7 +144,7 @@ def resolve_link(spec: str | LinkNumbers) -> LinkProfile:
     Raises:
         ScenarioError: unknown link name.
     """
-    if isinstance(spec, str):
+    if isinstance(spec, (str, Path)):
         return load_link(spec)
     if spec.name is not None:
         base = load_link(spec.name)

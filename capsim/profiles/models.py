@@ -455,13 +455,16 @@ def _load_path(path: Path) -> ModelShape:
     )
 
 
-def load_model(name_or_path: str) -> ModelShape:
+def load_model(name_or_path: str | Path) -> ModelShape:
     """Load a model shape: a preset name, a HF ``config.json``, or a directory holding one.
 
     Args:
         name_or_path: preset (``llama-3.1-8b``), a path to ``config.json`` (or
             any ``.json`` in HF format), a directory with ``config.json``, or a
-            preset-format ``.yaml`` file.
+            preset-format ``.yaml`` file; a :class:`~pathlib.Path` is always a file or
+            directory, never a preset name. A relative path is relative to the working
+            directory (a scenario's are made relative to the scenario file by
+            :mod:`capsim.scenario.paths`).
 
     Raises:
         ScenarioError: unknown name (lists the presets), unreadable or
@@ -469,7 +472,7 @@ def load_model(name_or_path: str) -> ModelShape:
     """
     text = str(name_or_path)
     names = model_names()
-    if text in names:
+    if text in names and not isinstance(name_or_path, Path):
         entry = _packaged_dir().joinpath(f"{text}.yaml")
         with resources.as_file(entry) as path:
             return _validate(read_yaml_mapping(Path(path)), str(path))

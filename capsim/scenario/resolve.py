@@ -25,11 +25,12 @@ from capsim.cost.operators import check_tensor_parallel
 from capsim.cost.pricer import StepPricer
 from capsim.kv.capacity import KVCapacity, pool_from_terms
 from capsim.kv.memory import MemoryTerms, memory_terms
-from capsim.profiles.engines import EnginePreset, load_engine_preset
-from capsim.profiles.hardware import HardwareProfile, load_hardware
-from capsim.profiles.links import LinkProfile, resolve_link
-from capsim.profiles.models import ModelShape, load_model
+from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
+from capsim.profiles.hardware import HardwareProfile, hardware_names, load_hardware
+from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_link
+from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.scenario.disagg import ROLES, PoolConfig
+from capsim.scenario.paths import locate
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
 from capsim.scenario.validation import one_line_error
 from capsim.scenario.workload import WorkloadConfig
@@ -156,8 +157,9 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     where = f"variants.{index}" if spec.variants else ""
     if v.disaggregation is not None:
         return _resolve_disaggregated(spec, index, v, path)
-    model = _named(load_model, v.model or spec.model, path, f"{where}.model" if v.model else "model")
-    hw = _named(load_hardware, v.hardware or spec.hardware, path,
+    model = _named(_load_model, v.model or spec.model, path,
+                   f"{where}.model" if v.model else "model")
+    hw = _named(_load_hardware, v.hardware or spec.hardware, path,
                 f"{where}.hardware" if v.hardware else "hardware")
     hw = _overridden(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
     engine, preset = _engine(spec.engine, v.engine, model, hw, path, where)
@@ -241,7 +243,7 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     user = {**base.model_dump(exclude_unset=True), **override}
     name = user.get("preset", "vllm-v1")
     at = f"{where}.engine" if where and "preset" in override else "engine"
-    preset = _named(load_engine_preset, name, path, f"{at}.preset")
+    preset = _named(_load_engine_preset, name, path, f"{at}.preset")
     knobs = {k: v for k, v in user.items() if k != "preset"}
     defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
     scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
@@ -364,7 +366,7 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
             "the transferred cache must be usable as is: set the same kv_cache_dtype on both",
             file=str(path), path=f"{where}.decode.engine.kv_cache_dtype")
     try:
-        link = resolve_link(d.link)
+        link = resolve_link(_located_link(d.link, path))
     except ScenarioError as exc:
         raise ScenarioError(exc.message, file=str(path), path=f"{where}.link") from None
     base = pools["decode"][0]
@@ -418,10 +420,45 @@ def _pool_error(exc: ScenarioError, index: int, where: str, pool: PoolConfig) ->
 
 
 def _named(loader, name: str, path: Path, field: str):
+    """``loader(name)``, or ``loader(name, path)`` for the ``_load_*`` functions below that
+    look a name up relative to the scenario file; errors name the file and ``field``."""
     try:
-        return loader(name)
+        return loader(name, path) if loader in _SCENARIO_LOADERS else loader(name)
     except ScenarioError as exc:
         raise exc.with_context(file=str(path), path=field) from None
+
+
+# A scenario's names and paths (capsim.scenario.paths): a shipped name, or a file relative
+# to the scenario's directory.
+
+def _load_model(value: str, scenario: Path) -> ModelShape:
+    return load_model(locate(value, scenario.parent, kind="model", shipped=model_names(),
+                             what="a Hugging Face config.json, its directory or a model YAML"))
+
+
+def _load_hardware(value: str, scenario: Path) -> HardwareProfile:
+    return load_hardware(locate(value, scenario.parent, kind="hardware",
+                                shipped=hardware_names(), what="a GPU profile YAML"))
+
+
+def _load_engine_preset(value: str, scenario: Path) -> EnginePreset:
+    return load_engine_preset(locate(value, scenario.parent, kind="engine preset",
+                                     shipped=engine_preset_names(), what="an engine preset YAML"))
+
+
+_SCENARIO_LOADERS = (_load_model, _load_hardware, _load_engine_preset)
+
+
+def _located_link(spec: str | LinkNumbers, scenario: Path) -> str | Path | LinkNumbers:
+    """``link:`` (or ``link: {name: ...}``) with a file name made relative to the scenario."""
+    name = spec if isinstance(spec, str) else spec.name
+    if name is None:
+        return spec
+    where = locate(name, scenario.parent, kind="link", shipped=link_names(),
+                   what="a link YAML", also="; or give {bandwidth_gbit_per_s: ..., latency_s: ...}")
+    if isinstance(spec, str):
+        return where
+    return spec.model_copy(update={"name": str(where)})
 
 
 def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any], path: Path,

@@ -13,7 +13,6 @@ All user-caused problems raise :class:`~capsim.common.errors.ScenarioError` with
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.common.errors import ScenarioError
+from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
 from capsim.workload.trace import RequestTrace
 
@@ -34,7 +34,8 @@ def load_empirical(dist: EmpiricalDist, base_dir: Path, *, yaml_path: str = "") 
             (line number and value), or no rows.
     """
     path = _resolve(dist.path, base_dir)
-    table = _read_csv(path, [dist.column], what="empirical length file", yaml_path=yaml_path)
+    table = _read_csv(path, [dist.column], what="empirical length file", yaml_path=yaml_path,
+                      written=dist.path, base_dir=base_dir)
     return _parse_numbers(table, dist.column, path, yaml_path)
 
 
@@ -47,15 +48,21 @@ class _Table:
 
 
 def _resolve(path: str, base_dir: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else Path(os.path.normpath(Path(base_dir) / p))
+    return scenario_relative(path, base_dir)
 
 
-def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint: str = "") -> _Table:
-    """Read ``path`` as text cells; check that the ``needed`` columns exist."""
+def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint: str = "",
+              written: str = "", base_dir: Path | None = None) -> _Table:
+    """Read ``path`` as text cells; check that the ``needed`` columns exist. ``written``
+    and ``base_dir``: the path as the scenario gives it and the scenario's directory, named
+    when the file is missing."""
     if not path.is_file():
         kind = "is a directory" if path.is_dir() else "not found"
-        raise ScenarioError(f"{what} {kind}: {path}", path=yaml_path)
+        searched = ""
+        if base_dir is not None and not Path(written).expanduser().is_absolute():
+            searched = (f" (paths in a scenario are relative to the scenario's directory, "
+                        f"{Path(base_dir).resolve()})")
+        raise ScenarioError(f"{what} {kind}: {path}{searched}", path=yaml_path)
     try:
         frame = pd.read_csv(
             path,
@@ -194,7 +201,8 @@ def load_trace(
     path = _resolve(trace.path, base_dir)
     needed = [cols.arrival, cols.prompt_tokens, cols.output_tokens]
     hint = " (map other names with format: columns and columns: {arrival, prompt_tokens, output_tokens})"
-    table = _read_csv(path, needed, what="trace file", yaml_path=yaml_path, hint=hint)
+    table = _read_csv(path, needed, what="trace file", yaml_path=yaml_path, hint=hint,
+                      written=trace.path, base_dir=base_dir)
 
     arrival_s = _parse_arrivals(table, cols.arrival, path, yaml_path)
     prompt = _parse_counts(table, cols.prompt_tokens, path, yaml_path)

@@ -305,7 +305,8 @@ def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, run_
     code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and err.count("\n") == 1
     assert err == (f"error: {path}: workload.trace.path: trace file not found: "
-                   f"{tmp_path / 'missing.csv'}\n")
+                   f"{tmp_path / 'missing.csv'} (paths in a scenario are relative to the "
+                   f"scenario's directory, {tmp_path})\n")
 
 
 def test_size_refuses_max_gpus_with_a_fixed_gpu_count(tmp_path, run_cli, write_scenario):

@@ -137,7 +137,7 @@ def test_tgi_takes_a_share_of_its_fraction_of_the_gpu_less_the_peak():
 
 
 def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, tmp_path,
-                                                               monkeypatch):
+                                                               repo_root):
     """Measured case kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect (vLLM V0, one RTX
     3090, gpu_memory_utilization 0.90): at max_model_len 20000 the engine starts; at 29000 the
     longer profile run leaves 23,648 tokens of KV and vLLM refuses ("The model's max seq len
@@ -146,7 +146,7 @@ def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, t
 
     def scenario(max_model_len: int):
         doc = {"name": "rtx3090", "model": "llama-3.1-8b",
-               "hardware": "benchmarks/fidelity/hardware/rtx-3090.yaml",
+               "hardware": str(repo_root / "benchmarks/fidelity/hardware/rtx-3090.yaml"),
                "engine": {"preset": "vllm-0.6.4", "gpu_memory_utilization": 0.90,
                           "enable_chunked_prefill": False, "enable_prefix_caching": False,
                           "max_num_seqs": 256, "max_model_len": max_model_len},
@@ -157,8 +157,6 @@ def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, t
                                          "output_tokens": {"dist": "fixed", "value": 8}}]}}
         return write_scenario(tmp_path, doc)
 
-    from pathlib import Path
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])   # the hardware path is the repo's
     assert load(scenario(20000)).runs[0].pool().kv.num_tokens > 20000
     with pytest.raises(ScenarioError, match=r"one max_model_len \(29,000\) request .* vLLM "
                                             r"refuses to start; the cache holds 22,400 tokens"):

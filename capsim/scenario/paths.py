@@ -1,0 +1,72 @@
+"""Where a scenario's names and files are looked up: one rule for every field.
+
+A scenario names a model, GPU, engine preset or KV link either by a **shipped name**
+(``llama-3.1-8b``, ``h100-sxm``, ``vllm-v1``, ``nvlink-4``: ``capsim models``,
+``capsim hardware``, ``capsim engines`` list them) or by a **path**. Paths — these and
+the workload's trace and empirical length files alike — are relative to the directory
+of the scenario file, never to the working directory, so a scenario runs the same from
+anywhere; an absolute path or ``~`` is taken as written.
+
+A value is a shipped name when it is one; otherwise it is a path when it looks like one
+(a ``/``, a ``.yaml`` / ``.yml`` / ``.json`` suffix, a leading ``.`` or ``~``) or names
+something in the scenario's directory (a model directory holding ``config.json``).
+Errors name the directory searched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from capsim.common.errors import ScenarioError
+
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def scenario_relative(value: str, base_dir: Path) -> Path:
+    """``value`` as a path: absolute (or ``~``) as written, else under ``base_dir``
+    (normalised: ``a/../b`` is ``b``)."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else Path(os.path.normpath(Path(base_dir) / p))
+
+
+def looks_like_path(value: str) -> bool:
+    """True for ``my.yaml``, ``gpus/x``, ``./x``, ``~/x``: a value no shipped name has."""
+    return ("/" in value or os.sep in value or value.startswith((".", "~"))
+            or value.endswith(_FILE_SUFFIXES))
+
+
+def locate(value: str, base_dir: Path, *, kind: str, shipped: Iterable[str],
+           what: str, also: str = "") -> str | Path:
+    """A scenario's ``model`` / ``hardware`` / ``engine.preset`` / ``link`` value resolved.
+
+    Args:
+        value: as written in the scenario.
+        base_dir: the scenario file's directory.
+        kind: ``hardware``, ``model``, ``engine preset`` or ``link`` (for messages).
+        shipped: the shipped names of that kind.
+        what: the file a path should name, for messages (``a GPU profile YAML``).
+        also: another valid form, appended to the unknown-name message.
+
+    Returns:
+        ``value`` itself when it is a shipped name, else the file's :class:`Path`.
+
+    Raises:
+        ScenarioError: a path that does not exist, or a name that is neither shipped nor a
+            file; the message names the directory searched and the shipped names.
+    """
+    names = sorted(shipped)
+    if value in names:
+        return value
+    path = scenario_relative(value, base_dir)
+    if path.exists():
+        return path
+    here = Path(base_dir).resolve()
+    if looks_like_path(value):
+        if Path(value).expanduser().is_absolute():
+            raise ScenarioError(f"file not found: {value}")
+        raise ScenarioError(f"file not found: {value} (searched {here}: paths in a scenario are "
+                            "relative to the scenario's directory)")
+    raise ScenarioError(f"unknown {kind} {value!r}; valid: {', '.join(names)} (or a path to "
+                        f"{what}, relative to the scenario's directory {here}){also}")

@@ -1,11 +1,14 @@
 """The ``capsim`` command line: run | validate | hardware | roofline | compare | calibrate | ….
 
 User mistakes (:class:`~capsim.common.errors.ScenarioError`) print one line on
-stderr and exit with code 2, without a traceback.
+stderr and exit with code 2, without a traceback. Warnings the layers below log on the
+``capsim`` logger (a profile without sources, trace rows adjusted) print as
+``warning: …`` on stderr, each once per command.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -26,8 +29,32 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=200)
 
 
+class _WarningLines(logging.Handler):
+    """``warning: MESSAGE`` on stderr for each distinct warning of the ``capsim`` logger (a
+    profile loaded once per variant warns once)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text not in self.seen:
+            self.seen.add(text)
+            click.echo(f"warning: {text}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``capsim`` console script and ``python -m capsim``."""
+    logger, handler = logging.getLogger("capsim"), _WarningLines()
+    logger.addHandler(handler)
+    try:
+        _main(argv)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="capsim", standalone_mode=False)
     except ScenarioError as exc:

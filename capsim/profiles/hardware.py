@@ -2,9 +2,11 @@
 
 A profile is data, not code: one YAML file per SKU under
 ``capsim/profiles/data/hardware/`` (also reachable as ``hardware/`` at the repo top).
-Every number in a profile carries a source in its ``sources`` mapping — a
+Every number in a shipped profile carries a source in its ``sources`` mapping — a
 datasheet URL, the measured file it was calibrated from, or the word
-"estimate" with a reason.
+"estimate" with a reason (``tests/profiles/test_hardware.py`` holds them to it). A
+user's own profile may leave numbers unsourced: it loads, and a warning on the
+``capsim`` logger names the file and the fields without a source.
 
 Public API:
     HardwareProfile          pydantic model of one GPU SKU
@@ -16,10 +18,12 @@ Public API:
     list_hardware() -> list[HardwareProfile]
     hardware_names() -> list[str]
     scenario_error_from_validation(exc, file) -> ScenarioError
+    read_yaml_mapping(path) -> dict
 """
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -51,6 +55,8 @@ _SOURCED_FIELDS = (
 )
 
 _PACKAGE_DIR = ("data", "hardware")
+
+log = logging.getLogger(__name__)
 
 
 class Curve(StrictModel):
@@ -234,7 +240,7 @@ class HardwareProfile(StrictModel):
     efficiency: Efficiency
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
-    sources: dict[str, str]
+    sources: dict[str, str] = Field(default_factory=dict)
     calibration: Calibration | None = None
     derivation: Derivation | None = None
     notes: str = ""
@@ -249,15 +255,17 @@ class HardwareProfile(StrictModel):
                 "nvlink_bandwidth_bytes_per_s and nvlink_latency_s must both be set "
                 "(NVLink card) or both be null (PCIe-only card)"
             )
-        missing = [f for f in _SOURCED_FIELDS if f not in self.sources and _is_set(self, f)]
-        if missing:
-            raise ValueError(f"sources has no entry for: {', '.join(missing)}")
         if self.derivation is not None:
             unset = [c for c in self.derivation.classes if getattr(self.efficiency, c) is None]
             if unset:
                 raise ValueError(f"derivation lists efficiency entries the profile does not "
                                  f"set: {', '.join(unset)}")
         return self
+
+    def missing_sources(self) -> list[str]:
+        """The numeric fields set without an entry in ``sources``, in field order (none in a
+        shipped profile; a user's profile loads with a warning listing them)."""
+        return [f for f in _SOURCED_FIELDS if f not in self.sources and _is_set(self, f)]
 
     # -- derived values ---------------------------------------------------
 
@@ -378,8 +386,17 @@ def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
         raise scenario_error_from_validation(exc, file) from None
 
 
-def _load_file(path: Path) -> HardwareProfile:
-    return _parse_profile(read_yaml_mapping(path), str(path))
+def _load_file(path: Path, shipped: bool = False) -> HardwareProfile:
+    profile = _parse_profile(read_yaml_mapping(path), str(path))
+    missing = profile.missing_sources()
+    if missing and shipped:
+        raise ScenarioError(f"a shipped profile sources every number; sources has no entry "
+                            f"for: {', '.join(missing)}", file=str(path), path="sources")
+    if missing:
+        log.warning("%s: sources has no entry for %s: the profile is used as it is; say where "
+                    "each number comes from (a datasheet URL, a measurement, or 'estimate: "
+                    "why')", path, ", ".join(missing))
+    return profile
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:
@@ -390,6 +407,9 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
             ``.yaml``/``.yml``, or any :class:`~pathlib.Path` (read as a profile YAML);
             a relative path is relative to the working directory (a scenario's are
             made relative to the scenario file by :mod:`capsim.scenario.paths`).
+
+    A profile file that leaves numbers without a source loads, with a warning on the
+    ``capsim`` logger naming the file and those fields.
 
     Raises:
         ScenarioError: unknown name (the message lists the valid names),
@@ -404,7 +424,7 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
         raise ScenarioError(f"unknown hardware {text!r}; valid: {', '.join(names)}")
     entry = _packaged_dir().joinpath(f"{text}.yaml")
     with resources.as_file(entry) as path:
-        return _load_file(Path(path))
+        return _load_file(Path(path), shipped=True)
 
 
 def list_hardware() -> list[HardwareProfile]:

@@ -1,7 +1,8 @@
 """Interconnect links for KV-cache transfers: data, not code.
 
 One YAML file per link under ``capsim/profiles/data/links/`` (NVLink within a node,
-PCIe, InfiniBand, RoCE), each number with its source in ``sources``. A
+PCIe, InfiniBand, RoCE), each number with its source in ``sources`` (a user's
+own link file may leave them out: it loads with a warning naming the fields). A
 scenario's ``disaggregation.link`` names one, or gives the numbers itself
 (:class:`LinkNumbers`).
 
@@ -20,6 +21,7 @@ Public API:
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +35,8 @@ from capsim.common.schema import StrictModel
 _PACKAGE_DIR = ("data", "links")
 _SOURCED_FIELDS = ("bandwidth_bytes_per_s", "latency_s")
 BITS_PER_BYTE = 8
+
+log = logging.getLogger(__name__)
 
 
 class LinkProfile(StrictModel):
@@ -51,15 +55,12 @@ class LinkProfile(StrictModel):
     kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet", "custom"]
     bandwidth_bytes_per_s: float = Field(gt=0)
     latency_s: float = Field(ge=0)
-    sources: dict[str, str]
+    sources: dict[str, str] = Field(default_factory=dict)
     notes: str = ""
 
-    @model_validator(mode="after")
-    def _sourced(self) -> "LinkProfile":
-        missing = [f for f in _SOURCED_FIELDS if f not in self.sources]
-        if missing:
-            raise ValueError(f"sources has no entry for: {', '.join(missing)}")
-        return self
+    def missing_sources(self) -> list[str]:
+        """The numbers without an entry in ``sources`` (none in a shipped link)."""
+        return [f for f in _SOURCED_FIELDS if f not in self.sources]
 
     def transfer_time_s(self, nbytes: float, lanes: int = 1) -> float:
         """Seconds to move ``nbytes`` alone on the link: ``latency + bytes / (lanes × bw)``.
@@ -111,11 +112,20 @@ def link_names() -> list[str]:
                   if e.name.endswith(".yaml"))
 
 
-def _load_file(path: Path) -> LinkProfile:
+def _load_file(path: Path, shipped: bool = False) -> LinkProfile:
     try:
-        return LinkProfile.model_validate(read_yaml_mapping(path))
+        link = LinkProfile.model_validate(read_yaml_mapping(path))
     except ValidationError as exc:
         raise scenario_error_from_validation(exc, str(path)) from None
+    missing = link.missing_sources()
+    if missing and shipped:
+        raise ScenarioError(f"a shipped link sources every number; sources has no entry for: "
+                            f"{', '.join(missing)}", file=str(path), path="sources")
+    if missing:
+        log.warning("%s: sources has no entry for %s: the link is used as it is; say where "
+                    "each number comes from (a datasheet URL, a measurement, or 'estimate: "
+                    "why')", path, ", ".join(missing))
+    return link
 
 
 def load_link(name_or_path: str | Path) -> LinkProfile:
@@ -133,7 +143,7 @@ def load_link(name_or_path: str | Path) -> LinkProfile:
         raise ScenarioError(f"unknown link {text!r}; valid: {', '.join(names)}, or give "
                             "{bandwidth_gbit_per_s: ..., latency_s: ...}")
     with resources.as_file(_packaged_dir().joinpath(f"{text}.yaml")) as path:
-        return _load_file(Path(path))
+        return _load_file(Path(path), shipped=True)
 
 
 def resolve_link(spec: str | Path | LinkNumbers) -> LinkProfile:

@@ -191,10 +191,63 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                        f"e.g. {example}")
 
 
-@cli.command(help="List the GPU profiles and their key datasheet numbers.")
-def hardware() -> None:
-    from capsim.profiles.hardware import list_hardware
+def _template_options(kind: str, default_base: str):
+    """``--template NAME [--from BASE] [-o FILE]`` of ``capsim hardware`` / ``capsim models``."""
+    def wrap(f):
+        f = click.option("-o", "--out", "out_file", type=click.Path(dir_okay=False,
+                                                                    path_type=Path),
+                         help="With --template: write the template to this new file "
+                              "[default: print it].")(f)
+        f = click.option("--from", "base", metavar="NAME|PATH",
+                         help=f"With --template: the {kind} whose numbers the template starts "
+                              f"from [default: {default_base}].")(f)
+        return click.option("--template", "template", metavar="NAME",
+                             help=f"Print (or write with -o) a commented {kind} named NAME "
+                                  "to fill in, instead of the list.")(f)
+    return wrap
 
+
+def _emit_template(text: str, template: str | None, base: str | None, out_file: Path | None,
+                   what: str) -> bool:
+    """Print or write a template; False when there is none to emit (show the list)."""
+    if template is None:
+        if base is not None or out_file is not None:
+            raise ScenarioError("--from and -o go with --template NAME")
+        return False
+    if out_file is None:
+        click.echo(text, nl=False)
+        return True
+    try:
+        with open(out_file, "x", encoding="utf-8") as f:      # never overwrite
+            f.write(text)
+    except FileExistsError:
+        raise ScenarioError(f"-o {out_file}: the file exists; name a new file") from None
+    except OSError as exc:
+        raise ScenarioError(f"-o {out_file}: cannot write: {exc.strerror or exc}") from None
+    click.echo(f"wrote {out_file}: replace its numbers by your {what}'s, then name it in a "
+               f"scenario by its path relative to the scenario file; capsim validate checks it")
+    return True
+
+
+def _from(loader, base: str):
+    try:
+        return loader(base)
+    except ScenarioError as exc:
+        raise exc.with_context(path="--from") from None
+
+
+@cli.command(help="List the GPU profiles and their key datasheet numbers, or write a "
+                  "template for your own (--template NAME).")
+@_template_options("GPU profile", "h100-sxm")
+def hardware(template: str | None, base: str | None, out_file: Path | None) -> None:
+    from capsim.profiles.hardware import hardware_names, list_hardware, load_hardware
+    from capsim.profiles.template import check_template_name, hardware_template
+
+    if template is not None:
+        check_template_name(template, hardware_names(), "GPU profile")
+        text = hardware_template(template, _from(load_hardware, base or "h100-sxm"))
+    if _emit_template(text if template is not None else "", template, base, out_file, "GPU"):
+        return
     table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
     for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "seen GiB", "HBM TB/s",
                 "NVLink GB/s", "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
@@ -246,10 +299,18 @@ def _host_text(h) -> str:
 
 
 @cli.command(help="List the model presets: total and active parameters, experts, attention, "
-                  "KV bytes per token.")
-def models() -> None:
-    from capsim.profiles.models import list_models
+                  "KV bytes per token; or write a template for your own (--template NAME; a "
+                  "scenario may also name a Hugging Face config.json).")
+@_template_options("model", "llama-3.1-8b")
+def models(template: str | None, base: str | None, out_file: Path | None) -> None:
+    from capsim.profiles.models import list_models, load_model, model_names
+    from capsim.profiles.template import check_template_name, model_template
 
+    if template is not None:
+        check_template_name(template, model_names(), "model")
+        text = model_template(template, _from(load_model, base or "llama-3.1-8b"))
+    if _emit_template(text if template is not None else "", template, base, out_file, "model"):
+        return
     table = Table(title="Model presets (bf16 weights and KV)")
     for col in ("name", "params B", "active B", "weights GiB", "layers", "hidden", "heads / kv",
                 "experts", "attention", "KV KiB/token", "max context"):

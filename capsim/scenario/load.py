@@ -16,7 +16,12 @@ import yaml
 
 from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import describe_yaml_error, load_yaml
+from capsim.profiles.engines import engine_preset_names
+from capsim.profiles.hardware import hardware_names
+from capsim.profiles.links import link_names
+from capsim.profiles.models import model_names
 from capsim.scenario.overrides import apply_override, set_dotted
+from capsim.scenario.paths import absolute_paths
 from capsim.scenario.resolve import RunConfig, engine_label, resolve_variant
 from capsim.scenario.schema import Scenario, VariantSpec
 from capsim.scenario.slo import RequestSlo
@@ -128,8 +133,14 @@ def _class_slos(spec: Scenario, path: Path) -> dict[str, RequestSlo]:
 
 def dump_resolved(loaded: LoadedScenario, version: str, seed: int) -> str:
     """scenario.resolved.yaml: the document as run, with the capsim version and seed, and
-    a comment naming each variant's engine preset and version. Loads as a scenario."""
-    doc = {"capsim_version": version, **loaded.resolved, "seed": seed}
+    a comment naming each variant's engine preset and version. Loads as a scenario, from
+    any directory: its file paths (profiles, traces) are written absolute."""
+    doc = {"capsim_version": version,
+           **absolute_paths(loaded.resolved, loaded.base_dir, _shipped_names()), "seed": seed}
     header = "".join(f"# engine of {rc.variant}: {engine_label(rc)}\n" for rc in loaded.runs)
     return header + yaml.safe_dump(doc, sort_keys=False)
 
+
+
+def _shipped_names() -> list[str]:
+    return [*model_names(), *hardware_names(), *engine_preset_names(), *link_names()]

@@ -10,14 +10,15 @@ anywhere; an absolute path or ``~`` is taken as written.
 A value is a shipped name when it is one; otherwise it is a path when it looks like one
 (a ``/``, a ``.yaml`` / ``.yml`` / ``.json`` suffix, a leading ``.`` or ``~``) or names
 something in the scenario's directory (a model directory holding ``config.json``).
-Errors name the directory searched.
+Errors name the directory searched. ``scenario.resolved.yaml`` (:func:`absolute_paths`)
+writes every such path absolute, so the copy in a report directory runs as the original.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from capsim.common.errors import ScenarioError
 
@@ -70,3 +71,47 @@ def locate(value: str, base_dir: Path, *, kind: str, shipped: Iterable[str],
                             "relative to the scenario's directory)")
     raise ScenarioError(f"unknown {kind} {value!r}; valid: {', '.join(names)} (or a path to "
                         f"{what}, relative to the scenario's directory {here}){also}")
+
+
+#: Keys whose values are a shipped name or a path (the last part of a dotted ``--set`` /
+#: ``sweep:`` / ``set:`` key counts too): model, hardware (scenario, variant, pool),
+#: engine.preset, a split's link, workload.trace.path and empirical length files' path.
+_PATH_KEYS = frozenset({"model", "hardware", "preset", "link", "path"})
+
+
+def absolute_paths(doc: Any, base_dir: Path, shipped: Iterable[str]) -> Any:
+    """A copy of a scenario document with every relative path that exists under
+    ``base_dir`` made absolute; shipped names, missing files and other values unchanged.
+
+    Args:
+        doc: the raw scenario mapping (after ``--set``).
+        base_dir: the scenario file's directory.
+        shipped: every shipped name (models, hardware, engine presets, links).
+    """
+    names = frozenset(shipped)
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        if not isinstance(value, str) or value in names:
+            return value
+        path = scenario_relative(value, base_dir)
+        return str(path.resolve()) if path.exists() else value
+
+    def walk(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                last = str(k).rsplit(".", 1)[-1]
+                if last in _PATH_KEYS and not isinstance(v, dict):
+                    out[k] = fix(v)
+                elif last == "link" and isinstance(v, dict) and "name" in v:
+                    out[k] = {**v, "name": fix(v["name"])}
+                else:
+                    out[k] = walk(v, last)
+            return out
+        if isinstance(node, list):
+            return [walk(v, key) for v in node]
+        return node
+
+    return walk(doc)

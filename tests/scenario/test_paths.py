@@ -129,3 +129,33 @@ def test_an_absolute_path_is_taken_as_written(project, tmp_path):
     assert load(_write(project, hardware=str(gpu))).runs[0].pool().hardware.name == "h100-sxm"
     with pytest.raises(ScenarioError, match=rf"hardware: file not found: {tmp_path}/none.yaml$"):
         load(_write(project, hardware=str(tmp_path / "none.yaml")))
+
+
+def test_the_resolved_scenario_names_files_absolute_and_loads_from_anywhere(project, tmp_path):
+    """scenario.resolved.yaml lands in the report directory: its paths are written absolute
+    (shipped names as they are), so it re-runs from there as the original."""
+    from capsim.common.yamlio import load_yaml
+    from capsim.scenario.load import dump_resolved
+
+    split = {"prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1, "hardware": "h100-sxm"},
+             "link": {"name": "links/my-ib.yaml", "latency_s": 1e-4}}
+    path = _write(project, workload={"trace": {"path": "traces/t.csv", "format": "azure"}},
+                  variants=[{"name": "one", "hardware": "gpus/my-h100.yaml"},
+                            {"name": "split", "disaggregation": split}],
+                  sweep={"variants.0.hardware": ["gpus/my-h100.yaml", "h100-sxm"]})
+    text = dump_resolved(load(path), "test", 3)
+    doc = load_yaml(text)
+    assert doc["model"] == str(project / "models/llama8b")
+    assert doc["hardware"] == str(project / "gpus/my-h100.yaml")
+    assert doc["engine"]["preset"] == str(project / "presets/my-vllm.yaml")
+    assert doc["workload"]["trace"]["path"] == str(project / "traces/t.csv")
+    assert doc["variants"][1]["disaggregation"]["decode"]["hardware"] == "h100-sxm"
+    assert doc["variants"][1]["disaggregation"]["link"]["name"] == str(project / "links/my-ib.yaml")
+    assert doc["sweep"]["variants.0.hardware"] == [str(project / "gpus/my-h100.yaml"), "h100-sxm"]
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "scenario.resolved.yaml").write_text(text)
+    again = load(report / "scenario.resolved.yaml")
+    assert [r.pool("colocated" if i == 0 else "decode").hardware.name
+            for i, r in enumerate(again.runs)] == ["h100-sxm", "h100-sxm"]
+    assert again.spec.seed == 3

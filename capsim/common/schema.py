@@ -38,3 +38,19 @@ def _not_bool(value: Any) -> Any:
 
 
 _NOT_BOOL = BeforeValidator(_not_bool)
+
+
+def integer_hint(error: dict[str, Any]) -> str:
+    """For a pydantic error on an :data:`Int` field given a whole float (``16.0``,
+    ``1.92E11``): how to write it as an integer; else "".
+
+    ``error`` is one entry of ``ValidationError.errors()``.
+    """
+    value = error.get("input")
+    if error.get("type") != "int_type" or not isinstance(value, float) \
+            or not value.is_integer():
+        return ""
+    whole = int(value)
+    mantissa, zeros = str(whole).rstrip("0"), len(str(whole)) - len(str(whole).rstrip("0"))
+    short = f" or {mantissa}e{zeros}" if zeros >= 3 else ""
+    return f"; an integer is written without a decimal point: {whole}{short}"

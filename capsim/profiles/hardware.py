@@ -32,7 +32,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Int, StrictModel, integer_hint
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for.
@@ -340,7 +340,7 @@ def scenario_error_from_validation(exc: ValidationError, file: str | None) -> Sc
     path = ".".join(str(part) for part in first["loc"]) or None
     message = first["msg"]
     if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
-        message = f"{message} (got {first['input']!r})"
+        message = f"{message} (got {first['input']!r}{integer_hint(first)})"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"
     return ScenarioError(message, file=file, path=path)

@@ -425,6 +425,9 @@ def _named(loader, name: str, path: Path, field: str):
     try:
         return loader(name, path) if loader in _SCENARIO_LOADERS else loader(name)
     except ScenarioError as exc:
+        if exc.file and exc.file != str(path):   # a mistake inside the profile file it names
+            raise ScenarioError(f"{exc.message} ({field} of {path})", file=exc.file,
+                                path=exc.path) from None
         raise exc.with_context(file=str(path), path=field) from None
 
 

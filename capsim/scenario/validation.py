@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
+from capsim.common.schema import integer_hint
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
@@ -42,7 +43,7 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
         msg = err["msg"].removeprefix("Value error, ")
         if ("input" in err and not isinstance(err["input"], (dict, list))
                 and not msg.endswith(f"got {err['input']}")):
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {err['input']!r}{integer_hint(err)})"
     return ScenarioError(msg, file=str(path), path=dotted or None)
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
-from capsim.profiles.hardware import load_hardware
+from capsim.profiles.hardware import hardware_names, load_hardware
+from capsim.scenario.paths import locate
 from capsim.cost.operators import attn_pairs
 
 #: Why a disaggregated variant gets no answer yet (see :func:`fleet_at`).
@@ -55,7 +56,8 @@ def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str
     """
     for i, name in enumerate(hardware or []):
         try:
-            load_hardware(name)
+            load_hardware(locate(name, base.path.parent, kind="hardware",
+                                 shipped=hardware_names(), what="a GPU profile YAML"))
         except ScenarioError as exc:
             raise exc.with_context(file=str(base.path), path=f"sizing.hardware.{i}") from None
     out = []

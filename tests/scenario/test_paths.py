@@ -159,3 +159,23 @@ def test_the_resolved_scenario_names_files_absolute_and_loads_from_anywhere(proj
     assert [r.pool("colocated" if i == 0 else "decode").hardware.name
             for i, r in enumerate(again.runs)] == ["h100-sxm", "h100-sxm"]
     assert again.spec.seed == 3
+
+
+@pytest.mark.parametrize("line, message", [
+    ("hbm_bandwidth_bytes_per_s: 5.3 TB/s",
+     "hbm_bandwidth_bytes_per_s: Input should be a valid number, unable to parse string as a "
+     "number (got '5.3 TB/s') (hardware of {s})"),
+    ("hbm_bytes: 1.92E11",
+     "hbm_bytes: Input should be a valid integer (got 192000000000.0; an integer is written "
+     "without a decimal point: 192000000000 or 192e9) (hardware of {s})"),
+])
+def test_a_bad_field_in_a_user_profile_names_that_file_and_field(project, run_cli, line,
+                                                                 message):
+    gpu = project / "gpus/my-h100.yaml"
+    key = line.split(":")[0]
+    gpu.write_text("\n".join(line if t.startswith(f"{key}:") else t
+                             for t in gpu.read_text().splitlines()) + "\n")
+    path = _write(project)
+    code, out, err = run_cli(["validate", str(path)])
+    assert (code, out) == (2, "")
+    assert err == f"error: {gpu}: {message.format(s=path)}\n"

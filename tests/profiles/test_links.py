@@ -17,3 +17,17 @@ def test_link_profiles_are_datasheet_numbers_with_sources():
     assert custom.bandwidth_bytes_per_s == NDR and custom.latency_s == 1e-4
     tuned = resolve_link(LinkNumbers(name="infiniband-ndr", latency_s=0.0))
     assert tuned.bandwidth_bytes_per_s == NDR and tuned.latency_s == 0.0
+
+
+def test_a_user_link_without_sources_loads_with_a_warning(tmp_path, caplog):
+    from capsim.profiles.links import load_link
+
+    path = tmp_path / "my-link.yaml"
+    path.write_text("name: my-link\ndisplay_name: my link\nkind: roce\n"
+                    "bandwidth_bytes_per_s: 25e9\nlatency_s: 5e-6\n")
+    link = load_link(path)
+    assert (link.bandwidth_bytes_per_s, link.latency_s, link.sources) == (25e9, 5e-6, {})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: sources has no entry for bandwidth_bytes_per_s, latency_s: the link is used "
+        "as it is; say where each number comes from (a datasheet URL, a measurement, or "
+        "'estimate: why')"]

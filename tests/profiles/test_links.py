@@ -20,8 +20,6 @@ def test_link_profiles_are_datasheet_numbers_with_sources():
 
 
 def test_a_user_link_without_sources_loads_with_a_warning(tmp_path, caplog):
-    from capsim.profiles.links import load_link
-
     path = tmp_path / "my-link.yaml"
     path.write_text("name: my-link\ndisplay_name: my link\nkind: roce\n"
                     "bandwidth_bytes_per_s: 25e9\nlatency_s: 5e-6\n")

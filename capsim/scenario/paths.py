@@ -39,7 +39,7 @@ def looks_like_path(value: str) -> bool:
 
 
 def locate(value: str, base_dir: Path, *, kind: str, shipped: Iterable[str],
-           what: str, also: str = "") -> str | Path:
+           what: str, also: str = "", dir_ok: bool = False) -> str | Path:
     """A scenario's ``model`` / ``hardware`` / ``engine.preset`` / ``link`` value resolved.
 
     Args:
@@ -49,26 +49,35 @@ def locate(value: str, base_dir: Path, *, kind: str, shipped: Iterable[str],
         shipped: the shipped names of that kind.
         what: the file a path should name, for messages (``a GPU profile YAML``).
         also: another valid form, appended to the unknown-name message.
+        dir_ok: a directory is valid (a model's, holding its ``config.json``).
 
     Returns:
         ``value`` itself when it is a shipped name, else the file's :class:`Path`.
 
     Raises:
-        ScenarioError: a path that does not exist, or a name that is neither shipped nor a
-            file; the message names the directory searched and the shipped names.
+        ScenarioError: an empty value, a directory (unless ``dir_ok``), a path that does not
+            exist, or a name that is neither shipped nor a file; the message names the
+            directory searched and the shipped names.
     """
     names = sorted(shipped)
     if value in names:
         return value
+    if not value.strip():
+        raise ScenarioError(f"empty; valid: {', '.join(names)}, or a path to {what}")
     path = scenario_relative(value, base_dir)
+    if path.is_dir() and not dir_ok:
+        raise ScenarioError(f"{value} is a directory; name {what} in it")
     if path.exists():
         return path
     here = Path(base_dir).resolve()
     if looks_like_path(value):
+        stem = Path(value).name.rsplit(".", 1)[0]
+        shipped_hint = (f"; the shipped {kind} is named {stem}, without a path or suffix"
+                        if stem in names else "")
         if Path(value).expanduser().is_absolute():
-            raise ScenarioError(f"file not found: {value}")
+            raise ScenarioError(f"file not found: {value}{shipped_hint}")
         raise ScenarioError(f"file not found: {value} (searched {here}: paths in a scenario are "
-                            "relative to the scenario's directory)")
+                            f"relative to the scenario's directory){shipped_hint}")
     raise ScenarioError(f"unknown {kind} {value!r}; valid: {', '.join(names)} (or a path to "
                         f"{what}, relative to the scenario's directory {here}){also}")
 

@@ -436,7 +436,8 @@ def _named(loader, name: str, path: Path, field: str):
 
 def _load_model(value: str, scenario: Path) -> ModelShape:
     return load_model(locate(value, scenario.parent, kind="model", shipped=model_names(),
-                             what="a Hugging Face config.json, its directory or a model YAML"))
+                             what="a Hugging Face config.json, its directory or a model YAML",
+                             dir_ok=True))
 
 
 def _load_hardware(value: str, scenario: Path) -> HardwareProfile:

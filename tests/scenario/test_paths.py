@@ -112,6 +112,14 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
     ("variants", [{"name": "d", "disaggregation": {
         "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1}, "link": "ib-xdr"}}],
      "variants.0.disaggregation.link: unknown link 'ib-xdr'; valid: infiniband-hdr, "),
+    ("hardware", "", "hardware: empty; valid: a100-80gb, h100-sxm, h200-sxm, l40s, or a path "
+                     "to a GPU profile YAML\n"),
+    ("hardware", "gpus", "hardware: gpus is a directory; name a GPU profile YAML in it\n"),
+    ("hardware", "h100-sxm.yaml", "hardware: file not found: h100-sxm.yaml (searched {d}: paths "
+                                  "in a scenario are relative to the scenario's directory); the "
+                                  "shipped hardware is named h100-sxm, without a path or "
+                                  "suffix\n"),
+    ("model", "", "model: empty; valid: llama-2-70b, "),
     ("workload", {"trace": {"path": "traces/absent.csv"}},
      "workload.trace.path: trace file not found: {d}/traces/absent.csv (paths in a scenario are "
      "relative to the scenario's directory, {d})\n"),

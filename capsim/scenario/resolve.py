@@ -157,9 +157,9 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     where = f"variants.{index}" if spec.variants else ""
     if v.disaggregation is not None:
         return _resolve_disaggregated(spec, index, v, path)
-    model = _named(_load_model, v.model or spec.model, path,
+    model = _named(lambda name: _load_model(name, path), v.model or spec.model, path,
                    f"{where}.model" if v.model else "model")
-    hw = _named(_load_hardware, v.hardware or spec.hardware, path,
+    hw = _named(lambda name: _load_hardware(name, path), v.hardware or spec.hardware, path,
                 f"{where}.hardware" if v.hardware else "hardware")
     hw = _overridden(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
     engine, preset = _engine(spec.engine, v.engine, model, hw, path, where)
@@ -243,7 +243,7 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     user = {**base.model_dump(exclude_unset=True), **override}
     name = user.get("preset", "vllm-v1")
     at = f"{where}.engine" if where and "preset" in override else "engine"
-    preset = _named(_load_engine_preset, name, path, f"{at}.preset")
+    preset = _named(lambda n: _load_engine_preset(n, path), name, path, f"{at}.preset")
     knobs = {k: v for k, v in user.items() if k != "preset"}
     defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
     scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
@@ -368,7 +368,7 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
     try:
         link = resolve_link(_located_link(d.link, path))
     except ScenarioError as exc:
-        raise ScenarioError(exc.message, file=str(path), path=f"{where}.link") from None
+        raise _in_named_file(exc, path, f"{where}.link") from None
     base = pools["decode"][0]
     return replace(base, variant=v.name, description=v.description, pools=(prefill, decode),
                    transfer=KVTransfer(link, d.router, d.layerwise_overlap))
@@ -420,15 +420,19 @@ def _pool_error(exc: ScenarioError, index: int, where: str, pool: PoolConfig) ->
 
 
 def _named(loader, name: str, path: Path, field: str):
-    """``loader(name)``, or ``loader(name, path)`` for the ``_load_*`` functions below that
-    look a name up relative to the scenario file; errors name the file and ``field``."""
+    """``loader(name)``; an error names the scenario ``path`` and ``field``, or, when it is
+    a mistake inside the file ``name`` points at (a user's profile), that file and its own
+    field, then which field of the scenario named it."""
     try:
-        return loader(name, path) if loader in _SCENARIO_LOADERS else loader(name)
+        return loader(name)
     except ScenarioError as exc:
-        if exc.file and exc.file != str(path):   # a mistake inside the profile file it names
-            raise ScenarioError(f"{exc.message} ({field} of {path})", file=exc.file,
-                                path=exc.path) from None
-        raise exc.with_context(file=str(path), path=field) from None
+        raise _in_named_file(exc, path, field) from None
+
+
+def _in_named_file(exc: ScenarioError, path: Path, field: str) -> ScenarioError:
+    if exc.file and exc.file != str(path):
+        return ScenarioError(f"{exc.message} ({field} of {path})", file=exc.file, path=exc.path)
+    return exc.with_context(file=str(path), path=field)
 
 
 # A scenario's names and paths (capsim.scenario.paths): a shipped name, or a file relative
@@ -448,9 +452,6 @@ def _load_hardware(value: str, scenario: Path) -> HardwareProfile:
 def _load_engine_preset(value: str, scenario: Path) -> EnginePreset:
     return load_engine_preset(locate(value, scenario.parent, kind="engine preset",
                                      shipped=engine_preset_names(), what="an engine preset YAML"))
-
-
-_SCENARIO_LOADERS = (_load_model, _load_hardware, _load_engine_preset)
 
 
 def _located_link(spec: str | LinkNumbers, scenario: Path) -> str | Path | LinkNumbers:

@@ -187,3 +187,15 @@ def test_a_bad_field_in_a_user_profile_names_that_file_and_field(project, run_cl
     code, out, err = run_cli(["validate", str(path)])
     assert (code, out) == (2, "")
     assert err == f"error: {gpu}: {message.format(s=path)}\n"
+
+
+def test_a_bad_field_in_a_user_link_names_that_file_and_field(project, run_cli):
+    link = project / "links/my-ib.yaml"
+    link.write_text(link.read_text().replace("\nlatency_s: 3.0e-5", "\nlatency_s: -1e-6"))
+    path = _write(project, variants=[{"name": "d", "disaggregation": {
+        "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1},
+        "link": "links/my-ib.yaml"}}])
+    code, _, err = run_cli(["validate", str(path)])
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"error: {link}: latency_s: Input should be greater than or equal to 0 "
+                   f"(got -1e-06) (variants.0.disaggregation.link of {path})\n")

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
+
 from capsim.common.yamlio import load_yaml
 from capsim.cost.pricer import StepPricer
 from capsim.metrics.summary import summarize

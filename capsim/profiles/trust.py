@@ -31,7 +31,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-import yaml
+from capsim.common.yamlio import load_yaml
 
 #: Family → how it is named in a sentence.
 FAMILIES: dict[str, str] = {
@@ -108,7 +108,7 @@ def lines(pairs: Iterable[tuple[str, str]]) -> list[str]:
 
 def _data() -> dict:
     path = resources.files("capsim.profiles").joinpath("data", "trust.yaml")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return load_yaml(path.read_text(encoding="utf-8"))
 
 
 def _families(raw: dict) -> dict[str, FamilyError]:

@@ -30,17 +30,17 @@ def test_the_worked_example_validates_and_runs(tmp_path, monkeypatch, run_cli):
     monkeypatch.chdir(tmp_path)
     template_cmd, run_cmds = _blocks("bash")
     edits, scenario = _blocks("yaml")
-    assert edits.startswith("# gpus/mi300x.yaml") and scenario.startswith("# chat_mi300x.yaml")
+    assert edits.startswith("# gpus/my-mi300x.yaml") and scenario.startswith("# chat_mi300x.yaml")
 
-    # mkdir -p gpus && capsim hardware --template mi300x -o gpus/mi300x.yaml
+    # mkdir -p gpus && capsim hardware --template my-mi300x -o gpus/my-mi300x.yaml
     mkdir, capsim = (shlex.split(part) for part in template_cmd.strip().split(" && "))
     assert mkdir == ["mkdir", "-p", "gpus"] and capsim[0] == "capsim"
     (tmp_path / "gpus").mkdir()
     code, out, err = run_cli(capsim[1:])
-    assert (code, err) == (0, "") and out.startswith("wrote gpus/mi300x.yaml")
+    assert (code, err) == (0, "") and out.startswith("wrote gpus/my-mi300x.yaml")
 
     # The reader replaces the listed fields by hand; here: the same fields, set in the file.
-    gpu = tmp_path / "gpus" / "mi300x.yaml"
+    gpu = tmp_path / "gpus" / "my-mi300x.yaml"
     profile = {**load_yaml(gpu.read_text()), **load_yaml(edits)}
     gpu.write_text("\n".join(f"{k}: {_flow(v)}" for k, v in profile.items()) + "\n")
     hw = load_hardware(str(gpu))

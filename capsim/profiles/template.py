@@ -147,7 +147,16 @@ def model_template(name: str, base: ModelShape) -> str:
 
     A model needs only the Hugging Face ``config.json`` fields that decide its cost; a
     scenario may instead name the ``config.json`` itself (or its directory).
+
+    Raises:
+        ScenarioError: ``base`` is not a dense model (experts, MLA or windowed attention
+            have many more fields: name such a model's ``config.json`` instead).
     """
+    if (base.is_moe or base.is_mla or base.sliding_window_layers
+            or base.chunked_attention_layers):
+        raise ScenarioError(f"--from {base.name}: the model template is for dense models; for a "
+                            "mixture-of-experts, MLA or windowed-attention model name its "
+                            "Hugging Face config.json in the scenario (model: path/config.json)")
     shape = _fields([
         ("name", name, "names the model in every table"),
         ("source", "''", "where the shape comes from, e.g. the config.json's URL"),

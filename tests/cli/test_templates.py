@@ -49,7 +49,18 @@ def test_a_template_without_sources_warns_once_when_a_scenario_uses_it(tmp_path,
         f"warning: {tmp_path / 'g.yaml'}: sources has no entry for peak_flops_per_s, hbm_bytes")
 
 
-@pytest.mark.parametrize("base", model_names())
+DENSE = [n for n in model_names()
+         if not (m := load_model(n)).is_moe and not m.is_mla and not m.sliding_window_layers
+         and not m.chunked_attention_layers]
+
+
+def test_the_model_template_refuses_a_moe_base(run_cli):
+    code, out, err = run_cli(["models", "--template", "mine", "--from", "deepseek-v3"])
+    assert code == 2 and not out and err.startswith(
+        "error: --from deepseek-v3: the model template is for dense models;")
+
+
+@pytest.mark.parametrize("base", DENSE)
 def test_a_model_template_loads_as_its_base(tmp_path, run_cli, base):
     out = tmp_path / "m.yaml"
     code, _, err = run_cli(["models", "--template", "my-model", "--from", base, "-o", str(out)])

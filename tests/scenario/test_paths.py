@@ -102,7 +102,7 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
                            "scenario's directory {d})"),
     ("model", "models/absent/config.json", "model: file not found: models/absent/config.json "
                                            "(searched {d}: "),
-    ("model", "llama-9b", "model: unknown model 'llama-9b'; valid: llama-2-70b, "),
+    ("model", "llama-9b", "model: unknown model 'llama-9b'; valid: deepseek-v3, "),
     ("engine", {"preset": "presets/absent.yaml"}, "engine.preset: file not found: "
                                                   "presets/absent.yaml (searched {d}: "),
     ("variants", [{"name": "d", "disaggregation": {
@@ -119,7 +119,7 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
                                   "in a scenario are relative to the scenario's directory); the "
                                   "shipped hardware is named h100-sxm, without a path or "
                                   "suffix\n"),
-    ("model", "", "model: empty; valid: llama-2-70b, "),
+    ("model", "", "model: empty; valid: deepseek-v3, "),
     ("workload", {"trace": {"path": "traces/absent.csv"}},
      "workload.trace.path: trace file not found: {d}/traces/absent.csv (paths in a scenario are "
      "relative to the scenario's directory, {d})\n"),

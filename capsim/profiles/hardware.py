@@ -388,15 +388,24 @@ def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
 
 def _load_file(path: Path, shipped: bool = False) -> HardwareProfile:
     profile = _parse_profile(read_yaml_mapping(path), str(path))
-    missing = profile.missing_sources()
+    check_sources(profile.missing_sources(), path, shipped, "profile")
+    return profile
+
+
+def check_sources(missing: list[str], path: Path, shipped: bool, what: str) -> None:
+    """A shipped file must source every number (``missing`` names those it does not); a
+    user's own ``what`` (profile, link) is used as it is, with one warning.
+
+    Raises:
+        ScenarioError: a shipped file with ``missing`` numbers.
+    """
     if missing and shipped:
-        raise ScenarioError(f"a shipped profile sources every number; sources has no entry "
+        raise ScenarioError(f"a shipped {what} sources every number; sources has no entry "
                             f"for: {', '.join(missing)}", file=str(path), path="sources")
     if missing:
-        log.warning("%s: sources has no entry for %s: the profile is used as it is; say where "
+        log.warning("%s: sources has no entry for %s: the %s is used as it is; say where "
                     "each number comes from (a datasheet URL, a measurement, or 'estimate: "
-                    "why')", path, ", ".join(missing))
-    return profile
+                    "why')", path, ", ".join(missing), what)
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:

@@ -21,7 +21,6 @@ Public API:
 
 from __future__ import annotations
 
-import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -29,14 +28,13 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
+from capsim.profiles.hardware import check_sources, read_yaml_mapping, scenario_error_from_validation
 from capsim.common.schema import StrictModel
 
 _PACKAGE_DIR = ("data", "links")
 _SOURCED_FIELDS = ("bandwidth_bytes_per_s", "latency_s")
 BITS_PER_BYTE = 8
 
-log = logging.getLogger(__name__)
 
 
 class LinkProfile(StrictModel):
@@ -117,14 +115,7 @@ def _load_file(path: Path, shipped: bool = False) -> LinkProfile:
         link = LinkProfile.model_validate(read_yaml_mapping(path))
     except ValidationError as exc:
         raise scenario_error_from_validation(exc, str(path)) from None
-    missing = link.missing_sources()
-    if missing and shipped:
-        raise ScenarioError(f"a shipped link sources every number; sources has no entry for: "
-                            f"{', '.join(missing)}", file=str(path), path="sources")
-    if missing:
-        log.warning("%s: sources has no entry for %s: the link is used as it is; say where "
-                    "each number comes from (a datasheet URL, a measurement, or 'estimate: "
-                    "why')", path, ", ".join(missing))
+    check_sources(link.missing_sources(), path, shipped, "link")
     return link
 
 

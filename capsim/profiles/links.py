@@ -36,7 +36,6 @@ _SOURCED_FIELDS = ("bandwidth_bytes_per_s", "latency_s")
 BITS_PER_BYTE = 8
 
 
-
 class LinkProfile(StrictModel):
     """One interconnect as the KV-transfer model sees it.
 

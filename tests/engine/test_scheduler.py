@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from capsim.engine.recorder import ItlRecorder
@@ -169,9 +170,43 @@ def test_static_batch_useful_share_matches_pack_q1():
     assert sched.slot_steps_useful == 1400 and sched.steps * 4 == 3200
     assert sched.slot_steps_useful / (sched.steps * 4) == pytest.approx(0.4375)
     assert all(r.finish_s == 800.0 for r in reqs)
-    assert reqs[0].first_token_s == 1.0
+    assert reqs[0].first_token_s == 800.0          # the reply is held until the batch ends
     assert sum(itl.count) == sum(n - 1 for n in [50, 150, 400, 800])
     alloc.check_all_free()
+
+
+def test_static_batch_q1_latencies_held_reply_vs_continuous():
+    """Seed 002 Q1 (../shared/seeds/002_be97687ecafaf8fa.txt) at "about 5 ms per step": the
+    50-token reply is done after 50 steps but leaves with the batch at step 800, "800 × 5 ms
+    = 4 s, when they could have had their answer after 50 × 5 ms = 0.25 s". A static-batching
+    user receives the whole reply at once, so TTFT = E2EL = 4 s and its 49 gaps are 0 (TPOT 0 =
+    mean ITL); continuous batching streams it and lets it go at 0.25 s."""
+    step_s, outs = 0.005, [50, 150, 400, 800]
+    alloc = BlockAllocator(10_000, 16)
+    itl = ItlRecorder()
+    sched = StaticScheduler(max_num_seqs=4, allocator=alloc, num_classes=1, itl=itl)
+    reqs = [Request(i, 0, 0.0, 10, n) for i, n in enumerate(outs)]
+    for r in reqs:
+        sched.add(r)
+    run_steps(sched, 2000, dt=step_s)
+    user50 = reqs[0]
+    assert user50.finish_s == pytest.approx(4.0)                 # E2EL: 800 × 5 ms
+    assert user50.first_token_s == user50.finish_s               # TTFT = E2EL
+    assert user50.max_itl_s == 0.0                               # the tokens arrive together
+    tpot_s = (user50.finish_s - user50.first_token_s) / (50 - 1)
+    assert tpot_s == 0.0
+    gaps = np.frombuffer(itl.gap_s, dtype=np.float64)
+    counts = np.frombuffer(itl.count, dtype=itl.count.typecode)
+    assert gaps.tolist() == [0.0] and counts.tolist() == [sum(n - 1 for n in outs)]
+
+    sched, alloc, itl = continuous(budget=8192, max_num_seqs=4)
+    reqs = [Request(i, 0, 0.0, 10, n) for i, n in enumerate(outs)]
+    for r in reqs:
+        sched.add(r)
+    run_steps(sched, 2000, dt=step_s)
+    assert reqs[0].finish_s == pytest.approx(0.25)               # 50 × 5 ms
+    assert reqs[0].first_token_s == pytest.approx(0.005)         # streamed from step 1
+    assert reqs[3].finish_s == pytest.approx(4.0)
 
 
 def test_static_prefill_is_padded_to_the_longest_prompt():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from capsim.scenario.load import load
-from capsim.metrics.summary import summarize
+from capsim.metrics.summary import request_frame, summarize
 from capsim.cost.pricer import StepPricer
 from capsim.sim.simulate import simulate
 from capsim.workload import build
@@ -95,6 +95,36 @@ def test_static_batching_wastes_slot_steps_continuous_does_not(scenario, trace_o
     assert occ["continuous"] > 0.85
     # Same tokens either way: Σ outputs = useful slot-steps.
     assert occ["continuous"] > 1.5 * occ["static"]
+
+
+@pytest.mark.parametrize("sched", ["static", "continuous"])
+def test_ttft_tpot_itl_e2el_agree_per_request(scenario, sched):
+    """Issue 16 item 4: each request's TPOT is the mean of its own gaps, so it can never exceed
+    its max ITL, and E2EL = TTFT + Σ gaps. Static batching holds every reply until the batch
+    ends (seed 002 Q1: the 50-token user "can't leave until the batch finishes"): TTFT = E2EL,
+    TPOT 0, max ITL 0, every pooled gap 0 — the batch's wait is in TTFT and E2EL alike."""
+    path = scenario(engine={"scheduler": sched, "max_num_seqs": 16, "max_model_len": 8192})
+    loaded = load(path)
+    trace = build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
+    result = simulate(loaded.runs[0], trace)
+    df = request_frame(result)
+    done = df[(df["status"] == "finished") & (df["output_tokens"] > 1)]
+    assert len(done) > 150
+    assert (done["tpot_ms"] <= done["max_itl_ms"] + 1e-9).all()
+    row = summarize(result, loaded.spec.slo)[0]
+    gaps_ms = np.asarray(result.itl.gap_s) * 1e3
+    counts = np.asarray(result.itl.count, np.int64)
+    # Σ over requests of (E2EL − TTFT) = Σ of all recorded gaps.
+    assert (done["e2el_ms"] - done["ttft_ms"]).sum() == pytest.approx(
+        float((gaps_ms * counts).sum()), rel=1e-9)
+    if sched == "static":
+        assert (done["ttft_ms"] == done["e2el_ms"]).all()
+        assert (done["tpot_ms"] == 0).all() and (done["max_itl_ms"] == 0).all()
+        assert row.itl_max_ms == 0 and row.tpot_p50_ms == 0 and row.itl_stalls == 0
+        assert row.ttft_p50_ms == row.e2el_p50_ms > 1000     # the batch's wait, seen up front
+    else:
+        assert row.ttft_p50_ms < row.e2el_p50_ms
+        assert row.itl_max_ms >= row.tpot_p99_ms > 0
 
 
 def test_same_seed_same_numbers(scenario):

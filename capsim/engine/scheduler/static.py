@@ -4,15 +4,22 @@ The baseline of seed 000 and pack Q1: a batch of up to ``max_num_seqs``
 waiting requests is formed when the engine is free; it is prefilled in one
 step with prompts padded to the longest; then every member decodes each step
 until the longest reply is done. Finished members keep their slot and are
-still computed (padding, as Hugging Face ``generate`` does), and every
-response returns when the batch ends (seed 002 Q1: the 50-token user leaves
-at step 800). Each member reserves KV for its whole reply at admission, so a
-static batch never preempts.
+still computed (padding, as Hugging Face ``generate`` does). Each member
+reserves KV for its whole reply at admission, so a static batch never preempts.
+
+What a user receives: the whole reply at once, when the batch ends. Seed 002
+Q1 (../shared/seeds/002_be97687ecafaf8fa.txt): "their reply is done after 50
+steps, but they can't leave until the batch finishes at step 800"; a batch
+returned by Hugging Face ``generate()`` is likewise one tensor for all its
+members. So every member's first and last token arrive together at the end of
+the batch's last step: TTFT = E2EL, and its ``output_tokens − 1`` inter-token
+gaps are all 0 (recorded as one ITL run of zero-length gaps per class), which
+makes TPOT = (E2EL − TTFT) ÷ (output − 1) = 0 = mean ITL. ``vllm bench serve``
+measures a reply that arrives in one piece the same way (vllm/benchmarks/serve.py,
+``calculate_metrics``: TTFT = latency, TPOT 0, no gap between chunks).
 """
 
 from __future__ import annotations
-
-from itertools import accumulate
 
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, Request
@@ -37,8 +44,6 @@ class StaticScheduler(Scheduler):
         self._decode_steps = 0
         self._active = 0                        # members still generating
         self._active_counts = [0] * num_classes
-        self._gaps: list[float] = []
-        self._last_emit_s = 0.0
         self._admitted = 0
 
     def has_work(self) -> bool:
@@ -73,7 +78,6 @@ class StaticScheduler(Scheduler):
         self.batch.sort(key=lambda r: (r.output_tokens, r.admit_order))
         self._max_prompt = max((r.prompt_tokens for r in self.batch), default=0)
         self._decode_steps = 0
-        self._gaps = []
 
     def _prefill_step(self) -> Step:
         n, p = len(self.batch), self._max_prompt
@@ -102,22 +106,15 @@ class StaticScheduler(Scheduler):
         for req in self.batch:
             req.num_computed = req.prompt_tokens
             req.num_generated = 1
-            req.first_token_s = now
-            req.last_token_s = now
             self._active_counts[req.class_id] += 1
         self._active = len(self.batch)
         self.kv_tokens = sum(r.prompt_tokens for r in self.batch)
         self.slot_steps_useful += self._active
-        self._last_emit_s = now
         self._retire_done()
 
     def _complete_decode(self, now: float) -> None:
-        gap = now - self._last_emit_s
-        self.itl.add(gap, self._active_counts)
         self.slot_steps_useful += self._active
         self.kv_tokens += self._active
-        self._gaps.append(gap)
-        self._last_emit_s = now
         self._decode_steps += 1
         self._retire_done()
 
@@ -132,17 +129,23 @@ class StaticScheduler(Scheduler):
             done_upto += 1
 
     def _end_batch(self, now: float) -> None:
-        running_max = list(accumulate(self._gaps, max))
+        """Every reply leaves now, in one piece: first token = last token = now (see the
+        module docstring); its output − 1 gaps are 0, one ITL run per class."""
+        held_gaps = [0] * self.num_classes
         for req in self.batch:
             req.num_generated = req.output_tokens
             req.num_computed = req.total_tokens
+            req.first_token_s = now
+            req.last_token_s = now
             if req.output_tokens > 1:
-                req.note_gap(running_max[req.output_tokens - 2])
+                req.note_gap(0.0)
+                held_gaps[req.class_id] += req.output_tokens - 1
             self.alloc.free(req.blocks)
             req.blocks = []
             req.state = FINISHED
             req.finish_s = now                 # the response returns with the batch
             del self.running[req.rid]
+        self.itl.add(0.0, held_gaps)
         self.finished.extend(self.batch)
         self.batch = []
         self.kv_tokens = 0

@@ -53,6 +53,11 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
                 variant_handles.append(Line2D([], [], color=c, lw=2,
                                               label=f"{short(r.variant)} (no tokens)"))
                 continue
+            if d.markers["max"] == 0:       # static batching: replies arrive in one piece
+                variant_handles.append(Line2D([], [], color=c, lw=2, label=(
+                    f"{short(r.variant)}: every gap 0 ms, replies held until the batch "
+                    "ends (the wait is in TTFT)")))
+                continue
             draw_cdf(ax_cdf, d, c)
             draw_ccdf(ax_tail, d, c)
             mark(ax_cdf, d, c, ("p50", "p99", "max"), cdf_y)

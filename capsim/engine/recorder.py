@@ -102,7 +102,7 @@ class TimelineRecorder:
     """One replica's step activity binned in time (bin k covers [k·bin_s, (k+1)·bin_s))."""
 
     _SUMS = ("steps", "busy_s", "batch_tokens", "prefill_tokens", "decode_tokens")
-    _MAXES = ("kv_used_blocks_max", "queue_len_max", "running_max")
+    _MAXES = ("kv_used_blocks_max", "queue_len_max", "running_max", "step_max_s")
 
     def __init__(self, replica: int, pool: str, bin_s: float = 0.1, max_bins: int = 2048):
         self.replica, self.pool = replica, pool
@@ -143,11 +143,13 @@ class TimelineRecorder:
             b = self.bins
             if m == 1:
                 kv, queue, run = kv_used_blocks, last_queue_len, last_running
+                longest = secs_s[0]
                 if busy_s is None:
-                    busy_s = (b["busy_s"][i] if i < len(b["busy_s"]) else 0) + secs_s[0]
+                    busy_s = (b["busy_s"][i] if i < len(b["busy_s"]) else 0) + longest
             else:
                 kv = kv_used_blocks(m - 1)
                 queue, run = max(queue_len, last_queue_len), max(running, last_running)
+                longest = float(secs_s.max())
                 if busy_s is None:
                     busy_s = self.busy_in(i)
                     for x in secs_s.tolist():
@@ -161,6 +163,8 @@ class TimelineRecorder:
             b["batch_tokens"][i] += (prefill_tokens + decode_tokens) * m
             b["prefill_tokens"][i] += prefill_tokens * m
             b["decode_tokens"][i] += decode_tokens * m
+            if longest > b["step_max_s"][i]:
+                b["step_max_s"][i] = longest
             self._raise_maxes(i, kv, queue, run)
         else:
             kv_at = (lambda _: kv_used_blocks) if m == 1 else kv_used_blocks
@@ -190,7 +194,7 @@ class TimelineRecorder:
                 for lst in b.values():
                     lst.extend([0] * grow)
             steps_b, busy_b, batch_b = b["steps"], b["busy_s"], b["batch_tokens"]
-            pre_b, dec_b = b["prefill_tokens"], b["decode_tokens"]
+            pre_b, dec_b, long_b = b["prefill_tokens"], b["decode_tokens"], b["step_max_s"]
             cuts = (np.flatnonzero(idx[1:] != idx[:-1]) + (start + 1)).tolist()
             for lo, hi in zip([start] + cuts, cuts + [stop]):
                 i, cnt = int(idx[lo - start]), hi - lo
@@ -202,6 +206,9 @@ class TimelineRecorder:
                 for s in busy_s[lo:hi]:
                     acc += s
                 busy_b[i] = acc
+                longest = max(busy_s[lo:hi])
+                if longest > long_b[i]:
+                    long_b[i] = longest
                 if hi == m:
                     q, r = (max(queue_len, last_queue_len), max(running, last_running)) \
                         if cnt > 1 else (last_queue_len, last_running)
@@ -242,4 +249,5 @@ class TimelineRecorder:
             replica=self.replica, pool=self.pool, bin_s=self.bin_s, steps=b["steps"],
             busy_s=b["busy_s"], batch_tokens_mean=mean, prefill_tokens=b["prefill_tokens"],
             decode_tokens=b["decode_tokens"], kv_used_blocks_max=b["kv_used_blocks_max"],
-            queue_len_max=b["queue_len_max"], running_max=b["running_max"])
+            queue_len_max=b["queue_len_max"], running_max=b["running_max"],
+            step_max_s=[float(x) for x in b["step_max_s"]])

@@ -90,6 +90,8 @@ class ReplicaTimeline(_Result):
     kv_used_blocks_max: list[int]
     queue_len_max: list[int]           # waiting requests (not yet admitted)
     running_max: list[int]             # sequences in the running batch
+    step_max_s: list[float] = []       # longest engine step that ended in the bin (a long
+    #                                    prefill step is a stall for every running decode)
 
 
 class ReplicaStats(_Result):

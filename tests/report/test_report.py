@@ -330,6 +330,25 @@ def test_timeline_merges_long_and_mixed_bins():
     assert queue[0, 1] == max(tls[0].queue_len_max[per: 2 * per])
 
 
+def test_timeline_step_times_mean_and_longest_per_bin():
+    """Mean step = Σ busy / Σ steps over replicas; longest = the largest step_max_s of any
+    replica in the merged bin; a timeline read from an older result (no step_max_s) counts 0."""
+    base = dict(pool="colocated", bin_s=0.5, batch_tokens_mean=[0.0] * 4, prefill_tokens=[0] * 4,
+                decode_tokens=[0] * 4, kv_used_blocks_max=[0] * 4, queue_len_max=[0] * 4,
+                running_max=[0] * 4)
+    a = ReplicaTimeline(replica=0, steps=[10, 0, 4, 2], busy_s=[0.1, 0, 0.3, 0.02],
+                        step_max_s=[0.01, 0, 0.2, 0.01], **base)
+    b = ReplicaTimeline(replica=1, steps=[10, 5, 0, 2], busy_s=[0.1, 0.05, 0, 0.02],
+                        step_max_s=[0.012, 0.01, 0, 0.01], **base)
+    old = ReplicaTimeline(replica=2, steps=[1, 0, 0, 0], busy_s=[0.5, 0, 0, 0], **base)
+    mean, longest = timeline.step_times_ms([a, b, old], 0.5, 4)
+    assert mean.tolist() == pytest.approx([0.7 / 21 * 1e3, 10.0, 75.0, 10.0])
+    assert longest.tolist() == pytest.approx([12.0, 10.0, 200.0, 10.0])
+    mean, longest = timeline.step_times_ms([a, b], 1.0, 2)           # bins merged in pairs
+    assert longest.tolist() == pytest.approx([12.0, 200.0])
+    assert mean.tolist() == pytest.approx([0.25 / 25 * 1e3, 0.34 / 8 * 1e3])
+
+
 def test_gauges_fill_bins_inside_long_steps():
     """A 1.2 s step ends in bin 3 (bin_s 0.5): bins 1-2 lie inside it and take its gauges;
     bin 5 (after the last step) is idle and stays 0."""

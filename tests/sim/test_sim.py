@@ -127,6 +127,41 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, sched):
         assert row.itl_max_ms >= row.tpot_p99_ms > 0
 
 
+def test_timeline_shows_the_head_of_line_stall_the_mean_hides(scenario):
+    """Issue 16 item 5 (seed 002 Q10: a whole long prompt in one step stalls every running
+    decode): on the timeline's display grid the longest step per bin of unchunked continuous
+    batching is several times chunked-512's, while the per-bin mean step stays close. The
+    data behind the chart: the same numbers the timeline panel draws."""
+    from capsim.report.run.timeline import display_grid, step_times_ms
+    workload = {"num_requests": 300, "arrival": {"process": "poisson", "rate_per_s": 6},
+                "classes": [{"name": "chat", "weight": 3,
+                             "prompt_tokens": {"dist": "uniform", "min": 100, "max": 800},
+                             "output_tokens": {"dist": "uniform", "min": 50, "max": 300}},
+                            {"name": "rag", "weight": 1,
+                             "prompt_tokens": {"dist": "uniform", "min": 4000, "max": 7000},
+                             "output_tokens": {"dist": "uniform", "min": 50, "max": 200}}]}
+    longest, mean = {}, {}
+    for name, engine in (("unchunked", {"enable_chunked_prefill": False,
+                                        "max_num_batched_tokens": 8192}),
+                         ("chunked", {"enable_chunked_prefill": True,
+                                      "max_num_batched_tokens": 512})):
+        path = scenario(engine={"max_model_len": 8192, **engine}, workload=workload)
+        loaded = load(path)
+        result = simulate(loaded.runs[0], build(loaded.spec.workload, loaded.spec.seed,
+                                                loaded.base_dir))
+        width, n = display_grid(result.timelines, result.sim_end_s)
+        mean[name], longest[name] = step_times_ms(result.timelines, width, n)
+        assert (longest[name] >= mean[name] - 1e-9).all()
+    busy = (mean["unchunked"] > 0) & (mean["chunked"] > 0)
+    # A 4,000-7,000-token prefill in one step vs at most 512 tokens a step.
+    assert longest["unchunked"].max() > 4 * longest["chunked"].max()
+    # In a quarter of the busy bins or more, unchunked's longest step is over twice the longest
+    # step chunked-512 takes anywhere in the run (40 % of 170 bins with this seed) ...
+    assert (longest["unchunked"][busy] > 2 * longest["chunked"].max()).mean() > 0.25
+    # ... while the typical mean step is about the same (10 ms vs 12 ms at the median bin).
+    assert 0.67 < np.median(mean["unchunked"][busy]) / np.median(mean["chunked"][busy]) < 1.5
+
+
 def test_same_seed_same_numbers(scenario):
     path = scenario()
     loaded = load(path)

@@ -44,11 +44,14 @@ _CAPTIONS = {
         "hourly price."),
 }
 _TIMELINE_CAPTION = (
-    "Top: mean tokens per engine step, split into prefill and decode (tall prefill bands are long "
-    "prompts sharing, or monopolising, steps). Middle: KV-cache blocks in use as % of capacity; "
-    "flat at 100 % means admission is memory-bound and preemptions are likely. Bottom: waiting "
-    "requests per replica over the running batch; a queue that grows without draining means the "
-    "fleet is under-sized for the offered load.")
+    "First: mean tokens per engine step, split into prefill and decode (tall prefill bands are "
+    "long prompts sharing, or monopolising, steps). Second: engine step time, the longest step "
+    "(solid) and the mean (dotted) in each bin; a longest step far above the mean is a "
+    "head-of-line stall (a prompt prefilled whole while every running decode waits) that the "
+    "mean tokens per step do not show. Third: KV-cache blocks in use as % of capacity; flat at "
+    "100 % means admission is memory-bound and preemptions are likely. Last: waiting requests "
+    "per replica over the running batch; a queue that grows without draining means the fleet is "
+    "under-sized for the offered load.")
 
 
 def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml: str,
@@ -106,9 +109,11 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
 
     slugs = unique_slugs(r.variant for r in results)
     timelines = []
+    step_ms_range = timeline.step_time_range_ms(results)
     for r in results:
         name = f"timeline_{slugs[r.variant]}.png"
-        timeline.plot_timeline(r, colours[r.variant], d / name)
+        timeline.plot_timeline(r, colours[r.variant], d / name, step_ms_range=step_ms_range,
+                               stall_threshold_ms=slo.stall_threshold_ms)
         timelines.append(FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION))
 
     html = render(scenario_name=scenario_name, description=description,

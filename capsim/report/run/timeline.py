@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 from matplotlib.patches import Patch
 
-from capsim.report.plotting import figure, save
+from capsim.report.plotting import PLAIN, figure, log_axis, save
 from capsim.report.run import disagg
 from capsim.report.style import DECODE, PREFILL, RC, shades
 from capsim.results.model import ReplicaTimeline, RunResult
@@ -93,6 +93,23 @@ def tokens_per_step(tls: list[ReplicaTimeline], width_s: float, n: int
     return np.where(steps > 0, pre / safe, 0.0), np.where(steps > 0, dec / safe, 0.0)
 
 
+def step_times_ms(tls: list[ReplicaTimeline], width_s: float, n: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and longest engine step (ms) in each display bin, pooled over ``tls``.
+
+    Mean = Σ busy_s / Σ steps (0 in bins without steps); longest = the largest
+    ``step_max_s`` of any replica in the bin (0 where none was recorded). A mean over a
+    bin hides a long step among many short ones; the longest shows it: a whole prompt
+    prefilled in one step stalls every running decode for that long (seed 002 Q10).
+    """
+    steps = _grid(tls, "steps", width_s, n, "sum").sum(axis=0)
+    busy = _grid(tls, "busy_s", width_s, n, "sum").sum(axis=0)
+    mean = np.where(steps > 0, busy / np.where(steps > 0, steps, 1.0), 0.0) * 1e3
+    recorded = [t for t in tls if len(t.step_max_s) == len(t.steps)]
+    longest = _grid(recorded, "step_max_s", width_s, n, "max").max(axis=0, initial=0.0) * 1e3
+    return mean, longest
+
+
 def kv_percent(result: RunResult, tls: list[ReplicaTimeline], width_s: float, n: int
                ) -> np.ndarray:
     """KV blocks in use (max per display bin) as % of each replica's num_gpu_blocks.
@@ -134,20 +151,46 @@ def _lines(ax, t_s: np.ndarray, data: np.ndarray, tls: list[ReplicaTimeline], co
         ax.plot(t_s, data[i], color=c, lw=1.5, ls=_LINESTYLES[i % len(_LINESTYLES)], label=label)
 
 
-def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
-    """Three stacked panels over simulated time (s) for one variant.
+def step_time_range_ms(results: list[RunResult]) -> tuple[float, float]:
+    """(low, high) ms of the step-time panel shared by every variant's timeline: their
+    shortest mean step to their longest step, so two variants' panels compare at a glance."""
+    lo, hi = math.inf, 0.0
+    for r in results:
+        if not r.timelines:
+            continue
+        width, n = display_grid(r.timelines, r.sim_end_s)
+        mean, longest = step_times_ms(r.timelines, width, n)
+        if (mean > 0).any():
+            lo = min(lo, float(mean[mean > 0].min()))
+        hi = max(hi, float(longest.max(initial=0.0)), float(mean.max(initial=0.0)))
+    if hi <= 0:
+        return 0.1, 1000.0
+    return (min(lo, hi) if lo < math.inf else hi / 10) / 1.5, hi * 1.5
+
+
+def plot_timeline(result: RunResult, colour: str, path: Path, *,
+                  step_ms_range: tuple[float, float] | None = None,
+                  stall_threshold_ms: float | None = None) -> None:
+    """Four stacked panels over simulated time (s) for one variant.
 
     1. Mean tokens per engine step, prefill vs decode (stacked areas, all replicas pooled).
-    2. KV-cache blocks in use, % of num_gpu_blocks (max per bin), per replica.
-    3. Waiting queue length (max per bin) per replica, with running sequences
+    2. Engine step time per bin: the mean and the longest step (ms; per pool in a split),
+       so a head-of-line stall hidden by the mean stays visible.
+    3. KV-cache blocks in use, % of num_gpu_blocks (max per bin), per replica.
+    4. Waiting queue length (max per bin) per replica, with running sequences
        (Σ over replicas of the per-bin max) as a shaded area.
+    A disaggregated variant adds a fifth panel: the KV link.
+
+    ``step_ms_range``: the step-time panel's log-scale y range (ms), shared by the variants of
+    one report (:func:`step_time_range_ms`); ``stall_threshold_ms`` draws the stall line there.
     """
     tls = sorted(result.timelines, key=lambda t: t.replica)
     split = result.disagg is not None      # prefill/decode pools: per-pool top panel + link panel
     with matplotlib.rc_context(RC):
-        fig = figure(11.0, 10.8 if split else 8.2)
-        axes = fig.subplots(4 if split else 3, 1, sharex=True)
-        ax_tok, ax_kv, ax_q = axes[:3]
+        fig = figure(11.0, 13.2 if split else 10.6)
+        axes = fig.subplots(5 if split else 4, 1, sharex=True,
+                            height_ratios=[1, 0.8, 1, 1] + ([1] if split else []))
+        ax_tok, ax_step, ax_kv, ax_q = axes[:4]
         fig.suptitle(f"Timeline — {result.variant}", fontsize=12, fontweight="bold",
                      color=colour)
         if not tls:
@@ -170,6 +213,9 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
             ax_tok.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
                              "replicas)", loc="left")
             ax_tok.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
+
+        _draw_step_times(ax_step, tls, width, n, t_s, colour, split, per,
+                         step_ms_range or step_time_range_ms([result]), stall_threshold_ms)
 
         _lines(ax_kv, t_s, _pad(kv_percent(result, tls, width, n)), tls, colour, "KV used")
         ax_kv.set_ylim(0, 105)
@@ -204,7 +250,34 @@ def plot_timeline(result: RunResult, colour: str, path: Path) -> None:
             for line in ax.get_lines():
                 line.set_drawstyle("steps-post")
         if split:
-            disagg.draw_link(axes[3], result, width, n, t_s, _pad)
+            disagg.draw_link(axes[4], result, width, n, t_s, _pad)
         axes[-1].set_xlabel("simulated time (s)")
         axes[-1].set_xlim(0, n * width)
         save(fig, path)
+
+
+def _draw_step_times(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.ndarray,
+                     colour: str, split: bool, per: str, y_range: tuple[float, float],
+                     stall_threshold_ms: float | None) -> None:
+    """Panel 2: longest step (solid) and mean step (dotted) per bin on a log scale, one pair
+    per pool of a split; the stall threshold as a dotted grey line."""
+    pools = (("prefill", "#9A6A00"), ("decode", "#1F77B4")) if split else (("", colour),)
+    for pool, c in pools:
+        sel = [t for t in tls if t.pool == pool] if pool else tls
+        mean, longest = step_times_ms(sel, width, n)
+        name = f"{pool} pool: " if pool else ""
+        # Bins without a step are left out (NaN), not drawn at 0 on the log axis.
+        ax.step(t_s, _pad(np.where(longest > 0, longest, np.nan)), where="post", color=c,
+                lw=1.6, label=f"{name}longest step in the bin")
+        ax.step(t_s, _pad(np.where(mean > 0, mean, np.nan)), where="post", color=c, lw=1.0,
+                ls=":", label=f"{name}mean step")
+    if stall_threshold_ms is not None:
+        ax.axhline(stall_threshold_ms, color="#7F7F7F", ls="--", lw=1.0,
+                   label=f"stall threshold {stall_threshold_ms:g} ms")
+    ax.set_yscale("log")
+    ax.set_ylim(*y_range)
+    log_axis(ax.yaxis, PLAIN, *y_range)
+    ax.set_ylabel("step time (ms, log)")
+    ax.set_title(f"Engine step time: longest and mean per {per} bin (same scale in every "
+                 "timeline)", loc="left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)

@@ -149,10 +149,11 @@ class TimelineRecorder:
             else:
                 kv = kv_used_blocks(m - 1)
                 queue, run = max(queue_len, last_queue_len), max(running, last_running)
-                longest = float(secs_s.max())
+                secs = secs_s.tolist()
+                longest = max(secs)
                 if busy_s is None:
                     busy_s = self.busy_in(i)
-                    for x in secs_s.tolist():
+                    for x in secs:
                         busy_s += x
             grow = i + 1 - len(b["steps"])
             if grow > 0:

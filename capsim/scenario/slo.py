@@ -8,6 +8,8 @@ every limit given. Run-level targets bound a summary column (``itl_p99_ms``,
 
 from __future__ import annotations
 
+import math
+
 from pydantic import Field, field_validator
 
 from capsim.common.schema import StrictModel
@@ -63,10 +65,10 @@ class SloConfig(RequestSlo):
 
 
 def failed_targets(values: dict[str, float], targets: dict[str, float]) -> list[str]:
-    """Describe every target that ``values`` (a summary row) misses.
+    """Describe every target that ``values`` (a summary row) misses, readably with units.
 
-    Returns e.g. ``["itl_p99_ms 120.3 > 100"]``; empty when all are met. A NaN
-    value (no data, e.g. no request finished) fails its target.
+    Returns e.g. ``["TTFT p99 496.5 s > 3 s", "goodput 0.1 % < 90 %"]``; empty when all
+    are met. A NaN value (no data, e.g. no request finished) fails its target.
     """
     failed = []
     for name, bound in targets.items():
@@ -74,5 +76,51 @@ def failed_targets(values: dict[str, float], targets: dict[str, float]) -> list[
         upper = name in UPPER_BOUND_TARGETS
         ok = value <= bound if upper else value >= bound   # NaN compares False → fails
         if not ok:
-            failed.append(f"{name} {value:.4g} {'>' if upper else '<'} {bound:g}")
+            op = ">" if upper else "<"
+            shown = "no data" if value != value else quantity_text(name, value)
+            failed.append(f"{target_label(name)} {shown} {op} {quantity_text(name, bound)}")
     return failed
+
+
+_LABELS = {"itl_stalls": "ITL stalls", "num_rejected": "rejected", "preemptions": "preemptions",
+           "cost_per_million_output_tokens_usd": "$/M output tokens", "kv_peak_frac": "KV peak",
+           "goodput_fraction": "goodput", "goodput_req_per_s": "goodput",
+           "output_throughput_tok_per_s": "output throughput",
+           "request_throughput_per_s": "request throughput"}
+
+
+def target_label(name: str) -> str:
+    """A target's short name for people: ``ttft_p99_ms`` → "TTFT p99", ``itl_p999_ms`` →
+    "ITL p99.9", ``queue_mean_ms`` → "queue mean"; the others from a fixed table."""
+    if name in _LABELS:
+        return _LABELS[name]
+    metric, stat = name.removesuffix("_ms").split("_", 1)
+    metric = metric if metric == "queue" else metric.upper()
+    return f"{metric} {'p99.9' if stat == 'p999' else stat}"
+
+
+def quantity_text(name: str, value: float) -> str:
+    """``value`` of the summary column ``name`` with its unit, without exponents:
+    "59.07 ms", "496.5 s" (latencies of a second or more in seconds), "0.1 %", "$0.123",
+    "6.84 req/s", "1,615 tok/s", "5,130"."""
+    if name.endswith("_ms"):
+        return f"{_sig4(value)} ms" if abs(value) < 1000 else f"{_sig4(value / 1000)} s"
+    if name.endswith("_fraction") or name.endswith("_frac"):
+        return f"{_sig4(value * 100)} %"
+    if name.endswith("_usd"):
+        return f"${_sig4(value)}"
+    if name.endswith("_tok_per_s"):
+        return f"{_sig4(value)} tok/s"
+    if name.endswith("_per_s"):
+        return f"{_sig4(value)} req/s"
+    return f"{value:,.0f}" if float(value).is_integer() else _sig4(value)
+
+
+def _sig4(v: float) -> str:
+    """Four significant digits, thousands separated, no exponent, no trailing zeros:
+    466,700 → "466,700"; 59.0712 → "59.07"; 0.000964 → "0.000964"."""
+    if v == 0 or v != v or abs(v) == float("inf"):
+        return f"{v:g}"
+    digits = max(0, 3 - math.floor(math.log10(abs(v))))
+    text = f"{v:,.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

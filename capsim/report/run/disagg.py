@@ -23,7 +23,7 @@ from capsim.report.cells import fmt
 from capsim.report.plotting import (PERCENT, PLAIN, bar_text, cdf_y, draw_cdf, figure, log_axis,
                                     mark, marker_handles, ms_axis, save, short, x_limits)
 from capsim.report.run.cdf import distribution
-from capsim.report.run.table import DISAGG_COLUMNS, header_groups
+from capsim.report.run.table import DISAGG_COLUMNS, blocks, header_groups
 from capsim.report.style import DECODE, PREFILL, RC
 from capsim.results.model import RunResult, SummaryRow
 
@@ -78,7 +78,7 @@ def table(rows: list[SummaryRow], results: list[RunResult], colours: dict[str, s
         body.append({"variant": row.variant, "colour": colours.get(row.variant, "#777"),
                      "cells": cells, "link": _link_text(d)})
     return {"groups": header_groups(DISAGG_COLUMNS), "columns": [c.label for c in DISAGG_COLUMNS],
-            "rows": body}
+            "rows": body, "blocks": blocks(DISAGG_COLUMNS)}
 
 
 def _link_text(d) -> str:

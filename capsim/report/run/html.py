@@ -13,8 +13,8 @@ import capsim
 from capsim.profiles import trust
 from capsim.report.cells import fmt, target_status
 from capsim.report.pages import FigureRef, environment, slo_lines
-from capsim.report.run.table import (Column, failed_list, header_groups, kv_columns, target_text,
-                                     verdict_columns)
+from capsim.report.run.table import (Column, blocks, failed_list, header_groups, kv_columns,
+                                     latency_first, target_text, verdict_columns)
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
 
@@ -55,9 +55,12 @@ def _verdict(row: SummaryRow, slo: SloConfig) -> dict:
 
 
 def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> dict:
-    """Header groups, columns (with target bounds) and formatted rows for the template."""
-    cols = verdict_columns(slo)
+    """Header groups, columns (with target bounds) and formatted rows for the template; the
+    latency columns first. ``blocks`` cut the columns into the stacked tables that fit the
+    page (:func:`capsim.report.run.table.blocks`); the verdict sits in the first."""
+    cols = latency_first(verdict_columns(slo))
     return {
+        "blocks": blocks(cols, breaks=("Fleet",)),
         "groups": header_groups(cols),
         "columns": [{"label": c.label, "key": c.key, "target": target_text(c.key, slo, c.kind)}
                     for c in cols],
@@ -71,6 +74,7 @@ def kv_table(rows: list[SummaryRow], colours: dict[str, str]) -> dict:
     """The KV-memory table (no targets, no verdict): same shape as the disaggregation table."""
     cols = kv_columns()
     return {
+        "blocks": blocks(cols),
         "groups": header_groups(cols),
         "columns": [c.label for c in cols],
         "rows": [{"variant": r.variant, "colour": colours.get(r.variant, "#777"),

@@ -50,6 +50,57 @@ def header_groups(cols: list[Column]) -> list[dict]:
     return groups
 
 
+#: At most this many value columns per HTML table: with header labels wrapping, 14 columns
+#: and the variant name fit a 1400-px window and a landscape A4 page (issue 16 item 8;
+#: checked in headless Chromium). A wider column set is drawn as stacked tables
+#: (:func:`blocks`), never behind a scrollbar.
+MAX_HTML_COLUMNS = 14
+
+#: The verdict's latency groups, shown first (beside the verdict); the rest follows below.
+LATENCY_GROUPS = ("TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "Other targets")
+
+
+def split_columns(cols: list[Column], max_cols: int = MAX_HTML_COLUMNS) -> list[list[Column]]:
+    """``cols`` in order as consecutive blocks of at most ``max_cols`` columns, cut between
+    header groups (a group wider than ``max_cols`` is cut itself)."""
+    blocks: list[list[Column]] = [[]]
+    for g in header_groups(cols):
+        start = sum(len(b) for b in blocks)
+        group = cols[start:start + g["span"]]
+        while group:
+            room = max_cols - len(blocks[-1])
+            if room < len(group) and blocks[-1]:
+                blocks.append([])
+                continue
+            blocks[-1].extend(group[:max_cols])
+            group = group[max_cols:]
+    return [b for b in blocks if b]
+
+
+def blocks(cols: list[Column], max_cols: int = MAX_HTML_COLUMNS,
+           breaks: tuple[str, ...] = ()) -> list[dict]:
+    """The HTML tables a column set is drawn as: ``{"groups", "start", "stop"}`` per block,
+    ``start``:``stop`` slicing the columns (and every row's cells). A group named in
+    ``breaks`` always starts a new table."""
+    parts: list[list[Column]] = [[]]
+    for c in cols:
+        if c.group in breaks and parts[-1] and parts[-1][-1].group != c.group:
+            parts.append([])
+        parts[-1].append(c)
+    out, start = [], 0
+    for b in (blk for part in parts for blk in split_columns(part, max_cols)):
+        out.append({"groups": header_groups(b), "start": start, "stop": start + len(b)})
+        start += len(b)
+    return out
+
+
+def latency_first(cols: list[Column]) -> list[Column]:
+    """The verdict columns with the latency groups (and extra targets) first; the rest starts
+    at the "Fleet" group (``blocks(..., breaks=("Fleet",))`` puts it in a table of its own)."""
+    return ([c for c in cols if c.group in LATENCY_GROUPS]
+            + [c for c in cols if c.group not in LATENCY_GROUPS])
+
+
 def verdict_columns(slo: SloConfig) -> list[Column]:
     """Columns of the HTML verdict table, plus one column per SLO target not already shown."""
     stall = f"stalls >{fmt(slo.stall_threshold_ms, 'num')} ms"

@@ -237,6 +237,8 @@ def test_cli_size_compares_hardware_and_writes_the_report(tmp_path, run_cli, wri
     html = (out / "index.html").read_text()
     assert "Fewest GPUs meeting every SLO target at 10 requests/s" in html
     assert (out / "search.png").exists() and (out / "cost_vs_tail.png").exists()
+    # The search chart's x axis is the GPU count, and its caption says so (issue 16 item 8).
+    assert "x is the fleet&#39;s GPU count" in html and "x is the offered load" not in html
     assert "binding SLO" in stdout
 
 

@@ -39,11 +39,17 @@ from capsim.studies.sizing import SizingResult, rows_frame
 from capsim.studies.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
 from capsim.scenario.slo import SloConfig
 
-_CURVES_CAPTION = (
-    "One line per configuration family; x is the offered load. Points are means over the "
-    "replications, shaded bands their 95 % confidence intervals (with --seeds K > 1). Filled "
-    "markers meet every SLO target in every replication; hollow ones miss at least one. The "
-    "dashed red line is the SLO target. ITL max and p99 part ways when rare stalls appear.")
+def curves_caption(x_label: str) -> str:
+    """Caption of a latency-curves chart whose x axis is ``x_label`` ("offered load (requests
+    / s)" for a sweep or a capacity search, "GPUs" for a GPU-count search)."""
+    return (f"One line per configuration family; x is {x_label}. Points are means over the "
+            "replications, shaded bands their 95 % confidence intervals (with --seeds K > 1). "
+            "Filled markers meet every SLO target in every replication; hollow ones miss at least "
+            "one. The dashed red line is the SLO target. ITL max and p99 part ways when rare "
+            "stalls appear.")
+
+
+_LOAD = "offered load (requests / s)"
 _PARETO_CAPTION = (
     "Every configuration: cost per million output tokens (fleet $/h ÷ output tokens/h at the "
     "simulated load) against a tail latency. The grey step line is the Pareto front: no "
@@ -156,10 +162,9 @@ def write_sweep(out_dir: Path, result: SweepResult, *, resolved_yaml: str, execu
 def _sweep_figures(d: Path, page: Page, series: list[Series], slo: SloConfig,
                    points: pd.DataFrame) -> None:
     if points["offered_rate_per_s"].nunique() > 1:
-        plot_latency_curves(series, "offered_rate_per_s", "offered load (requests / s)", slo,
-                            d / "latency_vs_load.png")
+        plot_latency_curves(series, "offered_rate_per_s", _LOAD, slo, d / "latency_vs_load.png")
         page.figures.append(FigureRef("latency_vs_load.png", "Latency against offered load",
-                                      _CURVES_CAPTION))
+                                      curves_caption(f"the {_LOAD}")))
     plot_pareto(series, slo, d / "cost_vs_tail.png")
     page.figures.append(FigureRef("cost_vs_tail.png", "Cost against tail latency",
                                   _PARETO_CAPTION))
@@ -190,7 +195,7 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
                 files=["sizing.csv", "summary.csv", "points.csv", "scenario.resolved.yaml"])
     group = ["variant", "hardware", "tensor_parallel_size"]
     x, x_label = (("num_gpus", "GPUs") if result.mode == "gpus"
-                  else ("offered_rate_per_s", "offered load (requests / s)"))
+                  else ("offered_rate_per_s", _LOAD))
     series = series_of(points, group, x) if len(points) else []
     tables = {"sizing.csv": rows_frame(result.rows), "summary.csv": result.runs,
               "points.csv": points}
@@ -199,8 +204,9 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
         if not series:
             return
         plot_latency_curves(series, x, x_label, spec.slo, d / "search.png")
+        x_what = "the fleet's GPU count" if x == "num_gpus" else f"the {x_label}"
         page.figures.append(FigureRef("search.png", f"Latency against {x_label} (every "
-                                      "configuration the search ran)", _CURVES_CAPTION))
+                                      "configuration the search ran)", curves_caption(x_what)))
         plot_pareto(series, spec.slo, d / "cost_vs_tail.png")
         page.figures.append(FigureRef("cost_vs_tail.png", "Cost against tail latency",
                                       _PARETO_CAPTION))

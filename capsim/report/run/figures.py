@@ -177,10 +177,12 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         for i, row in enumerate(rows):
             vals = np.array([getattr(row, key) for _, key in stats], np.float64)
             pos = x0 - 0.4 + width * (i + 0.5)
+            label = (f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
+                     f"> {slo.stall_threshold_ms:g} ms")
+            if row.itl_max_ms == 0:      # static batching: the reply arrives in one piece
+                label = f"{short(row.variant)}: replies held until the batch ends, every gap 0 ms"
             bars = ax.bar(pos, np.where(np.isnan(vals), 0, vals), width * 0.9,
-                          color=colours[row.variant], zorder=2, label=(
-                              f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
-                              f"> {slo.stall_threshold_ms:g} ms"))
+                          color=colours[row.variant], zorder=2, label=label)
             ax.bar_label(bars, [bar_text(v) for v in vals], padding=2, zorder=4,
                          fontsize=8, rotation=90 if vertical else 0,
                          bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",

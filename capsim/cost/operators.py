@@ -420,3 +420,123 @@ def ring_all_reduce_s(message_bytes: Any, workers: Any, bandwidth_bytes_per_s: f
     hops = 2 * (workers - 1)
     return hops / workers * message_bytes / bandwidth_bytes_per_s + hops * latency_s
 
+
+
+#: Random expert placements averaged for the busiest EP rank, and their seed (fixed:
+#: a pricer is deterministic).
+EP_PLACEMENT_SAMPLES = 256
+EP_PLACEMENT_SEED = 0
+
+
+def expert_rank_loads(num_experts: int, top_k: int, ep: int,
+                      routing_skew: float = 0.0) -> np.ndarray:
+    """Routing probabilities q_i (Σ over all experts = k) of the experts the busiest of
+    ``ep`` expert-parallel ranks holds, shape (E / EP,).
+
+    vLLM's default ``linear`` placement gives rank r the experts [r·E/EP, (r+1)·E/EP)
+    (``determine_expert_map`` in vllm/model_executor/layers/fused_moe/layer.py); expert
+    ids carry no popularity, so the skew's Zipf popularities
+    (:func:`expected_experts_hit`) are placed at random: of
+    :data:`EP_PLACEMENT_SAMPLES` seeded random placements, the one whose busiest rank's
+    load is nearest the mean busiest load. Uniform routing: every rank holds k / EP of
+    the load. EPLB (redundant hot experts) is not modelled.
+    """
+    per_rank = num_experts // ep
+    if routing_skew == 0.0 or ep == 1:
+        return np.full(per_rank, top_k / num_experts) if routing_skew == 0.0 \
+            else _skewed_marginals(num_experts, top_k, routing_skew)
+    q = _skewed_marginals(num_experts, top_k, routing_skew)
+    rng = np.random.default_rng(EP_PLACEMENT_SEED)
+    order = np.argsort(rng.random((EP_PLACEMENT_SAMPLES, num_experts)), axis=1)
+    ranks = q[order].reshape(EP_PLACEMENT_SAMPLES, ep, per_rank)
+    loads = ranks.sum(axis=2)
+    busiest = loads.argmax(axis=1)
+    peak = loads[np.arange(EP_PLACEMENT_SAMPLES), busiest]
+    pick = int(np.argmin(np.abs(peak - peak.mean())))
+    return ranks[pick, busiest[pick]]
+
+
+def all_to_all_s(message_bytes: Any, ranks: int, gpus_per_node: int | None,
+                 intra_bandwidth_bytes_per_s: float, intra_latency_s: float,
+                 inter_bandwidth_bytes_per_s: float = 0.0,
+                 inter_latency_s: float = 0.0) -> Any:
+    """One all-to-all: each of ``ranks`` GPUs sends ``message_bytes`` spread evenly over
+    all ranks (itself included), seconds.
+
+    The share for the other ranks of its node, (min(g, ranks) − 1) / ranks, goes over
+    NVLink (the ``intra`` link, an NVSwitch gives every pair the full per-GPU bandwidth);
+    the share for ranks on other nodes, (ranks − g) / ranks, over the scale-out link
+    (one port per GPU). Both paths run at once: ``max(latencies) + max(bytes_i / bw_i)``
+    (an upper bound of the slower path when one path has the larger latency and the
+    other the larger transfer). 0 s for one rank. ``gpus_per_node`` None: one node.
+    Works on floats or numpy arrays of ``message_bytes``.
+    """
+    if ranks <= 1:
+        return 0.0 * message_bytes
+    local = ranks if gpus_per_node is None else min(gpus_per_node, ranks)
+    seconds = (local - 1) / ranks * message_bytes / intra_bandwidth_bytes_per_s
+    latency = intra_latency_s if local > 1 else 0.0
+    if local < ranks:
+        remote = (ranks - local) / ranks * message_bytes / inter_bandwidth_bytes_per_s
+        seconds = np.maximum(seconds, remote) if isinstance(seconds, np.ndarray) \
+            else max(seconds, remote)
+        latency = max(latency, inter_latency_s)
+    return latency + seconds
+
+
+def moe_all_to_all_bytes_per_token(model: ModelShape, ep: int) -> float:
+    """Bytes one expert-parallel rank dispatches per token of the step, per MoE layer
+    (the combine returns the same): top-k × hidden × activation bytes for each of its
+    1/EP of the step's tokens (data-parallel attention balances tokens over the ranks).
+
+    Each (token, expert) pair is sent once, as pplx and DeepEP's low-latency kernels do
+    (vllm/model_executor/layers/fused_moe/pplx_prepare_finalize.py,
+    deepep_ll_prepare_finalize.py); DeepEP's high-throughput kernels send a token once
+    per destination rank (fewer bytes when several of its experts share a rank), which
+    this does not model: an upper bound for them. bf16 activations (DeepEP's fp8
+    dispatch not modelled).
+    """
+    return model.num_experts_per_tok * model.hidden_size * ACTIVATION_BYTES / ep
+
+
+def pp_layer_partition(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per pipeline stage as vLLM splits them (``get_pp_indices`` in
+    vllm/distributed/utils.py, no ``VLLM_PP_LAYER_PARTITION``): ⌊L / PP⌋ each, the
+    remainder r given one layer each to the r stages before the last (the last stage
+    also runs the final norm and the LM head; the first the embedding).
+    Llama-3.1-405B's 126 layers over PP 4: (31, 32, 32, 31).
+
+    Raises:
+        ScenarioError: PP is not an integer >= 1 or exceeds the layers (a stage would
+            hold none).
+    """
+    if not isinstance(pp, int) or pp < 1:
+        raise ScenarioError(f"pipeline_parallel_size must be an integer >= 1, got {pp!r}")
+    if pp > num_layers:
+        raise ScenarioError(f"pipeline_parallel_size {pp} exceeds the model's {num_layers} "
+                            "layers (every stage needs at least one)")
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def stage_shape(model: ModelShape, start: int, end: int) -> ModelShape:
+    """The shape of layers [start, end) of ``model`` (one pipeline stage): its layer
+    count, with the dense layers placed first (DeepSeek's ``first_k_dense_replace``;
+    Llama 4's interleaved dense layers are placed first too, an approximation) and the
+    windowed layers spread evenly (gpt-oss alternates them; Llama 4 has three in four):
+    ``round(W·end / L) − round(W·start / L)`` of them, so the stages sum to the model."""
+    layers = model.num_hidden_layers
+    n = end - start
+    dense = min(max(model.dense_layers - start, 0), n)
+
+    def spread(count: int) -> int:
+        return round(count * end / layers) - round(count * start / layers)
+
+    update: dict[str, Any] = {"num_hidden_layers": n,
+                              "sliding_window_layers": spread(model.sliding_window_layers),
+                              "chunked_attention_layers": spread(model.chunked_attention_layers)}
+    if model.is_moe:
+        update["num_moe_layers"] = n - dense
+    return model.model_copy(update=update)

@@ -57,11 +57,15 @@ from capsim.cost.operators import (
     keys_per_query,
     layer_matmuls,
     lm_head,
+    all_to_all_s,
+    expert_rank_loads,
+    moe_all_to_all_bytes_per_token,
     ring_all_reduce_s,
     windowed,
 )
 from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
+from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
 
 class StepCost(NamedTuple):
@@ -193,12 +197,32 @@ class StepPricer:
             attention whole on each GPU for 1/TP of the sequences
             (:func:`~capsim.cost.operators.dp_attention_work`). The collectives stay
             priced as TP all-reduces (SGLang's gather / scatter around the MoE layers
-            move the same bytes); expert-parallel all-to-all is not priced.
+            move the same bytes), except as below.
+        expert_parallel: the routed experts spread whole over the TP group's GPUs (EP =
+            TP). Compute and weight reads per GPU equal TP's under uniform routing; with
+            a routing skew the busiest rank sets the time (:func:`~capsim.cost.operators.
+            expert_rank_loads`). With ``dp_attention`` too, each MoE layer's two
+            all-reduces become an all-to-all dispatch and combine
+            (:func:`~capsim.cost.operators.all_to_all_s`, bytes from
+            :func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token`), as vLLM
+            switches to its all2all backends only when ``dp_size > 1`` and EP
+            (``FusedMoEParallelConfig.use_all2all_kernels`` in
+            vllm/model_executor/layers/fused_moe/config.py) and SGLang's DeepEP mode runs
+            with DP attention (python/sglang/srt/layers/moe/ep_moe/); without DP attention
+            every rank holds every token, runs its experts on them and the all-reduce
+            combines them (priced as TP's). Traffic to GPUs of another node
+            (``hw.gpus_per_node``) goes over ``scale_out``.
+        scale_out: the link between nodes (``hw.scale_out_link``, loaded by the caller);
+            needed only when the EP group spans nodes.
+        embedding, lm_head: whether this GPU group runs the embedding gather (and its
+            all-reduce) and the LM head (and the logits gather); both but one are off
+            for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
-            dtype, a dtype the hardware has no peak for, a negative routing skew, or
-            DP attention on a dense model.
+            dtype, a dtype the hardware has no peak for, a negative routing skew, DP
+            attention or expert parallelism on a dense model, EP not dividing the
+            experts, or an EP group across nodes without a ``scale_out`` link.
     """
 
     __slots__ = (
@@ -211,13 +235,16 @@ class StepPricer:
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
         "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
-        "_win_tokens", "dp_attention",
+        "_win_tokens", "dp_attention", "expert_parallel", "_scale_out", "_ep_q",
+        "_ep_imbalance", "_lm_on", "_embedding_on",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
                  weight_dtype: str = "bf16", kv_cache_dtype_bytes: int = 2,
                  host: HostOverhead | None = None, routing_skew: float = 0.0,
-                 dp_attention: bool = False):
+                 dp_attention: bool = False, expert_parallel: bool = False,
+                 scale_out: LinkProfile | None = None, embedding: bool = True,
+                 lm_head: bool = True):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -232,6 +259,8 @@ class StepPricer:
             raise ScenarioError(f"data-parallel attention needs a mixture-of-experts model; "
                                 f"{model.name} is dense")
         self.dp_attention = dp_attention
+        self._lm_on, self._embedding_on = lm_head, embedding
+        self._init_expert_parallel(expert_parallel, scale_out)
         self._init_host(host)
         self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
         self._init_rates()
@@ -245,6 +274,25 @@ class StepPricer:
         self._bytes_fixed = sum(op.weight_bytes for op in self._matmuls)
         self._bytes_per_token = (sum(op.act_bytes_per_row for op in self._matmuls)
                                  + self._mem_only_bytes_per_token)
+
+    def _init_expert_parallel(self, expert_parallel: bool, scale_out: LinkProfile | None) -> None:
+        """EP flags and the busiest rank's routing load (module docstring of
+        :mod:`capsim.cost.operators`, :func:`~capsim.cost.operators.expert_rank_loads`)."""
+        m, ep = self.model, self.tensor_parallel_size
+        if expert_parallel and not m.is_moe:
+            raise ScenarioError(f"expert parallelism needs a mixture-of-experts model; "
+                                f"{m.name} is dense")
+        if expert_parallel and m.num_experts % ep:
+            raise ScenarioError(f"expert parallel size {ep} must divide num_experts "
+                                f"{m.num_experts} of {m.name}")
+        self.expert_parallel, self._scale_out = expert_parallel, scale_out
+        # q_i of the busiest rank's experts and its load over the mean (1.0: balanced);
+        # None under uniform routing, where every rank is the mean (no change to TP's terms).
+        self._ep_q, self._ep_imbalance = None, 1.0
+        if expert_parallel and ep > 1 and self._routing_skew > 0:
+            q = expert_rank_loads(m.num_experts, m.num_experts_per_tok, ep, self._routing_skew)
+            self._ep_q = q
+            self._ep_imbalance = float(q.sum()) * ep / m.num_experts_per_tok
 
     def _init_host(self, host: HostOverhead | None) -> None:
         """The engine's host terms (:class:`capsim.profiles.engines.HostOverhead`); None:
@@ -283,7 +331,8 @@ class StepPricer:
         self._window = a.window_fraction > 0
         self._win_frac, self._win_tokens = a.window_fraction, a.window_tokens
         self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
-        self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES)
+        self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES) \
+            if self._embedding_on else 0.0
         self._mem_only_bytes_per_token = self._elementwise + self._embedding
 
     def _init_rates(self) -> None:
@@ -339,8 +388,11 @@ class StepPricer:
         hit = self._hits.get(tokens)
         if hit is None:
             e = self._experts
-            hit = self._hits[tokens] = expected_experts_hit(tokens, e.num_experts, e.top_k,
-                                                             self._routing_skew)
+            if self._ep_q is not None:   # the busiest EP rank's experts, × EP per-GPU units
+                hit = self.tensor_parallel_size * float(np.sum(1.0 - (1.0 - self._ep_q) ** tokens))
+            else:
+                hit = expected_experts_hit(tokens, e.num_experts, e.top_k, self._routing_skew)
+            self._hits[tokens] = hit
         return hit
 
     def _expert_terms(self, n: int) -> tuple[float, float, float, float]:
@@ -349,6 +401,8 @@ class StepPricer:
         expert's GEMM at the efficiency of its ``n·k / hit`` rows."""
         e = self._experts
         hit, pairs = self.experts_hit(n), n * e.top_k
+        if self._ep_q is not None:       # the busiest rank's pairs, in per-GPU units (× EP)
+            pairs *= self._ep_imbalance
         rows = int(pairs / hit) if hit > 0 else 0
         g = self._gemm_inv(rows) if rows > 0 else 1.0
         f = e.flops_per_pair * pairs
@@ -368,11 +422,43 @@ class StepPricer:
             return
         bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
         latency = hw.tp_link_latency_s
-        n_all_reduce = 2 * m.num_hidden_layers + 1
+        n_all_reduce = 2 * m.num_hidden_layers + (1 if self._embedding_on else 0)
+        all_to_all = self.expert_parallel and self.dp_attention
+        if all_to_all:                   # the MoE layers dispatch and combine instead
+            n_all_reduce -= 2 * m.moe_layers
         self._comm_fixed_s = n_all_reduce * ring_all_reduce_s(0.0, tp, bw, latency) + latency
         self._comm_per_token_s = n_all_reduce * ring_all_reduce_s(
             m.hidden_size * ACTIVATION_BYTES, tp, bw, 0.0)
-        self._comm_per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw
+        self._comm_per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw \
+            if self._lm_on else 0.0
+        if all_to_all:
+            fixed, per_token = self.all_to_all_terms()
+            self._comm_fixed_s += fixed
+            self._comm_per_token_s += per_token
+
+    def all_to_all_terms(self) -> tuple[float, float]:
+        """(fixed s, s per token of the step) of the expert-parallel dispatch and combine
+        of every MoE layer (2 all-to-alls each): the latency, and the busiest rank's
+        bytes per token (:func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token` ×
+        the routing imbalance) over NVLink within a node and the scale-out link beyond.
+
+        Raises:
+            ScenarioError: the EP group spans nodes and no scale-out link was given.
+        """
+        m, hw, ep = self.model, self.hw, self.tensor_parallel_size
+        g = hw.gpus_per_node
+        if g is not None and ep > g and self._scale_out is None:
+            raise ScenarioError(f"expert parallel size {ep} spans nodes of {g} GPUs: the "
+                                "pricer needs the scale-out link (hardware scale_out_link)")
+        out_bw, out_lat = (self._scale_out.bandwidth_bytes_per_s, self._scale_out.latency_s) \
+            if self._scale_out is not None else (0.0, 0.0)
+        bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+        args = (ep, g, bw, hw.tp_link_latency_s, out_bw, out_lat)
+        per_token = moe_all_to_all_bytes_per_token(m, ep) * self._ep_imbalance
+        fixed = all_to_all_s(0.0, *args)
+        per_token_s = all_to_all_s(per_token, *args) - fixed
+        n = 2 * m.moe_layers
+        return n * fixed, n * per_token_s
 
     def _gemm_inv(self, n: int) -> float:
         """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
@@ -422,6 +508,8 @@ class StepPricer:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
+        if not self._lm_on:
+            logits_seqs = 0
         compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(
             n, logits_seqs, prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
         a = self._attn
@@ -457,10 +545,11 @@ class StepPricer:
         together and priced at the prefill rate) nor for windowed layers (the pairs are
         uncapped): an upper bound there."""
         a, lm = self._attn, self._lm
-        flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * tally.logits
+        logits, logit_steps = (tally.logits, tally.logit_steps) if self._lm_on else (0, 0)
+        flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * logits
                  + a.flops_per_pair * tally.attn_pairs)
         nbytes = (self._bytes_fixed * tally.steps + self._bytes_per_token * tally.tokens
-                  + lm.weight_bytes * tally.logit_steps + lm.act_bytes_per_row * tally.logits
+                  + lm.weight_bytes * logit_steps + lm.act_bytes_per_row * logits
                   + a.kv_bytes_per_token * tally.kv_read_tokens
                   + a.new_bytes_per_token * tally.tokens)
         if self._experts is not None and tally.steps_by_tokens:
@@ -537,7 +626,8 @@ class StepPricer:
         terms = self._decode_base.get(n)
         if terms is None:
             comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
-            compute_s, memory_s, roof_s, _, _ = self._before_decode_attention(n, n, 0, 0.0, 0)
+            compute_s, memory_s, roof_s, _, _ = self._before_decode_attention(
+                n, n if self._lm_on else 0, 0, 0.0, 0)
             terms = self._decode_base[n] = (compute_s, memory_s, roof_s, comm_s, n)
         return terms
 
@@ -668,6 +758,8 @@ class StepPricer:
         n = prefill_tokens + decode_seqs
         if logits_seqs is None:
             logits_seqs = decode_seqs + 1 if prefill_tokens else decode_seqs
+        if not self._lm_on:
+            logits_seqs = 0
         layers = self.model.num_hidden_layers
         names = [(op.name, op.count) for op in self._matmuls] + (
             [("experts", self._experts.layers)] if self._experts is not None else []) + [
@@ -684,7 +776,8 @@ class StepPricer:
         """Matmul weight bytes one GPU reads per step (layers + LM head; no embedding table)."""
         experts = self._experts.weight_bytes_per_expert * self._experts.num_experts \
             if self._experts is not None else 0.0
-        return sum(op.weight_bytes for op in self._matmuls) + self._lm.weight_bytes + experts
+        lm = self._lm.weight_bytes if self._lm_on else 0.0
+        return sum(op.weight_bytes for op in self._matmuls) + lm + experts
 
     @property
     def ridge_flops_per_byte(self) -> float:

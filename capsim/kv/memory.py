@@ -94,7 +94,8 @@ class MemoryTerms:
 
 
 def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
-                         rope_cache: bool = False, dp_attention: bool = False) -> int:
+                         rope_cache: bool = False, dp_attention: bool = False,
+                         embedding: bool = True, lm_head: bool = True) -> int:
     """Bytes of weights on one GPU of a TP group (module docstring, "weights").
 
     Args:
@@ -107,10 +108,16 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         dp_attention: attention weights whole on every GPU (data-parallel attention,
             MoE shapes only). Expert parallelism holds E / TP whole experts per GPU: the
             same bytes as a 1/TP slice of each, so it needs no flag here.
+        embedding, lm_head: whether this GPU holds the embedding table / the LM head
+            (a pipeline stage's layers come from :func:`~capsim.cost.operators.stage_shape`:
+            vLLM builds the embedding on the first stage, the LM head on the last, and
+            with tied embeddings the last stage a copy of the table too,
+            vllm/model_executor/models/llama.py).
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
     if model.is_moe or model.is_mla or model.attention_sinks:
-        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, dp_attention)
+        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, dp_attention,
+                                         embedding, lm_head)
     qkv_out = model.q_size + 2 * model.kv_size
     linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
               + model.mlp_params)
@@ -119,16 +126,24 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         out += layers * qkv_out * act // tp
     if weight_bytes < act:                      # per-output-channel scales of each linear
         out += layers * (qkv_out + h + 3 * model.intermediate_size) * FP32_BYTES // tp
-    vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
-    out += vocab * act // tp
-    out += (layers * model.norm_params + h) * act
+    out += _vocab_params(model, embedding, lm_head) * act // tp
+    out += (layers * model.norm_params + (h if lm_head else 0)) * act     # final norm: last stage
     if rope_cache:
         out += model.max_position_embeddings * model.head_dim * act
     return out
 
 
+def _vocab_params(model: ModelShape, embedding: bool = True, lm_head: bool = True) -> int:
+    """Vocabulary parameters a GPU group holds: the embedding table (first stage; the last
+    too when the LM head is tied to it) and the untied LM head (last stage)."""
+    tied = model.tie_word_embeddings
+    return (model.embedding_params if embedding or (tied and lm_head) else 0) + (
+        model.lm_head_params if lm_head and not tied else 0)
+
+
 def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
-                              rope_cache: bool, dp_attention: bool = False) -> int:
+                              rope_cache: bool, dp_attention: bool = False,
+                              embedding: bool = True, lm_head: bool = True) -> int:
     """:func:`weight_bytes_per_gpu` of a MoE / MLA shape: every linear (experts included:
     vLLM's fused MoE shards each expert's intermediate dimension over TP without expert
     parallelism) in the weight dtype ÷ TP, except the linears vLLM replicates on every
@@ -151,7 +166,8 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
                                     + model.qk_rope_head_dim)
     linear = model.params_total - vocab - small - replicated
     out = linear * weight_bytes // tp + replicated * weight_bytes
-    out += vocab * act // tp + small * act
+    out += _vocab_params(model, embedding, lm_head) * act // tp
+    out += (small - (0 if lm_head else h)) * act        # the final norm on the last stage only
     if rope_cache:
         rope_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
         out += model.max_position_embeddings * rope_dim * act
@@ -159,7 +175,8 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
 
 
 def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_seqs: int,
-                          max_num_batched_tokens: int, num_sms: int) -> int:
+                          max_num_batched_tokens: int, num_sms: int,
+                          with_sampler: bool = True) -> int:
     """The profile run's peak of torch memory above the weights, one GPU (bytes).
 
     forward = T × (a × I / TP + b × h) with T = ``max_num_batched_tokens`` (gate_up,
@@ -168,7 +185,8 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
     logits (s bytes per element live at once: bf16 logits, an fp32 copy, fp32 probs
     and the fp32 noise of random sampling make vLLM 0.19's 14), S rows of fp32 top-k /
     top-p scratch and the hidden states. The sampler does not shrink with TP: logits
-    are all-gathered to the full vocabulary before sampling. Returns
+    are all-gathered to the full vocabulary before sampling; ``with_sampler`` False: a pipeline
+    stage before the last (vLLM runs the dummy sampler on the last PP rank only). Returns
     max(forward, sampler) + the rule's constant.
     """
     t, h, v = max_num_batched_tokens, model.hidden_size, model.vocab_size
@@ -177,7 +195,7 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
     forward = t * (rule.forward_bytes_per_token_intermediate * model.intermediate_size / tp
                    + rule.forward_bytes_per_token_hidden * h)
     sampler = 0.0
-    if rule.sampler_bytes_per_logit:
+    if rule.sampler_bytes_per_logit and with_sampler:
         scratch = num_sms if rule.sampler_scratch_rows == "num_sms" else rule.sampler_scratch_rows
         sampler = (rows * v * rule.sampler_bytes_per_logit + scratch * v * FP32_BYTES
                    + t * h * act + 2 * rows * h * act)
@@ -186,7 +204,8 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
 
 def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fraction: float,
                  tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 num_sms: int, dp_attention: bool = False) -> MemoryTerms:
+                 num_sms: int, dp_attention: bool = False, embedding: bool = True,
+                 lm_head: bool = True) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -195,14 +214,17 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         fraction: the engine's memory fraction knob; tp: tensor-parallel degree;
         weight_bytes: bytes per linear weight; max_num_seqs, max_num_batched_tokens:
         the profile run's requests and tokens; num_sms: streaming multiprocessors
-        (sampler scratch rows); dp_attention: data-parallel attention
-        (:func:`weight_bytes_per_gpu`).
+        (sampler scratch rows); dp_attention: data-parallel attention; embedding,
+        lm_head: a pipeline stage's share of the vocabulary (:func:`weight_bytes_per_gpu`;
+        the sampler's activations only with the LM head).
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget.
     """
-    w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention)
-    a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms)
+    w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
+                             embedding, lm_head)
+    a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
+                              lm_head)
     n = int(rule.non_torch_gib_at(tp) * GIB)
     graphs = int(rule.cudagraph_gib_per_layer * GIB) * model.num_hidden_layers \
         if rule.cudagraph_in_budget else 0

@@ -49,6 +49,8 @@ _SOURCED_FIELDS = (
     "nvlink_latency_s",
     "pcie_bandwidth_bytes_per_s",
     "pcie_latency_s",
+    "gpus_per_node",
+    "scale_out_link",
     "efficiency",
     "step_overhead_s",
     "price_per_gpu_hour_usd",
@@ -223,7 +225,11 @@ class HardwareProfile(StrictModel):
     engines see (``torch.cuda.mem_get_info`` total, e.g. 79.19 GiB on an H100 80GB:
     the driver reserves the rest); KV sizing uses it, and ``hbm_bytes`` when it is
     not given. ``num_sms``: streaming multiprocessors (vLLM sizes its sampler's
-    top-k/top-p scratch by them).
+    top-k/top-p scratch by them). ``gpus_per_node``: GPUs in one NVLink domain (a
+    server); ``scale_out_link``: the link profile (``capsim/profiles/data/links``) between
+    nodes, one port per GPU. A replica's GPUs fill nodes in order; expert-parallel and
+    pipeline traffic between GPUs of different nodes goes over ``scale_out_link``. Both
+    None: every GPU of a replica shares one NVLink (or PCIe) domain.
     """
 
     name: str = Field(min_length=1)
@@ -237,6 +243,8 @@ class HardwareProfile(StrictModel):
     nvlink_latency_s: float | None = Field(None, gt=0)
     pcie_bandwidth_bytes_per_s: float = Field(gt=0)
     pcie_latency_s: float = Field(gt=0)
+    gpus_per_node: Int | None = Field(None, gt=0)
+    scale_out_link: str | None = Field(None, min_length=1)
     efficiency: Efficiency
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
@@ -250,6 +258,9 @@ class HardwareProfile(StrictModel):
         for dtype, flops in self.peak_flops_per_s.items():
             if flops <= 0:
                 raise ValueError(f"peak_flops_per_s.{dtype} must be > 0, got {flops}")
+        if (self.gpus_per_node is None) != (self.scale_out_link is None):
+            raise ValueError("gpus_per_node and scale_out_link must both be set (a node of "
+                             "that many GPUs, joined by that link) or both be null")
         if (self.nvlink_bandwidth_bytes_per_s is None) != (self.nvlink_latency_s is None):
             raise ValueError(
                 "nvlink_bandwidth_bytes_per_s and nvlink_latency_s must both be set "

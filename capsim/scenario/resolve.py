@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
-from capsim.cost.operators import check_tensor_parallel
+from capsim.cost.operators import check_tensor_parallel, pp_layer_partition, stage_shape
+from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.kv.capacity import KVCapacity, pool_from_terms
 from capsim.kv.memory import MemoryTerms, memory_terms
@@ -55,21 +56,29 @@ class Pool:
 
     @property
     def num_gpus(self) -> int:
-        return self.num_replicas * self.engine.tensor_parallel_size
+        return self.num_replicas * self.engine.gpus_per_replica
 
-    def pricer(self, model: ModelShape) -> StepPricer:
-        """The roofline of one of its replicas running ``model`` (hardware, TP, dtypes) with
-        its engine's host overhead."""
+    def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
+        """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
+        dtypes) with its engine's host overhead: a :class:`PipelinePricer` with
+        pipeline_parallel_size > 1."""
         host = self.preset.host_overhead
         steps = self.engine.num_scheduler_steps
         if steps > 1:          # scheduled once per window: its per-step work spread over it
             host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
                                            "per_seq_s": host.per_seq_s / steps})
-        return StepPricer(model, self.hardware, self.engine.tensor_parallel_size,
-                          weight_dtype=self.engine.dtype,
-                          kv_cache_dtype_bytes=self.engine.kv_dtype_bytes, host=host,
-                          routing_skew=self.engine.moe_routing_skew,
-                          dp_attention=self.engine.enable_dp_attention)
+        eng = self.engine
+        scale_out = resolve_link(self.hardware.scale_out_link) \
+            if self.hardware.scale_out_link else None
+        kwargs = dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
+                      routing_skew=eng.moe_routing_skew, dp_attention=eng.enable_dp_attention,
+                      expert_parallel=eng.enable_expert_parallel)
+        if eng.pipeline_parallel_size > 1:
+            return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,
+                                  eng.pipeline_parallel_size, host=host, scale_out=scale_out,
+                                  **kwargs)
+        return StepPricer(model, self.hardware, eng.tensor_parallel_size, host=host,
+                          scale_out=scale_out, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,8 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
            f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
            else "engine.tensor_parallel_size")
     _check_expert_parallel(model, engine, path, where, set(v.engine))
+    _check_pipeline_parallel(model, engine, path, where, set(v.engine))
+    _check_scale_out(hw, spec, v, path, where)
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields))
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
@@ -197,6 +208,27 @@ def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, 
             f"{model.num_experts} of {model.name}", file=str(path),
             path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
             else at("enable_expert_parallel"))
+
+
+def _check_pipeline_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
+                             variant_keys: set[str]) -> None:
+    """vLLM's rule: every stage holds at least one layer (``get_pp_indices``)."""
+    key = "pipeline_parallel_size"
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    _named(lambda _: pp_layer_partition(model.num_hidden_layers, engine.pipeline_parallel_size),
+           "", path, at)
+
+
+def _check_scale_out(hw: HardwareProfile, spec: Scenario, v: VariantSpec, path: Path,
+                     where: str) -> None:
+    """The hardware's scale-out link must name a packaged link."""
+    if hw.scale_out_link is None:
+        return
+    key = "scale_out_link"
+    at = f"{where}.hardware_overrides.{key}" if key in v.hardware_overrides else \
+        f"hardware_overrides.{key}" if key in spec.hardware_overrides else \
+        (f"{where}.hardware" if v.hardware else "hardware")
+    _named(resolve_link, hw.scale_out_link, path, at)
 
 
 def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, Any], path: Path,
@@ -394,6 +426,11 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
     except ScenarioError as exc:
         raise _pool_error(exc, index, where, pool) from None
     resolved = run.pool()
+    if resolved.engine.pipeline_parallel_size > 1:
+        raise ScenarioError(
+            "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "
+            "assumes one stage per replica); valid: pipeline_parallel_size 1",
+            file=str(path), path=f"{where}.engine.pipeline_parallel_size")
     if resolved.engine.scheduler != "continuous":
         key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
         raise ScenarioError(
@@ -483,6 +520,7 @@ def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any
 
 #: What sizes a replica's memory, most direct first (after the error's own knob).
 _MEMORY_FIELDS = ("engine.kv_cache_memory_gib", "engine.tensor_parallel_size",
+                  "engine.pipeline_parallel_size",
                   "hardware_overrides.memory_total_gib", "hardware", "model", "engine.preset",
                   "engine.max_num_seqs", "engine.max_num_batched_tokens")
 #: Knobs that move memory only through the activation peak: named after the rest.
@@ -513,10 +551,37 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
     ``kv_cache_memory_gib`` in place of the rule's terms where given. ``field_of(*fields)``:
     the YAML path an error names (:func:`_memory_path`).
 
+    With pipeline parallelism each stage's GPUs hold their layers' weights and KV (the
+    first stage the embedding, the last the LM head and the sampler's activations), and
+    the replica's cache is the smallest stage's in tokens: vLLM takes the minimum block
+    count over its workers (``get_kv_cache_configs`` in vllm/v1/core/kv_cache_utils.py).
+
     Raises:
         ScenarioError: the weights or one KV block do not fit; a vLLM engine's cache
             cannot hold one ``max_model_len`` request (vLLM refuses to start).
     """
+    rule, pp = preset.memory, engine.pipeline_parallel_size
+    if pp == 1:
+        kv = _stage_capacity(model, hw, engine, preset, path, field_of)
+    else:
+        stages, start = [], 0
+        for i, layers in enumerate(pp_layer_partition(model.num_hidden_layers, pp)):
+            stages.append(_stage_capacity(stage_shape(model, start, start + layers), hw, engine,
+                                          preset, path, field_of, i == 0, i == pp - 1))
+            start += layers
+        kv = min(stages, key=lambda k: k.num_gpu_blocks)
+    if rule.rule in ("vllm_v1", "vllm_v0") and kv.num_tokens < engine.max_model_len:
+        fraction = f"engine.{rule.fraction_knob}"
+        raise ScenarioError(_too_small_for_max_model_len(kv, engine), file=str(path),
+                            path=field_of("engine.max_model_len", fraction, *_MEMORY_FIELDS))
+    return kv
+
+
+def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig,
+                    preset: EnginePreset, path: Path, field_of, embedding: bool = True,
+                    lm_head: bool = True) -> KVCapacity:
+    """:func:`_capacity` of one GPU group holding ``model``'s layers (the whole model, or
+    one pipeline stage's, with or without the embedding and the LM head)."""
     rule, tp = preset.memory, engine.tensor_parallel_size
     fraction = f"engine.{rule.fraction_knob}"
     field = field_of(fraction, *_MEMORY_FIELDS)
@@ -527,7 +592,8 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
                              max_num_seqs=engine.max_num_seqs,
                              max_num_batched_tokens=engine.max_num_batched_tokens,
                              num_sms=hw.num_sms or 0,
-                             dp_attention=engine.enable_dp_attention)
+                             dp_attention=engine.enable_dp_attention, embedding=embedding,
+                             lm_head=lm_head)
         terms = _with_overrides(terms, engine)
         kv = pool_from_terms(terms, tensor_parallel_size=tp,
                              kv_bytes_per_token=kv_bytes_per_token(model, engine),
@@ -544,9 +610,6 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
         kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=kv_bytes),
                              tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
                              block_size=engine.block_size)
-    if rule.rule in ("vllm_v1", "vllm_v0") and kv.num_tokens < engine.max_model_len:
-        raise ScenarioError(_too_small_for_max_model_len(kv, engine), file=str(path),
-                            path=field_of("engine.max_model_len", fraction, *_MEMORY_FIELDS))
     return kv
 
 

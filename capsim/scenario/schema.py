@@ -50,6 +50,9 @@ class EngineConfig(StrictModel):
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)
     max_model_len: Int | None = Field(default=None, gt=0)
     tensor_parallel_size: Int = Field(default=1, gt=0)
+    # vLLM --pipeline-parallel-size: the layers split over this many stages of
+    # tensor_parallel_size GPUs each (capsim.cost.pipeline; one batch in flight).
+    pipeline_parallel_size: Int = Field(default=1, gt=0)
     block_size: Int = Field(default=16, gt=0)
     enable_prefix_caching: bool = True        # vLLM v1 default
     # Memory fractions, by engine (the preset's memory rule reads its own).
@@ -116,6 +119,11 @@ class EngineConfig(StrictModel):
         weights (vLLM ``CacheConfig.cache_dtype`` "auto" = the model dtype, not the
         quantization)."""
         return 2 if self.kv_cache_dtype == "auto" else DTYPE_BYTES[self.kv_cache_dtype]
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica: tensor_parallel_size × pipeline_parallel_size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def chunked(self) -> bool:

@@ -242,6 +242,9 @@ def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOptio
             floors = slo_floors_ms(opt.run, int(trace.prompt_tokens.min()))
             problems = unreachable(p.base.spec.slo.targets, floors)
             tp = opt.tensor_parallel_size
+            if opt.run.serving_pool.engine.pipeline_parallel_size > 1:
+                problems.append("pipeline-parallel replicas are not sized (capsim runs one "
+                                "batch in flight per replica)")
             if p.mode == "rate" and p.gpus % tp:
                 problems.append(f"{p.gpus} GPUs is not a multiple of TP {tp}")
             if p.mode == "gpus" and p.max_gpus < tp:

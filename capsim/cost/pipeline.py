@@ -1,0 +1,213 @@
+"""Roofline price of one engine step of a pipeline-parallel replica (TP × PP GPUs).
+
+vLLM splits the layers over ``pipeline_parallel_size`` stages
+(:func:`~capsim.cost.operators.pp_layer_partition`, its ``get_pp_indices``); each stage is
+a tensor-parallel group of TP GPUs holding its layers, the first also the embedding, the
+last also the final norm and the LM head. A step's batch goes through the stages in
+turn; between two stages every TP rank sends its 1/TP slice of the hidden states and the
+residual (``IntermediateTensors`` of two tensors of tokens × hidden, e.g.
+vllm/model_executor/models/llama.py) and the next stage all-gathers them over its own
+TP group (``send_tensor_dict(..., all_gather_group=get_tp_group())`` in
+vllm/v1/worker/gpu_worker.py). So one step costs
+
+    Σ_stages stage_s + Σ_boundaries (latency + 2·n·h·2 / TP / bw + all-gather over TP)
+
+with each boundary over NVLink when both stages sit in one node and over the hardware's
+scale-out link otherwise (GPUs fill nodes in order: stage s holds GPUs s·TP … s·TP+TP−1).
+The engine's host overhead and the hardware's per-step overhead are counted once.
+
+What is modelled: ONE batch in flight. vLLM V1 keeps up to PP batches in flight with
+pipeline parallelism (``max_concurrent_batches`` = PP in vllm/v1/executor), so a loaded
+replica overlaps the stages and its throughput approaches 1 / max(stage) rather than
+1 / Σ(stages); capsim's replica runs one step at a time, so PP here shows the latency of
+a step and the memory of the partition, and under-states a PP replica's throughput by up
+to PP×. Micro-batching within a step is not modelled either.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from capsim.cost.operators import ACTIVATION_BYTES, pp_layer_partition, stage_shape
+from capsim.cost.pricer import OperatorCost, StepCost, StepPricer, WorkTally
+from capsim.profiles.engines import HostOverhead
+from capsim.profiles.hardware import HardwareProfile
+from capsim.profiles.links import LinkProfile
+from capsim.profiles.models import ModelShape
+
+#: Tensors a stage hands to the next: hidden states and the residual (vLLM's
+#: ``IntermediateTensors({"hidden_states": ..., "residual": ...})`` in its decoder models).
+PP_TENSORS = 2
+
+
+def stage_link_crosses_node(boundary: int, tp: int, gpus_per_node: int | None) -> bool:
+    """Whether any TP rank of stage ``boundary`` sends to its peer of stage ``boundary``+1
+    in another node, GPUs filling nodes in order (rank r of stage s is GPU s·TP + r)."""
+    if gpus_per_node is None:
+        return False
+    return any((boundary * tp + r) // gpus_per_node != ((boundary + 1) * tp + r) // gpus_per_node
+               for r in range(tp))
+
+
+def pp_transfer_terms(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,
+                      scale_out: LinkProfile | None) -> tuple[float, float]:
+    """(fixed s, s per token of the step) of the PP − 1 stage-to-stage handoffs.
+
+    Each handoff: every TP rank sends 2 × h × 2 / TP bytes per token (hidden states and
+    residual, bf16) over NVLink (× the profile's interconnect efficiency) or the scale-out
+    link, then the receiving stage all-gathers the slices over NVLink (ring: (TP − 1) /
+    TP of the message per rank). Latency: the link's, plus (TP − 1) NVLink hops of the
+    all-gather. One node of ``hw.gpus_per_node`` GPUs, or None (every GPU in one domain).
+
+    Raises:
+        ScenarioError: (from the caller) a handoff crosses nodes without ``scale_out``.
+    """
+    nv_bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+    nv_lat = hw.tp_link_latency_s
+    message = PP_TENSORS * model.hidden_size * ACTIVATION_BYTES     # bytes per token
+    fixed = per_token = 0.0
+    for b in range(pp - 1):
+        if stage_link_crosses_node(b, tp, hw.gpus_per_node):
+            if scale_out is None:
+                raise ValueError("a pipeline stage boundary crosses nodes but the hardware "
+                                 "has no scale_out_link")
+            bw, lat = scale_out.bandwidth_bytes_per_s, scale_out.latency_s
+        else:
+            bw, lat = nv_bw, nv_lat
+        fixed += lat
+        per_token += message / tp / bw
+        if tp > 1:                   # ring all-gather of the TP slices on the receiving stage
+            fixed += (tp - 1) * nv_lat
+            per_token += (tp - 1) / tp * message / nv_bw
+    return fixed, per_token
+
+
+class PipelinePricer:
+    """Prices engine steps of a TP × PP replica: the same interface the engine uses of a
+    :class:`~capsim.cost.pricer.StepPricer` (``cost``, ``decode_costs``, ``work``,
+    ``new_tally``, ``breakdown``, ``experts_hit``), one StepPricer per stage.
+
+    ``cost().seconds`` = Σ stage seconds (each without host overhead, the hardware's
+    step overhead on the last stage only) + the handoffs (:func:`pp_transfer_terms`),
+    then the engine's host overhead as :class:`StepPricer` applies it. FLOPs and bytes
+    per GPU column (Σ over stages of one TP rank's): × TP gives the replica's.
+    ``compute_bound``: any stage is. One batch in flight (module docstring).
+
+    Args:
+        pipeline_parallel_size: stages (>= 2; 1 needs no PipelinePricer).
+        scale_out: the link between nodes, needed when a stage boundary crosses one.
+        **pricer_kwargs: as :class:`StepPricer` (weight_dtype, kv_cache_dtype_bytes,
+            routing_skew, dp_attention, expert_parallel).
+
+    Raises:
+        ScenarioError: PP exceeds the layers; anything a stage's StepPricer refuses.
+        ValueError: a boundary crosses nodes and ``scale_out`` is None.
+    """
+
+    __slots__ = ("model", "hw", "tensor_parallel_size", "pipeline_parallel_size", "stages",
+                 "partition", "_fixed_s", "_per_token_s", "_host")
+
+    def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
+                 pipeline_parallel_size: int, host: HostOverhead | None = None,
+                 scale_out: LinkProfile | None = None, **pricer_kwargs):
+        tp, pp = tensor_parallel_size, pipeline_parallel_size
+        self.model, self.hw = model, hw
+        self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
+        self.partition = pp_layer_partition(model.num_hidden_layers, pp)
+        quiet = hw.model_copy(update={"step_overhead_s": 0.0})
+        stages, start = [], 0
+        for i, layers in enumerate(self.partition):
+            last = i == pp - 1
+            stages.append(StepPricer(stage_shape(model, start, start + layers),
+                                     hw if last else quiet, tp, host=None,
+                                     scale_out=scale_out, embedding=i == 0, lm_head=last,
+                                     **pricer_kwargs))
+            start += layers
+        self.stages: tuple[StepPricer, ...] = tuple(stages)
+        self._fixed_s, self._per_token_s = pp_transfer_terms(model, hw, tp, pp, scale_out)
+        # The host terms, applied once to the whole step (StepPricer's own formula).
+        self._host = StepPricer(model, quiet, tp, host=host) if host is not None else None
+
+    def transfer_s(self, tokens: int) -> float:
+        """Seconds of the PP − 1 handoffs of a step of ``tokens`` tokens."""
+        return self._fixed_s + self._per_token_s * tokens
+
+    def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+             prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
+             logits_seqs: int | None = None, prefill_seqs: int | None = None) -> StepCost:
+        """:meth:`StepPricer.cost` of the whole pipeline (same arguments)."""
+        n = prefill_tokens + decode_seqs
+        if n <= 0:
+            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
+        parts = [s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
+                        prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
+                        decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs)
+                 for s in self.stages]
+        seconds = 0.0
+        for p in parts:
+            seconds += p.seconds
+        transfer = self._fixed_s + self._per_token_s * n
+        seconds += transfer
+        overhead = sum(p.overhead_s for p in parts)
+        if self._host is not None and self._host._host:
+            if prefill_seqs is None:
+                prefill_seqs = 1 if prefill_tokens else 0
+            gpu_s = seconds
+            seconds = self._host._with_host(gpu_s, decode_seqs + prefill_seqs, prefill_tokens)
+            overhead += seconds - gpu_s
+        return StepCost(seconds, sum(p.flops for p in parts), sum(p.bytes for p in parts),
+                        sum(p.compute_s for p in parts), sum(p.memory_s for p in parts),
+                        sum(p.comm_s for p in parts) + transfer, overhead,
+                        any(p.compute_bound for p in parts))
+
+    def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`StepPricer.decode_costs` of the pipeline: bit-for-bit
+        ``cost(decode_seqs=n, decode_ctx_tokens=ctx, logits_seqs=n).seconds`` per step
+        (the stages' arrays summed in :meth:`cost`'s order, then the handoffs and host)."""
+        total, bound = None, None
+        for s in self.stages:
+            secs, b = s.decode_costs(seqs, ctx0, lengths)
+            total = secs.copy() if total is None else total + secs
+            if b is not None:
+                bound = b.copy() if bound is None else bound | b
+        n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
+        total = total + (self._fixed_s + self._per_token_s * n)
+        if self._host is not None and self._host._host:
+            total = self._host._with_host_array(total, n)
+        return total, bound
+
+    def new_tally(self) -> WorkTally:
+        """A tally for :meth:`work` (by token count when the model has routed experts)."""
+        return WorkTally(by_tokens=self.model.is_moe)
+
+    def work(self, tally: WorkTally) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) of one GPU column (Σ over stages of one TP rank's)."""
+        flops = nbytes = 0.0
+        for s in self.stages:
+            f, b = s.work(tally)
+            flops, nbytes = flops + f, nbytes + b
+        return flops, nbytes
+
+    def experts_hit(self, tokens: int) -> float:
+        """Expected experts hit per MoE layer (the same on every stage)."""
+        for s in self.stages:
+            if s.model.moe_layers:
+                return s.experts_hit(tokens)
+        return 0.0
+
+    def breakdown(self, **inputs) -> list[OperatorCost]:
+        """Per-operator costs summed over the stages, by operator name (the handoffs are
+        not an operator: :meth:`transfer_s`)."""
+        rows: dict[str, OperatorCost] = {}
+        for s in self.stages:
+            for op in s.breakdown(**inputs):
+                old = rows.get(op.name)
+                rows[op.name] = op if old is None else OperatorCost(
+                    op.name, old.count + op.count, old.flops + op.flops, old.bytes + op.bytes,
+                    old.compute_s + op.compute_s, old.memory_s + op.memory_s)
+        return list(rows.values())
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        return self.stages[0].ridge_flops_per_byte

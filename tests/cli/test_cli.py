@@ -100,6 +100,15 @@ BAD = [
      "variants.1.engine.tensor_parallel_size: expert parallel size 16 (tensor_parallel_size) "
      "must divide num_experts 8 of mixtral-8x7b"),
     ("engine.moe_routing_skew", -0.5, "engine.moe_routing_skew: "),
+    # Pipeline parallelism (issue 15, bad input): every stage needs a layer (vLLM's
+    # get_pp_indices); Llama-3.1-8B has 32. The scale-out link must exist.
+    ("engine.pipeline_parallel_size", 33, "engine.pipeline_parallel_size: "
+     "pipeline_parallel_size 33 exceeds the model's 32 layers"),
+    ("variants.1.engine.pipeline_parallel_size", 0, "variants.1.engine.pipeline_parallel_size: "),
+    ("hardware_overrides", {"scale_out_link": "infiniband-xdr"},
+     "hardware_overrides.scale_out_link: unknown link 'infiniband-xdr'"),
+    ("hardware_overrides", {"scale_out_link": None},
+     "gpus_per_node and scale_out_link must both be set"),
 ]
 
 

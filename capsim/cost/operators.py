@@ -36,7 +36,12 @@ Sliding-window and chunked-attention layers attend over at most their window.
 Tensor parallelism: 2 all-reduces per layer (after o_proj and down_proj)
 plus one after the vocab-parallel embedding, each of tokens × hidden × 2
 bytes, priced by the ring all-reduce α-β model (:func:`ring_all_reduce_s`),
-and a gather of the vocab-sharded logits to rank 0.
+and a gather of the vocab-sharded logits to rank 0. Expert parallelism with
+data-parallel attention: each MoE layer's all-reduces become an all-to-all dispatch
+and combine (:func:`all_to_all_s`, :func:`moe_all_to_all_bytes_per_token`); the
+busiest rank under routing skew: :func:`expert_rank_loads`. Pipeline parallelism:
+the layer split (:func:`pp_layer_partition`) and a stage's shape (:func:`stage_shape`);
+the stages are priced in :mod:`capsim.cost.pipeline`.
 """
 
 from __future__ import annotations

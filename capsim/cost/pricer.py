@@ -207,11 +207,13 @@ class StepPricer:
             :func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token`), as vLLM
             switches to its all2all backends only when ``dp_size > 1`` and EP
             (``FusedMoEParallelConfig.use_all2all_kernels`` in
-            vllm/model_executor/layers/fused_moe/config.py) and SGLang's DeepEP mode runs
-            with DP attention (python/sglang/srt/layers/moe/ep_moe/); without DP attention
-            every rank holds every token, runs its experts on them and the all-reduce
-            combines them (priced as TP's). Traffic to GPUs of another node
-            (``hw.gpus_per_node``) goes over ``scale_out``.
+            vllm/model_executor/layers/fused_moe/config.py; SGLang's DeepEP dispatcher,
+            python/sglang/srt/layers/moe/token_dispatcher/deepep.py, moves the same
+            pairs); without DP attention every rank holds every token, runs its experts
+            on them and the all-reduce combines them (priced as TP's; SGLang can instead
+            reduce-scatter the tokens and run DeepEP under TP attention: not modelled).
+            Traffic to GPUs of another node (``hw.gpus_per_node``) goes over
+            ``scale_out``.
         scale_out: the link between nodes (``hw.scale_out_link``, loaded by the caller);
             needed only when the EP group spans nodes.
         embedding, lm_head: whether this GPU group runs the embedding gather (and its

@@ -102,3 +102,32 @@ def test_pipeline_in_a_disaggregated_pool_is_refused(tmp_path):
         _runs(tmp_path, doc)
     assert exc.value.path == "variants.0.disaggregation.prefill.engine.pipeline_parallel_size"
     assert "not modelled in a disaggregated pool" in exc.value.message
+
+
+def test_pipeline_macro_steps_match_the_step_loop(tmp_path):
+    """Decode runs priced in one event (PipelinePricer.decode_costs) land on the same
+    floats as the step-by-step loop."""
+    runs, path = _runs(tmp_path)
+    rc = runs["tp4pp2"]
+    trace = build(rc.workload, rc.seed, base_dir=path.parent)
+    a, b = simulate(rc, trace), simulate(rc, trace, macro_steps=False)
+    assert np.array_equal(a.requests.finish_s, b.requests.finish_s)
+    assert np.array_equal(a.requests.first_token_s, b.requests.first_token_s)
+
+
+def test_dp_attention_with_ep_pool_prices_the_all_to_all(tmp_path):
+    """DeepSeek-V3 on 8 × H200 with DP attention + EP: the pool's pricer dispatches and
+    combines over NVLink (116 all-to-alls of 4.28 µs latency each); EP 16 on two nodes
+    goes over the profile's scale-out link, InfiniBand NDR (30 µs each)."""
+    doc = {"name": "ds", "model": "deepseek-v3", "hardware": "h200-sxm",
+           "engine": {"tensor_parallel_size": 8, "dtype": "fp8", "max_model_len": 8192,
+                      "enable_dp_attention": True, "enable_expert_parallel": True},
+           "workload": DOC["workload"],
+           "variants": [{"name": "ep8"},
+                        {"name": "ep16", "engine": {"tensor_parallel_size": 16}}]}
+    runs, _ = _runs(tmp_path, doc)
+    ep8 = runs["ep8"].pool().pricer(runs["ep8"].model)
+    ep16 = runs["ep16"].pool().pricer(runs["ep16"].model)
+    assert ep8.all_to_all_terms()[0] == pytest.approx(116 * 4.28e-6)
+    assert ep16.all_to_all_terms()[0] == pytest.approx(116 * 30e-6)
+    assert runs["ep16"].num_gpus == 16

@@ -17,11 +17,14 @@ scale-out link otherwise (GPUs fill nodes in order: stage s holds GPUs s·TP …
 The engine's host overhead and the hardware's per-step overhead are counted once.
 
 What is modelled: ONE batch in flight. vLLM V1 keeps up to PP batches in flight with
-pipeline parallelism (``max_concurrent_batches`` = PP in vllm/v1/executor), so a loaded
-replica overlaps the stages and its throughput approaches 1 / max(stage) rather than
-1 / Σ(stages); capsim's replica runs one step at a time, so PP here shows the latency of
-a step and the memory of the partition, and under-states a PP replica's throughput by up
-to PP×. Micro-batching within a step is not modelled either.
+pipeline parallelism (the executor's ``max_concurrent_batches`` is PP; ``EngineCore.
+step_with_batch_queue`` in vllm/v1/engine/core.py schedules a further batch of requests
+not already in flight while the queue has room), so a loaded replica overlaps the
+stages and its throughput approaches 1 / max(stage) rather than 1 / Σ(stages) when the
+stages are compute-bound (memory-bound decode gains little: each in-flight batch reads
+the stage's weights again). capsim's replica runs one step at a time, so PP here gives
+the latency of a step and the memory of the partition, and can under-state a PP
+replica's throughput by up to PP×. Micro-batching within a step is not modelled either.
 """
 
 from __future__ import annotations

@@ -103,6 +103,10 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("pcie_bandwidth_bytes_per_s", _num(base.pcie_bandwidth_bytes_per_s),
          "per direction (Gen5 x16: 64e9; Gen4 x16: 32e9)"),
         ("pcie_latency_s", _num(base.pcie_latency_s), "per hop"),
+        ("gpus_per_node", _num(base.gpus_per_node),
+         "optional: GPUs in one NVLink domain (HGX / DGX: 8); null with scale_out_link"),
+        ("scale_out_link", base.scale_out_link or "null",
+         "optional: link between nodes, one port per GPU (capsim/profiles/data/links)"),
     ])
     tail = _fields([
         ("step_overhead_s", _num(base.step_overhead_s),

@@ -47,18 +47,18 @@ from capsim.cost.operators import (
     ACTIVATION_BYTES,
     WEIGHT_DTYPE_BYTES,
     Matmul,
+    all_to_all_s,
     attention_work,
     check_tensor_parallel,
     dp_attention_work,
     curve_efficiency,
     elementwise_bytes_per_token,
     expected_experts_hit,
+    expert_rank_loads,
     expert_work,
     keys_per_query,
     layer_matmuls,
     lm_head,
-    all_to_all_s,
-    expert_rank_loads,
     moe_all_to_all_bytes_per_token,
     ring_all_reduce_s,
     windowed,
@@ -384,7 +384,9 @@ class StepPricer:
     def experts_hit(self, tokens: int) -> float:
         """Expected distinct experts per MoE layer a step of ``tokens`` tokens reads
         (:func:`~capsim.cost.operators.expected_experts_hit` with this pricer's routing
-        skew); memoised per token count. 0.0 for a dense model."""
+        skew); memoised per token count. 0.0 for a dense model. Expert parallel with a
+        routing skew: the busiest rank's distinct experts × EP (its weight reads in the
+        per-GPU units of a TP slice of every expert)."""
         if self._experts is None or tokens <= 0:
             return 0.0
         hit = self._hits.get(tokens)
@@ -545,7 +547,8 @@ class StepPricer:
         The routed experts' terms come from the tally's steps per token count (a tally
         from :meth:`new_tally`). Not exact for MLA (prefill and decode pairs are summed
         together and priced at the prefill rate) nor for windowed layers (the pairs are
-        uncapped): an upper bound there."""
+        uncapped): an upper bound there; nor with expert parallelism under a routing
+        skew, whose expert terms are the busiest rank's (× EP): an upper bound."""
         a, lm = self._attn, self._lm
         logits, logit_steps = (tally.logits, tally.logit_steps) if self._lm_on else (0, 0)
         flops = (self._flops_per_token * tally.tokens + lm.flops_per_row * logits

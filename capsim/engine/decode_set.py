@@ -253,7 +253,7 @@ class DecodeSet:
         """The longest gap of kept epochs lo..hi−1 (never NaN: only epoch 0's is)."""
         if hi - lo < 32:
             return max(self._epoch_gap[lo:hi])
-        view = np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo, offset=lo * 8)
-        top = float(view.max())
-        del view                                  # release the buffer: the array grows again
-        return top
+        # One expression, no named view: the buffer is released before the array grows
+        # again, even if a profiler (Dask's) snapshots this frame's locals meanwhile.
+        return float(np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo,
+                                   offset=lo * 8).max())

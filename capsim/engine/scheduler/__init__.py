@@ -43,12 +43,14 @@ SGLANG_KNOBS = ("init_new_token_ratio", "min_new_token_ratio_factor",
 
 def make_kv(eng: EngineConfig, num_gpu_blocks: int) -> BlockAllocator | ContiguousAllocator:
     """A replica's KV pool of ``num_gpu_blocks`` blocks: paged (vLLM), or a contiguous
-    baseline (``engine.kv_allocator``)."""
+    baseline (``engine.kv_allocator``). The paged pool caches prefixes when
+    ``enable_prefix_caching`` is on and the policy supports it
+    (``supports_prefix_caching``)."""
     if eng.kv_allocator != "paged":
         return ContiguousAllocator(num_gpu_blocks * eng.block_size, eng.block_size)
     return BlockAllocator(num_gpu_blocks, eng.block_size,
                           enable_caching=eng.enable_prefix_caching
-                          and eng.scheduler == "continuous")
+                          and POLICIES[eng.scheduler].supports_prefix_caching)
 
 
 def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocator,

@@ -57,6 +57,9 @@ class Scheduler(ABC):
     """
 
     role = "colocated"
+    #: Whether the policy can run over a prefix-caching allocator (``make_kv`` enables
+    #: caching only for those).
+    supports_prefix_caching = False
 
     def __init__(self) -> None:
         self.waiting: deque[Request] = deque()

@@ -75,6 +75,12 @@ class ContinuousScheduler(Scheduler):
     """
 
     grows_kv = True       # decoders take blocks as they grow (False: reserved up front)
+    #: The policy can use a prefix-caching allocator (``make_kv`` turns caching on only then).
+    supports_prefix_caching = True
+    #: Full blocks enter the prefix cache when they are scheduled, as vLLM v1 does
+    #: (``allocate_slots`` → ``cache_blocks``), decode blocks as they fill. False: the policy
+    #: registers computed blocks itself after their step (SGLang, TensorRT-LLM).
+    registers_when_scheduled = True
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
@@ -97,6 +103,7 @@ class ContinuousScheduler(Scheduler):
         self.alloc = allocator
         self.bs = allocator.block_size
         self.caching = allocator.enable_caching
+        self._register_now = self.caching and self.registers_when_scheduled
         self.itl = itl
         self.num_classes = num_classes
         self.prefilling: dict[int, Request] = {}   # running, still computing prompt tokens
@@ -243,14 +250,9 @@ class ContinuousScheduler(Scheduler):
             if not alloc.can_allocate(need + (alloc.num_free_among(hit) if hit else 0)):
                 break
             if self.caching:
-                self._count_lookup(req, hit)
-                alloc.touch(hit)
-                req.blocks = list(hit)
-                req.num_computed = cached
-                req.num_registered = len(hit)
-                self.kv_tokens += cached
+                self._take_prefix(req, hit)
             req.blocks.extend(alloc.allocate(need))
-            if self.caching and req.shareable:
+            if self._register_now and req.shareable:
                 self._register(req, cached + n)
             self._start(req, step, n)
             budget -= n
@@ -291,7 +293,7 @@ class ContinuousScheduler(Scheduler):
         in that order; shareable ones register their newly full block."""
         for req, block in zip(order, self.alloc.allocate(len(order))):
             req.blocks.append(block)
-        if self.caching and self.decoders.shareable:
+        if self._register_now and self.decoders.shareable:
             for req in order:
                 if req.shareable:
                     self._register(req, (len(req.blocks) - 1) * self.bs)
@@ -344,7 +346,7 @@ class ContinuousScheduler(Scheduler):
                 return False
         if need > 0:
             req.blocks.extend(self.alloc.allocate(need))
-        if self.caching and req.shareable:
+        if self._register_now and req.shareable:
             self._register(req, req.num_computed + n)
         return True
 
@@ -356,6 +358,17 @@ class ContinuousScheduler(Scheduler):
         cacheable = (req.num_tokens - 1) // self.bs
         extend_hashes(req.hashes, req.segments, self.bs, cacheable)
         return self.alloc.lookup(req.hashes[:cacheable])
+
+    def _take_prefix(self, req: Request, hit: list[int]) -> None:
+        """Admission with prefix caching: count the lookup, take a reference to the hit
+        blocks (``req`` holds no blocks yet) and skip their tokens."""
+        self._count_lookup(req, hit)
+        self.alloc.touch(hit)
+        req.blocks = list(hit)
+        cached = len(hit) * self.bs
+        req.num_computed = cached
+        req.num_registered = len(hit)
+        self.kv_tokens += cached
 
     def _count_lookup(self, req: Request, hit: list[int]) -> None:
         self.prefix_queried_tokens += req.num_tokens
@@ -381,7 +394,8 @@ class ContinuousScheduler(Scheduler):
     def _preempt(self, req: Request) -> None:
         """Preempt: swap the KV out if swap space allows, else recompute (free everything,
         back to the front of the queue). Either way the request loses its blocks."""
-        if req.dec_epoch0 >= 0:
+        decoding = req.dec_epoch0 >= 0
+        if decoding:
             self.decoders.leave(req)
         else:
             del self.prefilling[req.rid]
@@ -400,8 +414,8 @@ class ContinuousScheduler(Scheduler):
             req.state = SWAPPED
             self.swapped.append(req)
             return
-        if self.caching:
-            self._register(req, req.num_computed)    # its recompute can find them again
+        if self.caching:                             # its recompute can find them again
+            self._register(req, self._cached_at_preemption(req, decoding))
         self.alloc.free(req.blocks[::-1])
         req.blocks = []
         req.num_registered = 0
@@ -410,6 +424,11 @@ class ContinuousScheduler(Scheduler):
         req.num_computed = 0
         req.state = WAITING
         self.waiting.appendleft(req)
+
+    def _cached_at_preemption(self, req: Request, decoding: bool) -> int:
+        """Tokens of a preempted request that stay in the prefix cache: every computed one
+        (vLLM v1 frees the blocks, their hashes stay)."""
+        return req.num_computed
 
     # -------------------------------------------------------------- complete
     def complete(self, step: Step, now: float) -> None:

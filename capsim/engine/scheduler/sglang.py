@@ -63,6 +63,8 @@ class SglangScheduler(ContinuousScheduler):
     ``batch_is_full``: no admission is tried until a running request leaves).
     """
 
+    supports_prefix_caching = False     # the radix cache is not modelled yet
+
     def __init__(self, *, schedule_conservativeness: float, init_new_token_ratio: float,
                  min_new_token_ratio_factor: float, new_token_ratio_decay_steps: int,
                  retract_decode_steps: int, clip_max_new_tokens: int, **kwargs):

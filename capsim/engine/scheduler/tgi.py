@@ -51,7 +51,11 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
     token gap) or one decode step of every running request. Admission reserves the blocks
     of prompt + output − 1 tokens (TGI's router allocation), so nothing is preempted.
     ``waiting_tokens`` holds TGI's counter.
+
+    No prefix caching: TGI 2.1 had none (later releases added it).
     """
+
+    supports_prefix_caching = False
 
     def __init__(self, *, max_waiting_tokens: int, waiting_served_ratio: float, **kwargs):
         super().__init__(**kwargs)

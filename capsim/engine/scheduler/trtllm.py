@@ -52,6 +52,8 @@ class InflightBatching(ContinuousScheduler):
     admission for the step, and so does a paused request.
     """
 
+    supports_prefix_caching = False     # KV cache block reuse is not modelled yet
+
     def seq_blocks(self, req: Request) -> int:
         """Blocks one sequence of a new context takes (the capacity policy's)."""
         raise NotImplementedError
@@ -60,7 +62,7 @@ class InflightBatching(ContinuousScheduler):
         return per_seq
 
     def take_reservation(self, req: Request, per_seq: int) -> None:
-        req.blocks = self.alloc.allocate(per_seq)
+        req.blocks += self.alloc.allocate(per_seq - len(req.blocks))   # reused blocks count once
 
     def _schedule_chunked(self) -> Step:
         return self._schedule_inflight(chunk=True)

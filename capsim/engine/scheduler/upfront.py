@@ -39,11 +39,13 @@ class UpFrontKV:
 
     def take_reservation(self, req: Request, per_seq: int) -> None:
         """Allocate :meth:`group_blocks`: ``req``'s own sequence's in ``req.blocks``, its
-        future siblings' aside until they are forked."""
-        got = self.alloc.allocate(self.group_blocks(req, per_seq))
-        req.blocks = got[:per_seq]
+        future siblings' aside until they are forked. Blocks ``req`` already holds (a reused
+        prefix, shared with whoever else holds them) count once: only the rest is new."""
+        have = len(req.blocks)
+        got = self.alloc.allocate(self.group_blocks(req, per_seq) - have)
+        req.blocks += got[:per_seq - have]
         if req.n > 1:
-            self._sibling_blocks[req.rid] = got[per_seq:]
+            self._sibling_blocks[req.rid] = got[per_seq - have:]
 
     def _fork_samples(self, req: Request, now: float) -> None:
         """Fork as :class:`ContinuousScheduler` does, then give each sibling the blocks

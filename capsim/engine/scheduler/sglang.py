@@ -28,9 +28,36 @@ logic matches commit 00550cd11b35def9d584bf761a1e32729c20a21d), ``python/sglang/
 capsim's mapping: ``max_num_batched_tokens`` = ``chunked_prefill_size`` (with chunked
 prefill) or ``max_prefill_tokens`` (without), ``max_num_seqs`` = ``max_running_requests``,
 the page = capsim's KV block (SGLang pages by 1 token; its one-page allowances become one
-block), free tokens = free blocks × block size (no radix cache: capsim runs SGLang without
-prefix caching), ``output_tokens`` = ``max_new_tokens`` (the client's max_tokens, not
-``ignore_eos``).
+block), free tokens = free blocks × block size, ``output_tokens`` = ``max_new_tokens`` (the
+client's max_tokens, not ``ignore_eos``).
+
+The radix cache (``enable_prefix_caching`` = not ``--disable-radix-cache``, on by default),
+read at these commits:
+
+- ``mem_cache/radix_cache.py`` at 006b0e3d317f1cd4a7300e919a4eaa878b1947e7: ``match_prefix``
+  (the longest cached prefix, token by token with page_size 1), ``cache_unfinished_req``
+  (a prompt, or each chunk of it, is inserted after its prefill forward, so later requests
+  match it), ``cache_finished_req`` (prompt and output tokens inserted when the request
+  ends), ``evict`` (unreferenced leaves, least recently used first, only when memory is
+  needed), ``inc_lock_ref`` / ``dec_lock_ref`` (a matched prefix held by a request is not
+  evictable);
+- ``managers/schedule_policy.py`` at 00550cd (above): ``add_one_req`` pins the matched prefix
+  while it checks the budget (``_lock_node``: a prefix nobody held leaves the evictable
+  tokens, so it counts once against free memory); only the extend (input − prefix) is
+  charged to the token budgets and to memory; ``match_prefix_for_req`` /
+  ``_compute_max_prefix_len`` in ``schedule_batch.py`` (at most input − 1 tokens match);
+  ``calc_priority`` reorders the queue by longest prefix only under ``lpm`` (and
+  ``schedule_policy`` defaults to ``fcfs`` in ``arg_groups/fields/schedule.py`` at
+  001b88623b1def14a6970a26626d17c7ee874e91), so capsim keeps the queue order;
+- ``managers/schedule_batch.py`` ``release_req`` (a retracted request's KV is released
+  without inserting its output: ``cache_finished_req(req, is_insert=False)``).
+
+capsim approximates the token-granular tree with its block-granular prefix cache: a hit is
+rounded down to whole blocks (16 tokens in the preset), so capsim recomputes up to
+block_size − 1 tokens per request that SGLang reuses (where a shared system prompt ends
+inside a block, and the tail of a previous turn); eviction is least recently freed block
+first (SGLang: least recently matched leaf first); ``available_size + evictable_size`` is
+capsim's free blocks, cached ones included.
 """
 
 from __future__ import annotations
@@ -59,11 +86,17 @@ class SglangScheduler(ContinuousScheduler):
     longest prompt), until the rest fit; a retracted request frees its KV and goes to the
     back of the queue to recompute prompt + generated tokens.
 
+    With the radix cache (a caching allocator), a request admitted from the queue takes
+    its longest cached prefix and extends only the rest: the budget charges the extend,
+    and the prefix's blocks nobody else holds count against free memory once. Computed
+    prompt blocks are cached after their prefill step, the whole sequence when it ends; a
+    retracted request keeps only what its prefill had cached.
+
     Attributes: ``new_token_ratio`` (the current estimate), ``batch_full`` (SGLang's
     ``batch_is_full``: no admission is tried until a running request leaves).
     """
 
-    supports_prefix_caching = False     # the radix cache is not modelled yet
+    registers_when_scheduled = False
 
     def __init__(self, *, schedule_conservativeness: float, init_new_token_ratio: float,
                  min_new_token_ratio_factor: float, new_token_ratio_decay_steps: int,
@@ -155,9 +188,12 @@ class SglangScheduler(ContinuousScheduler):
             if self.num_running + req.n > self.max_num_seqs:
                 self.batch_full = True          # no free request slot
                 break
-            todo = req.remaining_to_compute
+            hit = self._cached_prefix(req) if self.caching else ()
+            cached = len(hit) * bs
+            locked = self.alloc.num_free_among(hit) * bs if hit else 0     # _lock_node
+            todo = req.remaining_to_compute - cached
             want = todo + min(max(req.output_tokens - req.num_generated, 0), self.clip) * req.n
-            fits = want + page < free - total
+            fits = want + page < free - locked - total
             idle = not self.running             # capsim: an idle engine takes the head anyway
             if not fits and not idle:
                 self.batch_full = admitted > 0 or self.decoders.size > 0     # NO_TOKEN
@@ -172,11 +208,14 @@ class SglangScheduler(ContinuousScheduler):
                 max_new = 0
                 if n <= 0:
                     break
-            need = blocks_needed(n, bs)
-            if not self.alloc.can_allocate(need):
+            need = blocks_needed(cached + n, bs) - len(hit)
+            if not self.alloc.can_allocate(need + locked // bs):
                 self.batch_full = admitted > 0 or self.decoders.size > 0
                 break
-            req.blocks = self.alloc.allocate(need)
+            if self.caching:
+                self._take_prefix(req, hit)
+                free -= locked                  # the prefix stays pinned by the request
+            req.blocks += self.alloc.allocate(need)
             self._start(req, step, n)
             if n < todo:
                 self._chunked = req
@@ -248,6 +287,21 @@ class SglangScheduler(ContinuousScheduler):
     def _finish(self, req, now: float) -> None:
         self.batch_full = False                 # a running request left
         super()._finish(req, now)
+
+    # ----------------------------------------------------------- radix cache
+    def complete(self, step: Step, now: float) -> None:
+        """As :meth:`ContinuousScheduler.complete`; with the radix cache, the tokens each
+        prefill chunk computed are cached first (``cache_unfinished_req``)."""
+        if self.caching:
+            for req, n in step.prefills:
+                if req.shareable:
+                    self._register(req, req.num_computed + n)
+        super().complete(step, now)
+
+    def _cached_at_preemption(self, req, decoding: bool) -> int:
+        """A retracted request's output is not inserted (``release_req``): what stays
+        cached is what its prefill inserted."""
+        return req.dec_computed0 if decoding else req.num_computed
 
     # --------------------------------------------------------------- decode runs
     def can_plan_run(self, step: Step) -> bool:

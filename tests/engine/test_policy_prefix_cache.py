@@ -1,5 +1,5 @@
-"""Prefix caching under SGLang's own policy, driven step by step (no SimPy) with batches
-and block counts checked by hand.
+"""Prefix caching under SGLang's and TensorRT-LLM's own policies, driven step by step (no
+SimPy) with batches and block counts checked by hand.
 
 Requests share a system prompt as the workload describes it (``shared_prefix``): segments
 (PREFIX, template, n) + (USER, rid, m); two requests hold identical tokens only inside the
@@ -7,10 +7,13 @@ shared prompt, so a block that straddles its end is never shared."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.scheduler.sglang import SglangScheduler
+from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import PREFIX, USER
 
@@ -148,3 +151,135 @@ def test_sglang_retracted_request_reuses_what_its_prefill_cached():
     alloc.free(hog)
     assert batch(step(sched, 15.0)) == ([(1, 17)], 0)     # 40 + 9 − 32
     assert sched.prefix_hit_tokens == 32 and a.state == RUNNING
+
+
+# ------------------------------------------------------------------ TensorRT-LLM
+
+
+def test_trtllm_second_request_reuses_the_stored_full_blocks_only():
+    """tokens_per_block 32: a 2,000-token system prompt fills 62 blocks (1,984 tokens); the
+    block holding tokens 1,984–2,015 also holds each request's own tokens, so it is not
+    reused (TensorRT-LLM's partial reuse would copy its 16 matching tokens). The prompt's
+    blocks are stored once its context has run: b, a step later, computes 2,100 − 1,984
+    = 116 tokens next to a's decode, but the token budget counted its whole prompt."""
+    sched, alloc = make(TrtllmScheduler, block_size=32, budget=8192)
+    a = shared(sched, 0, 2000, 100, 12)
+    assert batch(step(sched, 0.0)) == ([(0, 2100)], 0)
+    assert len(a.blocks) == 66                            # ceil(2,120 / 32), reserved
+    b = shared(sched, 1, 2000, 100, 12, t=1.0)
+    s = step(sched, 1.0)
+    assert batch(s) == ([(1, 116)], 1)
+    assert b.blocks[:62] == a.blocks[:62] and b.blocks[62] not in a.blocks
+    assert sched.prefix_hit_tokens == 1984
+
+
+def test_trtllm_reservation_counts_reused_blocks_once_but_the_check_counts_them_all():
+    """GUARANTEED_NO_EVICT: a new context needs the blocks of prompt + max_new_tokens free
+    (66 here) — TensorRT-LLM learns the reuse only when it adds the sequence — but takes
+    only the 4 it does not reuse: with a holding 66 of 131 blocks b waits; of 132 it runs
+    and the pool holds 66 + 4 blocks, the 62 shared ones once."""
+    for num_blocks, admitted in ((131, False), (132, True)):
+        sched, alloc = make(TrtllmScheduler, num_blocks=num_blocks, block_size=32)
+        shared(sched, 0, 2000, 100, 12)
+        step(sched, 0.0)
+        b = shared(sched, 1, 2000, 100, 12, t=1.0)
+        s = step(sched, 1.0)
+        if admitted:
+            assert batch(s) == ([(1, 116)], 1) and alloc.num_used_blocks == 70
+            assert len(b.blocks) == 66
+        else:
+            assert batch(s) == ([], 1) and b.state == WAITING
+            assert alloc.num_used_blocks == 66
+
+
+def test_trtllm_skips_a_context_whose_next_block_an_earlier_one_will_store():
+    """beneficialToSkip: a and b arrive together; b's first block not yet stored is the one
+    a's context will store, so b waits a step (c, behind it, shares nothing and starts);
+    then b reuses a's 62 blocks."""
+    sched, _ = make(TrtllmScheduler, block_size=32, budget=8192)
+    shared(sched, 0, 2000, 100, 12)
+    b = shared(sched, 1, 2000, 100, 12)
+    private(sched, 2, 300, 20)
+    assert batch(step(sched, 0.0)) == ([(0, 2100), (2, 300)], 0)
+    assert list(sched.waiting) == [b]
+    assert batch(step(sched, 1.0)) == ([(1, 116)], 2)
+
+
+def test_trtllm_chunked_context_after_reuse_ends_on_a_block_boundary():
+    """Chunked context: b's first chunk is sized as if nothing were reused, 511 → 480
+    tokens (a multiple of tokens_per_block); it then starts at 1,984 and runs 480 tokens,
+    ending at 2,464; the rest, 3,000 − 2,464 = 536, takes two more chunks (480, 56)."""
+    sched, _ = make(TrtllmScheduler, block_size=32, budget=512, chunked=True)
+    shared(sched, 0, 2000, 100, 50)
+    for t in range(5):
+        step(sched, float(t))                             # a's context: 480 × 4 + 180
+    shared(sched, 1, 2000, 1000, 5, t=5.0)
+    got = [batch(step(sched, float(t))) for t in range(5, 8)]
+    assert got == [([(1, 480)], 1), ([(1, 480)], 1), ([(1, 56)], 1)]
+
+
+def test_trtllm_max_utilization_reuses_the_prompt_blocks_at_its_first_chunk():
+    """MAX_UTILIZATION takes a new context's prompt blocks at its first chunk: with reuse,
+    the 62 shared ones by reference and 4 new ones."""
+    sched, alloc = make(TrtllmMaxUtilizationScheduler, block_size=32)
+    a = shared(sched, 0, 2000, 100, 12)
+    step(sched, 0.0)
+    used = alloc.num_used_blocks
+    b = shared(sched, 1, 2000, 100, 12, t=1.0)
+    assert batch(step(sched, 1.0)) == ([(1, 116)], 1)
+    assert alloc.num_used_blocks == used + 4 and b.blocks[:62] == a.blocks[:62]
+
+
+# ------------------------------------------------------------------ whole runs
+
+
+def test_engine_presets_reuse_prefixes_in_whole_runs_and_macro_steps_change_nothing(
+        write_scenario, tmp_path):
+    """Shared system prompts and multi-turn conversations under each engine that models
+    prefix caching, in a small KV cache (evictions, MAX_UTILIZATION pauses and SGLang
+    retractions happen): every request finishes, the cache saves prefill tokens (none
+    with caching off), and macro-steps give exactly the step-by-step result."""
+    from capsim.scenario.load import load
+    from capsim.sim.simulate import simulate
+    from capsim.workload import build
+
+    doc = {"name": "presets_prefix", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+           "engine": {"max_model_len": 4096, "kv_cache_memory_gib": 0.5},
+           "workload": {"num_requests": 120, "arrival": {"process": "poisson", "rate_per_s": 10},
+                        "classes": [{"name": "chat", "weight": 1,
+                                     "prompt_tokens": {"dist": "uniform", "min": 20, "max": 300},
+                                     "output_tokens": {"dist": "uniform", "min": 8, "max": 200},
+                                     "shared_prefix": {"tokens": 700, "fraction": 0.8,
+                                                       "num_templates": 2},
+                                     "conversation": {"turns": {"dist": "uniform", "min": 1,
+                                                                "max": 3},
+                                                      "think_time_s": 0.5}}]},
+           "variants": [
+               {"name": "trtllm", "engine": {"preset": "trtllm"}},
+               {"name": "trtllm-off", "engine": {"preset": "trtllm",
+                                                 "enable_prefix_caching": False}},
+               {"name": "trtllm-chunked", "engine": {"preset": "trtllm",
+                                                     "enable_chunked_prefill": True,
+                                                     "max_num_batched_tokens": 512}},
+               {"name": "trtllm-maxutil", "engine": {
+                   "preset": "trtllm", "capacity_scheduler_policy": "MAX_UTILIZATION",
+                   "enable_chunked_prefill": True, "max_num_batched_tokens": 512}},
+               {"name": "sglang", "engine": {"preset": "sglang",
+                                             "max_num_batched_tokens": 1024}}]}
+    loaded = load(write_scenario(tmp_path, doc))
+    saved, paused = {}, {}
+    for rc in loaded.runs:
+        trace = build(rc.workload, rc.seed, loaded.base_dir)
+        ref = simulate(rc, trace, macro_steps=False)              # checks the invariants
+        fast = simulate(rc, trace, macro_steps=True)
+        assert fast.requests == ref.requests, rc.variant
+        assert fast.replicas == ref.replicas, rc.variant
+        assert fast.timelines == ref.timelines, rc.variant
+        assert fast.sim_end_s == ref.sim_end_s, rc.variant
+        assert (np.asarray(ref.requests.status) == "finished").all(), rc.variant
+        saved[rc.variant] = sum(r.prefix_hit_tokens for r in ref.replicas)
+        paused[rc.variant] = sum(r.preemptions for r in ref.replicas)
+    assert saved["trtllm-off"] == 0
+    for name in ("trtllm", "trtllm-chunked", "trtllm-maxutil", "sglang"):
+        assert saved[name] > 0, name
+    assert paused["trtllm-maxutil"] > 0 and paused["sglang"] > 0

@@ -517,15 +517,16 @@ class ContinuousScheduler(Scheduler):
           and no KV is in flight to this replica;
         - no forked sample is about to copy a shared block, nothing is swapped out, and
           nothing was preempted while scheduling this step;
-        - with prefix caching, nothing waits: a block the run takes can evict one of the
-          queue head's cached blocks and change what its admission needs (without
-          caching a head that could not be admitted stays blocked while the run takes
-          blocks);
+        - with prefix caching and decoders that take blocks as they grow, nothing waits:
+          a block the run takes can evict one of the queue head's cached blocks and
+          change what its admission needs (without caching a head that could not be
+          admitted stays blocked while the run takes blocks; with KV reserved up front
+          the run takes none);
         - no multi-step scheduling (its windows open the queue at fixed steps).
         """
         return not (step.prefills or step.swap_bytes or not step.decode_seqs
                     or self._kv_ready or self.incoming or self._cow_pending or self.swapped
-                    or self._preempted_now or (self.caching and self.waiting)
+                    or self._preempted_now or (self.caching and self.grows_kv and self.waiting)
                     or self.num_scheduler_steps > 1)
 
     def plan_decode_run(self, step: Step, max_steps: int = 4096,

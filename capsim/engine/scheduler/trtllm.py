@@ -28,6 +28,43 @@ capsim's mapping: ``max_num_batched_tokens`` = ``max_num_tokens``, ``max_num_seq
 ``max_batch_size``, ``block_size`` = ``tokens_per_block`` (= the chunk unit),
 ``output_tokens`` = ``max_new_tokens``. Every step is one forward of all running decodes
 plus context (prefill) work (decodes never stall for a prompt).
+
+KV cache block reuse (``enable_prefix_caching`` = ``KvCacheConfig.enable_block_reuse``, on
+by default), read in the same files:
+
+- ``kvCacheManager.cpp`` at 002ba6a7cc5eb28f180d45d4a91142d9d927a606:
+  ``WindowBlockManager::addSequence`` / ``loadOrAllocateBlocks`` (a new context walks the
+  tree of stored blocks over its prompt minus the last token, takes every matching block,
+  freeing it from the free queue if nobody holds it, and allocates the rest);
+  ``storeContextBlocks`` (the prompt's full blocks become reusable once the context has
+  run; capsim stores them after a chunked context's last chunk, as
+  ``tensorrt_llm/_torch/pyexecutor/resource_manager.py`` does in later releases, where
+  earlier ones called it after every chunk) and ``releaseBlocks`` / ``storeBlocksForReuse`` (at release, prompt and generated
+  tokens minus the last; blocks go to the back of the LRU free queue, last block first);
+  ``getRemainingBlocksToCompletion`` (a request not yet added needs ceil((prompt +
+  max_new_tokens) / tokens_per_block) blocks: reuse is not known when it is scheduled);
+- ``scheduledBlocksManager.h`` ``NoEvictScheduledBlocksManager`` (GUARANTEED_NO_EVICT
+  compares that need with the free blocks, reusable ones included);
+- ``capacityScheduler.cpp`` (above) ``beneficialToSkip``: a new context whose first
+  not-yet-stored block is the one an earlier context of this pass (or a chunked context
+  still running) will store is skipped for this iteration, so that it reuses the block
+  next time; the requests behind it are still considered;
+- ``microBatchScheduler.cpp`` (above): a first context chunk is sized against
+  ``max_num_tokens`` as if nothing were reused;
+- ``cpp/include/tensorrt_llm/batch_manager/llmRequest.h`` at
+  d879430b040ea30c65220c9171a8a70607398748 ``setPrepopulatedPromptLen``: the reused
+  tokens are skipped afterwards; a chunk that does not end the prompt then ends on a
+  block boundary.
+
+capsim reuses full blocks only. TensorRT-LLM 1.0 also reuses a partially matching block
+(``enable_partial_reuse`` and ``copy_on_partial_reuse``, both True in
+``tensorrt_llm/llmapi/llm_args.py`` at fcd3f31682808ae56118ae43c1d7864a3a945e6f): where two
+prompts diverge inside a block, it takes (or copies) the matching tokens too, so capsim
+recomputes up to ``tokens_per_block`` − 1 tokens per request that TensorRT-LLM would not.
+GUARANTEED_NO_EVICT's reservation is physical in capsim (:mod:`.upfront`): a request's
+future blocks are taken at admission, so a cached block on the free queue is evicted
+when a reservation takes it rather than when the token is written, and capsim keeps fewer
+freed prompts cached than TensorRT-LLM when the pool is full.
 """
 
 from __future__ import annotations
@@ -37,6 +74,7 @@ from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.scheduler.upfront import UpFrontKV
 from capsim.engine.step import Step
 from capsim.kv.blocks import blocks_needed
+from capsim.kv.prefix import extend_hashes
 
 
 class InflightBatching(ContinuousScheduler):
@@ -50,9 +88,16 @@ class InflightBatching(ContinuousScheduler):
     needs a slot under ``max_num_seqs`` and the blocks its capacity policy reserves
     (:meth:`seq_blocks`, :meth:`group_blocks`); the first one that misses anything stops
     admission for the step, and so does a paused request.
+
+    With block reuse (a caching allocator): a new context takes the stored blocks of its
+    longest cached prefix and computes the rest; the token budget and the capacity check
+    count its whole prompt (TensorRT-LLM learns the reuse only when it adds the sequence);
+    a context that would store the same next block as one scheduled before it this step
+    waits a step instead (``beneficialToSkip``). The prompt's full blocks are stored when
+    its context has run, the whole sequence's when it ends or is paused.
     """
 
-    supports_prefix_caching = False     # KV cache block reuse is not modelled yet
+    registers_when_scheduled = False
 
     def seq_blocks(self, req: Request) -> int:
         """Blocks one sequence of a new context takes (the capacity policy's)."""
@@ -98,6 +143,9 @@ class InflightBatching(ContinuousScheduler):
         """New contexts in queue order while a slot, their blocks and tokens are there;
         the first that misses one stops the pass (a context cut to 0 tokens waits, and so
         does everything behind it)."""
+        if self.caching:
+            self._admit_contexts_reusing(step, room, chunk)
+            return
         waiting = self.waiting
         while waiting and self.num_running + waiting[0].n <= self.max_num_seqs:
             req = waiting[0]
@@ -111,6 +159,61 @@ class InflightBatching(ContinuousScheduler):
             self.take_reservation(req, blocks)
             self._start(req, step, n)
             room -= n
+
+    # ------------------------------------------------------------ block reuse
+    def _admit_contexts_reusing(self, step: Step, room: int, chunk: bool) -> None:
+        """:meth:`_admit_contexts` with block reuse: contexts that would store the same next
+        block as an earlier one are passed over; the others are admitted as without reuse,
+        then take their cached prefix and compute only the rest of the chunk."""
+        waiting, bs = self.waiting, self.bs
+        contributed = {self._next_stored_block(r) for r in self.prefilling.values()
+                       if r.state == RUNNING and r.shareable}
+        i = 0
+        while i < len(waiting) and self.num_running + waiting[i].n <= self.max_num_seqs:
+            req = waiting[i]
+            if req.shareable:
+                key = self._next_stored_block(req)
+                if key is not None:
+                    if key in contributed:
+                        i += 1                  # beneficialToSkip: reuse it next step
+                        continue
+                    contributed.add(key)
+            todo = req.remaining_to_compute
+            n = self._chunk(todo, room) if chunk else (todo if todo <= room else 0)
+            if n <= 0:
+                break
+            blocks = self.seq_blocks(req)
+            if not self.alloc.can_allocate(self.group_blocks(req, blocks)):
+                break
+            hit = self._cached_prefix(req)
+            cached = len(hit) * bs
+            # setPrepopulatedPromptLen: skip the reused tokens; a cut chunk ends on a block
+            run = todo - cached if cached + n >= todo else (cached + n) // bs * bs - cached
+            self._take_prefix(req, hit)
+            self.take_reservation(req, blocks)
+            if i:                               # _start admits the head of the queue
+                del waiting[i]
+                waiting.appendleft(req)
+            self._start(req, step, run)
+            room -= n                           # the budget counted the whole chunk
+
+    def _next_stored_block(self, req: Request) -> int | None:
+        """``findNewContextBlock``: the hash of ``req``'s first full block that is not in
+        the cache (None: all are), which its context will store."""
+        full = req.num_tokens // self.bs
+        extend_hashes(req.hashes, req.segments, self.bs, full)
+        k = len(self.alloc.lookup(req.hashes[:full]))
+        return req.hashes[k] if k < full else None
+
+    def complete(self, step: Step, now: float) -> None:
+        """As :meth:`ContinuousScheduler.complete`; with block reuse, a context that ran its
+        last chunk first stores its prompt's full blocks (``storeContextBlocks``: the
+        prompt minus its last token)."""
+        if self.caching:
+            for req, n in step.prefills:
+                if req.shareable and req.num_computed + n == req.num_tokens:
+                    self._register(req, req.num_tokens - 1)
+        super().complete(step, now)
 
 
 class TrtllmMaxUtilizationScheduler(InflightBatching):

@@ -283,6 +283,9 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     engine = _merged(EngineConfig, EngineConfig(), {**scheduler_knobs, **defaults, **user}, path,
                      where, "engine", user_keys=set(override))
     _check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    if engine.enable_prefix_caching and _no_prefix_cache(engine):
+        # a default the scenario did not give (vLLM V1's, the schema's) does not apply
+        engine = engine.model_copy(update={"enable_prefix_caching": False})
     try:
         engine = engine.resolved(model, set(knobs))
     except ValueError as exc:
@@ -362,6 +365,28 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
         fail("kv_allocator", f"scheduler {engine.scheduler} runs on its engine's paged KV "
                              "cache; the contiguous layouts are vLLM-style baselines (valid: "
                              "paged)")
+    reason = _no_prefix_cache(engine)
+    if reason and engine.enable_prefix_caching and "enable_prefix_caching" in user:
+        cause = "kv_allocator" if engine.kv_allocator != "paged" else "scheduler"
+        if where and cause in variant_keys and "enable_prefix_caching" not in variant_keys:
+            fail(cause, f"{reason}, and engine.enable_prefix_caching: true is set for the "
+                        "whole scenario (move it into the variants that need it)")
+        fail("enable_prefix_caching", f"{reason}; valid: false")
+
+
+def _no_prefix_cache(engine: EngineConfig) -> str:
+    """Why ``engine`` runs without a prefix cache whatever ``enable_prefix_caching`` says
+    ('' when it can have one): TGI 2.1 had none (the v3 router's radix allocator and
+    USE_PREFIX_CACHING came with TGI 2.3, huggingface/text-generation-inference 8deeaca and
+    b70ae09); static batching and the contiguous layouts are baselines without one."""
+    if engine.scheduler == "tgi":
+        return "TGI 2.1 has no prefix caching (it came with TGI 2.3's radix allocator)"
+    if engine.scheduler == "static":
+        return "static batching (scheduler static) runs without a prefix cache"
+    if engine.kv_allocator != "paged":
+        return (f"kv_allocator {engine.kv_allocator} has no prefix cache (it reuses paged "
+                "blocks)")
+    return ""
 
 
 def _preset_policies(preset: EnginePreset) -> tuple[str, ...]:

@@ -77,6 +77,16 @@ BAD = [
      "engine.kv_allocator: scheduler trtllm runs on its engine's paged KV cache"),
     ("engine", {"preset": "tgi", "enable_chunked_prefill": True},
      "engine.enable_chunked_prefill: TGI 2.1 prefills whole prompts"),
+    # Prefix caching: an engine without it refuses the knob rather than ignoring it.
+    ("engine", {"preset": "tgi", "enable_prefix_caching": True},
+     "engine.enable_prefix_caching: TGI 2.1 has no prefix caching (it came with TGI 2.3's "
+     "radix allocator); valid: false"),
+    ("variants.1.engine", {"scheduler": "static", "enable_prefix_caching": True},
+     "variants.1.engine.enable_prefix_caching: static batching (scheduler static) runs without "
+     "a prefix cache; valid: false"),
+    ("variants.1.engine", {"kv_allocator": "contiguous_max_tokens", "enable_prefix_caching": True},
+     "variants.1.engine.enable_prefix_caching: kv_allocator contiguous_max_tokens has no prefix "
+     "cache (it reuses paged blocks); valid: false"),
     # TGI's launcher: max_batch_prefill_tokens >= max_input_tokens (launcher/src/main.rs).
     ("engine", {"preset": "tgi", "max_model_len": 16384},
      "engine.max_model_len: TGI refuses to start with max_num_batched_tokens (its "
@@ -141,6 +151,24 @@ def test_scenario_knob_against_a_variants_preset_names_the_variant(
     code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and err.count("\n") == 1
     assert expected in err
+
+
+def test_prefix_caching_without_a_prefix_cache_is_off_unless_asked_for(tmp_path, run_cli,
+                                                                       write_scenario):
+    """vllm-v1's default (on) does not reach a static-batching variant, which resolves to
+    off; the same knob set true for the whole scenario names the variant that cannot have
+    it."""
+    from capsim.scenario.load import load
+
+    doc = with_(GOOD, "variants.1.engine", {"scheduler": "static"})
+    runs = load(write_scenario(tmp_path, doc)).runs
+    assert [rc.pool().engine.enable_prefix_caching for rc in runs] == [True, False]
+    doc = with_(doc, "engine", {"max_model_len": 4096, "enable_prefix_caching": True})
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 2 and err.count("\n") == 1
+    assert ("variants.1.engine.scheduler: static batching (scheduler static) runs without a "
+            "prefix cache, and engine.enable_prefix_caching: true is set for the whole "
+            "scenario (move it into the variants that need it)") in err
 
 
 def test_each_level_of_hardware_overrides_is_checked_on_its_own(tmp_path, run_cli,

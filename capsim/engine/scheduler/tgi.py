@@ -52,7 +52,10 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
     of prompt + output − 1 tokens (TGI's router allocation), so nothing is preempted.
     ``waiting_tokens`` holds TGI's counter.
 
-    No prefix caching: TGI 2.1 had none (later releases added it).
+    No prefix caching: TGI 2.1 had none (v2.1.0's ``router/src/infer/v3/block_allocator.rs``
+    hands out blocks without hashing them); the v3 router's radix allocator
+    (``backends/v3/src/radix.rs``) and ``USE_PREFIX_CACHING`` came with TGI 2.3 (8deeaca,
+    b70ae09), and the scenario's resolution refuses ``enable_prefix_caching: true``.
     """
 
     supports_prefix_caching = False

@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import Int, StrictModel
+from capsim.scenario.load_shape import Bursts, Schedule
 
 # --------------------------------------------------------------------------
 # Length distributions (discriminated on ``dist``)
@@ -276,6 +277,16 @@ class RequestClass(StrictModel):
     slo: Optional[dict[str, float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )
+    schedule: Optional[Schedule] = Field(
+        default=None, description="this class's rate factor over time (scenario/load_shape.py), "
+                                  "times the workload's")
+    bursts: Optional[Bursts] = Field(
+        default=None, description="this class's random rate factor, times the workload's")
+
+    @property
+    def time_varying(self) -> bool:
+        """The class has its own schedule or bursts."""
+        return self.schedule is not None or self.bursts is not None
 
 
 # --------------------------------------------------------------------------
@@ -315,6 +326,8 @@ class TraceConfig(StrictModel):
     format: Literal["azure", "columns"] = "azure"
     columns: Optional[TraceColumns] = None
     rate_scale: float = Field(default=1.0, gt=0, description="inter-arrival times are divided by it")
+    schedule: Optional[Schedule] = Field(
+        default=None, description="a time-varying factor on rate_scale (scenario/load_shape.py)")
     class_name: str = Field(default="trace", min_length=1)
 
     @model_validator(mode="after")
@@ -360,6 +373,10 @@ class WorkloadConfig(StrictModel):
     arrival: Optional[ArrivalConfig] = None
     classes: Optional[list[RequestClass]] = Field(default=None, min_length=1)
     trace: Optional[TraceConfig] = None
+    schedule: Optional[Schedule] = Field(
+        default=None, description="rate factor over time, every class (scenario/load_shape.py)")
+    bursts: Optional[Bursts] = Field(
+        default=None, description="random rate factor over time, every class")
 
     @model_validator(mode="after")
     def _check_source(self):
@@ -389,7 +406,30 @@ class WorkloadConfig(StrictModel):
                 "with trace give at most one of num_requests (first N rows) "
                 "or duration_s (rows arriving before it)"
             )
+        self._check_time_varying(closed)
         return self
+
+    def _check_time_varying(self, closed: bool) -> None:
+        """Schedules and bursts shape an open loop's arrival rate only."""
+        if self.trace is not None and (self.schedule is not None or self.bursts is not None):
+            raise ValueError("a replayed trace takes its time-varying rate as "
+                             "trace.schedule (a factor on rate_scale); remove workload."
+                             + ("schedule" if self.schedule is not None else "bursts"))
+        shaped = self.time_varying or (self.trace is not None and self.trace.schedule is not None)
+        if shaped and closed:
+            raise ValueError("schedule and bursts shape an open loop's arrival rate; process: "
+                             "concurrency sends a request as one ends (no rate); remove them "
+                             "or use an open-loop arrival")
+        if shaped and self.arrival is not None and self.arrival.all_at_once:
+            raise ValueError("rate_per_s: .inf sends every request at t = 0, which no "
+                             "schedule or bursts can shape; give a finite rate_per_s")
+
+    @property
+    def time_varying(self) -> bool:
+        """A synthetic workload whose rate changes over time (schedule or bursts, of the
+        workload or of a class)."""
+        return (self.schedule is not None or self.bursts is not None
+                or any(c.time_varying for c in self.classes or ()))
 
     @field_validator("warmup_request_count")
     @classmethod

@@ -22,6 +22,7 @@ import pandas as pd
 from capsim.common.errors import ScenarioError
 from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
+from capsim.workload.rate import schedule_pieces, warp
 from capsim.workload.trace import RequestTrace
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,20 @@ def _parse_arrivals(table: _Table, column: str, path: Path, yaml_path: str) -> n
     return (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
 
 
+def _scheduled(arrival_s: np.ndarray, trace: TraceConfig) -> np.ndarray:
+    """Trace times replayed at the time-varying rate ``rate_scale × schedule(t)``: the row
+    at trace time τ arrives at ``t`` with ``rate_scale·∫₀ᵗ schedule = τ``
+    (:mod:`capsim.workload.rate`). The mapping is increasing, so row order is kept."""
+    u = arrival_s / trace.rate_scale
+    last = float(u.max()) if len(u) else 0.0
+    horizon = max(last, 1.0)
+    while True:
+        pieces = schedule_pieces(trace.schedule, horizon)
+        if pieces.cumulative()[-1] >= last:
+            return warp(u, pieces)
+        horizon *= 2.0
+
+
 def load_trace(
     trace: TraceConfig,
     base_dir: Path,
@@ -216,7 +231,10 @@ def load_trace(
         log.warning("%s: %d rows with 0 output tokens replayed as 1 token", path, int(zero_out.sum()))
         output = np.where(zero_out, 1, output)
 
-    arrival_s = arrival_s / trace.rate_scale
+    if trace.schedule is None:
+        arrival_s = arrival_s / trace.rate_scale
+    else:                               # time-varying scale: t = F⁻¹(τ), F = rate_scale·∫ schedule
+        arrival_s = _scheduled(arrival_s, trace)
     if (np.diff(arrival_s) < 0).any():
         order = np.argsort(arrival_s, kind="stable")
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]

@@ -36,6 +36,7 @@ from capsim.scenario.workload import (
     UniformDist,
     WorkloadConfig,
 )
+from capsim.workload.rate import class_rates, warp
 from capsim.workload.replay import load_empirical
 from capsim.workload.trace import MAX_REQUESTS, ClosedLoop, RequestTrace
 
@@ -60,12 +61,17 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
     if workload.arrival.closed_loop:
         return closed_loop_trace(workload, seed, base_dir)
     arrival_ss, class_ss, length_ss = np.random.SeedSequence(seed).spawn(3)
-    arrival_s = sample_arrivals(
-        workload.arrival,
-        np.random.default_rng(arrival_ss),
-        num_requests=workload.num_requests,
-        duration_s=workload.duration_s,
-    )
+    class_weights = None
+    if workload.time_varying:
+        arrival_s, class_weights = _time_varying_arrivals(
+            workload, seed, np.random.default_rng(arrival_ss))
+    else:
+        arrival_s = sample_arrivals(
+            workload.arrival,
+            np.random.default_rng(arrival_ss),
+            num_requests=workload.num_requests,
+            duration_s=workload.duration_s,
+        )
     n = len(arrival_s)
     if n == 0:
         raise ScenarioError(
@@ -78,21 +84,24 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
             f"all {n} requests arriving before duration_s={workload.duration_s:g} would be "
             f"warm-up; lower warmup_request_count or increase duration_s",
             path="workload.warmup_request_count")
-    rows = _draw_rows(workload, arrival_s, class_ss, length_ss, base_dir, {})
+    rows = _draw_rows(workload, arrival_s, class_ss, length_ss, base_dir, {}, class_weights)
     return RequestTrace(class_names=workload.class_names,
                         warmup_requests=workload.warmup_request_count, **rows)
 
 
 def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
                class_ss: np.random.SeedSequence, length_ss: np.random.SeedSequence,
-               base_dir: Path, empirical: dict) -> dict:
+               base_dir: Path, empirical: dict, class_weights: np.ndarray | None = None) -> dict:
     """The columns of the requests arriving at ``arrival_s`` (shape ``(n,)``): classes from
     ``class_ss``; lengths, shared prefixes and later conversation turns (appended as rows,
     arrival NaN) from ``length_ss``. ``empirical`` caches the values of empirical length
-    files (filled on first use)."""
+    files (filled on first use). ``class_weights`` ``(n, C)``: each request's class weights
+    when they change over time (classes with their own schedule or bursts)."""
     n = len(arrival_s)
     classes = workload.classes
     weights = np.array([c.weight for c in classes], dtype=np.float64)
+    if class_weights is not None:
+        weights = class_weights
     class_id = choose_classes(weights, n, np.random.default_rng(class_ss))
 
     prompt = np.empty(n, dtype=np.int64)
@@ -350,12 +359,57 @@ def sample_arrivals(
     return t[: np.searchsorted(t, duration_s, side="left")]
 
 
+def _time_varying_arrivals(workload: WorkloadConfig, seed: int,
+                           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Arrival times under the workload's schedule and bursts (:mod:`capsim.workload.rate`:
+    the arrival process at ``rate_per_s`` in operational time, mapped through the inverse
+    cumulative rate factor), and each request's class weights ``(n, C)`` when classes have
+    their own factors (None when the class mix is constant).
+
+    Raises:
+        ScenarioError: the rate factor stays 0 far beyond the last operational arrival.
+    """
+    arrival, duration = workload.arrival, workload.duration_s
+    if duration is not None:
+        rates = class_rates(workload, seed, duration)
+        horizon_u = rates.total.integral(duration)
+        if horizon_u <= 0:
+            return np.zeros(0), None
+        u = sample_arrivals(arrival, rng, duration_s=horizon_u)
+        t = warp(u, rates.total)
+        t = t[t < duration]
+    else:
+        u = sample_arrivals(arrival, rng, num_requests=workload.num_requests)
+        horizon = max(float(u[-1]), 1.0)
+        for _ in range(64):
+            rates = class_rates(workload, seed, horizon)
+            if rates.total.cumulative()[-1] >= u[-1]:
+                break
+            horizon *= 2.0
+        else:
+            raise ScenarioError("the rate factor stays 0: no request can arrive",
+                                path="workload.schedule")
+        t = warp(u, rates.total)
+    if not any(c.time_varying for c in workload.classes):
+        return t, None
+    weights = np.array([c.weight for c in workload.classes], dtype=np.float64)
+    return t, rates.class_factors[rates.total.piece(t)] * weights
+
+
 def choose_classes(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """Class index of each of ``n`` requests, i.i.d. with probability ∝ ``weights``.
 
     Inverse-CDF sampling: one uniform per request, ``searchsorted`` into the
-    normalised cumulative weights. Returns int32, shape ``(n,)``.
+    normalised cumulative weights. Returns int32, shape ``(n,)``. ``weights`` of shape
+    ``(n, C)`` gives each request its own weights (the same uniform per request: the
+    draw is the one-dimensional one when every row is equal).
     """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim == 2:
+        cdf = np.cumsum(weights, axis=1)
+        cdf /= cdf[:, -1:]
+        cdf[:, -1] = 1.0
+        return (cdf <= rng.random(n)[:, None]).sum(axis=1).astype(np.int32)
     cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
     cdf /= cdf[-1]
     cdf[-1] = 1.0  # uniforms are < 1, so every draw lands on a valid class

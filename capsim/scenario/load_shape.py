@@ -1,0 +1,178 @@
+"""Schema of time-varying load: a rate ``schedule`` and random ``bursts``.
+
+Both multiply the arrival rate (``workload.arrival.rate_per_s``, or a replayed trace's
+``rate_scale``) by a factor that changes over time; ``t = 0`` is the start of the run,
+taken as 00:00 of the day::
+
+    workload:
+      duration_s: 86400
+      arrival: {process: poisson, rate_per_s: 12}       # the rate at factor 1
+      schedule: {kind: diurnal, peak: 1.0, trough: 0.25, peak_hour: 20}
+      bursts: {kind: on_off, on_s: 120, off_s: 3600, factor: 2.5}
+      classes:
+        - name: rag
+          weight: 1
+          schedule: {kind: piecewise, step_s: 3600, factors: [0.1, 0.1, ..., 1.0]}
+
+- ``piecewise``: ``factors[k]`` holds over ``[k·step_s, (k+1)·step_s)``, repeating
+  after ``len(factors)·step_s`` (24 factors at ``step_s: 3600`` = one per hour).
+- ``diurnal``: ``trough + (peak − trough)·(1 + cos(2π(t/period_s − peak_hour/24)))/2``,
+  held constant over each ``resolution_s`` (the cosine at the middle of the piece).
+- ``on_off`` bursts: an "off" period (factor 1) and an "on" one (``factor``) alternate,
+  each lasting an exponential time of mean ``off_s`` / ``on_s`` (a two-state
+  Markov-modulated Poisson process, Fischer & Meier-Hellstern, *The Markov-modulated
+  Poisson process (MMPP) cookbook*, Performance Evaluation 18(2), 1993); the run starts off.
+- ``markov`` bursts: ``states`` each with a ``factor`` and a mean holding time ``mean_s``
+  (exponential); on leaving a state the next one is drawn from its row of ``transitions``
+  (default: uniformly among the other states); the run starts in state 0.
+
+A class's own ``schedule`` / ``bursts`` multiply the workload's for that class only;
+the validators here only say *what would be valid* (the loader adds the YAML path).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from capsim.common.schema import StrictModel
+
+SECONDS_PER_DAY = 86400.0
+
+
+def _check_factors(factors: list[float]) -> list[float]:
+    """Factors are finite (the base model refuses .inf / .nan) and >= 0, one at least > 0."""
+    for k, f in enumerate(factors):
+        if f < 0:
+            raise ValueError(f"factors[{k}] = {f:g} is negative; a rate factor must be >= 0")
+    if not any(f > 0 for f in factors):
+        raise ValueError("every factor is 0: no request would ever arrive; give at least "
+                         "one factor > 0")
+    return factors
+
+
+class PiecewiseSchedule(StrictModel):
+    """Factor ``factors[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating."""
+
+    kind: Literal["piecewise"]
+    step_s: float = Field(default=3600.0, gt=0, description="length of each piece, s")
+    factors: list[float] = Field(min_length=1, description="rate factor of each piece, >= 0")
+
+    @field_validator("factors")
+    @classmethod
+    def _factors(cls, factors: list[float]) -> list[float]:
+        return _check_factors(factors)
+
+    @property
+    def period_s(self) -> float:
+        """The schedule repeats after this many seconds."""
+        return self.step_s * len(self.factors)
+
+
+class DiurnalSchedule(StrictModel):
+    """A cosine day: ``peak`` at ``peak_hour``, ``trough`` twelve hours away."""
+
+    kind: Literal["diurnal"]
+    peak: float = Field(default=1.0, gt=0, description="factor at peak_hour")
+    trough: float = Field(ge=0, description="factor half a period from the peak")
+    peak_hour: float = Field(ge=0, lt=24, description="hour of the peak, [0, 24)")
+    period_s: float = Field(default=SECONDS_PER_DAY, gt=0)
+    resolution_s: float = Field(default=60.0, gt=0,
+                                description="the factor is held constant over pieces this long")
+
+    @model_validator(mode="after")
+    def _check_levels(self):
+        if self.trough > self.peak:
+            raise ValueError(f"trough ({self.trough:g}) must be <= peak ({self.peak:g})")
+        if self.resolution_s > self.period_s:
+            raise ValueError(f"resolution_s ({self.resolution_s:g}) must be <= period_s "
+                             f"({self.period_s:g})")
+        return self
+
+    def factor_at(self, t_s):
+        """The factor at time(s) ``t_s`` (float or numpy array)."""
+        import numpy as np
+        phase = 2.0 * math.pi * (np.asarray(t_s) / self.period_s - self.peak_hour / 24.0)
+        return self.trough + (self.peak - self.trough) * (1.0 + np.cos(phase)) / 2.0
+
+
+SCHEDULE_KINDS = ("piecewise", "diurnal")
+
+
+def _check_kind(kinds: tuple[str, ...]):
+    def check(value: Any) -> Any:
+        if isinstance(value, dict):
+            tag = value.get("kind")
+            if tag is None:
+                raise ValueError(f"missing kind; valid: {', '.join(kinds)}")
+            if tag not in kinds:
+                raise ValueError(f"unknown kind {tag!r}; valid: {', '.join(kinds)}")
+        return value
+    return check
+
+
+Schedule = Annotated[Union[PiecewiseSchedule, DiurnalSchedule], Field(discriminator="kind"),
+                     BeforeValidator(_check_kind(SCHEDULE_KINDS))]
+"""A deterministic rate factor over time: ``piecewise`` or ``diurnal``."""
+
+
+class OnOffBursts(StrictModel):
+    """Off (factor 1) and on (``factor``) periods of exponential length, starting off."""
+
+    kind: Literal["on_off"]
+    on_s: float = Field(gt=0, description="mean length of a burst, s")
+    off_s: float = Field(gt=0, description="mean time between bursts, s")
+    factor: float = Field(gt=0, description="rate factor during a burst")
+
+    def chain(self) -> tuple[list[float], list[float], list[list[float]]]:
+        """(factors, mean holding times, transition matrix) of the equivalent chain."""
+        return [1.0, self.factor], [self.off_s, self.on_s], [[0.0, 1.0], [1.0, 0.0]]
+
+
+class BurstState(StrictModel):
+    """One state of a Markov-modulated arrival rate."""
+
+    factor: float = Field(ge=0, description="rate factor in this state")
+    mean_s: float = Field(gt=0, description="mean holding time, s (exponential)")
+
+
+class MarkovBursts(StrictModel):
+    """A continuous-time Markov chain over ``states``, starting in state 0."""
+
+    kind: Literal["markov"]
+    states: list[BurstState] = Field(min_length=2)
+    transitions: Optional[list[list[float]]] = Field(
+        default=None, description="row i: probability of moving to each state on leaving "
+                                  "state i (diagonal 0); default uniform over the others")
+
+    @model_validator(mode="after")
+    def _check_chain(self):
+        n = len(self.states)
+        if not any(s.factor > 0 for s in self.states):
+            raise ValueError("every state has factor 0: no request would ever arrive")
+        if self.transitions is None:
+            return self
+        if len(self.transitions) != n or any(len(row) != n for row in self.transitions):
+            raise ValueError(f"transitions must be a {n}×{n} matrix (one row and one column "
+                             "per state)")
+        for i, row in enumerate(self.transitions):
+            if any(p < 0 for p in row) or row[i] != 0 or abs(sum(row) - 1.0) > 1e-9:
+                raise ValueError(f"transitions row {i} must be probabilities >= 0 summing to "
+                                 f"1 with 0 on the diagonal (got {row})")
+        return self
+
+    def chain(self) -> tuple[list[float], list[float], list[list[float]]]:
+        """(factors, mean holding times, transition matrix)."""
+        n = len(self.states)
+        matrix = self.transitions or [[0.0 if j == i else 1.0 / (n - 1) for j in range(n)]
+                                      for i in range(n)]
+        return [s.factor for s in self.states], [s.mean_s for s in self.states], matrix
+
+
+BURST_KINDS = ("on_off", "markov")
+
+Bursts = Annotated[Union[OnOffBursts, MarkovBursts], Field(discriminator="kind"),
+                   BeforeValidator(_check_kind(BURST_KINDS))]
+"""A random rate factor over time: ``on_off`` or ``markov``."""

@@ -197,6 +197,41 @@ class DisaggResult(_Result):
     stranded_decode_gpu_s: float       # idle decode GPU-seconds while prefill was saturated
 
 
+class FleetResult(_Result):
+    """How an autoscaled fleet changed over the run (:mod:`capsim.engine.fleet`).
+
+    ``times_s`` … ``draining``: the fleet after each change (step functions, first entry
+    at t = 0). Per replica, by index: when it was asked for (0 for the replicas serving at
+    t = 0), when it began serving (``requested_s`` + the provisioning delay) and when it
+    stopped (drained after a scale-down, or the run's end). GPU-hours count from request
+    to stop: a replica is paid for while it starts and while it drains.
+    """
+
+    policy: str                         # "running 48/replica, 1-8 replicas, ..." for the report
+    provisioning_delay_s: float
+    gpus_per_replica: int
+    price_per_gpu_hour_usd: float
+    times_s: list[float]
+    serving: list[int]
+    provisioning: list[int]
+    draining: list[int]
+    requested_s: list[float]
+    ready_s: list[float]
+    stopped_s: list[float]
+    scale_ups: int = 0
+    scale_downs: int = 0
+
+    @property
+    def gpu_hours(self) -> float:
+        """Σ over replicas of (stopped − requested) × GPUs per replica, hours."""
+        return sum(b - a for a, b in zip(self.requested_s, self.stopped_s)) \
+            * self.gpus_per_replica / 3600.0
+
+    @property
+    def cost_usd(self) -> float:
+        return self.gpu_hours * self.price_per_gpu_hour_usd
+
+
 class RunResult(_Result):
     """Everything one variant's run produced."""
 
@@ -221,6 +256,7 @@ class RunResult(_Result):
     disagg: DisaggResult | None = None # prefill/decode disaggregation only
     engine: str = ""                   # engine preset and version, e.g. "vllm-v1 (vLLM 0.19.0)"
     preset: str = ""                   # engine preset name; "disaggregated" for a P/D split
+    fleet: FleetResult | None = None   # an autoscaled fleet only
 
 
 class SummaryRow(_Result):

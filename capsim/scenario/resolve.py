@@ -30,7 +30,10 @@ from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engi
 from capsim.profiles.hardware import HardwareProfile, hardware_names, load_hardware
 from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_link
 from capsim.profiles.models import ModelShape, load_model, model_names
+from capsim.profiles.startup import TERMS as STARTUP_TERMS
+from capsim.profiles.startup import load_startup, startup_names
 from capsim.scenario.disagg import ROLES, PoolConfig
+from capsim.scenario.fleet import AutoscalingConfig
 from capsim.scenario.paths import locate
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
 from capsim.scenario.validation import one_line_error
@@ -108,6 +111,8 @@ class RunConfig:
     pools: tuple[Pool, ...]
     router: str
     transfer: KVTransfer | None = None
+    autoscaling: AutoscalingConfig | None = None   # cluster.autoscaling (scenario/fleet.py)
+    provisioning_delay_s: float = 0.0              # a new replica's start-up, s
 
     @property
     def disaggregated(self) -> bool:
@@ -183,10 +188,42 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     _check_scale_out(hw, spec, v, path, where)
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields))
+    scaling = _autoscaling(cluster, spec, engine, model, path, where)
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
-                     router=cluster.router)
+                     router=cluster.router, autoscaling=cluster.autoscaling,
+                     provisioning_delay_s=scaling)
+
+
+def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
+                 model: ModelShape, path: Path, where: str) -> float:
+    """The provisioning delay of an autoscaled variant's new replicas, s (0 without
+    autoscaling): the startup profile's phases with the weights read at its storage
+    bandwidth (:meth:`StartupProfile.delay_s`), each term overridable.
+
+    Raises:
+        ScenarioError: an unknown startup profile, or autoscaling a closed loop.
+    """
+    a = cluster.autoscaling
+    if a is None:
+        return 0.0
+    at = f"{where}.cluster.autoscaling" if where else "cluster.autoscaling"
+    if spec.workload.arrival is not None and spec.workload.arrival.closed_loop:
+        raise ScenarioError("autoscaling follows an open loop's load; process: concurrency "
+                            "keeps a fixed number of requests in flight", file=str(path),
+                            path=at)
+    prov = a.provisioning
+    if prov.delay_s is not None:
+        return prov.delay_s
+    try:
+        profile = load_startup(prov.profile)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message + f"; valid: {', '.join(startup_names())}",
+                            file=str(path), path=f"{at}.provisioning.profile") from None
+    terms = {k: v for k, v in prov.model_dump().items()
+             if k in STARTUP_TERMS and v is not None}
+    return profile.model_copy(update=terms).delay_s(model.weight_bytes(DTYPE_BYTES[engine.dtype]))
 
 
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
@@ -413,6 +450,12 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
         raise ScenarioError("a disaggregated variant sizes its pools with "
                             "disaggregation.prefill/decode.num_replicas; remove cluster.num_replicas",
                             file=str(path), path=f"variants.{index}.cluster.num_replicas")
+    if v.cluster.get("autoscaling") is not None or (
+            spec.cluster.autoscaling is not None and "autoscaling" not in v.cluster):
+        raise ScenarioError("autoscaling scales one pool of co-located replicas; a "
+                            "disaggregated variant's pools are sized by num_replicas (set "
+                            "cluster: {autoscaling: null} on this variant)", file=str(path),
+                            path=f"variants.{index}.cluster.autoscaling")
     pools = {role: _resolve_pool(spec, index, v, role, getattr(d, role), path)
              for role in ROLES}
     prefill, decode = (pools[role][1] for role in ROLES)

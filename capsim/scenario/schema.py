@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from capsim.common.schema import Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.scenario.disagg import DisaggregationConfig
+from capsim.scenario.fleet import AutoscalingConfig
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
 from capsim.scenario.workload import WorkloadConfig
@@ -173,6 +174,17 @@ class ClusterConfig(StrictModel):
 
     num_replicas: Int = Field(default=1, gt=0)
     router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
+    # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
+    autoscaling: AutoscalingConfig | None = None
+
+    @model_validator(mode="after")
+    def _start_within_bounds(self) -> "ClusterConfig":
+        a = self.autoscaling
+        if a is not None and not a.min_replicas <= self.num_replicas <= a.max_replicas:
+            raise ValueError(f"num_replicas ({self.num_replicas}, the replicas at t = 0) must "
+                             f"lie in [min_replicas, max_replicas] = [{a.min_replicas}, "
+                             f"{a.max_replicas}]")
+        return self
 
 
 class VariantSpec(StrictModel):

@@ -21,6 +21,7 @@ from capsim.engine.clock import Environment
 from capsim.scenario.resolve import Pool, RunConfig, engine_label, pool_log_lines
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
+from capsim.engine.fleet import Fleet, policy_label
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
@@ -89,6 +90,7 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
             env.process(_next_turn(env, child, rejected, trace, admit))
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
+    fleet = None                         # an autoscaled pool (engine/fleet.py)
     if run.disaggregated:
         cluster = DisaggCluster(env, run, itl, itl_classes, on_finish,
                                 macro_steps=macro_steps)
@@ -97,10 +99,18 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         pool = run.pool()
         pricer = pool.pricer(run.model)
         bin_s = TimelineRecorder.start_width_s(_last_arrival_s(trace))
-        replicas = [Replica(env, i, pool, pricer, itl, itl_classes, on_finish,
-                            macro_steps=macro_steps, timeline_bin_s=bin_s)
-                    for i in range(pool.num_replicas)]
-        route = make_router(run.router, replicas)
+        if run.autoscaling is None:
+            replicas = [Replica(env, i, pool, pricer, itl, itl_classes, on_finish,
+                                macro_steps=macro_steps, timeline_bin_s=bin_s)
+                        for i in range(pool.num_replicas)]
+            route = make_router(run.router, replicas)
+        else:
+            fleet = Fleet(env, run.autoscaling, pool.num_replicas, run.router,
+                          run.provisioning_delay_s,
+                          lambda i, fin: Replica(env, i, pool, pricer, itl, itl_classes, fin,
+                                                 macro_steps=macro_steps, timeline_bin_s=bin_s),
+                          on_finish, lambda: log.written >= total)
+            replicas, route = fleet.replicas, fleet.route
     admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
     sender = None
     if loop is None:
@@ -122,7 +132,23 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         progress(total, total)
     result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
     result = result if cluster is None else cluster.finish(result)
+    if fleet is not None:
+        result = _with_fleet(result, run, fleet)
     return _without_warmup(result, num_classes) if trace.warmup_requests else result
+
+
+def _with_fleet(result: RunResult, run: RunConfig, fleet: Fleet) -> RunResult:
+    """An autoscaled run's result: its fleet history, the most replicas that ever served,
+    and the fleet's mean price per hour over the run (GPU-hours × price / hours)."""
+    pool = run.pool()
+    hw, tp = pool.hardware, pool.engine.tensor_parallel_size
+    history = fleet.result(policy_label(run.autoscaling, run.provisioning_delay_s), tp,
+                           hw.price_per_gpu_hour_usd)
+    peak = max(history.serving)
+    hours = fleet.last_end_s / 3600.0
+    return result.model_copy(update={
+        "fleet": history, "num_replicas": peak, "num_gpus": peak * tp,
+        "price_per_hour_usd": history.cost_usd / hours if hours > 0 else 0.0})
 
 
 def _last_arrival_s(trace: RequestTrace) -> float:

@@ -1,0 +1,112 @@
+"""Schema of a fleet that changes over the run: ``cluster.autoscaling`` (and its
+provisioning delay).
+
+::
+
+    cluster:
+      num_replicas: 2                  # replicas serving at t = 0
+      router: least_outstanding_tokens
+      autoscaling:
+        signal: running                # queue | running | kv_use | schedule
+        target: 48                     # per replica: running sequences
+        min_replicas: 1
+        max_replicas: 8
+        interval_s: 15
+        scale_down_cooldown_s: 300
+        provisioning: {storage_bandwidth_bytes_per_s: 1.0e9}   # or {delay_s: 90}
+
+The policy is Kubernetes' Horizontal Pod Autoscaler's (kubernetes.io/docs/tasks/
+run-application/horizontal-pod-autoscale, "Algorithm details"): every ``interval_s``
+(HPA's ``--horizontal-pod-autoscaler-sync-period``, default 15 s) the desired count is
+``ceil(Σ signal over serving replicas / target)``, left unchanged when the ratio of the
+mean to ``target`` is within ``tolerance`` of 1 (HPA's default 0.1); a scale-down takes
+the highest recommendation of the last ``scale_down_cooldown_s`` (HPA's downscale
+stabilization window, default 300 s), a scale-up acts at once. Signals are vLLM's
+metrics: ``queue`` = ``vllm:num_requests_waiting`` (plus requests the router holds
+while no replica serves), ``running`` = ``vllm:num_requests_running``, ``kv_use`` =
+``vllm:kv_cache_usage_perc`` as a fraction; ``schedule`` takes the count from
+``replicas`` per ``step_s`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from capsim.common.schema import Int, StrictModel
+
+
+class Provisioning(StrictModel):
+    """Overrides of the startup profile (``capsim/profiles/data/startup/``): any term,
+    or the whole delay with ``delay_s``."""
+
+    profile: str = Field(default="vllm-v1", min_length=1)
+    delay_s: Optional[float] = Field(default=None, ge=0, description="the whole delay, s")
+    storage_bandwidth_bytes_per_s: Optional[float] = Field(default=None, gt=0)
+    process_start_s: Optional[float] = Field(default=None, ge=0)
+    engine_init_s: Optional[float] = Field(default=None, ge=0)
+    cuda_graph_capture_s: Optional[float] = Field(default=None, ge=0)
+    node_provision_s: Optional[float] = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _whole_or_terms(self):
+        terms = [k for k in ("storage_bandwidth_bytes_per_s", "process_start_s", "engine_init_s",
+                             "cuda_graph_capture_s", "node_provision_s")
+                 if getattr(self, k) is not None]
+        if self.delay_s is not None and terms:
+            raise ValueError(f"delay_s replaces the whole delay; remove {', '.join(terms)} or "
+                             "delay_s")
+        return self
+
+
+class ReplicaSchedule(StrictModel):
+    """``replicas[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating."""
+
+    step_s: float = Field(default=3600.0, gt=0)
+    replicas: list[Int] = Field(min_length=1)
+
+
+SIGNALS = ("queue", "running", "kv_use", "schedule")
+
+
+class AutoscalingConfig(StrictModel):
+    """An HPA-style autoscaler over one pool of identical replicas."""
+
+    signal: Literal["queue", "running", "kv_use", "schedule"]
+    target: Optional[float] = Field(
+        default=None, gt=0, description="per replica: waiting requests, running sequences "
+                                        "or KV fraction (kv_use, <= 1)")
+    min_replicas: Int = Field(default=1, ge=1)
+    max_replicas: Int = Field(ge=1)
+    interval_s: float = Field(default=15.0, gt=0)
+    scale_down_cooldown_s: float = Field(default=300.0, ge=0)
+    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    schedule: Optional[ReplicaSchedule] = None
+    provisioning: Provisioning = Field(default_factory=Provisioning)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must be <= max_replicas "
+                             f"({self.max_replicas})")
+        if self.signal == "schedule":
+            if self.schedule is None:
+                raise ValueError("signal: schedule needs schedule: {step_s, replicas: [...]}")
+            if self.target is not None:
+                raise ValueError("signal: schedule takes no target; remove target")
+            bad = [n for n in self.schedule.replicas
+                   if not self.min_replicas <= n <= self.max_replicas]
+            if bad:
+                raise ValueError(f"schedule.replicas must lie in [min_replicas, max_replicas] = "
+                                 f"[{self.min_replicas}, {self.max_replicas}] (got {bad[0]})")
+            return self
+        if self.schedule is not None:
+            raise ValueError(f"schedule applies to signal: schedule (got signal: "
+                             f"{self.signal}); remove it")
+        if self.target is None:
+            raise ValueError(f"signal: {self.signal} needs target (per replica)")
+        if self.signal == "kv_use" and self.target > 1:
+            raise ValueError(f"target for kv_use is a fraction of the KV cache, <= 1 "
+                             f"(got {self.target:g})")
+        return self

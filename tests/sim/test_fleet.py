@@ -1,0 +1,136 @@
+"""An autoscaled fleet: provisioning delay, draining, GPU-hours, counting, determinism."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capsim.profiles.models import load_model
+from capsim.profiles.startup import load_startup
+from capsim.scenario.load import load
+from capsim.sim.simulate import simulate
+from capsim.workload import build
+
+CHAT = {"name": "chat", "weight": 1, "prompt_tokens": {"dist": "uniform", "min": 100, "max": 1500},
+        "output_tokens": {"dist": "uniform", "min": 20, "max": 300}}
+DAY = {  # 40 minutes: quiet, a 10-minute surge at 8× the rate, quiet again
+    "duration_s": 2400, "arrival": {"process": "poisson", "rate_per_s": 1.0},
+    "schedule": {"kind": "piecewise", "step_s": 600, "factors": [1, 1, 16, 1]},
+    "classes": [CHAT]}
+
+
+@pytest.fixture
+def fleet_run(tmp_path, write_scenario):
+    """``fleet_run(cluster, workload=DAY)`` → (run, trace, result)."""
+    def go(cluster: dict, workload: dict = DAY, router: str = "round_robin"):
+        doc = {"name": "f", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+               "engine": {"max_model_len": 4096, "max_num_seqs": 32},
+               "cluster": {"router": router, **cluster}, "workload": workload}
+        path = write_scenario(tmp_path, doc)
+        run = load(path).runs[0]
+        trace = build(run.workload, run.seed, path.parent)
+        return run, trace, simulate(run, trace)
+    return go
+
+
+SCALING = {"num_replicas": 1, "autoscaling": {"signal": "running", "target": 12,
+                                              "min_replicas": 1, "max_replicas": 6,
+                                              "scale_down_cooldown_s": 120}}
+
+
+def test_provisioning_delay_is_weights_over_storage_plus_startup_phases(fleet_run):
+    """Llama-3.1-8B bf16: 16.06e9 B / 4.07e9 B/s = 3.9 s + 24 + 17.1 + 17 s (vLLM issue
+    #20264's logged phases, capsim/profiles/data/startup/vllm-v1.yaml) = 62.0 s."""
+    run, _, _ = fleet_run(SCALING, workload={**DAY, "duration_s": 60})
+    weights = load_model("llama-3.1-8b").weight_bytes(2)
+    assert run.provisioning_delay_s == pytest.approx(
+        24.0 + weights / 4.07e9 + 17.1 + 17.0, abs=1e-9)
+    assert run.provisioning_delay_s == pytest.approx(62.0, abs=0.1)
+    assert load_startup().delay_s(weights) == run.provisioning_delay_s
+
+
+def test_scale_up_never_serves_before_its_provisioning_delay(fleet_run):
+    _, trace, res = fleet_run(SCALING)
+    f = res.fleet
+    assert f.scale_ups >= 2 and max(f.serving) >= 3
+    delay = f.provisioning_delay_s
+    for k, (asked, ready) in enumerate(zip(f.requested_s, f.ready_s)):
+        if asked > 0:
+            assert ready - asked == pytest.approx(delay)
+    # No request reached a replica before that replica was serving.
+    rec = res.requests
+    replica = np.asarray(rec.replica)
+    first_token = np.asarray(rec.first_token_s)
+    ready = np.asarray(f.ready_s)
+    served = replica >= 0
+    assert np.all(first_token[served] >= ready[replica[served]])
+    # The surge starts at 1200 s: nothing is serving beyond the first replica before
+    # 1200 s + one interval + the delay.
+    first_new = min(r for a, r in zip(f.requested_s, f.ready_s) if a > 0)
+    assert first_new >= 1200 + delay
+
+
+def test_scale_down_drains_before_stopping_and_routes_nothing_new(fleet_run):
+    _, trace, res = fleet_run(SCALING)
+    f = res.fleet
+    assert f.scale_downs >= 1
+    rec = res.requests
+    replica, finish = np.asarray(rec.replica), np.asarray(rec.finish_s)
+    arrival = np.asarray(rec.arrival_s)
+    for k in range(len(f.stopped_s)):
+        mine = replica == k
+        if not mine.any():
+            continue
+        # It stops after its last request ends (a replica still up stops at the run's end).
+        assert f.stopped_s[k] >= finish[mine].max() - 1e-9
+    # After the surge the fleet returns to min_replicas; GPU-hours are the lifetimes' sum.
+    assert f.serving[-1] == 1
+    hours = sum(s - a for a, s in zip(f.requested_s, f.stopped_s)) / 3600
+    assert f.gpu_hours == pytest.approx(hours)
+    assert f.cost_usd == pytest.approx(hours * f.price_per_gpu_hour_usd)
+
+
+def test_every_request_is_counted_once_and_runs_are_deterministic(fleet_run):
+    _, trace, a = fleet_run(SCALING)
+    _, _, b = fleet_run(SCALING)
+    status = np.asarray(a.requests.status)
+    assert len(status) == len(trace)
+    assert set(status) <= {"finished", "rejected"}
+    assert (status == "finished").sum() + (status == "rejected").sum() == len(trace)
+    assert a.fleet == b.fleet
+    assert np.array_equal(np.asarray(a.requests.finish_s), np.asarray(b.requests.finish_s))
+
+
+def test_a_fleet_that_never_changes_serves_as_the_fixed_cluster(fleet_run):
+    """signal: schedule at a constant 3, min = max = 3: the same requests on the same
+    replicas at the same times as cluster: {num_replicas: 3}."""
+    for router in ("round_robin", "least_outstanding_tokens"):
+        _, _, fixed = fleet_run({"num_replicas": 3}, router=router)
+        _, _, same = fleet_run({"num_replicas": 3, "autoscaling": {
+            "signal": "schedule", "schedule": {"replicas": [3]},
+            "min_replicas": 3, "max_replicas": 3}}, router=router)
+        for col in ("replica", "first_token_s", "finish_s"):
+            assert np.array_equal(np.asarray(getattr(fixed.requests, col)),
+                                  np.asarray(getattr(same.requests, col)))
+        assert same.fleet.serving == [3] and same.fleet.scale_ups == 0
+
+
+def test_schedule_signal_follows_the_schedule(fleet_run):
+    """replicas [1, 3] per 600 s, delay 30 s: two replicas asked at the first tick at or
+    after 600 s (615 s: ticks every 15 s from 15 s), serving at 645 s; back to 1 after the
+    300 s window once the schedule drops at 1200 s."""
+    _, _, res = fleet_run({"num_replicas": 1, "autoscaling": {
+        "signal": "schedule", "schedule": {"step_s": 600, "replicas": [1, 3]},
+        "min_replicas": 1, "max_replicas": 3, "provisioning": {"delay_s": 30}}},
+        workload={**DAY, "schedule": None})
+    f = res.fleet
+    assert f.requested_s[1:3] == [600.0, 600.0]
+    assert f.ready_s[1:3] == [630.0, 630.0]
+    i = f.times_s.index(630.0)
+    assert f.serving[i] == 3
+    # Scale-down: recommendations of 1 from 1200 s; the 300 s window holds 3 until 1500 s.
+    drop = next(t for t, n in zip(f.times_s, f.serving) if t > 630 and n < 3)
+    assert drop == pytest.approx(1500.0)

@@ -21,13 +21,16 @@ order (as :func:`~capsim.engine.router.make_router` over a fixed list), or
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Callable
+
+import numpy as np
 
 from capsim.engine.clock import Environment
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.results.model import FleetResult
-from capsim.scenario.fleet import AutoscalingConfig
+from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 
 
 def signal_value(signal: str, serving: list[Replica]) -> float:
@@ -50,7 +53,8 @@ def policy_label(cfg: AutoscalingConfig, delay_s: float) -> str:
             f"start-up {delay_s:.0f} s")
 
 
-def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica]) -> int:
+def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica],
+                     held: int = 0) -> int:
     """The HPA recommendation, clamped to [min_replicas, max_replicas]:
     ``ceil(Σ signal / target)``, or the current count when the mean per replica is within
     ``tolerance`` of ``target``; with ``signal: schedule``, the count for ``now_s``."""
@@ -58,7 +62,7 @@ def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica
         s = cfg.schedule
         want = s.replicas[int(now_s // s.step_s) % len(s.replicas)]
     else:
-        total = signal_value(cfg.signal, serving)
+        total = signal_value(cfg.signal, serving) + (held if cfg.signal == "queue" else 0)
         n = len(serving)
         if n and abs(total / (n * cfg.target) - 1.0) <= cfg.tolerance:
             want = n
@@ -69,47 +73,69 @@ def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica
 
 class Fleet:
     """Replicas made by ``make_replica(index, on_finish)`` behind one router, scaled by
-    ``cfg``.
+    ``cfg`` (None: a fixed count) and failing as ``failures`` says (None: never).
 
     Args:
         env: the simulation.
-        cfg: the autoscaling section.
+        cfg: the autoscaling section, or None.
+        failures: the failures section, or None.
         initial: replicas serving at t = 0.
         router: ``round_robin`` or ``least_outstanding_tokens``.
         delay_s: provisioning delay of a new replica, s.
+        seed: the run's seed (failure draws: ``SeedSequence(seed, spawn_key=(6,))``).
         make_replica: builds replica ``index`` reporting finishes to the callback given.
         on_finish: the run's finish callback.
-        done: whether every request has ended (the autoscaler then stops).
+        on_lost: ``on_lost(req, reason)``: a request failed with its replica (``fail``).
+        on_lost_gaps: ``on_lost_gaps(k)``: k inter-token gaps were streamed by attempts a
+            failure cut short.
+        done: whether every request has ended (the autoscaler then stops, nothing is
+            repaired).
     """
 
-    def __init__(self, env: Environment, cfg: AutoscalingConfig, initial: int, router: str,
-                 delay_s: float, make_replica: Callable[[int, Callable], Replica],
-                 on_finish: Callable[[Request], None], done: Callable[[], bool]):
-        self.env, self.cfg, self.delay_s = env, cfg, delay_s
+    def __init__(self, env: Environment, cfg: AutoscalingConfig | None,
+                 failures: FailuresConfig | None, initial: int, router: str, delay_s: float,
+                 seed: int, make_replica: Callable[[int, Callable], Replica],
+                 on_finish: Callable[[Request], None], on_lost: Callable[[Request, str], None],
+                 on_lost_gaps: Callable[[int], None], done: Callable[[], bool]):
+        self.env, self.cfg, self.failures_cfg, self.delay_s = env, cfg, failures, delay_s
         self.make_replica, self.on_finish, self.done = make_replica, on_finish, done
+        self.on_lost, self.on_lost_gaps = on_lost, on_lost_gaps
         self.least = router == "least_outstanding_tokens"
         self.replicas: list[Replica] = []
         self.serving: list[Replica] = []
         self.draining: set[int] = set()
-        self.provisioning = 0
+        self.pending: deque[Request] = deque()     # routed while no replica serves
+        self.starting: list[float] = []            # request times of replicas provisioning
         self.requested: list[float] = []
         self.ready: list[float] = []
         self.stopped: list[float] = []
-        self.times, self.n_serving, self.n_prov, self.n_drain = [], [], [], []
+        self.times, self.n_serving, self.n_prov, self.n_drain, self.n_down = [], [], [], [], []
+        self.down = 0
         self.recommendations: list[tuple[float, int]] = []
         self.scale_ups = self.scale_downs = 0
+        self.failure_log: list[tuple[int, float, float]] = []   # (replica, failed, repaired)
+        self.retries: dict[int, int] = {}
+        self.num_failed_requests = 0
+        self.skipped_failures = 0
         self._rr = 0
         self.last_end_s = 0.0
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(6,)))
         for _ in range(initial):
-            self.requested.append(0.0)
-            self._start()
+            self._start(0.0)
         self._note()
-        env.process(self._autoscale())
+        if cfg is not None:
+            env.process(self._autoscale())
+        for f in failures.at if failures is not None else ():
+            env.process(self._failure_at(f.replica, f.at_s, f.repair_s))
 
     # ------------------------------------------------------------ routing
     def submit(self, req: Request) -> None:
-        """Hand ``req`` to a serving replica (round robin or least outstanding tokens)."""
+        """Hand ``req`` to a serving replica (round robin or least outstanding tokens); held
+        while none serves (all failed), sent when one starts."""
         serving = self.serving
+        if not serving:
+            self.pending.append(req)
+            return
         if self.least:
             rep = min(serving, key=lambda r: r.outstanding_tokens)
         else:
@@ -121,23 +147,33 @@ class Fleet:
         return self
 
     # ------------------------------------------------------------ lifecycle
-    def _start(self) -> None:
-        """The next replica begins serving now (its request time is already noted)."""
+    def _start(self, requested_s: float) -> None:
+        """The next replica begins serving now; it was asked for at ``requested_s``."""
         index = len(self.replicas)
         rep = self.make_replica(index, self._finished)
         self.replicas.append(rep)
+        self.requested.append(requested_s)
         self.ready.append(self.env.now)
         self.stopped.append(math.nan)
         self.serving.append(rep)
+        f = self.failures_cfg
+        if f is not None and f.mtbf_s is not None:
+            self.env.process(self._random_failure(rep, float(self.rng.exponential(f.mtbf_s))))
+        while self.pending and self.serving:
+            self.submit(self.pending.popleft())
 
     def _provision(self):
-        self.provisioning += 1
-        self.requested.append(self.env.now)
+        asked = self.env.now
+        self.starting.append(asked)
         self._note()
         yield self.env.timeout(self.delay_s)
-        self.provisioning -= 1
-        self._start()
+        self.starting.remove(asked)
+        self._start(asked)
         self._note()
+
+    @property
+    def provisioning(self) -> int:
+        return len(self.starting)
 
     def _drain(self, rep: Replica) -> None:
         """Take ``rep`` out of the router; it stops once it has no work."""
@@ -160,11 +196,63 @@ class Fleet:
     def _note(self) -> None:
         now = self.env.now
         if self.times and self.times[-1] == now:
-            self.times.pop(), self.n_serving.pop(), self.n_prov.pop(), self.n_drain.pop()
+            for col in (self.times, self.n_serving, self.n_prov, self.n_drain, self.n_down):
+                col.pop()
         self.times.append(now)
         self.n_serving.append(len(self.serving))
         self.n_prov.append(self.provisioning)
         self.n_drain.append(len(self.draining))
+        self.n_down.append(self.down)
+
+    # ------------------------------------------------------------ failures
+    def _failure_at(self, k: int, at_s: float, repair_s: float):
+        """Replica ``k`` fails at ``at_s`` (if it is up then) and is repaired ``repair_s``
+        later."""
+        if at_s > self.env.now:
+            yield self.env.timeout(at_s - self.env.now)
+        rep = self.replicas[k] if k < len(self.replicas) else None
+        if rep is None or rep.failed or not (rep in self.serving or k in self.draining):
+            self.skipped_failures += 1
+            return
+        self._fail(rep, repair_s)
+
+    def _random_failure(self, rep: Replica, after_s: float):
+        yield self.env.timeout(after_s)
+        if self.done() or rep.failed or not (rep in self.serving or rep.index in self.draining):
+            return
+        self._fail(rep, float(self.rng.exponential(self.failures_cfg.mttr_s)))
+
+    def _fail(self, rep: Replica, repair_s: float) -> None:
+        """``rep`` fails now: out of the router, its in-flight requests retried or failed;
+        a replacement serves ``repair_s`` later (the failed one is paid for until then)."""
+        now = self.env.now
+        draining = rep.index in self.draining
+        if draining:
+            self.draining.discard(rep.index)
+        else:
+            self.serving.remove(rep)
+        in_flight = rep.fail()
+        self.on_lost_gaps(sum(max(0, r.num_generated - 1) for r in in_flight))
+        self.stopped[rep.index] = now + repair_s
+        self.failure_log.append((rep.index, now, now + repair_s))
+        self.down += 1
+        self._note()
+        for req in in_flight:
+            if self.failures_cfg.in_flight == "retry":
+                req.restart()
+                self.retries[req.rid] = self.retries.get(req.rid, 0) + 1
+                self.submit(req)
+            else:
+                self.num_failed_requests += 1
+                self.on_lost(req, f"its replica {rep.index} failed at {now:.1f} s")
+        self.env.process(self._repair(repair_s, replace=not draining))
+
+    def _repair(self, repair_s: float, replace: bool):
+        yield self.env.timeout(repair_s)
+        self.down -= 1
+        if replace and not self.done():
+            self._start(self.env.now)
+        self._note()
 
     # ------------------------------------------------------------ the autoscaler
     def _autoscale(self):
@@ -177,7 +265,7 @@ class Fleet:
 
     def _tick(self) -> None:
         now, cfg = self.env.now, self.cfg
-        want = desired_replicas(cfg, now, self.serving)
+        want = desired_replicas(cfg, now, self.serving, len(self.pending))
         recs = self.recommendations
         recs.append((now, want))
         while recs and recs[0][0] < now - cfg.scale_down_cooldown_s:
@@ -198,15 +286,20 @@ class Fleet:
     # ------------------------------------------------------------ result
     def result(self, policy: str, gpus_per_replica: int, price_per_gpu_hour_usd: float
                ) -> FleetResult:
-        """The fleet's history; replicas still up stop at the last request's end."""
+        """The fleet's history; replicas still up stop at the last request's end, replicas
+        still starting are paid for until then."""
         end = self.last_end_s
-        requested = self.requested           # also replicas still starting at the end
-        ready = self.ready + [math.nan] * (len(requested) - len(self.ready))
-        stopped = self.stopped + [math.nan] * (len(requested) - len(self.stopped))
-        stopped = [s if s == s else max(end, r) for s, r in zip(stopped, requested)]
+        requested = self.requested + self.starting
+        extra = len(self.starting)
+        ready = self.ready + [math.nan] * extra
+        stopped = [s if s == s else max(end, r)
+                   for s, r in zip(self.stopped + [math.nan] * extra, requested)]
         return FleetResult(
             policy=policy, provisioning_delay_s=self.delay_s, gpus_per_replica=gpus_per_replica,
             price_per_gpu_hour_usd=price_per_gpu_hour_usd, times_s=self.times,
             serving=self.n_serving, provisioning=self.n_prov, draining=self.n_drain,
-            requested_s=requested, ready_s=ready, stopped_s=stopped,
-            scale_ups=self.scale_ups, scale_downs=self.scale_downs)
+            down=self.n_down, requested_s=requested, ready_s=ready, stopped_s=stopped,
+            scale_ups=self.scale_ups, scale_downs=self.scale_downs,
+            failures=[list(f) for f in self.failure_log],
+            retried_requests=len(self.retries), retries=sum(self.retries.values()),
+            failed_requests=self.num_failed_requests, skipped_failures=self.skipped_failures)

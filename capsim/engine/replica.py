@@ -96,6 +96,7 @@ class Replica:
         self.kv_written_at_peak = 0
         self.table_entries_at_peak = 0
         self._wake: simpy.Event | None = None
+        self.failed = False             # failed (engine/fleet.py): its loop ends, state is dropped
         self._process = env.process(self._loop())
 
     # ------------------------------------------------------------ inputs
@@ -170,9 +171,13 @@ class Replica:
                 else None
             if plan is None:
                 yield self._start_step(step)             # price → timeout
+                if self.failed:                          # the step died with the replica
+                    return
                 self._complete_step(step)                # → complete
             else:
                 yield from self._decode_run(plan)
+                if self.failed:
+                    return
             self._report_finished()
             if hooks is not None:
                 hooks.changed()
@@ -259,6 +264,22 @@ class Replica:
         """Host↔GPU copy time: each GPU moves its KV shard over its own PCIe link."""
         hw, tp = self.pool_cfg.hardware, self.pool_cfg.engine.tensor_parallel_size
         return hw.pcie_latency_s + nbytes / tp / hw.pcie_bandwidth_bytes_per_s
+
+    def fail(self) -> list[Request]:
+        """The replica fails now: steps that ended by now count (a decode run is committed
+        up to now and its finishes reported), the step in progress is lost, and the
+        requests queued, running or swapped here are returned (counters materialised) for
+        the fleet to retry or fail. The loop ends at its next wake-up; the scheduler and
+        KV cache are left as they are (the replica is gone)."""
+        self.failed = True
+        if self.runner.run is not None:
+            self.runner.sync()
+            self.runner.run = None
+            self.runner.waiting = False
+        self._report_finished()
+        sched = self.scheduler
+        sched.sync()
+        return [*sched.running.values(), *sched.waiting, *getattr(sched, "swapped", ())]
 
     # ------------------------------------------------------------ KV peak
     def note_run_peak(self, blocks: RunBlocks, n: int) -> None:

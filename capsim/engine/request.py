@@ -72,6 +72,21 @@ class Request:
         self.samples_left = n
         self.shareable = self.shareable or n > 1
 
+    def restart(self) -> None:
+        """Start over after its replica failed: nothing computed or generated, no KV, not
+        placed; ``arrival_s`` and the preemption count are kept (a client retrying a
+        stream sees its first token after the retry's prefill)."""
+        self.num_computed = self.num_generated = 0
+        self.blocks, self.handoff_blocks, self.hashes = [], [], []
+        self.num_registered = 0
+        self.state, self.replica = WAITING, -1
+        self.first_scheduled_s = self.first_token_s = self.last_token_s = math.nan
+        self.finish_s = self.max_itl_s = math.nan
+        self.admit_order = -1
+        self.dec_epoch0, self.dec_computed0, self.dec_generated0, self.dec_bucket = -1, 0, 0, -1
+        self.dec_version += 1
+        self.samples_left = self.n
+
     @property
     def num_tokens(self) -> int:
         """Known tokens: prompt + generated output (vLLM ``num_tokens``)."""

@@ -198,7 +198,7 @@ class DisaggResult(_Result):
 
 
 class FleetResult(_Result):
-    """How an autoscaled fleet changed over the run (:mod:`capsim.engine.fleet`).
+    """How an autoscaled or failing fleet changed over the run (:mod:`capsim.engine.fleet`).
 
     ``times_s`` … ``draining``: the fleet after each change (step functions, first entry
     at t = 0). Per replica, by index: when it was asked for (0 for the replicas serving at
@@ -215,11 +215,17 @@ class FleetResult(_Result):
     serving: list[int]
     provisioning: list[int]
     draining: list[int]
+    down: list[int]                     # failed replicas awaiting repair
     requested_s: list[float]
     ready_s: list[float]
     stopped_s: list[float]
     scale_ups: int = 0
     scale_downs: int = 0
+    failures: list[list[float]] = Field(default_factory=list)  # [replica, failed_s, repaired_s]
+    retried_requests: int = 0           # requests sent again after a failure (once or more)
+    retries: int = 0                    # Σ times they were sent again
+    failed_requests: int = 0            # in-flight requests counted as failed (in_flight: fail)
+    skipped_failures: int = 0           # failures at a time their replica was not up
 
     @property
     def gpu_hours(self) -> float:

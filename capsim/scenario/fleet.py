@@ -110,3 +110,36 @@ class AutoscalingConfig(StrictModel):
             raise ValueError(f"target for kv_use is a fraction of the KV cache, <= 1 "
                              f"(got {self.target:g})")
         return self
+
+
+class FailureAt(StrictModel):
+    """One replica failure at a given time."""
+
+    replica: Int = Field(ge=0, description="the replica's index")
+    at_s: float = Field(ge=0, description="when it fails, s")
+    repair_s: float = Field(gt=0, description="how long until it serves again, s")
+
+
+class FailuresConfig(StrictModel):
+    """Replica failures: at given times (``at``) and/or drawn from ``mtbf_s`` / ``mttr_s``
+    (exponential times to failure and to repair, from the run's seed).
+
+    ``in_flight``: what happens to the requests queued and running on a failed replica —
+    ``retry`` sends them again through the router (their prefill is redone elsewhere,
+    tokens already streamed are streamed again; a retried request's TTFT counts from its
+    first arrival), ``fail`` counts them as failed (not finished, with the reason).
+    """
+
+    at: list[FailureAt] = Field(default_factory=list)
+    mtbf_s: Optional[float] = Field(default=None, gt=0, description="mean time between "
+                                                                    "failures per replica, s")
+    mttr_s: Optional[float] = Field(default=None, gt=0, description="mean time to repair, s")
+    in_flight: Literal["retry", "fail"] = "retry"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.mtbf_s is None) != (self.mttr_s is None):
+            raise ValueError("give mtbf_s and mttr_s together (random failures need both)")
+        if not self.at and self.mtbf_s is None:
+            raise ValueError("give at: [{replica, at_s, repair_s}, ...] or mtbf_s + mttr_s")
+        return self

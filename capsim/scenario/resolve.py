@@ -33,7 +33,7 @@ from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup, startup_names
 from capsim.scenario.disagg import ROLES, PoolConfig
-from capsim.scenario.fleet import AutoscalingConfig
+from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
 from capsim.scenario.validation import one_line_error
@@ -112,6 +112,7 @@ class RunConfig:
     router: str
     transfer: KVTransfer | None = None
     autoscaling: AutoscalingConfig | None = None   # cluster.autoscaling (scenario/fleet.py)
+    failures: FailuresConfig | None = None         # cluster.failures (scenario/fleet.py)
     provisioning_delay_s: float = 0.0              # a new replica's start-up, s
 
     @property
@@ -193,7 +194,27 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
                      router=cluster.router, autoscaling=cluster.autoscaling,
-                     provisioning_delay_s=scaling)
+                     failures=cluster.failures, provisioning_delay_s=scaling)
+
+
+def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str) -> None:
+    """Failures are modelled on vLLM's continuous scheduler, one sequence per request.
+
+    Raises:
+        ScenarioError: another scheduler, parallel sampling, or a closed loop.
+    """
+    at = f"{where}.cluster.failures" if where else "cluster.failures"
+    if engine.scheduler != "continuous":
+        raise ScenarioError(f"replica failures are modelled for the continuous scheduler "
+                            f"(vLLM), not {engine.scheduler}", file=str(path), path=at)
+    wl = spec.workload
+    if wl.arrival is not None and wl.arrival.closed_loop:
+        raise ScenarioError("replica failures need an open-loop workload (process: "
+                            "concurrency is not supported with them)", file=str(path), path=at)
+    for i, c in enumerate(wl.classes or ()):
+        if c.n > 1:
+            raise ScenarioError(f"replica failures are not modelled with parallel sampling "
+                                f"(workload.classes.{i}.n = {c.n})", file=str(path), path=at)
 
 
 def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
@@ -205,6 +226,8 @@ def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
     Raises:
         ScenarioError: an unknown startup profile, or autoscaling a closed loop.
     """
+    if cluster.failures is not None:
+        _check_failures(spec, engine, path, where)
     a = cluster.autoscaling
     if a is None:
         return 0.0
@@ -450,12 +473,13 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
         raise ScenarioError("a disaggregated variant sizes its pools with "
                             "disaggregation.prefill/decode.num_replicas; remove cluster.num_replicas",
                             file=str(path), path=f"variants.{index}.cluster.num_replicas")
-    if v.cluster.get("autoscaling") is not None or (
-            spec.cluster.autoscaling is not None and "autoscaling" not in v.cluster):
-        raise ScenarioError("autoscaling scales one pool of co-located replicas; a "
-                            "disaggregated variant's pools are sized by num_replicas (set "
-                            "cluster: {autoscaling: null} on this variant)", file=str(path),
-                            path=f"variants.{index}.cluster.autoscaling")
+    for key in ("autoscaling", "failures"):
+        if v.cluster.get(key) is not None or (
+                getattr(spec.cluster, key) is not None and key not in v.cluster):
+            raise ScenarioError(f"{key} applies to one pool of co-located replicas, not to a "
+                                f"disaggregated variant's pools (set cluster: {{{key}: null}} "
+                                "on this variant)", file=str(path),
+                                path=f"variants.{index}.cluster.{key}")
     pools = {role: _resolve_pool(spec, index, v, role, getattr(d, role), path)
              for role in ROLES}
     prefill, decode = (pools[role][1] for role in ROLES)

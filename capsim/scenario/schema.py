@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from capsim.common.schema import Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.scenario.disagg import DisaggregationConfig
-from capsim.scenario.fleet import AutoscalingConfig
+from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
 from capsim.scenario.workload import WorkloadConfig
@@ -176,10 +176,17 @@ class ClusterConfig(StrictModel):
     router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None
+    # Replica failures and repairs (scenario/fleet.py).
+    failures: FailuresConfig | None = None
 
     @model_validator(mode="after")
     def _start_within_bounds(self) -> "ClusterConfig":
         a = self.autoscaling
+        most = a.max_replicas if a is not None else self.num_replicas
+        for i, f in enumerate(self.failures.at if self.failures is not None else ()):
+            if f.replica >= most:
+                raise ValueError(f"failures.at.{i}.replica: replica {f.replica} does not exist "
+                                 f"(replicas are 0..{most - 1})")
         if a is not None and not a.min_replicas <= self.num_replicas <= a.max_replicas:
             raise ValueError(f"num_replicas ({self.num_replicas}, the replicas at t = 0) must "
                              f"lie in [min_replicas, max_replicas] = [{a.min_replicas}, "

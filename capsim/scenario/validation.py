@@ -50,7 +50,9 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
 def _is_union_tag(part: Any) -> bool:
     # pydantic puts the discriminator tag / union member name into loc.
     return isinstance(part, str) and ("[" in part or part in {"fixed", "uniform", "normal",
-                                                              "lognormal", "empirical"})
+                                                              "lognormal", "empirical",
+                                                              "piecewise", "diurnal",
+                                                              "on_off", "markov"})
 
 
 def _valid_keys(model: type[BaseModel], loc: list[str]) -> list[str]:

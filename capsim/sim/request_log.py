@@ -110,6 +110,11 @@ class RequestLog:
         self.num_preemptions[rid] = req.num_preemptions
         self.written += 1
 
+    def add_lost_gaps(self, gaps: int) -> None:
+        """Inter-token gaps streamed by attempts that a replica failure cut short (their
+        tokens were streamed, then the request started over or failed)."""
+        self.gaps_expected += gaps
+
     def problems(self) -> list[str]:
         """Broken invariants found so far, then the first request never recorded (if any)."""
         out = list(self._problems)

@@ -99,17 +99,18 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         pool = run.pool()
         pricer = pool.pricer(run.model)
         bin_s = TimelineRecorder.start_width_s(_last_arrival_s(trace))
-        if run.autoscaling is None:
+        if run.autoscaling is None and run.failures is None:
             replicas = [Replica(env, i, pool, pricer, itl, itl_classes, on_finish,
                                 macro_steps=macro_steps, timeline_bin_s=bin_s)
                         for i in range(pool.num_replicas)]
             route = make_router(run.router, replicas)
         else:
-            fleet = Fleet(env, run.autoscaling, pool.num_replicas, run.router,
-                          run.provisioning_delay_s,
+            fleet = Fleet(env, run.autoscaling, run.failures, pool.num_replicas, run.router,
+                          run.provisioning_delay_s, run.seed,
                           lambda i, fin: Replica(env, i, pool, pricer, itl, itl_classes, fin,
                                                  macro_steps=macro_steps, timeline_bin_s=bin_s),
-                          on_finish, lambda: log.written >= total)
+                          on_finish, lambda req, why: _reject(req, why, env.now, on_finish),
+                          log.add_lost_gaps, lambda: log.written >= total)
             replicas, route = fleet.replicas, fleet.route
     admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
     sender = None
@@ -142,12 +143,14 @@ def _with_fleet(result: RunResult, run: RunConfig, fleet: Fleet) -> RunResult:
     and the fleet's mean price per hour over the run (GPU-hours × price / hours)."""
     pool = run.pool()
     hw, tp = pool.hardware, pool.engine.tensor_parallel_size
-    history = fleet.result(policy_label(run.autoscaling, run.provisioning_delay_s), tp,
-                           hw.price_per_gpu_hour_usd)
+    policy = policy_label(run.autoscaling, run.provisioning_delay_s) \
+        if run.autoscaling is not None else f"fixed, {run.pool().num_replicas} replicas"
+    history = fleet.result(policy, tp, hw.price_per_gpu_hour_usd)
     peak = max(history.serving)
     hours = fleet.last_end_s / 3600.0
     return result.model_copy(update={
         "fleet": history, "num_replicas": peak, "num_gpus": peak * tp,
+        "sim_end_s": fleet.last_end_s,       # not the last failure or repair timer
         "price_per_hour_usd": history.cost_usd / hours if hours > 0 else 0.0})
 
 
@@ -305,6 +308,8 @@ def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder
     if problems:
         raise InvariantError(problems[0])
     for rep in replicas:
+        if rep.failed:                  # its state died with it (engine/fleet.py)
+            continue
         if rep.scheduler.has_work():
             raise InvariantError(f"replica {rep.index} still has queued or running requests")
         rep.alloc.check_all_free()

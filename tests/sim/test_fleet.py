@@ -134,3 +134,75 @@ def test_schedule_signal_follows_the_schedule(fleet_run):
     # Scale-down: recommendations of 1 from 1200 s; the 300 s window holds 3 until 1500 s.
     drop = next(t for t, n in zip(f.times_s, f.serving) if t > 630 and n < 3)
     assert drop == pytest.approx(1500.0)
+
+
+STEADY = {"duration_s": 600, "arrival": {"process": "poisson", "rate_per_s": 6.0},
+          "classes": [CHAT]}
+
+
+def _counts(res):
+    status = np.asarray(res.requests.status)
+    return (status == "finished").sum(), (status == "rejected").sum(), len(status)
+
+
+def test_a_failure_retries_its_in_flight_requests_elsewhere(fleet_run):
+    """Replica 1 of 3 fails at 300 s for 120 s: what it held is sent again (prefill
+    redone: more prefill tokens than the same run without the failure), every request
+    finishes once, and a replacement (replica 3) serves from 420 s."""
+    _, trace, base = fleet_run({"num_replicas": 3}, workload=STEADY)
+    _, _, res = fleet_run({"num_replicas": 3, "failures": {
+        "at": [{"replica": 1, "at_s": 300, "repair_s": 120}]}}, workload=STEADY)
+    f = res.fleet
+    assert f.failures == [[1.0, 300.0, 420.0]]
+    assert f.retried_requests > 0 and f.retries == f.retried_requests
+    finished, rejected, total = _counts(res)
+    assert (finished, rejected) == (total, 0) == (len(trace), 0)
+    rec = res.requests
+    replica, first = np.asarray(rec.replica), np.asarray(rec.first_token_s)
+    # Nothing finishes on the failed replica after it failed.
+    assert np.all(np.asarray(rec.finish_s)[replica == 1] <= 300.0)
+    assert f.ready_s[3] == 420.0 and f.requested_s[3] == 420.0
+    assert np.all(first[replica == 3] >= 420.0)
+    # The failed replica is paid for until its repair.
+    assert f.stopped_s[1] == 420.0
+    # The retries' prefills are redone.
+    prefill = sum(r.prefill_tokens for r in res.replicas)
+    assert prefill > sum(r.prefill_tokens for r in base.replicas)
+    i = f.times_s.index(300.0)
+    assert (f.serving[i], f.down[i]) == (2, 1)
+
+
+def test_failed_in_flight_requests_are_counted_not_lost(fleet_run):
+    _, trace, res = fleet_run({"num_replicas": 3, "failures": {
+        "at": [{"replica": 0, "at_s": 200, "repair_s": 60}], "in_flight": "fail"}},
+        workload=STEADY)
+    f = res.fleet
+    finished, rejected, total = _counts(res)
+    assert f.failed_requests > 0 and f.retried_requests == 0
+    assert rejected == f.failed_requests and finished + rejected == total == len(trace)
+    reasons = np.asarray(res.requests.reject_reason)
+    assert (np.char.find(reasons.astype(str), "replica 0 failed at 200.0 s") >= 0).sum() \
+        == f.failed_requests
+
+
+def test_random_failures_reproduce_with_the_seed(fleet_run):
+    """MTBF 200 s, MTTR 60 s on 3 replicas for 600 s: several failures, the same ones
+    for the same seed, all requests served."""
+    cluster = {"num_replicas": 3, "failures": {"mtbf_s": 200, "mttr_s": 60}}
+    _, trace, a = fleet_run(cluster, workload=STEADY)
+    _, _, b = fleet_run(cluster, workload=STEADY)
+    assert len(a.fleet.failures) >= 3
+    assert a.fleet.failures == b.fleet.failures
+    assert np.array_equal(np.asarray(a.requests.finish_s), np.asarray(b.requests.finish_s))
+    assert _counts(a)[0] == len(trace)
+    for _, failed, repaired in a.fleet.failures:
+        assert 0 < failed < repaired
+
+
+def test_step_by_step_and_macro_steps_agree_with_failures(fleet_run, tmp_path):
+    run, trace, res = fleet_run({"num_replicas": 2, "failures": {
+        "at": [{"replica": 1, "at_s": 150, "repair_s": 30}]}}, workload=STEADY)
+    ref = simulate(run, trace, macro_steps=False)
+    for col in ("replica", "first_token_s", "finish_s"):
+        assert np.array_equal(np.asarray(getattr(ref.requests, col)),
+                              np.asarray(getattr(res.requests, col)))

@@ -137,6 +137,8 @@ class DecodeRunner:
             if env.now < t_end:
                 m = self.run.step_at(env.now) + 1      # the run ends with the step in progress
                 yield env.timeout_at(float(clock[m]))
+        if rep.failed:                              # the replica failed mid-run
+            return math.nan, 0.0
         self.waiting = False
         self._commit(m, last=True)
         self.run = None

@@ -474,6 +474,8 @@ def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int
               help="Answer the inverse: the highest request rate N GPUs sustain.")
 @click.option("--max-gpus", type=int, metavar="M", help="Search bound [default: sizing.max_gpus "
                                                         "or 64].")
+@click.option("--headroom", type=int, default=0, metavar="K",
+              help="N+K: the SLOs must hold with K replicas down at the rate sized for.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>-size].")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
@@ -484,7 +486,8 @@ def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int
 @_executor_options
 @_set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
-         out_dir: Path | None, seed: int | None, trust_edge: str, num_seeds: int | None,
+         headroom: int, out_dir: Path | None, seed: int | None, trust_edge: str,
+         num_seeds: int | None,
          workers: int | None, executor: str, scheduler: str | None,
          overrides: tuple[str, ...]) -> None:
     from capsim.cli.sweep import run_size
@@ -501,9 +504,9 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
         raise ScenarioError("--max-gpus bounds the search for the fewest GPUs; with --gpus N "
                             "the GPU count is fixed, so drop one of them")
     run_size(_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
-             num_seeds=num_seeds, max_gpus=max_gpus, executor=_executor(executor, workers,
-                                                                         scheduler),
-             overrides=list(overrides), trust_edge=trust_edge)
+             num_seeds=num_seeds, max_gpus=max_gpus, headroom=headroom,
+             executor=_executor(executor, workers, scheduler), overrides=list(overrides),
+             trust_edge=trust_edge)
 
 
 def _variant_option(f):

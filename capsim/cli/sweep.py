@@ -72,7 +72,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
 def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int | None, *,
              rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
              max_gpus: int | None, executor: ExecutorSpec, overrides: list[str],
-             trust_edge: str = "none") -> Path:
+             trust_edge: str = "none", headroom: int = 0) -> Path:
     """``capsim size``: search every fleet option, print the ranked table, write the report.
 
     Raises:
@@ -86,7 +86,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
 
     base = load(scenario, overrides, seed)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,
-                       max_gpus=max_gpus, trust_edge=trust_edge)
+                       max_gpus=max_gpus, trust_edge=trust_edge, headroom=headroom)
     live = sum(o.run is not None for o in plan.options)
     console.print(f"[bold]{base.spec.name}[/]: sizing {live} configuration(s) × "
                   f"{len(plan.seeds)} seed(s) on {executor.describe()}")

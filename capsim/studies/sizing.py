@@ -91,6 +91,7 @@ class SizingRow:
     note: str = ""
     evaluations: int = 0
     trust: str = ""
+    headroom_replicas: int = 0      # N+k: replicas added to those that met the SLOs
 
     @property
     def label(self) -> str:
@@ -146,6 +147,7 @@ class SizingPlan:
     def slo(self, key: tuple) -> EdgedSlo:
         """The SLOs option ``key`` is judged by (the scenario's, or moved to the edge)."""
         return self.slos[key]
+    headroom: int = 0                # N+k: replicas down while the SLOs must still hold
 
     def workload_at(self, wl: WorkloadConfig, rate_per_s: float) -> WorkloadConfig:
         """``wl`` offering ``rate_per_s``: the synthetic rate, or a trace's ``rate_scale``."""
@@ -160,13 +162,16 @@ class SizingPlan:
 
 def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None = None,
          gpus: int | None = None, num_seeds: int | None = None,
-         max_gpus: int | None = None, trust_edge: Edge = "none") -> SizingPlan:
+         max_gpus: int | None = None, trust_edge: Edge = "none",
+         headroom: int = 0) -> SizingPlan:
     """Combine the CLI options with the ``sizing:`` section and check the question.
 
     Arguments given here override ``sizing:``; ``gpus`` switches to the
     capacity question. ``trust_edge`` ("median" / "max") judges each option by SLO bounds
     moved to that edge of the measured error of its engine preset on its GPU
-    (:mod:`capsim.studies.trust_edge`).
+    (:mod:`capsim.studies.trust_edge`). ``headroom`` K (N+k sizing): the SLOs must hold
+    with K replicas down for the whole window sized for (the peak): a candidate of N
+    replicas is run on N − K, and the answer counts all N.
 
     Raises:
         ScenarioError: a closed loop or all-at-once arrivals (no rate to search); no
@@ -192,11 +197,36 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     p.rate_per_s = _start_rate(p, rate_per_s)
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None)
+    p.headroom = _check_headroom(headroom, p, options)
     p.options = _check_options(p, options)
     p.slos = {o.key: edged_slo(spec.slo, base.class_slos,
                                coverage(o.run.pool().preset.name, o.hardware), trust_edge)
               for o in p.options if o.run is not None}
     return p
+
+
+def _check_headroom(k: int, p: SizingPlan, options: list[FleetOption]) -> int:
+    """``--headroom K``: >= 0 and smaller than every option's largest fleet.
+
+    Raises:
+        ScenarioError: K < 0, or K replicas down leave no replica in some option's fleet
+            (``--gpus N``, or the search bound ``max_gpus``).
+    """
+    path = str(p.base.path)
+    if k < 0:
+        raise ScenarioError(f"--headroom must be >= 0 replicas, got {k}", file=path)
+    if k == 0:
+        return 0
+    gpus, what = (p.gpus, "--gpus") if p.mode == "rate" else (p.max_gpus, "max_gpus")
+    for opt in options:
+        fleet = gpus // opt.tensor_parallel_size
+        if k >= fleet:
+            raise ScenarioError(
+                f"--headroom {k} is larger than the fleet: {what} = {gpus} makes at most "
+                f"{fleet} replica(s) of TP{opt.tensor_parallel_size} ({opt.variant}), and "
+                f"{k} down would leave none serving; lower --headroom or raise {what}",
+                file=path, path="sizing.max_gpus" if what == "max_gpus" else None)
+    return k
 
 
 def _check_open_loop(base: LoadedScenario) -> None:
@@ -272,7 +302,7 @@ class _Evaluator:
         """(replicas, rate) of candidate ``x`` of option ``key``."""
         if self.p.mode == "gpus":
             return int(x), self.p.rate_per_s
-        return self.p.gpus // key[2], float(x)
+        return self.p.gpus // key[2] - self.p.headroom, float(x)
 
     def batch(self, pending: list[tuple[tuple, Any]]) -> None:
         todo = [(k, *self.config(k, x)) for k, x in pending]
@@ -325,7 +355,8 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
     """Search every feasible option and rank the answers."""
     ev = _Evaluator(p, runner, progress)
     if p.mode == "gpus":
-        searches = {k: fewest_passing(max(p.max_gpus // k[2], 1)) for k in ev.by_key}
+        searches = {k: fewest_passing(max(p.max_gpus // k[2] - p.headroom, 1))
+                    for k in ev.by_key}
     else:
         r = p.rate_per_s
         searches = {k: highest_passing(r, p.rate_tolerance, r / RATE_RANGE, r * RATE_RANGE)
@@ -359,9 +390,25 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     note = ""
     if p.mode == "rate" and answer.capped:
         note = f"still meets the SLOs at {answer.best:g} req/s, the search's upper end"
-    return SizingRow(**head, status="met", **_figures(chosen),
+    figures = _figures(chosen)
+    if p.headroom:
+        figures, why = _with_headroom(figures, p.headroom, opt.tensor_parallel_size)
+        note = "; ".join(n for n in (note, why) if n)
+    return SizingRow(**head, status="met", **figures,
                      within_noise=_within_noise(p, ev, opt, answer, chosen), note=note,
-                     evaluations=len(tested))
+                     evaluations=len(tested), headroom_replicas=p.headroom)
+
+
+def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, Any], str]:
+    """The answer with ``k`` spare replicas: the N − k that met the SLOs plus k, priced
+    for all N (the same tokens, so $/M tokens grow as $/h)."""
+    serving = figures["num_replicas"]
+    scale = (serving + k) / serving
+    out = dict(figures, num_replicas=serving + k, num_gpus=(serving + k) * tp,
+               cost_per_hour_usd=figures["cost_per_hour_usd"] * scale,
+               cost_per_million_output_tokens_usd=
+               figures["cost_per_million_output_tokens_usd"] * scale)
+    return out, f"N+{k}: meets the SLOs with {k} of {serving + k} replicas down"
 
 
 def _figures(e: Evaluation) -> dict[str, Any]:
@@ -421,5 +468,8 @@ def _ranked(rows: list[SizingRow], mode: Mode) -> list[SizingRow]:
 
 def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
     """sizing.csv: one row per fleet option, in rank order."""
-    return pd.DataFrame([{**r.__dict__, "configuration": r.label} for r in rows])
+    frame = pd.DataFrame([{**r.__dict__, "configuration": r.label} for r in rows])
+    if not any(r.headroom_replicas for r in rows):      # the columns of sizing without N+k
+        frame = frame.drop(columns="headroom_replicas")
+    return frame
 

@@ -194,6 +194,11 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_
     ({"sizing": {"max_gpus": 0}}, [], "sizing.max_gpus: "),
     ({}, ["--rate", "-3"], "--rate must be > 0 requests/s, got -3"),
     ({}, ["--gpus", "0"], "--gpus must be >= 1, got 0"),
+    # N+k: 8 GPUs of TP1 are 8 replicas; 8 down leaves none.
+    ({}, ["--headroom", "8"], "sizing.max_gpus: --headroom 8 is larger than the fleet: "
+                              "max_gpus = 8 makes at most 8 replica(s) of TP1"),
+    ({}, ["--gpus", "2", "--headroom", "2"], "--headroom 2 is larger than the fleet: --gpus = 2"),
+    ({}, ["--headroom", "-1"], "--headroom must be >= 0 replicas, got -1"),
 ])
 def test_bad_size_input_is_one_line(tmp_path, run_cli, write_scenario, change, args, expected):
     path = write_scenario(tmp_path, with_(**change))
@@ -310,3 +315,24 @@ def test_trust_edge_sizes_against_the_pessimistic_edge(tmp_path, write_scenario,
         "ttft_p99_ms": pytest.approx(600 / (1 + e_ttft / 100))}
     assert row.binding_bound == plan.slo(row_key).slo.targets[row.binding]
     assert edged.trust_edge == "max" and row.trust.startswith("SLO bounds moved by the max")
+
+
+def test_headroom_adds_k_replicas_to_the_fewest_that_meet_the_slos(sized, tmp_path,
+                                                                  write_scenario):
+    """N+1: the search runs candidates on N − 1 replicas, so the answer is the plain
+    answer + 1, priced for all N (the same tokens: $/M tokens scale with $/h)."""
+    _, plain, _ = sized
+    path = write_scenario(tmp_path, DOC)
+    with open_runner(ExecutorSpec("serial")) as runner:
+        n1 = sizing.run(sizing.plan(load(path), [], headroom=1), runner)
+    by = {r.variant: r for r in plain.rows}
+    for row in n1.rows:
+        base = by[row.variant]
+        assert row.num_replicas == base.num_replicas + 1 and row.headroom_replicas == 1
+        assert row.cost_per_hour_usd == pytest.approx(6.88 * row.num_gpus)
+        scale = row.num_replicas / base.num_replicas
+        assert row.cost_per_million_output_tokens_usd == pytest.approx(
+            base.cost_per_million_output_tokens_usd * scale)
+        assert f"N+1: meets the SLOs with 1 of {row.num_replicas} replicas down" in row.note
+    assert "headroom_replicas" in sizing.rows_frame(n1.rows).columns
+    assert "headroom_replicas" not in sizing.rows_frame(plain.rows).columns

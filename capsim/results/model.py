@@ -238,6 +238,25 @@ class FleetResult(_Result):
         return self.gpu_hours * self.price_per_gpu_hour_usd
 
 
+class DaySamples(_Result):
+    """The fleet sampled every ``sample_s`` (a run with time-varying load, autoscaling or
+    failures), for the day view (:mod:`capsim.metrics.day`).
+
+    ``itl_runs[i]``: ITL runs recorded by ``times_s[i]`` (the result's ITL runs in
+    ``[itl_runs[i], itl_runs[i + 1])`` were recorded between two samples; a decode run's
+    gaps are recorded when it is committed, at most one run's length late).
+    ``queue[i]``: requests waiting on serving replicas (and held by the router);
+    ``running[i]``: sequences running on them; ``serving[i]``: replicas serving.
+    """
+
+    sample_s: float
+    times_s: list[float]
+    itl_runs: list[int]
+    queue: list[int]
+    running: list[int]
+    serving: list[int]
+
+
 class RunResult(_Result):
     """Everything one variant's run produced."""
 
@@ -262,7 +281,8 @@ class RunResult(_Result):
     disagg: DisaggResult | None = None # prefill/decode disaggregation only
     engine: str = ""                   # engine preset and version, e.g. "vllm-v1 (vLLM 0.19.0)"
     preset: str = ""                   # engine preset name; "disaggregated" for a P/D split
-    fleet: FleetResult | None = None   # an autoscaled fleet only
+    fleet: FleetResult | None = None   # an autoscaled or failing fleet only
+    day: DaySamples | None = None      # time-varying load, autoscaling or failures only
 
 
 class SummaryRow(_Result):

@@ -28,6 +28,7 @@ from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
 from capsim.kv.blocks import blocks_needed
 from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
+from capsim.sim.day import DaySampler, wants_day_view
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.results.model import ItlRuns, RunResult, TransferRecords
@@ -113,6 +114,12 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
                           log.add_lost_gaps, lambda: log.written >= total)
             replicas, route = fleet.replicas, fleet.route
     admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
+    sampler = None                       # the day view's samples (sim/day.py)
+    if loop is None and not run.disaggregated and not trace.warmup_requests \
+            and wants_day_view(run):
+        sampler = DaySampler(env, itl, (lambda: fleet.serving) if fleet else (lambda: replicas),
+                             (lambda: len(fleet.pending)) if fleet else (lambda: 0),
+                             lambda: log.written >= total)
     sender = None
     if loop is None:
         env.process(_arrivals(env, source, admit))
@@ -135,6 +142,11 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     result = result if cluster is None else cluster.finish(result)
     if fleet is not None:
         result = _with_fleet(result, run, fleet)
+    if sampler is not None:
+        update = {"day": sampler.result()}
+        if fleet is None:                # the run ended with its last request, not a sample
+            update["sim_end_s"] = float(np.nanmax(result.requests.finish_s, initial=0.0))
+        result = result.model_copy(update=update)
     return _without_warmup(result, num_classes) if trace.warmup_requests else result
 
 

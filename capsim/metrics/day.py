@@ -1,0 +1,105 @@
+"""The day view: a run cut into fixed windows (5 minutes by default).
+
+Per window ``[k·window_s, (k+1)·window_s)``: the offered rate (requests arriving, all of
+them, per second), the replicas serving and the requests waiting (means of the
+:class:`~capsim.results.model.DaySamples` taken in it), p99 ITL (the gaps recorded in
+it) and p99 TTFT (of the requests arriving in it that finished). A window *violates*
+when its p99 ITL or p99 TTFT exceeds the scenario's ``slo.targets`` bound of that name;
+violation minutes are the violating windows' length. Cost of the day: GPU-hours × price
+(an autoscaled or failing fleet's from its replica lifetimes, a fixed fleet's
+``num_gpus × run length``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from capsim.metrics.summary import weighted_percentile
+from capsim.results.model import FINISHED, RunResult
+from capsim.scenario.slo import SloConfig
+
+WINDOW_S = 300.0
+"""The day view's window: 5 minutes."""
+
+WINDOW_TARGETS = ("itl_p99_ms", "ttft_p99_ms")
+"""The run-level targets a window is checked against (the others need the whole run)."""
+
+
+def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -> pd.DataFrame:
+    """One row per window from t = 0 to the run's end (columns: ``window_start_s``,
+    ``offered_rate_per_s``, ``replicas_serving``, ``queue_mean``, ``running_mean``,
+    ``itl_p99_ms``,
+    ``ttft_p99_ms``, ``violation``). Requires ``result.day``.
+
+    Raises:
+        ValueError: the result has no day samples.
+    """
+    day = result.day
+    if day is None:
+        raise ValueError(f"variant {result.variant} has no day samples")
+    end = max(result.sim_end_s, day.times_s[-1] if day.times_s else 0.0)
+    n = max(1, math.ceil(end / window_s))
+    edges = np.arange(n + 1) * window_s
+    rec = result.requests
+    arrival = np.asarray(rec.arrival_s, dtype=np.float64)
+    offered = np.histogram(arrival[np.isfinite(arrival)], bins=edges)[0] / window_s
+    times = np.asarray(day.times_s)
+    k = np.minimum((times // window_s).astype(int), n - 1)
+    serving = _window_mean(k, np.asarray(day.serving, dtype=np.float64), n)
+    queue = _window_mean(k, np.asarray(day.queue, dtype=np.float64), n)
+    running = _window_mean(k, np.asarray(day.running, dtype=np.float64), n)
+    # ITL runs recorded by each edge (the last sample at or before it).
+    marks = np.asarray(day.itl_runs)
+    at = np.searchsorted(times, edges, side="right") - 1
+    cut = np.where(at >= 0, marks[np.maximum(at, 0)], 0)
+    cut[-1] = len(result.itl.gap_s)
+    gaps, counts = np.asarray(result.itl.gap_s), np.asarray(result.itl.count)
+    itl = [weighted_percentile(gaps[a:b], counts[a:b], 99.0) * 1e3 if b > a else math.nan
+           for a, b in zip(cut[:-1], cut[1:])]
+    done = np.asarray(rec.status) == FINISHED
+    ttft = (np.asarray(rec.first_token_s) - arrival)[done] * 1e3
+    kw = np.minimum((arrival[done] // window_s).astype(int), n - 1)
+    ttft_p99 = [float(np.percentile(ttft[kw == w], 99)) if (kw == w).any() else math.nan
+                for w in range(n)]
+    frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
+                          "replicas_serving": serving, "queue_mean": queue,
+                          "running_mean": running,
+                          "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
+    frame["violation"] = _violations(frame, slo)
+    return frame
+
+
+def _window_mean(k: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    total = np.bincount(k, weights=values, minlength=n)[:n]
+    count = np.bincount(k, minlength=n)[:n]
+    return np.divide(total, count, out=np.full(n, np.nan), where=count > 0)
+
+
+def _violations(frame: pd.DataFrame, slo: SloConfig) -> np.ndarray:
+    bad = np.zeros(len(frame), dtype=bool)
+    for name in WINDOW_TARGETS:
+        if name in slo.targets:
+            bad |= (frame[name] > slo.targets[name]).to_numpy()
+    return bad
+
+
+def violation_minutes(frame: pd.DataFrame, window_s: float = WINDOW_S) -> float:
+    """Minutes in windows that broke a target."""
+    return float(frame["violation"].sum()) * window_s / 60.0
+
+
+def day_cost(result: RunResult) -> dict[str, float]:
+    """GPU-hours, cost (USD) and USD per million output tokens of the whole run."""
+    rec = result.requests
+    done = np.asarray(rec.status) == FINISHED
+    tokens = float((np.asarray(rec.output_tokens)[done] * np.asarray(rec.n)[done]).sum())
+    if result.fleet is not None:
+        gpu_hours, cost = result.fleet.gpu_hours, result.fleet.cost_usd
+    else:
+        gpu_hours = result.num_gpus * result.sim_end_s / 3600.0
+        cost = result.price_per_hour_usd * result.sim_end_s / 3600.0
+    return {"gpu_hours": gpu_hours, "cost_usd": cost,
+            "cost_per_million_output_tokens_usd": cost / tokens * 1e6 if tokens else math.nan}

@@ -1,0 +1,67 @@
+"""Sampling the fleet over a long run for the day view (:class:`DaySampler`).
+
+Taken only when the load varies over time or the fleet does (schedule, bursts, a trace
+schedule, autoscaling, failures): every ``SAMPLE_S`` the sampler notes how many ITL
+runs have been recorded, how many requests wait and run, and how many replicas serve.
+It only reads state (a decode run in progress is committed up to now first, as a
+disaggregated cluster's placement does: :meth:`Replica.kv_load`), so results are the
+same with or without it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from capsim.engine.clock import Environment
+from capsim.engine.recorder import ItlRecorder
+from capsim.results.model import DaySamples
+from capsim.scenario.resolve import RunConfig
+
+SAMPLE_S = 15.0
+"""Sampling period, s: the autoscaler's default interval (Kubernetes HPA's sync period),
+20 samples per 5-minute window of the day view."""
+
+
+def wants_day_view(run: RunConfig) -> bool:
+    """A run whose load or fleet changes over time."""
+    wl = run.workload
+    shaped = wl.time_varying if wl.trace is None else wl.trace.schedule is not None
+    return shaped or run.autoscaling is not None or run.failures is not None
+
+
+class DaySampler:
+    """Samples ``serving()`` (the replicas serving now) and ``held()`` (requests held by
+    the router) every :data:`SAMPLE_S` until ``done()``.
+
+    Args:
+        env: the simulation.
+        itl: the run's ITL recorder.
+        serving: the replicas serving now.
+        held: requests waiting outside any replica (a fleet with none serving).
+        done: every request has ended.
+    """
+
+    def __init__(self, env: Environment, itl: ItlRecorder, serving: Callable[[], list],
+                 held: Callable[[], int], done: Callable[[], bool]):
+        self.env, self.itl, self.serving, self.held, self.done = env, itl, serving, held, done
+        self.times, self.itl_runs, self.queue, self.n_serving = [], [], [], []
+        self.running: list[int] = []
+        self._sample()
+        env.process(self._loop())
+
+    def _sample(self) -> None:
+        reps = self.serving()
+        self.times.append(self.env.now)
+        self.itl_runs.append(len(self.itl.gap_s))
+        self.queue.append(sum(len(r.scheduler.waiting) for r in reps) + self.held())
+        self.running.append(sum(r.kv_load()[1] for r in reps))
+        self.n_serving.append(len(reps))
+
+    def _loop(self):
+        while not self.done():
+            yield self.env.timeout(SAMPLE_S)
+            self._sample()
+
+    def result(self) -> DaySamples:
+        return DaySamples(sample_s=SAMPLE_S, times_s=self.times, itl_runs=self.itl_runs,
+                          queue=self.queue, running=self.running, serving=self.n_serving)

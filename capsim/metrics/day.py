@@ -29,7 +29,7 @@ WINDOW_TARGETS = ("itl_p99_ms", "ttft_p99_ms")
 
 
 def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -> pd.DataFrame:
-    """One row per window from t = 0 to the run's end (columns: ``window_start_s``,
+    """One row per window from t = 0 to the last arrival (columns: ``window_start_s``,
     ``offered_rate_per_s``, ``replicas_serving``, ``queue_mean``, ``running_mean``,
     ``itl_p99_ms``,
     ``ttft_p99_ms``, ``violation``). Requires ``result.day``.
@@ -40,12 +40,14 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     day = result.day
     if day is None:
         raise ValueError(f"variant {result.variant} has no day samples")
-    end = max(result.sim_end_s, day.times_s[-1] if day.times_s else 0.0)
-    n = max(1, math.ceil(end / window_s))
-    edges = np.arange(n + 1) * window_s
     rec = result.requests
     arrival = np.asarray(rec.arrival_s, dtype=np.float64)
-    offered = np.histogram(arrival[np.isfinite(arrival)], bins=edges)[0] / window_s
+    # Windows cover the arrivals; the last one also takes what is served after them.
+    end = float(np.nanmax(arrival, initial=0.0))
+    n = max(1, math.ceil(end / window_s - 1e-9))
+    edges = np.arange(n + 1) * window_s
+    offered = np.histogram(np.minimum(arrival[np.isfinite(arrival)], edges[-1]), bins=edges)[0] \
+        / window_s
     times = np.asarray(day.times_s)
     k = np.minimum((times // window_s).astype(int), n - 1)
     serving = _window_mean(k, np.asarray(day.serving, dtype=np.float64), n)

@@ -189,12 +189,39 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     _check_scale_out(hw, spec, v, path, where)
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields))
+    _check_fleet(cluster, set(v.cluster), path, where)
     scaling = _autoscaling(cluster, spec, engine, model, path, where)
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
                      router=cluster.router, autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling)
+
+
+def _check_fleet(cluster: ClusterConfig, variant_keys: set[str], path: Path,
+                 where: str) -> None:
+    """The replicas at t = 0 lie within the autoscaler's bounds; every failure names a
+    replica that can exist (below ``num_replicas``, or ``max_replicas`` when autoscaled).
+
+    Raises:
+        ScenarioError: naming the variant's field when it set the cluster key, else the
+            scenario's.
+    """
+    def at(key: str) -> str:
+        return f"{where}.cluster.{key}" if where and key in variant_keys else f"cluster.{key}"
+    a = cluster.autoscaling
+    if a is not None and not a.min_replicas <= cluster.num_replicas <= a.max_replicas:
+        key = "num_replicas" if "num_replicas" in variant_keys or "autoscaling" not in \
+            variant_keys else "autoscaling"
+        raise ScenarioError(f"num_replicas ({cluster.num_replicas}, the replicas at t = 0) must "
+                            f"lie in [min_replicas, max_replicas] = [{a.min_replicas}, "
+                            f"{a.max_replicas}]", file=str(path), path=at(key))
+    most = a.max_replicas if a is not None else cluster.num_replicas
+    for i, f in enumerate(cluster.failures.at if cluster.failures is not None else ()):
+        if f.replica >= most:
+            raise ScenarioError(f"replica {f.replica} does not exist: replicas are "
+                                f"0..{most - 1}", file=str(path),
+                                path=f"{at('failures')}.at.{i}.replica")
 
 
 def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str) -> None:

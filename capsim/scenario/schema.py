@@ -179,20 +179,6 @@ class ClusterConfig(StrictModel):
     # Replica failures and repairs (scenario/fleet.py).
     failures: FailuresConfig | None = None
 
-    @model_validator(mode="after")
-    def _start_within_bounds(self) -> "ClusterConfig":
-        a = self.autoscaling
-        most = a.max_replicas if a is not None else self.num_replicas
-        for i, f in enumerate(self.failures.at if self.failures is not None else ()):
-            if f.replica >= most:
-                raise ValueError(f"failures.at.{i}.replica: replica {f.replica} does not exist "
-                                 f"(replicas are 0..{most - 1})")
-        if a is not None and not a.min_replicas <= self.num_replicas <= a.max_replicas:
-            raise ValueError(f"num_replicas ({self.num_replicas}, the replicas at t = 0) must "
-                             f"lie in [min_replicas, max_replicas] = [{a.min_replicas}, "
-                             f"{a.max_replicas}]")
-        return self
-
 
 class VariantSpec(StrictModel):
     """One variant: a name and overrides of the scenario's defaults."""

@@ -109,10 +109,11 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
            figures: list[FigureRef], timelines: list[FigureRef], notes: list[str],
-           disagg: dict | None = None) -> str:
+           disagg: dict | None = None, day: dict | None = None) -> str:
     """The full index.html text. All strings are autoescaped by jinja2.
 
-    ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None.
+    ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None;
+    ``day``: the fleet table of the day view (:func:`capsim.report.run.day.table`), or None.
     """
     all_rows = [r for r in rows if r.cls == "all"]
     class_rows = [r for r in rows if r.cls != "all"]
@@ -136,5 +137,6 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         timelines=timelines,
         notes=list(notes) + held_reply_notes(results),
         disagg=disagg,
+        day=day,
         resolved_yaml=resolved_yaml,
     )

@@ -1,7 +1,8 @@
 """The run report (``capsim run``): a self-contained directory a sizing meeting can open offline.
 
 :func:`write` renders ``index.html`` (verdict table, figures, logs), the PNG
-figures, ``summary.csv``, ``requests.csv`` and ``scenario.resolved.yaml``.
+figures, ``summary.csv``, ``requests.csv`` and ``scenario.resolved.yaml`` (and
+``day.csv`` when a variant's load or fleet changes over time).
 The terminal summary lives in :mod:`capsim.report.run.console`.
 """
 
@@ -14,7 +15,7 @@ import pandas as pd
 from capsim.metrics.summary import request_frame, summary_frame
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
-from capsim.report.run import disagg, figures, timeline
+from capsim.report.run import day, disagg, figures, timeline
 from capsim.report.run.html import render
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results.model import RunResult, SummaryRow
@@ -107,6 +108,14 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
         figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
         split_table = disagg.table(all_rows, results, colours)
 
+    day_table = None
+    if day.has_day(results):                  # time-varying load or fleet: the day view
+        frames_by_window = day.windows(results, slo)
+        day.write_csv(frames_by_window, d / day.CSV)
+        day.plot(frames_by_window, colours, slo, d / day.FIG)
+        figs.insert(0, FigureRef(day.FIG, *day.CAPTION))
+        day_table = day.table(results, frames_by_window, colours)
+
     slugs = unique_slugs(r.variant for r in results)
     timelines = []
     step_ms_range = timeline.step_time_range_ms(results)
@@ -119,5 +128,5 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
                   class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
-                  notes=notes, disagg=split_table)
+                  notes=notes, disagg=split_table, day=day_table)
     (d / "index.html").write_text(html, encoding="utf-8")

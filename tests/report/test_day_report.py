@@ -1,0 +1,105 @@
+"""The run report's day view: day.csv, the figure and the fleet table; bad day input."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+DOC = {
+    "name": "dayrep", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+    "engine": {"max_model_len": 4096, "max_num_seqs": 32},
+    "cluster": {"num_replicas": 2, "router": "least_outstanding_tokens"},
+    "workload": {"duration_s": 1200, "arrival": {"process": "poisson", "rate_per_s": 3.0},
+                 "schedule": {"kind": "piecewise", "step_s": 300, "factors": [1, 4, 4, 1]},
+                 "classes": [{"name": "chat", "weight": 1,
+                              "prompt_tokens": {"dist": "uniform", "min": 100, "max": 1500},
+                              "output_tokens": {"dist": "uniform", "min": 20, "max": 300}}]},
+    "slo": {"targets": {"itl_p99_ms": 25, "ttft_p99_ms": 1500}},
+    "variants": [
+        {"name": "fixed"},
+        {"name": "autoscaled", "cluster": {"num_replicas": 1, "autoscaling": {
+            "signal": "running", "target": 12, "min_replicas": 1, "max_replicas": 4,
+            "provisioning": {"delay_s": 45}}}},
+        {"name": "failing", "cluster": {"failures": {
+            "at": [{"replica": 0, "at_s": 450, "repair_s": 300}]}}},
+    ],
+}
+
+
+def with_(dotted: str, value) -> dict:
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    node = doc
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    node[parts[-1]] = value
+    return doc
+
+
+def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_scenario):
+    path = write_scenario(tmp_path, DOC)
+    out = tmp_path / "r"
+    code, _, err = run_cli(["run", str(path), "-o", str(out)])
+    assert code == 0, err
+    day = pd.read_csv(out / "day.csv")
+    assert list(day.columns) == ["variant", "window_start_s", "offered_rate_per_s",
+                                 "replicas_serving", "queue_mean", "running_mean", "itl_p99_ms",
+                                 "ttft_p99_ms", "violation"]
+    assert set(day.variant) == {"fixed", "autoscaled", "failing"}
+    assert (day.groupby("variant").size() == 4).all()            # 1,200 s in 5-minute windows
+    fixed = day[day.variant == "fixed"]
+    assert (fixed.replicas_serving == 2).all()
+    failing = day[day.variant == "failing"].reset_index()
+    assert failing.replicas_serving[1] < 2 and failing.replicas_serving[0] == 2
+    auto = day[day.variant == "autoscaled"]
+    assert auto.replicas_serving.max() > 1
+    assert (out / "day.png").stat().st_size > 10_000
+    html = (out / "index.html").read_text()
+    assert "The day: fleet, cost and SLO-violation minutes" in html
+    assert 'href="day.csv"' in html and "violation min" in html
+
+
+def test_a_steady_scenario_has_no_day_view(tmp_path, run_cli, write_scenario):
+    doc = with_("workload.schedule", None)
+    doc["variants"] = [{"name": "fixed"}]
+    path = write_scenario(tmp_path, doc)
+    out = tmp_path / "r"
+    assert run_cli(["run", str(path), "-o", str(out)])[0] == 0
+    assert not (out / "day.csv").exists() and not (out / "day.png").exists()
+    assert "The day:" not in (out / "index.html").read_text()
+
+
+BAD = [
+    ("workload.schedule", {"kind": "piecewise", "factors": [1, -2]},
+     "workload.schedule.factors: factors[1] = -2 is negative; a rate factor must be >= 0"),
+    ("workload.schedule", {"kind": "piecewise", "factors": [1, float("inf")]},
+     "workload.schedule.factors.1: Input should be a finite number"),
+    ("workload.schedule", {"kind": "diurnal", "trough": float("nan"), "peak_hour": 3},
+     "workload.schedule.trough: Input should be a finite number"),
+    ("workload.bursts", {"kind": "on_off", "on_s": 10, "off_s": 100, "factor": -1},
+     "workload.bursts.factor: Input should be greater than 0"),
+    ("workload.classes.0.schedule", {"kind": "hourly"},
+     "workload.classes.0.schedule: unknown kind 'hourly'; valid: piecewise, diurnal"),
+    ("variants.1.cluster.autoscaling.min_replicas", 5,
+     "variants.1.cluster.autoscaling: min_replicas (5) must be <= max_replicas (4)"),
+    ("variants.1.cluster.autoscaling.signal", "gpu",
+     "variants.1.cluster.autoscaling.signal: "),
+    ("variants.1.cluster.num_replicas", 6,
+     "variants.1.cluster.num_replicas: num_replicas (6, the replicas at t = 0) must lie in "
+     "[min_replicas, max_replicas] = [1, 4]"),
+    ("variants.2.cluster.failures.at.0.replica", 2,
+     "variants.2.cluster.failures.at.0.replica: replica 2 does not exist: replicas are 0..1"),
+    ("variants.2.cluster.failures.at.0.repair_s", 0,
+     "variants.2.cluster.failures.at.0.repair_s: Input should be greater than 0"),
+]
+
+
+@pytest.mark.parametrize("field,value,expected", BAD)
+def test_bad_day_input_is_one_line(tmp_path, run_cli, write_scenario, field, value, expected):
+    path = write_scenario(tmp_path, with_(field, value))
+    out = tmp_path / "r"
+    code, _, err = run_cli(["run", str(path), "-o", str(out)])
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}: ")
+    assert expected in err, err
+    assert "Traceback" not in err and not out.exists()

@@ -206,3 +206,14 @@ def test_step_by_step_and_macro_steps_agree_with_failures(fleet_run, tmp_path):
     for col in ("replica", "first_token_s", "finish_s"):
         assert np.array_equal(np.asarray(getattr(ref.requests, col)),
                               np.asarray(getattr(res.requests, col)))
+
+
+def test_step_by_step_and_macro_steps_agree_when_autoscaled(fleet_run):
+    """The autoscaler reads the running batch mid-run (a decode run is committed up to
+    the tick first): the same decisions and requests step by step."""
+    run, trace, res = fleet_run(SCALING)
+    ref = simulate(run, trace, macro_steps=False)
+    assert ref.fleet == res.fleet
+    for col in ("replica", "first_token_s", "finish_s"):
+        assert np.array_equal(np.asarray(getattr(ref.requests, col)),
+                              np.asarray(getattr(res.requests, col)))

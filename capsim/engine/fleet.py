@@ -1,4 +1,5 @@
-"""A pool of co-located replicas that grows and shrinks with the load (``cluster.autoscaling``).
+"""A pool of co-located replicas that grows and shrinks with the load (``cluster.autoscaling``)
+and whose replicas fail and are repaired (``cluster.failures``).
 
 :class:`Fleet` stands where the router stands in a fixed cluster (``route()`` returns
 it; its ``submit`` picks a serving replica) and runs the autoscaler as one SimPy
@@ -13,9 +14,15 @@ and
   replica leaves the router (Kubernetes' ReplicaSet removes the most recently created
   pod first) and drains — it finishes everything queued and running on it, then stops.
 
+A failure (at a given time, or after an exponential time of mean ``mtbf_s`` drawn from
+the run's seed) takes the replica out at once: steps that ended count, the step in
+progress is lost (:meth:`Replica.fail`), and what it held is sent again through the
+router (``retry``: the prefill is redone; a re-prefill storm on the survivors) or
+counted as failed; a replacement serves after the repair time.
+
 Routing among serving replicas keeps the cluster's policy: ``round_robin`` in index
 order (as :func:`~capsim.engine.router.make_router` over a fixed list), or
-``least_outstanding_tokens``.
+``least_outstanding_tokens``; while no replica serves, the fleet holds the requests.
 """
 
 from __future__ import annotations

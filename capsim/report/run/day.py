@@ -105,5 +105,7 @@ def table(results: list[RunResult], frames: dict[str, pd.DataFrame],
                  f"{violation_minutes(frames[r.variant]):g}"]
         body.append({"variant": r.variant, "colour": colours.get(r.variant, "#777"),
                      "cells": cells})
-    return {"groups": [{"name": "fleet", "span": 7}, {"name": "requests", "span": 2},
-                       {"name": "SLO", "span": 1}], "columns": COLUMNS, "rows": body}
+    groups = [{"name": "fleet", "span": 7}, {"name": "requests", "span": 2},
+              {"name": "SLO", "span": 1}]
+    return {"groups": groups, "columns": COLUMNS, "rows": body,
+            "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}]}

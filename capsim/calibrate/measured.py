@@ -134,6 +134,8 @@ def load_documents(path: str | Path) -> list[Any]:
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise ScenarioError(f"malformed JSON: {exc}", file=str(path)) from None
+    except RecursionError:       # json's decoder recurses once per nesting level
+        raise ScenarioError("malformed JSON: nested too deep to read", file=str(path)) from None
     docs = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -142,6 +144,9 @@ def load_documents(path: str | Path) -> list[Any]:
             except json.JSONDecodeError as exc:
                 raise ScenarioError(f"line {number}: malformed JSON line: {exc}",
                                     file=str(path)) from None
+            except RecursionError:
+                raise ScenarioError(f"line {number}: malformed JSON line: nested too deep to "
+                                    "read", file=str(path)) from None
     return docs
 
 

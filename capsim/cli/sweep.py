@@ -48,13 +48,13 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     spec = plan.base.spec
     total = plan.num_runs_per_seed * len(seeds)
     same = f" ({total - len(unique)} identical to another, run once)" if len(unique) < total else ""
+    out = out_dir or Path("reports") / f"{spec.name}-sweep"
+    check_out_dir(out)                  # before any run: a bad -o wastes no simulation
     console.print(f"[bold]{spec.name}[/]: {len(plan.points)} sweep points × "
                   f"{len(plan.base.runs)} variant(s) × {len(seeds)} seed(s) = {total} runs{same} "
                   f"on {executor.describe()}")
     with open_runner(executor) as runner, _progress_bar(console, "sweep") as progress:
         result = sweep.run(plan, seeds, runner, progress)
-    out = out_dir or Path("reports") / f"{spec.name}-sweep"
-    check_out_dir(out)
     index = write_sweep(out, result, resolved_yaml=dump_resolved(plan.base, __version__, spec.seed),
                         executor=executor.describe())
     labels = display_labels(result)
@@ -87,13 +87,13 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     base = load(scenario, overrides, seed)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,
                        max_gpus=max_gpus, trust_edge=trust_edge, headroom=headroom)
+    out = out_dir or Path("reports") / f"{base.spec.name}-size"
+    check_out_dir(out)                  # before any run: a bad -o wastes no simulation
     live = sum(o.run is not None for o in plan.options)
     console.print(f"[bold]{base.spec.name}[/]: sizing {live} configuration(s) × "
                   f"{len(plan.seeds)} seed(s) on {executor.describe()}")
     with open_runner(executor) as runner, _progress_bar(console, "search") as progress:
         result = sizing.run(plan, runner, progress)
-    out = out_dir or Path("reports") / f"{base.spec.name}-size"
-    check_out_dir(out)
     index = write_sizing(out, result, resolved_yaml=dump_resolved(base, __version__,
                                                                    base.spec.seed),
                          executor=executor.describe())

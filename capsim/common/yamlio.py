@@ -2,7 +2,7 @@
 
 Every YAML capsim reads — scenarios, ``--set`` values, hardware, model, link and engine
 profiles — goes through :func:`load_yaml` (``tests/common/test_yamlio.py`` holds the
-package to it). It is PyYAML's safe loader with two changes:
+package to it). It is PyYAML's safe loader with three changes:
 
 - **Numbers in exponent notation.** PyYAML implements YAML 1.1, whose float needs a
   dot and a signed exponent (``1.5e+3``): ``192e9``, ``1e-3``, ``3.35E12`` and
@@ -16,6 +16,9 @@ package to it). It is PyYAML's safe loader with two changes:
   write one.
 - **Repeated keys refused.** ``safe_load`` keeps the last of two equal keys in a
   mapping, so a scenario with two ``engine:`` sections would silently lose the first.
+- **Nesting deeper than** :data:`MAX_NESTING` **refused**: PyYAML builds nested nodes
+  recursively and a few hundred levels exhaust Python's stack (``RecursionError``, not
+  a YAML error).
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+from yaml.error import MarkedYAMLError
+
+#: Deepest nesting of mappings and sequences accepted. A scenario's deepest valid
+#: path has about 8 levels (variants.N.disaggregation.prefill.engine.KEY, a
+#: distribution's list); PyYAML 6's recursive composer hits Python's default
+#: recursion limit (1,000 frames) between 400 and 500 levels (measured).
+MAX_NESTING = 100
 
 #: Exponent-notation numbers YAML 1.1 leaves as strings (YAML 1.2 core schema floats with
 #: an exponent); the forms 1.1 already reads (``1.5e+3``) match too and read the same.
@@ -82,10 +92,26 @@ def load_yaml(text: str) -> Any:
 
     Raises:
         yaml.YAMLError: malformed YAML, a repeated key ("duplicate key 'x'", with the line
-            of the second one) or a number out of float range; :func:`describe_yaml_error`
-            makes it one line.
+            of the second one), a number out of float range, or mappings and sequences
+            nested deeper than :data:`MAX_NESTING` (with the line where they do);
+            :func:`describe_yaml_error` makes it one line.
     """
+    _check_nesting(text)
     return yaml.load(text, Loader=_Loader)
+
+
+def _check_nesting(text: str) -> None:
+    """Walk the parser's events (PyYAML's parser is iterative) and count the depth."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise MarkedYAMLError(problem=f"nested more than {MAX_NESTING} levels deep "
+                                              "(a capsim file needs fewer than 10)",
+                                      problem_mark=event.start_mark)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:

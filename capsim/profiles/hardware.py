@@ -349,7 +349,7 @@ def scenario_error_from_validation(exc: ValidationError, file: str | None) -> Sc
     errors = exc.errors()
     first = errors[0]
     path = ".".join(str(part) for part in first["loc"]) or None
-    message = first["msg"]
+    message = first["msg"].removeprefix("Value error, ")
     if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
         message = f"{message} (got {first['input']!r}{integer_hint(first)})"
     if len(errors) > 1:

@@ -93,6 +93,14 @@ class ModelShape(StrictModel):
         if isinstance(data, dict) and data.get("head_dim") is None:
             hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
             if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+                # transformers derives head_dim = hidden_size // num_attention_heads
+                # (LlamaAttention); a remainder means a typo, or a config that must
+                # give head_dim itself (Gemma: 3072 hidden, 16 heads of 256).
+                if hidden % heads:
+                    raise ValueError(
+                        f"hidden_size {hidden} is not a multiple of num_attention_heads "
+                        f"{heads}, and no head_dim is given; correct one of them, or give "
+                        "head_dim")
                 data = {**data, "head_dim": hidden // heads}
         return data
 
@@ -430,6 +438,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"malformed JSON: {exc}", file=str(path)) from None
+    except RecursionError:       # json's decoder recurses once per nesting level
+        raise ScenarioError("malformed JSON: nested too deep to read", file=str(path)) from None
     if not isinstance(data, dict):
         raise ScenarioError("expected a JSON object at the top level", file=str(path))
     return data

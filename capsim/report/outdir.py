@@ -2,13 +2,18 @@
 
 Every report (run, sweep, sizing) is built in a hidden sibling temporary
 directory and swapped in at the end (:func:`write_atomically`); on any error
-nothing is left half-written and a previous report stays as it was.
+nothing is left half-written and a previous report stays as it was. A run killed
+hard (SIGKILL, power loss) cannot remove its temporary directory: each one holds
+an owner file (host and process id), and the next report written next to it
+removes it once that process is gone (:func:`remove_stale`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,18 +22,31 @@ from capsim.common.errors import ScenarioError
 
 REPORT_MARKERS = ("index.html", "summary.csv")   # every capsim report directory has both
 
+#: File inside a temporary report directory naming the process writing it: "HOST PID".
+OWNER_FILE = ".capsim-owner"
+
 
 def check_out_dir(out_dir: Path) -> None:
     """Refuse an output directory capsim must not replace (before any simulation runs).
 
     A report replaces ``out_dir`` whole, so it must not exist yet, be empty, or be
     a previous capsim report (it holds index.html and summary.csv); it must not be
-    the working directory or one of its parents; its parent must be creatable.
+    the working directory or one of its parents; its parent must be creatable and
+    writable (a hidden directory is created there and removed again, so a read-only
+    place such as ``/proc`` or a name the file system refuses is caught here, before
+    anything runs).
 
     Raises:
         ScenarioError: naming the directory and what would be valid.
     """
-    resolved = out_dir.resolve()
+    try:
+        _check(out_dir, out_dir.resolve())
+    except OSError as exc:            # e.g. a name the file system refuses (too long)
+        raise ScenarioError(f"-o {out_dir}: {_why(exc)}; give a directory you can write, "
+                            "e.g. reports/NAME") from None
+
+
+def _check(out_dir: Path, resolved: Path) -> None:
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
         raise ScenarioError(f"-o {out_dir}: is the working directory or one of its parents; "
@@ -43,26 +61,92 @@ def check_out_dir(out_dir: Path) -> None:
     try:
         resolved.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ScenarioError(f"-o {out_dir}: cannot create its parent: {exc.strerror}") from None
+        raise ScenarioError(f"-o {out_dir}: cannot create its parent: {_why(exc)}") from None
+    try:
+        Path(tempfile.mkdtemp(prefix=_tmp_prefix(resolved), dir=resolved.parent)).rmdir()
+    except OSError as exc:
+        raise ScenarioError(f"-o {out_dir}: cannot create a directory in {resolved.parent}: "
+                            f"{_why(exc)}; give a directory you can write, e.g. "
+                            "reports/NAME") from None
 
 
 def write_atomically(out_dir: Path, build: Callable[[Path], None]) -> Path:
     """Run ``build(tmp)`` on a new empty sibling of ``out_dir``, then put it in ``out_dir``'s place.
 
     On any exception the temporary directory is removed, the previous
-    ``out_dir`` is left untouched and the exception propagates. Returns ``out_dir``.
+    ``out_dir`` is left untouched and the exception propagates; an ``OSError``
+    (disk full, permission, a name too long) becomes a :class:`ScenarioError`
+    naming the directory. Stale temporary directories of ``out_dir`` left by a
+    killed run are removed first (:func:`remove_stale`). Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out_dir)
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out_dir), dir=out_dir.parent))
+    except OSError as exc:
+        raise ScenarioError(f"cannot write the report: {_why(exc)}", file=str(out_dir)) from None
     try:
         os.chmod(tmp, 0o755)
+        (tmp / OWNER_FILE).write_text(_owner(), encoding="utf-8")
         build(tmp)
+        (tmp / OWNER_FILE).unlink()
         replace_dir(tmp, out_dir)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise ScenarioError(f"cannot write the report: {_why(exc)}",
+                                file=str(out_dir)) from None
         raise
     return out_dir
+
+
+def _tmp_prefix(out_dir: Path) -> str:
+    return f".{out_dir.name}.tmp-"
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        return "file name too long"
+    return exc.strerror or str(exc)
+
+
+def remove_stale(out_dir: Path) -> list[Path]:
+    """Remove ``out_dir``'s hidden temporary siblings whose writer is gone; returns them.
+
+    A temporary directory (``.NAME.tmp-*``) is stale when its owner file names
+    this host and a process id that no longer runs. One without an owner file
+    (being created this instant, or left by a capsim older than the owner file)
+    or owned by another host is left alone: removing a directory another
+    process is still writing would break that process's report.
+    """
+    removed = []
+    host = socket.gethostname()
+    for tmp in out_dir.parent.glob(_tmp_prefix(out_dir) + "*"):
+        try:
+            owner_host, pid = (tmp / OWNER_FILE).read_text(encoding="utf-8").split()
+            alive = owner_host != host or _running(int(pid))
+        except (OSError, ValueError):
+            continue
+        if not alive and tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """True if process ``pid`` exists on this host (signal 0 only checks)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # exists, another user's
+        return True
+    return True
 
 
 def replace_dir(tmp: Path, out_dir: Path) -> None:

@@ -180,10 +180,17 @@ class ClusterConfig(StrictModel):
     failures: FailuresConfig | None = None
 
 
-class VariantSpec(StrictModel):
-    """One variant: a name and overrides of the scenario's defaults."""
+#: Longest scenario or variant name, characters. Names become file and directory names
+#: (reports/<name>-sweep, timeline_<variant>.png) and table labels; file systems refuse
+#: names over 255 bytes (NAME_MAX of ext4, XFS, APFS), and a label this long already
+#: crowds a table.
+MAX_NAME_CHARS = 100
 
-    name: str = Field(min_length=1)
+
+class VariantSpec(StrictModel):
+    """One variant: a name (at most ``MAX_NAME_CHARS``) and overrides of the scenario's defaults."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     description: str = ""
     hardware: str | None = None
     model: str | None = None
@@ -203,7 +210,8 @@ class Scenario(StrictModel):
     """The top level of a scenario YAML file."""
 
     # Names the report directory (reports/<name>), so no path separators.
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
+                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
     seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
     model: str

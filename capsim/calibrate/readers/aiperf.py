@@ -74,7 +74,7 @@ def _summary(path: str) -> dict:
     """The ``input_config`` of the summary next to the records, {} when absent/unreadable."""
     try:
         data = json.loads((Path(path).parent / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     config = data.get("input_config") if isinstance(data, dict) else None
     return config if isinstance(config, dict) else {}

@@ -54,7 +54,7 @@ def _events(text: Any) -> list[dict]:
             continue
         try:
             value = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             out.append(value)
@@ -85,7 +85,7 @@ def _request(r: dict) -> tuple[float, list[float], float, float, str | None]:
                 output = as_float(usage.get("completion_tokens"))
     try:
         payload = json.loads((r.get("request_inputs") or {}).get("payload") or "{}")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         payload = {}
     model = payload.get("model") if isinstance(payload, dict) else None
     return as_float(r.get("timestamp")), times, prompt, output, \

@@ -386,6 +386,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
     model, hw = load_model(model_name), load_hardware(hw_name)
+    hw.check_tp_in_node(tp)              # TP all-reduces are priced within one node only
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal, routing_skew=routing_skew)
     _print_step(d, model.name, hw.name, tp, ideal)

@@ -61,6 +61,7 @@ _PACKAGE_DIR = ("data", "hardware")
 log = logging.getLogger(__name__)
 
 
+
 class Curve(StrictModel):
     """An efficiency as a function of a count (tokens, keys per query).
 
@@ -313,6 +314,31 @@ class HardwareProfile(StrictModel):
         if self.nvlink_bandwidth_bytes_per_s is not None:
             return self.nvlink_bandwidth_bytes_per_s
         return self.pcie_bandwidth_bytes_per_s
+
+    def check_tp_in_node(self, tp: int) -> None:
+        """Refuse a tensor-parallel group larger than one node (``gpus_per_node``; no limit
+        when the profile gives none: one domain).
+
+        The pricer charges every tensor-parallel all-reduce at this profile's NVLink (or
+        PCIe) bandwidth and latency; a group spanning nodes would run part of each one over
+        the inter-node network (InfiniBand NDR: 50 GB/s per GPU against NVLink 4's 450),
+        which the all-reduce price does not model (the expert-parallel all-to-all and the
+        pipeline handoffs are priced over ``scale_out_link``; callers skip this check for
+        DP attention + EP, whose MoE layers exchange by all-to-all).
+
+        Raises:
+            ScenarioError: ``tp`` exceeds ``gpus_per_node``.
+        """
+        g = self.gpus_per_node
+        if g is not None and tp > g:
+            link = "NVLink" if self.has_nvlink else "PCIe"
+            raise ScenarioError(
+                f"tensor_parallel_size {tp} spans more than one node of {g} {self.name} GPUs: "
+                f"capsim prices tensor-parallel all-reduces on one node's {link} and not over "
+                f"the inter-node link, so it refuses rather than price {tp} GPUs as one "
+                f"{link} domain; use tensor_parallel_size <= {g} and more replicas (or "
+                "pipeline_parallel_size across nodes), or set hardware_overrides.gpus_per_node "
+                "if your node is larger (72 on a GB200 NVL72)")
 
     @property
     def tp_link_latency_s(self) -> float:

@@ -181,12 +181,14 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
     if engine.dtype == "fp8":   # the chip must have FP8 tensor cores (datasheet)
         _named(hw.peak_flops, "fp8", path, f"{where}.engine.dtype" if where else "engine.dtype")
-    _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
-           f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
-           else "engine.tensor_parallel_size")
+    tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
+                else "engine.tensor_parallel_size")
+    _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
     _check_expert_parallel(model, engine, path, where, set(v.engine))
     _check_pipeline_parallel(model, engine, path, where, set(v.engine))
     _check_scale_out(hw, spec, v, path, where)
+    if not (engine.enable_dp_attention and engine.enable_expert_parallel):
+        _named(lambda _: hw.check_tp_in_node(engine.tensor_parallel_size), "", path, tp_field)
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields))
     _check_fleet(cluster, set(v.cluster), path, where)

@@ -27,6 +27,17 @@ from capsim.workload.trace import RequestTrace
 
 log = logging.getLogger(__name__)
 
+#: (file, kind) already warned about in this process: a sweep or a sizing search reads
+#: one trace many times (once per rate), the user needs to hear it once.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: Path, kind: str, message: str) -> None:
+    """Log ``message`` at WARNING (the CLI prints it as ``warning: …``), once per file and kind."""
+    if (str(path), kind) not in _WARNED:
+        _WARNED.add((str(path), kind))
+        log.warning(message)
+
 def load_empirical(dist: EmpiricalDist, base_dir: Path, *, yaml_path: str = "") -> np.ndarray:
     """The numeric values of column ``dist.column`` of ``dist.path``, float64, shape ``(M,)``.
 
@@ -194,7 +205,9 @@ def load_trace(
     seconds (numbers, e.g. Vidur's ``splitwise_*.csv`` ``arrived_at``) or
     timestamps; ``arrival_s`` = (time − earliest time) / ``rate_scale``, so the
     first request arrives at 0 and ``rate_scale: 2`` halves every gap. Rows are
-    stably sorted by arrival if the file is not in order. Then ``duration_s``
+    stably sorted by arrival if the file is not in order (with a warning naming the
+    first line out of order: a trace that is not sorted may be a wrong column or a
+    concatenation of files). Then ``duration_s``
     keeps rows with ``arrival_s < duration_s``; ``num_requests`` keeps the
     first N rows.
 
@@ -228,14 +241,21 @@ def load_trace(
         raise _bad_cell(table, cols.output_tokens, output < 0, "must be >= 0 output tokens", path, yaml_path)
     zero_out = output == 0
     if zero_out.any():
-        log.warning("%s: %d rows with 0 output tokens replayed as 1 token", path, int(zero_out.sum()))
+        _warn_once(path, "zero output",
+                   f"{path}: {int(zero_out.sum()):,} rows with 0 output tokens replayed as 1 token")
         output = np.where(zero_out, 1, output)
 
     if trace.schedule is None:
         arrival_s = arrival_s / trace.rate_scale
     else:                               # time-varying scale: t = F⁻¹(τ), F = rate_scale·∫ schedule
         arrival_s = _scheduled(arrival_s, trace)
-    if (np.diff(arrival_s) < 0).any():
+    back = np.diff(arrival_s) < 0
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        _warn_once(path, "unsorted",
+                   f"{path}: {int(back.sum()):,} of {len(arrival_s):,} rows arrive earlier than "
+                   f"the row above them (first at line {table.lines[i]}, "
+                   f"{table.frame[cols.arrival].iloc[i]!r}); replayed in arrival order")
         order = np.argsort(arrival_s, kind="stable")
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
 

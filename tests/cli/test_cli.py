@@ -98,7 +98,8 @@ BAD = [
     # ~0.2 GiB after 14.99 GiB of weights and the profile run, 1,600-odd tokens < 4,096.
     ("variants.1.hardware_overrides", {"memory_total_gib": 17.6},
      "variants.1.hardware_overrides.memory_total_gib: one max_model_len (4,096) request needs "
-     "0.50 GiB of KV cache per GPU, more than the "),    # Expert parallelism and DP attention (issue 15, bad input): a dense model, and an EP
+     "0.50 GiB of KV cache per GPU, more than the "),
+    # Expert parallelism and DP attention (issue 15, bad input): a dense model, and an EP
     # size that does not divide the experts (Mixtral's 8 over 16 GPUs).
     ("variants.1.engine.enable_expert_parallel", True,
      "variants.1.engine.enable_expert_parallel: enable_expert_parallel needs a "
@@ -119,6 +120,15 @@ BAD = [
      "hardware_overrides.scale_out_link: unknown link 'infiniband-xdr'"),
     ("hardware_overrides", {"scale_out_link": None},
      "gpus_per_node and scale_out_link must both be set"),
+    # A name becomes file names (timeline_<name>.png) and table labels: at most 100
+    # characters, and the echo of the bad value is cut (one screen line, not 5,000 v's).
+    ("variants.0.name", "v" * 5000, "variants.0.name: String should have at most 100 "
+                                    "characters (got 'vvvvv"),
+    ("name", "n" * 300, "name: String should have at most 100 characters"),
+    # TP 16 on an 8-GPU HGX H100 node: the all-reduces would cross the inter-node network,
+    # which capsim does not price; refused rather than priced as one NVLink domain.
+    ("engine.tensor_parallel_size", 16, "engine.tensor_parallel_size: tensor_parallel_size 16 "
+                                        "spans more than one node of 8 h100-sxm GPUs"),
 ]
 
 
@@ -484,3 +494,125 @@ def test_roofline_decode_needs_a_context(run_cli):
                             "--decode-batch", "32"])
     assert code == 2 and err.count("\n") == 1
     assert "--decode-batch 32 needs --context C" in err
+
+
+def test_a_long_name_is_echoed_cut_with_its_length(tmp_path, run_cli, write_scenario):
+    code, _, err = run_cli(["validate", str(write_scenario(
+        tmp_path, with_(GOOD, "variants.0.name", "v" * 5000)))])
+    assert code == 2 and err.count("\n") == 1 and len(err) < 300
+    assert err.endswith("… (5,000 characters))\n")
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "size"])
+def test_an_unwritable_report_directory_is_refused_before_anything_runs(
+        tmp_path, run_cli, write_scenario, command):
+    """-o /proc/x used to fail with FileNotFoundError after the whole simulation; -o with a
+    name longer than the file system allows with OSError (ENAMETOOLONG)."""
+    doc = with_(GOOD, "sweep", {"engine.max_num_seqs": [8, 16]})
+    doc["slo"] = {"targets": {"ttft_p99_ms": 1000}}
+    path = write_scenario(tmp_path, doc)
+    for out, why in (("/proc/x", "cannot create a directory in /proc"),
+                     (str(tmp_path / ("x" * 300)), "file name too long")):
+        code, stdout, err = run_cli([command, str(path), "-o", out])
+        assert code == 2 and err.count("\n") == 1 and why in err, err
+        assert "Traceback" not in err and "requests" not in stdout    # nothing ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing left behind
+
+
+def test_stale_temporary_report_folders_are_removed_live_ones_kept(tmp_path, run_cli,
+                                                                    write_scenario):
+    """A run killed hard leaves .r.tmp-*; the next report into r removes it once its writer
+    (the owner file's process) is gone, and never touches one whose writer still runs or
+    one without an owner file."""
+    import os
+    import socket
+    import subprocess
+
+    from capsim.report.outdir import OWNER_FILE
+
+    host = socket.gethostname()
+    dead = subprocess.run(["true"], check=True)                  # a pid that has exited
+    gone_pid = subprocess.Popen(["true"])
+    gone_pid.wait()
+    folders = {".r.tmp-dead": f"{host} {gone_pid.pid}", ".r.tmp-live": f"{host} {os.getpid()}",
+               ".r.tmp-other-host": "elsewhere 1", ".r.tmp-no-owner": None}
+    for name, owner in folders.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.csv").write_text("half")
+        if owner is not None:
+            (tmp_path / name / OWNER_FILE).write_text(owner)
+    assert dead.returncode == 0
+    code, _, _ = run_cli(["run", str(write_scenario(tmp_path, GOOD)), "-o", str(tmp_path / "r")])
+    assert code == 0
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".r."))
+    assert left == [".r.tmp-live", ".r.tmp-no-owner", ".r.tmp-other-host"]
+    assert not (tmp_path / "r" / OWNER_FILE).exists()             # the report has no marker
+
+
+def test_yaml_nested_20000_deep_is_one_line_not_a_recursion_error(tmp_path, run_cli):
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
+    code, _, err = run_cli(["validate", str(path)])
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"error: {path}: invalid YAML at line 1, column 103: nested more than 100 "
+                   "levels deep (a capsim file needs fewer than 10)\n")
+    code, _, err = run_cli(["validate", str(path), "--set", "engine=" + "[" * 5000 + "]" * 5000])
+    assert code == 2 and err.count("\n") == 1 and "nested more than 100 levels" in err
+
+
+def test_json_nested_too_deep_is_one_line(tmp_path, run_cli):
+    """json's decoder recurses per level: a model config.json or a benchmark result that deep
+    used to end in RecursionError."""
+    deep = "{\"a\": " + "[" * 100000 + "]" * 100000 + "}"
+    (tmp_path / "config.json").write_text(deep)
+    code, _, err = run_cli(["roofline", "--model", str(tmp_path), "--hardware", "h100-sxm",
+                            "--prefill-tokens", "10"])
+    assert code == 2 and err == (f"error: {tmp_path / 'config.json'}: malformed JSON: nested "
+                                 "too deep to read\n")
+
+
+def test_hidden_size_not_divisible_by_heads_is_refused(tmp_path, run_cli, write_scenario):
+    """transformers derives head_dim = hidden_size // num_attention_heads; 4,100 / 32 leaves a
+    remainder, so the config is wrong (or must give head_dim, as Gemma's does)."""
+    import json
+
+    config = {"model_type": "llama", "hidden_size": 4100, "intermediate_size": 14336,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "vocab_size": 128256, "max_position_embeddings": 8192}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    doc = with_(GOOD, "model", str(tmp_path / "config.json"))
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 2 and err.count("\n") == 1
+    assert ("hidden_size 4100 is not a multiple of num_attention_heads 32, and no head_dim is "
+            "given") in err and "Value error" not in err
+    (tmp_path / "config.json").write_text(json.dumps({**config, "head_dim": 128}))
+    code, _, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 0
+
+
+def test_tp_beyond_one_node_is_refused_everywhere_unless_the_node_is_larger(
+        tmp_path, run_cli, write_scenario):
+    """capsim prices TP all-reduces on one node's NVLink (8 GPUs on HGX H100, the profile's
+    gpus_per_node); TP 16 is refused by roofline too, and accepted on a declared 72-GPU
+    NVLink domain (GB200 NVL72)."""
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
+                            "--tp", "16", "--prefill-tokens", "100"])
+    assert code == 2 and "no inter-node link model" in err and err.count("\n") == 1
+    doc = with_(with_(GOOD, "engine.tensor_parallel_size", 16),
+                "hardware_overrides", {"gpus_per_node": 72})
+    code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 0 and "h100-sxm[gpus_per_node=72] TP16" in out
+
+
+def test_an_unsorted_trace_is_replayed_sorted_with_a_warning(tmp_path, run_cli, write_scenario):
+    csv = tmp_path / "t.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.0,100,20\n"
+                   "2023-11-16 18:15:48.0,100,20\n"
+                   "2023-11-16 18:15:47.0,100,20\n")
+    doc = {k: v for k, v in GOOD.items() if k != "workload"}
+    doc["workload"] = {"trace": {"path": "t.csv"}}
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 0
+    assert err == (f"warning: {csv}: 1 of 3 rows arrive earlier than the row above them (first "
+                   "at line 4, '2023-11-16 18:15:47.0'); replayed in arrival order\n")

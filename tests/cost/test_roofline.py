@@ -135,8 +135,10 @@ def test_bad_tensor_parallel_degree(tp):
 
 def test_kv_heads_replicate_beyond_their_count():
     """TP 16 > 8 KV heads: each GPU keeps one KV head (vLLM replicates), so KV
-    bytes per GPU stop shrinking after TP 8."""
-    model, hw = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
+    bytes per GPU stop shrinking after TP 8. (TP 16 on a 16-GPU NVLink domain: an HGX
+    H100 node of 8 refuses it.)"""
+    model = load_model("llama-3.1-70b")
+    hw = load_hardware("h100-sxm").model_copy(update={"gpus_per_node": 16})
     tp8, tp16 = StepPricer(model, hw, 8), StepPricer(model, hw, 16)
     kv8 = tp8.cost(**decode(1, 100_000)).bytes - tp8.cost(**decode(1, 1)).bytes
     kv16 = tp16.cost(**decode(1, 100_000)).bytes - tp16.cost(**decode(1, 1)).bytes

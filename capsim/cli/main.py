@@ -9,6 +9,7 @@ stderr and exit with code 2, without a traceback. Warnings the layers below log 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -496,8 +497,9 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
         if value is not None and value < 1:
             raise ScenarioError(f"{name} must be >= 1, got {value}")
-    if rate_per_s is not None and not rate_per_s > 0:
-        raise ScenarioError(f"--rate must be > 0 requests/s, got {rate_per_s:g}")
+    if rate_per_s is not None and not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+        raise ScenarioError(f"--rate must be a finite number > 0 requests/s, got "
+                            f"{rate_per_s:g}")
     if rate_per_s is not None and gpus is not None:
         raise ScenarioError("give --rate (fewest GPUs for a rate) or --gpus (highest rate for "
                             "N GPUs), not both")

@@ -70,6 +70,15 @@ class SizingRow:
     binding target's 95 % interval contains its bound; None with one seed.
     ``trust``: how its SLO bounds were moved to the pessimistic edge of capsim's
     measured error (``--trust-edge``; "" when they were not).
+
+    ``binding``: for "met", the target that *fails* one replica fewer (capacity:
+    at the lowest failing rate tried above the answer) — the one that decided
+    the answer; the worst miss there when several fail. Empty when no smaller
+    fleet exists (one replica passes) or the capacity search hit its cap.
+    ``binding_value`` / ``margin_frac`` are that target at the answer (worst
+    replication), ``binding_failed_value`` its worst value where it failed and
+    ``binding_failed_at`` there (GPUs, or requests/s). For "not met", the worst
+    miss of the best configuration found.
     """
 
     rank: int
@@ -86,6 +95,8 @@ class SizingRow:
     binding: str = ""
     binding_value: float = math.nan
     binding_bound: float = math.nan
+    binding_failed_value: float = math.nan
+    binding_failed_at: float = math.nan
     margin_frac: float = math.nan
     within_noise: bool | None = None
     note: str = ""
@@ -198,6 +209,7 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None)
     p.headroom = _check_headroom(headroom, p, options)
+    _check_rate_ceiling(p, options, rate_per_s is not None)
     p.options = _check_options(p, options)
     p.slos = {o.key: edged_slo(spec.slo, base.class_slos,
                                coverage(o.run.pool().preset.name, o.hardware), trust_edge)
@@ -254,11 +266,53 @@ def _check_open_loop(base: LoadedScenario) -> None:
 def _start_rate(p: SizingPlan, rate_per_s: float | None) -> float:
     spec = p.base.spec
     rate = rate_per_s or (spec.sizing.rate_per_s if spec.sizing else None)
-    if rate is not None and rate <= 0:
-        raise ScenarioError(f"--rate must be > 0 requests/s, got {rate:g}")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ScenarioError(f"--rate must be a finite number > 0 requests/s, got {rate:g}")
     if rate is None:
         rate = offered_rate_per_s(spec.workload, p.traces.get(spec.workload, p.seeds[0]))
     return float(rate)
+
+
+def rate_ceiling_per_s(p: SizingPlan, options: list[FleetOption]) -> tuple[float, str]:
+    """The highest request rate any searched fleet could possibly serve, and why.
+
+    Every output token is one token position through every matmul of the model
+    (``2 × matmul_params`` FLOP; the first comes from the prompt's last position, and
+    at least that position is computed even on a full prefix-cache hit), so a fleet of
+    G GPUs completes at most ``G × peak FLOP/s ÷ (2 × matmul_params × mean output
+    tokens)`` requests/s, at 100 % of the datasheet peak and ignoring attention and
+    the rest of the prompt: a bound no configuration reaches, not an estimate. G is
+    ``max_gpus`` (fewest-GPUs search) or ``gpus`` (capacity); the peak is the
+    fastest format of each option's GPU, the largest rate over the ``options`` that
+    resolved. Returns (rate, explanation); (inf, "") when no option resolved.
+    """
+    gpus = p.gpus if p.mode == "rate" else p.max_gpus
+    best = (math.inf, "") if all(o.run is None for o in options) else (0.0, "")
+    for opt in options:
+        if opt.run is None:
+            continue
+        rc, hw = opt.run, opt.run.serving_pool.hardware
+        peak = max(hw.peak_flops_per_s.values())
+        out_tokens = float(p.traces.get(rc.workload, p.seeds[0]).output_tokens.mean())
+        rate = gpus * peak / (2 * rc.model.matmul_params * out_tokens)
+        if rate > best[0]:
+            why = (f"beyond it even {gpus} {hw.name} GPUs at their {peak / 1e12:,.0f} TFLOP/s "
+                   f"peak could not compute the {out_tokens:,.4g} output tokens a request "
+                   f"has on average ({rc.model.name}, 2 × {rc.model.matmul_params / 1e9:.3g} B "
+                   "FLOP each)")
+            best = (rate, why)
+    return best
+
+
+def _check_rate_ceiling(p: SizingPlan, options: list[FleetOption], from_option: bool) -> None:
+    """Refuse a rate no fleet could serve before a trace is built at it (a rate of 1e308
+    would build 1e308 × duration_s requests, or a burst that says nothing of a rate)."""
+    ceiling, why = rate_ceiling_per_s(p, options)
+    if p.rate_per_s > ceiling:
+        where = ("--rate" if from_option else "sizing.rate_per_s" if p.base.spec.sizing
+                 and p.base.spec.sizing.rate_per_s else "workload.arrival.rate_per_s")
+        raise ScenarioError(f"{where} {p.rate_per_s:.4g} requests/s: valid: 0 < rate <= "
+                            f"{ceiling:,.4g} requests/s; {why}", file=str(p.base.path))
 
 
 def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOption]:
@@ -390,13 +444,23 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     note = ""
     if p.mode == "rate" and answer.capped:
         note = f"still meets the SLOs at {answer.best:g} req/s, the search's upper end"
-    figures = _figures(chosen)
+    failing = _failing_neighbour(p, ev, opt, answer)
+    binding = failing.binding() if failing is not None else None
+    figures = _figures(chosen, binding.name if binding is not None else None)
+    if binding is not None:
+        figures.update(binding_failed_value=binding.worst,
+                       binding_failed_at=(failing.outcomes[0].total.num_gpus if p.mode == "gpus"
+                                          else failing.rate_per_s))
+    elif not note:
+        note = ("one replica meets every target: no smaller fleet, no binding target"
+                if p.mode == "gpus" else "")
+    binding_name = figures["binding"] or None
     if p.headroom:
         figures, why = _with_headroom(figures, p.headroom, opt.tensor_parallel_size)
         note = "; ".join(n for n in (note, why) if n)
     return SizingRow(**head, status="met", **figures,
-                     within_noise=_within_noise(p, ev, opt, answer, chosen), note=note,
-                     evaluations=len(tested), headroom_replicas=p.headroom)
+                     within_noise=_within_noise(p, ev, opt, answer, chosen, binding_name),
+                     note=note, evaluations=len(tested), headroom_replicas=p.headroom)
 
 
 def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, Any], str]:
@@ -411,15 +475,31 @@ def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, 
     return out, f"N+{k}: meets the SLOs with {k} of {serving + k} replicas down"
 
 
-def _figures(e: Evaluation) -> dict[str, Any]:
-    b = e.binding()
+def _failing_neighbour(p: SizingPlan, ev: _Evaluator, opt: FleetOption,
+                       answer) -> Evaluation | None:
+    """The evaluated configuration just past the answer that failed: one replica fewer
+    (the searches always test it when the answer is above 1), or the lowest failing rate
+    above the capacity; None when there is none."""
+    if p.mode == "gpus":
+        fewer = answer.best - 1
+        return ev.get(opt.key, fewer) if answer.tested.get(fewer) is False else None
+    above = [x for x, ok in answer.tested.items() if not ok and x > answer.best]
+    return ev.get(opt.key, min(above)) if above else None
+
+
+def _figures(e: Evaluation, binding: str | None = "") -> dict[str, Any]:
+    """The row's figures at evaluation ``e``; ``binding`` names the target to report
+    ("": the one with least headroom at ``e``, None: none)."""
+    stats = {s.name: s for s in e.target_stats()}
+    b = e.binding() if binding == "" else stats.get(binding) if binding else None
     gpus = e.outcomes[0].total.num_gpus
     return dict(num_replicas=e.num_replicas, num_gpus=gpus, rate_per_s=e.rate_per_s,
                 cost_per_hour_usd=e.outcomes[0].total.cost_per_hour_usd,
                 cost_per_million_output_tokens_usd=e.mean("cost_per_million_output_tokens_usd"),
                 output_throughput_tok_per_s=e.mean("output_throughput_tok_per_s"),
-                binding=b.name, binding_value=b.worst, binding_bound=b.bound,
-                margin_frac=b.margin_frac)
+                binding=b.name if b else "", binding_value=b.worst if b else math.nan,
+                binding_bound=b.bound if b else math.nan,
+                margin_frac=b.margin_frac if b else math.nan)
 
 
 def _not_met(p: SizingPlan, best: Evaluation) -> str:
@@ -433,17 +513,20 @@ def _not_met(p: SizingPlan, best: Evaluation) -> str:
 
 
 def _within_noise(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer,
-                  chosen: Evaluation) -> bool | None:
+                  chosen: Evaluation, binding: str | None) -> bool | None:
     """Could other traces change the answer? None with a single seed.
 
     Fewest GPUs: one replica fewer passed in some replications, or the
-    binding target's 95 % interval at the answer contains its bound.
+    binding target's 95 % interval at the answer contains its bound (any
+    target's, when none binds).
     Capacity: the binding target's interval contains its bound (the next
     rate tried is within the search tolerance, so it is not evidence).
     """
     if len(p.seeds) < 2:
         return None
-    straddles = chosen.binding().ci_straddles_bound
+    stats = {s.name: s for s in chosen.target_stats()}
+    straddles = (stats[binding].ci_straddles_bound if binding
+                 else any(s.ci_straddles_bound for s in stats.values()))
     if p.mode == "rate":
         return straddles
     fewer = answer.best - 1

@@ -389,7 +389,7 @@ def test_output_directory_that_is_not_a_report_is_never_replaced(tmp_path, run_c
     code, _, err = run_cli(["run", str(path), "-o", "."])
     assert code == 2 and "working directory" in err
     code, _, err = run_cli(["size", str(path), "--rate", "0"])
-    assert code == 2 and "--rate must be > 0" in err
+    assert code == 2 and "--rate must be a finite number > 0" in err
     code, _, err = run_cli(["run", str(tmp_path)])
     assert code == 2 and err.count("\n") == 1 and "is a directory" in err
 

@@ -112,12 +112,44 @@ def test_sizing_row_figures(sized):
     row = serial.rows[0]
     assert row.num_gpus == row.num_replicas * row.tensor_parallel_size
     assert row.cost_per_hour_usd == pytest.approx(6.88 * row.num_gpus)       # H100 $/GPU-h
-    assert row.binding in ("itl_p99_ms", "ttft_p99_ms") and 0 <= row.margin_frac < 1
-    bound = DOC["slo"]["targets"][row.binding]
-    assert row.binding_value == pytest.approx(bound * (1 - row.margin_frac))
     assert row.within_noise is None                                         # one seed
     runs = serial.runs[(serial.runs["cls"] == "all") & (serial.runs["variant"] == row.variant)]
     assert row.evaluations == runs["num_replicas"].nunique() <= 7          # ≤ 2·log2(8) + 1
+
+
+def test_the_binding_target_is_the_one_that_fails_one_replica_fewer(sized):
+    """Issue 16: a target with headroom (goodput 100 % vs ≥ 95 %) was named binding because
+    its relative margin was smallest; the binding target is the one that decided the answer,
+    failing at one replica fewer (the worst miss there)."""
+    _, serial, _ = sized
+    by = {r.variant: r for r in serial.rows}
+    one = by["chunked"]                       # one replica passes: nothing smaller to fail
+    assert one.num_replicas == 1 and one.binding == "" and "no binding target" in one.note
+    row = by["unchunked"]
+    assert row.num_replicas > 1
+    runs = serial.runs[(serial.runs["cls"] == "all") & (serial.runs["variant"] == "unchunked")]
+    fewer = runs[runs["num_replicas"] == row.num_replicas - 1].iloc[0]
+    at = runs[runs["num_replicas"] == row.num_replicas].iloc[0]
+    targets = DOC["slo"]["targets"]
+    misses = {k: (fewer[k] - b) / b for k, b in targets.items() if fewer[k] > b}
+    assert misses and row.binding == max(misses, key=misses.get)
+    assert row.binding_failed_value == fewer[row.binding]
+    assert row.binding_failed_at == row.num_gpus - 1
+    assert row.binding_value == at[row.binding] <= targets[row.binding]
+    assert row.margin_frac == pytest.approx((targets[row.binding] - at[row.binding])
+                                            / targets[row.binding])
+
+
+def test_a_fraction_target_margin_is_in_points():
+    """goodput_fraction 97 % against ≥ 95 %: +2.0 pts, not "+2.1 %" of a fraction."""
+    from capsim.report.sweep.tables import _binding, _margin
+
+    row = sizing.SizingRow(rank=1, variant="v", hardware="h100-sxm", tensor_parallel_size=1,
+                           status="met", binding="goodput_fraction", binding_value=0.97,
+                           binding_bound=0.95, binding_failed_value=0.9,
+                           binding_failed_at=3, margin_frac=(0.97 - 0.95) / 0.95)
+    assert _margin(row) == "+2.0 pts"
+    assert _binding(row, "gpus") == "goodput_fraction 97.0% (≥ 95.0%); 90.0% at 3 GPUs"
 
 
 def test_seeds_pass_in_every_replication_and_flag_noise(tmp_path, write_scenario):
@@ -192,7 +224,15 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_
     ({"slo": {"targets": {"itl_p98_ms": 5}}}, [], "unknown SLO metric 'itl_p98_ms'"),
     ({"sizing": {"hardware": ["h100-sxm", "h900"]}}, [], "sizing.hardware.1: unknown hardware"),
     ({"sizing": {"max_gpus": 0}}, [], "sizing.max_gpus: "),
-    ({}, ["--rate", "-3"], "--rate must be > 0 requests/s, got -3"),
+    ({}, ["--rate", "-3"], "--rate must be a finite number > 0 requests/s, got -3"),
+    ({}, ["--rate", "inf"], "--rate must be a finite number > 0 requests/s, got inf"),
+    ({}, ["--rate", "nan"], "--rate must be a finite number > 0 requests/s, got nan"),
+    # Issue 16: 1e308 req/s answered "met with 1 GPU" with a 309-digit rate. No fleet of
+    # max_gpus 8 H100s computes that many tokens even at the fp8 peak (1,979 TFLOP/s).
+    ({}, ["--rate", "1e308"], "--rate 1e+308 requests/s: valid: 0 < rate <= "),
+    ({}, ["--rate", "1e308"], "beyond it even 8 h100-sxm GPUs at their 1,979 TFLOP/s peak "
+                              "could not compute the "),
+    ({"sizing": {"rate_per_s": 1e300}}, [], "sizing.rate_per_s 1e+300 requests/s: valid: "),
     ({}, ["--gpus", "0"], "--gpus must be >= 1, got 0"),
     # N+k: 8 GPUs of TP1 are 8 replicas; 8 down leaves none.
     ({}, ["--headroom", "8"], "sizing.max_gpus: --headroom 8 is larger than the fleet: "

@@ -123,11 +123,27 @@ def _noise(r: SizingRow) -> Cell:
     return Cell("yes", "warn") if r.within_noise else Cell("no")
 
 
-def _binding(r: SizingRow) -> str:
+def _binding(r: SizingRow, mode: str) -> str:
+    """E.g. ``itl_p99_ms 48.2 (≤ 60); 72.1 at 3 GPUs``: the target, its worst value at
+    the answer, the bound, and its worst value where it failed."""
     if not r.binding:
         return "—"
     sign = "≤" if r.binding in UPPER_BOUND_TARGETS else "≥"
-    return f"{r.binding} {r.binding_value:.4g} ({sign} {r.binding_bound:g})"
+    kind = _kind(r.binding)
+    text = f"{r.binding} {_value(r.binding_value, kind)} ({sign} {_value(r.binding_bound, kind)})"
+    if not math.isnan(r.binding_failed_at):
+        where = (f"{r.binding_failed_at:,.0f} GPUs" if mode == "gpus"
+                 else f"{fmt(r.binding_failed_at, 'rate')} req/s")
+        text += f"; {_value(r.binding_failed_value, kind)} at {where}"
+    return text
+
+
+def _kind(target: str) -> str:
+    return "frac" if target.endswith(("_frac", "_fraction")) else "num"
+
+
+def _value(v: float, kind: str) -> str:
+    return fmt(v, "frac") if kind == "frac" else f"{v:.4g}"
 
 
 def sizing_table(result: SizingResult) -> Table:
@@ -143,16 +159,22 @@ def sizing_table(result: SizingResult) -> Table:
             Cell(fmt(r.num_replicas, "int")), Cell(fmt(r.num_gpus, "int")),
             Cell(fmt(r.rate_per_s, "rate")), Cell(fmt(r.cost_per_hour_usd, "usd")),
             Cell(fmt(r.cost_per_million_output_tokens_usd, "usd3")),
-            Cell(fmt(r.output_throughput_tok_per_s, "tok")), Cell(_binding(r)),
-            Cell(_margin(r.margin_frac), "pass" if r.margin_frac >= 0 else "fail"
+            Cell(fmt(r.output_throughput_tok_per_s, "tok")), Cell(_binding(r, result.mode)),
+            Cell(_margin(r), "pass" if r.margin_frac >= 0 else "fail"
                  if not math.isnan(r.margin_frac) else ""),
             _noise(r), Cell(r.note)])
     return t
 
 
-def _margin(frac: float) -> str:
+def _margin(r: SizingRow) -> str:
+    """Headroom of the binding target: relative to the bound (``+12.0 %``), or for a
+    fraction (goodput_fraction, kv_peak_frac) in percentage points (``+2.0 pts``): a
+    fraction cannot exceed 1, so "5.3 % above 0.95" would only restate 100 %."""
+    frac = r.margin_frac
     if frac is None or math.isnan(frac):
         return "—"
     if math.isinf(frac):
         return "no data"
+    if _kind(r.binding) == "frac":
+        return f"{frac * r.binding_bound * 100:+.1f} pts"
     return f"{frac * 100:+.1f} %"

@@ -132,12 +132,36 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
         console.print(f"how far to trust it: {line}")
     for r in results:
         for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:
-            console.print(f"[yellow]warning[/]: {r.variant}: {count:,} of "
-                          f"{len(r.requests.reject_reason):,} requests rejected, e.g. {example}")
+            total = len(r.requests.reject_reason)
+            what = (f"every request rejected ({count:,} of {total:,})" if count == total
+                    else f"{count:,} of {total:,} requests rejected")
+            console.print(f"[yellow]warning[/]: {r.variant}: {what}, e.g. {example}")
     split = disagg_table(rows)
     if split is not None:
         console.print(split)
     console.print(f"report: {index}")
+    _refuse_empty_variants(loaded, rows, index)
+
+
+def _refuse_empty_variants(loaded, rows, index: Path) -> None:
+    """A variant that completed no request has no figure to compare: after the report is
+    written (it shows why), end with one error line naming each such variant and exit 2,
+    as for bad input — its configuration cannot serve this workload.
+
+    Raises:
+        ScenarioError: naming the variants (and their YAML paths) that finished nothing.
+    """
+    empty = [(i, r) for i, rc in enumerate(loaded.runs) for r in rows
+             if r.cls == "all" and r.variant == rc.variant and r.num_finished == 0]
+    if not empty:
+        return
+    what = "; ".join(f"{r.variant}: " + (f"all {r.num_requests:,} requests rejected"
+                                         if r.num_requests else "no measured request")
+                     for _, r in empty)
+    path = (f"variants.{empty[0][0]}" if loaded.spec.variants and len(empty) == 1 else None)
+    raise ScenarioError(f"{len(empty)} of {len(loaded.runs)} variant(s) completed no request "
+                        f"({what}); the report says why: {index}", file=str(loaded.path),
+                        path=path)
 
 
 def _by_engine(results) -> dict[str, list[str]]:

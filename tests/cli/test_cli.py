@@ -437,8 +437,51 @@ def test_validate_and_run_warn_of_prompts_over_an_unchunked_budget(tmp_path, run
     code, out, _ = run_cli(["validate", str(path)])
     assert code == 0 and f"warning: {warning}" in out
     code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r")])
-    assert code == 0 and err == ""                  # no plotting warning with no finished request
-    assert warning.replace("will be rejected", "rejected") in out
+    assert code == 2                                # a variant that completed no request
+    assert err.count("\n") == 1 and "Warning" not in err   # no plotting warning either
+    assert ("warning: a: every request rejected (30 of 30), e.g. its 9000-token prompt exceeds "
+            "max_num_batched_tokens 8192 without chunked prefill") in out
+
+
+def test_a_variant_that_completes_no_request_is_an_error_after_the_report(
+        tmp_path, run_cli, write_scenario):
+    """Issue 16: with max_model_len 100 all 60 requests are rejected; run used to print a
+    table of dashes and exit 0. The report is still written (it says why) and the terminal
+    warns; then one error line names the variant and the exit code is 2."""
+    doc = with_(with_(GOOD, "workload.num_requests", 60), "variants.1.engine",
+                {"max_model_len": 100})
+    path = write_scenario(tmp_path, doc)
+    out_dir = tmp_path / "r"
+    code, out, err = run_cli(["run", str(path), "-o", str(out_dir)])
+    assert code == 2
+    assert ("warning: b: every request rejected (60 of 60), e.g. prompt + output = 220 tokens "
+            "exceeds max_model_len 100") in out
+    assert "warning: a:" not in out
+    assert err == (f"error: {path}: variants.1: 1 of 2 variant(s) completed no request (b: all "
+                   f"60 requests rejected); the report says why: {out_dir / 'index.html'}\n")
+    html = (out_dir / "index.html").read_text()
+    assert ("b: every request was rejected (60 of 60), e.g. prompt + output = 220 tokens exceeds "
+            "max_model_len 100 — it completed no request") in html
+    assert "a: every request" not in html
+
+
+def test_some_rejections_are_a_report_alert_not_an_error(tmp_path, run_cli, write_scenario):
+    doc = with_(GOOD, "workload.classes", [
+        {**GOOD["workload"]["classes"][0], "name": "short", "weight": 1},
+        {**GOOD["workload"]["classes"][0], "name": "long", "weight": 1,
+         "prompt_tokens": {"dist": "fixed", "value": 5000}}])
+    out_dir = tmp_path / "r"
+    code, out, err = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir)])
+    summary = out_dir / "summary.csv"
+    import pandas as pd
+
+    row = pd.read_csv(summary).query("variant == 'a' and cls == 'all'").iloc[0]
+    assert code == 0 and err == "" and 0 < row.num_rejected < 30
+    text = (f"a: {row.num_rejected:,} of 30 requests rejected, e.g. prompt + output = 5020 "
+            f"tokens exceeds max_model_len 4096")
+    assert f"warning: {text}" in out
+    assert (f"{text}; its latencies cover the {30 - row.num_rejected:,} that finished."
+            in (out_dir / "index.html").read_text())
 
 
 def test_roofline_warns_when_the_step_cannot_fit_on_the_gpu(run_cli):

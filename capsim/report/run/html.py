@@ -17,6 +17,7 @@ from capsim.report.run.table import (Column, blocks, failed_list, header_groups,
                                      latency_first, target_text, verdict_columns)
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
+from capsim.sim.simulate import group_reasons
 
 
 def config_line(r: RunResult) -> str:
@@ -105,6 +106,30 @@ def held_reply_notes(results: list[RunResult]) -> list[str]:
             for r in results if r.scheduler == "static"]
 
 
+def rejection_alerts(results: list[RunResult], rows: list[SummaryRow]) -> list[str]:
+    """One sentence per variant that rejected requests (its measured ``cls == "all"`` row's
+    counts and the most common reason); a variant that finished none is said to have no
+    figures at all."""
+    by_variant = {r.variant: r for r in rows if r.cls == "all"}
+    out = []
+    for result in results:
+        row = by_variant.get(result.variant)
+        if row is None:
+            continue
+        reasons = group_reasons(list(result.requests.reject_reason))
+        example = f", e.g. {reasons[0][1]}" if reasons else ""
+        if row.num_finished == 0:
+            what = (f"every request was rejected ({row.num_rejected:,} of {row.num_requests:,})"
+                    f"{example}" if row.num_requests else "no measured request (all are warm-up)")
+            out.append(f"{result.variant}: {what} — it completed no request, so it has no "
+                       "latency, throughput or cost figure.")
+        elif row.num_rejected:
+            out.append(f"{result.variant}: {row.num_rejected:,} of {row.num_requests:,} requests "
+                       f"rejected{example}; its latencies cover the {row.num_finished:,} that "
+                       "finished.")
+    return out
+
+
 def render(*, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
@@ -132,6 +157,7 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         verdict=table(all_rows, slo, colours),
         by_class=table(class_rows, slo, colours) if class_rows else None,
         alerts=tail_alerts(all_rows, slo),
+        rejections=rejection_alerts(results, rows),
         kv=kv_table(all_rows, colours),
         figures=figures,
         timelines=timelines,

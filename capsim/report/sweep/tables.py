@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from capsim.studies.cheapest import COST_TIE_FRAC, Choice, cheapest
 from capsim.studies.confidence import CI_SUFFIX
 from capsim.report.cells import fmt, target_status
 from capsim.studies.sizing import SizingResult, SizingRow
@@ -91,30 +92,56 @@ def cheapest_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfi
                    load_column: str = "offered_rate_per_s") -> Table | None:
     """Per load level, the cheapest configuration meeting every target in every replication.
 
-    Cheapest = lowest $/h, then lowest $ per million output tokens. None
-    when the scenario has no SLO targets.
+    Cheapest = lowest $/h, then lowest $ per million output tokens unless the
+    difference is within noise (:data:`capsim.studies.cheapest.COST_TIE_FRAC`): a tie,
+    broken by the widest SLO margin and said in the "note" column. None when the
+    scenario has no SLO targets.
     """
     if not slo.targets:
         return None
     t = Table(columns=["offered req/s", "cheapest passing configuration", "GPUs", "$/h",
-                       "$/M out tok", "ITL p99 ms", "TTFT p99 ms", "passing"], left=2)
+                       "$/M out tok", "ITL p99 ms", "TTFT p99 ms", "passing", "note"], left=2)
     for rate, grp in points.groupby(load_column, sort=True):
         ok = grp[grp["slo_pass_all"]]
         passing = f"{len(ok)}/{len(grp)}"
         if ok.empty:
             t.rows.append([Cell(_label(rate)), Cell("none meets every target", "fail"),
-                           *[Cell("—")] * 5, Cell(passing)])
+                           *[Cell("—")] * 5, Cell(passing), Cell("")])
             continue
-        best = ok.sort_values(["cost_per_hour_usd", "cost_per_million_output_tokens_usd"]).iloc[0]
-        name = " · ".join(_label(best[c]) if c == "variant" else
-                          f"{c.rsplit('.', 1)[-1]}={_label(best[c])}"
-                          for c in label_columns if c != load_column)
-        t.rows.append([Cell(_label(rate)), Cell(name, "pass"), Cell(fmt(best["num_gpus"], "int")),
+        choice = cheapest(ok, slo)
+        best = ok.loc[choice.index]
+        t.rows.append([Cell(_label(rate)), Cell(_name(best, label_columns, load_column), "pass"),
+                       Cell(fmt(best["num_gpus"], "int")),
                        Cell(fmt(best["cost_per_hour_usd"], "usd")),
                        Cell(with_ci(best, "cost_per_million_output_tokens_usd", "usd3")),
                        Cell(with_ci(best, "itl_p99_ms", "ms")),
-                       Cell(with_ci(best, "ttft_p99_ms", "ms")), Cell(passing)])
+                       Cell(with_ci(best, "ttft_p99_ms", "ms")), Cell(passing),
+                       Cell(_tie_note(ok, choice, label_columns, load_column),
+                            "warn" if choice.tied else "")])
     return t
+
+
+def _name(row: pd.Series, label_columns: list[str], load_column: str) -> str:
+    return " · ".join(_label(row[c]) if c == "variant" else
+                      f"{c.rsplit('.', 1)[-1]}={_label(row[c])}"
+                      for c in label_columns if c != load_column)
+
+
+def _tie_note(ok: pd.DataFrame, choice: Choice, label_columns: list[str],
+              load_column: str) -> str:
+    """"" when the cheapest won on cost; else the tie and how it was broken."""
+    if not choice.tied:
+        return ""
+    others = ", ".join(_name(ok.loc[i], label_columns, load_column) for i in choice.tied)
+    note = (f"tie on cost with {others} (same $/h, $/M out tok within {COST_TIE_FRAC:.0%}: "
+            "run-to-run noise)")
+    if choice.decided_by is None:
+        return note + "; equal SLO margins, the lowest $/M out tok chosen"
+    target, margin, other_target, other_margin, runner = choice.decided_by
+    vs = "" if other_target == target else f" {other_target}"
+    return (f"{note}; chosen for the wider SLO margin: {target} {margin * 100:.0f} % inside its "
+            f"bound vs{vs} {other_margin * 100:.0f} % for "
+            f"{_name(ok.loc[runner], label_columns, load_column)}")
 
 
 def _noise(r: SizingRow) -> Cell:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -25,9 +26,10 @@ from capsim.profiles.trust import EDGES
 
 
 def _console() -> Console:
-    """A console; when output is piped, wide enough for the summary tables (rich assumes 80)."""
+    """A console as wide as the terminal, or as ``COLUMNS`` says; when output is piped
+    without ``COLUMNS``, 200 columns (rich would assume 80 and fold every table)."""
     console = Console()
-    return console if console.is_terminal else Console(width=200)
+    return console if console.is_terminal or "COLUMNS" in os.environ else Console(width=200)
 
 
 class _WarningLines(logging.Handler):

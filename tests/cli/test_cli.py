@@ -659,3 +659,29 @@ def test_an_unsorted_trace_is_replayed_sorted_with_a_warning(tmp_path, run_cli, 
     assert code == 0
     assert err == (f"warning: {csv}: 1 of 3 rows arrive earlier than the row above them (first "
                    "at line 4, '2023-11-16 18:15:47.0'); replayed in arrival order\n")
+
+
+@pytest.mark.parametrize("columns", ["80", "100"])
+def test_the_run_summary_reads_in_a_narrow_terminal(tmp_path, run_cli, write_scenario,
+                                                    monkeypatch, columns):
+    """Issue 16: at 80 and 100 columns every figure printed as "4…". The summary folds into
+    tables that fit; every figure of summary.csv's "all" rows is printed whole."""
+    import pandas as pd
+
+    from capsim.report.cells import fmt
+    from capsim.report.run.table import console_columns
+    from capsim.scenario.slo import SloConfig
+
+    monkeypatch.setenv("COLUMNS", columns)
+    doc = with_(GOOD, "slo", {"targets": {"ttft_p99_ms": 200, "itl_p99_ms": 60}})
+    out_dir = tmp_path / "r"
+    code, out, _ = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir)])
+    assert code == 0 and "…" not in out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= int(columns)
+    summary = pd.read_csv(out_dir / "summary.csv").query("cls == 'all'")
+    for _, row in summary.iterrows():
+        for c in console_columns(SloConfig(**doc["slo"])):
+            figure = fmt(row[c.key], c.kind)
+            assert any(f" {figure} " in line and line.lstrip("│ ").startswith(row.variant)
+                       for line in lines), (c.key, figure)

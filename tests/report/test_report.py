@@ -479,3 +479,31 @@ def test_console_summary_table(rows):
     for header in ("GPUs", "req/s", "out tok/s", "goodput", "TTFT p99", "TPOT p50",
                    "ITL p50", "ITL p99", "ITL max", "stalls", "preempt", "rejected"):
         assert header in text
+    assert text.count("┏") == 1                              # wide enough: one table
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_console_summary_folds_and_never_cuts_a_figure(rows, width):
+    """Issue 16: at 80 and 100 columns every number showed as "4…". The columns now fold
+    into several tables (each repeating the variant); every figure is printed whole."""
+    from capsim.report.cells import fmt
+    from capsim.report.run.table import console_columns
+
+    big = dict(num_gpus=128, request_throughput_per_s=1234.5, output_throughput_tok_per_s=987654.0,
+               ttft_p99_ms=123456.0, tpot_p50_ms=12.345, itl_p50_ms=45.67, itl_p99_ms=1234.0,
+               itl_max_ms=98765.0, itl_stalls=43210, preemptions=123456, num_rejected=54321)
+    rows = [r.model_copy(update=big) if r.cls == "all" and r.variant != EVIL else r
+            for r in rows]
+    console = Console(record=True, width=width, color_system=None)
+    console.print(summary_table(rows, SLO))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert "…" not in text
+    assert text.count("┏") >= 2                               # folded
+    for row in (r for r in rows if r.cls == "all"):
+        for c in console_columns(SLO):
+            figure = fmt(getattr(row, c.key), c.kind)
+            assert any(f" {figure} " in line for line in lines), (c.key, figure)
+        assert sum(row.variant in line for line in lines) >= 2   # the variant in every part
+    assert "987,654" in text and "123,456" in text and "98,765" in text

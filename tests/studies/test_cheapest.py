@@ -63,3 +63,29 @@ def test_a_real_cost_difference_and_a_lower_price_still_win():
 def test_margins_are_sorted_least_headroom_first_and_nan_is_worst():
     row = pd.Series({"itl_p99_ms": 45.0, "goodput_fraction": float("nan")})
     assert slo_margins(row, SLO) == [(float("-inf"), "goodput_fraction"), (0.25, "itl_p99_ms")]
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_the_terminal_tables_fold_without_cutting_a_figure(width):
+    """The sweep and size tables go through the same folding table as the run summary."""
+    from rich.console import Console
+
+    from capsim.report.sweep.console import rich_table
+    from capsim.report.sweep.tables import points_table
+
+    df = points((512, 13.76, 2.4960, 22.0, 1.0), (2048, 13.76, 2.4950, 59.07, 1.0))
+    df = df.assign(output_throughput_tok_per_s=1234567.0, request_throughput_per_s=7.0,
+                   itl_p50_ms=12.5, itl_max_ms=98765.0, itl_stalls=4321,
+                   slo_pass_runs=1, replications=1)
+    labels = ["variant", "engine.max_num_batched_tokens"]
+    for table in (points_table(df, labels, SLO), cheapest_table(df, labels, SLO)):
+        console = Console(record=True, width=width, color_system=None)
+        console.print(rich_table(table, "t"))
+        text = console.export_text()
+        assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+        for row in table.rows:
+            for column, cell in zip(table.columns, row):
+                if column not in ("note", "cheapest passing configuration"):
+                    assert cell.text in text, (column, cell.text)
+        if table.columns[0] == "variant":
+            assert "1,234,567" in text and "98,765" in text

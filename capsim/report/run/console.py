@@ -1,19 +1,41 @@
-"""The terminal summary the CLI prints after a run (rich table, cls == "all" rows only)."""
+"""The terminal summary the CLI prints after a run (cls == "all" rows only).
+
+Both tables are :class:`~capsim.report.terminal.FoldedTable`: in a narrow terminal
+their column groups fold into several tables, each repeating the variant, and no
+figure is ever cut.
+"""
 
 from __future__ import annotations
 
-from rich.table import Table
+from itertools import groupby
+
 from rich.text import Text
 
 from capsim.report.cells import fmt, target_status
-from capsim.report.run.table import DISAGG_COLUMNS, console_columns, failed_list
+from capsim.report.run.table import DISAGG_COLUMNS, Column, console_columns, failed_list
+from capsim.report.terminal import FoldColumn, FoldedTable
 from capsim.results.model import SummaryRow
 from capsim.scenario.slo import SloConfig
+
+#: Header groups that share one folded table when they fit (latencies together).
+_FOLD_GROUP = {"Fleet": "Throughput", "TTFT ms": "Latency", "TPOT ms": "Latency"}
+
+
+def _header(c: Column) -> str:
+    """Two short lines, e.g. "TTFT\np99", "out\ntok/s", "stalls\n>200 ms"."""
+    if c.group.endswith(" ms") and not c.key.endswith("_stalls"):
+        return f"{c.group.removesuffix(' ms')}\n{c.label}"
+    return c.label.replace(" ", "\n", 1)
+
+
+def _groups(cols: list[Column]) -> list[list[Column]]:
+    return [list(g) for _, g in groupby(cols, key=lambda c: _FOLD_GROUP.get(c.group, c.group))]
+
 
 _STYLE = {"pass": "green", "fail": "bold red"}
 
 
-def summary_table(rows: list[SummaryRow], slo: SloConfig) -> Table:
+def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
     """One line per variant: GPUs, req/s, out tok/s, goodput %, TTFT p99, TPOT p50,
     ITL p50/p99/max (ms), stalls, preemptions, rejected and the SLO verdict.
 
@@ -21,12 +43,9 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig) -> Table:
     count above zero is yellow when no target bounds it.
     """
     cols = console_columns(slo)
-    table = Table(title="capsim summary (latencies in ms)", title_justify="left",
-                  header_style="bold", show_lines=False)
-    table.add_column("variant", no_wrap=True, overflow="fold")
-    for c in cols:
-        table.add_column(c.title, justify="right")
-    table.add_column("SLO", justify="left", min_width=14, overflow="fold")
+    table = FoldedTable("capsim summary (latencies in ms)", [FoldColumn("variant", text=True)],
+                        [[FoldColumn(_header(c)) for c in g] for g in _groups(cols)]
+                        + [[FoldColumn("SLO", text=True)]])
     for row in rows:
         if row.cls != "all":
             continue
@@ -49,7 +68,7 @@ _SPLIT_KEYS = ("disagg", "prefill_busy_frac", "decode_busy_frac", "decode_slot_o
                "kv_backpressure_p99_ms", "second_token_p99_ms")
 
 
-def disagg_table(rows: list[SummaryRow]) -> Table | None:
+def disagg_table(rows: list[SummaryRow]) -> FoldedTable | None:
     """One line per disaggregated variant: its split, pool busy / batch fill / stranded
     fractions, KV transfer and back-pressure p99 and token 1→2 p99 (ms); None when no
     variant is disaggregated. The report's table has the rest."""
@@ -57,13 +76,13 @@ def disagg_table(rows: list[SummaryRow]) -> Table | None:
     if not split:
         return None
     cols = [c for c in DISAGG_COLUMNS if c.key in _SPLIT_KEYS]
-    table = Table(title="prefill / decode pools (disaggregated variants; latencies in ms)",
-                  title_justify="left", header_style="bold")
-    table.add_column("variant", no_wrap=True, overflow="fold")
-    for c in cols:
-        group = c.group.removesuffix(" ms")
-        table.add_column(c.label if group == "Pools" else f"{group} {c.label}",
-                         justify="left" if c.kind == "text" else "right")
+    heads = [FoldColumn(c.label.replace(" ", "\n", 1) if c.group == "Pools"
+                        else f"{c.group.removesuffix(' ms')}\n{c.label}", text=c.kind == "text")
+             for c in cols]
+    table = FoldedTable("prefill / decode pools (disaggregated variants; latencies in ms)",
+                        [FoldColumn("variant", text=True)],
+                        [[h for h, _ in g] for _, g in groupby(zip(heads, cols),
+                                                               key=lambda hc: hc[1].group)])
     for row in split:
         table.add_row(row.variant, *(getattr(row, c.key) if c.kind == "text"
                                      else fmt(getattr(row, c.key), c.kind) for c in cols))

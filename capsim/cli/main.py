@@ -647,14 +647,17 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
     from capsim.profiles.models import load_model
     from capsim.report.calibration import write_calibration_page
 
+    from capsim.report.outdir import check_writable_dir
+
     base = load_hardware(hw_name)
+    check_writable_dir(out_dir or Path("reports") / f"calibration-{name or base.name}")
     run = _pick_variant(load(scenario), variant) if scenario is not None else None
     inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
                     csv=csv_path, model=load_model(model_name) if model_name else None,
                     result=result, result_run=run_index, run=run, notes=notes)
     outcome = run_calibration(base, inputs, name=name)
     profile = outcome.profile
-    out = out_dir or Path("reports") / f"calibration-{profile.name}"
+    out = out_dir or Path("reports") / f"calibration-{name or base.name}"
     path = write_profile(profile, out / f"{profile.name}.yaml",
                          header=f"{profile.display_name}: calibrated by capsim calibrate on "
                                 f"{profile.calibration.date}; see calibration: below.")

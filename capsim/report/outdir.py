@@ -70,6 +70,26 @@ def _check(out_dir: Path, resolved: Path) -> None:
                             "reports/NAME") from None
 
 
+def check_writable_dir(out_dir: Path, option: str = "-o") -> None:
+    """Refuse a folder capsim adds files to (``capsim calibrate -o``) unless it can be
+    created and written, before any work and without creating it: a hidden directory
+    is made in its nearest existing ancestor (or in it) and removed.
+
+    Raises:
+        ScenarioError: naming the folder and why.
+    """
+    try:
+        probe = out_dir.resolve()
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(probe))
+        Path(tempfile.mkdtemp(prefix=".capsim-check-", dir=probe)).rmdir()
+    except OSError as exc:
+        raise ScenarioError(f"{option} {out_dir}: cannot write there: {_why(exc)}; give a "
+                            "directory you can write, e.g. reports/NAME") from None
+
+
 def write_atomically(out_dir: Path, build: Callable[[Path], None]) -> Path:
     """Run ``build(tmp)`` on a new empty sibling of ``out_dir``, then put it in ``out_dir``'s place.
 

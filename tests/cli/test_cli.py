@@ -562,6 +562,14 @@ def test_an_unwritable_report_directory_is_refused_before_anything_runs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing left behind
 
 
+def test_calibrate_checks_its_output_folder_before_fitting(tmp_path, run_cli, repo_root):
+    result = repo_root / "tests" / "calibrate" / "fixtures" / "vllm_bench_serve.json"
+    code, _, err = run_cli(["calibrate", "--hardware", "h100-sxm", "--from", str(result),
+                            "-o", "/proc/x"])
+    assert code == 2 and err == ("error: -o /proc/x: cannot write there: No such file or "
+                                 "directory; give a directory you can write, e.g. reports/NAME\n")
+
+
 def test_stale_temporary_report_folders_are_removed_live_ones_kept(tmp_path, run_cli,
                                                                     write_scenario):
     """A run killed hard leaves .r.tmp-*; the next report into r removes it once its writer

@@ -5,7 +5,8 @@ groups, in order, into as few tables as the terminal's width allows; each table
 repeats the key columns (the variant, a configuration's labels) so every line
 still says what it is about. Figures never wrap or shrink (``no_wrap``); only
 text columns (names, verdicts, notes) wrap, and fold a word longer than the room
-left. Headers may hold a line break (``"ITL\\np99"``) to stay narrow.
+left. Headers may hold a line break (``"ITL\\np99"``) to stay narrow when folding;
+a terminal wide enough for everything gets one table with one-line headers.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class FoldedTable:
         for group in self.groups:
             spans.append(list(range(start, start + len(group))))
             start += len(group)
+        every = list(range(len(self.keys), start))
+        if self._fits(console, options, every, width, one_line=True):   # wide: one table,
+            return [self._table(every, first=True, one_line=True)]     # one-line headers
         packs: list[list[int]] = []
         for span in spans:
             if packs and self._fits(console, options, packs[-1] + span, width):
@@ -86,15 +90,16 @@ class FoldedTable:
         return self.keys + [c for g in self.groups for c in g]
 
     def _fits(self, console: Console, options: ConsoleOptions, cols: list[int],
-              width: int) -> bool:
+              width: int, one_line: bool = False) -> bool:
         # Measured unconstrained (rich clamps a table's measurement to the width offered),
         # with the key and figure columns whole (rich's minimum would wrap their headers
         # and names at spaces): a variant name should not wrap to make room.
         wide = options.update_width(_UNBOUNDED)
-        table = self._table(cols, first=False, whole_keys=True)
+        table = self._table(cols, first=False, whole_keys=True, one_line=one_line)
         return Measurement.get(console, wide, table).minimum <= width
 
-    def _table(self, cols: list[int], first: bool, whole_keys: bool = False) -> Table:
+    def _table(self, cols: list[int], first: bool, whole_keys: bool = False,
+               one_line: bool = False) -> Table:
         every = self._columns()
         table = Table(title=self.title if first else None, title_justify="left",
                       header_style="bold")
@@ -102,17 +107,20 @@ class FoldedTable:
         for i in index:
             c = every[i]
             whole = whole_keys and (i < len(self.keys) or not c.text)
-            table.add_column(c.header, justify="left" if c.text else c.justify,
+            table.add_column(c.header.replace("\n", " ") if one_line else c.header,
+                             justify="left" if c.text else c.justify,
                              no_wrap=not c.text, overflow="fold",
-                             min_width=self._whole_width(i) if whole else None)
+                             min_width=self._whole_width(i, one_line) if whole else None)
         for row in self.rows:
             table.add_row(*(row[i] for i in index))
         return table
 
-    def _whole_width(self, i: int) -> int:
+    def _whole_width(self, i: int, one_line: bool = False) -> int:
         """Column ``i``'s width without wrapping: its longest header line or cell."""
         cells = (Text(r[i]) if isinstance(r[i], str) else r[i] for r in self.rows)
-        header = max(Text(line).cell_len for line in self._columns()[i].header.split("\n"))
+        text = self._columns()[i].header
+        header = max(Text(line).cell_len
+                     for line in (text.replace("\n", " ") if one_line else text).split("\n"))
         return max([header, *(cell.cell_len for cell in cells)])
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -452,7 +452,7 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                        binding_failed_at=(failing.outcomes[0].total.num_gpus if p.mode == "gpus"
                                           else failing.rate_per_s))
     elif not note:
-        note = ("one replica meets every target: no smaller fleet, no binding target"
+        note = ("one replica meets every target: no target binds"
                 if p.mode == "gpus" else "")
     binding_name = figures["binding"] or None
     if p.headroom:

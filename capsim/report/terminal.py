@@ -63,6 +63,8 @@ class FoldedTable:
             spans.append(list(range(start, start + len(group))))
             start += len(group)
         every = list(range(len(self.keys), start))
+        if not self._fits(console, options, [], width):     # names wider than the terminal:
+            return [self._table(every, first=True, keys_whole=False)]   # rich folds them
         if self._fits(console, options, every, width, one_line=True):   # wide: one table,
             return [self._table(every, first=True, one_line=True)]     # one-line headers
         packs: list[list[int]] = []
@@ -99,14 +101,17 @@ class FoldedTable:
         return Measurement.get(console, wide, table).minimum <= width
 
     def _table(self, cols: list[int], first: bool, whole_keys: bool = False,
-               one_line: bool = False) -> Table:
+               one_line: bool = False, keys_whole: bool = True) -> Table:
         every = self._columns()
         table = Table(title=self.title if first else None, title_justify="left",
                       header_style="bold")
         index = list(range(len(self.keys))) + cols
         for i in index:
             c = every[i]
-            whole = whole_keys and (i < len(self.keys) or not c.text)
+            # Keys whole (rich would wrap a name to give a verdict room) unless they alone
+            # are wider than the terminal; in a fit check, figures whole too (rich's
+            # minimum would wrap their headers).
+            whole = (i < len(self.keys) and keys_whole) or (whole_keys and not c.text)
             table.add_column(c.header.replace("\n", " ") if one_line else c.header,
                              justify="left" if c.text else c.justify,
                              no_wrap=not c.text, overflow="fold",

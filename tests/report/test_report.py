@@ -507,3 +507,20 @@ def test_console_summary_folds_and_never_cuts_a_figure(rows, width):
             assert any(f" {figure} " in line for line in lines), (c.key, figure)
         assert sum(row.variant in line for line in lines) >= 2   # the variant in every part
     assert "987,654" in text and "123,456" in text and "98,765" in text
+
+
+def test_console_summary_with_a_name_wider_than_the_terminal_folds_the_name(rows):
+    """A 100-character variant name (the longest allowed) in 80 columns: the name folds,
+    no figure is cut."""
+    from capsim.report.cells import fmt
+
+    long = "v" * 100
+    rows = [r.model_copy(update={"variant": long}) if r.variant == "chunked 512" else r
+            for r in rows]
+    console = Console(record=True, width=80, color_system=None)
+    console.print(summary_table(rows, SLO))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    row = next(r for r in rows if r.variant == long and r.cls == "all")
+    assert f" {fmt(row.output_throughput_tok_per_s, 'tok')} " in text
+    assert f" {fmt(row.itl_max_ms, 'ms')} " in text

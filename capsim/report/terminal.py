@@ -20,6 +20,7 @@ from rich.text import Text
 
 
 _UNBOUNDED = 100_000   # columns: wider than any terminal
+_MIN_KEY = 8           # columns: narrowest a folded name gets
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class FoldedTable:
     keys: list[FoldColumn]
     groups: list[list[FoldColumn]]
     rows: list[list[Text | str]] = field(default_factory=list)
+    _key_cap: int | None = field(default=None, repr=False)   # set by parts()
 
     @property
     def row_count(self) -> int:
@@ -63,8 +65,10 @@ class FoldedTable:
             spans.append(list(range(start, start + len(group))))
             start += len(group)
         every = list(range(len(self.keys), start))
-        if not self._fits(console, options, [], width):     # names wider than the terminal:
-            return [self._table(every, first=True, keys_whole=False)]   # rich folds them
+        # Names wider than half the terminal fold into a fixed share of it (a third).
+        whole = sum(self._whole_width(i) + 3 for i in range(len(self.keys)))
+        self._key_cap = (None if whole <= width // 2
+                         else max(_MIN_KEY, width // 3 // max(len(self.keys), 1) - 3))
         if self._fits(console, options, every, width, one_line=True):   # wide: one table,
             return [self._table(every, first=True, one_line=True)]     # one-line headers
         packs: list[list[int]] = []
@@ -101,20 +105,21 @@ class FoldedTable:
         return Measurement.get(console, wide, table).minimum <= width
 
     def _table(self, cols: list[int], first: bool, whole_keys: bool = False,
-               one_line: bool = False, keys_whole: bool = True) -> Table:
+               one_line: bool = False) -> Table:
         every = self._columns()
         table = Table(title=self.title if first else None, title_justify="left",
                       header_style="bold")
         index = list(range(len(self.keys))) + cols
         for i in index:
             c = every[i]
-            # Keys whole (rich would wrap a name to give a verdict room) unless they alone
-            # are wider than the terminal; in a fit check, figures whole too (rich's
-            # minimum would wrap their headers).
-            whole = (i < len(self.keys) and keys_whole) or (whole_keys and not c.text)
+            # Keys whole (rich would wrap a name to give a verdict room) unless capped; in
+            # a fit check, figures whole too (rich's minimum would wrap their headers).
+            key = i < len(self.keys)
+            whole = (key and self._key_cap is None) or (whole_keys and not c.text)
             table.add_column(c.header.replace("\n", " ") if one_line else c.header,
                              justify="left" if c.text else c.justify,
                              no_wrap=not c.text, overflow="fold",
+                             width=self._key_cap if key else None,
                              min_width=self._whole_width(i, one_line) if whole else None)
         for row in self.rows:
             table.add_row(*(row[i] for i in index))

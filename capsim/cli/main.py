@@ -279,18 +279,20 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
     if _emit_template(text if template is not None else "", template, base, out_file, "GPU"):
         return
     table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
-    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "seen GiB", "HBM TB/s",
-                "NVLink GB/s", "PCIe GB/s", "eff. compute", "eff. memory", "$/GPU-h"):
+    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "HBM GiB", "seen GiB",
+                "HBM TB/s", "scale-up link", "GB/s", "PCIe GB/s", "curves", "$/GPU-h"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for hw in list_hardware():
-        fp8 = hw.peak_flops_per_s.get("fp8")
-        table.add_row(hw.name, f"{hw.peak_flops_per_s['bf16'] / 1e12:,.0f}",
-                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{hw.hbm_bytes / 2**30:,.0f}",
-                      f"{hw.memory_total_bytes / 2**30:,.2f}",
+        peaks = hw.peak_flops_per_s
+        fp8, fp4 = peaks.get("fp8"), peaks.get("fp4")
+        curves = "calibrated" if hw.calibration else ("derived" if hw.derivation else "scalars")
+        table.add_row(hw.name, f"{peaks['bf16'] / 1e12:,.0f}",
+                      f"{fp8 / 1e12:,.0f}" if fp8 else "—", f"{fp4 / 1e12:,.0f}" if fp4 else "—",
+                      f"{hw.hbm_bytes / 2**30:,.0f}", f"{hw.memory_total_bytes / 2**30:,.2f}",
                       f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
-                      f"{(hw.nvlink_bandwidth_bytes_per_s or 0) / 1e9:,.0f}",
-                      f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}",
-                      f"{hw.efficiency.compute:.2f}", f"{hw.efficiency.memory:.2f}",
+                      hw.scale_up_link.split(" (")[0] or "—",
+                      f"{hw.tp_link_bandwidth_bytes_per_s / 1e9:,.0f}",
+                      f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}", curves,
                       f"{hw.price_per_gpu_hour_usd:.2f}")
     _console().print(table)
 

@@ -35,8 +35,9 @@ from capsim.common.errors import ScenarioError
 from capsim.common.schema import Int, StrictModel, integer_hint
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
-#: Numeric formats a profile may quote peak Tensor-Core throughput for.
-DType = Literal["bf16", "fp16", "fp8", "int8"]
+#: Numeric formats a profile may quote peak Tensor-Core throughput for (``fp4``: the
+#: NVFP4 / MXFP4 block-scaled rate of Blackwell's tensor cores).
+DType = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
 
 #: Profile fields that hold numbers and therefore need an entry in ``sources``.
 _SOURCED_FIELDS = (
@@ -220,7 +221,9 @@ class HardwareProfile(StrictModel):
 
     Units are in the field names. Bandwidths are per GPU and per direction.
     ``nvlink_bandwidth_bytes_per_s`` and ``nvlink_latency_s`` are both ``None``
-    for a PCIe-only card; tensor-parallel traffic then goes over PCIe.
+    for a PCIe-only card; tensor-parallel traffic then goes over PCIe. They hold
+    the scale-up link whatever its vendor name (AMD Infinity Fabric too);
+    ``scale_up_link`` names it.
     ``hbm_bytes`` is the device memory (HBM or GDDR) as the datasheet's
     "GB" read as GiB; each YAML says why. ``memory_total_gib`` is what the
     engines see (``torch.cuda.mem_get_info`` total, e.g. 79.19 GiB on an H100 80GB:
@@ -240,6 +243,8 @@ class HardwareProfile(StrictModel):
     memory_total_gib: float | None = Field(None, gt=0)
     num_sms: Int | None = Field(None, gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
+                                                "(NVLink generation, Infinity Fabric, PCIe)")
     nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
     nvlink_latency_s: float | None = Field(None, gt=0)
     pcie_bandwidth_bytes_per_s: float = Field(gt=0)

@@ -24,7 +24,8 @@ NUMERIC_FIELDS = ("peak_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
 
 
 def test_packaged_profiles():
-    assert hardware_names() == ["a100-80gb", "h100-sxm", "h200-sxm", "l40s"]
+    assert hardware_names() == ["a100-40gb", "a100-80gb", "a10g", "b200", "h100-pcie", "h100-sxm",
+                                "h20", "h200-sxm", "l4", "l40s", "mi300x", "mi325x", "rtx-4090"]
 
 
 def test_top_level_hardware_folder_is_the_packaged_one(repo_root):
@@ -117,8 +118,9 @@ def test_ideal_copy():
 
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ScenarioError) as err:
-        load_hardware("b200")
-    assert str(err.value) == "unknown hardware 'b200'; valid: a100-80gb, h100-sxm, h200-sxm, l40s"
+        load_hardware("tpu-v5e")
+    assert str(err.value) == ("unknown hardware 'tpu-v5e'; valid: " + ", ".join(hardware_names()))
+    assert "b200, h100-pcie" in str(err.value)
 
 
 def _profile_text(repo_root: Path, **replace: str) -> str:

@@ -402,8 +402,10 @@ def _kv_text(m) -> str:
 @click.option("--ideal", is_flag=True, help="Efficiencies 1.0 and no step overhead (textbook).")
 @click.option("--routing-skew", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="MoE routing skew: Zipf exponent of expert popularity (0: uniform).")
+@click.option("--quantization", default=None,
+              help="Weight format (fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4).")
 def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
-             tp: int, ideal: bool, routing_skew: float) -> None:
+             tp: int, ideal: bool, routing_skew: float, quantization: str | None) -> None:
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
     from capsim.cost.describe import describe_step
@@ -417,13 +419,20 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     model, hw = load_model(model_name), load_hardware(hw_name)
     hw.check_tp_in_node(tp)              # TP all-reduces are priced within one node only
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
-                      context=context, ideal=ideal, routing_skew=routing_skew)
+                      context=context, ideal=ideal, routing_skew=routing_skew,
+                      quantization=quantization)
     _print_step(d, model.name, hw.name, tp, ideal)
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
+    from capsim.kv.memory import weight_bytes_per_gpu
+    from capsim.profiles.quantization import load_quant_format
+
     kv_tokens = decode_batch * context + prefill_tokens
-    need = (model.weight_bytes() + kv_tokens * model.kv_bytes_per_token()) / tp
+    weights = model.weight_bytes() / tp if quantization is None else weight_bytes_per_gpu(
+        model, tp, 2, quant=load_quant_format(quantization))
+    need = weights + kv_tokens * model.kv_bytes_per_token() / tp
     if need > hw.hbm_bytes:
-        click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of bf16 weights and "
+        click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of "
+                   f"{quantization or 'bf16'} weights and "
                    f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}",
                    err=True)
 

@@ -42,7 +42,7 @@ def _operator_row(op: OperatorCost) -> dict[str, Any]:
 def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
                   prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
                   ideal: bool = False, weight_dtype: str = "bf16",
-                  routing_skew: float = 0.0) -> dict[str, Any]:
+                  routing_skew: float = 0.0, quantization: str | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table.
 
     The step holds one prompt of ``prefill_tokens`` tokens (no cached
@@ -75,7 +75,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             raise ScenarioError(f"{label} must be >= 0, got {value}")
     model, hw = _resolve(model, hw)
     pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype,
-                        routing_skew=routing_skew)
+                        routing_skew=routing_skew, quantization=quantization)
     inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
                   prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
                   decode_ctx_tokens=decode_batch * context)
@@ -84,7 +84,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     return {
         "model": model.name, "hardware": hw.name, "tensor_parallel_size": tp, "ideal": ideal,
         "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
-                   "context": context, "weight_dtype": weight_dtype},
+                   "context": context, "weight_dtype": weight_dtype,
+                   "quantization": quantization, "matmul_dtype": pricer.matmul_dtype},
         "flops": cost.flops, "bytes": cost.bytes,
         "arithmetic_intensity_flops_per_byte": intensity,
         "ridge_flops_per_byte": pricer.ridge_flops_per_byte,

@@ -21,7 +21,8 @@ Operators per layer (all per GPU, sharded Megatron-style as vLLM does):
   (their FLOPs are negligible). Vidur's A100 Llama-3-8B rows measure these
   at ~9 % of a layer's time at 4,096 tokens; this traffic model gives ~6 %.
 - once per step: ``embedding`` (row gather, memory only) and ``lm_head``
-  (vocab-parallel matmul for the sequences that sample).
+  (vocab-parallel matmul for the sequences that sample), both in the model's
+  16-bit dtype whatever the layers' quantization (checkpoints leave them out).
 
 Mixture-of-experts layers (:func:`layer_matmuls`, :class:`ExpertWork`): the router
 (replicated), the shared expert (a dense MLP, TP-sharded) and the routed experts,
@@ -54,6 +55,7 @@ import numpy as np
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Curve
 from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import QuantFormat
 
 #: Bytes per activation element (bf16/fp16 activations, as vLLM runs them).
 ACTIVATION_BYTES = 2
@@ -291,8 +293,9 @@ def expert_work(model: ModelShape, tp: int, weight_bytes: int = 2) -> ExpertWork
                       act_bytes_per_pair=layers * (2 * h + 3 * f / tp) * ACTIVATION_BYTES)
 
 
-def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2,
-                  dp_attention: bool = False) -> tuple[Matmul, ...]:
+def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
+                  dp_attention: bool = False,
+                  quant: QuantFormat | None = None) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
@@ -300,6 +303,10 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2,
     O and down row-parallel; KV heads split, or replicated beyond their count.
     A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`; ``dp_attention``:
     data-parallel attention); each Matmul's ``count`` is the layers it runs on.
+    Weight bytes: ``weight_bytes`` per parameter, or with a quantized ``quant`` its
+    :meth:`~capsim.profiles.quantization.QuantFormat.tensor_bytes` of each per-GPU
+    K × N weight (scales and zero points included) plus 16-bit biases (dense shapes;
+    the caller passes MoE / MLA shapes the format's mean bytes per weight instead).
     """
     if model.is_moe or model.is_mla:
         return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention)
@@ -313,8 +320,13 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: int = 2,
         ("gate_up_proj", 2 * h * f / tp, h, 2 * f / tp),
         ("down_proj", h * f / tp, f / tp, h),
     )
+    def stored(params: float, w_in: float, w_out: float) -> float:
+        if quant is None or not quant.quantized:
+            return params * weight_bytes
+        return quant.tensor_bytes(w_in, w_out) + (params - w_in * w_out) * ACTIVATION_BYTES
+
     return tuple(
-        Matmul(name, layers, 2.0 * layers * params, layers * params * weight_bytes,
+        Matmul(name, layers, 2.0 * layers * params, layers * stored(params, w_in, w_out),
                layers * (w_in + w_out) * ACTIVATION_BYTES)
         for name, params, w_in, w_out in shapes
     )

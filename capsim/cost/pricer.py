@@ -67,6 +67,7 @@ from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import load_quant_format
 
 class StepCost(NamedTuple):
     """Cost of one engine step on one GPU of the tensor-parallel group.
@@ -187,10 +188,18 @@ class StepPricer:
         hw: the GPU profile; its efficiencies and step overhead apply (use
             ``hw.ideal()`` for textbook numbers).
         tensor_parallel_size: GPUs in the tensor-parallel group.
-        weight_dtype: ``bf16``, ``fp16`` or ``fp8``; sets weight bytes, the
-            peak used for matmuls and their GEMM curve (``gemm_fp8`` for fp8 when
-            the profile has one). Attention runs at the bf16 (else fp16) peak.
+        weight_dtype: the model's ``bf16`` / ``fp16``, or ``fp8``: shorthand for
+            ``quantization="fp8_channel"`` (compressed-tensors FP8-dynamic).
+            Attention runs at the bf16 (else fp16) peak.
         kv_cache_dtype_bytes: bytes per KV-cache element (2 for bf16, 1 for fp8).
+        quantization: a format of :mod:`capsim.profiles.quantization` (``awq``,
+            ``nvfp4``, …; None: 16-bit weights). It sets the layer matmuls' weight
+            bytes (scales included: per tensor shape for dense models, the format's mean
+            bytes per weight for MoE / MLA shapes and their experts), the peak they run
+            at (:meth:`~capsim.profiles.quantization.QuantFormat.compute_dtype`) and
+            their GEMM curve (``gemm_fp8`` at the fp8 peak when the profile has one,
+            else ``gemm``). The LM head and the embedding gather stay 16-bit at the
+            16-bit peak and ``gemm`` curve in every format.
         routing_skew: MoE routing skew (Zipf exponent of expert popularity, 0: uniform;
             :func:`~capsim.cost.operators.expected_experts_hit`).
         dp_attention: data-parallel attention (MoE models): attention projections and
@@ -222,14 +231,16 @@ class StepPricer:
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
-            dtype, a dtype the hardware has no peak for, a negative routing skew, DP
-            attention or expert parallelism on a dense model, EP not dividing the
+            dtype or format, a format the hardware cannot run, a negative routing skew,
+            DP attention or expert parallelism on a dense model, EP not dividing the
             experts, or an EP group across nodes without a ``scale_out`` link.
     """
 
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
+        "quant", "matmul_dtype", "_model_dtype",
         "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
+        "_lm_peak", "_lm_bw", "_lm_ginv", "_gemm_launch_one",
         "_elementwise", "_embedding", "_mem_only_bytes_per_token",
         "_lin", "_lm_t", "_ginv", "_ainv", "_attn_p", "_attn_d", "_mem_only_t",
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
@@ -246,14 +257,22 @@ class StepPricer:
                  host: HostOverhead | None = None, routing_skew: float = 0.0,
                  dp_attention: bool = False, expert_parallel: bool = False,
                  scale_out: LinkProfile | None = None, embedding: bool = True,
-                 lm_head: bool = True):
+                 lm_head: bool = True, quantization: str | None = None):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
             raise ScenarioError(f"unknown weight_dtype {weight_dtype!r}; valid: {valid}")
+        if weight_dtype == "fp8":
+            if quantization not in (None, "fp8_channel"):
+                raise ScenarioError(f"weight_dtype fp8 means quantization fp8_channel, "
+                                    f"not {quantization!r}; give one of the two")
+            quantization = "fp8_channel"
         self.model, self.hw = model, hw
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
+        self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
+        self.quant = load_quant_format(quantization or "bf16")
+        self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype)
         if routing_skew < 0:
             raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
         self._routing_skew = float(routing_skew)
@@ -264,7 +283,7 @@ class StepPricer:
         self._lm_on, self._embedding_on = lm_head, embedding
         self._init_expert_parallel(expert_parallel, scale_out)
         self._init_host(host)
-        self._init_operators(WEIGHT_DTYPE_BYTES[weight_dtype])
+        self._init_operators()
         self._init_rates()
         self._init_comm()
         self._fixed_s = (self._overhead_s + self._comm_fixed_s + self._gemm_launch_s
@@ -321,10 +340,13 @@ class StepPricer:
             return np.maximum(gpu_s, host_s) + self._host_residual_s
         return gpu_s + host_s
 
-    def _init_operators(self, weight_bytes: int) -> None:
+    def _init_operators(self) -> None:
         m, tp = self.model, self.tensor_parallel_size
-        self._matmuls = layer_matmuls(m, tp, weight_bytes, self.dp_attention)
-        self._lm = lm_head(m, tp, weight_bytes)
+        # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
+        # bytes per weight (scales spread over the elements).
+        weight_bytes = self.quant.bytes_per_weight(m.hidden_size, ACTIVATION_BYTES)
+        self._matmuls = layer_matmuls(m, tp, weight_bytes, self.dp_attention, self.quant)
+        self._lm = lm_head(m, tp, ACTIVATION_BYTES)            # 16-bit in every format
         self._attn = dp_attention_work(m, tp, self.kv_cache_dtype_bytes) if self.dp_attention \
             else attention_work(m, tp, self.kv_cache_dtype_bytes)
         self._experts = expert_work(m, tp, weight_bytes)
@@ -333,28 +355,36 @@ class StepPricer:
         self._window = a.window_fraction > 0
         self._win_frac, self._win_tokens = a.window_fraction, a.window_tokens
         self._elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
-        self._embedding = m.hidden_size * (weight_bytes + ACTIVATION_BYTES) \
+        self._embedding = m.hidden_size * (ACTIVATION_BYTES + ACTIVATION_BYTES) \
             if self._embedding_on else 0.0
         self._mem_only_bytes_per_token = self._elementwise + self._embedding
 
     def _init_rates(self) -> None:
         hw, eff = self.hw, self.hw.efficiency
         attn_dtype = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
-        peak, bw = hw.peak_flops(self.weight_dtype), hw.hbm_bandwidth_bytes_per_s
+        peak, bw = hw.peak_flops(self.matmul_dtype), hw.hbm_bandwidth_bytes_per_s
         self._peak, self._bw = peak * eff.compute, bw * eff.memory
         self._attn_peak = hw.peak_flops(attn_dtype)
-        curve = eff.matmul_curve(self.weight_dtype)
+        curve = eff.matmul_curve(self.matmul_dtype)
         # With a curve the matmul roofs are ideal and 1 / e(n) scales their max.
         self._mm_peak = peak if curve is not None else self._peak
         self._mm_bw = bw if curve is not None else self._bw
         self._lin = tuple(self._time_coeffs(op) for op in self._matmuls)
-        self._lm_t = self._time_coeffs(self._lm)
         launch = curve.launch_s if curve is not None else 0.0
+        self._gemm_launch_one = launch
         self._gemm_launch_s = sum(op.count for op in self._matmuls) * launch
         # vLLM's fused MoE: one grouped GEMM for gate/up and one for down per MoE layer.
         self._expert_launch_s = 2 * self._experts.layers * launch if self._experts else 0.0
-        self._lm_launch_s = launch
         self._ginv = _inverse_table(curve)
+        # The LM head: 16-bit weights at the 16-bit peak and the gemm curve.
+        lm_curve = eff.matmul_curve(self._model_dtype)
+        lm_peak = hw.peak_flops(self._model_dtype)
+        self._lm_peak = lm_peak if lm_curve is not None else lm_peak * eff.compute
+        self._lm_bw = bw if lm_curve is not None else self._bw
+        self._lm_t = (self._lm.flops_per_row / self._lm_peak, self._lm.weight_bytes / self._lm_bw,
+                      self._lm.act_bytes_per_row / self._lm_bw)
+        self._lm_launch_s = lm_curve.launch_s if lm_curve is not None else 0.0
+        self._lm_ginv = self._ginv if lm_curve is curve else _inverse_table(lm_curve)
         prefill = eff.kernel("attention_prefill")
         self._ainv = _inverse_table(prefill.compute_curve)
         self._attn_p = self._attn_coeffs(prefill, self._attn.flops_per_pair)
@@ -468,7 +498,13 @@ class StepPricer:
         """1 / e(n) of the GEMM curve (table lookup below 16,384 tokens)."""
         if n < _GEMM_TABLE_TOKENS:
             return self._ginv[n]
-        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self.weight_dtype), n))
+        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self.matmul_dtype), n))
+
+    def _lm_inv(self, n: int) -> float:
+        """1 / e(n) of the LM head's (16-bit) GEMM curve."""
+        if n < _GEMM_TABLE_TOKENS:
+            return self._lm_ginv[n]
+        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self._model_dtype), n))
 
     def _attn_inv(self, keys: int) -> float:
         """1 / e(keys per query) of the prefill-attention compute curve."""
@@ -658,8 +694,8 @@ class StepPricer:
             flops, nbytes = flops + f, nbytes + b
         if logits_seqs > 0:
             lm, (c_row, m_fixed, m_row) = self._lm, self._lm_t
-            g = ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
-                else self._gemm_inv(logits_seqs)
+            g = self._lm_ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
+                else self._lm_inv(logits_seqs)
             launch = self._lm_launch_s
             c = launch + c_row * logits_seqs * g
             m = launch + (m_fixed + m_row * logits_seqs) * g
@@ -700,8 +736,9 @@ class StepPricer:
         ``max(compute_s, memory_s)`` is the operator's time.
         """
         g = self._gemm_inv(n) if n > 0 else 1.0
-        launch = self._lm_launch_s
-        rows = [self._matmul_terms(op, n, g, op.count * launch) for op in self._matmuls]
+        launch = self._gemm_launch_one
+        rows = [self._matmul_terms(op, n, g, op.count * launch, self._mm_peak, self._mm_bw)
+                for op in self._matmuls]
         if self._experts is not None:
             if n > 0:
                 f, b, c, m = self._expert_terms(n)
@@ -726,16 +763,17 @@ class StepPricer:
         rows.append((0.0, ew_bytes, ew_launch, ew_launch + ew_bytes / bw_ew))
         rows.append((0.0, emb_bytes, 0.0, emb_bytes / bw_ew))
         lm_rows = max(logits_seqs, 0) if n > 0 else 0
-        g_lm = self._gemm_inv(lm_rows) if lm_rows > 0 else 1.0
-        rows.append(self._matmul_terms(self._lm, lm_rows, g_lm, self._lm_launch_s))
+        g_lm = self._lm_inv(lm_rows) if lm_rows > 0 else 1.0
+        rows.append(self._matmul_terms(self._lm, lm_rows, g_lm, self._lm_launch_s,
+                                       self._lm_peak, self._lm_bw))
         return rows
 
-    def _matmul_terms(self, op: Matmul, rows: int, g: float,
-                      launch_s: float) -> tuple[float, float, float, float]:
+    def _matmul_terms(self, op: Matmul, rows: int, g: float, launch_s: float, peak: float,
+                      bw: float) -> tuple[float, float, float, float]:
         if rows <= 0:
             return (0.0, 0.0, 0.0, 0.0)
         f, b = op.flops_per_row * rows, op.weight_bytes + op.act_bytes_per_row * rows
-        return (f, b, launch_s + f / self._mm_peak * g, launch_s + b / self._mm_bw * g)
+        return (f, b, launch_s + f / peak * g, launch_s + b / bw * g)
 
     def _attn_terms(self, coeffs: tuple[float, float, float, float], new_tokens: int,
                     pairs: float, kv_tokens: float, g: float,

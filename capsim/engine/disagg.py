@@ -392,7 +392,7 @@ class DisaggCluster:
             "hardware": pre.hardware.name if len(hw) == 1 else
                         f"{pre.hardware.name}/{dec.hardware.name}",
             "price_per_hour_usd": sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
-            "peak_flops_per_gpu": sum(p.hardware.peak_flops(p.engine.dtype) * p.num_gpus
+            "peak_flops_per_gpu": sum(p.hardware.peak_flops(p.matmul_dtype) * p.num_gpus
                                       for p in pools) / gpus,
             "hbm_bandwidth_per_gpu_bytes_per_s": sum(p.hardware.hbm_bandwidth_bytes_per_s
                                                      * p.num_gpus for p in pools) / gpus,
@@ -421,7 +421,7 @@ class DisaggCluster:
             prefill_replicas=len(self.prefill), decode_replicas=len(self.decode),
             prefill_gpus=pre.num_gpus, decode_gpus=dec.num_gpus,
             prefill_hardware=pre.hardware.name, decode_hardware=dec.hardware.name,
-            prefill_peak_flops_per_gpu=pre.hardware.peak_flops(pre.engine.dtype),
+            prefill_peak_flops_per_gpu=pre.hardware.peak_flops(pre.matmul_dtype),
             decode_hbm_bandwidth_per_gpu_bytes_per_s=dec.hardware.hbm_bandwidth_bytes_per_s,
             transfers=records, ports=ports,
             prefill_saturated_s=m.prefill_saturated_s, decode_saturated_s=m.decode_saturated_s,

@@ -6,7 +6,9 @@ an engine's :class:`~capsim.profiles.engines.MemoryRule`:
 
 - **weights** (:func:`weight_bytes_per_gpu`): every tensor on the GPU that holds it.
   Linear layers are sharded over TP in the weight dtype, with fp32 per-output-channel
-  scales when quantized to fp8 (compressed-tensors FP8-dynamic, as vLLM loads it);
+  scales when quantized to fp8 (compressed-tensors FP8-dynamic, as vLLM loads it), or
+  in a quantization format's layout (int4 + group scales, NVFP4, …:
+  :mod:`capsim.profiles.quantization`);
   the embedding table and LM head (vocab-parallel) and the norms stay in the model's
   16-bit dtype; vLLM also allocates the RoPE cos/sin cache
   (``rotary_embedding/base.py``: max_position × rotary_dim in the model dtype).
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import MemoryRule
 from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import QuantFormat
 
 GIB = 2**30
 FP32_BYTES = 4
@@ -95,7 +98,8 @@ class MemoryTerms:
 
 def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
                          rope_cache: bool = False, dp_attention: bool = False,
-                         embedding: bool = True, lm_head: bool = True) -> int:
+                         embedding: bool = True, lm_head: bool = True,
+                         quant: QuantFormat | None = None) -> int:
     """Bytes of weights on one GPU of a TP group (module docstring, "weights").
 
     Args:
@@ -103,7 +107,7 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         tp: tensor-parallel degree (linears and the vocabulary are split by it; norms
             and the RoPE cache are replicated).
         weight_bytes: bytes per linear-layer weight (2: bf16/fp16; 1: fp8, which adds
-            fp32 per-output-channel scales).
+            fp32 per-output-channel scales); unused when ``quant`` is given.
         rope_cache: add the RoPE cos/sin cache (vLLM).
         dp_attention: attention weights whole on every GPU (data-parallel attention,
             MoE shapes only). Expert parallelism holds E / TP whole experts per GPU: the
@@ -113,18 +117,30 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
             vLLM builds the embedding on the first stage, the LM head on the last, and
             with tied embeddings the last stage a copy of the table too,
             vllm/model_executor/models/llama.py).
+        quant: a quantized format (:mod:`capsim.profiles.quantization`): each linear
+            weight of a dense model, sharded as vLLM shards it (QKV and gate/up split
+            along outputs, O and down along inputs), takes :meth:`QuantFormat.tensor_bytes`
+            of its per-GPU shape, scales and zero points included; a MoE / MLA shape's
+            linears take the format's mean bytes per weight; everything else stays 16-bit.
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    quantized = quant is not None and quant.quantized
     if model.is_moe or model.is_mla or model.attention_sinks:
-        return _moe_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, dp_attention,
+        per = quant.bytes_per_weight(h, act) if quantized else weight_bytes
+        return _moe_weight_bytes_per_gpu(model, tp, per, rope_cache, dp_attention,
                                          embedding, lm_head)
     qkv_out = model.q_size + 2 * model.kv_size
-    linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
-              + model.mlp_params)
-    out = layers * linear * weight_bytes // tp
+    if quantized:
+        f = model.intermediate_size
+        shapes = ((h, qkv_out / tp), (model.q_size / tp, h), (h, 2 * f / tp), (f / tp, h))
+        out = int(layers * sum(quant.tensor_bytes(k, n) for k, n in shapes))
+    else:
+        linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
+                  + model.mlp_params)
+        out = layers * linear * weight_bytes // tp
     if model.attention_bias:
         out += layers * qkv_out * act // tp
-    if weight_bytes < act:                      # per-output-channel scales of each linear
+    if quant is None and weight_bytes < act:    # per-output-channel scales of each linear
         out += layers * (qkv_out + h + 3 * model.intermediate_size) * FP32_BYTES // tp
     out += _vocab_params(model, embedding, lm_head) * act // tp
     out += (layers * model.norm_params + (h if lm_head else 0)) * act     # final norm: last stage
@@ -141,7 +157,7 @@ def _vocab_params(model: ModelShape, embedding: bool = True, lm_head: bool = Tru
         model.lm_head_params if lm_head and not tied else 0)
 
 
-def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: float,
                               rope_cache: bool, dp_attention: bool = False,
                               embedding: bool = True, lm_head: bool = True) -> int:
     """:func:`weight_bytes_per_gpu` of a MoE / MLA shape: every linear (experts included:
@@ -149,8 +165,9 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
     parallelism) in the weight dtype ÷ TP, except the linears vLLM replicates on every
     rank (the router, ``ReplicatedLinear``; MLA's q_a / kv_a down-projections, fused
     ``fused_qkv_a_proj`` with ``disable_tp``, vllm/model_executor/models/deepseek_v2.py);
-    vocabulary ÷ TP and norms, sinks and biases in the model's 16-bit dtype. fp8 weight
-    scales are not added here (the quantized formats are priced elsewhere). With
+    vocabulary ÷ TP and norms, sinks and biases in the model's 16-bit dtype. A quantized
+    format comes in as its mean bytes per weight (scales spread over the elements; the
+    router, a few MB, is counted in it too); dtype fp8's channel scales are not added. With
     ``dp_attention`` every layer's attention projections are whole on each GPU (SGLang's
     DP attention: TP 1 inside attention; the dense and shared MLPs stay TP-sharded)."""
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
@@ -165,7 +182,7 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
         replicated += layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
                                     + model.qk_rope_head_dim)
     linear = model.params_total - vocab - small - replicated
-    out = linear * weight_bytes // tp + replicated * weight_bytes
+    out = int(linear * weight_bytes // tp + replicated * weight_bytes)
     out += _vocab_params(model, embedding, lm_head) * act // tp
     out += (small - (0 if lm_head else h)) * act        # the final norm on the last stage only
     if rope_cache:
@@ -205,7 +222,7 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
 def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fraction: float,
                  tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
                  num_sms: int, dp_attention: bool = False, embedding: bool = True,
-                 lm_head: bool = True) -> MemoryTerms:
+                 lm_head: bool = True, quant: QuantFormat | None = None) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -216,13 +233,13 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         the profile run's requests and tokens; num_sms: streaming multiprocessors
         (sampler scratch rows); dp_attention: data-parallel attention; embedding,
         lm_head: a pipeline stage's share of the vocabulary (:func:`weight_bytes_per_gpu`;
-        the sampler's activations only with the LM head).
+        the sampler's activations only with the LM head); quant: a quantized weight format.
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget.
     """
     w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
-                             embedding, lm_head)
+                             embedding, lm_head, quant)
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
                               lm_head)
     n = int(rule.non_torch_gib_at(tp) * GIB)

@@ -32,6 +32,7 @@ from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_
 from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup, startup_names
+from capsim.profiles.quantization import load_quant_format
 from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
@@ -75,13 +76,21 @@ class Pool:
             if self.hardware.scale_out_link else None
         kwargs = dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
                       routing_skew=eng.moe_routing_skew, dp_attention=eng.enable_dp_attention,
-                      expert_parallel=eng.enable_expert_parallel)
+                      expert_parallel=eng.enable_expert_parallel,
+                      quantization=eng.quantization)
         if eng.pipeline_parallel_size > 1:
             return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,
                                   eng.pipeline_parallel_size, host=host, scale_out=scale_out,
                                   **kwargs)
         return StepPricer(model, self.hardware, eng.tensor_parallel_size, host=host,
                           scale_out=scale_out, **kwargs)
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The peak the layer matmuls run at (the quantization format's on this GPU); MFU
+        is measured against it."""
+        fmt = load_quant_format(self.engine.weight_format or "bf16")
+        return fmt.compute_dtype(self.hardware, "fp16" if self.engine.dtype == "fp16" else "bf16")
 
 
 @dataclass(frozen=True)
@@ -179,8 +188,7 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     hw = _overridden(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
     engine, preset = _engine(spec.engine, v.engine, model, hw, path, where)
     cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
-    if engine.dtype == "fp8":   # the chip must have FP8 tensor cores (datasheet)
-        _named(hw.peak_flops, "fp8", path, f"{where}.engine.dtype" if where else "engine.dtype")
+    _check_weight_format(engine, hw, v, path, where)
     tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
                 else "engine.tensor_parallel_size")
     _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
@@ -318,6 +326,19 @@ def _check_scale_out(hw: HardwareProfile, spec: Scenario, v: VariantSpec, path: 
         f"hardware_overrides.{key}" if key in spec.hardware_overrides else \
         (f"{where}.hardware" if v.hardware else "hardware")
     _named(resolve_link, hw.scale_out_link, path, at)
+
+
+def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSpec, path: Path,
+                         where: str) -> None:
+    """The chip must have the tensor cores the weight format computes on (datasheet), or
+    the format a weight-only fallback; the error names ``engine.quantization`` (or
+    ``engine.dtype`` for dtype fp8), the variant's when it set it."""
+    knob = "quantization" if engine.quantization is not None else "dtype"
+    if engine.weight_format is None:
+        return
+    fmt = load_quant_format(engine.weight_format)
+    field = f"{where}.engine.{knob}" if where and knob in v.engine else f"engine.{knob}"
+    _named(lambda _: fmt.compute_dtype(hw), "", path, field)
 
 
 def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, Any], path: Path,
@@ -714,7 +735,9 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              max_num_batched_tokens=engine.max_num_batched_tokens,
                              num_sms=hw.num_sms or 0,
                              dp_attention=engine.enable_dp_attention, embedding=embedding,
-                             lm_head=lm_head)
+                             lm_head=lm_head,
+                             quant=(load_quant_format(engine.weight_format)
+                                    if engine.weight_format else None))
         terms = _with_overrides(terms, engine)
         kv = pool_from_terms(terms, tensor_parallel_size=tp,
                              kv_bytes_per_token=kv_bytes_per_token(model, engine),

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import Int, StrictModel
 from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.slo import SloConfig
@@ -65,6 +66,10 @@ class EngineConfig(StrictModel):
     non_torch_memory_gib: float | None = Field(default=None, ge=0)   # NCCL, CUDA context
     cudagraph_memory_gib: float | None = Field(default=None, ge=0)   # charged to the KV budget
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    # Weight quantization format (vLLM --quantization; capsim/profiles/data/quantization):
+    # fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4. dtype fp8 is shorthand
+    # for fp8_channel with bf16 activations.
+    quantization: str | None = None
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
@@ -104,6 +109,25 @@ class EngineConfig(StrictModel):
             raise ValueError(f"block_size must be a power of two (vLLM's paged-attention "
                              f"kernels use 8, 16, 32, ...), got {v}")
         return v
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_format(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        if v not in quant_format_names()[1:]:
+            raise ValueError(f"unknown quantization {v!r}; valid: "
+                             f"{', '.join(quant_format_names()[1:])}")
+        if info.data.get("dtype") == "fp8":
+            raise ValueError(f"dtype fp8 already means quantization fp8_channel; give "
+                             f"dtype bf16 (or fp16) with quantization {v}")
+        return v
+
+    @property
+    def weight_format(self) -> str | None:
+        """The weight quantization format: ``quantization``, ``fp8_channel`` for dtype
+        fp8, None for 16-bit weights."""
+        return self.quantization or ("fp8_channel" if self.dtype == "fp8" else None)
 
     @model_validator(mode="after")
     def _swap_fits_host(self) -> "EngineConfig":

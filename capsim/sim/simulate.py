@@ -341,7 +341,7 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
         variant=run.variant, seed=run.seed, scheduler=_scheduler_label(pool),
         num_replicas=run.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
         model=run.model.name, price_per_hour_usd=hw.price_per_gpu_hour_usd * run.num_gpus,
-        peak_flops_per_gpu=hw.peak_flops(pool.engine.dtype),
+        peak_flops_per_gpu=hw.peak_flops(pool.matmul_dtype),
         hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],

@@ -96,6 +96,16 @@ BAD = [
     # vLLM refuses to start when one max_model_len request does not fit in the KV cache
     # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory): 17.6 GiB × 0.9 leaves
     # ~0.2 GiB after 14.99 GiB of weights and the profile run, 1,600-odd tokens < 4,096.
+    # Weight quantization (issue "Models of 2026"): an fp4 format on a GPU without FP4
+    # tensor cores, an unknown format, two names for the weight format.
+    ("engine.quantization", "nvfp4", "engine.quantization: quantization nvfp4 needs fp4 tensor "
+                                     "cores; hardware 'h100-sxm' has bf16, fp16, fp8, int8"),
+    ("variants.1.engine", {"quantization": "nvfp4"},
+     "variants.1.engine.quantization: quantization nvfp4 needs fp4 tensor cores"),
+    ("engine.quantization", "int3", "engine.quantization: unknown quantization 'int3'; valid: "
+                                    "fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4"),
+    ("engine", {"dtype": "fp8", "quantization": "awq"},
+     "engine.quantization: dtype fp8 already means quantization fp8_channel"),
     ("variants.1.hardware_overrides", {"memory_total_gib": 17.6},
      "variants.1.hardware_overrides.memory_total_gib: one max_model_len (4,096) request needs "
      "0.50 GiB of KV cache per GPU, more than the "),

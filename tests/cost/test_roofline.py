@@ -119,7 +119,12 @@ def test_fp8_weights_halve_weight_bytes_and_need_fp8_hardware():
     model = load_model("llama-3.1-8b")
     bf16 = StepPricer(model, load_hardware("h100-sxm"))
     fp8 = StepPricer(model, load_hardware("h100-sxm"), weight_dtype="fp8")
-    assert fp8.weight_bytes_per_gpu == bf16.weight_bytes_per_gpu / 2
+    # layer weights halve, plus one fp32 scale per output channel (compressed-tensors
+    # FP8-dynamic); the LM head (128,256 x 4,096) stays bf16, as the checkpoints leave it
+    lm = 128_256 * 4_096 * 2
+    channels = 32 * (6_144 + 4_096 + 2 * 14_336 + 4_096)
+    assert fp8.weight_bytes_per_gpu - lm == (bf16.weight_bytes_per_gpu - lm) / 2 + 4 * channels
+    assert fp8.matmul_dtype == "fp8" and bf16.matmul_dtype == "bf16"
     with pytest.raises(ScenarioError, match="fp8"):
         StepPricer(model, load_hardware("a100-80gb"), weight_dtype="fp8")
     with pytest.raises(ScenarioError, match="weight_dtype"):

@@ -29,6 +29,8 @@ CASES = [
                              "workload.classes.0.conversation={turns: {dist: uniform, min: 1, "
                              "max: 4}, think_time_s: 0.5}"]),
     ("kv_allocators.yaml", ["workload.num_requests=200"]),
+    # quantized weights (int4 AWQ): the step prices change, macro-steps stay exact
+    ("rag_mix.yaml", ["workload.duration_s=30", "engine.quantization=awq"]),
     ("parallel_sampling.yaml", ["workload.num_requests=80"]),
     # disaggregated: transfers cut decode runs; decode slots run out (prefilled requests
     # wait, every decode finish is observed); round-robin placement; layer-wise overlap

@@ -703,3 +703,15 @@ def test_the_run_summary_reads_in_a_narrow_terminal(tmp_path, run_cli, write_sce
             figure = fmt(row[c.key], c.kind)
             assert any(f" {figure} " in line and line.lstrip("│ ").startswith(row.variant)
                        for line in lines), (c.key, figure)
+
+
+def test_roofline_prices_a_weight_format(run_cli):
+    """Llama-3.1-70B AWQ int4: ~37 GiB of weights fit one 48 GB L40S (bf16's 131 GiB do
+    not); nvfp4 needs FP4 tensor cores, which an H100 lacks: one line, exit 2."""
+    code, out, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "l40s",
+                              "--decode-batch", "1", "--context", "100", "--quantization", "awq"])
+    assert code == 0 and "warning" not in err and "memory-bound" in out
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                            "--decode-batch", "1", "--context", "100", "--quantization", "nvfp4"])
+    assert code == 2 and err == ("error: quantization nvfp4 needs fp4 tensor cores; hardware "
+                                 "'h100-sxm' has bf16, fp16, fp8, int8\n")

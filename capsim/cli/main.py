@@ -205,11 +205,13 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         else:
             pool = rc.pool()
             eng = pool.engine
+            weights = (f", {eng.weight_format} weights ({pool.matmul_dtype} matmuls)"
+                       if eng.weight_format else "")
             click.echo(f"  {rc.variant}: {pool.num_replicas} × {pool.hardware.name} "
                        f"TP{eng.tensor_parallel_size}"
                        f"{f' × PP{eng.pipeline_parallel_size}' if eng.pipeline_parallel_size > 1 else ''}"
                        f"{' EP' if eng.enable_expert_parallel else ''}"
-                       f"{' DP-attention' if eng.enable_dp_attention else ''}, {eng.scheduler}"
+                       f"{' DP-attention' if eng.enable_dp_attention else ''}{weights}, {eng.scheduler}"
                        f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
                        f"max_num_batched_tokens {eng.max_num_batched_tokens}")
             for line in pool_log_lines(pool):

@@ -108,3 +108,22 @@ def test_fast_path_equals_the_reference_breakdown_with_quantized_weights(seqs, c
     assert sum(op.seconds for op in ops_) + cost.comm_s + cost.overhead_s == pytest.approx(
         cost.seconds, rel=1e-12)
     assert sum(op.bytes for op in ops_) == pytest.approx(cost.bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("name, fmt, gpu, tp, dtype", [
+    ("mixtral-8x7b", "awq", "a100-80gb", 1, "bf16"),
+    ("gpt-oss-20b", "mxfp4", "h100-sxm", 1, "bf16"),        # Hopper: MXFP4 weight-only
+    ("deepseek-v3", "fp8_block", "h200-sxm", 8, "fp8"),
+])
+def test_moe_shapes_take_the_formats_mean_bytes_per_weight(name, fmt, gpu, tp, dtype):
+    """MoE / MLA linears and experts are priced per parameter: the format's mean bytes per
+    weight (0.5195 for AWQ g128, 0.53125 for MXFP4, 1.0002 for fp8 blocks) replaces 2; the
+    vocabulary stays bf16, so the whole is a little above that ratio of bf16."""
+    m, hw = load_model(name), load_hardware(gpu)
+    q, b = StepPricer(m, hw, tp, quantization=fmt), StepPricer(m, hw, tp)
+    per = load_quant_format(fmt).bytes_per_weight(m.hidden_size)
+    ratio = q.weight_bytes_per_gpu / b.weight_bytes_per_gpu
+    assert per / 2 < ratio < per / 2 + 0.06
+    assert q.matmul_dtype == dtype
+    step = dict(decode_seqs=8, decode_ctx_tokens=8000)
+    assert q.cost(**step).seconds < b.cost(**step).seconds

@@ -86,7 +86,8 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
     head = _fields([
         ("name", name, "names the profile in every table"),
         ("display_name", name, "free text"),
-        ("peak_flops_per_s", "", "dense FLOP/s per dtype: bf16, fp16, fp8 (if it has FP8), int8"),
+        ("peak_flops_per_s", "", "dense FLOP/s per dtype: bf16, fp16, fp8 (if it has FP8), int8, "
+                                 "fp4 (Blackwell)"),
     ])
     body = _fields([
         ("hbm_bytes", str(base.hbm_bytes),
@@ -96,6 +97,9 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("num_sms", _num(base.num_sms), "optional: streaming multiprocessors"),
         ("hbm_bandwidth_bytes_per_s", _num(base.hbm_bandwidth_bytes_per_s),
          "peak memory bandwidth"),
+        ("scale_up_link", yaml.safe_dump(base.scale_up_link, default_style="'").strip()
+         .removesuffix("...").strip() if base.scale_up_link else "''",
+         "free text: NVLink generation, Infinity Fabric, or PCIe only"),
         ("nvlink_bandwidth_bytes_per_s", _num(base.nvlink_bandwidth_bytes_per_s),
          "per direction (900 GB/s both ways: 450e9); null: PCIe-only card"),
         ("nvlink_latency_s", _num(base.nvlink_latency_s),

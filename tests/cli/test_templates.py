@@ -75,8 +75,9 @@ def test_a_model_template_loads_as_its_base(tmp_path, run_cli, base):
                                              "GPU profile; choose another"),
     (["hardware", "--template", "my gpu"], "--template 'my gpu': a name is 1-64 letters, "
                                            "digits, '.', '_' or '-'"),
-    (["hardware", "--template", "g", "--from", "b200"], "--from: unknown hardware 'b200'; "
-                                                        "valid: a100-80gb, h100-sxm"),
+    (["hardware", "--template", "g", "--from", "tpu-v5e"], "--from: unknown hardware 'tpu-v5e'; "
+                                                           "valid: a100-40gb, a100-80gb, a10g, "
+                                                           "b200, h100-pcie, h100-sxm"),
     (["hardware", "--from", "l40s"], "--from and -o go with --template NAME"),
     (["hardware", "-o", "x.yaml"], "--from and -o go with --template NAME"),
     (["hardware", "--template", "g", "-o", "{tmp}/absent/g.yaml"],

@@ -97,8 +97,9 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
     ("hardware", "gpus/absent.yaml", "hardware: file not found: gpus/absent.yaml (searched {d}: "
                                      "paths in a scenario are relative to the scenario's "
                                      "directory)"),
-    ("hardware", "my-gpu", "hardware: unknown hardware 'my-gpu'; valid: a100-80gb, h100-sxm, "
-                           "h200-sxm, l40s (or a path to a GPU profile YAML, relative to the "
+    ("hardware", "my-gpu", "hardware: unknown hardware 'my-gpu'; valid: a100-40gb, a100-80gb, "
+                           "a10g, b200, h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s, mi300x, "
+                           "mi325x, rtx-4090 (or a path to a GPU profile YAML, relative to the "
                            "scenario's directory {d})"),
     ("model", "models/absent/config.json", "model: file not found: models/absent/config.json "
                                            "(searched {d}: "),
@@ -112,7 +113,8 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
     ("variants", [{"name": "d", "disaggregation": {
         "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1}, "link": "ib-xdr"}}],
      "variants.0.disaggregation.link: unknown link 'ib-xdr'; valid: infiniband-hdr, "),
-    ("hardware", "", "hardware: empty; valid: a100-80gb, h100-sxm, h200-sxm, l40s, or a path "
+    ("hardware", "", "hardware: empty; valid: a100-40gb, a100-80gb, a10g, b200, h100-pcie, "
+                     "h100-sxm, h20, h200-sxm, l4, l40s, mi300x, mi325x, rtx-4090, or a path "
                      "to a GPU profile YAML\n"),
     ("hardware", "gpus", "hardware: gpus is a directory; name a GPU profile YAML in it\n"),
     ("hardware", "h100-sxm.yaml", "hardware: file not found: h100-sxm.yaml (searched {d}: paths "

@@ -6,6 +6,8 @@ prints ``str(err)`` as one line and exits with code 2 (no traceback).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class ScenarioError(Exception):
     """A user-caused error: bad scenario field, unknown name, unreadable file.
@@ -32,3 +34,18 @@ class ScenarioError(Exception):
     def __str__(self) -> str:
         where = ": ".join(p for p in (self.file, self.path) if p)
         return f"{where}: {self.message}" if where else self.message
+
+
+def read_text(path: Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path`` (a scenario, profile or config a user names).
+
+    Raises:
+        ScenarioError: unreadable, or not UTF-8 text (a binary or Latin-1 file), naming it.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read {what}: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"cannot read {what}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                            f"at offset {exc.start}); save it as UTF-8", file=str(path)) from None

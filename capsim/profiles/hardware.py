@@ -31,7 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.errors import ScenarioError
+from capsim.common.errors import ScenarioError, read_text
 from capsim.common.schema import Int, StrictModel, integer_hint
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
@@ -395,10 +395,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
         ScenarioError: unreadable file, malformed YAML, or not a mapping;
             the error names the file.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
+    text = read_text(path)
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:

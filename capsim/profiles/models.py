@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.errors import ScenarioError
+from capsim.common.errors import ScenarioError, read_text
 from capsim.profiles.hf_config import shape_fields
 from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
 from capsim.common.schema import Int, StrictModel
@@ -432,10 +432,9 @@ def model_from_hf_config(
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    text = read_text(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"malformed JSON: {exc}", file=str(path)) from None
     except RecursionError:       # json's decoder recurses once per nesting level

@@ -36,6 +36,11 @@ from pydantic import Field, model_validator
 
 from capsim.common.schema import Int, StrictModel
 
+#: Most replicas one run simulates: each holds its own KV pool in memory (an 8B model on an
+#: H100 costs ~1.6 MB of block tables per replica: 10,000 replicas took 15.9 GB), and 1,024
+#: replicas of 8 GPUs are already a 8,192-GPU fleet.
+MAX_REPLICAS = 1024
+
 
 class Provisioning(StrictModel):
     """Overrides of the startup profile (``capsim/profiles/data/startup/``): any term,
@@ -78,7 +83,7 @@ class AutoscalingConfig(StrictModel):
         default=None, gt=0, description="per replica: waiting requests, running sequences "
                                         "or KV fraction (kv_use, <= 1)")
     min_replicas: Int = Field(default=1, ge=1)
-    max_replicas: Int = Field(ge=1)
+    max_replicas: Int = Field(ge=1, le=MAX_REPLICAS)
     interval_s: float = Field(default=15.0, gt=0)
     scale_down_cooldown_s: float = Field(default=300.0, ge=0)
     tolerance: float = Field(default=0.1, ge=0, lt=1)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from capsim.common.errors import ScenarioError
+from capsim.common.errors import ScenarioError, read_text
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 from capsim.profiles.engines import engine_preset_names
 from capsim.profiles.hardware import hardware_names
@@ -69,10 +69,7 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(path)) from None
+    text = read_text(path, "scenario")
     try:
         doc = load_yaml(text)
     except yaml.YAMLError as exc:

@@ -19,7 +19,7 @@ from capsim.common.schema import Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
-from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
 from capsim.scenario.workload import WorkloadConfig
@@ -196,7 +196,7 @@ class EngineConfig(StrictModel):
 class ClusterConfig(StrictModel):
     """Replicas (each one tensor-parallel engine) behind a router."""
 
-    num_replicas: Int = Field(default=1, gt=0)
+    num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None

@@ -40,6 +40,9 @@ BAD = [
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
     ("seed", -1, "seed: Input should be greater than or equal to 0"),
     ("seed", True, "seed: Input should be a valid integer"),
+    # More replicas than one run holds in memory (a fresh user's 100,000 ran out of it).
+    ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: Input should be less than "
+                                           "or equal to 1024"),
     # YAML true is not 1.0 in a float field either (issue 'Fidelity I', bad input).
     ("engine.gpu_memory_utilization", True,
      "engine.gpu_memory_utilization: Input should be a number, not true"),
@@ -313,6 +316,18 @@ def test_models_command_shows_moe_and_mla_rows(run_cli):
 def test_hardware_command_lists_profiles(run_cli):
     code, out, _ = run_cli(["hardware"])
     assert code == 0 and "a100-80gb" in out and "h100-sxm" in out
+
+
+@pytest.mark.parametrize("what", ["scenario", "hardware", "model"])
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path, run_cli, write_scenario, what):
+    """A Latin-1 file used to end in a UnicodeDecodeError traceback (issue 16, a fresh
+    user's bad input)."""
+    bad = tmp_path / ("config.json" if what == "model" else "bad.yaml")
+    bad.write_bytes(b"name: caf\xe9\n")
+    path = bad if what == "scenario" else write_scenario(tmp_path, with_(GOOD, what, str(bad)))
+    code, out, err = run_cli(["validate", str(path)])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{bad}: " in err and "not UTF-8 text (byte 0xe9 at offset 9); save it as UTF-8" in err
 
 
 def test_python_dash_m_entry_point():

@@ -159,7 +159,8 @@ def _binding(r: SizingRow, mode: str) -> str:
     kind = _kind(r.binding)
     text = f"{r.binding} {_value(r.binding_value, kind)} ({sign} {_value(r.binding_bound, kind)})"
     if not math.isnan(r.binding_failed_at):
-        where = (f"{r.binding_failed_at:,.0f} GPUs" if mode == "gpus"
+        gpus = r.binding_failed_at
+        where = (f"{gpus:,.0f} GPU{'' if gpus == 1 else 's'}" if mode == "gpus"
                  else f"{fmt(r.binding_failed_at, 'rate')} req/s")
         text += f"; {_value(r.binding_failed_value, kind)} at {where}"
     return text
@@ -170,7 +171,11 @@ def _kind(target: str) -> str:
 
 
 def _value(v: float, kind: str) -> str:
-    return fmt(v, "frac") if kind == "frac" else f"{v:.4g}"
+    """A target's value: a fraction as a percentage, else 4 significant digits with
+    thousands separators (53,840 rather than 5.384e+04)."""
+    if kind == "frac":
+        return fmt(v, "frac")
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
 
 
 def sizing_table(result: SizingResult) -> Table:

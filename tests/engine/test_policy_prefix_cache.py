@@ -16,6 +16,7 @@ from capsim.engine.scheduler.sglang import SglangScheduler
 from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import PREFIX, USER
+from support.steps import batch, step
 
 SGLANG = dict(schedule_conservativeness=1.0, init_new_token_ratio=0.7,
               min_new_token_ratio_factor=0.14, new_token_ratio_decay_steps=600,
@@ -28,19 +29,6 @@ def make(cls, num_blocks=1000, block_size=16, budget=4096, max_num_seqs=64, chun
     sched = cls(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, chunked=chunked,
                 allocator=alloc, num_classes=1, itl=ItlRecorder(), **knobs)
     return sched, alloc
-
-
-def step(sched, t, dt=1.0):
-    """Schedule a step at ``t`` and complete it ``dt`` later; the step (None when idle)."""
-    s = sched.schedule(t)
-    if s is not None:
-        sched.complete(s, t + dt)
-    return s
-
-
-def batch(s):
-    """(rid, tokens) of a step's prefills and its decode count."""
-    return [(r.rid, n) for r, n in s.prefills], s.decode_seqs
 
 
 def shared(sched, rid, prefix, own, output, t=0.0, template=7):

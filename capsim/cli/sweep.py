@@ -38,7 +38,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
               num_seeds: int, executor: ExecutorSpec, overrides: list[str]) -> Path:
     """``capsim sweep``: plan, run every point × variant × seed, print, write the report."""
     from capsim.studies import sweep
-    from capsim.report.sweep.page import display_labels, write_sweep
+    from capsim.report.sweep.page import display_labels, sweep_trust_lines, write_sweep
     from capsim.report.sweep.console import rich_table
     from capsim.report.sweep.tables import cheapest_table, points_table
 
@@ -65,6 +65,8 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     if cheapest is not None:
         console.print(rich_table(cheapest, "cheapest configuration meeting every SLO target, "
                                            "per load level"))
+    for line in sweep_trust_lines(result):
+        console.print(line[0].lower() + line[1:])
     console.print(f"report: {index}")
     return index
 

@@ -173,6 +173,12 @@ def test_cli_sweep_writes_every_run_and_the_report(tmp_path, run_cli, write_scen
         assert text in html
     assert (out / "latency_vs_load.png").stat().st_size > 10_000
     assert "cheapest configuration meeting every SLO target" in stdout
+    # How far to trust it (issue 'Fidelity II'): the preset x GPU every point ran, from
+    # capsim/profiles/data/trust.yaml, in the terminal and on the page.
+    from capsim.profiles.trust import coverage
+    line = coverage("vllm-v1", BASE["hardware"]).text()
+    assert f"how far to trust it: {line}" in " ".join(stdout.split())
+    assert f"How far to trust it: {line}" in html
 
 
 BAD = [

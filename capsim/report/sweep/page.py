@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 import capsim
+from capsim.profiles import trust
 from capsim.studies.confidence import aggregate
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef, environment, slo_lines
@@ -146,7 +147,8 @@ def write_sweep(out_dir: Path, result: SweepResult, *, resolved_yaml: str, execu
     group = [c for c in labels if c != "offered_rate_per_s"]
     page = Page(title=f"{spec.name} — sweep", kind="sweep", description=spec.description,
                 meta=_meta(result.seeds, result.runs, executor),
-                slo_lines=slo_lines(spec.slo, base.class_slos), notes=list(notes or []),
+                slo_lines=slo_lines(spec.slo, base.class_slos),
+                notes=list(notes or []) + sweep_trust_lines(result),
                 resolved_yaml=resolved_yaml,
                 headline=(f"{len(result.plan.points)} sweep points × "
                           f"{len(base.runs)} variant(s) over " + ", ".join(result.swept)),
@@ -157,6 +159,15 @@ def write_sweep(out_dir: Path, result: SweepResult, *, resolved_yaml: str, execu
     tables = {"summary.csv": result.runs, "points.csv": result.points}
     return _write(out_dir, page, tables, lambda d: _sweep_figures(d, page, series, spec.slo,
                                                                    result.points))
+
+
+def sweep_trust_lines(result: SweepResult) -> list[str]:
+    """How far to trust the sweep: one line per engine preset × GPU any point ran
+    (:mod:`capsim.profiles.trust`)."""
+    pairs = ((rc.pool().preset.name if not rc.disaggregated else "disaggregated",
+              rc.serving_pool.hardware.name)
+             for _, loaded in result.plan.points for rc in loaded.runs)
+    return [f"How far to trust it: {line}" for line in trust.lines(pairs)]
 
 
 def _sweep_figures(d: Path, page: Page, series: list[Series], slo: SloConfig,

@@ -149,16 +149,26 @@ class InflightBatching(ContinuousScheduler):
         waiting = self.waiting
         while waiting and self.num_running + waiting[0].n <= self.max_num_seqs:
             req = waiting[0]
-            todo = req.remaining_to_compute
-            n = self._chunk(todo, room) if chunk else (todo if todo <= room else 0)
-            if n <= 0:
+            fits = self._context_fits(req, room, chunk)
+            if fits is None:
                 break
-            blocks = self.seq_blocks(req)
-            if not self.alloc.can_allocate(self.group_blocks(req, blocks)):
-                break
+            n, blocks = fits
             self.take_reservation(req, blocks)
             self._start(req, step, n)
             room -= n
+
+    def _context_fits(self, req: Request, room: int, chunk: bool) -> tuple[int, int] | None:
+        """(tokens of ``req``'s context this step, blocks of its whole-request reservation)
+        when the chunk fits the token budget ``room`` and the reservation fits the pool;
+        None when either does not (admission stops there, in queue order)."""
+        todo = req.remaining_to_compute
+        n = self._chunk(todo, room) if chunk else (todo if todo <= room else 0)
+        if n <= 0:
+            return None
+        blocks = self.seq_blocks(req)
+        if not self.alloc.can_allocate(self.group_blocks(req, blocks)):
+            return None
+        return n, blocks
 
     # ------------------------------------------------------------ block reuse
     def _admit_contexts_reusing(self, step: Step, room: int, chunk: bool) -> None:
@@ -178,13 +188,11 @@ class InflightBatching(ContinuousScheduler):
                         i += 1                  # beneficialToSkip: reuse it next step
                         continue
                     contributed.add(key)
+            fits = self._context_fits(req, room, chunk)
+            if fits is None:
+                break
+            n, blocks = fits
             todo = req.remaining_to_compute
-            n = self._chunk(todo, room) if chunk else (todo if todo <= room else 0)
-            if n <= 0:
-                break
-            blocks = self.seq_blocks(req)
-            if not self.alloc.can_allocate(self.group_blocks(req, blocks)):
-                break
             hit = self._cached_prefix(req)
             cached = len(hit) * bs
             # setPrepopulatedPromptLen: skip the reused tokens; a cut chunk ends on a block

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
@@ -54,3 +55,17 @@ def integer_hint(error: dict[str, Any]) -> str:
     mantissa, zeros = str(whole).rstrip("0"), len(str(whole)) - len(str(whole).rstrip("0"))
     short = f" or {mantissa}e{zeros}" if zeros >= 3 else ""
     return f"; an integer is written without a decimal point: {whole}{short}"
+
+
+def check_tag(key: str, valid: tuple[str, ...]) -> Callable[[Any], Any]:
+    """A before-validator for a discriminated union tagged by ``key``: a missing or unknown
+    tag names the valid ones (pydantic's own message lists the union's inner errors)."""
+    def check(value: Any) -> Any:
+        if isinstance(value, dict):
+            tag = value.get(key)
+            if tag is None:
+                raise ValueError(f"missing {key}; valid: {', '.join(valid)}")
+            if tag not in valid:
+                raise ValueError(f"unknown {key} {tag!r}; valid: {', '.join(valid)}")
+        return value
+    return check

@@ -33,11 +33,11 @@ the validators here only say *what would be valid* (the loader adds the YAML pat
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from capsim.common.schema import StrictModel
+from capsim.common.schema import StrictModel, check_tag
 
 SECONDS_PER_DAY = 86400.0
 
@@ -101,20 +101,8 @@ class DiurnalSchedule(StrictModel):
 SCHEDULE_KINDS = ("piecewise", "diurnal")
 
 
-def _check_kind(kinds: tuple[str, ...]):
-    def check(value: Any) -> Any:
-        if isinstance(value, dict):
-            tag = value.get("kind")
-            if tag is None:
-                raise ValueError(f"missing kind; valid: {', '.join(kinds)}")
-            if tag not in kinds:
-                raise ValueError(f"unknown kind {tag!r}; valid: {', '.join(kinds)}")
-        return value
-    return check
-
-
 Schedule = Annotated[Union[PiecewiseSchedule, DiurnalSchedule], Field(discriminator="kind"),
-                     BeforeValidator(_check_kind(SCHEDULE_KINDS))]
+                     BeforeValidator(check_tag("kind", SCHEDULE_KINDS))]
 """A deterministic rate factor over time: ``piecewise`` or ``diurnal``."""
 
 
@@ -174,5 +162,5 @@ class MarkovBursts(StrictModel):
 BURST_KINDS = ("on_off", "markov")
 
 Bursts = Annotated[Union[OnOffBursts, MarkovBursts], Field(discriminator="kind"),
-                   BeforeValidator(_check_kind(BURST_KINDS))]
+                   BeforeValidator(check_tag("kind", BURST_KINDS))]
 """A random rate factor over time: ``on_off`` or ``markov``."""

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Int, StrictModel, check_tag
 from capsim.scenario.load_shape import Bursts, Schedule
 
 # --------------------------------------------------------------------------
@@ -124,21 +124,10 @@ class EmpiricalDist(_Bounded):
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
 
-def _check_dist_tag(value: Any) -> Any:
-    """Name the valid ``dist`` values when the key is missing or unknown."""
-    if isinstance(value, dict):
-        tag = value.get("dist")
-        if tag is None:
-            raise ValueError(f"missing dist; valid: {', '.join(LENGTH_DISTS)}")
-        if tag not in LENGTH_DISTS:
-            raise ValueError(f"unknown dist {tag!r}; valid: {', '.join(LENGTH_DISTS)}")
-    return value
-
-
 LengthDist = Annotated[
     Union[FixedDist, UniformDist, NormalDist, LognormalDist, EmpiricalDist],
     Field(discriminator="dist"),
-    BeforeValidator(_check_dist_tag),
+    BeforeValidator(check_tag("dist", LENGTH_DISTS)),
 ]
 """One of fixed | uniform | normal | lognormal | empirical, chosen by ``dist``."""
 

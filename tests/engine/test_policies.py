@@ -15,8 +15,8 @@ from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, Trtllm
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.blocks import blocks_needed
 from capsim.scenario.load import load
-from capsim.sim.simulate import simulate
 from capsim.workload import build
+from support.macro import simulate_both_ways
 from support.steps import batch, step
 
 SGLANG = dict(schedule_conservativeness=1.0, init_new_token_ratio=0.7,
@@ -378,12 +378,7 @@ def test_each_engine_preset_runs_every_request_and_macro_steps_change_nothing(
     retracted = {}
     for rc in loaded.runs:
         trace = build(rc.workload, rc.seed, loaded.base_dir)
-        ref = simulate(rc, trace, macro_steps=False)              # checks the invariants
-        fast = simulate(rc, trace, macro_steps=True)
-        assert fast.requests == ref.requests, rc.variant
-        assert fast.replicas == ref.replicas, rc.variant
-        assert fast.timelines == ref.timelines, rc.variant
-        assert fast.sim_end_s == ref.sim_end_s, rc.variant
+        ref = simulate_both_ways(rc, trace)
         status = np.asarray(ref.requests.status)
         assert (status == "finished").all(), rc.variant
         retracted[rc.variant] = sum(r.preemptions for r in ref.replicas)

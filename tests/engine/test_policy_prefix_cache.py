@@ -16,6 +16,7 @@ from capsim.engine.scheduler.sglang import SglangScheduler
 from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.prefix import PREFIX, USER
+from support.macro import simulate_both_ways
 from support.steps import batch, step
 
 SGLANG = dict(schedule_conservativeness=1.0, init_new_token_ratio=0.7,
@@ -228,7 +229,6 @@ def test_engine_presets_reuse_prefixes_in_whole_runs_and_macro_steps_change_noth
     retractions happen): every request finishes, the cache saves prefill tokens (none
     with caching off), and macro-steps give exactly the step-by-step result."""
     from capsim.scenario.load import load
-    from capsim.sim.simulate import simulate
     from capsim.workload import build
 
     doc = {"name": "presets_prefix", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -258,12 +258,7 @@ def test_engine_presets_reuse_prefixes_in_whole_runs_and_macro_steps_change_noth
     saved, paused = {}, {}
     for rc in loaded.runs:
         trace = build(rc.workload, rc.seed, loaded.base_dir)
-        ref = simulate(rc, trace, macro_steps=False)              # checks the invariants
-        fast = simulate(rc, trace, macro_steps=True)
-        assert fast.requests == ref.requests, rc.variant
-        assert fast.replicas == ref.replicas, rc.variant
-        assert fast.timelines == ref.timelines, rc.variant
-        assert fast.sim_end_s == ref.sim_end_s, rc.variant
+        ref = simulate_both_ways(rc, trace)
         assert (np.asarray(ref.requests.status) == "finished").all(), rc.variant
         saved[rc.variant] = sum(r.prefix_hit_tokens for r in ref.replicas)
         paused[rc.variant] = sum(r.preemptions for r in ref.replicas)

@@ -25,7 +25,7 @@ from capsim.calibrate.replay import replay
 from capsim.calibrate.serving import fit_replay, request_latencies, simulate_replay
 from capsim.scenario.resolve import RunConfig
 from capsim.common.errors import ScenarioError
-from capsim.profiles.hardware import Calibration, ClassError, HardwareProfile
+from capsim.profiles.hardware import Calibration, ClassError, Derivation, HardwareProfile
 from capsim.profiles.models import ModelShape
 
 METHOD = ("scipy.optimize.least_squares on log(predicted / measured) per operator class "
@@ -112,7 +112,17 @@ def _with_provenance(profile: HardwareProfile, errors: dict[str, ClassError],
     calibration = Calibration(date=date, tool=f"capsim calibrate {__version__}", data=data,
                               method=METHOD, error=errors)
     return type(profile).model_validate({**profile.model_dump(), "sources": sources,
-                                        "calibration": calibration.model_dump()})
+                                        "calibration": calibration.model_dump(),
+                                        "derivation": _still_derived(profile.derivation, fitted)})
+
+
+def _still_derived(derivation: Derivation | None, fitted: set[str]) -> dict | None:
+    """The derivation flag without the classes this fit measured (None once none is left):
+    a fitted class is calibrated, not "derived, uncalibrated"."""
+    if derivation is None:
+        return None
+    left = [c for c in derivation.classes if c not in fitted]
+    return derivation.model_copy(update={"classes": left}).model_dump() if left else None
 
 
 def _errors(table: pd.DataFrame) -> dict[str, ClassError]:

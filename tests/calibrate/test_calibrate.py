@@ -205,6 +205,22 @@ def test_plain_csv_round_trip(tmp_path, measured):
     assert sorted(back.flops) == pytest.approx(sorted(obs.flops), rel=1e-12)
 
 
+def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(tmp_path,
+                                                                                  measured):
+    """h200-sxm is "derived, uncalibrated" (its curves carried over from h100-sxm): a class
+    fitted to measurements is calibrated, the others stay flagged; gemm_fp8, which bf16
+    operator rows do not measure, stays flagged after a fit of everything else."""
+    base, model = load_hardware("h200-sxm"), load_model("llama-3.1-8b")
+    assert set(base.derivation.classes) >= {"gemm", "attention_decode", "gemm_fp8"}
+    rows = measured[measured.group == "llama-3.1-8b"]
+    write_plain_csv(tmp_path / "gemm.csv", rows[rows.op_class == "gemm"])
+    write_plain_csv(tmp_path / "all.csv", rows)
+    gemm_only = calibrate(base, Inputs(csv=tmp_path / "gemm.csv", model=model)).profile
+    assert set(gemm_only.derivation.classes) == set(base.derivation.classes) - {"gemm"}
+    everything = calibrate(base, Inputs(csv=tmp_path / "all.csv", model=model)).profile
+    assert everything.derivation.classes == ["gemm_fp8"]
+
+
 @pytest.mark.parametrize("text, message", [
     ("operator,tokens,context,batch,time_s\nqkv_proj,1,0,1,0.1\n", "missing column"),
     ("operator,tokens,context,batch,tensor_parallel_size,time_s\nqkv,1,0,1,1,0.1\n",

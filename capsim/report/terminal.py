@@ -6,11 +6,14 @@ repeats the key columns (the variant, a configuration's labels) so every line
 still says what it is about. Figures never wrap or shrink (``no_wrap``); only
 text columns (names, verdicts, notes) wrap, and fold a word longer than the room
 left. Headers may hold a line break (``"ITL\\np99"``) to stay narrow when folding;
-a terminal wide enough for everything gets one table with one-line headers.
+a terminal wide enough for everything gets one table with one-line headers. A capped
+name breaks after a separator (``-``, ``_``, ``/``, ``.``, ``·``, a space) rather than
+inside a word: ``a100-80gb`` stays whole where it fits.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -21,6 +24,8 @@ from rich.text import Text
 
 _UNBOUNDED = 100_000   # columns: wider than any terminal
 _MIN_KEY = 8           # columns: narrowest a folded name gets
+# a capped name may break after a space, or after a separator not followed by one
+_BREAK_AFTER = re.compile(r"(?<=[-_/.·])(?!\s)|(?<=\s)(?!\s)")
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class FoldedTable:
     keys: list[FoldColumn]
     groups: list[list[FoldColumn]]
     rows: list[list[Text | str]] = field(default_factory=list)
-    _key_cap: int | None = field(default=None, repr=False)   # set by parts()
+    _key_caps: list[int | None] = field(default_factory=list, repr=False)   # by parts()
 
     @property
     def row_count(self) -> int:
@@ -65,10 +70,7 @@ class FoldedTable:
             spans.append(list(range(start, start + len(group))))
             start += len(group)
         every = list(range(len(self.keys), start))
-        # Names wider than half the terminal fold into a fixed share of it (a third).
-        whole = sum(self._whole_width(i) + 3 for i in range(len(self.keys)))
-        self._key_cap = (None if whole <= width // 2
-                         else max(_MIN_KEY, width // 3 // max(len(self.keys), 1) - 3))
+        self._key_caps = self._caps(width)
         if self._fits(console, options, every, width, one_line=True):   # wide: one table,
             return [self._table(every, first=True, one_line=True)]     # one-line headers
         packs: list[list[int]] = []
@@ -92,6 +94,26 @@ class FoldedTable:
             out.append(current)
         return [self._table(cols, first=n == 0) for n, cols in enumerate(out)]
 
+    def _caps(self, width: int) -> list[int | None]:
+        """Each key column's width cap (None: whole). Keys wider than half the terminal
+        share a third of it; a key narrower than its share (a rank "#") stays whole and
+        leaves the rest to the others; a cap never cuts a word of the header."""
+        wholes = [self._whole_width(i) for i in range(len(self.keys))]
+        if sum(w + 3 for w in wholes) <= width // 2:
+            return [None] * len(wholes)
+        room, capped = width // 3, set(range(len(wholes)))
+        while capped:
+            share = room // len(capped) - 3
+            narrow = {i for i in capped if wholes[i] <= share}
+            if not narrow:
+                break
+            capped -= narrow
+            room -= sum(wholes[i] + 3 for i in narrow)
+        share = max(_MIN_KEY, room // max(len(capped), 1) - 3)
+        # never narrower than the header's longest word ("configuration" whole)
+        return [max(share, *(len(w) for w in self.keys[i].header.split())) if i in capped
+                else None for i in range(len(wholes))]
+
     def _columns(self) -> list[FoldColumn]:
         return self.keys + [c for g in self.groups for c in g]
 
@@ -114,15 +136,17 @@ class FoldedTable:
             c = every[i]
             # Keys whole (rich would wrap a name to give a verdict room) unless capped; in
             # a fit check, figures whole too (rich's minimum would wrap their headers).
+            cap = self._key_caps[i] if i < len(self._key_caps) else None
             key = i < len(self.keys)
-            whole = (key and self._key_cap is None) or (whole_keys and not c.text)
+            whole = (key and cap is None) or (whole_keys and not c.text)
             table.add_column(c.header.replace("\n", " ") if one_line else c.header,
                              justify="left" if c.text else c.justify,
-                             no_wrap=not c.text, overflow="fold",
-                             width=self._key_cap if key else None,
+                             no_wrap=not c.text, overflow="fold", width=cap,
                              min_width=self._whole_width(i, one_line) if whole else None)
         for row in self.rows:
-            table.add_row(*(row[i] for i in index))
+            table.add_row(*(_break_name(row[i], self._key_caps[i])
+                            if i < len(self._key_caps) and self._key_caps[i] else row[i]
+                            for i in index))
         return table
 
     def _whole_width(self, i: int, one_line: bool = False) -> int:
@@ -138,3 +162,23 @@ class FoldedTable:
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(1, options.max_width)
+
+
+def _break_name(cell: Text | str, cap: int) -> Text:
+    """``cell`` as lines of at most ``cap`` columns, broken after separators; a piece
+    longer than ``cap`` is left for rich to fold."""
+    text = Text(cell) if isinstance(cell, str) else cell
+    if text.cell_len <= cap:
+        return text
+    plain = text.plain
+    ends = [m.start() for m in _BREAK_AFTER.finditer(plain)] + [len(plain)]
+    offsets, start, last = [], 0, 0
+    for end in ends:
+        if len(plain[start:end].rstrip()) > cap and last > start:   # overflow: break before
+            offsets.append(last)
+            start = last
+        last = end
+    lines = text.divide(offsets)
+    for line in lines:
+        line.rstrip()
+    return Text("\n").join(lines)

@@ -524,3 +524,25 @@ def test_console_summary_with_a_name_wider_than_the_terminal_folds_the_name(rows
     row = next(r for r in rows if r.variant == long and r.cls == "all")
     assert f" {fmt(row.output_throughput_tok_per_s, 'tok')} " in text
     assert f" {fmt(row.itl_max_ms, 'ms')} " in text
+
+
+def test_folded_names_break_after_separators_not_inside_words():
+    """Issue 16 follow-up: at 80 columns `capsim size` printed "a100-80g" / "b TP1" and a
+    header "configurat" / "ion". A capped name now breaks after a separator and a narrow
+    rank column leaves its share to the name."""
+    from capsim.report.terminal import FoldColumn, FoldedTable
+
+    table = FoldedTable("size", [FoldColumn("#"), FoldColumn("configuration", text=True),
+                                 FoldColumn("status", text=True)],
+                        [[FoldColumn("GPUs"), FoldColumn("$/M out")],
+                         [FoldColumn("binding SLO (worst run)", text=True), FoldColumn("margin")]])
+    names = ["chunked-512 · h100-sxm TP1", "chunked-2048 · a100-80gb TP1"]
+    for rank, name in enumerate(names, 1):
+        table.add_row(str(rank), name, "met", "21", "$0.917",
+                      "itl_p99_ms 48.62 (≤ 50); 51.6 at 21 GPUs", "+2.8 %")
+    console = Console(record=True, width=80, color_system=None)
+    console.print(table)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for word in ("configuration", "chunked-512", "chunked-2048", "h100-sxm", "a100-80gb"):
+        assert word in text, word

@@ -23,17 +23,16 @@ Public API:
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
-from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
+from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
+                                   scenario_error_from_validation)
 
-_PACKAGE_DIR = ("data", "engines")
+_FOLDER = "engines"
 
 #: The preset a scenario runs when it names none.
 DEFAULT_PRESET = "vllm-v1"
@@ -196,14 +195,9 @@ class EnginePreset(StrictModel):
         return f"{self.name} ({self.display_name} {self.version})"
 
 
-def _packaged_dir() -> Any:
-    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
-
-
 def engine_preset_names() -> list[str]:
     """Names of the packaged engine presets, sorted."""
-    return sorted(entry.name[: -len(".yaml")] for entry in _packaged_dir().iterdir()
-                  if entry.name.endswith(".yaml"))
+    return packaged_names(_FOLDER)
 
 
 def _parse(path: Path) -> EnginePreset:
@@ -220,11 +214,7 @@ def load_engine_preset(name_or_path: str | Path) -> EnginePreset:
         ScenarioError: unknown name (the message lists the valid ones), or an
             unreadable or invalid file (names the file and the field).
     """
-    text = str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
-        return _parse(Path(text))
-    names = engine_preset_names()
-    if text not in names:
-        raise ScenarioError(f"unknown engine preset {text!r}; valid: {', '.join(names)}")
-    with resources.as_file(_packaged_dir().joinpath(f"{text}.yaml")) as path:
-        return _parse(Path(path))
+    if is_path(name_or_path):
+        return _parse(Path(name_or_path))
+    with packaged_file(_FOLDER, str(name_or_path), "engine preset") as path:
+        return _parse(path)

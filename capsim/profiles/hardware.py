@@ -17,23 +17,19 @@ Public API:
     load_hardware(name_or_path) -> HardwareProfile
     list_hardware() -> list[HardwareProfile]
     hardware_names() -> list[str]
-    scenario_error_from_validation(exc, file) -> ScenarioError
-    read_yaml_mapping(path) -> dict
 """
 
 from __future__ import annotations
 
-import logging
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.errors import ScenarioError, read_text
-from capsim.common.schema import Int, StrictModel, integer_hint
-from capsim.common.yamlio import describe_yaml_error, load_yaml
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import Int, StrictModel
+from capsim.profiles.files import (check_sources, is_path, packaged_file, packaged_names,
+                                   read_yaml_mapping, scenario_error_from_validation)
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for (``fp4``: the
 #: NVFP4 / MXFP4 block-scaled rate of Blackwell's tensor cores).
@@ -57,9 +53,7 @@ _SOURCED_FIELDS = (
     "price_per_gpu_hour_usd",
 )
 
-_PACKAGE_DIR = ("data", "hardware")
-
-log = logging.getLogger(__name__)
+_FOLDER = "hardware"
 
 
 
@@ -371,51 +365,9 @@ def _is_set(profile: HardwareProfile, field: str) -> bool:
 # -- loading ----------------------------------------------------------------
 
 
-def scenario_error_from_validation(exc: ValidationError, file: str | None) -> ScenarioError:
-    """Turn a pydantic ``ValidationError`` into one ScenarioError.
-
-    The first error is reported; its ``loc`` tuple becomes the dotted path
-    (``efficiency.compute``). Further errors are counted in the message.
-    """
-    errors = exc.errors()
-    first = errors[0]
-    path = ".".join(str(part) for part in first["loc"]) or None
-    message = first["msg"].removeprefix("Value error, ")
-    if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
-        message = f"{message} (got {first['input']!r}{integer_hint(first)})"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more error(s))"
-    return ScenarioError(message, file=file, path=path)
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping.
-
-    Raises:
-        ScenarioError: unreadable file, malformed YAML, or not a mapping;
-            the error names the file.
-    """
-    text = read_text(path)
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
-    return data
-
-
-def _packaged_dir() -> Any:
-    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
-
-
 def hardware_names() -> list[str]:
     """Names of the packaged profiles, sorted (``a100-80gb``, ``h100-sxm``, ...)."""
-    return sorted(
-        entry.name[: -len(".yaml")]
-        for entry in _packaged_dir().iterdir()
-        if entry.name.endswith(".yaml")
-    )
+    return packaged_names(_FOLDER)
 
 
 def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
@@ -429,22 +381,6 @@ def _load_file(path: Path, shipped: bool = False) -> HardwareProfile:
     profile = _parse_profile(read_yaml_mapping(path), str(path))
     check_sources(profile.missing_sources(), path, shipped, "profile")
     return profile
-
-
-def check_sources(missing: list[str], path: Path, shipped: bool, what: str) -> None:
-    """A shipped file must source every number (``missing`` names those it does not); a
-    user's own ``what`` (profile, link) is used as it is, with one warning.
-
-    Raises:
-        ScenarioError: a shipped file with ``missing`` numbers.
-    """
-    if missing and shipped:
-        raise ScenarioError(f"a shipped {what} sources every number; sources has no entry "
-                            f"for: {', '.join(missing)}", file=str(path), path="sources")
-    if missing:
-        log.warning("%s: sources has no entry for %s: the %s is used as it is; say where "
-                    "each number comes from (a datasheet URL, a measurement, or 'estimate: "
-                    "why')", path, ", ".join(missing), what)
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:
@@ -464,15 +400,10 @@ def load_hardware(name_or_path: str | Path) -> HardwareProfile:
             unreadable or malformed file, or an invalid field (names the
             file and the dotted field path).
     """
-    text = str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
-        return _load_file(Path(text))
-    names = hardware_names()
-    if text not in names:
-        raise ScenarioError(f"unknown hardware {text!r}; valid: {', '.join(names)}")
-    entry = _packaged_dir().joinpath(f"{text}.yaml")
-    with resources.as_file(entry) as path:
-        return _load_file(Path(path), shipped=True)
+    if is_path(name_or_path):
+        return _load_file(Path(name_or_path))
+    with packaged_file(_FOLDER, str(name_or_path), "hardware") as path:
+        return _load_file(path, shipped=True)
 
 
 def list_hardware() -> list[HardwareProfile]:

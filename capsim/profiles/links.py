@@ -21,17 +21,16 @@ Public API:
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.errors import ScenarioError
-from capsim.profiles.hardware import check_sources, read_yaml_mapping, scenario_error_from_validation
+from capsim.profiles.files import (check_sources, is_path, packaged_file, packaged_names,
+                                   read_yaml_mapping, scenario_error_from_validation)
 from capsim.common.schema import StrictModel
 
-_PACKAGE_DIR = ("data", "links")
+_FOLDER = "links"
 _SOURCED_FIELDS = ("bandwidth_bytes_per_s", "latency_s")
 BITS_PER_BYTE = 8
 
@@ -99,14 +98,9 @@ class LinkNumbers(StrictModel):
         return self.bandwidth_bytes_per_s
 
 
-def _packaged_dir() -> Any:
-    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
-
-
 def link_names() -> list[str]:
     """Names of the packaged links, sorted (``infiniband-ndr``, ``nvlink-4``, ...)."""
-    return sorted(e.name[: -len(".yaml")] for e in _packaged_dir().iterdir()
-                  if e.name.endswith(".yaml"))
+    return packaged_names(_FOLDER)
 
 
 def _load_file(path: Path, shipped: bool = False) -> LinkProfile:
@@ -125,15 +119,11 @@ def load_link(name_or_path: str | Path) -> LinkProfile:
         ScenarioError: unknown name (lists the valid ones), unreadable or
             invalid file.
     """
-    text = str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")):
-        return _load_file(Path(text))
-    names = link_names()
-    if text not in names:
-        raise ScenarioError(f"unknown link {text!r}; valid: {', '.join(names)}, or give "
-                            "{bandwidth_gbit_per_s: ..., latency_s: ...}")
-    with resources.as_file(_packaged_dir().joinpath(f"{text}.yaml")) as path:
-        return _load_file(Path(path), shipped=True)
+    if is_path(name_or_path):
+        return _load_file(Path(name_or_path))
+    with packaged_file(_FOLDER, str(name_or_path), "link",
+                       ", or give {bandwidth_gbit_per_s: ..., latency_s: ...}") as path:
+        return _load_file(path, shipped=True)
 
 
 def resolve_link(spec: str | Path | LinkNumbers) -> LinkProfile:

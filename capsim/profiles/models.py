@@ -21,7 +21,6 @@ Public API:
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,10 +28,11 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError, read_text
 from capsim.profiles.hf_config import shape_fields
-from capsim.profiles.hardware import read_yaml_mapping, scenario_error_from_validation
+from capsim.profiles.files import (packaged_file, packaged_names, read_yaml_mapping,
+                                   scenario_error_from_validation)
 from capsim.common.schema import Int, StrictModel
 
-_PACKAGE_DIR = ("data", "models")
+_FOLDER = "models"
 
 #: Bytes per element of each HF ``torch_dtype`` value.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -392,17 +392,9 @@ class ModelShape(StrictModel):
 # -- loading -------------------------------------------------------------------
 
 
-def _packaged_dir() -> Any:
-    return resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR)
-
-
 def model_names() -> list[str]:
     """Names of the packaged presets, sorted (``llama-3.1-8b``, ...)."""
-    return sorted(
-        entry.name[: -len(".yaml")]
-        for entry in _packaged_dir().iterdir()
-        if entry.name.endswith(".yaml")
-    )
+    return packaged_names(_FOLDER)
 
 
 def _validate(data: dict[str, Any], file: str | None) -> ModelShape:
@@ -482,9 +474,8 @@ def load_model(name_or_path: str | Path) -> ModelShape:
     text = str(name_or_path)
     names = model_names()
     if text in names and not isinstance(name_or_path, Path):
-        entry = _packaged_dir().joinpath(f"{text}.yaml")
-        with resources.as_file(entry) as path:
-            return _validate(read_yaml_mapping(Path(path)), str(path))
+        with packaged_file(_FOLDER, text, "model") as path:
+            return _validate(read_yaml_mapping(path), str(path))
     path = Path(text)
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
         if not path.exists():

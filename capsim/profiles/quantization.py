@@ -35,11 +35,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
-from capsim.profiles.hardware import (
-    HardwareProfile,
-    read_yaml_mapping,
-    scenario_error_from_validation,
-)
+from capsim.profiles.files import read_yaml_mapping, scenario_error_from_validation
+from capsim.profiles.hardware import HardwareProfile
 
 #: Tensors every format keeps in the model's 16-bit dtype (vLLM: unquantized layers;
 #: compressed-tensors ``ignore: [lm_head]``, ModelOpt ``exclude_modules: [lm_head]``).

@@ -16,15 +16,13 @@ Public API:
 
 from __future__ import annotations
 
-from importlib import resources
 
 from pydantic import Field, model_validator
 
-from capsim.common.errors import ScenarioError
 from capsim.common.schema import StrictModel
-from capsim.profiles.hardware import read_yaml_mapping
+from capsim.profiles.files import packaged_file, packaged_names, read_yaml_mapping
 
-_PACKAGE_DIR = ("data", "startup")
+_FOLDER = "startup"
 TERMS = ("storage_bandwidth_bytes_per_s", "process_start_s", "engine_init_s",
          "cuda_graph_capture_s", "node_provision_s")
 DEFAULT = "vllm-v1"
@@ -68,9 +66,7 @@ class StartupProfile(StrictModel):
 
 def startup_names() -> list[str]:
     """Names of the packaged startup profiles, sorted."""
-    return sorted(e.name[: -len(".yaml")] for e in
-                  resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR).iterdir()
-                  if e.name.endswith(".yaml"))
+    return packaged_names(_FOLDER)
 
 
 def load_startup(name: str = DEFAULT) -> StartupProfile:
@@ -79,7 +75,5 @@ def load_startup(name: str = DEFAULT) -> StartupProfile:
     Raises:
         ScenarioError: no such profile.
     """
-    path = resources.files("capsim.profiles").joinpath(*_PACKAGE_DIR, f"{name}.yaml")
-    if not path.is_file():
-        raise ScenarioError(f"unknown startup profile {name!r}")
-    return StartupProfile.model_validate({"name": name, **read_yaml_mapping(path)})
+    with packaged_file(_FOLDER, name, "startup profile") as path:
+        return StartupProfile.model_validate({"name": name, **read_yaml_mapping(path)})

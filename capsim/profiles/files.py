@@ -1,0 +1,114 @@
+"""Reading profile files: the packaged ones by name, a user's by path, and their errors.
+
+Every profile kind (hardware, engines, links, models, startup) ships as YAML files under
+``capsim/profiles/data/<folder>/`` and is named by the file's stem; a user's own is a
+``.yaml`` path. This module holds what they share: listing and opening packaged files,
+reading a YAML mapping, turning a pydantic error into one :class:`ScenarioError` line,
+and the "every number has a source" check.
+
+Public API:
+    packaged_names(folder) -> list[str]
+    is_path(name_or_path) -> bool
+    packaged_file(folder, name, what, hint="") -> context manager of a Path
+    read_yaml_mapping(path) -> dict
+    scenario_error_from_validation(exc, file) -> ScenarioError
+    check_sources(missing, path, shipped, what)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from capsim.common.errors import ScenarioError, read_text
+from capsim.common.schema import integer_hint
+from capsim.common.yamlio import describe_yaml_error, load_yaml
+
+log = logging.getLogger(__name__)
+
+
+def _folder(folder: str) -> Any:
+    return resources.files("capsim.profiles").joinpath("data", folder)
+
+
+def packaged_names(folder: str) -> list[str]:
+    """Stems of the ``.yaml`` files in ``capsim/profiles/data/<folder>``, sorted."""
+    return sorted(e.name[: -len(".yaml")] for e in _folder(folder).iterdir()
+                  if e.name.endswith(".yaml"))
+
+
+def is_path(name_or_path: str | Path) -> bool:
+    """True for a :class:`~pathlib.Path` or text ending in ``.yaml``/``.yml``: a user's
+    file, never a packaged name."""
+    return isinstance(name_or_path, Path) or str(name_or_path).endswith((".yaml", ".yml"))
+
+
+@contextmanager
+def packaged_file(folder: str, name: str, what: str, hint: str = "") -> Iterator[Path]:
+    """The packaged ``<folder>/<name>.yaml`` as a real path while the context is open.
+
+    Raises:
+        ScenarioError: no such name: ``unknown <what> 'x'; valid: a, b<hint>``.
+    """
+    names = packaged_names(folder)
+    if name not in names:
+        raise ScenarioError(f"unknown {what} {name!r}; valid: {', '.join(names)}{hint}")
+    with resources.as_file(_folder(folder).joinpath(f"{name}.yaml")) as path:
+        yield Path(path)
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping.
+
+    Raises:
+        ScenarioError: unreadable file, malformed YAML, or not a mapping;
+            the error names the file.
+    """
+    text = read_text(path)
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
+    return data
+
+
+def scenario_error_from_validation(exc: ValidationError, file: str | None) -> ScenarioError:
+    """Turn a pydantic ``ValidationError`` into one ScenarioError.
+
+    The first error is reported; its ``loc`` tuple becomes the dotted path
+    (``efficiency.compute``). Further errors are counted in the message.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    path = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
+        message = f"{message} (got {first['input']!r}{integer_hint(first)})"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error(s))"
+    return ScenarioError(message, file=file, path=path)
+
+
+def check_sources(missing: list[str], path: Path, shipped: bool, what: str) -> None:
+    """A shipped file must source every number (``missing`` names those it does not); a
+    user's own ``what`` (profile, link) is used as it is, with one warning.
+
+    Raises:
+        ScenarioError: a shipped file with ``missing`` numbers.
+    """
+    if missing and shipped:
+        raise ScenarioError(f"a shipped {what} sources every number; sources has no entry "
+                            f"for: {', '.join(missing)}", file=str(path), path="sources")
+    if missing:
+        log.warning("%s: sources has no entry for %s: the %s is used as it is; say where "
+                    "each number comes from (a datasheet URL, a measurement, or 'estimate: "
+                    "why')", path, ", ".join(missing), what)

@@ -22,6 +22,7 @@ from typing import Callable, Protocol
 import simpy
 
 from capsim.cost.pricer import StepPricer, WorkTally
+from capsim.cost.speculative import SpecPricer
 from capsim.engine.clock import Environment
 from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan
 from capsim.engine.macro.runner import DecodeRunner
@@ -78,7 +79,11 @@ class Replica:
         self.pricer = pricer
         self.alloc = make_kv(pool.engine, pool.kv.num_gpu_blocks)
         self.scheduler = make_scheduler(pool.engine, self.alloc, pool.kv.kv_bytes_per_token,
-                                        num_classes, itl, pool.role, pool.preset.scheduler.knobs)
+                                        num_classes, itl, pool.role, pool.preset.scheduler.knobs,
+                                        pool.spec)
+        if pool.spec is not None:       # speculative steps: priced and accounted their own way
+            self.spec_pricer = SpecPricer(pricer, pool.draft_pricer(), pool.spec.k)
+            self._start_step, self._complete_step = self._start_spec_step, self._complete_spec_step
         self.runner = DecodeRunner(self)
         self.timeline = TimelineRecorder(index, pool.role, timeline_bin_s)
         self.on_finish = on_finish
@@ -232,6 +237,40 @@ class Replica:
         self.account_steps((self.env.now,), (seconds,), step.prefill_tokens, step.decode_seqs,
                            (1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
                             step.prefill_kv_tokens + ctx, 1 if logits else 0),
+                           used, 0, 0, len(sched.waiting))
+        if self.hooks is not None:
+            self.hooks.stepped(step, cost.seconds)
+
+    def _start_spec_step(self, step: Step) -> simpy.Event:
+        """:meth:`_start_step` of a speculating replica: the verification of
+        ``scheduler.width`` tokens per decoding sequence and the draft passes
+        (:class:`~capsim.cost.speculative.SpecPricer`)."""
+        done = step.logits_seqs - step.decode_seqs     # prompts completing this step
+        cost, work = self.spec_pricer.cost(
+            prefill_tokens=step.prefill_tokens, prefill_attn_pairs=step.prefill_attn_pairs,
+            prefill_kv_tokens=step.prefill_kv_tokens, prefill_seqs=len(step.prefills),
+            prefill_done=done, decode_seqs=step.decode_seqs,
+            decode_ctx_tokens=step.decode_ctx_tokens, width=self.scheduler.width)
+        used = self.alloc.num_used_blocks
+        if used > self.peak_kv_used_blocks:
+            self._note_kv_peak(used, step)
+        seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
+        self._step_s = seconds
+        self._in_step = (cost, used, work, seconds)
+        return self.env.timeout(seconds)
+
+    def _complete_spec_step(self, step: Step) -> None:
+        """:meth:`_complete_step` of a speculating replica: the target's work as priced, the
+        tokens the decoders emitted as the step's decode tokens."""
+        cost, used, work, seconds = self._in_step
+        sched = self.scheduler
+        sched.complete(step, self.env.now)
+        self.busy_s += seconds
+        self.compute_bound_steps += cost.compute_bound
+        tokens, logits, pairs, kv_read, logit_steps = work
+        self.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
+                           sched.decoders.emitted_tokens,
+                           (1, tokens, logits, pairs, kv_read, logit_steps),
                            used, 0, 0, len(sched.waiting))
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)

@@ -37,6 +37,7 @@ from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
+from capsim.scenario.speculative import SpecDecoding, resolve_speculative
 from capsim.scenario.validation import one_line_error
 from capsim.scenario.workload import WorkloadConfig
 
@@ -57,10 +58,25 @@ class Pool:
     kv: KVCapacity
     num_replicas: int
     preset: EnginePreset
+    spec: SpecDecoding | None = None     # engine.speculative, resolved (None: off)
 
     @property
     def num_gpus(self) -> int:
         return self.num_replicas * self.engine.gpus_per_replica
+
+    def draft_pricer(self) -> StepPricer | None:
+        """The roofline of one draft pass (:mod:`capsim.profiles.speculative`): the
+        drafter's shape on this pool's GPUs, TP and dtypes, without the engine's host
+        overhead (the draft passes run inside the step); None without a GPU drafter."""
+        if self.spec is None or self.spec.draft is None:
+            return None
+        eng = self.engine
+        return StepPricer(self.spec.draft, self.hardware, eng.tensor_parallel_size,
+                          weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
+                          routing_skew=eng.moe_routing_skew,
+                          dp_attention=eng.enable_dp_attention and self.spec.draft.is_moe,
+                          expert_parallel=eng.enable_expert_parallel and self.spec.draft.is_moe,
+                          quantization=eng.quantization)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
@@ -197,13 +213,15 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     _check_scale_out(hw, spec, v, path, where)
     if not (engine.enable_dp_attention and engine.enable_expert_parallel):
         _named(lambda _: hw.check_tp_in_node(engine.tensor_parallel_size), "", path, tp_field)
+    spec_dec = _speculative(spec, v, engine, cluster, model, path, where)
     kv = _capacity(model, hw, engine, preset, path,
-                   lambda *fields: _memory_path(spec, v, where, fields))
+                   lambda *fields: _memory_path(spec, v, where, fields), spec_dec)
     _check_fleet(cluster, set(v.cluster), path, where)
     scaling = _autoscaling(cluster, spec, engine, model, path, where)
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
-                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset),),
+                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset,
+                                 spec_dec),),
                      router=cluster.router, autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling)
 
@@ -284,6 +302,40 @@ def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
     terms = {k: v for k, v in prov.model_dump().items()
              if k in STARTUP_TERMS and v is not None}
     return profile.model_copy(update=terms).delay_s(model.weight_bytes(DTYPE_BYTES[engine.dtype]))
+
+
+def _speculative(spec: Scenario, v: VariantSpec, engine: EngineConfig, cluster: ClusterConfig,
+                 model: ModelShape, path: Path, where: str) -> SpecDecoding | None:
+    """``engine.speculative`` resolved, or None. Modelled on vLLM V1's continuous batching
+    over paged KV in a co-located replica: other policies and layouts, pipeline
+    parallelism, a disaggregated pool and replica failures are refused (one line)."""
+    cfg = engine.speculative
+    if cfg is None:
+        return None
+    at = f"{where}.engine.speculative" if where and "speculative" in v.engine \
+        else "engine.speculative"
+    refusals = (
+        (engine.scheduler != "continuous" or engine.kv_allocator != "paged",
+         f"is modelled on vLLM V1's continuous batching over paged KV; this engine runs "
+         f"scheduler {engine.scheduler} with kv_allocator {engine.kv_allocator}"),
+        (engine.num_scheduler_steps > 1, "does not combine with num_scheduler_steps > 1"),
+        (engine.pipeline_parallel_size > 1, "is not modelled with pipeline_parallel_size > 1"),
+        (cluster.failures is not None,
+         "is not modelled with cluster.failures (a cut attempt's streamed chunks)"),
+    )
+    for refused, why in refusals:
+        if refused:
+            raise ScenarioError(f"speculative decoding {why}; remove engine.speculative "
+                                "or change that", file=str(path), path=at)
+    try:
+        return resolve_speculative(
+            cfg, model, spec.workload.class_names, spec.seed,
+            lambda name: _named(lambda n: _load_model(n, path), name, path, f"{at}.model"),
+            lambda shape: kv_bytes_per_token(shape, engine), DTYPE_BYTES[engine.dtype],
+            engine.tensor_parallel_size)
+    except ValueError as exc:
+        field, message = exc.args
+        raise ScenarioError(message, file=str(path), path=f"{at}.{field}") from None
 
 
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
@@ -568,6 +620,13 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
     except ScenarioError as exc:
         raise _pool_error(exc, index, where, pool) from None
     resolved = run.pool()
+    if resolved.spec is not None:
+        raise ScenarioError(
+            "speculative decoding is not modelled in a disaggregated pool; remove "
+            "engine.speculative from this variant", file=str(path),
+            path=f"{where}.engine.speculative" if "speculative" in pool.engine
+            else f"variants.{index}.engine.speculative" if "speculative" in v.engine
+            else "engine.speculative")
     if resolved.engine.pipeline_parallel_size > 1:
         raise ScenarioError(
             "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "
@@ -687,7 +746,7 @@ def _memory_path(spec: Scenario, v: VariantSpec, where: str, fields: tuple[str, 
 
 
 def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, preset: EnginePreset,
-              path: Path, field_of) -> KVCapacity:
+              path: Path, field_of, spec: SpecDecoding | None = None) -> KVCapacity:
     """The pool of one replica: the preset's memory rule on this GPU (:mod:`capsim.kv.memory`),
     with the scenario's ``non_torch_memory_gib`` / ``cudagraph_memory_gib`` /
     ``kv_cache_memory_gib`` in place of the rule's terms where given. ``field_of(*fields)``:
@@ -698,13 +757,17 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
     the replica's cache is the smallest stage's in tokens: vLLM takes the minimum block
     count over its workers (``get_kv_cache_configs`` in vllm/v1/core/kv_cache_utils.py).
 
+    With speculative decoding (``spec``) the drafter's weights load with the model's
+    ("Model loading took" includes them) and its KV layers share the paged pool, so a
+    block holds the target's and the drafter's KV of its tokens.
+
     Raises:
         ScenarioError: the weights or one KV block do not fit; a vLLM engine's cache
             cannot hold one ``max_model_len`` request (vLLM refuses to start).
     """
     rule, pp = preset.memory, engine.pipeline_parallel_size
     if pp == 1:
-        kv = _stage_capacity(model, hw, engine, preset, path, field_of)
+        kv = _stage_capacity(model, hw, engine, preset, path, field_of, spec=spec)
     else:
         stages, start = [], 0
         for i, layers in enumerate(pp_layer_partition(model.num_hidden_layers, pp)):
@@ -721,7 +784,7 @@ def _capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, pres
 
 def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig,
                     preset: EnginePreset, path: Path, field_of, embedding: bool = True,
-                    lm_head: bool = True) -> KVCapacity:
+                    lm_head: bool = True, spec: SpecDecoding | None = None) -> KVCapacity:
     """:func:`_capacity` of one GPU group holding ``model``'s layers (the whole model, or
     one pipeline stage's, with or without the embedding and the LM head)."""
     rule, tp = preset.memory, engine.tensor_parallel_size
@@ -739,8 +802,13 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              quant=(load_quant_format(engine.weight_format)
                                     if engine.weight_format else None))
         terms = _with_overrides(terms, engine)
-        kv = pool_from_terms(terms, tensor_parallel_size=tp,
-                             kv_bytes_per_token=kv_bytes_per_token(model, engine),
+        per_token = kv_bytes_per_token(model, engine)
+        if spec is not None:
+            draft_w = spec.draft_weight_bytes_per_gpu
+            terms = dataclasses.replace(terms, weight_bytes=terms.weight_bytes + draft_w,
+                                        available_kv_bytes=terms.available_kv_bytes - draft_w)
+            per_token += spec.draft_kv_bytes_per_token
+        kv = pool_from_terms(terms, tensor_parallel_size=tp, kv_bytes_per_token=per_token,
                              block_size=engine.block_size)
     except ScenarioError as exc:
         raise exc.with_context(file=str(path), path=field) from None

@@ -21,6 +21,7 @@ from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.slo import SloConfig
+from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
 from capsim.scenario.workload import WorkloadConfig
 
@@ -101,6 +102,8 @@ class EngineConfig(StrictModel):
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)
+    # Speculative decoding (vLLM --speculative-config; scenario/speculative.py); None: off.
+    speculative: SpeculativeConfig | None = None
 
     @field_validator("block_size")
     @classmethod

@@ -20,12 +20,14 @@ from capsim.engine.scheduler.base import Scheduler
 from capsim.engine.scheduler.contiguous import ContiguousScheduler
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.scheduler.sglang import SglangScheduler
+from capsim.engine.scheduler.speculative import SpeculativeScheduler
 from capsim.engine.scheduler.static import StaticScheduler
 from capsim.engine.scheduler.tgi import TgiScheduler
 from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
 from capsim.scenario.schema import EngineConfig
+from capsim.scenario.speculative import SpecDecoding
 
 GIB = 2**30
 
@@ -55,9 +57,12 @@ def make_kv(eng: EngineConfig, num_gpu_blocks: int) -> BlockAllocator | Contiguo
 
 def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocator,
                    kv_bytes_per_token: int, num_classes: int, itl: ItlRecorder,
-                   role: str = "colocated", knobs: dict | None = None) -> Scheduler:
+                   role: str = "colocated", knobs: dict | None = None,
+                   spec: SpecDecoding | None = None) -> Scheduler:
     """The scheduler ``eng.scheduler`` names, for one replica in ``role``; ``knobs``: the
-    engine preset's ``scheduler.knobs`` (SGLang's constants).
+    engine preset's ``scheduler.knobs`` (SGLang's constants); ``spec``: speculative
+    decoding (:class:`SpeculativeScheduler`, vLLM's continuous batching only: the
+    scenario's resolution refuses it elsewhere).
 
     Raises:
         ValueError: static batching or an engine's own policy in a disaggregated pool
@@ -81,6 +86,9 @@ def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocato
                                    max_model_len=eng.max_model_len, **common)
     swap = int(eng.swap_space_gib * GIB) * eng.tensor_parallel_size \
         if eng.preemption_mode == "swap" else 0
+    if spec is not None:
+        return SpeculativeScheduler(**common, spec=spec, swap_space_bytes=swap,
+                                    kv_bytes_per_token=kv_bytes_per_token)
     return policy(**common, swap_space_bytes=swap, kv_bytes_per_token=kv_bytes_per_token,
                   num_scheduler_steps=eng.num_scheduler_steps)
 

@@ -1,0 +1,98 @@
+"""Price of one speculative-decoding step: the target's verification plus the draft passes.
+
+How vLLM V1 runs such a step (vllm/v1/core/sched/scheduler.py at 00024d3: a running
+request is scheduled ``num_tokens_with_spec − num_computed_tokens`` = 1 + k tokens;
+vllm/v1/spec_decode/eagle.py at f7eef1b ``propose``):
+
+- **Verification**: every decoding sequence feeds its last sampled token and its k
+  drafts, so the target runs ``(k + 1)·n`` query tokens. Each sequence's k + 1 queries
+  attend over its context and each other (causal), exactly a prefill chunk of k + 1 on
+  top of the cached context, and vLLM runs them through the same varlen attention; the
+  LM head runs on every verified position (the rejection sampler compares the target's
+  distribution at each). So the step is priced as the target's
+  :meth:`~capsim.cost.pricer.StepPricer.cost` with the verification as prefill chunks:
+  GEMMs on ``prefill_tokens + (k+1)·n`` rows, attention pairs
+  ``Σ (k+1)·c + (k+1)(k+2)/2`` over cached contexts c, LM-head rows ``(k+1)·n`` plus the
+  prompts completing. The engine's host terms count the verified tokens as prompt tokens
+  (input preparation per scheduled token) and each decoding sequence once.
+- **Drafting** (the same step, after sampling): the drafter's first pass runs over all of
+  the step's target tokens (vLLM's padded drafter batch: prompt chunks and verified
+  positions, the drafter writing its own KV for them), then k − 1 passes of one token per
+  sequence that sampled this step; each pass ends with the (shared) LM head on one row
+  per sequence. Priced with the drafter's own :class:`StepPricer` (one layer for EAGLE /
+  MTP, the draft model), without the step overhead and host terms (one engine step);
+  the later passes' context is approximated as the first's plus one token per pass.
+  ``ngram`` has no GPU drafter (its host-side lookup is not priced).
+
+Public API:
+    SpecPricer, verify_aggregates(n, ctx_tokens, width)
+"""
+
+from __future__ import annotations
+
+from capsim.cost.pricer import StepCost, StepPricer
+
+
+def verify_aggregates(n: int, ctx_tokens: int, width: int) -> tuple[int, float, int]:
+    """(query tokens, attention pairs, KV tokens read) of verifying ``width`` tokens for
+    each of ``n`` sequences whose next decode token would attend over Σ ``ctx_tokens``
+    keys (its cached context + 1, as :attr:`DecodeSet.ctx_tokens` counts).
+
+    Per sequence with c cached tokens: width·c + width(width+1)/2 pairs and c + width
+    keys read (a chunk of ``width`` on c cached tokens, :meth:`Step.add_prefill`)."""
+    cached = ctx_tokens - n
+    return n * width, width * cached + n * width * (width + 1) / 2, cached + n * width
+
+
+class SpecPricer:
+    """Prices speculative steps for one replica.
+
+    Args:
+        target: the target model's pricer (with the engine's host overhead).
+        draft: one draft pass's pricer (:meth:`capsim.scenario.resolve.Pool.draft_pricer`);
+            None for ngram.
+        k: ``num_speculative_tokens`` (the drafter's passes per step).
+    """
+
+    def __init__(self, target: StepPricer, draft: StepPricer | None, k: int):
+        self.target, self.draft, self.k = target, draft, k
+
+    def cost(self, *, prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+             prefill_seqs: int, prefill_done: int, decode_seqs: int, decode_ctx_tokens: int,
+             width: int) -> tuple[StepCost, tuple[int, int, int, int, int]]:
+        """One step: prompt chunks (aggregates as :meth:`StepPricer.cost` takes them,
+        ``prefill_done`` of them completing their prompt) and ``decode_seqs`` sequences
+        verifying ``width`` tokens each (1 + the drafts scheduled).
+
+        Returns:
+            (cost, target work): the step's cost (target + draft passes; ``flops`` and
+            ``bytes`` of both, ``compute_bound`` the target's), and the target's work as
+            :meth:`WorkTally.add` takes it after ``steps``: (tokens, LM-head rows,
+            attention pairs, KV tokens read, steps with logits).
+        """
+        v, pairs_v, kv_v = verify_aggregates(decode_seqs, decode_ctx_tokens, width) \
+            if decode_seqs else (0, 0.0, 0)
+        tokens, pairs, kv = prefill_tokens + v, prefill_attn_pairs + pairs_v, prefill_kv_tokens + kv_v
+        logits = prefill_done + v
+        c = self.target.cost(prefill_tokens=tokens, prefill_attn_pairs=pairs,
+                             prefill_kv_tokens=kv, logits_seqs=logits,
+                             prefill_seqs=prefill_seqs + decode_seqs)
+        work = (tokens, logits, int(pairs), kv, 1 if logits else 0)
+        if self.draft is None or tokens == 0:
+            return c, work
+        seqs = decode_seqs + prefill_done
+        seconds, flops, nbytes = c.seconds, c.flops, c.bytes
+        compute_s, memory_s, comm_s = c.compute_s, c.memory_s, c.comm_s
+        passes = [dict(prefill_tokens=tokens, prefill_attn_pairs=pairs, prefill_kv_tokens=kv,
+                       logits_seqs=seqs)]
+        if seqs:
+            passes += [dict(decode_seqs=seqs, decode_ctx_tokens=decode_ctx_tokens + j * seqs,
+                            logits_seqs=seqs) for j in range(1, self.k)]
+        for p in passes:
+            d = self.draft.cost(**p)
+            seconds += d.seconds - d.overhead_s
+            flops, nbytes = flops + d.flops, nbytes + d.bytes
+            compute_s, memory_s, comm_s = compute_s + d.compute_s, memory_s + d.memory_s, \
+                comm_s + d.comm_s
+        return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, c.overhead_s,
+                        c.compute_bound), work

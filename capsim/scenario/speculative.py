@@ -1,0 +1,124 @@
+"""The engine's ``speculative`` block: vLLM's ``speculative_config`` (vllm/config/speculative.py:
+``method``, ``num_speculative_tokens``, ``model``) plus the acceptance rate capsim needs in
+place of real drafts.
+
+```yaml
+engine:
+  speculative:
+    method: eagle                 # eagle | eagle3 | mtp | draft_model | ngram
+    num_speculative_tokens: 3     # k drafts verified per step
+    model: llama-3.1-8b           # draft_model only: a preset or an HF config.json path
+    acceptance_rate: 0.7          # per-token α in [0, 1), every class unless overridden
+    acceptance_rate_by_class: {code: 0.8}   # workload class name → α
+```
+
+α belongs to the drafter and the content together (a draft model accepts less than
+EAGLE on the same text; code accepts more than chat), so it lives here, per class,
+and a variant with another drafter gives its own. See
+:mod:`capsim.profiles.speculative` for what each method costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from capsim.common.schema import Int, StrictModel
+from capsim.profiles.models import ModelShape
+from capsim.profiles.speculative import (LOOKAHEAD_METHODS, METHODS, draft_shape,
+                                         draft_weight_params)
+
+
+class SpeculativeConfig(StrictModel):
+    """Speculative decoding of one engine (vLLM ``--speculative-config``)."""
+
+    method: Literal[METHODS]  # type: ignore[valid-type]
+    num_speculative_tokens: Int = Field(gt=0)
+    model: str | None = Field(default=None, min_length=1)
+    acceptance_rate: float = Field(ge=0, lt=1)
+    acceptance_rate_by_class: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeConfig":
+        if self.method == "draft_model" and self.model is None:
+            raise ValueError("method draft_model needs model: the draft model (a preset "
+                             "name or a config.json path)")
+        if self.method != "draft_model" and self.model is not None:
+            raise ValueError(f"model names a draft model, used by method draft_model only; "
+                             f"method {self.method} drafts with "
+                             f"{'the model' if self.method != 'ngram' else 'prompt lookup'}")
+        for name, alpha in self.acceptance_rate_by_class.items():
+            if not 0 <= alpha < 1:
+                raise ValueError(f"acceptance_rate_by_class.{name} must be in [0, 1), "
+                                 f"got {alpha}")
+        return self
+
+
+@dataclass(frozen=True)
+class SpecDecoding:
+    """A variant's speculative decoding, resolved (on its ``Pool``).
+
+    Attributes:
+        method: vLLM's ``method``.
+        k: ``num_speculative_tokens``.
+        lookahead_tokens: extra KV slots allocated per decoding sequence each step
+            (vLLM's ``num_lookahead_tokens``: k for drafters that write KV, else 0).
+        alpha_by_class: acceptance rate per workload class, in ``class_id`` order.
+        draft: the shape one draft pass is priced with (None: ngram).
+        draft_weight_bytes_per_gpu: the drafter's weights on each GPU of the replica.
+        draft_kv_bytes_per_token: the drafter's KV per token, all TP shards together
+            (vLLM allocates the drafter's attention layers in the same paged pool and
+            block table as the target's).
+        seed: the run's seed (each request draws its acceptances from it).
+    """
+
+    method: str
+    k: int
+    lookahead_tokens: int
+    alpha_by_class: tuple[float, ...]
+    draft: ModelShape | None
+    draft_weight_bytes_per_gpu: int
+    draft_kv_bytes_per_token: int
+    seed: int
+
+
+def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: tuple[str, ...],
+                        seed: int, load_draft, kv_bytes_per_token, weight_bytes: int,
+                        tensor_parallel_size: int) -> SpecDecoding:
+    """``cfg`` for ``model`` with the scenario's classes.
+
+    Args:
+        load_draft: ``name → ModelShape`` (the scenario's model loader).
+        kv_bytes_per_token: ``ModelShape → int``, the replica's KV bytes per token rule.
+        weight_bytes: bytes per weight of the engine's dtype.
+
+    Raises:
+        ValueError: ``(field, message)`` args: an unknown class name, or a drafter the
+            model cannot have (:func:`~capsim.profiles.speculative.draft_shape`).
+    """
+    unknown = sorted(set(cfg.acceptance_rate_by_class) - set(class_names))
+    if unknown:
+        raise ValueError("acceptance_rate_by_class",
+                         f"no workload class named {unknown[0]!r}; classes: "
+                         f"{', '.join(class_names)}")
+    draft_model = load_draft(cfg.model) if cfg.model is not None else None
+    try:
+        shape = draft_shape(model, cfg.method, draft_model)
+    except ValueError as exc:
+        raise ValueError("model" if cfg.method == "draft_model" else "method", str(exc)) from None
+    if shape is None:
+        kv = 0
+    elif cfg.method == "mtp":
+        kv = kv_bytes_per_token(shape) * model.num_nextn_predict_layers
+    else:
+        kv = kv_bytes_per_token(shape)
+    params = draft_weight_params(model, cfg.method, draft_model)
+    return SpecDecoding(
+        method=cfg.method, k=cfg.num_speculative_tokens,
+        lookahead_tokens=cfg.num_speculative_tokens if cfg.method in LOOKAHEAD_METHODS else 0,
+        alpha_by_class=tuple(cfg.acceptance_rate_by_class.get(c, cfg.acceptance_rate)
+                             for c in class_names),
+        draft=shape, draft_weight_bytes_per_gpu=params * weight_bytes // tensor_parallel_size,
+        draft_kv_bytes_per_token=kv, seed=seed)

@@ -39,6 +39,36 @@ BAD = [
     ("variants.1.engine.max_num_seqs", 0, "variants.1.engine.max_num_seqs: "),
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
     ("seed", -1, "seed: Input should be greater than or equal to 0"),
+    # Speculative decoding (engine.speculative, vLLM's speculative_config).
+    ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 3,
+                            "acceptance_rate": 1.0},
+     "engine.speculative.acceptance_rate: Input should be less than 1"),
+    ("engine.speculative", {"method": "medusa", "num_speculative_tokens": 3,
+                            "acceptance_rate": 0.7},
+     "engine.speculative.method: Input should be 'eagle', 'eagle3', 'mtp', 'draft_model' or "
+     "'ngram'"),
+    ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 0,
+                            "acceptance_rate": 0.7},
+     "engine.speculative.num_speculative_tokens: Input should be greater than 0"),
+    ("engine.speculative", {"method": "mtp", "num_speculative_tokens": 1,
+                            "acceptance_rate": 0.7},
+     "engine.speculative.method: method mtp needs a model with multi-token-prediction layers"),
+    ("engine.speculative", {"method": "draft_model", "num_speculative_tokens": 3,
+                            "acceptance_rate": 0.7},
+     "engine.speculative: method draft_model needs model"),
+    ("engine.speculative", {"method": "draft_model", "model": "llama-2-7b",
+                            "num_speculative_tokens": 3, "acceptance_rate": 0.7},
+     "engine.speculative.model: the draft model llama-2-7b has vocab_size 32,000"),
+    ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 3,
+                            "acceptance_rate": 0.7, "acceptance_rate_by_class": {"code": 0.8}},
+     "engine.speculative.acceptance_rate_by_class: no workload class named 'code'"),
+    ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 3,
+                            "acceptance_rate": 0.7, "acceptance_rate_by_class": {"chat": -0.1}},
+     "acceptance_rate_by_class.chat must be in [0, 1), got -0.1"),
+    ("variants.1.engine", {"scheduler": "static", "speculative": {
+        "method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
+     "variants.1.engine.speculative: speculative decoding is modelled on vLLM V1's continuous "
+     "batching over paged KV; this engine runs scheduler static"),
     ("seed", True, "seed: Input should be a valid integer"),
     # More replicas than one run holds in memory (a fresh user's 100,000 ran out of it).
     ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: Input should be less than "

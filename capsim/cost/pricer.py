@@ -576,6 +576,57 @@ class StepPricer:
         return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, overhead_s,
                         compute_s > memory_s)
 
+    def cost_verify(self, *, prefill_tokens: int, prefill_attn_pairs: float,
+                    prefill_kv_tokens: int, prefill_seqs: int, logits_seqs: int,
+                    verify_seqs: int, verify_ctx_tokens: int, width: int) -> StepCost:
+        """A speculative-decoding step (:mod:`capsim.cost.speculative`): prompt chunks as in
+        :meth:`cost` plus ``verify_seqs`` sequences each verifying ``width`` tokens
+        (its last token and the drafts) on a context whose next decode token would attend
+        over Σ ``verify_ctx_tokens`` keys.
+
+        The verified tokens are GEMM rows like any other; their attention runs on the
+        decode kernel with ``width`` queries per sequence, as vLLM's backends route
+        requests of up to 1 + num_speculative_tokens queries (the attention metadata
+        builders' ``reorder_batch_threshold``, "spec as decode"): the KV of each context
+        is read once, the query-key pairs are ``width·c + width(width+1)/2``. With
+        ``width`` 1 this is :meth:`cost` of the same decode step, bit for bit (a test
+        holds it). The host terms count each verifying sequence once and only prompt
+        tokens as prompt tokens.
+        """
+        v = verify_seqs * width
+        n = prefill_tokens + v
+        if n <= 0:
+            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
+        if not self._lm_on:
+            logits_seqs = 0
+        compute_s, memory_s, roof_s, flops, nbytes = self._before_decode_attention(
+            n, logits_seqs, prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
+        a = self._attn
+        if verify_seqs > 0:
+            cached = verify_ctx_tokens - verify_seqs
+            pairs = width * cached + verify_seqs * (width * (width + 1) // 2)
+            read = cached + v
+            if self._window:
+                pairs = windowed(pairs, v * self._win_tokens, self._win_frac)
+                read = windowed(read, verify_seqs * (self._win_tokens + width - 1),
+                                self._win_frac)
+            c_pair, m_kv, m_new, launch = self._attn_d
+            c = launch + c_pair * pairs
+            m = launch + m_kv * read + m_new * v
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops += a.decode_flops_per_pair * pairs
+            nbytes += a.kv_bytes_per_token * read + a.new_bytes_per_token * v
+        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
+                  + self._comm_per_logit_s * logits_seqs)
+        seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
+        if self._host:
+            gpu_s = seconds
+            seconds = self._with_host(gpu_s, verify_seqs + prefill_seqs, prefill_tokens)
+            overhead_s += seconds - gpu_s
+        return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, overhead_s,
+                        compute_s > memory_s)
+
     def work(self, tally: WorkTally) -> tuple[float, float]:
         """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
         ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms).

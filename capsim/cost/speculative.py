@@ -5,16 +5,14 @@ request is scheduled ``num_tokens_with_spec − num_computed_tokens`` = 1 + k to
 vllm/v1/spec_decode/eagle.py at f7eef1b ``propose``):
 
 - **Verification**: every decoding sequence feeds its last sampled token and its k
-  drafts, so the target runs ``(k + 1)·n`` query tokens. Each sequence's k + 1 queries
-  attend over its context and each other (causal), exactly a prefill chunk of k + 1 on
-  top of the cached context, and vLLM runs them through the same varlen attention; the
-  LM head runs on every verified position (the rejection sampler compares the target's
-  distribution at each). So the step is priced as the target's
-  :meth:`~capsim.cost.pricer.StepPricer.cost` with the verification as prefill chunks:
-  GEMMs on ``prefill_tokens + (k+1)·n`` rows, attention pairs
-  ``Σ (k+1)·c + (k+1)(k+2)/2`` over cached contexts c, LM-head rows ``(k+1)·n`` plus the
-  prompts completing. The engine's host terms count the verified tokens as prompt tokens
-  (input preparation per scheduled token) and each decoding sequence once.
+  drafts, so the target runs ``(k + 1)·n`` query tokens: GEMMs on ``prefill_tokens +
+  (k+1)·n`` rows, the LM head on every verified position (the rejection sampler compares
+  the target's distribution at each, vllm/v1/sample/rejection_sampler.py at 7f6fc1c) plus
+  the prompts completing, and attention on the decode kernel with k + 1 causal queries
+  per sequence (``Σ (k+1)·c + (k+1)(k+2)/2`` pairs over cached contexts c, each context
+  read once), as vLLM's attention backends treat requests of up to 1 + k queries as
+  decodes (:meth:`~capsim.cost.pricer.StepPricer.cost_verify`). The engine's host terms
+  count each decoding sequence once.
 - **Drafting** (the same step, after sampling): the drafter's first pass runs over all of
   the step's target tokens (vLLM's padded drafter batch: prompt chunks and verified
   positions, the drafter writing its own KV for them), then k − 1 passes of one token per
@@ -59,40 +57,44 @@ class SpecPricer:
 
     def cost(self, *, prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
              prefill_seqs: int, prefill_done: int, decode_seqs: int, decode_ctx_tokens: int,
-             width: int) -> tuple[StepCost, tuple[int, int, int, int, int]]:
+             width: int) -> tuple[StepCost, tuple[int, int, int, int, int], float, float]:
         """One step: prompt chunks (aggregates as :meth:`StepPricer.cost` takes them,
         ``prefill_done`` of them completing their prompt) and ``decode_seqs`` sequences
         verifying ``width`` tokens each (1 + the drafts scheduled).
 
         Returns:
-            (cost, target work): the step's cost (target + draft passes; ``flops`` and
-            ``bytes`` of both, ``compute_bound`` the target's), and the target's work as
-            :meth:`WorkTally.add` takes it after ``steps``: (tokens, LM-head rows,
-            attention pairs, KV tokens read, steps with logits).
+            (cost, target work, draft FLOPs, draft bytes): the step's cost (target + draft
+            passes; ``flops`` and ``bytes`` of both, ``compute_bound`` the target's), the
+            target's work as :meth:`WorkTally.add` takes it after ``steps``: (tokens,
+            LM-head rows, attention pairs, KV tokens read, steps with logits), and the
+            draft passes' FLOPs and HBM bytes per GPU.
         """
         v, pairs_v, kv_v = verify_aggregates(decode_seqs, decode_ctx_tokens, width) \
             if decode_seqs else (0, 0.0, 0)
-        tokens, pairs, kv = prefill_tokens + v, prefill_attn_pairs + pairs_v, prefill_kv_tokens + kv_v
         logits = prefill_done + v
-        c = self.target.cost(prefill_tokens=tokens, prefill_attn_pairs=pairs,
-                             prefill_kv_tokens=kv, logits_seqs=logits,
-                             prefill_seqs=prefill_seqs + decode_seqs)
+        c = self.target.cost_verify(
+            prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
+            prefill_kv_tokens=prefill_kv_tokens, prefill_seqs=prefill_seqs,
+            logits_seqs=logits, verify_seqs=decode_seqs, verify_ctx_tokens=decode_ctx_tokens,
+            width=width)
+        tokens, pairs, kv = prefill_tokens + v, prefill_attn_pairs + pairs_v, prefill_kv_tokens + kv_v
         work = (tokens, logits, int(pairs), kv, 1 if logits else 0)
         if self.draft is None or tokens == 0:
-            return c, work
+            return c, work, 0.0, 0.0
         seqs = decode_seqs + prefill_done
         seconds, flops, nbytes = c.seconds, c.flops, c.bytes
         compute_s, memory_s, comm_s = c.compute_s, c.memory_s, c.comm_s
-        passes = [dict(prefill_tokens=tokens, prefill_attn_pairs=pairs, prefill_kv_tokens=kv,
-                       logits_seqs=seqs)]
-        if seqs:
-            passes += [dict(decode_seqs=seqs, decode_ctx_tokens=decode_ctx_tokens + j * seqs,
-                            logits_seqs=seqs) for j in range(1, self.k)]
-        for p in passes:
-            d = self.draft.cost(**p)
+        first = self.draft.cost_verify(
+            prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
+            prefill_kv_tokens=prefill_kv_tokens, prefill_seqs=prefill_seqs, logits_seqs=seqs,
+            verify_seqs=decode_seqs, verify_ctx_tokens=decode_ctx_tokens, width=width)
+        later = [self.draft.cost(decode_seqs=seqs, logits_seqs=seqs,
+                                 decode_ctx_tokens=decode_ctx_tokens + j * seqs)
+                 for j in range(1, self.k)] if seqs else []
+        for d in [first, *later]:
             seconds += d.seconds - d.overhead_s
             flops, nbytes = flops + d.flops, nbytes + d.bytes
             compute_s, memory_s, comm_s = compute_s + d.compute_s, memory_s + d.memory_s, \
                 comm_s + d.comm_s
         return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, c.overhead_s,
-                        c.compute_bound), work
+                        c.compute_bound), work, flops - c.flops, nbytes - c.bytes

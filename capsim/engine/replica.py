@@ -94,6 +94,7 @@ class Replica:
         self.busy = False               # running a step now (kept while hooked)
         self.busy_s = 0.0
         self.work = pricer.new_tally()  # FLOPs and bytes follow from it (StepPricer.work)
+        self.draft_flops = self.draft_hbm_bytes = 0.0   # speculative decoding's draft passes
         self.compute_bound_steps = 0
         self.prefill_tokens = 0
         self.decode_tokens = 0
@@ -246,7 +247,7 @@ class Replica:
         ``scheduler.width`` tokens per decoding sequence and the draft passes
         (:class:`~capsim.cost.speculative.SpecPricer`)."""
         done = step.logits_seqs - step.decode_seqs     # prompts completing this step
-        cost, work = self.spec_pricer.cost(
+        cost, work, draft_flops, draft_bytes = self.spec_pricer.cost(
             prefill_tokens=step.prefill_tokens, prefill_attn_pairs=step.prefill_attn_pairs,
             prefill_kv_tokens=step.prefill_kv_tokens, prefill_seqs=len(step.prefills),
             prefill_done=done, decode_seqs=step.decode_seqs,
@@ -256,17 +257,19 @@ class Replica:
             self._note_kv_peak(used, step)
         seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
         self._step_s = seconds
-        self._in_step = (cost, used, work, seconds)
+        self._in_step = (cost, used, (work, draft_flops, draft_bytes), seconds)
         return self.env.timeout(seconds)
 
     def _complete_spec_step(self, step: Step) -> None:
         """:meth:`_complete_step` of a speculating replica: the target's work as priced, the
         tokens the decoders emitted as the step's decode tokens."""
-        cost, used, work, seconds = self._in_step
+        cost, used, (work, draft_flops, draft_bytes), seconds = self._in_step
         sched = self.scheduler
         sched.complete(step, self.env.now)
         self.busy_s += seconds
         self.compute_bound_steps += cost.compute_bound
+        self.draft_flops += draft_flops
+        self.draft_hbm_bytes += draft_bytes
         tokens, logits, pairs, kv_read, logit_steps = work
         self.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
                            sched.decoders.emitted_tokens,
@@ -345,6 +348,8 @@ class Replica:
     def stats(self) -> ReplicaStats:
         eng, sched = self.pool_cfg.engine, self.scheduler
         flops, hbm_bytes = self.pricer.work(self.work)
+        if self.draft_flops:
+            flops, hbm_bytes = flops + self.draft_flops, hbm_bytes + self.draft_hbm_bytes
         tp = eng.tensor_parallel_size
         return ReplicaStats(
             replica=self.index, pool=self.pool, hardware=self.pool_cfg.hardware.name,

@@ -142,7 +142,7 @@ def test_eagle_halves_tpot_at_4_users_and_gains_less_at_128(scenarios_dir):
         tpot[rc.variant], tput[rc.variant] = row.tpot_p50_ms, row.output_throughput_tok_per_s
     low = tpot["none-4-users"] / tpot["eagle-4-users"]
     high = tpot["none-128-users"] / tpot["eagle-128-users"]
-    assert 1.8 < low < 2.6           # E = 2.53 (chat) / 2.95 (code), less the drafts' cost
+    assert 1.8 < low < 2.6           # E = 2.53 (chat) / 2.95 (code), less the drafts
     assert 1.0 < high < low - 0.4    # compute-bound verification: the gain shrinks
     assert tput["eagle-128-users"] / tput["none-128-users"] < low - 0.4
 
@@ -183,3 +183,69 @@ def test_the_drafter_takes_weights_and_kv_from_the_cache(scenarios_dir):
     assert eagle.kv.kv_bytes_per_token == 135_168
     extra = eagle.kv.memory.weight_bytes - none.kv.memory.weight_bytes
     assert extra == eagle.spec.draft_weight_bytes_per_gpu == (218_116_096 + 2 * 4096**2) * 2
+
+
+# ----------------------------------------------------------------- the drafters
+def test_deepseek_v3_mtp_layer_is_its_11_5b_module_with_one_more_latent_per_token():
+    """DeepSeek-V3's MTP module: 11.5B unique parameters besides the shared embedding and
+    output head (DeepSeek-V3 README_WEIGHTS.md); capsim counts its MoE layer, MLA and
+    eh_proj: 11.61B. Its KV is one more layer's 576-element latent (1,152 bytes bf16)."""
+    from capsim.profiles.models import load_model
+    from capsim.profiles.speculative import draft_shape, draft_weight_params
+    m = load_model("deepseek-v3")
+    assert draft_weight_params(m, "mtp") == pytest.approx(11.5e9, rel=0.015)
+    d = draft_shape(m, "mtp")
+    assert (d.num_hidden_layers, d.moe_layers) == (1, 1)
+    assert d.paged_kv_bytes_per_token(2) == 1152
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("ngram", {}), ("draft_model", {"model": "llama-3.1-8b"}), ("eagle3", {})])
+def test_every_method_runs_and_a_heavier_drafter_costs_more(tmp_path, method, extra):
+    """Llama-3.1-70B on 4 × H100 at 2 users: ngram drafts for free, EAGLE-3 with one
+    layer, the 8B draft model with 32 layers of its own: the step time follows."""
+    import yaml
+    doc = {"name": "s", "seed": 3, "model": "llama-3.1-70b", "hardware": "h100-sxm",
+           "engine": {"tensor_parallel_size": 4, "max_model_len": 4096},
+           "workload": {"num_requests": 12, "arrival": {"process": "concurrency", "users": 2},
+                        "classes": [{"name": "chat", "weight": 1,
+                                     "prompt_tokens": {"dist": "fixed", "value": 300},
+                                     "output_tokens": {"dist": "fixed", "value": 120}}]},
+           "variants": [{"name": "none"},
+                        {"name": method, "engine": {"speculative": {
+                            "method": method, "num_speculative_tokens": 3,
+                            "acceptance_rate": 0.0, **extra}}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    loaded = load(path)
+    base, spec = (_run(loaded, rc) for rc in loaded.runs)
+    per_step = [sum(r.busy_s for r in res.replicas) / sum(r.steps for r in res.replicas)
+                for res in (base, spec)]
+    ratio = per_step[1] / per_step[0]
+    # α = 0: the same steps, each verifying 4 tokens (+ drafting), so only dearer
+    assert sum(r.steps for r in spec.replicas) == sum(r.steps for r in base.replicas)
+    low, high = {"ngram": (1.0, 1.15), "eagle3": (1.03, 1.4), "draft_model": (1.3, 2.2)}[method]
+    assert low < ratio < high, ratio
+
+
+def test_verifying_one_token_prices_exactly_a_decode_step():
+    """StepPricer.cost_verify at width 1 is StepPricer.cost of the same decode step, bit
+    for bit, with prompt chunks alongside too (dense, MoE + MLA, windowed layers)."""
+    from capsim.cost.pricer import StepPricer
+    from capsim.profiles.engines import load_engine_preset
+    from capsim.profiles.hardware import load_hardware
+    from capsim.profiles.models import load_model
+    host = load_engine_preset("vllm-v1").host_overhead
+    for name, tp in (("llama-3.1-8b", 1), ("deepseek-v3", 8), ("gpt-oss-120b", 2)):
+        p = StepPricer(load_model(name), load_hardware("h200-sxm"), tp, host=host)
+        for prefill in (0, 700):
+            pairs = 700 * 300 + 700 * 701 / 2 if prefill else 0.0
+            kv = 1000 if prefill else 0
+            plain = p.cost(prefill_tokens=prefill, prefill_attn_pairs=pairs,
+                           prefill_kv_tokens=kv, decode_seqs=37, decode_ctx_tokens=51_234,
+                           logits_seqs=38, prefill_seqs=1 if prefill else 0)
+            verify = p.cost_verify(prefill_tokens=prefill, prefill_attn_pairs=pairs,
+                                   prefill_kv_tokens=kv, prefill_seqs=1 if prefill else 0,
+                                   logits_seqs=38, verify_seqs=37, verify_ctx_tokens=51_234,
+                                   width=1)
+            assert verify == plain, (name, prefill)

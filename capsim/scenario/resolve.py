@@ -871,9 +871,12 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
 
 def pool_log_lines(pool: Pool) -> list[str]:
     """A pool's start-up lines as its engine logs them (per GPU): the preset, weights,
-    the memory profile, the available KV memory, the KV cache size and concurrency."""
-    return [f"engine {pool.preset.label}", *pool.kv.memory.log_lines(),
-            *pool.kv.log_lines(pool.engine.max_model_len)]
+    the memory profile, the available KV memory, the KV cache size and concurrency; with
+    speculative decoding its method, k and expected tokens per step."""
+    lines = [f"engine {pool.preset.label}"]
+    if pool.spec is not None:
+        lines.append(pool.spec.log_line())
+    return [*lines, *pool.kv.memory.log_lines(), *pool.kv.log_lines(pool.engine.max_model_len)]
 
 
 def engine_label(run: RunConfig) -> str:

@@ -363,11 +363,11 @@ def test_work_totals_equal_the_sum_of_step_costs(steps, hw, tp):
 
 def test_decode_costs_find_where_a_run_turns_memory_bound():
     """512 sequences of Llama-3.1-8B on an H100: the step's GEMMs are compute-bound until
-    the context grows past 66,698 tokens, when the KV read wins. A run crossing that point
+    the context grows past 76,900 tokens, when the KV read wins. A run crossing that point
     must flag exactly the steps before it (decode_costs skips the compute side only when
     no step of a segment can be compute-bound)."""
     pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1)
-    last_bound = 66_698
+    last_bound = 76_900
     assert pricer.cost(decode_seqs=512, decode_ctx_tokens=last_bound,
                        logits_seqs=512).compute_bound
     assert not pricer.cost(decode_seqs=512, decode_ctx_tokens=last_bound + 1,

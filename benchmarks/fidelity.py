@@ -107,15 +107,18 @@ def memory_terms(pool: Pool, max_model_len: int) -> dict[str, float]:
 
     Keys: ``total`` (device memory the engine sees), ``requested`` (the budget the rule
     divides), ``weights``, ``activation_peak``, ``non_torch``, ``cudagraph`` (charged to the
-    budget) and ``available_kv`` in GiB per GPU; ``kv_blocks`` and ``kv_tokens`` of the pool
-    (the whole TP group); ``max_concurrency`` (requests of ``max_model_len`` tokens, x).
+    budget), ``cudagraph_pool`` (the captured graphs), ``cudagraph_estimate`` (the engine's
+    start-up estimate of them) and ``available_kv`` in GiB per GPU; ``kv_blocks`` and
+    ``kv_tokens`` of the pool (the whole TP group); ``max_concurrency`` (requests of
+    ``max_model_len`` tokens, x).
     """
     kv = pool.kv
     g = kv.memory.gib()
     return {
         "total": g["total"], "requested": g["budget"], "weights": g["weights"],
         "activation_peak": g["activation_peak"], "non_torch": g["non_torch"],
-        "cudagraph": g["cudagraph"], "available_kv": g["available_kv"],
+        "cudagraph": g["cudagraph"], "cudagraph_pool": g["cudagraph_pool"],
+        "cudagraph_estimate": g["cudagraph_estimate"], "available_kv": g["available_kv"],
         "kv_blocks": kv.num_gpu_blocks,
         "kv_tokens": kv.num_tokens,
         "max_concurrency": kv.max_concurrency(max_model_len),
@@ -133,6 +136,7 @@ LOG_PATTERNS = {
     "activation_peak_gib": r"(?:torch peak memory increase: |PyTorch activation peak memory )"
                            r"([\d.]+) ?GiB",
     "non_torch_gib": r"(?:non-torch forward increase memory: |non_torch_memory[= ])([\d.]+) ?GiB",
+    "cudagraph_estimate_gib": r"Estimated CUDA graph memory: ([\d.]+) ?GiB",
     "cudagraph_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) ?GiB",
     "available_kv_gib": r"(?:Available KV cache memory: |available_kv_cache_memory |kv_cache_size=)"
                         r"([\d.]+) ?GiB",
@@ -154,16 +158,14 @@ FIELD_QUANTITIES = {
 TERMS = {
     "total_gib": "total", "requested_gib": "requested", "weights_gib": "weights",
     "activation_peak_gib": "activation_peak", "non_torch_gib": "non_torch",
-    "cudagraph_gib": "cudagraph", "available_kv_gib": "available_kv",
+    "cudagraph_estimate_gib": "cudagraph_estimate", "cudagraph_gib": "cudagraph_pool",
+    "available_kv_gib": "available_kv",
     "kv_cache_blocks": "kv_blocks", "kv_cache_tokens": "kv_tokens",
 }
 
 #: Logged quantities not scored: the torch-visible total is an input (the hardware
-#: profile's ``memory_total_gib``), and vLLM 0.19 captures CUDA graphs after sizing the pool,
-#: outside the KV budget, which capsim does not model (listed as a gap of each such case).
-INPUTS_OR_UNMODELLED = ("total_gib", "cudagraph_gib")
-GRAPHS_AFTER_POOL = ("CUDA-graph memory (\"Graph capturing ... took X GiB\"): vLLM 0.19 allocates it "
-                     "after sizing the KV pool, outside the budget; capsim does not model it")
+#: profile's ``memory_total_gib``).
+INPUTS_OR_UNMODELLED = ("total_gib",)
 
 #: vLLM V1's init snapshot is taken before the budget: its non-torch memory (CUDA context,
 #: NCCL) is not charged to the KV budget. Only its total_memory is read.
@@ -412,18 +414,15 @@ ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norm
 #: Case id → scenario file and predictor (the per-case glue).
 ENTRIES: dict[str, Entry] = {
     "kv_vllm0190_h100_llama31_8b_tp1_bf16": Entry(
-        "kv_vllm0190_h100_llama31_8b_tp1_bf16.yaml", kv_capacity(_llama8b_tp1_sweep),
-        (("cudagraph_gib", GRAPHS_AFTER_POOL),)),
+        "kv_vllm0190_h100_llama31_8b_tp1_bf16.yaml", kv_capacity(_llama8b_tp1_sweep)),
     "kv_vllm0190_h100_llama31_8b_tp2_bf16": Entry(
         "kv_vllm0190_h100_llama31_8b_tp2_bf16.yaml", kv_capacity(_one)),
     "kv_vllm0190_h100_llama31_8b_tp1_kvfp8": Entry(
         "kv_vllm0190_h100_llama31_8b_tp1_kvfp8.yaml", kv_capacity(_one)),
     "kv_vllm0190_h100_qwen25_7b_tp1_bf16": Entry(
-        "kv_vllm0190_h100_qwen25_7b_tp1_bf16.yaml", kv_capacity(_qwen_rows),
-        (("cudagraph_gib", GRAPHS_AFTER_POOL),)),
+        "kv_vllm0190_h100_qwen25_7b_tp1_bf16.yaml", kv_capacity(_qwen_rows)),
     "kv_vllm0190_h100_llama33_70b_fp8dyn_tp2": Entry(
-        "kv_vllm0190_h100_llama33_70b_fp8dyn_tp2.yaml", kv_capacity(_one),
-        (("cudagraph_gib", GRAPHS_AFTER_POOL),)),
+        "kv_vllm0190_h100_llama33_70b_fp8dyn_tp2.yaml", kv_capacity(_one)),
     "kv_vllm_pr2031_a100_llama2_7b_tp1": Entry(
         "kv_vllm_pr2031_a100_llama2_7b_tp1.yaml",
         kv_capacity(_labelled({"gpu_blocks_current_main": "main_dec2023",

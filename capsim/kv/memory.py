@@ -21,8 +21,14 @@ an engine's :class:`~capsim.profiles.engines.MemoryRule`:
   logits for ``min(max_num_seqs, max_num_batched_tokens)`` requests × the full
   vocabulary dominate at vLLM's defaults), plus a constant.
 - **non-torch** memory charged to the budget (NCCL buffers at TP ≥ 2) and, for
-  engines that count it, the CUDA context.
-- **CUDA graphs**, inside the budget only where the engine version subtracts them.
+  engines that count it, the CUDA context (:func:`cuda_context_bytes`: a per-build base
+  plus the driver's local-memory reservation, SMs × resident threads per SM × stack bytes
+  per thread, so it differs by GPU).
+- **CUDA graphs** (:func:`cudagraph_count` graphs × layers × the preset's MiB per layer per
+  graph): captured after the pool is sized, beside the budget, unless the engine version
+  takes its estimate out of the budget (vLLM >= 0.21). What lives beside the budget (the
+  context and init-time communicators where the budget excludes them, the graphs) must fit
+  in the memory the fraction leaves: :attr:`MemoryTerms.graphs_fit`.
 
 The available KV memory then becomes blocks of ``block_size`` tokens
 (``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks``: available // page // layers).
@@ -35,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from capsim.common.errors import ScenarioError
-from capsim.profiles.engines import MemoryRule
+from capsim.profiles.engines import MemoryRule, at_tp
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import QuantFormat
 
@@ -59,6 +65,15 @@ class MemoryTerms:
         cudagraph_bytes: CUDA-graph memory charged to the budget (0 when the
             engine captures graphs after sizing the pool).
         available_kv_bytes: [``Available KV cache memory``].
+        cuda_context_bytes: the CUDA context (inside ``non_torch_bytes`` where the
+            engine counts it, else outside the budget) [vLLM 0.19's ``worker init memory
+            snapshot: ... cuda_memory``].
+        outside_budget_bytes: memory the engine holds that its budget does not count,
+            before the graphs (the context and init-time communicators of vLLM V1).
+        cudagraph_pool_bytes: the captured graph pool [``Graph capturing finished in N
+            secs, took X GiB``].
+        cudagraph_estimate_bytes: the start-up estimate of it [``Estimated CUDA graph
+            memory: X GiB total``]; 0 when the engine makes none.
     """
 
     total_bytes: int
@@ -69,6 +84,10 @@ class MemoryTerms:
     non_torch_bytes: int
     cudagraph_bytes: int
     available_kv_bytes: int
+    cuda_context_bytes: int = 0
+    outside_budget_bytes: int = 0
+    cudagraph_pool_bytes: int = 0
+    cudagraph_estimate_bytes: int = 0
 
     @property
     def non_kv_bytes(self) -> int:
@@ -76,24 +95,57 @@ class MemoryTerms:
         return (self.weight_bytes + self.activation_peak_bytes + self.non_torch_bytes
                 + self.cudagraph_bytes)
 
+    @property
+    def graph_headroom_bytes(self) -> int:
+        """Memory the fraction leaves beside the budget and what the budget does not count:
+        total − budget − :attr:`outside_budget_bytes` (vLLM captures its graphs in it)."""
+        return self.total_bytes - self.budget_bytes - self.outside_budget_bytes
+
+    @property
+    def graphs_beside_budget_bytes(self) -> int:
+        """The part of the graph pool the budget did not charge (pool − charged estimate)."""
+        return max(self.cudagraph_pool_bytes - self.cudagraph_bytes, 0)
+
+    @property
+    def graphs_fit(self) -> bool:
+        """Whether the graph pool fits beside the budget; when it does not, vLLM runs out of
+        memory capturing the graphs or in the sampler warm-up that follows (vLLM 0.19
+        ``gpu_worker.compile_or_warm_up_model``: ``capture_model`` then ``_dummy_sampler_run``,
+        which needs the activation peak again)."""
+        return self.graphs_beside_budget_bytes <= self.graph_headroom_bytes
+
     def gib(self) -> dict[str, float]:
         """Every term in GiB, keyed by its attribute name without ``_bytes``."""
         return {"total": self.total_bytes / GIB, "budget": self.budget_bytes / GIB,
                 "weights": self.weight_bytes / GIB,
                 "activation_peak": self.activation_peak_bytes / GIB,
                 "non_torch": self.non_torch_bytes / GIB, "cudagraph": self.cudagraph_bytes / GIB,
-                "available_kv": self.available_kv_bytes / GIB}
+                "available_kv": self.available_kv_bytes / GIB,
+                "cuda_context": self.cuda_context_bytes / GIB,
+                "outside_budget": self.outside_budget_bytes / GIB,
+                "cudagraph_pool": self.cudagraph_pool_bytes / GIB,
+                "cudagraph_estimate": self.cudagraph_estimate_bytes / GIB}
 
     def log_lines(self) -> list[str]:
-        """The start-up lines vLLM prints for these terms (per GPU)."""
+        """The start-up lines vLLM prints for these terms (per GPU), in vLLM's order; the
+        graph-capture line without the seconds capsim does not model, and where the graphs
+        live (beside the budget: the headroom left there)."""
         g = self.gib()
-        return [
+        lines = [
             f"Model loading took {g['weights']:.2f} GiB memory",
             f"Total non KV cache memory: {self.non_kv_bytes / GIB:.2f}GiB; torch peak memory "
             f"increase: {g['activation_peak']:.2f}GiB; non-torch forward increase memory: "
             f"{g['non_torch']:.2f}GiB; weights memory: {g['weights']:.2f}GiB.",
-            f"Available KV cache memory: {g['available_kv']:.2f} GiB",
         ]
+        if self.cudagraph_estimate_bytes:
+            lines.append(f"Estimated CUDA graph memory: {g['cudagraph_estimate']:.2f} GiB total")
+        lines.append(f"Available KV cache memory: {g['available_kv']:.2f} GiB")
+        if self.cudagraph_pool_bytes:
+            where = ("its estimate charged to the budget" if self.cudagraph_bytes else
+                     "beside the budget")
+            lines.append(f"Graph capturing finished, took {g['cudagraph_pool']:.2f} GiB ({where}; "
+                         f"{self.graph_headroom_bytes / GIB:.2f} GiB free there)")
+        return lines
 
 
 def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
@@ -219,10 +271,53 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
     return int(max(forward, sampler) + rule.profile_constant_gib * GIB)
 
 
+def cuda_context_bytes(rule: MemoryRule, num_sms: int | None,
+                       max_threads_per_sm: int | None) -> int:
+    """The CUDA context of the engine's process on one GPU (bytes).
+
+    ``rule.cuda_context_base_gib`` + num_sms × max_threads_per_sm ×
+    ``rule.cuda_stack_bytes_per_thread``: the driver reserves local memory (the per-thread
+    stack, 1 KiB by default) for every thread the GPU can hold at once, context-wide
+    (NVIDIA developer forum "Local memory management", 2024: MAX_THREADS_PER_SM × SMs ×
+    LOCAL_MEM_PER_THREAD; 216 MiB on an A100's 108 SMs). The reservation term is 0 when the
+    GPU profile lacks ``num_sms`` or ``max_threads_per_sm``.
+    """
+    local = (num_sms * max_threads_per_sm * rule.cuda_stack_bytes_per_thread
+             if num_sms and max_threads_per_sm else 0)
+    return int(rule.cuda_context_base_gib * GIB) + local
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """vLLM 0.19's default CUDA-graph batch sizes (``vllm/config/vllm.py``
+    ``_set_cudagraph_sizes`` at v0.19.0): [1, 2, 4] + multiples of 8 below 256 + multiples of
+    16 from 256, up to min(2 × max_num_seqs, 512, max_num_batched_tokens)."""
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    return sorted(set(sizes))
+
+
+def cudagraph_count(rule: MemoryRule, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """Graphs the engine captures (``rule.cudagraph_capture``; 0 for ``none``).
+
+    ``vllm_v1`` (FULL_AND_PIECEWISE, vLLM 0.19's default mode): a piecewise graph for every
+    capture size and a full graph for every size <= max_num_seqs (uniform decode batches),
+    ``vllm/v1/cudagraph_dispatcher.py`` ``initialize_cudagraph_keys`` at v0.19.0. A piecewise
+    "graph" is one graph per piece between attention layers; capsim prices every graph per
+    layer, so pieces need no separate count.
+    """
+    if rule.cudagraph_capture == "none":
+        return 0
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens)
+    return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
+
+
 def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fraction: float,
                  tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
                  num_sms: int, dp_attention: bool = False, embedding: bool = True,
-                 lm_head: bool = True, quant: QuantFormat | None = None) -> MemoryTerms:
+                 lm_head: bool = True, quant: QuantFormat | None = None,
+                 max_threads_per_sm: int | None = None) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -233,18 +328,29 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         the profile run's requests and tokens; num_sms: streaming multiprocessors
         (sampler scratch rows); dp_attention: data-parallel attention; embedding,
         lm_head: a pipeline stage's share of the vocabulary (:func:`weight_bytes_per_gpu`;
-        the sampler's activations only with the LM head); quant: a quantized weight format.
+        the sampler's activations only with the LM head); quant: a quantized weight format;
+        max_threads_per_sm: resident threads per SM (the context's local memory,
+        :func:`cuda_context_bytes`).
 
     Raises:
-        ScenarioError: the weights alone do not fit in the budget.
+        ScenarioError: the weights alone do not fit in the budget; a ``vllm_v1`` budget is
+            larger than the memory free at start-up (vLLM refuses to start:
+            ``vllm/v1/worker/utils.py`` ``request_memory`` at v0.19.0).
     """
     w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
                              embedding, lm_head, quant)
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
                               lm_head)
     n = int(rule.non_torch_gib_at(tp) * GIB)
-    graphs = int(rule.cudagraph_gib_per_layer * GIB) * model.num_hidden_layers \
-        if rule.cudagraph_in_budget else 0
+    ctx = cuda_context_bytes(rule, num_sms, max_threads_per_sm)
+    if rule.context_in_budget:
+        n += ctx
+    outside = (0 if rule.context_in_budget else ctx) + int(at_tp(rule.init_comm_gib, tp) * GIB)
+    layer_graphs = model.num_hidden_layers * cudagraph_count(rule, max_num_seqs,
+                                                             max_num_batched_tokens)
+    pool = int(layer_graphs * at_tp(rule.cudagraph_mib_per_layer_graph, tp) * 2**20)
+    estimate = int(layer_graphs * at_tp(rule.cudagraph_estimate_mib_per_layer_graph, tp) * 2**20)
+    graphs = estimate if rule.cudagraph_in_budget else 0
     context = int(rule.context_gib * GIB)
     if rule.rule == "sglang":                   # f × (free before weights) − weights
         budget = int(fraction * (total_bytes - context))
@@ -259,6 +365,12 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     else:                                       # tgi: a share of f × total less the peak
         budget = int(fraction * total_bytes)
         available = int(rule.kv_fraction_of_free * (budget - w - a - n - context))
+    if rule.rule == "vllm_v1" and outside and total_bytes - outside < budget:
+        raise ScenarioError(
+            f"{fraction:g} × {total_bytes / GIB:.2f} GiB = {budget / GIB:.2f} GiB per GPU is more "
+            f"than the {(total_bytes - outside) / GIB:.2f} GiB free when vLLM starts (the CUDA "
+            f"context and communicators hold {outside / GIB:.2f} GiB), so vLLM refuses to start; "
+            f"lower gpu_memory_utilization to <= {(total_bytes - outside) / total_bytes:.4f}")
     if w >= budget:
         raise ScenarioError(
             f"model weights {w / GIB:.2f} GiB per GPU do not fit in {fraction:g} × "
@@ -266,4 +378,6 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
             "or tensor_parallel_size, or use a larger GPU")
     return MemoryTerms(total_bytes=total_bytes, fraction=fraction, budget_bytes=budget,
                        weight_bytes=w, activation_peak_bytes=a, non_torch_bytes=n,
-                       cudagraph_bytes=graphs, available_kv_bytes=available)
+                       cudagraph_bytes=graphs, available_kv_bytes=available,
+                       cuda_context_bytes=ctx, outside_budget_bytes=outside,
+                       cudagraph_pool_bytes=pool, cudagraph_estimate_bytes=estimate)

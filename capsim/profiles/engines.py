@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.schema import StrictModel
+from capsim.common.schema import Int, StrictModel
 from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
 
@@ -92,15 +92,40 @@ class MemoryRule(StrictModel):
     ceil_budget: bool = False
     #: tgi: fraction of the free memory after warm-up that becomes KV.
     kv_fraction_of_free: float = Field(1.0, gt=0, le=1)
-    #: Whether CUDA-graph memory is taken out of the KV budget (vLLM >= 0.21 estimates
-    #: and subtracts it; 0.19 captures graphs after sizing the pool).
+    #: The CUDA context of the engine's process on one GPU = ``cuda_context_base_gib``
+    #: (driver, runtime, the kernels loaded by then: the same on every GPU of a build) + the
+    #: local-memory reservation num_sms × max_threads_per_sm × ``cuda_stack_bytes_per_thread``
+    #: (the driver sizes local memory for every thread the GPU can hold; the GPU profile's
+    #: fields, the term is 0 when it lacks them). :func:`capsim.kv.memory.cuda_context_bytes`.
+    cuda_context_base_gib: float = Field(0.0, ge=0)
+    cuda_stack_bytes_per_thread: Int = Field(0, ge=0)
+    #: The profiler counts the CUDA context as non-torch memory charged to the budget (vLLM
+    #: 0.6.4's "every non-torch byte in use"); otherwise it lives outside the budget.
+    context_in_budget: bool = False
+    #: Communicator memory allocated before the budget's baseline snapshot (NCCL, custom
+    #: all-reduce, at TP >= 2), GiB per GPU by TP like ``non_torch_gib``: not in the budget,
+    #: it must fit beside it with the context and the CUDA graphs.
+    init_comm_gib: dict[int, float] = Field(default_factory=lambda: {1: 0.0})
+    #: Which CUDA graphs the engine captures after sizing the pool (``vllm_v1``: vLLM
+    #: 0.19's FULL_AND_PIECEWISE capture sizes, :func:`capsim.kv.memory.cudagraph_count`;
+    #: ``none``: graph memory not modelled).
+    cudagraph_capture: Literal["none", "vllm_v1"] = "none"
+    #: Graph pool per layer per captured graph, MiB, by TP (vLLM logs the pool as "Graph
+    #: capturing finished in N secs, took X GiB"), and the start-up estimate of it ("Estimated
+    #: CUDA graph memory: X GiB total").
+    cudagraph_mib_per_layer_graph: dict[int, float] = Field(default_factory=lambda: {1: 0.0})
+    cudagraph_estimate_mib_per_layer_graph: dict[int, float] = Field(
+        default_factory=lambda: {1: 0.0})
+    #: The estimate is taken out of the KV budget (vLLM >= 0.21 by default,
+    #: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); else the graphs live beside the budget.
     cudagraph_in_budget: bool = False
-    cudagraph_gib_per_layer: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":
-        if 1 not in self.non_torch_gib:
-            raise ValueError("non_torch_gib needs an entry for TP 1 (the smallest degree)")
+        for name in ("non_torch_gib", "init_comm_gib", "cudagraph_mib_per_layer_graph",
+                     "cudagraph_estimate_mib_per_layer_graph"):
+            if 1 not in getattr(self, name):
+                raise ValueError(f"{name} needs an entry for TP 1 (the smallest degree)")
         return self
 
     @property
@@ -110,7 +135,12 @@ class MemoryRule(StrictModel):
 
     def non_torch_gib_at(self, tp: int) -> float:
         """Non-torch memory charged per GPU at tensor-parallel degree ``tp``."""
-        return self.non_torch_gib[max(k for k in self.non_torch_gib if k <= tp)]
+        return at_tp(self.non_torch_gib, tp)
+
+
+def at_tp(by_tp: dict[int, float], tp: int) -> float:
+    """The entry of a by-TP table that applies at ``tp``: the largest key <= ``tp``."""
+    return by_tp[max(k for k in by_tp if k <= tp)]
 
 
 class Condition(StrictModel):

@@ -41,6 +41,7 @@ _SOURCED_FIELDS = (
     "hbm_bytes",
     "memory_total_gib",
     "num_sms",
+    "max_threads_per_sm",
     "hbm_bandwidth_bytes_per_s",
     "nvlink_bandwidth_bytes_per_s",
     "nvlink_latency_s",
@@ -223,7 +224,9 @@ class HardwareProfile(StrictModel):
     engines see (``torch.cuda.mem_get_info`` total, e.g. 79.19 GiB on an H100 80GB:
     the driver reserves the rest); KV sizing uses it, and ``hbm_bytes`` when it is
     not given. ``num_sms``: streaming multiprocessors (vLLM sizes its sampler's
-    top-k/top-p scratch by them). ``gpus_per_node``: GPUs in one NVLink domain (a
+    top-k/top-p scratch by them). ``max_threads_per_sm``: resident threads per SM (CUDA
+    compute capability); with ``num_sms`` it sizes the CUDA context's local-memory
+    reservation (:mod:`capsim.kv.memory`). ``gpus_per_node``: GPUs in one NVLink domain (a
     server); ``scale_out_link``: the link profile (``capsim/profiles/data/links``) between
     nodes, one port per GPU. A replica's GPUs fill nodes in order; expert-parallel and
     pipeline traffic between GPUs of different nodes goes over ``scale_out_link``. Both
@@ -236,6 +239,7 @@ class HardwareProfile(StrictModel):
     hbm_bytes: Int = Field(gt=0)
     memory_total_gib: float | None = Field(None, gt=0)
     num_sms: Int | None = Field(None, gt=0)
+    max_threads_per_sm: Int | None = Field(None, gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
                                                 "(NVLink generation, Infinity Fabric, PCIe)")

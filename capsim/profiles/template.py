@@ -95,6 +95,8 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("memory_total_gib", _num(base.memory_total_gib),
          "optional: what the engines see (torch total_memory); KV sizing uses it"),
         ("num_sms", _num(base.num_sms), "optional: streaming multiprocessors"),
+        ("max_threads_per_sm", _num(base.max_threads_per_sm),
+         "optional: resident threads per SM (CUDA compute capability table)"),
         ("hbm_bandwidth_bytes_per_s", _num(base.hbm_bandwidth_bytes_per_s),
          "peak memory bandwidth"),
         ("scale_up_link", yaml.safe_dump(base.scale_up_link, default_style="'").strip()

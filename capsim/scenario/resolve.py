@@ -13,6 +13,7 @@ so every rule, default and memory check applies per pool.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Sce
 from capsim.scenario.speculative import SpecDecoding, resolve_speculative
 from capsim.scenario.validation import one_line_error
 from capsim.scenario.workload import WorkloadConfig
+
+log = logging.getLogger(__name__)
 
 GIB = 2**30
 
@@ -800,7 +803,8 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              dp_attention=engine.enable_dp_attention, embedding=embedding,
                              lm_head=lm_head,
                              quant=(load_quant_format(engine.weight_format)
-                                    if engine.weight_format else None))
+                                    if engine.weight_format else None),
+                             max_threads_per_sm=hw.max_threads_per_sm)
         terms = _with_overrides(terms, engine)
         per_token = kv_bytes_per_token(model, engine)
         if spec is not None:
@@ -812,6 +816,8 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              block_size=engine.block_size)
     except ScenarioError as exc:
         raise exc.with_context(file=str(path), path=field) from None
+    if not terms.graphs_fit:
+        log.warning("%s: %s: %s", path, field, _graphs_do_not_fit(terms, rule.fraction_knob))
     if engine.kv_cache_memory_gib is not None:
         kv_bytes = int(engine.kv_cache_memory_gib * GIB)
         if kv_bytes > terms.available_kv_bytes:
@@ -823,6 +829,18 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
                              block_size=engine.block_size)
     return kv
+
+
+def _graphs_do_not_fit(terms: MemoryTerms, knob: str) -> str:
+    """The warning of a graph pool that does not fit beside the budget (vLLM captures the
+    graphs after the pool is sized and runs out of memory: ``MemoryTerms.graphs_fit``)."""
+    need, room = terms.graphs_beside_budget_bytes, terms.graph_headroom_bytes
+    most = (terms.total_bytes - terms.outside_budget_bytes - need) / terms.total_bytes
+    return (f"CUDA graphs take {need / GIB:.2f} GiB per GPU beside the {knob} budget, where "
+            f"only {room / GIB:.2f} GiB is free ({terms.total_bytes / GIB:.2f} GiB − budget "
+            f"{terms.budget_bytes / GIB:.2f} − CUDA context and communicators "
+            f"{terms.outside_budget_bytes / GIB:.2f}): the engine would run out of memory "
+            f"capturing them or right after; lower {knob} to <= {most:.4f}")
 
 
 def _too_small_for_max_model_len(kv: KVCapacity, engine: EngineConfig) -> str:

@@ -126,6 +126,12 @@ BAD = [
      "max_batch_prefill_tokens) 4,145 below max_input_tokens = max_model_len - 1 = 16,383"),
     ("variants.1.set", {"engine.preset": "sglng"},
      "variants.1.set.engine.preset: unknown engine preset 'sglng'"),
+    # vLLM V1 refuses a budget above the memory free at start-up (the CUDA context holds
+    # 0.51 GiB of an H100: vllm/v1/worker/utils.py request_memory at v0.19.0).
+    ("engine.gpu_memory_utilization", 0.995,
+     "engine.gpu_memory_utilization: 0.995 × 79.19 GiB = 78.79 GiB per GPU is more than the "
+     "78.68 GiB free when vLLM starts (the CUDA context and communicators hold 0.51 GiB), so "
+     "vLLM refuses to start; lower gpu_memory_utilization to <= 0.9936"),
     # vLLM refuses to start when one max_model_len request does not fit in the KV cache
     # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory): 17.6 GiB × 0.9 leaves
     # ~0.2 GiB after 14.99 GiB of weights and the profile run, 1,600-odd tokens < 4,096.

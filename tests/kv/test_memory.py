@@ -141,7 +141,8 @@ def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, t
     """Measured case kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect (vLLM V0, one RTX
     3090, gpu_memory_utilization 0.90): at max_model_len 20000 the engine starts; at 29000 the
     longer profile run leaves 23,648 tokens of KV and vLLM refuses ("The model's max seq len
-    (29000) is larger than the maximum number of tokens that can be stored in KV cache")."""
+    (29000) is larger than the maximum number of tokens that can be stored in KV cache");
+    capsim's pool there: 23,536 tokens (-0.5 %)."""
     from capsim.common.errors import ScenarioError
 
     def scenario(max_model_len: int):
@@ -159,5 +160,148 @@ def test_vllm_v0_refuses_a_max_model_len_its_cache_cannot_hold(write_scenario, t
 
     assert load(scenario(20000)).runs[0].pool().kv.num_tokens > 20000
     with pytest.raises(ScenarioError, match=r"one max_model_len \(29,000\) request .* vLLM "
-                                            r"refuses to start; the cache holds 22,400 tokens"):
+                                            r"refuses to start; the cache holds 23,536 tokens"):
         load(scenario(29000))
+
+
+# -- the CUDA context and the CUDA graphs ---------------------------------------------------
+
+MIB = 2**20
+
+
+def test_cuda_context_is_a_base_plus_the_gpus_local_memory_reservation(write_scenario, tmp_path,
+                                                                        repo_root):
+    """The context = the preset's base + SMs × resident threads per SM × 1 KiB of stack.
+    On an H100 SXM (132 × 2048) that is vLLM 0.19's "worker init memory snapshot: ...
+    cuda_memory=0.51GiB" (kv_vllm0190_h100_llama31_8b_tp1_bf16, the base's source); on an
+    RTX 3090 (82 SMs × 1536) it predicts 0.37 GiB where vLLM 0.6.4 logged non_torch_memory
+    0.35 GiB (kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect, held out)."""
+    from capsim.kv.memory import cuda_context_bytes
+    from capsim.profiles.engines import load_engine_preset
+    from capsim.profiles.hardware import load_hardware
+
+    rule = load_engine_preset("vllm-0.6.4").memory
+    h100 = load_hardware("h100-sxm")
+    rtx = load_hardware(str(repo_root / "benchmarks/fidelity/hardware/rtx-3090.yaml"))
+    assert (h100.num_sms, h100.max_threads_per_sm, rtx.num_sms, rtx.max_threads_per_sm) == (
+        132, 2048, 82, 1536)
+    h100_ctx = cuda_context_bytes(rule, h100.num_sms, h100.max_threads_per_sm)
+    rtx_ctx = cuda_context_bytes(rule, rtx.num_sms, rtx.max_threads_per_sm)
+    assert h100_ctx / GIB == pytest.approx(0.51, abs=0.005)
+    assert rtx_ctx / GIB == pytest.approx(0.35, abs=0.03)
+    assert h100_ctx - rtx_ctx == (132 * 2048 - 82 * 1536) * 1024
+    # A GPU profile without the thread count: the base alone.
+    assert cuda_context_bytes(rule, 132, None) == int(0.2522 * GIB)
+
+
+@pytest.mark.parametrize("max_model_len,blocks", [(20000, 1952), (29000, 1478)])
+def test_rtx3090_v0_pool_counts_that_gpus_cuda_context(write_scenario, tmp_path, repo_root,
+                                                       max_model_len, blocks):
+    """kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect (vLLM 0.6.4, RTX 3090, 0.90):
+    "non_torch_memory=0.35GiB", "GPU blocks: 1952" at max_model_len 20000 and "# GPU blocks:
+    1478" at 29000 (kv_cache_size 3.81 / 2.89 GiB). The 29000 profile run is sized by
+    max_num_batched_tokens 29000 under a max_model_len that fits (vLLM refused to serve it)."""
+    doc = {"name": "rtx3090", "model": "llama-3.1-8b",
+           "hardware": str(repo_root / "benchmarks/fidelity/hardware/rtx-3090.yaml"),
+           "engine": {"preset": "vllm-0.6.4", "gpu_memory_utilization": 0.90,
+                      "enable_chunked_prefill": False, "enable_prefix_caching": False,
+                      "max_num_seqs": 256, "max_model_len": 20000,
+                      "max_num_batched_tokens": max_model_len},
+           "workload": {"num_requests": 1, "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                        "classes": [{"name": "a", "weight": 1.0,
+                                     "prompt_tokens": {"dist": "fixed", "value": 8},
+                                     "output_tokens": {"dist": "fixed", "value": 8}}]}}
+    p = load(write_scenario(tmp_path, doc)).runs[0].pool()
+    check(p, tokens=blocks * 16, blocks=blocks, non_torch=0.35,
+          available_kv={20000: 3.81, 29000: 2.89}[max_model_len])
+
+
+def test_cudagraph_capture_sizes_follow_vllm_019():
+    """vllm/config/vllm.py _set_cudagraph_sizes at v0.19.0: 51 sizes up to 512 (the case
+    kv_vllm0190_h100_llama31_8b_tp1_bf16 logs "capture sizes 1..512 (51 sizes)"); FULL graphs
+    only for sizes <= max_num_seqs (cudagraph_dispatcher.initialize_cudagraph_keys)."""
+    from capsim.kv.memory import cudagraph_capture_sizes, cudagraph_count
+    from capsim.profiles.engines import load_engine_preset
+
+    sizes = cudagraph_capture_sizes(1024, 8192)
+    assert len(sizes) == 51 and sizes[:5] == [1, 2, 4, 8, 16] and sizes[-2:] == [496, 512]
+    assert cudagraph_capture_sizes(64, 8192) == [1, 2, 4] + list(range(8, 129, 8))
+    assert cudagraph_capture_sizes(1024, 100) == [1, 2, 4] + list(range(8, 97, 8))
+    rule = load_engine_preset("vllm-v1").memory
+    assert cudagraph_count(rule, 1024, 8192) == 102
+    assert cudagraph_count(rule, 256, 2048) == 51 + 35
+    assert cudagraph_count(load_engine_preset("vllm-0.6.4").memory, 256, 8192) == 0
+
+
+@pytest.mark.parametrize("model,tp,extra,pool_gib,estimate_gib", [
+    ("llama-3.1-8b", 1, {}, 0.91, 0.84),            # fitted
+    ("llama-3.1-8b", 2, {}, 0.76, 1.69),            # fitted
+    ("qwen2.5-7b", 1, {}, 0.87, 0.61),              # held out
+    ("llama-3.1-70b", 2, {"dtype": "fp8"}, 1.79, None),   # held out, no estimate logged
+])
+def test_cuda_graphs_beside_the_budget_as_vllm_019_logs_them(pool, model, tp, extra, pool_gib,
+                                                             estimate_gib):
+    """"Graph capturing finished in N secs, took X GiB" and "Estimated CUDA graph memory: X
+    GiB total" of kv_vllm0190_h100_llama31_8b_tp1_bf16 (0.91 / 0.84), ..._tp2_bf16 (0.76 /
+    1.69), kv_vllm0190_h100_qwen25_7b_tp1_bf16 (0.87 / 0.61) and
+    kv_vllm0190_h100_llama33_70b_fp8dyn_tp2 (1.79), each within 0.15 GiB. vLLM 0.19 subtracts
+    neither (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): the KV memory does not include
+    them, and they fit in the 5 % left beside the budget."""
+    m = pool(model, tp, **extra).kv.memory
+    assert m.cudagraph_pool_bytes / GIB == pytest.approx(pool_gib, abs=0.15)
+    if estimate_gib is not None:
+        assert m.cudagraph_estimate_bytes / GIB == pytest.approx(estimate_gib, abs=0.15)
+    assert m.cudagraph_bytes == 0 and m.graphs_fit
+    assert m.non_kv_bytes == m.weight_bytes + m.activation_peak_bytes + m.non_torch_bytes
+    lines = m.log_lines()
+    assert f"Graph capturing finished, took {m.cudagraph_pool_bytes / GIB:.2f} GiB (beside the " \
+           "budget;" in lines[-1]
+
+
+def test_the_graph_headroom_is_what_the_fraction_leaves_less_context_and_communicators(pool):
+    """kv_vllm0190_h100_llama31_8b_tp1_bf16 / _tp2_bf16: 79.19 GiB − 75.23 requested − the
+    init snapshot's non-torch memory (0.51 GiB at TP 1, 1.51 at TP 2) is free beside the
+    budget: 3.45 / 2.45 GiB, more than the 0.91 / 0.76 GiB of graphs."""
+    for tp, outside, room in ((1, 0.51, 3.45), (2, 1.51, 2.45)):
+        m = pool("llama-3.1-8b", tp).kv.memory
+        assert m.outside_budget_bytes / GIB == pytest.approx(outside, abs=0.005)
+        assert m.graph_headroom_bytes / GIB == pytest.approx(room, abs=0.01)
+
+
+def test_graphs_that_do_not_fit_beside_the_budget_warn(tmp_path, run_cli, write_scenario):
+    """At gpu_memory_utilization 0.985 an H100 keeps 79.19 × 0.015 − 0.51 = 0.68 GiB beside the
+    budget, less than Llama-3.1-8B's 0.91 GiB of graphs: vLLM 0.19 would run out of memory
+    capturing them (or in the sampler warm-up after them); validate warns once and names
+    the fraction that fits (still exit 0: the pool itself is sized)."""
+    doc = {"name": "tight", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+           "engine": {"gpu_memory_utilization": 0.985, "max_model_len": 8192},
+           "workload": {"num_requests": 2, "arrival": {"process": "poisson", "rate_per_s": 1},
+                        "classes": [{"name": "a", "weight": 1,
+                                     "prompt_tokens": {"dist": "fixed", "value": 16},
+                                     "output_tokens": {"dist": "fixed", "value": 4}}]}}
+    path = write_scenario(tmp_path, doc)
+    code, out, err = run_cli(["validate", str(path)])
+    assert code == 0
+    assert err == (f"warning: {path}: engine.gpu_memory_utilization: CUDA graphs take 0.91 GiB "
+                   "per GPU beside the gpu_memory_utilization budget, where only 0.68 GiB is "
+                   "free (79.19 GiB − budget 78.00 − CUDA context and communicators 0.51): the "
+                   "engine would run out of memory capturing them or right after; lower "
+                   "gpu_memory_utilization to <= 0.9821\n")
+
+
+def test_a_version_that_charges_the_graph_estimate_takes_it_from_the_kv_cache(pool):
+    """vLLM >= 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by default): KV = requested −
+    non-KV − the estimate; the pool beside the budget is then what the estimate missed."""
+    base = pool("llama-3.1-8b", 1).kv.memory
+    from capsim.kv.memory import memory_terms
+    from capsim.profiles.engines import load_engine_preset
+    from capsim.profiles.models import load_model
+
+    rule = load_engine_preset("vllm-v1").memory.model_copy(update={"cudagraph_in_budget": True})
+    m = memory_terms(load_model("llama-3.1-8b"), rule, total_bytes=base.total_bytes,
+                     fraction=0.95, tp=1, weight_bytes=2, max_num_seqs=1024,
+                     max_num_batched_tokens=8192, num_sms=132, max_threads_per_sm=2048)
+    assert m.cudagraph_bytes == m.cudagraph_estimate_bytes == base.cudagraph_estimate_bytes
+    assert m.available_kv_bytes == base.available_kv_bytes - m.cudagraph_estimate_bytes
+    assert m.graphs_beside_budget_bytes == m.cudagraph_pool_bytes - m.cudagraph_estimate_bytes
+    assert "Estimated CUDA graph memory: 0.84 GiB total" in m.log_lines()

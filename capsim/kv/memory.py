@@ -140,6 +140,12 @@ class MemoryTerms:
         if self.cudagraph_estimate_bytes:
             lines.append(f"Estimated CUDA graph memory: {g['cudagraph_estimate']:.2f} GiB total")
         lines.append(f"Available KV cache memory: {g['available_kv']:.2f} GiB")
+        if self.cudagraph_bytes:                # vLLM >= 0.21 (gpu_worker.py) says what it costs
+            lines.append(
+                f"CUDA graph memory profiling is enabled. The current gpu_memory_utilization="
+                f"{self.fraction:.4f} is equivalent to gpu_memory_utilization="
+                f"{self.fraction - self.cudagraph_bytes / self.total_bytes:.4f} without CUDA "
+                f"graph memory profiling.")
         if self.cudagraph_pool_bytes:
             where = ("its estimate charged to the budget" if self.cudagraph_bytes else
                      "beside the budget")

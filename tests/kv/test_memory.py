@@ -289,19 +289,21 @@ def test_graphs_that_do_not_fit_beside_the_budget_warn(tmp_path, run_cli, write_
                    "gpu_memory_utilization to <= 0.9821\n")
 
 
-def test_a_version_that_charges_the_graph_estimate_takes_it_from_the_kv_cache(pool):
-    """vLLM >= 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by default): KV = requested −
-    non-KV − the estimate; the pool beside the budget is then what the estimate missed."""
+def test_vllm_021_charges_the_graph_estimate_to_the_kv_budget(pool):
+    """vLLM >= 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by default, preset
+    vllm-0.21): KV = requested − non-KV − the estimate, and vLLM logs the utilization that is
+    equivalent to without it; what stays beside the budget is the pool less the estimate.
+    Same start-up as kv_vllm0190_h100_llama31_8b_tp1_bf16 (estimate 0.84 GiB, pool 0.91)."""
     base = pool("llama-3.1-8b", 1).kv.memory
-    from capsim.kv.memory import memory_terms
-    from capsim.profiles.engines import load_engine_preset
-    from capsim.profiles.models import load_model
-
-    rule = load_engine_preset("vllm-v1").memory.model_copy(update={"cudagraph_in_budget": True})
-    m = memory_terms(load_model("llama-3.1-8b"), rule, total_bytes=base.total_bytes,
-                     fraction=0.95, tp=1, weight_bytes=2, max_num_seqs=1024,
-                     max_num_batched_tokens=8192, num_sms=132, max_threads_per_sm=2048)
+    m = pool("llama-3.1-8b", 1, preset="vllm-0.21").kv.memory
     assert m.cudagraph_bytes == m.cudagraph_estimate_bytes == base.cudagraph_estimate_bytes
     assert m.available_kv_bytes == base.available_kv_bytes - m.cudagraph_estimate_bytes
+    assert m.available_kv_bytes / GIB == pytest.approx(58.11 - 0.84, abs=0.01)
     assert m.graphs_beside_budget_bytes == m.cudagraph_pool_bytes - m.cudagraph_estimate_bytes
-    assert "Estimated CUDA graph memory: 0.84 GiB total" in m.log_lines()
+    assert m.non_kv_bytes / GIB == pytest.approx(17.12 + 0.84, abs=0.01)
+    lines = m.log_lines()
+    assert "Estimated CUDA graph memory: 0.84 GiB total" in lines
+    assert ("CUDA graph memory profiling is enabled. The current gpu_memory_utilization=0.9500 "
+            "is equivalent to gpu_memory_utilization=0.9394 without CUDA graph memory "
+            "profiling.") in lines
+    assert "(its estimate charged to the budget;" in lines[-1]

@@ -253,7 +253,7 @@ class DecodeSet:
         """The longest gap of kept epochs lo..hi−1 (never NaN: only epoch 0's is)."""
         if hi - lo < 32:
             return max(self._epoch_gap[lo:hi])
-        # One expression, no named view: the buffer is released before the array grows
-        # again, even if a profiler (Dask's) snapshots this frame's locals meanwhile.
-        return float(np.frombuffer(self._epoch_gap, dtype=np.float64, count=hi - lo,
-                                   offset=lo * 8).max())
+        # On a copy of the slice (one memcpy): a numpy view of the growing array itself
+        # could outlive this call (a profiler, Dask's, holding the frame) and make the
+        # next append raise BufferError, as it did once in a Dask sweep.
+        return float(np.frombuffer(self._epoch_gap[lo:hi], dtype=np.float64).max())

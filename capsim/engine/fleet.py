@@ -97,13 +97,15 @@ class Fleet:
             failure cut short.
         done: whether every request has ended (the autoscaler then stops, nothing is
             repaired).
+        stream: the failure draws' spawn key (a pooled fleet gives each pool its own).
     """
 
     def __init__(self, env: Environment, cfg: AutoscalingConfig | None,
                  failures: FailuresConfig | None, initial: int, router: str, delay_s: float,
                  seed: int, make_replica: Callable[[int, Callable], Replica],
                  on_finish: Callable[[Request], None], on_lost: Callable[[Request, str], None],
-                 on_lost_gaps: Callable[[int], None], done: Callable[[], bool]):
+                 on_lost_gaps: Callable[[int], None], done: Callable[[], bool],
+                 stream: tuple[int, ...] = (6,)):
         self.env, self.cfg, self.failures_cfg, self.delay_s = env, cfg, failures, delay_s
         self.make_replica, self.on_finish, self.done = make_replica, on_finish, done
         self.on_lost, self.on_lost_gaps = on_lost, on_lost_gaps
@@ -126,7 +128,7 @@ class Fleet:
         self.skipped_failures = 0
         self._rr = 0
         self.last_end_s = 0.0
-        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(6,)))
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=stream))
         for _ in range(initial):
             self._start(0.0)
         self._note()

@@ -53,6 +53,9 @@ class RequestRecords(ColumnModel, _Result):
     max_itl_s: FloatColumn             # largest gap between two of its consecutive tokens
     n: IntColumn = Field(default_factory=empty_ints)   # parallel samples (each generates
     #                                    output_tokens); empty = all 1
+    pool: IntColumn = Field(default_factory=empty_ints)  # pooled fleet: index into
+    #                                    RunResult.pools (-1: rejected before routing);
+    #                                    empty = one pool
 
 
 class ItlRuns(ColumnModel, _Result):
@@ -71,6 +74,8 @@ class ItlRuns(ColumnModel, _Result):
     gap_s: FloatColumn
     count: IntColumn
     class_id: IntColumn
+    pool: IntColumn = Field(default_factory=empty_ints)   # pooled fleet: the pool of each
+    #                                    run (index into RunResult.pools); empty = one pool
 
 
 class ReplicaTimeline(_Result):
@@ -238,6 +243,31 @@ class FleetResult(_Result):
         return self.gpu_hours * self.price_per_gpu_hour_usd
 
 
+class PoolResult(_Result):
+    """One pool of a pooled fleet (``cluster.pools``): what it is and what it cost.
+
+    ``price_per_hour_usd``: the pool's GPUs at the profile price; for an autoscaled or
+    failing pool its mean over the run (``fleet.cost_usd`` ÷ hours). ``num_replicas``: at
+    t = 0, or the most that served at once when the pool's fleet changed.
+    """
+
+    name: str
+    model: str
+    hardware: str
+    tensor_parallel_size: int
+    gpus_per_replica: int
+    engine: str                        # engine preset and version
+    scheduler: str
+    num_replicas: int
+    num_gpus: int
+    price_per_gpu_hour_usd: float
+    price_per_hour_usd: float
+    peak_flops_per_gpu: float
+    hbm_bandwidth_per_gpu_bytes_per_s: float
+    routed_requests: int               # requests the router sent to it
+    fleet: FleetResult | None = None   # an autoscaled or failing pool only
+
+
 class DaySamples(_Result):
     """The fleet sampled every ``sample_s`` (a run with time-varying load, autoscaling or
     failures), for the day view (:mod:`capsim.metrics.day`).
@@ -283,6 +313,7 @@ class RunResult(_Result):
     preset: str = ""                   # engine preset name; "disaggregated" for a P/D split
     fleet: FleetResult | None = None   # an autoscaled or failing fleet only
     day: DaySamples | None = None      # time-varying load, autoscaling or failures only
+    pools: list[PoolResult] | None = None   # a pooled fleet (cluster.pools) only
 
 
 class SummaryRow(_Result):

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -43,6 +43,9 @@ from capsim.scenario.validation import one_line_error
 from capsim.scenario.workload import WorkloadConfig
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from capsim.scenario.resolve_pools import PooledFleet
 
 GIB = 2**30
 
@@ -142,17 +145,28 @@ class RunConfig:
     autoscaling: AutoscalingConfig | None = None   # cluster.autoscaling (scenario/fleet.py)
     failures: FailuresConfig | None = None         # cluster.failures (scenario/fleet.py)
     provisioning_delay_s: float = 0.0              # a new replica's start-up, s
+    fleet: "PooledFleet | None" = None             # cluster.pools (scenario/resolve_pools.py)
 
     @property
     def disaggregated(self) -> bool:
         return self.transfer is not None
 
+    @property
+    def pooled(self) -> bool:
+        """A heterogeneous / multi-model fleet (``cluster.pools``): ``pools`` holds one
+        :class:`Pool` per fleet pool, its ``role`` the pool's name."""
+        return self.fleet is not None
+
     def pool(self, role: str = "colocated") -> Pool:
         """The pool of ``role`` (``colocated``, ``prefill`` or ``decode``).
 
         Raises:
-            KeyError: the variant has no such pool.
+            KeyError: the variant has no such pool, or it is pooled (``cluster.pools``:
+                its pools are ``fleet.pools``).
         """
+        if self.fleet is not None:
+            raise KeyError(f"variant {self.variant} has several pools (cluster.pools); "
+                           "read run.fleet.pools")
         for p in self.pools:
             if p.role == role:
                 return p
@@ -187,6 +201,12 @@ class RunConfig:
     def with_replicas(self, num_replicas: int) -> "RunConfig":
         """This co-located variant on ``num_replicas`` replicas (a sizing candidate)."""
         return replace(self, pools=(replace(self.pool(), num_replicas=num_replicas),))
+
+    def with_pool_replicas(self, counts: dict[str, int]) -> "RunConfig":
+        """This pooled variant with ``counts[name]`` replicas in pool ``name`` (the others
+        as they are); a pool given 0 leaves the fleet (a sizing mix)."""
+        fleet = self.fleet.with_counts(counts)
+        return replace(self, fleet=fleet, pools=tuple(fp.pool for fp in fleet.pools))
 
 
 def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> RunConfig:
@@ -901,13 +921,28 @@ def engine_label(run: RunConfig) -> str:
     """The engine preset(s) of a variant, e.g. ``vllm-v1 (vLLM 0.19.0)``; a split whose
     pools run different presets names both."""
     labels = list(dict.fromkeys(p.preset.label for p in run.pools))
-    return labels[0] if len(labels) == 1 else \
-        ", ".join(f"{p.role} {p.preset.label}" for p in run.pools)
+    if len(labels) == 1:
+        return labels[0]
+    names = run.fleet.names if run.fleet is not None else [p.role for p in run.pools]
+    return ", ".join(f"{name} {p.preset.label}" for name, p in zip(names, run.pools))
+
+
+def scheduler_label(pool: Pool) -> str:
+    """``continuous+chunked(2048)``, ``static``, ``trtllm(GUARANTEED_NO_EVICT, 8192)``, …"""
+    eng = pool.engine
+    if eng.scheduler == "static":
+        return "static"
+    chunk = f"+chunked({eng.max_num_batched_tokens})" if eng.chunked else ""
+    if eng.scheduler == "trtllm":
+        return f"trtllm({eng.capacity_scheduler_policy}, {eng.max_num_batched_tokens}){chunk}"
+    return f"{eng.scheduler}{chunk}"
 
 
 def kv_log_lines(run: RunConfig) -> list[str]:
     """A variant's start-up lines (:func:`pool_log_lines`); one set per pool (prefixed)
     when disaggregated."""
+    if run.fleet is not None:
+        return [f"{fp.name}: {line}" for fp in run.fleet.pools for line in pool_log_lines(fp.pool)]
     if not run.disaggregated:
         return pool_log_lines(run.pool())
     return [f"{p.role}: {line}" for p in run.pools for line in pool_log_lines(p)]

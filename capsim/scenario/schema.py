@@ -20,6 +20,7 @@ from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
+from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
@@ -197,14 +198,42 @@ class EngineConfig(StrictModel):
 
 
 class ClusterConfig(StrictModel):
-    """Replicas (each one tensor-parallel engine) behind a router."""
+    """Replicas (each one tensor-parallel engine) behind a router; or several pools of them
+    (``pools``, scenario/pools.py: each its own GPU, TP, engine and model)."""
 
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
-    router: Literal["round_robin", "least_outstanding_tokens"] = "round_robin"
+    # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only).
+    router: Literal["round_robin", "least_outstanding_tokens", "cost"] = "round_robin"
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None
     # Replica failures and repairs (scenario/fleet.py).
     failures: FailuresConfig | None = None
+    # A heterogeneous / multi-model fleet: pools behind this router (scenario/pools.py).
+    pools: list[FleetPoolConfig] | None = None
+    # Rules sending a class or long prompts to one pool; the first match wins.
+    route: list[RouteRule] = Field(default_factory=list)
+
+    @field_validator("pools")
+    @classmethod
+    def _pools(cls, v):
+        return check_pools(v)
+
+    @model_validator(mode="after")
+    def _pools_or_one(self):
+        if self.pools is None:
+            if self.route:
+                raise ValueError("route rules send requests to pools; give cluster.pools "
+                                 "(or remove route)")
+            if self.router == "cost":
+                raise ValueError("router: cost picks among pools; give cluster.pools (valid "
+                                 "for one pool of replicas: round_robin, "
+                                 "least_outstanding_tokens)")
+            return self
+        for key in ("num_replicas", "autoscaling", "failures"):
+            if key in self.model_fields_set:
+                raise ValueError(f"with pools, give {key} per pool "
+                                 f"(cluster.pools.N.{key}); remove cluster.{key}")
+        return self
 
 
 #: Longest scenario or variant name, characters. Names become file and directory names

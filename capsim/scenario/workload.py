@@ -263,6 +263,10 @@ class RequestClass(StrictModel):
     shared_prefix: Optional[SharedPrefix] = None
     conversation: Optional[Conversation] = None
     n: Int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
+    model: Optional[str] = Field(
+        default=None, min_length=1, description="the model its requests ask for (a pool of "
+                                                "cluster.pools must serve it); default: the "
+                                                "variant's model")
     slo: Optional[dict[str, float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )

@@ -26,7 +26,9 @@ def wants_day_view(run: RunConfig) -> bool:
     """A run whose load or fleet changes over time."""
     wl = run.workload
     shaped = wl.time_varying if wl.trace is None else wl.trace.schedule is not None
-    return shaped or run.autoscaling is not None or run.failures is not None
+    pools = run.fleet.pools if run.fleet is not None else ()
+    return shaped or run.autoscaling is not None or run.failures is not None or any(
+        p.autoscaling is not None or p.failures is not None for p in pools)
 
 
 class DaySampler:

@@ -18,7 +18,8 @@ import simpy
 
 from capsim.engine.clock import Environment
 
-from capsim.scenario.resolve import Pool, RunConfig, engine_label, pool_log_lines
+from capsim.scenario.resolve import (RunConfig, engine_label, kv_log_lines, pool_log_lines,
+                                     scheduler_label)
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.fleet import Fleet, policy_label
@@ -26,9 +27,10 @@ from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
-from capsim.kv.blocks import blocks_needed
+from capsim.engine.pooled import PooledCluster, colocated_reject_reason
 from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
 from capsim.sim.day import DaySampler, wants_day_view
+from capsim.sim.pooled import make_pooled, pooled_result
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.results.model import ItlRuns, RunResult, TransferRecords
@@ -73,7 +75,7 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     env = Environment()
     num_classes = len(trace.class_names)
     itl_classes = 2 * num_classes if trace.warmup_requests else num_classes
-    itl = ItlRecorder(itl_classes)
+    itl = ItlRecorder(itl_classes * (len(run.fleet.pools) if run.fleet is not None else 1))
     source = RequestSource(trace)
     log = RequestLog(len(trace))
     loop = trace.closed_loop
@@ -92,7 +94,14 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
 
     cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
     fleet = None                         # an autoscaled pool (engine/fleet.py)
-    if run.disaggregated:
+    pooled = None                        # several pools behind one router (engine/pooled.py)
+    if run.fleet is not None:
+        pooled = make_pooled(env, run, trace, itl, itl_classes, on_finish, log,
+                             lambda req, why: _reject(req, why, env.now, on_finish),
+                             macro_steps, TimelineRecorder.start_width_s(_last_arrival_s(trace)),
+                             lambda: log.written >= total)
+        replicas, route = pooled.replicas, pooled
+    elif run.disaggregated:
         cluster = DisaggCluster(env, run, itl, itl_classes, on_finish,
                                 macro_steps=macro_steps)
         replicas, route = cluster.replicas, cluster.route
@@ -117,9 +126,10 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     sampler = None                       # the day view's samples (sim/day.py)
     if loop is None and not run.disaggregated and not trace.warmup_requests \
             and wants_day_view(run):
-        sampler = DaySampler(env, itl, (lambda: fleet.serving) if fleet else (lambda: replicas),
-                             (lambda: len(fleet.pending)) if fleet else (lambda: 0),
-                             lambda: log.written >= total)
+        serving, held = ((lambda: fleet.serving), (lambda: len(fleet.pending))) if fleet else \
+            ((lambda: pooled.serving), (lambda: pooled.held)) if pooled else \
+            ((lambda: replicas), (lambda: 0))
+        sampler = DaySampler(env, itl, serving, held, lambda: log.written >= total)
     sender = None
     if loop is None:
         env.process(_arrivals(env, source, admit))
@@ -129,6 +139,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
             rep.hooks = EveryFinishObserved(rep.hooks)
         env.process(sender.start())
     env.run()
+    if pooled is not None:               # pools' fleets may have grown
+        replicas = pooled.replicas
     if sender is not None:               # the rows it sent (all, unless stopped by time)
         log.truncate(sender.sent)
         trace = source.trace.head(sender.sent)
@@ -140,6 +152,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         progress(total, total)
     result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
     result = result if cluster is None else cluster.finish(result)
+    if pooled is not None:
+        result = pooled_result(result, run, pooled, itl_classes)
     if fleet is not None:
         result = _with_fleet(result, run, fleet)
     if sampler is not None:
@@ -235,28 +249,12 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     """Why a request can never be served by this engine ("" if it can)."""
     if run.disaggregated:
         return disagg_reject_reason(req, run)
-    pool = run.pool()
-    max_len = pool.engine.max_model_len
-    if req.prompt_tokens + req.output_tokens > max_len:
-        return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
-                f"exceeds max_model_len {max_len}")
-    eng = pool.engine
-    if not eng.chunked and req.prompt_tokens > eng.max_num_batched_tokens:
-        return (f"its {req.prompt_tokens}-token prompt exceeds max_num_batched_tokens "
-                f"{eng.max_num_batched_tokens} without chunked prefill")
-    bs, blocks = eng.block_size, pool.kv.num_gpu_blocks
-    if pool.engine.kv_allocator != "paged":
-        if req.n > 1:
-            return "parallel sampling (n > 1) needs the paged KV allocator"
-        want = max_len if pool.engine.kv_allocator == "contiguous_max_model_len" else \
-            req.prompt_tokens + req.output_tokens
-        if want > blocks * bs:
-            return f"reserves {want} KV tokens; the whole cache has {blocks * bs}"
-    shared = req.prompt_tokens // bs              # full prompt blocks all samples share
-    need = shared + req.n * (blocks_needed(req.total_tokens, bs) - shared)
-    if need > blocks:
-        return f"needs {need} KV blocks; the whole cache has {blocks}"
-    return ""
+    if run.fleet is not None:                 # any pool serving its class's model
+        f = run.fleet
+        want = f.class_models[req.class_id % len(f.class_models)]
+        reasons = [colocated_reject_reason(req, p.pool) for p in f.pools if p.model.name == want]
+        return "" if "" in reasons else reasons[0]
+    return colocated_reject_reason(req, run.pool())
 
 
 def _arrivals(env: simpy.Environment, source: RequestSource, admit: "_Admission"):
@@ -293,7 +291,11 @@ class _Admission:
 
 def _admit(env: simpy.Environment, req: Request, route, run: RunConfig, on_finish) -> None:
     """Reject a request no replica can serve; else route it to a replica once the engine's
-    server path (``request_before_s``: HTTP, tokenization, wake-up) has passed."""
+    server path (``request_before_s``: HTTP, tokenization, wake-up) has passed (a pooled
+    fleet: :meth:`PooledCluster.admit` picks the pool first)."""
+    if isinstance(route, PooledCluster):
+        route.admit(req, lambda why: _reject(req, why, req.arrival_s, on_finish))
+        return
     reason = reject_reason(req, run)
     if reason:
         _reject(req, reason, req.arrival_s, on_finish)
@@ -338,10 +340,12 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
             itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
     """The run's result; a disaggregated split's pool-level fields (scheduler, hardware,
     price, peaks, log) are then replaced by :meth:`DisaggCluster.finish`."""
+    if run.fleet is not None:
+        return _pooled_base(run, trace, log, replicas, itl, end_s, wall_s)
     pool = run.serving_pool
     hw = pool.hardware
     return RunResult(
-        variant=run.variant, seed=run.seed, scheduler=_scheduler_label(pool),
+        variant=run.variant, seed=run.seed, scheduler=scheduler_label(pool),
         num_replicas=run.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
         model=run.model.name, price_per_hour_usd=hw.price_per_gpu_hour_usd * run.num_gpus,
         peak_flops_per_gpu=hw.peak_flops(pool.matmul_dtype),
@@ -353,12 +357,32 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
         preset="disaggregated" if run.disaggregated else pool.preset.name)
 
 
-def _scheduler_label(pool: Pool) -> str:
-    """``continuous+chunked(2048)``, ``static``, ``trtllm(GUARANTEED_NO_EVICT, 8192)``, …"""
-    eng = pool.engine
-    if eng.scheduler == "static":
-        return "static"
-    chunk = f"+chunked({eng.max_num_batched_tokens})" if eng.chunked else ""
-    if eng.scheduler == "trtllm":
-        return f"trtllm({eng.capacity_scheduler_policy}, {eng.max_num_batched_tokens}){chunk}"
-    return f"{eng.scheduler}{chunk}"
+def _pooled_base(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
+                 itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
+    """A pooled run's result before :func:`~capsim.sim.pooled.pooled_result` adds the pools:
+    labels of every pool joined (one pool: exactly a single fleet's), peaks per GPU as the
+    GPU-weighted mean of the pools' (so MFU / MBU divide by the fleet's summed peak)."""
+    pools = [fp.pool for fp in run.fleet.pools]
+    gpus = [p.num_gpus for p in pools]
+    total = max(sum(gpus), 1)
+
+    def per_gpu(value) -> float:
+        if len(pools) == 1:             # exactly the one pool's figure
+            return value(pools[0])
+        return sum(value(p) * g for p, g in zip(pools, gpus)) / total
+
+    def joined(values) -> str:
+        return "+".join(dict.fromkeys(values))
+
+    return RunResult(
+        variant=run.variant, seed=run.seed, scheduler=joined(scheduler_label(p) for p in pools),
+        num_replicas=run.num_replicas, num_gpus=run.num_gpus,
+        hardware=joined(p.hardware.name for p in pools),
+        model=joined(fp.model.name for fp in run.fleet.pools),
+        price_per_hour_usd=sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
+        peak_flops_per_gpu=per_gpu(lambda p: p.hardware.peak_flops(p.matmul_dtype)),
+        hbm_bandwidth_per_gpu_bytes_per_s=per_gpu(lambda p: p.hardware.hbm_bandwidth_bytes_per_s),
+        class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
+        requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
+        timelines=[r.timeline.result() for r in replicas], log=kv_log_lines(run),
+        engine=engine_label(run), preset=joined(p.preset.name for p in pools))

@@ -1,0 +1,288 @@
+"""Resolving a pooled variant (``cluster.pools``, :mod:`capsim.scenario.pools`): one
+:class:`FleetPool` per pool, the route rules and the model each class asks for.
+
+Each pool is resolved by :func:`~capsim.scenario.resolve.resolve_variant` as a co-located
+variant whose hardware, model, engine knobs and cluster are the variant's with the
+pool's on top, so every rule, default and memory check applies per pool; an error is
+re-pointed at the pool's YAML path (``cluster.pools.1.engine.max_num_seqs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape
+from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.pools import FleetPoolConfig
+from capsim.scenario.resolve import (ClusterConfig, Pool, RunConfig, _load_model, _merged,
+                                     _named, resolve_variant)
+from capsim.scenario.schema import Scenario, VariantSpec
+
+
+@dataclass(frozen=True)
+class FleetPool:
+    """One resolved pool: its replicas' :class:`Pool` (role ``colocated``), the model they
+    serve, and its own autoscaling / failures (None: a fixed pool that never fails)."""
+
+    name: str
+    pool: Pool
+    model: ModelShape
+    autoscaling: AutoscalingConfig | None = None
+    failures: FailuresConfig | None = None
+    provisioning_delay_s: float = 0.0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.pool.engine.gpus_per_replica
+
+    @property
+    def price_per_replica_hour_usd(self) -> float:
+        """One replica's GPUs at the profile's hourly price, $/h."""
+        return self.pool.hardware.price_per_gpu_hour_usd * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class Route:
+    """A resolved route rule: requests of ``class_id`` (None: any) with at least
+    ``min_prompt_tokens`` prompt tokens (None: any) go to pool ``pool`` (an index)."""
+
+    class_id: int | None
+    min_prompt_tokens: int | None
+    pool: int
+
+    def matches(self, class_id: int, prompt_tokens: int) -> bool:
+        return ((self.class_id is None or self.class_id == class_id)
+                and (self.min_prompt_tokens is None or prompt_tokens >= self.min_prompt_tokens))
+
+
+@dataclass(frozen=True)
+class PooledFleet:
+    """The pools behind one router, how it routes, and what each request class asks for.
+
+    Attributes:
+        pools: the pools, in the scenario's order.
+        policy: ``least_outstanding_tokens``, ``round_robin`` or ``cost``.
+        routes: the route rules, first match wins.
+        class_models: the model name each class id asks for.
+        class_ttft_s: each class's per-request TTFT limit, s (None: none; ``cost`` routing
+            then takes the cheapest pool serving the model).
+    """
+
+    pools: tuple[FleetPool, ...]
+    policy: str
+    routes: tuple[Route, ...]
+    class_models: tuple[str, ...]
+    class_ttft_s: tuple[float | None, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.pools)
+
+    def required(self) -> set[str]:
+        """Pools that cannot be left out of a mix: a route names them, or they alone serve
+        a model some class asks for."""
+        out = {self.pools[r.pool].name for r in self.routes}
+        for model in set(self.class_models):
+            serving = [p.name for p in self.pools if p.model.name == model]
+            if len(serving) == 1:
+                out.add(serving[0])
+        return out
+
+    def with_counts(self, counts: dict[str, int]) -> "PooledFleet":
+        """``counts[name]`` replicas in pool ``name`` (others unchanged); a pool at 0 is left
+        out (route indices follow).
+
+        Raises:
+            ValueError: an unknown pool, a negative count, or leaving out a pool
+                :meth:`required` keeps.
+        """
+        unknown = set(counts) - set(self.names)
+        if unknown:
+            raise ValueError(f"no pool named {sorted(unknown)[0]!r}")
+        dropped = {n for n, c in counts.items() if c == 0}
+        if any(c < 0 for c in counts.values()) or dropped & self.required():
+            raise ValueError(f"pools {sorted(dropped & self.required())} must keep a replica")
+        kept = [replace(p, pool=replace(p.pool, num_replicas=counts.get(p.name,
+                                                                        p.pool.num_replicas)))
+                for p in self.pools if p.name not in dropped]
+        index = {p.name: i for i, p in enumerate(kept)}
+        routes = tuple(replace(r, pool=index[self.pools[r.pool].name]) for r in self.routes)
+        return replace(self, pools=tuple(kept), routes=routes)
+
+
+def pooled_cluster(spec: Scenario, v: VariantSpec) -> bool:
+    """Whether variant ``v`` of ``spec`` runs a pooled fleet (its ``cluster.pools``, or the
+    scenario's unless the variant sets ``pools: null``)."""
+    if "pools" in v.cluster:
+        return v.cluster["pools"] is not None
+    return spec.cluster.pools is not None
+
+
+def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> RunConfig:
+    """Variant ``index`` (``v``) with ``cluster.pools`` as one :class:`RunConfig` whose
+    ``fleet`` holds the pools.
+
+    Raises:
+        ScenarioError: naming the YAML path: two pools with one name, a pool that does not
+            resolve (its model does not fit its GPUs, an unknown GPU, ...), a class asking
+            for a model no pool serves, a route to a pool that does not exist or to a pool
+            not serving the class's model, an unknown class in a route, or pools next to
+            ``disaggregation``.
+    """
+    where = f"variants.{index}" if spec.variants else ""
+    if v.disaggregation is not None:
+        raise ScenarioError("a variant is either a pooled fleet (cluster.pools) or a "
+                            "prefill/decode split (disaggregation), not both; remove one",
+                            file=str(path), path=f"{where}.disaggregation")
+    cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
+
+    def at(key: str) -> str:
+        return f"{where}.cluster.{key}" if where and key in v.cluster else f"cluster.{key}"
+
+    seen: dict[str, int] = {}
+    for i, pc in enumerate(cluster.pools):
+        if pc.name in seen:
+            raise ScenarioError(f"pool name '{pc.name}' is already used by pool {seen[pc.name]}; "
+                                "pool names must be unique", file=str(path),
+                                path=f"{at('pools')}.{i}.name")
+        seen[pc.name] = i
+    inner = "least_outstanding_tokens" if cluster.router == "cost" else cluster.router
+    pools = tuple(_resolve_pool(spec, index, v, pc, inner, path, f"{at('pools')}.{i}")
+                  for i, pc in enumerate(cluster.pools))
+    default_model = _named(lambda n: _load_model(n, path), v.model or spec.model, path,
+                           f"{where}.model" if v.model else "model")
+    class_models = _class_models(spec, pools, default_model, path)
+    routes = _routes(spec, cluster, pools, class_models, path, at("route"))
+    fleet = PooledFleet(pools=pools, policy=cluster.router, routes=routes,
+                        class_models=class_models, class_ttft_s=_class_ttft_s(spec))
+    return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
+                     workload=spec.workload, model=pools[0].model,
+                     pools=tuple(p.pool for p in pools), router=cluster.router, fleet=fleet)
+
+
+def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,
+                  path: Path, at: str) -> FleetPool:
+    """Pool ``pc`` resolved as a co-located variant (the variant's fields, the pool's on top)."""
+    engine = {**v.engine, **pc.engine}
+    if pc.tensor_parallel_size is not None:
+        if "tensor_parallel_size" in pc.engine:
+            raise ScenarioError("give tensor_parallel_size once (pool or pool engine)",
+                                file=str(path), path=f"{at}.engine.tensor_parallel_size")
+        engine["tensor_parallel_size"] = pc.tensor_parallel_size
+    cluster = {"num_replicas": pc.num_replicas, "router": router}
+    for key in ("autoscaling", "failures"):
+        value = getattr(pc, key)
+        if value is not None:
+            cluster[key] = value.model_dump(exclude_unset=True)
+    synth = v.model_copy(update={
+        "name": f"{v.name}/{pc.name}", "hardware": pc.hardware or v.hardware,
+        "model": pc.model or v.model, "engine": engine, "cluster": cluster,
+        "hardware_overrides": {**v.hardware_overrides, **pc.hardware_overrides}, "set": {}})
+    alone = spec.model_copy(update={"cluster": ClusterConfig(), "variants": [synth]})
+    try:
+        run = resolve_variant(alone, index, synth, path)
+    except ScenarioError as exc:
+        raise _pool_error(exc, index, v, pc, at, bool(spec.variants)) from None
+    return FleetPool(name=pc.name, pool=run.pool(), model=run.model,
+                     autoscaling=run.autoscaling, failures=run.failures,
+                     provisioning_delay_s=run.provisioning_delay_s)
+
+
+def _pool_error(exc: ScenarioError, index: int, v: VariantSpec, pc: FleetPoolConfig, at: str,
+                has_variants: bool) -> ScenarioError:
+    """Re-point an error of the synthesized variant ``variants.<index>.X`` at the field that
+    gave X: the pool's (``<at>.X``), else the variant's, else the scenario's."""
+    path = exc.path or ""
+    head = f"variants.{index}."
+    if not path.startswith(head):
+        return exc
+    tail = path[len(head):]
+    first, _, rest = tail.partition(".")
+    variant = f"{head}{tail}" if has_variants else tail
+    if first == "cluster":
+        new = f"{at}.{rest}" if rest else at
+    elif first == "engine":
+        key = rest.partition(".")[0]
+        if key == "tensor_parallel_size" and pc.tensor_parallel_size is not None:
+            new = f"{at}.tensor_parallel_size"
+        else:
+            new = f"{at}.{tail}" if key in pc.engine or key not in v.engine else variant
+    elif first in ("hardware", "model"):
+        new = f"{at}.{first}" if getattr(pc, first) else variant
+    elif first == "hardware_overrides":
+        key = rest.partition(".")[0]
+        new = f"{at}.{tail}" if key in pc.hardware_overrides else variant
+    else:
+        new = variant
+    return ScenarioError(exc.message, file=exc.file, path=new)
+
+
+def _class_models(spec: Scenario, pools: tuple[FleetPool, ...], default: ModelShape,
+                  path: Path) -> tuple[str, ...]:
+    """The model name each class asks for; a trace's one class asks for the default.
+
+    Raises:
+        ScenarioError: a class (or the default) asking for a model no pool serves.
+    """
+    served = sorted({p.model.name for p in pools})
+    classes = spec.workload.classes or []
+    out = []
+    for i, c in enumerate(classes or [None]):
+        field = f"workload.classes.{i}.model" if c is not None else "model"
+        if c is not None and c.model is not None:
+            name = _named(lambda n: _load_model(n, path), c.model, path, field).name
+            asked = f"model {name}"
+        else:
+            name = default.name
+            asked = f"model {name} (the variant's; a class names its own with model:)"
+        if name not in served:
+            raise ScenarioError(f"asks for {asked}, which no pool serves; pools serve: "
+                                f"{', '.join(served)}", file=str(path),
+                                path=field if c is None or c.model is not None else field)
+        out.append(name)
+    return tuple(out)
+
+
+def _routes(spec: Scenario, cluster: ClusterConfig, pools: tuple[FleetPool, ...],
+            class_models: tuple[str, ...], path: Path, at: str) -> tuple[Route, ...]:
+    """The route rules with pool and class names resolved to indices.
+
+    Raises:
+        ScenarioError: a pool or class that does not exist, or a pool not serving the
+            model the class asks for.
+    """
+    names = [p.name for p in pools]
+    classes = [c.name for c in spec.workload.classes or []] or \
+        [spec.workload.trace.class_name if spec.workload.trace else "default"]
+    out = []
+    for j, rule in enumerate(cluster.route):
+        if rule.pool not in names:
+            raise ScenarioError(f"no pool named '{rule.pool}'; valid: {', '.join(names)}",
+                                file=str(path), path=f"{at}.{j}.pool")
+        k = names.index(rule.pool)
+        cid = None
+        if rule.cls is not None:
+            if rule.cls not in classes:
+                raise ScenarioError(f"no workload class named '{rule.cls}'; valid: "
+                                    f"{', '.join(classes)}", file=str(path),
+                                    path=f"{at}.{j}.class")
+            cid = classes.index(rule.cls)
+            if pools[k].model.name != class_models[cid]:
+                raise ScenarioError(f"pool '{rule.pool}' serves {pools[k].model.name}; class "
+                                    f"'{rule.cls}' asks for {class_models[cid]}", file=str(path),
+                                    path=f"{at}.{j}.pool")
+        out.append(Route(cid, rule.min_prompt_tokens, k))
+    return tuple(out)
+
+
+def _class_ttft_s(spec: Scenario) -> tuple[float | None, ...]:
+    """Each class's TTFT limit (its ``slo.ttft_ms``, else the scenario's), s."""
+    base = spec.slo.ttft_ms
+    classes = spec.workload.classes or [None]
+    out = []
+    for c in classes:
+        ms = (c.slo or {}).get("ttft_ms", base) if c is not None else base
+        out.append(ms / 1e3 if ms is not None else None)
+    return tuple(out)

@@ -101,7 +101,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
     from capsim.profiles import trust
-    from capsim.report.run.console import disagg_table, summary_table
+    from capsim.report.run.console import disagg_table, pools_table, summary_table
     from capsim.sim.simulate import group_reasons, simulate
 
     loaded = load(scenario, list(overrides), seed)
@@ -141,6 +141,9 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     split = disagg_table(rows)
     if split is not None:
         console.print(split)
+    by_pool = pools_table(results, spec.slo, loaded.class_slos)
+    if by_pool is not None:
+        console.print(by_pool)
     console.print(f"report: {index}")
     _refuse_empty_variants(loaded, rows, index)
 
@@ -191,6 +194,7 @@ def _traces(loaded):
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     from capsim.scenario.load import load
     from capsim.scenario.resolve import pool_lines, pool_log_lines
+    from capsim.scenario.resolve_pools import fleet_lines
     from capsim.sim.simulate import rejections
 
     loaded = load(scenario, list(overrides))
@@ -198,7 +202,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
     for rc in loaded.runs:
-        if rc.disaggregated:          # prefill and decode pools
+        if rc.fleet is not None:      # pooled fleet: one line per pool
+            for line in fleet_lines(rc):
+                click.echo(f"  {line}")
+            max_len = max(p.engine.max_model_len for p in rc.pools)
+        elif rc.disaggregated:        # prefill and decode pools
             for line in pool_lines(rc):
                 click.echo(f"  {line}")
             max_len = min(p.engine.max_model_len for p in rc.pools)

@@ -286,3 +286,26 @@ def _class_ttft_s(spec: Scenario) -> tuple[float | None, ...]:
         ms = (c.slo or {}).get("ttft_ms", base) if c is not None else base
         out.append(ms / 1e3 if ms is not None else None)
     return tuple(out)
+
+
+def fleet_lines(run: RunConfig) -> list[str]:
+    """What ``capsim validate`` prints for a pooled variant: the router and its rules, then
+    per pool its replicas, GPU, TP, engine, model and start-up lines."""
+    from capsim.scenario.resolve import pool_log_lines
+    f = run.fleet
+    rules = [f"{'class ' + str(r.class_id) if r.class_id is not None else ''}"
+             f"{' and ' if r.class_id is not None and r.min_prompt_tokens else ''}"
+             f"{f'prompt >= {r.min_prompt_tokens}' if r.min_prompt_tokens else ''} → "
+             f"{f.pools[r.pool].name}" for r in f.routes]
+    out = [f"{run.variant}: {len(f.pools)} pools on {run.num_gpus} GPUs, router {f.policy}"
+           + (f", route: {'; '.join(rules)}" if rules else "")]
+    for fp in f.pools:
+        eng = fp.pool.engine
+        scaling = ", autoscaled" if fp.autoscaling is not None else ""
+        out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
+                   f"TP{eng.tensor_parallel_size}, model {fp.model.name}, engine "
+                   f"{fp.pool.preset.label}, max_num_seqs {eng.max_num_seqs}, "
+                   f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
+                   f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")
+        out += [f"    {line}" for line in pool_log_lines(fp.pool)]
+    return out

@@ -134,11 +134,13 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
            figures: list[FigureRef], timelines: list[FigureRef], notes: list[str],
-           disagg: dict | None = None, day: dict | None = None) -> str:
+           disagg: dict | None = None, day: dict | None = None,
+           pools: dict | None = None) -> str:
     """The full index.html text. All strings are autoescaped by jinja2.
 
     ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None;
-    ``day``: the fleet table of the day view (:func:`capsim.report.run.day.table`), or None.
+    ``day``: the fleet table of the day view (:func:`capsim.report.run.day.table`), or None;
+    ``pools``: the pooled fleets' table (:func:`capsim.report.run.pools.table`), or None.
     """
     all_rows = [r for r in rows if r.cls == "all"]
     class_rows = [r for r in rows if r.cls != "all"]
@@ -164,5 +166,6 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         notes=list(notes) + held_reply_notes(results),
         disagg=disagg,
         day=day,
+        pools=pools,
         resolved_yaml=resolved_yaml,
     )

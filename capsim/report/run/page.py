@@ -2,7 +2,8 @@
 
 :func:`write` renders ``index.html`` (verdict table, figures, logs), the PNG
 figures, ``summary.csv``, ``requests.csv`` and ``scenario.resolved.yaml`` (and
-``day.csv`` when a variant's load or fleet changes over time).
+``day.csv`` when a variant's load or fleet changes over time, ``pools.csv`` for a pooled
+fleet).
 The terminal summary lives in :mod:`capsim.report.run.console`.
 """
 
@@ -15,7 +16,7 @@ import pandas as pd
 from capsim.metrics.summary import request_frame, summary_frame
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
-from capsim.report.run import day, disagg, figures, timeline
+from capsim.report.run import day, disagg, figures, pools, timeline
 from capsim.report.run.html import render
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results.model import RunResult, SummaryRow
@@ -108,6 +109,12 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
         figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
         split_table = disagg.table(all_rows, results, colours)
 
+    pool_table = None
+    if pools.has_pools(results):              # pooled fleets: per pool and fleet total
+        by_pool = pools.frame(results, slo, class_slos)
+        pools.write_csv(by_pool, d / pools.CSV)
+        pool_table = pools.table(by_pool, results, colours)
+
     day_table = None
     if day.has_day(results):                  # time-varying load or fleet: the day view
         frames_by_window = day.windows(results, slo)
@@ -128,5 +135,5 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
                   class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
-                  notes=notes, disagg=split_table, day=day_table)
+                  notes=notes, disagg=split_table, day=day_table, pools=pool_table)
     (d / "index.html").write_text(html, encoding="utf-8")

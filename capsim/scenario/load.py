@@ -23,7 +23,7 @@ from capsim.profiles.models import model_names
 from capsim.scenario.overrides import apply_override, set_dotted
 from capsim.scenario.paths import absolute_paths
 from capsim.scenario.resolve import RunConfig, engine_label, resolve_variant
-from capsim.scenario.resolve_pools import pooled_cluster, resolve_pooled
+from capsim.scenario.resolve_pools import check_class_models, pooled_cluster, resolve_pooled
 from capsim.scenario.schema import Scenario, VariantSpec
 from capsim.scenario.slo import RequestSlo
 from capsim.scenario.validation import validate
@@ -90,8 +90,11 @@ def _resolve(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,
     (``variants.<i>.set.engine.preset``), not the scenario's field it replaced."""
     try:
         seen = _variant_scenario(raw, spec, index, v, path)
-        resolve = resolve_pooled if pooled_cluster(seen, v) else resolve_variant
-        return resolve(seen, index, v, path)
+        if pooled_cluster(seen, v):
+            return resolve_pooled(seen, index, v, path)
+        run = resolve_variant(seen, index, v, path)
+        check_class_models(seen, run, path)
+        return run
     except ScenarioError as exc:
         key = next((k for k in v.set if exc.path == k or (exc.path or "").startswith(f"{k}.")),
                    None)

@@ -245,6 +245,24 @@ def _class_models(spec: Scenario, pools: tuple[FleetPool, ...], default: ModelSh
     return tuple(out)
 
 
+def check_class_models(spec: Scenario, run: RunConfig, path: Path) -> None:
+    """A single fleet (or a prefill/decode split) serves its variant's model only: a class
+    asking for another is refused.
+
+    Raises:
+        ScenarioError: naming ``workload.classes.<i>.model``.
+    """
+    for i, c in enumerate(spec.workload.classes or []):
+        if c.model is None:
+            continue
+        field = f"workload.classes.{i}.model"
+        name = _named(lambda n: _load_model(n, path), c.model, path, field).name
+        if name != run.model.name:
+            raise ScenarioError(f"asks for model {name}, which no pool serves; pools serve: "
+                                f"{run.model.name} (several models need cluster.pools)",
+                                file=str(path), path=field)
+
+
 def _routes(spec: Scenario, cluster: ClusterConfig, pools: tuple[FleetPool, ...],
             class_models: tuple[str, ...], path: Path, at: str) -> tuple[Route, ...]:
     """The route rules with pool and class names resolved to indices.

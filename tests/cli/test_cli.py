@@ -178,6 +178,29 @@ BAD = [
     # which capsim does not price; refused rather than priced as one NVLink domain.
     ("engine.tensor_parallel_size", 16, "engine.tensor_parallel_size: tensor_parallel_size 16 "
                                         "spans more than one node of 8 h100-sxm GPUs"),
+    # Pooled fleets (issue 17 item 5): a class asking for a model no pool serves, a route to
+    # a pool that does not exist, two pools with one name, a pool whose model does not fit
+    # its GPUs (Llama-3.1-70B's 131 GiB of bf16 weights on one 80 GB H100).
+    ("cluster", {"pools": [{"name": "h100"}, {"name": "h200", "hardware": "h200-sxm"}],
+                 "route": [{"class": "chat", "pool": "h20"}]},
+     "cluster.route.0.pool: no pool named 'h20'; valid: h100, h200"),
+    ("cluster", {"pools": [{"name": "h100"}, {"name": "h100", "hardware": "h200-sxm"}]},
+     "cluster.pools.1.name: pool name 'h100' is already used by pool 0; pool names must be "
+     "unique"),
+    ("cluster", {"pools": [{"name": "big", "model": "llama-3.1-70b"}]},
+     "cluster.pools.0.model: "),
+    ("cluster", {"pools": [{"name": "qwen", "model": "qwen2.5-7b"}]},
+     "workload.classes.0.model: asks for model llama-3.1-8b (the variant's; a class names its "
+     "own with model:), which no pool serves; pools serve: qwen2.5-7b"),
+    ("workload.classes.0.model", "mistral-7b",
+     "workload.classes.0.model: asks for model mistral-7b, which no pool serves; pools serve: "
+     "llama-3.1-8b"),
+    ("cluster", {"router": "cost"}, "cluster: router: cost picks among pools; give "
+                                    "cluster.pools"),
+    ("cluster", {"num_replicas": 2, "pools": [{"name": "h100"}]},
+     "cluster: with pools, give num_replicas per pool (cluster.pools.N.num_replicas)"),
+    ("cluster", {"pools": [{"name": "h100", "engine": {"max_num_seqs": 0}}]},
+     "cluster.pools.0.engine.max_num_seqs: "),
 ]
 
 

@@ -87,6 +87,10 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     from capsim.report.sweep.tables import sizing_table
 
     base = load(scenario, overrides, seed)
+    if any(rc.fleet is not None for rc in base.runs):
+        return _run_mix(console, base, scenario, out_dir, rate_per_s=rate_per_s, gpus=gpus,
+                        num_seeds=num_seeds, max_gpus=max_gpus, executor=executor,
+                        trust_edge=trust_edge, headroom=headroom)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,
                        max_gpus=max_gpus, trust_edge=trust_edge, headroom=headroom)
     out = out_dir or Path("reports") / f"{base.spec.name}-size"
@@ -108,4 +112,46 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
         why = result.rows[0].note or result.rows[0].status
         raise ScenarioError(f"no configuration meets every SLO target ({why}); the report "
                             f"shows the best found: {index}", file=str(scenario), path=where)
+    return index
+
+
+def _run_mix(console: Console, base, scenario: Path, out_dir: Path | None, *,
+             rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
+             max_gpus: int | None, executor: ExecutorSpec, trust_edge: str,
+             headroom: int) -> Path:
+    """``capsim size`` on pooled fleets: the cheapest mix of pool replicas per variant
+    (:mod:`capsim.studies.mix`).
+
+    Raises:
+        ScenarioError: an option mixes do not take (``--gpus``, ``--headroom``,
+            ``--trust-edge``), bad input, or — after the report is written — no mix meets
+            the SLO targets within ``max_gpus``.
+    """
+    from capsim.report.sweep.console import rich_table
+    from capsim.report.sweep.mix import mix_headline, mix_table, write_mix
+    from capsim.studies import mix
+
+    for flag, given in (("--gpus", gpus is not None), ("--headroom", headroom != 0),
+                        ("--trust-edge", trust_edge != "none")):
+        if given:
+            raise ScenarioError(f"{flag} is not modelled for pooled fleets (cluster.pools); "
+                                "capsim size finds the cheapest mix at a rate (--rate)",
+                                file=str(scenario))
+    plan = mix.plan_mix(base, rate_per_s=rate_per_s, max_gpus=max_gpus, num_seeds=num_seeds)
+    out = out_dir or Path("reports") / f"{base.spec.name}-size"
+    check_out_dir(out)
+    console.print(f"[bold]{base.spec.name}[/]: cheapest mix of {len(plan.runs)} pooled "
+                  f"variant(s) × {len(plan.seeds)} seed(s) at {plan.rate_per_s:.4g} req/s on "
+                  f"{executor.describe()}")
+    with open_runner(executor) as runner, _progress_bar(console, "search") as progress:
+        result = mix.run_mix(plan, runner, progress)
+    index = write_mix(out, result, resolved_yaml=dump_resolved(base, __version__,
+                                                                base.spec.seed),
+                      executor=executor.describe())
+    console.print(rich_table(mix_table(result), mix_headline(result)))
+    console.print(f"report: {index}")
+    if not result.any_met:
+        raise ScenarioError(f"no mix meets every SLO target within max_gpus = "
+                            f"{plan.max_gpus}; the report shows the best found: {index}",
+                            file=str(scenario), path="sizing.max_gpus")
     return index

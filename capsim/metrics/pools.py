@@ -60,18 +60,23 @@ def pool_rows(result: RunResult, slo: SloConfig,
 def pools_frame(results: list[RunResult], slo: SloConfig,
                 class_slos: dict[str, RequestSlo] | None = None) -> pd.DataFrame:
     """pools.csv: one row per variant × pool × class (the summary columns, after ``pool``,
-    ``hardware``, ``model``, ``tensor_parallel_size``, ``num_replicas``), then each pooled
-    variant's fleet total as pool ``fleet``; empty when no variant is pooled."""
+    ``hardware``, ``model``, ``tensor_parallel_size``, ``num_replicas``; a pool that served
+    no request: one row with its GPUs and $/h only), then each pooled variant's fleet total
+    as pool ``fleet``; empty when no variant is pooled."""
     rows = []
     for r in results:
         if not r.pools:
             continue
-        info = {p.name: p for p in r.pools}
+        by_pool = {}
         for name, row in pool_rows(r, slo, class_slos):
-            p = info[name]
-            rows.append({"pool": name, "hardware": p.hardware, "model": p.model,
-                         "tensor_parallel_size": p.tensor_parallel_size,
-                         "num_replicas": p.num_replicas, **row.model_dump()})
+            by_pool.setdefault(name, []).append(row.model_dump())
+        for p in r.pools:                   # a pool the router left idle: its cost only
+            head = {"pool": p.name, "hardware": p.hardware, "model": p.model,
+                    "tensor_parallel_size": p.tensor_parallel_size,
+                    "num_replicas": p.num_replicas}
+            idle = [{"variant": r.variant, "cls": "all", "num_requests": 0,
+                     "num_gpus": p.num_gpus, "cost_per_hour_usd": p.price_per_hour_usd}]
+            rows += [{**head, **row} for row in by_pool.get(p.name, idle)]
         for row in summarize(r, slo, class_slos):
             rows.append({"pool": "fleet", "hardware": r.hardware, "model": r.model,
                          "tensor_parallel_size": None, "num_replicas": r.num_replicas,

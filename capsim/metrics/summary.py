@@ -67,7 +67,8 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
     """One row per measured request (warm-up requests left out) with derived latencies
     in milliseconds.
 
-    Columns: variant, request_id, cls, replica, status, reject_reason,
+    Columns: variant, request_id, cls, replica, (pool: a pooled fleet's pool name, "" when
+    rejected before routing), status, reject_reason,
     arrival_s, prompt_tokens, output_tokens, queue_ms, ttft_ms, tpot_ms,
     e2el_ms, max_itl_ms, num_preemptions, good (met every per-request SLO of
     its class; False when rejected); for a disaggregated run (where ``replica`` is
@@ -90,6 +91,9 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
         "n": r.n if len(r.n) else 1,
         "num_preemptions": r.num_preemptions,
     })
+    if result.pools and len(r.pool):          # a pooled fleet: the pool that served it
+        names = np.asarray([p.name for p in result.pools] + [""], dtype=object)
+        df.insert(4, "pool", names[np.asarray(r.pool, dtype=np.int64)])   # -1: not routed
     arrival = np.asarray(r.arrival_s, dtype=np.float64)
     first = np.asarray(r.first_token_s, dtype=np.float64)
     finish = np.asarray(r.finish_s, dtype=np.float64)

@@ -102,6 +102,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.metrics.summary import summarize
     from capsim.profiles import trust
     from capsim.report.run.console import disagg_table, pools_table, summary_table
+    from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
 
     loaded = load(scenario, list(overrides), seed)
@@ -130,7 +131,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(summary_table(rows, spec.slo))
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
-    for line in trust.lines((r.preset, r.hardware) for r in results):
+    for line in trust.lines(trust_pairs(results)):
         console.print(f"how far to trust it: {line}")
     for r in results:
         for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:

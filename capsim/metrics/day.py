@@ -100,6 +100,12 @@ def day_cost(result: RunResult) -> dict[str, float]:
     tokens = float((np.asarray(rec.output_tokens)[done] * np.asarray(rec.n)[done]).sum())
     if result.fleet is not None:
         gpu_hours, cost = result.fleet.gpu_hours, result.fleet.cost_usd
+    elif result.pools:                  # a pooled fleet: each pool's own history or count
+        hours = result.sim_end_s / 3600.0
+        gpu_hours = sum(p.fleet.gpu_hours if p.fleet else p.num_gpus * hours
+                        for p in result.pools)
+        cost = sum(p.fleet.cost_usd if p.fleet else p.price_per_hour_usd * hours
+                   for p in result.pools)
     else:
         gpu_hours = result.num_gpus * result.sim_end_s / 3600.0
         cost = result.price_per_hour_usd * result.sim_end_s / 3600.0

@@ -257,6 +257,7 @@ class PoolResult(_Result):
     tensor_parallel_size: int
     gpus_per_replica: int
     engine: str                        # engine preset and version
+    preset: str                        # engine preset name
     scheduler: str
     num_replicas: int
     num_gpus: int

@@ -76,7 +76,7 @@ def pooled_result(result: RunResult, run: RunConfig, cluster: PooledCluster,
         pools.append(PoolResult(
             name=fp.name, model=fp.model.name, hardware=pool.hardware.name,
             tensor_parallel_size=eng.tensor_parallel_size, gpus_per_replica=gpr,
-            engine=pool.preset.label, scheduler=scheduler_label(pool), num_replicas=replicas,
+            engine=pool.preset.label, preset=pool.preset.name, scheduler=scheduler_label(pool), num_replicas=replicas,
             num_gpus=replicas * gpr, price_per_gpu_hour_usd=price_gpu, price_per_hour_usd=price,
             peak_flops_per_gpu=pool.hardware.peak_flops(pool.matmul_dtype),
             hbm_bandwidth_per_gpu_bytes_per_s=pool.hardware.hbm_bandwidth_bytes_per_s,

@@ -203,7 +203,8 @@ def _without_warmup(result: RunResult, num_classes: int) -> RunResult:
     itl = result.itl
     keep = np.asarray(itl.class_id) < num_classes
     update = {"itl": ItlRuns(gap_s=np.asarray(itl.gap_s)[keep], count=np.asarray(itl.count)[keep],
-                             class_id=np.asarray(itl.class_id)[keep])}
+                             class_id=np.asarray(itl.class_id)[keep],
+                             pool=np.asarray(itl.pool)[keep] if len(itl.pool) else itl.pool)}
     if result.disagg is not None:
         t = result.disagg.transfers
         ok = [c < num_classes for c in t.class_id]

@@ -25,13 +25,15 @@ TWO_POOLS = [{"name": "h100", "num_replicas": 2}, {"name": "h200", "hardware": "
 def pooled(tmp_path, write_scenario):
     """``pooled(cluster, classes=..., rate=...)`` → (loaded scenario, run, trace, result)."""
     def go(cluster: dict, classes=(CHAT, RAG), rate: float = 6.0, duration_s: float = 90,
-           **top):
+           workload_extra: dict | None = None, **top):
+        workload = {"duration_s": duration_s, "classes": list(classes),
+                    "arrival": {"process": "poisson", "rate_per_s": rate},
+                    **(workload_extra or {})}
         doc = {"name": "p", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
                "engine": {"max_model_len": 16384, "max_num_seqs": 64,
                           "max_num_batched_tokens": 2048},
                "cluster": cluster, "slo": {"ttft_ms": 1000, "tpot_ms": 60},
-               "workload": {"duration_s": duration_s, "classes": list(classes),
-                            "arrival": {"process": "poisson", "rate_per_s": rate}}, **top}
+               "workload": workload, **top}
         path = write_scenario(tmp_path, doc)
         loaded = load(path)
         run = loaded.runs[0]
@@ -175,3 +177,43 @@ def test_pooled_runs_are_deterministic(pooled):
     _, _, _, b = pooled(cluster)
     _same_figures(a, b)
     assert np.array_equal(np.asarray(a.requests.pool), np.asarray(b.requests.pool))
+
+
+def test_each_pools_gaps_are_its_own_requests_gaps_warm_up_left_out(pooled):
+    """Per pool, the ITL runs recorded count exactly Σ (output tokens − 1) over the measured
+    requests it finished; the 25 warm-up requests count in no pool."""
+    cluster = {"router": "round_robin", "pools": TWO_POOLS,
+               "route": [{"class": "rag", "pool": "h200"}]}
+    _, _, _, res = pooled(cluster)
+    _, _, _, warm = pooled(cluster, workload_extra={"warmup_request_count": 25})
+    assert (np.asarray(warm.requests.status) == "warmup").sum() == 25
+    for result in (res, warm):
+        req = result.requests
+        status = np.asarray(req.status)
+        for k in range(len(result.pools)):
+            mine = (np.asarray(req.pool) == k) & (status == "finished")
+            want = int((np.asarray(req.output_tokens)[mine] - 1).sum())
+            got = int(np.asarray(result.itl.count)[np.asarray(result.itl.pool) == k].sum())
+            assert got == want > 0
+
+
+def test_an_autoscaled_pool_next_to_a_fixed_one_is_paid_for_its_replica_hours(pooled):
+    """The H200 pool scales 1-3 replicas on running sequences over a 4× surge; the day's cost
+    is the fixed H100 pool's 2 GPUs × run length plus the H200 pool's replica-hours."""
+    wl = {"schedule": {"kind": "piecewise", "step_s": 60, "factors": [1, 4, 1]}}
+    cluster = {"router": "least_outstanding_tokens",
+               "pools": [{"name": "h100", "num_replicas": 2},
+                         {"name": "h200", "hardware": "h200-sxm", "num_replicas": 1,
+                          "autoscaling": {"signal": "running", "target": 8, "min_replicas": 1,
+                                          "max_replicas": 3, "provisioning": {"delay_s": 20},
+                                          "scale_down_cooldown_s": 30}}],
+               "route": [{"class": "rag", "pool": "h200"}]}
+    from capsim.metrics.day import day_cost
+    _, _, _, res = pooled(cluster, duration_s=180, workload_extra=wl)
+    h200 = res.pools[1]
+    assert h200.fleet is not None and h200.fleet.scale_ups >= 1 and h200.num_replicas >= 2
+    assert res.pools[0].fleet is None and res.day is not None
+    hours = res.sim_end_s / 3600.0
+    cost = day_cost(res)
+    assert cost["cost_usd"] == pytest.approx(2 * 6.88 * hours + h200.fleet.cost_usd)
+    assert cost["gpu_hours"] == pytest.approx(2 * hours + h200.fleet.gpu_hours)

@@ -13,6 +13,7 @@ import capsim
 from capsim.profiles import trust
 from capsim.report.cells import fmt, target_status
 from capsim.report.pages import FigureRef, environment, slo_lines
+from capsim.report.run.pools import trust_pairs
 from capsim.report.run.table import (Column, blocks, failed_list, header_groups, kv_columns,
                                      latency_first, target_text, verdict_columns)
 from capsim.results.model import RunResult, SummaryRow
@@ -155,7 +156,7 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
                    "log": "\n".join(r.log), "sim_end_s": f"{r.sim_end_s:,.1f}",
                    "wall_s": f"{r.wall_s:,.1f}"} for r in results],
         slo_lines=slo_lines(slo, class_slos),
-        trust=trust.lines((r.preset, r.hardware) for r in results),
+        trust=trust.lines(trust_pairs(results)),
         verdict=table(all_rows, slo, colours),
         by_class=table(class_rows, slo, colours) if class_rows else None,
         alerts=tail_alerts(all_rows, slo),

@@ -24,6 +24,18 @@ COLUMNS = [("pool", "pool", "text"), ("GPU × TP", None, "text"), ("model", "mod
            ("$/M out tok", "cost_per_million_output_tokens_usd", "usd")]
 
 
+def trust_pairs(results: list[RunResult]) -> list[tuple[str, str]]:
+    """(engine preset, GPU) of every variant for the trust lines; a pooled fleet's per
+    pool."""
+    out = []
+    for r in results:
+        if r.pools:
+            out += [(p.preset, p.hardware) for p in r.pools]
+        else:
+            out.append((r.preset, r.hardware))
+    return out
+
+
 def has_pools(results: list[RunResult]) -> bool:
     return any(r.pools for r in results)
 

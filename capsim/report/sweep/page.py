@@ -164,9 +164,11 @@ def write_sweep(out_dir: Path, result: SweepResult, *, resolved_yaml: str, execu
 def sweep_trust_lines(result: SweepResult) -> list[str]:
     """How far to trust the sweep: one line per engine preset × GPU any point ran
     (:mod:`capsim.profiles.trust`)."""
-    pairs = ((rc.pool().preset.name if not rc.disaggregated else "disaggregated",
+    pairs = ((p.preset.name, p.hardware.name) if rc.fleet is not None else
+             (rc.pool().preset.name if not rc.disaggregated else "disaggregated",
               rc.serving_pool.hardware.name)
-             for _, loaded in result.plan.points for rc in loaded.runs)
+             for _, loaded in result.plan.points for rc in loaded.runs
+             for p in (rc.pools if rc.fleet is not None else rc.pools[:1]))
     return [f"How far to trust it: {line}" for line in trust.lines(pairs)]
 
 

@@ -51,6 +51,7 @@ class Route:
     class_id: int | None
     min_prompt_tokens: int | None
     pool: int
+    class_name: str | None = None
 
     def matches(self, class_id: int, prompt_tokens: int) -> bool:
         return ((self.class_id is None or self.class_id == class_id)
@@ -239,8 +240,7 @@ def _class_models(spec: Scenario, pools: tuple[FleetPool, ...], default: ModelSh
             asked = f"model {name} (the variant's; a class names its own with model:)"
         if name not in served:
             raise ScenarioError(f"asks for {asked}, which no pool serves; pools serve: "
-                                f"{', '.join(served)}", file=str(path),
-                                path=field if c is None or c.model is not None else field)
+                                f"{', '.join(served)}", file=str(path), path=field)
         out.append(name)
     return tuple(out)
 
@@ -291,7 +291,7 @@ def _routes(spec: Scenario, cluster: ClusterConfig, pools: tuple[FleetPool, ...]
                 raise ScenarioError(f"pool '{rule.pool}' serves {pools[k].model.name}; class "
                                     f"'{rule.cls}' asks for {class_models[cid]}", file=str(path),
                                     path=f"{at}.{j}.pool")
-        out.append(Route(cid, rule.min_prompt_tokens, k))
+        out.append(Route(cid, rule.min_prompt_tokens, k, rule.cls))
     return tuple(out)
 
 
@@ -311,10 +311,9 @@ def fleet_lines(run: RunConfig) -> list[str]:
     per pool its replicas, GPU, TP, engine, model and start-up lines."""
     from capsim.scenario.resolve import pool_log_lines
     f = run.fleet
-    rules = [f"{'class ' + str(r.class_id) if r.class_id is not None else ''}"
-             f"{' and ' if r.class_id is not None and r.min_prompt_tokens else ''}"
-             f"{f'prompt >= {r.min_prompt_tokens}' if r.min_prompt_tokens else ''} → "
-             f"{f.pools[r.pool].name}" for r in f.routes]
+    rules = [" and ".join(([f"class {r.class_name}"] if r.class_name else [])
+                          + ([f"prompt >= {r.min_prompt_tokens}"] if r.min_prompt_tokens else []))
+             + f" → {f.pools[r.pool].name}" for r in f.routes]
     out = [f"{run.variant}: {len(f.pools)} pools on {run.num_gpus} GPUs, router {f.policy}"
            + (f", route: {'; '.join(rules)}" if rules else "")]
     for fp in f.pools:

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from capsim.common.errors import ScenarioError
+from capsim.metrics.pools import pool_rows
 from capsim.scenario.load import LoadedScenario
 from capsim.scenario.resolve import RunConfig
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.parallel import Progress, Runner
 from capsim.studies.sweep import offered_rate_per_s
+from capsim.sim.simulate import simulate
 from capsim.studies.task import RunOutcome, RunTask, execute, outcomes_frame
 from capsim.workload import TraceCache
 
@@ -55,6 +57,11 @@ class PoolAnswer:
     gpus_per_replica: int
     num_replicas: int
     price_per_hour_usd: float
+    # The pool's own figures in the answer's run on the first seed (metrics.pools).
+    num_requests: int = 0
+    ttft_p99_ms: float = math.nan
+    itl_p99_ms: float = math.nan
+    cost_per_million_output_tokens_usd: float = math.nan
 
     @property
     def num_gpus(self) -> int:
@@ -277,9 +284,26 @@ def run_mix(p: MixPlan, runner: Runner, progress: Progress | None = None) -> Mix
     for rc in p.runs:
         ev = _Evaluator(p, rc, runner, progress)
         best, _ = search(rc, ev)
-        answers.append(_binding(rc, ev, best) if best is not None else _not_met(rc, ev))
+        answer = _binding(rc, ev, best) if best is not None else _not_met(rc, ev)
+        answers.append(_with_pool_figures(p, rc, answer))
         outcomes += ev.outcomes
     return MixResult(plan=p, answers=answers, runs=outcomes_frame(outcomes))
+
+
+def _with_pool_figures(p: MixPlan, run: RunConfig, answer: MixAnswer) -> MixAnswer:
+    """``answer`` with each pool's requests, TTFT / ITL p99 and $/M output tokens in the
+    answer's mix on the first seed's trace (one more run: the search keeps fleet rows only)."""
+    counts = {a.name: a.num_replicas for a in answer.pools}
+    mixed = replace(run.with_pool_replicas(counts), seed=p.seeds[0])
+    result = simulate(mixed, p.traces.get(p.workload_at(run.workload), p.seeds[0]))
+    rows = {name: row for name, row in pool_rows(result, p.base.spec.slo, p.base.class_slos)
+            if row.cls == "all"}
+    pools = [replace(a, num_requests=rows[a.name].num_requests,
+                     ttft_p99_ms=rows[a.name].ttft_p99_ms, itl_p99_ms=rows[a.name].itl_p99_ms,
+                     cost_per_million_output_tokens_usd=rows[a.name].
+                     cost_per_million_output_tokens_usd) if a.name in rows else a
+             for a in answer.pools]
+    return replace(answer, pools=pools)
 
 
 def _pools(run: RunConfig, mix: Mix) -> list[PoolAnswer]:
@@ -339,7 +363,11 @@ def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
                          "hardware": p.hardware, "model": p.model,
                          "tensor_parallel_size": p.tensor_parallel_size,
                          "num_replicas": p.num_replicas, "num_gpus": p.num_gpus,
-                         "cost_per_hour_usd": p.price_per_hour_usd})
+                         "cost_per_hour_usd": p.price_per_hour_usd,
+                         "cost_per_million_output_tokens_usd":
+                             p.cost_per_million_output_tokens_usd,
+                         "num_requests": p.num_requests, "ttft_p99_ms": p.ttft_p99_ms,
+                         "itl_p99_ms": p.itl_p99_ms})
         rows.append({"variant": a.variant, "status": a.status, "pool": "total",
                      "num_replicas": sum(p.num_replicas for p in a.pools),
                      "num_gpus": a.num_gpus, "cost_per_hour_usd": a.cost_per_hour_usd,

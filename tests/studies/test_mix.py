@@ -81,6 +81,14 @@ def test_the_search_finds_the_cheapest_mix_an_exhaustive_scan_finds(mix_scenario
     frame = mix.answers_frame(result.answers)
     total = frame[frame.pool == "total"].iloc[0]
     assert total.num_gpus == 3 and total.binding == "ttft_p99_ms"
+    # Each pool's own figures at the answer (seed 2's trace): every request in one pool; the
+    # fleet's TTFT p99 lies between the pools' (it pools their requests).
+    trace = plan.traces.get(plan.workload_at(run.workload), plan.seeds[0])
+    h100, a100 = a.pools
+    assert h100.num_requests + a100.num_requests == len(trace) and a100.num_requests > 0
+    fleet_ttft = {s.name: s for s in scan.done[(2, 1)].target_stats()}["ttft_p99_ms"].worst
+    assert min(h100.ttft_p99_ms, a100.ttft_p99_ms) <= fleet_ttft <= max(h100.ttft_p99_ms,
+                                                                       a100.ttft_p99_ms)
 
 
 def test_capsim_size_on_a_pooled_fleet_writes_the_mix(tmp_path, run_cli, mix_scenario):

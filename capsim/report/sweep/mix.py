@@ -17,22 +17,26 @@ from capsim.studies.sweep import METRICS
 
 def mix_table(result: MixResult) -> Table:
     """Per pooled variant: one row per pool of its answer (GPU × TP, model, replicas, GPUs,
-    $/h), then its total ($/h, $/M out tok, binding SLO with its value one replica fewer in
-    the pool named, margin at the answer) and the status."""
-    t = Table(columns=["variant", "pool", "GPU × TP", "model", "replicas", "GPUs", "$/h",
-                       "$/M out tok", "binding SLO", "one fewer in", "value there", "margin",
-                       "status"], left=2)
+    its TTFT / ITL p99 and $/M out tok on the first seed, $/h), then its total ($/h, $/M out
+    tok, binding SLO with its value one replica fewer in the pool named, margin at the
+    answer) and the status."""
+    t = Table(columns=["variant", "pool", "GPU × TP", "model", "replicas", "GPUs",
+                       "TTFT p99 ms", "ITL p99 ms", "$/h", "$/M out tok", "binding SLO",
+                       "one fewer in", "value there", "margin", "status"], left=2)
     for a in result.answers:
         for p in a.pools:
             t.rows.append([Cell(a.variant), Cell(p.name),
                            Cell(f"{p.hardware} × {p.tensor_parallel_size}"), Cell(p.model),
                            Cell(fmt(p.num_replicas, "int")), Cell(fmt(p.num_gpus, "int")),
-                           Cell(fmt(p.price_per_hour_usd, "usd")), Cell("—"), Cell(""),
+                           Cell(fmt(p.ttft_p99_ms, "ms")), Cell(fmt(p.itl_p99_ms, "ms")),
+                           Cell(fmt(p.price_per_hour_usd, "usd")),
+                           Cell(fmt(p.cost_per_million_output_tokens_usd, "usd3")), Cell(""),
                            Cell(""), Cell(""), Cell(""), Cell("")])
         met = a.status == "met"
         t.rows.append([Cell(a.variant), Cell("total"), Cell(""), Cell(""),
                        Cell(fmt(sum(p.num_replicas for p in a.pools), "int")),
-                       Cell(fmt(a.num_gpus, "int")), Cell(fmt(a.cost_per_hour_usd, "usd")),
+                       Cell(fmt(a.num_gpus, "int")), Cell("—"), Cell("—"),
+                       Cell(fmt(a.cost_per_hour_usd, "usd")),
                        Cell(fmt(a.cost_per_million_output_tokens_usd, "usd3")),
                        Cell(a.binding or "—"), Cell(a.binding_pool or "—"),
                        Cell(fmt(a.binding_failed_value, "num") if a.binding else "—"),

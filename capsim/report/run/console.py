@@ -121,5 +121,7 @@ def pools_table(results, slo: SloConfig, class_slos) -> FoldedTable | None:
                          [FoldColumn("out\ntok/s"), FoldColumn("goodput"), FoldColumn("$/h"),
                           FoldColumn("$/M\nout tok")]])
     for row in tab["rows"]:
-        table.add_row(row["variant"], row["cells"][0], *(row["cells"][i] for i in idx))
+        cells = [row["cells"][i] for i in idx]
+        cells[0] = cells[0].replace(" + ", "+")
+        table.add_row(row["variant"].rsplit(" · ", 1)[0], row["pool"], *cells)
     return table

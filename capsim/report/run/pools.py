@@ -14,8 +14,9 @@ from capsim.scenario.slo import RequestSlo, SloConfig
 
 CSV = "pools.csv"
 
-#: (label, pools.csv column, cell kind); the first five describe the pool.
-COLUMNS = [("pool", "pool", "text"), ("GPU × TP", None, "text"), ("model", "model", "text"),
+#: (label, pools.csv column, cell kind); the first four describe the pool (its name is in
+#: the row's label, so every stacked part of the table says which pool a row is).
+COLUMNS = [("GPU × TP", None, "text"), ("model", "model", "text"),
            ("replicas", "num_replicas", "int"), ("requests", "num_requests", "int"),
            ("TTFT p50", "ttft_p50_ms", "ms"), ("TTFT p99", "ttft_p99_ms", "ms"),
            ("TPOT p99", "tpot_p99_ms", "ms"), ("ITL p50", "itl_p50_ms", "ms"),
@@ -50,8 +51,8 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
 
 
 def table(df: pd.DataFrame, results: list[RunResult], colours: dict[str, str]) -> dict:
-    """One row per pooled variant × pool (its ``cls == "all"`` figures), then the variant's
-    fleet total."""
+    """One row per pooled variant × pool (its ``cls == "all"`` figures), labelled
+    ``variant · pool``, then the variant's fleet total (``variant · fleet``)."""
     tp = {(r.variant, p.name): f"{p.hardware} × {p.tensor_parallel_size}"
           for r in results for p in r.pools or []}
     rows = []
@@ -61,12 +62,14 @@ def table(df: pd.DataFrame, results: list[RunResult], colours: dict[str, str]) -
             if key is None:
                 cells.append(tp.get((row["variant"], row["pool"]), row["hardware"]))
             elif kind == "text":
-                cells.append(str(row[key]))
+                cells.append(str(row[key]).replace("+", " + "))     # the fleet's may wrap
             else:
                 cells.append(fmt(row[key], kind))
-        rows.append({"variant": row["variant"], "colour": colours.get(row["variant"], "#777"),
-                     "cells": cells})
-    groups = [{"name": "pool", "span": 5}, {"name": "latency ms", "span": 5},
+        rows.append({"variant": f"{row['variant']} · {row['pool']}", "pool": row["pool"],
+                     "colour": colours.get(row["variant"], "#777"), "cells": cells})
+    groups = [{"name": "pool", "span": 4}, {"name": "latency ms", "span": 5},
               {"name": "served", "span": 2}, {"name": "cost", "span": 2}]
+    # Two stacked tables: the page fits 1400 px without a scrollbar.
     return {"groups": groups, "columns": [c[0] for c in COLUMNS], "rows": rows,
-            "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}]}
+            "blocks": [{"groups": groups[:2], "start": 0, "stop": 9},
+                       {"groups": groups[2:], "start": 9, "stop": len(COLUMNS)}]}

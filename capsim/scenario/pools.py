@@ -4,7 +4,7 @@
 ::
 
     cluster:
-      router: least_outstanding_tokens       # | round_robin | cost
+      router: least_outstanding_tokens       # (default with pools) | round_robin | cost
       pools:
         - name: h100
           hardware: h100-sxm                 # default: the variant's

@@ -149,18 +149,22 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
                                 "pool names must be unique", file=str(path),
                                 path=f"{at('pools')}.{i}.name")
         seen[pc.name] = i
-    inner = "least_outstanding_tokens" if cluster.router == "cost" else cluster.router
+    # Pools route by least outstanding work unless told otherwise (a single fleet's default,
+    # round_robin, stays as it was).
+    policy = cluster.router if "router" in cluster.model_fields_set else \
+        "least_outstanding_tokens"
+    inner = "least_outstanding_tokens" if policy == "cost" else policy
     pools = tuple(_resolve_pool(spec, index, v, pc, inner, path, f"{at('pools')}.{i}")
                   for i, pc in enumerate(cluster.pools))
     default_model = _named(lambda n: _load_model(n, path), v.model or spec.model, path,
                            f"{where}.model" if v.model else "model")
     class_models = _class_models(spec, pools, default_model, path)
     routes = _routes(spec, cluster, pools, class_models, path, at("route"))
-    fleet = PooledFleet(pools=pools, policy=cluster.router, routes=routes,
+    fleet = PooledFleet(pools=pools, policy=policy, routes=routes,
                         class_models=class_models, class_ttft_s=_class_ttft_s(spec))
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=pools[0].model,
-                     pools=tuple(p.pool for p in pools), router=cluster.router, fleet=fleet)
+                     pools=tuple(p.pool for p in pools), router=policy, fleet=fleet)
 
 
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,

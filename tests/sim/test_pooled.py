@@ -217,3 +217,15 @@ def test_an_autoscaled_pool_next_to_a_fixed_one_is_paid_for_its_replica_hours(po
     cost = day_cost(res)
     assert cost["cost_usd"] == pytest.approx(2 * 6.88 * hours + h200.fleet.cost_usd)
     assert cost["gpu_hours"] == pytest.approx(2 * hours + h200.fleet.gpu_hours)
+
+
+def test_pools_route_by_least_outstanding_work_unless_told(tmp_path, write_scenario):
+    """The issue's default for pools; a single fleet keeps round_robin."""
+    doc = {"name": "p", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+           "engine": {"max_model_len": 4096}, "cluster": {"pools": TWO_POOLS},
+           "workload": {"num_requests": 10, "classes": [CHAT],
+                        "arrival": {"process": "poisson", "rate_per_s": 1}}}
+    assert load(write_scenario(tmp_path, doc)).runs[0].fleet.policy == \
+        "least_outstanding_tokens"
+    single = {**doc, "cluster": {"num_replicas": 2}}
+    assert load(write_scenario(tmp_path, single, "single.yaml")).runs[0].router == "round_robin"

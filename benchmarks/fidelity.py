@@ -1,4 +1,4 @@
-"""Fidelity benchmark: capsim's predictions of 18 measured public cases, and the error.
+"""Fidelity benchmark: capsim's predictions of measured public cases, and the error.
 
 Usage (from the repository root, capsim importable):
 
@@ -6,7 +6,11 @@ Usage (from the repository root, capsim importable):
                                   [--trust capsim/profiles/data/trust.yaml]
 
 The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
-never copied; without it the script exits 2). Each case has a row in :data:`ENTRIES`: its
+never copied; without it the script exits 2) and the project-collected supplementary cases of
+``benchmarks/fidelity/supplementary_cases.yaml`` (same schema, ``collected: project``; vLLM V1
+serving runs the shared set lacks; held out, never fitted). Supplementary rows are printed in a
+section of their own and count in the per-kind summaries and the trust table, marked as
+project-collected. Each case has a row in :data:`ENTRIES`: its
 scenario file in ``benchmarks/fidelity/`` (named after the case id; the header says how the
 case was expressed and what was assumed) and a predictor that turns capsim's output into
 the case's measured quantities:
@@ -57,6 +61,9 @@ from capsim.workload import TraceCache
 ROOT = Path(__file__).resolve().parents[1]
 CASES_YAML = ROOT.parent / "shared" / "reference" / "measured" / "cases.yaml"
 SCENARIOS = ROOT / "benchmarks" / "fidelity"
+SUPPLEMENTARY_YAML = SCENARIOS / "supplementary_cases.yaml"
+#: ``collected`` of a case from the shared reference set / from SUPPLEMENTARY_YAML.
+SHARED, PROJECT = "shared", "project"
 KINDS = ("kv_capacity", "load_latency_throughput", "kernel_step_timing")
 GIB = 2**30
 NAN = float("nan")
@@ -405,9 +412,25 @@ def _first_token(m: dict) -> list[Point]:
             for v in [f"llama{row['model'].split()[1]}_tp{row['tp']}_in{row['input_len']}"]]
 
 
+#: Input lengths (tokens) at which a published ITL-vs-input-length line is read.
+ITL_LINE_INPUT_LENS = (1_000, 100_000)
+
+
+def _itl_line(m: dict) -> list[Point]:
+    """A published least-squares line ITL = slope x input_len + intercept per (GPU, model, KV
+    dtype) (every key but ``form``), read at :data:`ITL_LINE_INPUT_LENS` inside its swept range;
+    variant <key>_in<L>. The value at L is arithmetic on the published coefficients."""
+    return [Point(f"{key}_in{n}",
+                  {"mean_itl_ms": line["intercept_ms"] + line["slope_ms_per_token"] * n},
+                  f"{key} in{n}")
+            for key, line in m.items() if key != "form" for n in ITL_LINE_INPUT_LENS]
+
+
 NO_STD = "capsim's summary has means and percentiles, no standard deviation"
 UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
                      "stated in the case")
+SKIP_SLIDING_WINDOW = ("fp8 KV on the full-attention layers only (--kv-cache-dtype-skip-layers "
+                      "sliding_window): capsim has one KV dtype per model")
 ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norms, RoPE, "
                "SiLU-mul, adds); the case omits post_attention_layernorm, so no group sum")
 
@@ -463,6 +486,17 @@ ENTRIES: dict[str, Entry] = {
     "kernel_vidur_h100_llama2_7b_linear_ops_tp1": Entry(
         "kernel_vidur_h100_llama2_7b_linear_ops_tp1.yaml", vidur_linear_ops,
         (("mlp_act, input_layernorm, attn_rope, add, emb", ELEMENTWISE),)),
+    # Project-collected supplementary cases (benchmarks/fidelity/supplementary_cases.yaml).
+    "load_vllm0191_h100_llama31_8b_random20k2k_c8_kvbf16_kvfp8": Entry(
+        "supplementary/load_vllm0191_h100_llama31_8b_random20k2k_c8_kvbf16_kvfp8.yaml",
+        serving(_labelled({"kv_bf16": "kv_bf16", "kv_fp8": "kv_fp8"}))),
+    "load_vllm0191_h100_gptoss20b_random20k2k_c8_kvbf16_kvfp8": Entry(
+        "supplementary/load_vllm0191_h100_gptoss20b_random20k2k_c8_kvbf16_kvfp8.yaml",
+        serving(_labelled({"kv_bf16": "kv_bf16", "kv_fp8": "kv_fp8"})),
+        (("kv_fp8_skip_sliding_window", SKIP_SLIDING_WINDOW),)),
+    "load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len": Entry(
+        "supplementary/load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len.yaml",
+        serving(_itl_line)),
 }
 
 
@@ -480,6 +514,7 @@ class Row:
     predicted: float
     preset: str             # the engine preset and GPU profile of the variant that predicted it
     hardware: str
+    collected: str = SHARED  # SHARED (the reference set) or PROJECT (supplementary_cases.yaml)
 
     @property
     def error_pct(self) -> float:
@@ -497,12 +532,20 @@ class Gap:
 
 
 def read_cases() -> list[dict]:
-    """The measured cases, or exit 2 with one line when the shared reference is absent."""
+    """The measured cases: the shared reference set, then the project's supplementary cases
+    (each marked ``collected: project``). Exit 2 with one line when the shared reference is
+    absent or a supplementary case is not marked as the project's."""
     if not CASES_YAML.is_file():
         print(f"error: {CASES_YAML} not found: the fidelity benchmark reads the measured cases "
               "from ../shared/reference/measured/ next to this checkout", file=sys.stderr)
         sys.exit(2)
-    return load_yaml(CASES_YAML.read_text())
+    supplementary = load_yaml(SUPPLEMENTARY_YAML.read_text())
+    for i, case in enumerate(supplementary):
+        if case.get("collected") != PROJECT:
+            print(f"error: {SUPPLEMENTARY_YAML}: [{i}].collected must be {PROJECT!r} (got "
+                  f"{case.get('collected')!r})", file=sys.stderr)
+            sys.exit(2)
+    return [*load_yaml(CASES_YAML.read_text()), *supplementary]
 
 
 def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
@@ -520,7 +563,8 @@ def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
         loaded = load(SCENARIOS / entry.scenario)
         pools = {run.variant: run.pool() for run in loaded.runs}
         rows += [Row(case["id"], case["kind"], c.name, c.measured, c.predicted,
-                     pools[c.variant].preset.name, pools[c.variant].hardware.name)
+                     pools[c.variant].preset.name, pools[c.variant].hardware.name,
+                     case.get("collected", SHARED))
                  for c in entry.predict(case, loaded)]
     return rows, gaps
 
@@ -560,16 +604,39 @@ def memory_term(row: Row) -> str:
 
 
 def summaries(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
-    """:func:`error_stats` per kind, per kv_capacity quantity (memory term) and per case."""
+    """:func:`error_stats` per kind (with ``project``: how many of its quantities come from the
+    supplementary cases, and ``shared_median_abs_err_pct``: the median without them), per
+    kv_capacity quantity (memory term), per trust family (all, shared set only, supplementary
+    only) and per case (with its ``collected``)."""
     kv_rows = [r for r in rows if r.kind == "kv_capacity"]
     order = [*LOG_PATTERNS, "max_concurrency"]
     terms = sorted(set(map(memory_term, kv_rows)), key=order.index)
+    collected = {r.case: r.collected for r in rows}
+
+    def shared_median(subset: list[Row]) -> float:
+        return error_stats([r for r in subset if r.collected == SHARED])["median_abs_err_pct"]
+
+    def scored(subset: list[Row]) -> int:
+        return sum(not math.isnan(r.predicted) for r in subset)
+
+    kinds = {k: [r for r in rows if r.kind == k] for k in KINDS}
+    families = {f: [r for r in rows if family(r) == f] for f in FAMILIES}
     return {
-        "kind": [{"kind": k, **error_stats([r for r in rows if r.kind == k])}
-                 for k in KINDS if any(r.kind == k for r in rows)],
+        "kind": [{"kind": k, **error_stats(sub),
+                  "project": scored([r for r in sub if r.collected == PROJECT]),
+                  "shared_median_abs_err_pct": shared_median(sub)}
+                 for k, sub in kinds.items() if sub],
         "kv_term": [{"term": t, **error_stats([r for r in kv_rows if memory_term(r) == t])}
                     for t in terms],
-        "case": [{"case": c, **error_stats([r for r in rows if r.case == c])}
+        "family": [{"family": f, **error_stats(sub),
+                    "shared_quantities": scored([r for r in sub if r.collected == SHARED]),
+                    "shared_median_abs_err_pct": shared_median(sub),
+                    "project_quantities": scored([r for r in sub if r.collected == PROJECT]),
+                    "project_median_abs_err_pct": error_stats(
+                        [r for r in sub if r.collected == PROJECT])["median_abs_err_pct"]}
+                   for f, sub in families.items() if sub],
+        "case": [{"case": c, "collected": collected[c],
+                  **error_stats([r for r in rows if r.case == c])}
                  for c in dict.fromkeys(r.case for r in rows)],
     }
 
@@ -615,41 +682,63 @@ def trust_table(rows: list[Row]) -> dict[str, Any]:
                           "median_err_pct": round(statistics.median(errors), 1)}
         return out
 
-    pairs = sorted({(r.preset, r.hardware) for r in scored})
-    return {
-        "all_cases": families(scored),
-        "coverage": [{"preset": p, "hardware": h,
-                      "case_ids": sorted({r.case for r in scored if (r.preset, r.hardware) == (p, h)}),
-                      "families": families([r for r in scored if (r.preset, r.hardware) == (p, h)])}
-                     for p, h in pairs],
-    }
+    def pair(p: str, h: str) -> dict[str, Any]:
+        subset = [r for r in scored if (r.preset, r.hardware) == (p, h)]
+        project = sorted({r.case for r in subset if r.collected == PROJECT})
+        return {"preset": p, "hardware": h, "case_ids": sorted({r.case for r in subset}),
+                **({"project_case_ids": project} if project else {}),
+                "families": families(subset)}
+
+    return {"all_cases": families(scored),
+            "coverage": [pair(p, h) for p, h in sorted({(r.preset, r.hardware) for r in scored})]}
 
 
 TRUST_HEADER = """\
 # How far to trust capsim per engine preset x GPU profile: the fidelity benchmark's error
 # per family of figures (capsim/profiles/trust.py says how it is read).
 # GENERATED, do not edit: python benchmarks/fidelity.py --trust capsim/profiles/data/trust.yaml
-# from ../shared/reference/measured/cases.yaml; tests/profiles/test_trust.py checks that it
-# is what the benchmark prints today.
+# from ../shared/reference/measured/cases.yaml and the project-collected supplementary cases of
+# benchmarks/fidelity/supplementary_cases.yaml (counted alike; project_case_ids names them);
+# tests/profiles/test_trust.py checks that it is what the benchmark prints today.
 """
 
 
+SUPPLEMENTARY_TITLE = ("supplementary cases (project-collected, benchmarks/fidelity/"
+                       "supplementary_cases.yaml; held out, never fitted)")
+
+
 def print_rows(rows: list[Row]) -> None:
+    """One line per quantity: the shared reference set, then the supplementary cases."""
     width = max((len(r.case) for r in rows), default=4)
     qwidth = max((len(r.quantity) for r in rows), default=8)
-    print(f"{'case':<{width}}  {'quantity':<{qwidth}}  {'measured':>12}  {'predicted':>12}  "
-          f"{'error':>8}")
-    for r in rows:
-        print(f"{r.case:<{width}}  {r.quantity:<{qwidth}}  {fmt(r.measured):>12}  "
-              f"{fmt(r.predicted):>12}  {fmt_err(r):>8}")
+    for collected in (SHARED, PROJECT):
+        part = [r for r in rows if r.collected == collected]
+        if not part:
+            continue
+        if collected == PROJECT:
+            print(f"\n{SUPPLEMENTARY_TITLE}:")
+        print(f"{'case':<{width}}  {'quantity':<{qwidth}}  {'measured':>12}  {'predicted':>12}  "
+              f"{'error':>8}")
+        for r in part:
+            print(f"{r.case:<{width}}  {r.quantity:<{qwidth}}  {fmt(r.measured):>12}  "
+                  f"{fmt(r.predicted):>12}  {fmt_err(r):>8}")
 
 
 def print_summary(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> None:
-    print("\nper kind: |error| over the quantities capsim predicts")
+    print("\nper kind: |error| over the quantities capsim predicts (supplementary cases "
+          "included; [shared set alone])")
     for s in summary["kind"]:
         print(f"  {s['kind']:<24} n={s['quantities']:<3} median {s['median_abs_err_pct']:5.1f}%  "
               f"max {s['max_abs_err_pct']:6.1f}% ({s['worst']})"
-              + (f"  [{s['not_predicted']} n/a]" if s["not_predicted"] else ""))
+              + (f"  [{s['not_predicted']} n/a]" if s["not_predicted"] else "")
+              + (f"  [{s['project']} supplementary; shared set alone: median "
+                 f"{s['shared_median_abs_err_pct']:.1f}%]" if s["project"] else ""))
+    print("\nper trust family: median |error| (all; shared set; supplementary)")
+    for s in summary["family"]:
+        print(f"  {FAMILIES[s['family']]:<12} n={s['quantities']:<3} {s['median_abs_err_pct']:5.1f}%;"
+              f"  shared n={s['shared_quantities']:<3} {s['shared_median_abs_err_pct']:5.1f}%;"
+              f"  supplementary n={s['project_quantities']:<3} "
+              f"{s['project_median_abs_err_pct']:5.1f}%")
     if summary["kv_term"]:
         print("\nkv_capacity per quantity: median signed error (bias), max |error|")
         for s in summary["kv_term"]:
@@ -661,15 +750,27 @@ def print_summary(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> 
         print(f"  {g.case}: {g.what}: {g.reason}")
 
 
-def print_markdown(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> None:
+def print_markdown(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap],
+                   rows: list[Row]) -> None:
+    """The README's fidelity tables: per kind, per trust family, per memory term, per case,
+    then every quantity of the supplementary cases, then the gaps."""
     def pct(x: float, signed: bool = False) -> str:
         return "n/a" if math.isnan(x) else f"{x:+.1f} %" if signed else f"{x:.1f} %"
 
-    print("| kind | quantities | median \\|error\\| | max \\|error\\| | worst quantity |")
-    print("|---|---:|---:|---:|---|")
+    print("| kind | quantities (supplementary) | median \\|error\\| | shared set alone | "
+          "max \\|error\\| | worst quantity |")
+    print("|---|---:|---:|---:|---:|---|")
     for s in summary["kind"]:
-        print(f"| `{s['kind']}` | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
+        print(f"| `{s['kind']}` | {s['quantities']} ({s['project']}) | "
+              f"{pct(s['median_abs_err_pct'])} | {pct(s['shared_median_abs_err_pct'])} | "
               f"{pct(s['max_abs_err_pct'])} | {s['worst']} |")
+    print("\n| trust family | n | median \\|error\\| | shared set: n | median | "
+          "supplementary: n | median |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for s in summary["family"]:
+        print(f"| {FAMILIES[s['family']]} | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
+              f"{s['shared_quantities']} | {pct(s['shared_median_abs_err_pct'])} | "
+              f"{s['project_quantities']} | {pct(s['project_median_abs_err_pct'])} |")
     if summary["kv_term"]:
         print("\n| kv_capacity quantity | n | median error (bias) | max \\|error\\| |")
         print("|---|---:|---:|---:|")
@@ -679,8 +780,18 @@ def print_markdown(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) ->
     print("\n| case | quantities | median \\|error\\| | max \\|error\\| |")
     print("|---|---:|---:|---:|")
     for s in summary["case"]:
-        print(f"| `{s['case']}` | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
+        mark = " (supplementary)" if s["collected"] == PROJECT else ""
+        print(f"| `{s['case']}`{mark} | {s['quantities']} | {pct(s['median_abs_err_pct'])} | "
               f"{pct(s['max_abs_err_pct'])} |")
+    supplementary = [r for r in rows if r.collected == PROJECT]
+    if supplementary:
+        print(f"\nSupplementary cases, every quantity ({SUPPLEMENTARY_TITLE.split(' (')[1][:-1]}):"
+              "\n")
+        print("| case | quantity | measured | capsim | error |")
+        print("|---|---|---:|---:|---:|")
+        for r in supplementary:
+            print(f"| `{r.case}` | {r.quantity} | {fmt(r.measured)} | {fmt(r.predicted)} | "
+                  f"{fmt_err(r)} |")
     print("\nNot expressible in capsim today:\n")
     for g in gaps:
         print(f"- `{g.case}` — {g.what}: {g.reason}")
@@ -705,7 +816,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = read_cases()
     if args.case and args.case not in {c["id"] for c in cases}:
-        parser.error(f"no case {args.case!r} in {CASES_YAML}")
+        parser.error(f"no case {args.case!r} in {CASES_YAML} or {SUPPLEMENTARY_YAML}")
     cases = [c for c in cases if (not args.kind or c["kind"] == args.kind)
              and (not args.case or c["id"] == args.case)]
     if not cases:
@@ -721,7 +832,7 @@ def main() -> None:
     rows, gaps = evaluate(cases)
     summary = summaries(rows)
     if args.markdown:
-        print_markdown(summary, gaps)
+        print_markdown(summary, gaps, rows)
     else:
         print_rows(rows)
         print_summary(summary, gaps)

@@ -16,6 +16,9 @@ Each family holds ``n`` (quantities compared), ``cases`` (measured cases they co
 ``median_abs_err_pct``, ``max_abs_err_pct`` and ``median_err_pct`` (signed: capsim's bias;
 error = (predicted − measured) / measured × 100). A preset × GPU without a measured case is
 *uncalibrated*; :func:`coverage` then falls back to the all-cases figures and says so.
+Cases the project collected itself (``benchmarks/fidelity/supplementary_cases.yaml``: vLLM V1
+serving runs the shared set lacks; held out) count alike; an entry's ``project_case_ids``
+names them and :meth:`Coverage.text` says how many there are.
 
 Public API:
     FAMILIES, EDGES, FamilyError, Coverage
@@ -71,6 +74,7 @@ class Coverage:
             False: ``families`` are the all-cases figures (uncalibrated here).
         case_ids: the measured cases of this preset × GPU (empty when uncalibrated).
         families: family → :class:`FamilyError` (only the families measured).
+        project_case_ids: those of ``case_ids`` the project collected (supplementary cases).
     """
 
     preset: str
@@ -78,6 +82,7 @@ class Coverage:
     measured: bool
     case_ids: tuple[str, ...] = ()
     families: dict[str, FamilyError] = field(default_factory=dict)
+    project_case_ids: tuple[str, ...] = ()
 
     def edge_pct(self, family: str, edge: Edge) -> float:
         """|error| % assumed for ``family`` at ``edge``; a family with no measurement here
@@ -96,8 +101,10 @@ class Coverage:
         if not self.measured:
             return (f"{self.preset} on {self.hardware}: no measured case, uncalibrated; "
                     f"median |error| over all measured cases: {here}")
+        project = (f", {len(self.project_case_ids)} project-collected"
+                   if self.project_case_ids else "")
         line = (f"{self.preset} on {self.hardware}: median |error| over "
-                f"{len(self.case_ids)} measured case(s): {here}")
+                f"{len(self.case_ids)} measured case(s){project}: {here}")
         return line + (f"; not measured here, all cases: {elsewhere}" if elsewhere else "")
 
 
@@ -128,5 +135,6 @@ def coverage(preset: str, hardware: str) -> Coverage:
     for entry in _data()["coverage"]:
         if entry["preset"] == preset and entry["hardware"] == hardware:
             return Coverage(preset, hardware, True, tuple(entry["case_ids"]),
-                            _families(entry["families"]))
+                            _families(entry["families"]),
+                            tuple(entry.get("project_case_ids", ())))
     return Coverage(preset, hardware, False, (), _all_cases())

@@ -37,19 +37,29 @@ def test_shipped_table_is_what_the_fidelity_benchmark_prints_today(monkeypatch):
 
 
 def test_a_measured_pair_reads_its_own_cases():
-    """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 5 of them) and the H100
-    benchmark_latency case (step_vllm_perfbench_latency_bs8_in32_out128_h100)."""
+    """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 5 of them), the H100
+    benchmark_latency case (step_vllm_perfbench_latency_bs8_in32_out128_h100) and the 3
+    project-collected vLLM 0.19.1 serving cases of benchmarks/fidelity/supplementary_cases.yaml
+    (the vLLM blog's FP8 KV-cache post, 2026-04-22)."""
     cov = trust.coverage("vllm-v1", "h100-sxm")
     assert cov.measured
     assert "step_vllm_perfbench_latency_bs8_in32_out128_h100" in cov.case_ids
     assert sum(c.startswith("kv_vllm0190_h100") for c in cov.case_ids) == 5
-    assert set(cov.families) == {"e2el", "kv_capacity"}
+    assert cov.project_case_ids == (
+        "load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len",
+        "load_vllm0191_h100_gptoss20b_random20k2k_c8_kvbf16_kvfp8",
+        "load_vllm0191_h100_llama31_8b_random20k2k_c8_kvbf16_kvfp8")
+    assert set(cov.project_case_ids) <= set(cov.case_ids)
+    assert set(cov.families) == {"ttft", "tpot_itl", "e2el", "throughput", "kv_capacity"}
     assert cov.families["kv_capacity"].max_abs_err_pct <= 0.3      # issue 'Fidelity I': 0.3 %
-    text = cov.text()
-    assert text.startswith("vllm-v1 on h100-sxm: median |error| over 6 measured case(s): E2EL ±")
-    # TTFT was not measured for this pair: the line says so and gives the all-cases figure.
+    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 9 measured case(s), "
+                                 "3 project-collected: TTFT ±")
+    # The shared set alone: vLLM V1 on the A100 has only its benchmark_latency case, so TTFT is
+    # not measured there; the line says so and gives the all-cases figure.
+    a100 = trust.coverage("vllm-v1", "a100-80gb")
+    assert a100.project_case_ids == () and "project-collected" not in a100.text()
     all_ttft = trust.coverage("nobody", "nothing").families["ttft"].median_abs_err_pct
-    assert f"not measured here, all cases: TTFT ±{all_ttft:.1f} %" in text
+    assert f"not measured here, all cases: TTFT ±{all_ttft:.1f} %" in a100.text()
 
 
 def test_an_unmeasured_pair_is_uncalibrated_and_falls_back_to_all_cases():

@@ -790,8 +790,9 @@ def print_markdown(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap],
         print("| case | quantity | measured | capsim | error |")
         print("|---|---|---:|---:|---:|")
         for r in supplementary:
+            err = NAN if math.isnan(r.predicted) else r.error_pct
             print(f"| `{r.case}` | {r.quantity} | {fmt(r.measured)} | {fmt(r.predicted)} | "
-                  f"{fmt_err(r)} |")
+                  f"{pct(err, True)} |")
     print("\nNot expressible in capsim today:\n")
     for g in gaps:
         print(f"- `{g.case}` — {g.what}: {g.reason}")

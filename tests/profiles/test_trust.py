@@ -80,3 +80,34 @@ def test_edges_of_the_error():
     # No E2EL measured for TensorRT-LLM on H100: the all-cases figure, never 0.
     assert cov.edge_pct("e2el", "median") == \
         trust.coverage("nobody", "nothing").families["e2el"].median_abs_err_pct > 0
+
+
+def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_path, capsys):
+    """benchmarks/fidelity/supplementary_cases.yaml: every case is marked collected: project,
+    cites a dated source and has an entry whose scenario exists; its rows come out marked
+    project-collected. The c=1 case's H100 Llama-3.1-8B bf16 line (ITL = 4.37e-05 ms/token x
+    input_len + 6.44 ms, the vLLM blog's FP8 KV-cache post) is read at 1,000 tokens as 6.4837 ms."""
+    shared_or_skip("reference/measured/cases.yaml", "the measured cases")
+    fidelity = _benchmark()
+    cases = fidelity.read_cases()
+    supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
+    assert len(supplementary) == 3
+    for case in supplementary:
+        assert case["source"]["url"].startswith("https://") and case["source"]["date"]
+        assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()
+    monkeypatch.chdir(REPO)
+    c1 = [c for c in supplementary if c["id"].endswith("_c1_itl_vs_input_len")]
+    rows, _ = fidelity.evaluate(c1)
+    assert {r.collected for r in rows} == {fidelity.PROJECT}
+    row = next(r for r in rows if r.quantity == "h100_llama_kv_bf16 in1000 mean_itl_ms")
+    assert row.measured == pytest.approx(6.44 + 4.37e-05 * 1000)
+    assert (row.preset, row.hardware) == ("vllm-v1", "h100-sxm")
+    # A supplementary case not marked as the project's: one line naming the field, exit 2.
+    bad = tmp_path / "supplementary_cases.yaml"
+    bad.write_text("- {id: x, kind: load_latency_throughput}\n")
+    monkeypatch.setattr(fidelity, "SUPPLEMENTARY_YAML", bad)
+    with pytest.raises(SystemExit) as exit_:
+        fidelity.read_cases()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: [0].collected must be 'project'" in err

@@ -11,8 +11,8 @@ never copied; without it the script exits 2) and the project-collected supplemen
 serving runs the shared set lacks; held out, never fitted). Supplementary rows are printed in a
 section of their own and count in the per-kind summaries and the trust table, marked as
 project-collected. Each case has a row in :data:`ENTRIES`: its
-scenario file in ``benchmarks/fidelity/`` (named after the case id; the header says how the
-case was expressed and what was assumed) and a predictor that turns capsim's output into
+scenario file in ``benchmarks/fidelity/`` (``supplementary/`` for the supplementary cases;
+named after the case id; the header says how the case was expressed and what was assumed) and a predictor that turns capsim's output into
 the case's measured quantities:
 
 - ``kv_capacity``: the resolved pool's memory terms (:func:`memory_terms`), read against
@@ -733,12 +733,15 @@ def print_summary(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> 
               + (f"  [{s['not_predicted']} n/a]" if s["not_predicted"] else "")
               + (f"  [{s['project']} supplementary; shared set alone: median "
                  f"{s['shared_median_abs_err_pct']:.1f}%]" if s["project"] else ""))
+    def pct(x: float) -> str:
+        return "  n/a" if math.isnan(x) else f"{x:5.1f}%"
+
     print("\nper trust family: median |error| (all; shared set; supplementary)")
     for s in summary["family"]:
-        print(f"  {FAMILIES[s['family']]:<12} n={s['quantities']:<3} {s['median_abs_err_pct']:5.1f}%;"
-              f"  shared n={s['shared_quantities']:<3} {s['shared_median_abs_err_pct']:5.1f}%;"
+        print(f"  {FAMILIES[s['family']]:<12} n={s['quantities']:<3} {pct(s['median_abs_err_pct'])};"
+              f"  shared n={s['shared_quantities']:<3} {pct(s['shared_median_abs_err_pct'])};"
               f"  supplementary n={s['project_quantities']:<3} "
-              f"{s['project_median_abs_err_pct']:5.1f}%")
+              f"{pct(s['project_median_abs_err_pct'])}")
     if summary["kv_term"]:
         print("\nkv_capacity per quantity: median signed error (bias), max |error|")
         for s in summary["kv_term"]:

@@ -15,7 +15,10 @@ class StrictModel(BaseModel):
     """Frozen model that rejects unknown keys, so YAML typos fail loudly, and non-finite
     numbers (``.inf``, ``.nan``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # defer_build: a subclass's validator is built once, by the rebuild below (or at its
+    # first use), not also when the class is made (a third of capsim's import time).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              defer_build=True)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

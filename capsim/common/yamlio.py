@@ -19,6 +19,11 @@ package to it). It is PyYAML's safe loader with three changes:
 - **Nesting deeper than** :data:`MAX_NESTING` **refused**: PyYAML builds nested nodes
   recursively and a few hundred levels exhaust Python's stack (``RecursionError``, not
   a YAML error).
+
+Text is parsed by libyaml (PyYAML's C parser, ten times faster than the pure-Python
+one) with the same resolvers and constructors; anything it does not read cleanly —
+an error of any kind, a character PyYAML's reader refuses, nesting past the limit — is
+read again by the pure-Python loader, so errors and their line numbers are PyYAML's own.
 """
 
 from __future__ import annotations
@@ -46,8 +51,9 @@ _FLOAT_TAG = "tag:yaml.org,2002:float"
 _INF_LITERALS = frozenset({".inf", "+.inf", "-.inf"})
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with exponent-notation numbers and repeated keys refused."""
+class _Rules:
+    """What capsim's loaders add to PyYAML's safe loader: exponent-notation numbers and
+    repeated keys refused (mixed into the pure-Python and the libyaml loader alike)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # Only keys written in this mapping count: merge keys (``<<: *base``) and the
@@ -81,10 +87,20 @@ class _Loader(yaml.SafeLoader):
                                "for infinity)", node.start_mark)
 
 
+class _Loader(_Rules, yaml.SafeLoader):
+    """SafeLoader with exponent-notation numbers and repeated keys refused."""
+
+
+#: The same rules on libyaml's parser (None where PyYAML was built without it).
+_CLoader = type("_CLoader", (_Rules, yaml.CSafeLoader), {}) \
+    if hasattr(yaml, "CSafeLoader") else None
+
 # The 1.1 float form ("1.5e+3") is resolved before this one and constructed by
 # construct_number too, so both spellings of a number read the same.
-_Loader.add_implicit_resolver(_FLOAT_TAG, _EXPONENT, list("-+.0123456789"))
-_Loader.add_constructor(_FLOAT_TAG, _Loader.construct_number)
+for _cls in (_Loader, _CLoader):
+    if _cls is not None:
+        _cls.add_implicit_resolver(_FLOAT_TAG, _EXPONENT, list("-+.0123456789"))
+        _cls.add_constructor(_FLOAT_TAG, _Rules.construct_number)
 
 
 def load_yaml(text: str) -> Any:
@@ -96,22 +112,37 @@ def load_yaml(text: str) -> Any:
             nested deeper than :data:`MAX_NESTING` (with the line where they do);
             :func:`describe_yaml_error` makes it one line.
     """
+    if _CLoader is not None and not yaml.reader.Reader.NON_PRINTABLE.search(text):
+        try:
+            if _max_depth(text, yaml.CSafeLoader) <= MAX_NESTING:
+                return yaml.load(text, Loader=_CLoader)
+        except yaml.YAMLError:
+            pass                          # read again below: PyYAML's own error and mark
     _check_nesting(text)
     return yaml.load(text, Loader=_Loader)
 
 
 def _check_nesting(text: str) -> None:
-    """Walk the parser's events (PyYAML's parser is iterative) and count the depth."""
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    """Refuse nesting deeper than :data:`MAX_NESTING` (PyYAML's pure-Python parser)."""
+    _max_depth(text, yaml.SafeLoader, raise_past=MAX_NESTING)
+
+
+def _max_depth(text: str, loader: type, raise_past: int | None = None) -> int:
+    """The deepest nesting of mappings and sequences, walking the parser's events
+    (both of PyYAML's parsers are iterative); past ``raise_past`` levels a YAML error
+    at the event that goes deeper."""
+    depth = deepest = 0
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
-            if depth > MAX_NESTING:
-                raise MarkedYAMLError(problem=f"nested more than {MAX_NESTING} levels deep "
+            if raise_past is not None and depth > raise_past:
+                raise MarkedYAMLError(problem=f"nested more than {raise_past} levels deep "
                                               "(a capsim file needs fewer than 10)",
                                       problem_mark=event.start_mark)
+            deepest = max(deepest, depth)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
+    return deepest
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:

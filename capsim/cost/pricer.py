@@ -340,6 +340,26 @@ class StepPricer:
             return np.maximum(gpu_s, host_s) + self._host_residual_s
         return gpu_s + host_s
 
+    def _with_host_segments(self, gpu_s: np.ndarray, seqs: list[int],
+                            lengths: list[int]) -> None:
+        """:meth:`_with_host_array` in place over a memory-bound decode run, one host
+        term per segment (it depends on the batch only). A segment's GPU seconds never
+        decrease (each float operation of the memory side is monotone in the context), so
+        when the host term does not exceed its first step it exceeds none: the maximum is
+        skipped and the result is the same float."""
+        step_s, seq_s, token_s = self._host_step_s, self._host_seq_s, self._host_token_s
+        lo = 0
+        for n, length in zip(seqs, lengths):
+            host_s = step_s + seq_s * n + token_s * 0
+            seg = gpu_s[lo:lo + length]
+            if not self._host_async:
+                seg += host_s
+            elif host_s > seg[0]:
+                np.maximum(seg, host_s, out=seg)
+            lo += length
+        if self._host_async:
+            gpu_s += self._host_residual_s
+
     def _init_operators(self) -> None:
         m, tp = self.model, self.tensor_parallel_size
         # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
@@ -698,8 +718,7 @@ class StepPricer:
             lo += length
         m += self._overhead_s
         if self._host:
-            n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
-            return self._with_host_array(m, n), None
+            self._with_host_segments(m, seqs, lengths)
         return m, None
 
     def _never_compute_bound(self, terms: tuple[float, ...], ctx0: int, n: int) -> bool:

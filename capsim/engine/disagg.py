@@ -118,13 +118,16 @@ class PoolMonitor:
         self.stranded_decode_gpu_s = 0.0
         self._t = 0.0
         self._state = (False, False, 0, 0)
+        self._prefill_gpus = [r.pool_cfg.engine.tensor_parallel_size for r in prefill]
+        self._decode_gpus = [r.pool_cfg.engine.tensor_parallel_size for r in decode]
 
     def touch(self) -> None:
+        prefill = self.prefill
         state = (
-            all(r.busy for r in self.prefill) and any(r.scheduler.waiting for r in self.prefill),
+            all(r.busy for r in prefill) and any(r.scheduler.waiting for r in prefill),
             bool(self.pending),
-            sum(r.pool_cfg.engine.tensor_parallel_size for r in self.prefill if not r.busy),
-            sum(r.pool_cfg.engine.tensor_parallel_size for r in self.decode if not r.busy))
+            sum(g for r, g in zip(prefill, self._prefill_gpus) if not r.busy),
+            sum(g for r, g in zip(self.decode, self._decode_gpus) if not r.busy))
         if state != self._state:
             self.flush()
             self._state = state

@@ -331,6 +331,30 @@ def test_segmented_decode_costs_equal_cost_bit_for_bit(segs, ctx, hw, tp, host):
             (one.seconds, one.compute_bound)
 
 
+def test_async_host_term_inside_a_segment_equals_cost_bit_for_bit():
+    """An overlapped host term between a decode segment's first and last GPU step (the
+    run turns from host-bound to GPU-bound mid-segment): every step is still cost()'s
+    float, the host-bound ones at the host term (decode_costs takes the maximum per
+    segment only when the host term exceeds its first step)."""
+    import numpy as np
+
+    gpu = StepPricer(load_model("llama-3.1-8b"), load_hardware("h100-sxm"))
+    seqs, ctx, k = 64, 64 * 256, 400
+    first = gpu.cost(decode_seqs=seqs, decode_ctx_tokens=ctx, logits_seqs=seqs).seconds
+    last = gpu.cost(decode_seqs=seqs, decode_ctx_tokens=ctx + seqs * (k - 1),
+                    logits_seqs=seqs).seconds
+    host = HostOverhead(per_step_s=(first + last) / 2, overlap="async", residual_s=3e-4)
+    pricer = StepPricer(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), host=host)
+    secs, _ = pricer.decode_costs([seqs, 8], [ctx, 8 * 256], [k, 3])
+    ctxs = [*(ctx + seqs * np.arange(k)).tolist(), *(8 * 256 + 8 * np.arange(3)).tolist()]
+    ns = [seqs] * k + [8] * 3
+    want = [pricer.cost(decode_seqs=n, decode_ctx_tokens=c, logits_seqs=n).seconds
+            for n, c in zip(ns, ctxs)]
+    assert secs.tolist() == want
+    host_bound = sum(s == host.per_step_s + 3e-4 for s in want[:k])
+    assert 0 < host_bound < k            # both kinds of step in the first segment
+
+
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 8192), st.integers(0, 256),
                                 st.integers(0, 10**6), st.booleans()), min_size=1, max_size=20),

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from capsim.scenario.load import LoadedScenario
+from capsim.scenario.resolve import RunConfig
 from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
@@ -458,6 +459,8 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     if p.headroom:
         figures, why = _with_headroom(figures, p.headroom, opt.tensor_parallel_size)
         note = "; ".join(n for n in (note, why) if n)
+    bounds = _autoscaler_note(opt.run, figures["num_replicas"])
+    note = "; ".join(n for n in (note, bounds) if n)
     return SizingRow(**head, status="met", **figures,
                      within_noise=_within_noise(p, ev, opt, answer, chosen, binding_name),
                      note=note, evaluations=len(tested), headroom_replicas=p.headroom)
@@ -473,6 +476,19 @@ def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, 
                cost_per_million_output_tokens_usd=
                figures["cost_per_million_output_tokens_usd"] * scale)
     return out, f"N+{k}: meets the SLOs with {k} of {serving + k} replicas down"
+
+
+def _autoscaler_note(run: RunConfig, replicas: int) -> str:
+    """A sized count outside the variant's ``cluster.autoscaling`` bounds, said ("" inside
+    them, or without an autoscaler): candidates are run from that many replicas, but the
+    autoscaler keeps the fleet within [min_replicas, max_replicas] over a run."""
+    a = run.autoscaling
+    if a is None or a.min_replicas <= replicas <= a.max_replicas:
+        return ""
+    fix = (f"raise cluster.autoscaling.max_replicas to {replicas}" if replicas > a.max_replicas
+           else f"lower cluster.autoscaling.min_replicas to {replicas} to pay for fewer")
+    return (f"{replicas} replicas is outside the autoscaler's [min_replicas, max_replicas] = "
+            f"[{a.min_replicas}, {a.max_replicas}]: it would not keep {replicas}; {fix}")
 
 
 def _failing_neighbour(p: SizingPlan, ev: _Evaluator, opt: FleetOption,

@@ -379,3 +379,21 @@ def test_headroom_adds_k_replicas_to_the_fewest_that_meet_the_slos(sized, tmp_pa
         assert f"N+1: meets the SLOs with 1 of {row.num_replicas} replicas down" in row.note
     assert "headroom_replicas" in sizing.rows_frame(n1.rows).columns
     assert "headroom_replicas" not in sizing.rows_frame(plain.rows).columns
+
+
+def test_a_sized_count_outside_the_autoscaler_bounds_is_said():
+    """Issue 17: sizing an autoscaled variant runs candidates from N replicas, but its
+    autoscaler keeps the fleet in [min_replicas, max_replicas] (day_in_the_life: 1-4 and,
+    N+1, 2-5), so an answer outside them is named with the bound to move."""
+    from pathlib import Path
+
+    runs = load(Path(__file__).parents[2] / "scenarios/day_in_the_life.yaml").runs
+    fixed, autoscaled, n_plus_1 = runs[0], runs[1], runs[3]
+    assert sizing._autoscaler_note(fixed, 9) == ""
+    assert [sizing._autoscaler_note(autoscaled, n) for n in (1, 4)] == ["", ""]
+    assert sizing._autoscaler_note(autoscaled, 5) == (
+        "5 replicas is outside the autoscaler's [min_replicas, max_replicas] = [1, 4]: it "
+        "would not keep 5; raise cluster.autoscaling.max_replicas to 5")
+    assert sizing._autoscaler_note(n_plus_1, 1).endswith(
+        "= [2, 5]: it would not keep 1; lower cluster.autoscaling.min_replicas to 1 to pay "
+        "for fewer")

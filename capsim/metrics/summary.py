@@ -182,21 +182,33 @@ def _run_span_s(result: RunResult) -> float:
 
 
 def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
-    """Variant-level utilisation and cost figures, identical on every class row."""
+    """Variant-level utilisation and cost figures, identical on every class row.
+
+    GPU busy, MFU and MBU divide by GPU-seconds: a fixed fleet's ``num_gpus`` × the span;
+    a fleet that changes (autoscaling, failures; ``num_gpus`` is then its peak) its
+    GPU-hours paid (:attr:`FleetResult.gpu_hours`: each replica from request to stop), so
+    they are time-averaged over the GPUs it had rather than read against the peak."""
     reps = result.replicas
-    gpus = max(result.num_gpus, 1)
-    busy = sum(r.busy_s * r.tensor_parallel_size for r in reps) / gpus
     flops = sum(r.flops for r in reps)
     hbm = sum(r.hbm_bytes for r in reps)
     span = span_s if span_s and span_s > 0 else _NAN
+    busy = sum(r.busy_s * r.tensor_parallel_size for r in reps)
+    if result.fleet is None:
+        gpus = max(result.num_gpus, 1)
+        util = {"gpu_busy_frac": busy / gpus / span,
+                "mfu": flops / (gpus * result.peak_flops_per_gpu * span),
+                "mbu": hbm / (gpus * result.hbm_bandwidth_per_gpu_bytes_per_s * span)}
+    else:
+        gpu_s = result.fleet.gpu_hours * 3600.0 or _NAN
+        util = {"gpu_busy_frac": busy / gpu_s,
+                "mfu": flops / (result.peak_flops_per_gpu * gpu_s),
+                "mbu": hbm / (result.hbm_bandwidth_per_gpu_bytes_per_s * gpu_s)}
     held = sum(r.slot_capacity for r in reps)
     kv_frac = max((r.peak_kv_used_blocks / r.num_gpu_blocks for r in reps if r.num_gpu_blocks),
                   default=_NAN)
     return {
         "num_gpus": result.num_gpus,
-        "gpu_busy_frac": busy / span,
-        "mfu": flops / (gpus * result.peak_flops_per_gpu * span),
-        "mbu": hbm / (gpus * result.hbm_bandwidth_per_gpu_bytes_per_s * span),
+        **util,
         "kv_peak_frac": kv_frac,
         "preemptions": sum(r.preemptions for r in reps),
         "recomputed_tokens": sum(r.recomputed_tokens for r in reps),

@@ -104,6 +104,9 @@ class SizingRow:
     evaluations: int = 0
     trust: str = ""
     headroom_replicas: int = 0      # N+k: replicas added to those that met the SLOs
+    # N+k with k replicas down, over the day view's 5-minute windows (NaN: steady load):
+    violation_min_with_headroom: float = math.nan     # the answer: N − k serving
+    violation_min_without_headroom: float = math.nan  # N − k bought, k down: N − 2k serving
 
     @property
     def label(self) -> str:
@@ -417,6 +420,11 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
         searches = {k: highest_passing(r, p.rate_tolerance, r / RATE_RANGE, r * RATE_RANGE)
                     for k in ev.by_key}
     answers = _lockstep(searches, ev)
+    if p.headroom and p.mode == "gpus":      # the plain answer with k down, for comparison
+        plain_k_down = [(k, a.best - p.headroom) for k, a in answers.items()
+                        if a.best is not None and a.best > p.headroom]
+        if plain_k_down:
+            ev.batch(plain_k_down)
     rows = [_row(p, ev, o, answers.get(o.key)) for o in p.options]
     return SizingResult(base=p.base, mode=p.mode, rate_per_s=p.rate_per_s if p.mode == "gpus"
                         else None, gpus=p.gpus, max_gpus=p.max_gpus, seeds=p.seeds,
@@ -458,7 +466,8 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     binding_name = figures["binding"] or None
     if p.headroom:
         figures, why = _with_headroom(figures, p.headroom, opt.tensor_parallel_size)
-        note = "; ".join(n for n in (note, why) if n)
+        figures.update(_violations_k_down(p, ev, opt, chosen))
+        note = "; ".join(n for n in (note, why, _violations_note(p.headroom, figures)) if n)
     bounds = _autoscaler_note(opt.run, figures["num_replicas"])
     note = "; ".join(n for n in (note, bounds) if n)
     return SizingRow(**head, status="met", **figures,
@@ -476,6 +485,34 @@ def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, 
                cost_per_million_output_tokens_usd=
                figures["cost_per_million_output_tokens_usd"] * scale)
     return out, f"N+{k}: meets the SLOs with {k} of {serving + k} replicas down"
+
+
+def _violations_k_down(p: SizingPlan, ev: _Evaluator, opt: FleetOption,
+                       chosen: Evaluation) -> dict[str, float]:
+    """SLO-violation minutes (mean over seeds) with k replicas down: the answer's N − k
+    serving (it was run so), and without the headroom — the N − k that met the SLOs
+    bought, k of them down: N − 2k serving (run after the search; none serving when
+    N − k ≤ k: every minute). Capacity sizing leaves the second NaN."""
+    with_ = _mean_violation(chosen)
+    without = math.nan
+    if p.mode == "gpus":
+        fewer = chosen.num_replicas - p.headroom
+        without = _mean_violation(ev.get(opt.key, fewer)) if fewer >= 1 \
+            else chosen.outcomes[0].sim_end_s / 60.0
+    return {"violation_min_with_headroom": with_, "violation_min_without_headroom": without}
+
+
+def _mean_violation(e: Evaluation) -> float:
+    return sum(o.violation_minutes for o in e.outcomes) / len(e.outcomes)
+
+
+def _violations_note(k: int, figures: dict[str, Any]) -> str:
+    """The violation minutes of :func:`_violations_k_down` as words ("" without a day view)."""
+    a, b = figures["violation_min_with_headroom"], figures["violation_min_without_headroom"]
+    if math.isnan(a):
+        return ""
+    without = f", {b:g} without it" if not math.isnan(b) else ""
+    return f"SLO-violation minutes with {k} down: {a:g} with the headroom{without}"
 
 
 def _autoscaler_note(run: RunConfig, replicas: int) -> str:
@@ -569,6 +606,7 @@ def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
     """sizing.csv: one row per fleet option, in rank order."""
     frame = pd.DataFrame([{**r.__dict__, "configuration": r.label} for r in rows])
     if not any(r.headroom_replicas for r in rows):      # the columns of sizing without N+k
-        frame = frame.drop(columns="headroom_replicas")
+        frame = frame.drop(columns=["headroom_replicas", "violation_min_with_headroom",
+                                    "violation_min_without_headroom"])
     return frame
 

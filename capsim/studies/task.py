@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.scenario.resolve import RunConfig
+from capsim.metrics.day import day_windows, violation_minutes
 from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check
 from capsim.results.model import FINISHED, RunResult, SummaryRow
@@ -59,6 +60,9 @@ class RunOutcome:
         mean_in_system, arrival_rate_per_s, mean_time_in_system_s: Little's
             law ``L = λ W`` measured on the finished requests
             (:func:`capsim.studies.queueing.little_check`).
+        violation_minutes: minutes of 5-minute windows that broke a ``slo.targets``
+            bound (:func:`capsim.metrics.day.violation_minutes`); NaN for a run without
+            a day view (steady load, fixed fleet).
     """
 
     labels: dict[str, Any]
@@ -68,6 +72,7 @@ class RunOutcome:
     mean_in_system: float
     arrival_rate_per_s: float
     mean_time_in_system_s: float
+    violation_minutes: float = float("nan")
 
     @property
     def total(self) -> SummaryRow:
@@ -87,7 +92,9 @@ def execute(task: RunTask) -> RunOutcome:
                       sim_end_s=result.sim_end_s, wall_s=result.wall_s,
                       mean_in_system=little.mean_in_system,
                       arrival_rate_per_s=little.arrival_rate_per_s,
-                      mean_time_in_system_s=little.mean_time_in_system_s)
+                      mean_time_in_system_s=little.mean_time_in_system_s,
+                      violation_minutes=violation_minutes(day_windows(result, task.slo))
+                      if result.day is not None else float("nan"))
 
 
 def _little(result: RunResult):

@@ -103,3 +103,34 @@ def test_bad_day_input_is_one_line(tmp_path, run_cli, write_scenario, field, val
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}: ")
     assert expected in err, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_an_autoscaled_fleets_utilisation_is_over_its_gpu_hours(tmp_path, run_cli,
+                                                                  write_scenario):
+    """Issue 17: an autoscaled fleet's num_gpus is its peak, so busy / MFU / MBU over the
+    peak read low; they are over its GPU-hours paid (mean GPUs), and the page says so. The
+    fixed fleet's are over its GPUs × first arrival → last completion, as before."""
+
+    path = write_scenario(tmp_path, DOC)
+    out = tmp_path / "r"
+    code, _, err = run_cli(["run", str(path), "-o", str(out)])
+    assert code == 0, err
+    rows = pd.read_csv(out / "summary.csv").set_index("variant")
+    rows = rows[rows.cls == "all"]
+    html = (out / "index.html").read_text()
+    assert "over the GPU-hours it paid for (mean GPUs here), not its peak" in html
+    assert "mean GPUs" in html
+    from capsim.scenario.load import load
+    from capsim.sim.simulate import simulate
+    from capsim.workload import build
+    ls = load(path)
+    for i, name in ((1, "autoscaled"), (2, "failing")):
+        run = ls.runs[i]
+        res = simulate(run, build(run.workload, run.seed, ls.base_dir))
+        busy_gpu_s = sum(r.busy_s * r.tensor_parallel_size for r in res.replicas)
+        gpu_s = res.fleet.gpu_hours * 3600.0
+        assert rows.loc[name, "gpu_busy_frac"] == pytest.approx(busy_gpu_s / gpu_s, rel=1e-9)
+        if name == "autoscaled":         # fewer GPU-seconds than the peak all along
+            assert gpu_s < 0.9 * res.num_gpus * res.sim_end_s     # 0.82 here
+        assert rows.loc[name, "mfu"] == pytest.approx(
+            sum(r.flops for r in res.replicas) / (res.peak_flops_per_gpu * gpu_s), rel=1e-9)

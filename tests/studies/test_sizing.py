@@ -397,3 +397,26 @@ def test_a_sized_count_outside_the_autoscaler_bounds_is_said():
     assert sizing._autoscaler_note(n_plus_1, 1).endswith(
         "= [2, 5]: it would not keep 1; lower cluster.autoscaling.min_replicas to 1 to pay "
         "for fewer")
+
+
+def test_headroom_reports_violation_minutes_with_and_without_it(tmp_path, write_scenario):
+    """Issue 17: N+1 sizing over a load that surges: with one replica down, the answer
+    (N − 1 serving) breaks the targets for fewer 5-minute windows than the plain answer
+    would (N − 2 serving); both figures in the row, its note and sizing.csv."""
+    doc = with_(workload={**DOC["workload"], "num_requests": None, "duration_s": 900,
+                          "schedule": {"kind": "piecewise", "step_s": 300,
+                                       "factors": [0.3, 1.0, 0.3]}},
+                variants=[DOC["variants"][0]])
+    del doc["workload"]["num_requests"]
+    path = write_scenario(tmp_path, doc)
+    with open_runner(ExecutorSpec("serial")) as runner:
+        res = sizing.run(sizing.plan(load(path), [], headroom=1), runner)
+    row = res.rows[0]
+    assert row.status == "met" and row.headroom_replicas == 1
+    spare, none = row.violation_min_with_headroom, row.violation_min_without_headroom
+    assert spare % 5 == 0 and none % 5 == 0               # whole 5-minute windows
+    assert spare < none
+    assert (f"SLO-violation minutes with 1 down: {spare:g} with the headroom, "
+            f"{none:g} without it") in row.note
+    frame = sizing.rows_frame(res.rows)
+    assert frame.violation_min_without_headroom[0] == none

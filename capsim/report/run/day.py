@@ -31,8 +31,12 @@ CAPTION = (
     "(mean of 15-s samples) and p99 inter-token latency (ms; dashed: the itl_p99_ms "
     "target). Shaded: windows of that variant whose p99 ITL or p99 TTFT broke its target "
     "(violation minutes in the table). Every figure is in day.csv.")
-COLUMNS = ["policy", "GPU-hours", "cost $", "$/M out tok", "peak replicas", "scale ups/downs",
-           "failures", "retried", "failed", "violation min"]
+COLUMNS = ["policy", "GPU-hours", "cost $", "$/M out tok", "peak replicas", "mean GPUs",
+           "scale ups/downs", "failures", "retried", "failed", "violation min"]
+UTILISATION_NOTE = (
+    "GPU busy, MFU and MBU of a fleet that changes (autoscaling, failures) are over the "
+    "GPU-hours it paid for (mean GPUs here), not its peak; a fixed fleet's over all its "
+    "GPUs from the first arrival to the last completion.")
 
 
 def has_day(results: list[RunResult]) -> bool:
@@ -99,13 +103,16 @@ def table(results: list[RunResult], frames: dict[str, pd.DataFrame],
                  fmt(c["gpu_hours"], "num"), fmt(c["cost_usd"], "usd"),
                  fmt(c["cost_per_million_output_tokens_usd"], "usd"),
                  str(max(f.serving) if f else r.num_replicas),
+                 fmt(c["gpu_hours"] * 3600.0 / r.sim_end_s if r.sim_end_s > 0 else math.nan,
+                     "num"),
                  f"{f.scale_ups}/{f.scale_downs}" if f else "—",
                  str(len(f.failures)) if f else "0",
                  str(f.retried_requests) if f else "0", str(f.failed_requests) if f else "0",
                  f"{violation_minutes(frames[r.variant]):g}"]
         body.append({"variant": r.variant, "colour": colours.get(r.variant, "#777"),
                      "cells": cells})
-    groups = [{"name": "fleet", "span": 7}, {"name": "requests", "span": 2},
+    groups = [{"name": "fleet", "span": 8}, {"name": "requests", "span": 2},
               {"name": "SLO", "span": 1}]
     return {"groups": groups, "columns": COLUMNS, "rows": body,
-            "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}]}
+            "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}],
+            "note": UTILISATION_NOTE}

@@ -55,14 +55,18 @@ def weighted_percentiles(values: np.ndarray, counts: np.ndarray,
     """:func:`weighted_percentile` at each of ``qs``, sorting the runs once (a day's ITL
     has tens of millions of runs: the sort is the cost)."""
     counts = np.asarray(counts, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
     keep = counts > 0
-    values, counts = np.asarray(values, dtype=np.float64)[keep], counts[keep]
+    if not keep.all():                 # a run recorder never writes empty runs: no copies
+        values, counts = values[keep], counts[keep]
+    del keep
     total = int(counts.sum())
     if total == 0:
         return [_NAN] * len(qs)
     order = np.argsort(values, kind="stable")
-    values, ends = values[order], np.cumsum(counts[order])
+    values, ends = values[order], counts[order]
     del order
+    np.cumsum(ends, out=ends)
     out = []
     for q in qs:
         pos = q / 100.0 * (total - 1)

@@ -46,4 +46,9 @@ def test_the_failure_is_replaced_and_counted(day):
     for variant in ("autoscaled-failure", "autoscaled-failure-n+1"):
         row = table[table.index(f"</span>{variant}</td>"):]
         cells = row[:row.index("</tr>")].split("<td>")[1:]
-        assert cells[6].startswith("1<")                    # one failure
+        assert cells[7].startswith("1<")                    # one failure
+        # Mean GPUs = GPU-hours ÷ the run's hours (a failed replica is paid for until its
+        # repair, its replacement from its request: 2.01 and, N+1, 2.75 GPUs paid on a
+        # peak of 2 serving).
+        mean_gpus, peak = float(cells[5].split("<")[0]), int(cells[4].split("<")[0])
+        assert 0.5 * peak < mean_gpus < peak + 1, (variant, mean_gpus, peak)

@@ -209,13 +209,17 @@ def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
     hbm = sum(r.hbm_bytes for r in reps)
     span = span_s if span_s and span_s > 0 else _NAN
     busy = sum(r.busy_s * r.tensor_parallel_size for r in reps)
-    if result.fleet is None:
+    pools = result.pools or ()
+    if result.fleet is None and not any(p.fleet is not None for p in pools):
         gpus = max(result.num_gpus, 1)
         util = {"gpu_busy_frac": busy / gpus / span,
                 "mfu": flops / (gpus * result.peak_flops_per_gpu * span),
                 "mbu": hbm / (gpus * result.hbm_bandwidth_per_gpu_bytes_per_s * span)}
     else:
-        gpu_s = result.fleet.gpu_hours * 3600.0 or _NAN
+        # A pooled fleet: each pool's GPU-hours, or its GPUs over the span when fixed.
+        gpu_s = (result.fleet.gpu_hours * 3600.0 if result.fleet is not None else
+                 sum(p.fleet.gpu_hours * 3600.0 if p.fleet is not None else p.num_gpus * span
+                     for p in pools)) or _NAN
         util = {"gpu_busy_frac": busy / gpu_s,
                 "mfu": flops / (result.peak_flops_per_gpu * gpu_s),
                 "mbu": hbm / (result.hbm_bandwidth_per_gpu_bytes_per_s * gpu_s)}

@@ -16,15 +16,12 @@ with each boundary over NVLink when both stages sit in one node and over the har
 scale-out link otherwise (GPUs fill nodes in order: stage s holds GPUs s·TP … s·TP+TP−1).
 The engine's host overhead and the hardware's per-step overhead are counted once.
 
-What is modelled: ONE batch in flight. vLLM V1 keeps up to PP batches in flight with
-pipeline parallelism (the executor's ``max_concurrent_batches`` is PP; ``EngineCore.
-step_with_batch_queue`` in vllm/v1/engine/core.py schedules a further batch of requests
-not already in flight while the queue has room), so a loaded replica overlaps the
-stages and its throughput approaches 1 / max(stage) rather than 1 / Σ(stages) when the
-stages are compute-bound (memory-bound decode gains little: each in-flight batch reads
-the stage's weights again). capsim's replica runs one step at a time, so PP here gives
-the latency of a step and the memory of the partition, and can under-state a PP
-replica's throughput by up to PP×. Micro-batching within a step is not modelled either.
+That sum is the latency of one batch alone. vLLM V1 keeps up to PP batches in flight
+(the executor's ``max_concurrent_batches`` is PP; ``EngineCore.step_with_batch_queue``
+in vllm/v1/engine/core.py at 00080ee), so a loaded replica overlaps the stages: the
+engine (:mod:`capsim.engine.pipeline`) takes :meth:`PipelinePricer.stage_times` — the
+host's share, each stage's seconds and each handoff's — and runs every stage as a
+resource of its own. Micro-batching within a step is not modelled.
 """
 
 from __future__ import annotations
@@ -50,6 +47,30 @@ def stage_link_crosses_node(boundary: int, tp: int, gpus_per_node: int | None) -
         return False
     return any((boundary * tp + r) // gpus_per_node != ((boundary + 1) * tp + r) // gpus_per_node
                for r in range(tp))
+
+
+def pp_boundary_terms(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,
+                      scale_out: LinkProfile | None) -> list[tuple[float, float]]:
+    """(fixed s, s per token) of each of the PP − 1 handoffs, in stage order: the terms
+    :func:`pp_transfer_terms` sums (same link choice and formulas)."""
+    nv_bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+    nv_lat = hw.tp_link_latency_s
+    message = PP_TENSORS * model.hidden_size * ACTIVATION_BYTES     # bytes per token
+    out = []
+    for b in range(pp - 1):
+        if stage_link_crosses_node(b, tp, hw.gpus_per_node):
+            if scale_out is None:
+                raise ValueError("a pipeline stage boundary crosses nodes but the hardware "
+                                 "has no scale_out_link")
+            bw, lat = scale_out.bandwidth_bytes_per_s, scale_out.latency_s
+        else:
+            bw, lat = nv_bw, nv_lat
+        fixed, per_token = lat, message / tp / bw
+        if tp > 1:
+            fixed += (tp - 1) * nv_lat
+            per_token += (tp - 1) / tp * message / nv_bw
+        out.append((fixed, per_token))
+    return out
 
 
 def pp_transfer_terms(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,
@@ -94,7 +115,8 @@ class PipelinePricer:
     step overhead on the last stage only) + the handoffs (:func:`pp_transfer_terms`),
     then the engine's host overhead as :class:`StepPricer` applies it. FLOPs and bytes
     per GPU column (Σ over stages of one TP rank's): × TP gives the replica's.
-    ``compute_bound``: any stage is. One batch in flight (module docstring).
+    ``compute_bound``: any stage is. :meth:`stage_times`: the same step by resource, for
+    batches in flight.
 
     Args:
         pipeline_parallel_size: stages (>= 2; 1 needs no PipelinePricer).
@@ -108,7 +130,7 @@ class PipelinePricer:
     """
 
     __slots__ = ("model", "hw", "tensor_parallel_size", "pipeline_parallel_size", "stages",
-                 "partition", "_fixed_s", "_per_token_s", "_host")
+                 "partition", "_fixed_s", "_per_token_s", "_host", "_boundaries")
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
                  pipeline_parallel_size: int, host: HostOverhead | None = None,
@@ -128,6 +150,7 @@ class PipelinePricer:
             start += layers
         self.stages: tuple[StepPricer, ...] = tuple(stages)
         self._fixed_s, self._per_token_s = pp_transfer_terms(model, hw, tp, pp, scale_out)
+        self._boundaries = pp_boundary_terms(model, hw, tp, pp, scale_out)
         # The host terms, applied once to the whole step (StepPricer's own formula).
         self._host = StepPricer(model, quiet, tp, host=host) if host is not None else None
 
@@ -162,6 +185,38 @@ class PipelinePricer:
                         sum(p.compute_s for p in parts), sum(p.memory_s for p in parts),
                         sum(p.comm_s for p in parts) + transfer, overhead,
                         any(p.compute_bound for p in parts))
+
+    def stage_times(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+                    prefill_kv_tokens: int = 0, decode_seqs: int = 0,
+                    decode_ctx_tokens: int = 0, logits_seqs: int | None = None,
+                    prefill_seqs: int | None = None
+                    ) -> tuple[list[float], list[float], float, bool, float]:
+        """One batch's timing by resource, for batches in flight (:mod:`capsim.engine.pipeline`):
+        ``(stage_s, handoff_s, host_s, host_async, residual_s)`` — each stage's GPU
+        seconds (the hardware's step overhead on the last), each of the PP − 1 handoffs,
+        the engine's host seconds for the batch, whether the preset overlaps them with
+        the GPU (then ``residual_s`` follows the GPU) or runs them in series.
+        Alone in the pipeline, host + Σ stage + Σ handoff (serial), or max(host, Σ) +
+        residual (overlapped), is :meth:`cost`'s seconds up to float rounding. Same
+        arguments as :meth:`cost`; an empty batch: all zeros."""
+        n = prefill_tokens + decode_seqs
+        pp = self.pipeline_parallel_size
+        if n <= 0:
+            return [0.0] * pp, [0.0] * (pp - 1), 0.0, False, 0.0
+        stage_s = [s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
+                          prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
+                          decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs).seconds
+                   for s in self.stages]
+        handoff_s = [fixed + per_token * n for fixed, per_token in self._boundaries]
+        h = self._host
+        if h is None or not h._host:
+            return stage_s, handoff_s, 0.0, False, 0.0
+        if prefill_seqs is None:
+            prefill_seqs = 1 if prefill_tokens else 0
+        host_s = h._host_step_s + h._host_seq_s * (decode_seqs + prefill_seqs) \
+            + h._host_token_s * prefill_tokens
+        return stage_s, handoff_s, host_s, h._host_async, h._host_residual_s if h._host_async \
+            else 0.0
 
     def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
                      ) -> tuple[np.ndarray, np.ndarray | None]:

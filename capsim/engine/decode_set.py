@@ -65,6 +65,7 @@ class DecodeSet:
         self._cohort_t = math.nan      # when the sequences of the last decode step emitted
         self._cohort = [0] * num_classes
         self._pending: dict[float, list[int]] = {}   # joined since: emit time → class counts
+        self.in_flight = False         # PP > 1: a batch carrying these sequences is in the pipeline
 
     # ------------------------------------------------------------ membership
     def join(self, req: Request, now: float) -> None:

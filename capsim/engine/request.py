@@ -31,6 +31,7 @@ class Request:
         "num_preemptions", "max_itl_s", "admit_order",
         "segments", "hashes", "num_registered", "shareable", "n", "group", "samples_left",
         "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
+        "num_inflight",
     )
 
     def __init__(self, rid: int, class_id: int, arrival_s: float, prompt_tokens: int,
@@ -42,6 +43,7 @@ class Request:
         self.output_tokens = output_tokens
         self.num_computed = 0
         self.num_generated = 0
+        self.num_inflight = 0         # prompt tokens in batches still in the pipeline (PP > 1)
         self.blocks: list[int] = []
         self.handoff_blocks: list[int] = []     # prefill-side blocks held while KV transfers
         self.state = WAITING
@@ -76,7 +78,7 @@ class Request:
         """Start over after its replica failed: nothing computed or generated, no KV, not
         placed; ``arrival_s`` and the preemption count are kept (a client retrying a
         stream sees its first token after the retry's prefill)."""
-        self.num_computed = self.num_generated = 0
+        self.num_computed = self.num_generated = self.num_inflight = 0
         self.blocks, self.handoff_blocks, self.hashes = [], [], []
         self.num_registered = 0
         self.state, self.replica = WAITING, -1

@@ -24,6 +24,7 @@ from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.fleet import Fleet, policy_label
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
+from capsim.engine.pipeline import replica_class
 from capsim.engine.replica import Replica
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import make_router
@@ -109,16 +110,17 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         pool = run.pool()
         pricer = pool.pricer(run.model)
         bin_s = TimelineRecorder.start_width_s(_last_arrival_s(trace))
+        make = replica_class(pool)           # PipelinedReplica when PP > 1
         if run.autoscaling is None and run.failures is None:
-            replicas = [Replica(env, i, pool, pricer, itl, itl_classes, on_finish,
-                                macro_steps=macro_steps, timeline_bin_s=bin_s)
+            replicas = [make(env, i, pool, pricer, itl, itl_classes, on_finish,
+                             macro_steps=macro_steps, timeline_bin_s=bin_s)
                         for i in range(pool.num_replicas)]
             route = make_router(run.router, replicas)
         else:
             fleet = Fleet(env, run.autoscaling, run.failures, pool.num_replicas, run.router,
                           run.provisioning_delay_s, run.seed,
-                          lambda i, fin: Replica(env, i, pool, pricer, itl, itl_classes, fin,
-                                                 macro_steps=macro_steps, timeline_bin_s=bin_s),
+                          lambda i, fin: make(env, i, pool, pricer, itl, itl_classes, fin,
+                                              macro_steps=macro_steps, timeline_bin_s=bin_s),
                           on_finish, lambda req, why: _reject(req, why, env.now, on_finish),
                           log.add_lost_gaps, lambda: log.written >= total)
             replicas, route = fleet.replicas, fleet.route

@@ -20,6 +20,8 @@ class ContiguousScheduler(ContinuousScheduler):
     recorded (``first_blocked``: wanted, free, biggest hole) as the seed's demo prints it.
     """
 
+    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
+
     def __init__(self, *, reserve: str, max_model_len: int, **kwargs):
         super().__init__(**kwargs)
         self.reserve = reserve

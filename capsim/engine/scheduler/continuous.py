@@ -81,6 +81,9 @@ class ContinuousScheduler(Scheduler):
     #: (``allocate_slots`` → ``cache_blocks``), decode blocks as they fill. False: the policy
     #: registers computed blocks itself after their step (SGLang, TensorRT-LLM).
     registers_when_scheduled = True
+    #: The policy can keep several batches in flight (pipeline parallelism,
+    #: :meth:`enable_pipeline`); subclasses that reorder or retract batches say False.
+    pipelines = True
 
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
@@ -114,6 +117,8 @@ class ContinuousScheduler(Scheduler):
         self._cow_pending: list[Request] = []       # forked samples about to write a shared block
         self._fork_id = 0                           # forked samples get ids -1, -2, ...
         self._kv_ready: list[Request] = []          # decode role: KV arrived, joins at next schedule
+        self._lanes: list[DecodeSet] | None = None  # PP > 1: one decode set per batch in flight
+        self._max_lanes = 1
 
     # ----------------------------------------------------------------- queue
     def has_work(self) -> bool:
@@ -125,7 +130,84 @@ class ContinuousScheduler(Scheduler):
 
     @property
     def num_decoding(self) -> int:
+        if self._lanes is not None:
+            return sum(lane.size for lane in self._lanes)
         return self.decoders.size
+
+    # ------------------------------------------------------- batches in flight
+    def can_pipeline(self) -> bool:
+        """Whether :meth:`enable_pipeline` applies: the policy allows it and no multi-step
+        windows (vLLM 0.6's ``num_scheduler_steps`` > 1) are in use."""
+        return self.pipelines and self.num_scheduler_steps == 1
+
+    def enable_pipeline(self, batches: int) -> None:
+        """Schedule up to ``batches`` batches in flight (pipeline parallelism).
+
+        As vLLM V1 with a batch queue (``EngineCore.step_with_batch_queue`` in
+        vllm/v1/engine/core.py; ``Scheduler.schedule`` in vllm/v1/core/sched/scheduler.py,
+        both at 00080ee / 00024d3): a new batch takes what is not in flight — decodes
+        whose previous token has come back, the next chunk of a prompt whose earlier
+        chunks are still in the pipeline (its ``num_computed_tokens`` was advanced when
+        they were scheduled), waiting requests — and nothing in flight is scheduled
+        again. The decoders are kept in one :class:`DecodeSet` per batch in flight (a
+        *lane*): a sequence decodes in the lane of the batch that emitted its last
+        token, so its next token waits for that batch to leave the last stage. A
+        preemption never picks a request in flight (vLLM can, and drops its output on
+        return; not modelled).
+        """
+        self.decoders.in_flight = False
+        self._lanes = [self.decoders]
+        self._max_lanes = batches
+
+    def launch(self, step: Step) -> None:
+        """``step`` (just scheduled and priced) enters the pipeline: its prompt chunks
+        count as in flight until :meth:`complete`."""
+        for req, n in step.prefills:
+            req.num_inflight += n
+
+    def _pick_lane(self) -> None:
+        """Make ``self.decoders`` the lane of the batch about to be scheduled: the free
+        lanes merged into one (the sequences of every batch that came back), or a new
+        empty lane when every lane is in flight."""
+        lanes = self._lanes
+        free = [lane for lane in lanes if not lane.in_flight]
+        if not free:
+            lane = DecodeSet(self.bs, self.num_classes, self.itl)
+            lanes.append(lane)
+            self.decoders = lane
+            return
+        lane = max(free, key=lambda x: x.size)      # the first of the largest
+        for other in free:
+            if other is lane:
+                continue
+            if other.size:
+                for req in [r for b in other.buckets for r in b.values()]:
+                    other.leave(req)
+                    lane.join(req, req.last_token_s)
+            lanes.remove(other)
+        self.decoders = lane
+
+    def _lane_of(self, req: Request) -> DecodeSet:
+        """The decode set holding decoder ``req``."""
+        if self._lanes is None:
+            return self.decoders
+        for lane in self._lanes:
+            if lane.buckets[req.dec_bucket].get(req.rid) is req:
+                return lane
+        raise RuntimeError(f"request {req.rid} decodes in no lane")
+
+    def _in_flight(self, req: Request) -> bool:
+        return req.num_inflight > 0 or (req.dec_epoch0 >= 0 and self._lane_of(req).in_flight)
+
+    def _victim(self) -> Request:
+        """The request a decode-block shortage preempts: the newest running one (vLLM's
+        ``self.running.pop()``), never one in flight."""
+        if self._lanes is None:
+            return next(reversed(self.running.values()))
+        for req in reversed(self.running.values()):
+            if not self._in_flight(req):
+                return req
+        raise RuntimeError("no running request outside the pipeline to preempt")
 
     # ------------------------------------------------------- disaggregation
     def release_handoff(self, req: Request) -> None:
@@ -170,6 +252,8 @@ class ContinuousScheduler(Scheduler):
         """Pick the batch of a step starting at ``now``, or None when nothing is runnable."""
         self._preempted_now = False
         self._now = now
+        if self._lanes is not None:
+            self._pick_lane()
         if self._kv_ready:
             self._join_transferred()
         if self.swapped:
@@ -178,6 +262,9 @@ class ContinuousScheduler(Scheduler):
         if not step.prefills and not step.decode_seqs:
             return None
         step.swap_bytes, self._swap_pending = self._swap_pending, 0
+        if self._lanes is not None:
+            step.lane = self.decoders
+            self.decoders.in_flight = True
         return step
 
     def _swap_in(self) -> None:
@@ -212,7 +299,9 @@ class ContinuousScheduler(Scheduler):
                 break
             if req.state != RUNNING:
                 continue            # evicted by an earlier request's reservation this step
-            n = min(req.remaining_to_compute, budget)
+            n = min(req.remaining_to_compute - req.num_inflight, budget)
+            if n <= 0:
+                continue            # PP: every prompt token is in the pipeline already
             if self._reserve_prefill(req, n):
                 step.add_prefill(req, n)
                 budget -= n
@@ -282,7 +371,7 @@ class ContinuousScheduler(Scheduler):
         alloc = self.alloc
         cow = self._cow_pending
         while (bucket or cow) and not alloc.can_allocate(len(bucket) + len(cow)):
-            self._preempt(next(reversed(self.running.values())))
+            self._preempt(self._victim())
         if cow:
             self._copy_on_write(cow)
         if bucket:
@@ -338,17 +427,26 @@ class ContinuousScheduler(Scheduler):
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         """Blocks for a running prefill's next chunk; evicts newer prefills, else itself."""
-        need = blocks_needed(req.num_computed + n, self.bs) - len(req.blocks)
+        upto = req.num_computed + req.num_inflight + n
+        need = blocks_needed(upto, self.bs) - len(req.blocks)
         while not self.alloc.can_allocate(need):
-            victim = next(reversed(self.prefilling.values()))
+            victim = self._prefill_victim()
+            if victim is None:
+                return False        # PP: every newer prefill is in the pipeline; wait
             self._preempt(victim)
             if victim is req:
                 return False
         if need > 0:
             req.blocks.extend(self.alloc.allocate(need))
         if self._register_now and req.shareable:
-            self._register(req, req.num_computed + n)
+            self._register(req, upto)
         return True
+
+    def _prefill_victim(self) -> Request | None:
+        """The newest running prefill (outside the pipeline), or None."""
+        if self._lanes is None:
+            return next(reversed(self.prefilling.values()))
+        return next((r for r in reversed(self.prefilling.values()) if not r.num_inflight), None)
 
     # ------------------------------------------------------------ prefix cache
     def _cached_prefix(self, req: Request) -> list[int]:
@@ -396,7 +494,7 @@ class ContinuousScheduler(Scheduler):
         back to the front of the queue). Either way the request loses its blocks."""
         decoding = req.dec_epoch0 >= 0
         if decoding:
-            self.decoders.leave(req)
+            self._lane_of(req).leave(req)
         else:
             del self.prefilling[req.rid]
         del self.running[req.rid]
@@ -436,6 +534,11 @@ class ContinuousScheduler(Scheduler):
 
         Finished requests are appended to ``self.finished``.
         """
+        if step.lane is not None:          # PP: the batch left the last stage
+            self.decoders = step.lane
+            step.lane.in_flight = False
+            for req, n in step.prefills:
+                req.num_inflight -= n
         self._steps_done(1, step.prefill_tokens + step.decode_seqs,
                          (now, now) if step.decode_seqs else None)
         emitted = step.decode_seqs
@@ -586,4 +689,5 @@ class ContinuousScheduler(Scheduler):
     # ------------------------------------------------------------ invariants
     def sync(self) -> None:
         """Materialise every decoder's counters (for inspection in tests)."""
-        self.decoders.sync()
+        for lane in self._lanes or (self.decoders,):
+            lane.sync()

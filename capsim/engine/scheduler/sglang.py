@@ -96,6 +96,8 @@ class SglangScheduler(ContinuousScheduler):
     ``batch_is_full``: no admission is tried until a running request leaves).
     """
 
+    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
+
     registers_when_scheduled = False
 
     def __init__(self, *, schedule_conservativeness: float, init_new_token_ratio: float,

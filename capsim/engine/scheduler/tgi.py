@@ -58,6 +58,8 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
     b70ae09), and the scenario's resolution refuses ``enable_prefix_caching: true``.
     """
 
+    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
+
     supports_prefix_caching = False
 
     def __init__(self, *, max_waiting_tokens: int, waiting_served_ratio: float, **kwargs):

@@ -97,6 +97,8 @@ class InflightBatching(ContinuousScheduler):
     its context has run, the whole sequence's when it ends or is paused.
     """
 
+    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
+
     registers_when_scheduled = False
 
     def seq_blocks(self, req: Request) -> int:

@@ -84,6 +84,8 @@ class SizingConfig(StrictModel):
             this many GPUs sustain within the SLO targets.
         hardware: GPU profiles to compare (default: each variant's own).
         tensor_parallel_size: TP degrees to compare (default: each variant's own).
+        pipeline_parallel_size: PP degrees to compare (default: each variant's own); a
+            replica is TP × PP GPUs, the search counts replicas of that many.
         max_gpus: search bound; a configuration that needs more GPUs is
             reported as unable to meet the SLOs within it.
         seeds: independent traces per evaluated configuration; a configuration
@@ -96,6 +98,8 @@ class SizingConfig(StrictModel):
     hardware: Optional[list[str]] = Field(default=None, min_length=1)
     tensor_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(default=None,
                                                                             min_length=1)
+    pipeline_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(
+        default=None, min_length=1)
     max_gpus: Int = Field(default=64, gt=0)
     seeds: Int = Field(default=1, ge=1, le=1000)
     rate_tolerance: float = Field(default=0.02, gt=0, lt=1)

@@ -1,6 +1,6 @@
-"""Fleet options for ``capsim size``: a variant on one GPU at one TP degree, and its floors.
+"""Fleet options for ``capsim size``: a variant on one GPU at one TP × PP shape, and its floors.
 
-:func:`fleet_options` resolves every variant × hardware × TP choice through
+:func:`fleet_options` resolves every variant × hardware × TP × PP choice through
 the scenario loader (so every memory and sharding rule applies);
 :func:`fleet_at` turns a searched replica count into a fleet (the hook where
 prefill + decode pools of disaggregated variants will go);
@@ -25,10 +25,11 @@ DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): sizing searches one
 
 @dataclass(frozen=True)
 class FleetOption:
-    """One configuration to size: a variant on one GPU profile at one TP degree.
+    """One configuration to size: a variant on one GPU profile at one TP × PP shape.
 
     ``run`` is None and ``problem`` says why when the option cannot run at all
-    (the model does not fit, TP does not divide the heads, an SLO floor).
+    (the model does not fit, TP does not divide the heads, PP exceeds the layers, an
+    SLO floor).
     """
 
     variant: str
@@ -36,20 +37,35 @@ class FleetOption:
     tensor_parallel_size: int
     run: RunConfig | None
     problem: str = ""
+    pipeline_parallel_size: int = 1
 
     @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.variant, self.hardware, self.tensor_parallel_size)
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.variant, self.hardware, self.tensor_parallel_size,
+                self.pipeline_parallel_size)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """TP × PP: the GPUs of one replica (the unit the search counts in)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def label(self) -> str:
-        """E.g. ``chunked · h100-sxm TP1``."""
-        return f"{self.variant} · {self.hardware} TP{self.tensor_parallel_size}"
+        """E.g. ``chunked · h100-sxm TP1``, ``pp · h100-sxm TP4×PP2``."""
+        shape = shape_label(self.tensor_parallel_size, self.pipeline_parallel_size)
+        return f"{self.variant} · {self.hardware} {shape}"
+
+
+def shape_label(tp: int, pp: int) -> str:
+    """``TP4``, or ``TP4×PP2`` with pipeline stages."""
+    return f"TP{tp}×PP{pp}" if pp > 1 else f"TP{tp}"
 
 
 def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str] | None,
-                  tps: list[int] | None) -> list[FleetOption]:
-    """Every variant × hardware × TP choice (None: each variant's own), loaded and resolved.
+                  tps: list[int] | None, pps: list[int] | None = None) -> list[FleetOption]:
+    """Every variant × hardware × TP × PP choice (None: each variant's own), loaded and
+    resolved (a PP that exceeds the layers, or a TP × PP wider than the node where the
+    GPUs must share one, makes that option infeasible with the loader's message).
 
     Raises:
         ScenarioError: an unknown hardware name in ``hardware``.
@@ -63,27 +79,32 @@ def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str
     out = []
     for hw in hardware or [None]:
         for tp in tps or [None]:
-            out.extend(_options_for(base, overrides, hw, tp))
+            for pp in pps or [None]:
+                out.extend(_options_for(base, overrides, hw, tp, pp))
     return out
 
 
 def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
-                 tp: int | None) -> list[FleetOption]:
-    extra = _choice_overrides(base, hw, tp)
+                 tp: int | None, pp: int | None = None) -> list[FleetOption]:
+    extra = _choice_overrides(base, hw, tp, pp)
     try:
         loaded = load(base.path, overrides + extra, base.spec.seed)
     except ScenarioError as exc:
         problem = f"{exc.path}: {exc.message}" if exc.path else exc.message   # file said once
         return [FleetOption(rc.variant, hw or rc.serving_pool.hardware.name,
-                            tp or rc.serving_pool.engine.tensor_parallel_size, None, problem)
+                            tp or rc.serving_pool.engine.tensor_parallel_size, None, problem,
+                            pp or rc.serving_pool.engine.pipeline_parallel_size)
                 for rc in base.runs]
     return [FleetOption(rc.variant, rc.serving_pool.hardware.name,
-                        rc.serving_pool.engine.tensor_parallel_size, rc)
+                        rc.serving_pool.engine.tensor_parallel_size, rc,
+                        pipeline_parallel_size=rc.serving_pool.engine.pipeline_parallel_size)
             for rc in loaded.runs]
 
 
-def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None) -> list[str]:
-    """``--set`` strings putting every variant on ``hw`` at TP ``tp`` (over their own choices)."""
+def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None,
+                      pp: int | None = None) -> list[str]:
+    """``--set`` strings putting every variant on ``hw`` at TP ``tp`` and PP ``pp`` (over
+    their own choices)."""
     out = []
     if hw is not None:
         out.append(f"hardware={hw}")
@@ -93,11 +114,15 @@ def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None) -> l
         out.append(f"engine.tensor_parallel_size={tp}")
         out += [f"variants.{i}.engine.tensor_parallel_size={tp}"
                 for i, v in enumerate(base.spec.variants) if "tensor_parallel_size" in v.engine]
+    if pp is not None:
+        out.append(f"engine.pipeline_parallel_size={pp}")
+        out += [f"variants.{i}.engine.pipeline_parallel_size={pp}"
+                for i, v in enumerate(base.spec.variants) if "pipeline_parallel_size" in v.engine]
     return out
 
 
 def fleet_at(run: RunConfig, replicas: int) -> RunConfig:
-    """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP).
+    """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP × PP).
 
     The one place that turns a searched count into a fleet. Disaggregated
     variants (``run.disaggregated``) are marked :data:`DISAGG_NOT_SIZED` before

@@ -36,7 +36,7 @@ from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet_options,
-                          slo_floors_ms, unreachable)
+                          shape_label, slo_floors_ms, unreachable)
 from capsim.profiles.trust import Edge, coverage
 from capsim.studies.parallel import Progress, Runner
 from capsim.studies.search import fewest_passing, highest_passing
@@ -107,10 +107,12 @@ class SizingRow:
     # N+k with k replicas down, over the day view's 5-minute windows (NaN: steady load):
     violation_min_with_headroom: float = math.nan     # the answer: N − k serving
     violation_min_without_headroom: float = math.nan  # N − k bought, k down: N − 2k serving
+    pipeline_parallel_size: int = 1
 
     @property
     def label(self) -> str:
-        return f"{self.variant} · {self.hardware} TP{self.tensor_parallel_size}"
+        return (f"{self.variant} · {self.hardware} "
+                f"{shape_label(self.tensor_parallel_size, self.pipeline_parallel_size)}")
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,8 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                    traces=TraceCache(base.base_dir, str(base.path)), trust_edge=trust_edge)
     p.rate_per_s = _start_rate(p, rate_per_s)
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
-                            sizing.tensor_parallel_size if sizing else None)
+                            sizing.tensor_parallel_size if sizing else None,
+                            sizing.pipeline_parallel_size if sizing else None)
     p.headroom = _check_headroom(headroom, p, options)
     _check_rate_ceiling(p, options, rate_per_s is not None)
     p.options = _check_options(p, options)
@@ -235,11 +238,13 @@ def _check_headroom(k: int, p: SizingPlan, options: list[FleetOption]) -> int:
         return 0
     gpus, what = (p.gpus, "--gpus") if p.mode == "rate" else (p.max_gpus, "max_gpus")
     for opt in options:
-        fleet = gpus // opt.tensor_parallel_size
+        fleet = gpus // opt.gpus_per_replica
         if k >= fleet:
             raise ScenarioError(
                 f"--headroom {k} is larger than the fleet: {what} = {gpus} makes at most "
-                f"{fleet} replica(s) of TP{opt.tensor_parallel_size} ({opt.variant}), and "
+                f"{fleet} replica(s) of "
+                f"{shape_label(opt.tensor_parallel_size, opt.pipeline_parallel_size)} "
+                f"({opt.variant}), and "
                 f"{k} down would leave none serving; lower --headroom or raise {what}",
                 file=path, path="sizing.max_gpus" if what == "max_gpus" else None)
     return k
@@ -319,6 +324,12 @@ def _check_rate_ceiling(p: SizingPlan, options: list[FleetOption], from_option: 
                             f"{ceiling:,.4g} requests/s; {why}", file=str(p.base.path))
 
 
+def _shape_words(opt: FleetOption) -> str:
+    """``TP 4``, or ``TP 4 × PP 2 = 8 GPUs`` per replica."""
+    tp, pp = opt.tensor_parallel_size, opt.pipeline_parallel_size
+    return f"TP {tp} × PP {pp} = {tp * pp} GPUs" if pp > 1 else f"TP {tp}"
+
+
 def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOption]:
     """Mark options that can never pass (floors, GPU count); raise if none is left."""
     out = []
@@ -329,14 +340,11 @@ def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOptio
             trace = p.traces.get(p.workload_at(opt.run.workload, p.rate_per_s), p.seeds[0])
             floors = slo_floors_ms(opt.run, int(trace.prompt_tokens.min()))
             problems = unreachable(p.base.spec.slo.targets, floors)
-            tp = opt.tensor_parallel_size
-            if opt.run.serving_pool.engine.pipeline_parallel_size > 1:
-                problems.append("pipeline-parallel replicas are not sized (capsim runs one "
-                                "batch in flight per replica)")
-            if p.mode == "rate" and p.gpus % tp:
-                problems.append(f"{p.gpus} GPUs is not a multiple of TP {tp}")
-            if p.mode == "gpus" and p.max_gpus < tp:
-                problems.append(f"max_gpus {p.max_gpus} is below TP {tp}")
+            g, shape = opt.gpus_per_replica, _shape_words(opt)
+            if p.mode == "rate" and p.gpus % g:
+                problems.append(f"{p.gpus} GPUs is not a multiple of {shape}")
+            if p.mode == "gpus" and p.max_gpus < g:
+                problems.append(f"max_gpus {p.max_gpus} is below {shape}")
             if problems:
                 opt = replace(opt, run=None, problem="; ".join(problems))
         out.append(opt)
@@ -360,7 +368,7 @@ class _Evaluator:
         """(replicas, rate) of candidate ``x`` of option ``key``."""
         if self.p.mode == "gpus":
             return int(x), self.p.rate_per_s
-        return self.p.gpus // key[2] - self.p.headroom, float(x)
+        return self.p.gpus // self.by_key[key].gpus_per_replica - self.p.headroom, float(x)
 
     def batch(self, pending: list[tuple[tuple, Any]]) -> None:
         todo = [(k, *self.config(k, x)) for k, x in pending]
@@ -413,8 +421,8 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
     """Search every feasible option and rank the answers."""
     ev = _Evaluator(p, runner, progress)
     if p.mode == "gpus":
-        searches = {k: fewest_passing(max(p.max_gpus // k[2] - p.headroom, 1))
-                    for k in ev.by_key}
+        searches = {k: fewest_passing(max(p.max_gpus // o.gpus_per_replica - p.headroom, 1))
+                    for k, o in ev.by_key.items()}
     else:
         r = p.rate_per_s
         searches = {k: highest_passing(r, p.rate_tolerance, r / RATE_RANGE, r * RATE_RANGE)
@@ -439,7 +447,8 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
 
 def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     head = dict(rank=0, variant=opt.variant, hardware=opt.hardware,
-                tensor_parallel_size=opt.tensor_parallel_size)
+                tensor_parallel_size=opt.tensor_parallel_size,
+                pipeline_parallel_size=opt.pipeline_parallel_size)
     if opt.run is None:
         return SizingRow(**head, status="infeasible", note=opt.problem)
     head["trust"] = p.slo(opt.key).note
@@ -465,7 +474,7 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                 if p.mode == "gpus" else "")
     binding_name = figures["binding"] or None
     if p.headroom:
-        figures, why = _with_headroom(figures, p.headroom, opt.tensor_parallel_size)
+        figures, why = _with_headroom(figures, p.headroom, opt.gpus_per_replica)
         figures.update(_violations_k_down(p, ev, opt, chosen))
         note = "; ".join(n for n in (note, why, _violations_note(p.headroom, figures)) if n)
     bounds = _autoscaler_note(opt.run, figures["num_replicas"])
@@ -475,12 +484,13 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                      note=note, evaluations=len(tested), headroom_replicas=p.headroom)
 
 
-def _with_headroom(figures: dict[str, Any], k: int, tp: int) -> tuple[dict[str, Any], str]:
+def _with_headroom(figures: dict[str, Any], k: int, gpus_per_replica: int
+                   ) -> tuple[dict[str, Any], str]:
     """The answer with ``k`` spare replicas: the N − k that met the SLOs plus k, priced
     for all N (the same tokens, so $/M tokens grow as $/h)."""
     serving = figures["num_replicas"]
     scale = (serving + k) / serving
-    out = dict(figures, num_replicas=serving + k, num_gpus=(serving + k) * tp,
+    out = dict(figures, num_replicas=serving + k, num_gpus=(serving + k) * gpus_per_replica,
                cost_per_hour_usd=figures["cost_per_hour_usd"] * scale,
                cost_per_million_output_tokens_usd=
                figures["cost_per_million_output_tokens_usd"] * scale)

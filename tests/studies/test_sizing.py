@@ -90,7 +90,8 @@ def sized(tmp_path_factory, write_scenario):
 def test_more_gpus_never_fail_what_fewer_met_and_the_search_finds_the_first(sized):
     plan, serial, _ = sized
     for row in serial.rows:
-        passes = scan(plan, (row.variant, row.hardware, row.tensor_parallel_size), range(1, 9))
+        passes = scan(plan, (row.variant, row.hardware, row.tensor_parallel_size,
+                              row.pipeline_parallel_size), range(1, 9))
         first = passes.index(True) + 1 if True in passes else None
         assert passes == [n >= first for n in range(1, 9)] if first else not any(passes)
         assert row.num_replicas == first and row.status == "met"
@@ -239,6 +240,14 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_
                               "max_gpus = 8 makes at most 8 replica(s) of TP1"),
     ({}, ["--gpus", "2", "--headroom", "2"], "--headroom 2 is larger than the fleet: --gpus = 2"),
     ({}, ["--headroom", "-1"], "--headroom must be >= 0 replicas, got -1"),
+    # Pipeline stages: more than Llama-3.1-8B's 32 layers; a replica wider than the GPUs.
+    ({"sizing": {"pipeline_parallel_size": [33]}}, [],
+     "engine.pipeline_parallel_size: pipeline_parallel_size 33 exceeds the model's 32 layers"),
+    ({"sizing": {"pipeline_parallel_size": [0]}}, [], "sizing.pipeline_parallel_size.0: "),
+    ({"sizing": {"pipeline_parallel_size": [2], "max_gpus": 1}}, [],
+     "max_gpus 1 is below TP 1 × PP 2 = 2 GPUs"),
+    ({"sizing": {"pipeline_parallel_size": [2]}}, ["--gpus", "3"],
+     "3 GPUs is not a multiple of TP 1 × PP 2 = 2 GPUs"),
 ])
 def test_bad_size_input_is_one_line(tmp_path, run_cli, write_scenario, change, args, expected):
     path = write_scenario(tmp_path, with_(**change))
@@ -420,3 +429,23 @@ def test_headroom_reports_violation_minutes_with_and_without_it(tmp_path, write_
             f"{none:g} without it") in row.note
     frame = sizing.rows_frame(res.rows)
     assert frame.violation_min_without_headroom[0] == none
+
+
+def test_pipeline_parallel_options_are_sized_in_replicas_of_tp_times_pp(tmp_path,
+                                                                        write_scenario):
+    """sizing.pipeline_parallel_size [1, 2]: each variant is sized as TP1 and as TP1×PP2;
+    a PP-2 replica is 2 GPUs (the search counts replicas of 2, max_gpus 8 allows 4) and
+    costs two H100s per hour."""
+    doc = with_(sizing={"max_gpus": 8, "pipeline_parallel_size": [1, 2]},
+                variants=[DOC["variants"][0]])
+    plan = sizing.plan(load(write_scenario(tmp_path, doc)), [])
+    assert [(o.label, o.gpus_per_replica) for o in plan.options] == [
+        ("chunked · h100-sxm TP1", 1), ("chunked · h100-sxm TP1×PP2", 2)]
+    assert plan.options[1].run.num_gpus == 2
+    with open_runner(ExecutorSpec("serial")) as runner:
+        result = sizing.run(plan, runner)
+    by = {r.pipeline_parallel_size: r for r in result.rows}
+    assert by[2].status == "met" and by[2].num_gpus == 2 * by[2].num_replicas
+    assert by[2].num_replicas <= 4
+    assert by[2].cost_per_hour_usd == pytest.approx(6.88 * by[2].num_gpus)
+    assert set(result.runs[result.runs["variant"] == "chunked"]["num_replicas"]) <= set(range(1, 9))

@@ -410,13 +410,21 @@ def _kv_text(m) -> str:
 @click.option("--context", type=click.IntRange(min=0), default=0, show_default=True,
               help="Context length of each decoding sequence (tokens).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Pipeline stages of TP GPUs each: operators summed over the stages, each "
+                   "stage's and handoff's time (engine.pipeline_parallel_size).")
+@click.option("--ep", "expert_parallel", is_flag=True,
+              help="Expert parallelism over the TP GPUs (MoE; engine.enable_expert_parallel).")
+@click.option("--dp-attention", "dp_attention", is_flag=True,
+              help="Data-parallel attention (MoE; engine.enable_dp_attention).")
 @click.option("--ideal", is_flag=True, help="Efficiencies 1.0 and no step overhead (textbook).")
 @click.option("--routing-skew", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="MoE routing skew: Zipf exponent of expert popularity (0: uniform).")
 @click.option("--quantization", default=None,
               help="Weight format (fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4).")
 def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
-             tp: int, ideal: bool, routing_skew: float, quantization: str | None) -> None:
+             tp: int, pp: int, expert_parallel: bool, dp_attention: bool, ideal: bool,
+             routing_skew: float, quantization: str | None) -> None:
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
     from capsim.cost.describe import describe_step
@@ -428,10 +436,12 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
     model, hw = load_model(model_name), load_hardware(hw_name)
-    hw.check_tp_in_node(tp)              # TP all-reduces are priced within one node only
+    if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
+        hw.check_tp_in_node(tp)          # TP all-reduces are priced within one node only
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal, routing_skew=routing_skew,
-                      quantization=quantization)
+                      quantization=quantization, pp=pp, expert_parallel=expert_parallel,
+                      dp_attention=dp_attention)
     _print_step(d, model.name, hw.name, tp, ideal)
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
     from capsim.kv.memory import weight_bytes_per_gpu
@@ -440,7 +450,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     kv_tokens = decode_batch * context + prefill_tokens
     weights = model.weight_bytes() / tp if quantization is None else weight_bytes_per_gpu(
         model, tp, 2, quant=load_quant_format(quantization))
-    need = weights + kv_tokens * model.kv_bytes_per_token() / tp
+    need = (weights + kv_tokens * model.kv_bytes_per_token() / tp) / pp   # ≈ one stage's
     if need > hw.hbm_bytes:
         click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of "
                    f"{quantization or 'bf16'} weights and "
@@ -450,8 +460,13 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
     console = _console()
-    console.print(f"[bold]{model}[/] on [bold]{hw}[/] TP{tp}"
-                  f"{' (ideal: efficiency 1.0, no overhead)' if ideal else ''}")
+    pp = d["pipeline_parallel_size"]
+    shape = f"TP{tp}" + (f" × PP{pp}" if pp > 1 else "") + (" EP" if d["expert_parallel"]
+                                                            else "") \
+        + (" DP-attention" if d["dp_attention"] else "")
+    console.print(f"[bold]{model}[/] on [bold]{hw}[/] {shape}"
+                  f"{' (ideal: efficiency 1.0, no overhead)' if ideal else ''}"
+                  f"{'; operators summed over the stages (one GPU of each)' if pp > 1 else ''}")
     table = Table(show_header=True)
     for col in ("operator", "GFLOP", "MB", "FLOP/byte", "compute ms", "memory ms", "bound"):
         table.add_column(col, justify="left" if col in ("operator", "bound") else "right")
@@ -462,12 +477,21 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
                       f"{op['memory_s'] * 1e3:.3f}", op["bound"])
     console.print(table)
     console.print(
-        f"step: {d['flops'] / 1e9:,.1f} GFLOP, {d['bytes'] / 1e9:,.3f} GB per GPU, "
+        f"step: {d['flops'] / 1e9:,.1f} GFLOP, {d['bytes'] / 1e9:,.3f} GB per GPU"
+        f"{' column' if pp > 1 else ''}, "
         f"intensity {d['arithmetic_intensity_flops_per_byte']:,.1f} FLOP/byte (ridge "
         f"{d['ridge_flops_per_byte']:,.0f}) → [bold]{d['seconds'] * 1e3:.3f} ms[/] "
         f"({d['bound']}-bound; compute {d['compute_s'] * 1e3:.3f} ms, memory "
         f"{d['memory_s'] * 1e3:.3f} ms, comm {d['comm_s'] * 1e3:.3f} ms, overhead "
         f"{d['overhead_s'] * 1e3:.3f} ms)")
+    p = d.get("pipeline")
+    if p:
+        stages = ", ".join(f"{n} layers {s * 1e3:.3f} ms"
+                           for n, s in zip(p["partition"], p["stage_s"]))
+        hand = ", ".join(f"{h * 1e3:.3f}" for h in p["handoff_s"])
+        console.print(f"stages: {stages}; handoffs {hand} ms. One batch alone takes the sum; "
+                      f"with {pp} batches in flight a step leaves every "
+                      f"≥ {p['bottleneck_s'] * 1e3:.3f} ms (the slowest stage)")
     e = d.get("experts")
     if e:
         console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "

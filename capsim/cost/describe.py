@@ -7,8 +7,10 @@ from typing import Any
 
 from capsim.common.errors import ScenarioError
 from capsim.cost.operators import attn_pairs
+from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import OperatorCost, StepPricer
 from capsim.profiles.hardware import HardwareProfile, load_hardware
+from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape, load_model
 
 def _resolve(model: ModelShape | str,
@@ -42,7 +44,8 @@ def _operator_row(op: OperatorCost) -> dict[str, Any]:
 def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 1, *,
                   prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
                   ideal: bool = False, weight_dtype: str = "bf16",
-                  routing_skew: float = 0.0, quantization: str | None = None) -> dict[str, Any]:
+                  routing_skew: float = 0.0, quantization: str | None = None, pp: int = 1,
+                  expert_parallel: bool = False, dp_attention: bool = False) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table.
 
     The step holds one prompt of ``prefill_tokens`` tokens (no cached
@@ -55,6 +58,11 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         tp: tensor-parallel degree.
         ideal: use efficiencies 1.0 and no step overhead (textbook roofline).
         routing_skew: the MoE routing skew (:func:`capsim.cost.operators.expected_experts_hit`).
+        pp: pipeline stages (:class:`~capsim.cost.pipeline.PipelinePricer`): the operators
+            are summed over the stages (one GPU column: bytes and FLOPs of one TP rank of
+            every stage), ``pipeline`` gives each stage's and handoff's seconds.
+        expert_parallel, dp_attention: vLLM's ``enable_expert_parallel`` (EP size = TP)
+            and ``enable_dp_attention`` (MoE models).
 
     Returns:
         dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
@@ -64,25 +72,48 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         dicts with name, count, flops, bytes, arithmetic_intensity_flops_per_byte,
         compute_s, memory_s, seconds, bound); for a MoE model ``experts`` (dict with
         ``hit`` — expected distinct experts per MoE layer —, ``num_experts``, ``top_k``,
-        ``tokens``), else None.
+        ``tokens``), else None; ``pipeline`` (dict with ``partition`` — layers per stage —,
+        ``stage_s``, ``handoff_s``, ``bottleneck_s``: the slowest stage, which bounds the
+        step rate with PP batches in flight), or None at PP 1.
 
     Raises:
-        ScenarioError: unknown names, negative counts, bad TP degree.
+        ScenarioError: unknown names, negative counts, bad TP degree, PP beyond the
+            layers, a stage boundary across nodes without a scale-out link, EP or DP
+            attention on a dense model, EP not dividing the experts.
     """
     for label, value in (("prefill_tokens", prefill_tokens), ("decode_batch", decode_batch),
                          ("context", context)):
         if value < 0:
             raise ScenarioError(f"{label} must be >= 0, got {value}")
     model, hw = _resolve(model, hw)
-    pricer = StepPricer(model, hw.ideal() if ideal else hw, tp, weight_dtype,
-                        routing_skew=routing_skew, quantization=quantization)
+    hw = hw.ideal() if ideal else hw
+    scale_out = resolve_link(hw.scale_out_link) if hw.scale_out_link else None
+    kwargs = dict(weight_dtype=weight_dtype, routing_skew=routing_skew,
+                  quantization=quantization, expert_parallel=expert_parallel,
+                  dp_attention=dp_attention)
+    if pp > 1:
+        try:
+            pricer = PipelinePricer(model, hw, tp, pp, scale_out=scale_out, **kwargs)
+        except ValueError as exc:          # a boundary crosses nodes, no link to price it
+            raise ScenarioError(f"--pp {pp} × --tp {tp} spans more than one node of "
+                                f"{hw.gpus_per_node} {hw.name} GPUs and {exc.args[0]}; give "
+                                "the profile a scale_out_link") from None
+    else:
+        pricer = StepPricer(model, hw, tp, scale_out=scale_out, **kwargs)
     inputs = dict(prefill_tokens=prefill_tokens, prefill_attn_pairs=attn_pairs(prefill_tokens, 0),
                   prefill_kv_tokens=prefill_tokens, decode_seqs=decode_batch,
                   decode_ctx_tokens=decode_batch * context)
     cost = pricer.cost(**inputs)
+    pipeline = None
+    if pp > 1:
+        stage_s, handoff_s, _, _, _ = pricer.stage_times(**inputs)
+        pipeline = {"partition": list(pricer.partition), "stage_s": stage_s,
+                    "handoff_s": handoff_s, "bottleneck_s": max(stage_s)}
     intensity = _intensity(cost.flops, cost.bytes)
     return {
         "model": model.name, "hardware": hw.name, "tensor_parallel_size": tp, "ideal": ideal,
+        "pipeline_parallel_size": pp, "expert_parallel": expert_parallel,
+        "dp_attention": dp_attention, "pipeline": pipeline,
         "inputs": {"prefill_tokens": prefill_tokens, "decode_batch": decode_batch,
                    "context": context, "weight_dtype": weight_dtype,
                    "quantization": quantization, "matmul_dtype": pricer.matmul_dtype},

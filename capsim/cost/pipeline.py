@@ -269,3 +269,8 @@ class PipelinePricer:
     @property
     def ridge_flops_per_byte(self) -> float:
         return self.stages[0].ridge_flops_per_byte
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The peak the layer matmuls run at (every stage's)."""
+        return self.stages[0].matmul_dtype

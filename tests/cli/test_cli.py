@@ -803,3 +803,55 @@ def test_validate_names_the_weight_format_and_its_matmul_peak(tmp_path, run_cli,
     assert "a: 1 × h100-sxm TP1, awq weights (bf16 matmuls), continuous chunked" in out
     assert "b: 1 × h100-sxm TP1, mxfp4 weights (bf16 matmuls), continuous chunked" in out
     assert "Model loading took 5.37 GiB memory" in out
+
+
+def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
+    """--pp: Llama-3.1-70B over 2 stages of 40 layers (vLLM's get_pp_indices); a 2,048-token
+    prefill at TP 4 × PP 2 is the two stages plus one NVLink handoff, and with 2 batches
+    in flight a step leaves at most every slowest stage. TP 8 × PP 2 spans two 8-GPU nodes:
+    its handoff goes over InfiniBand (the profile's scale-out link) and costs more.
+    --ep --dp-attention: DeepSeek-V3 on 8 H200s exchanges tokens by all-to-all instead of
+    all-reducing every MoE layer (README, Parallelism), so its step communicates less."""
+    from capsim.cost.describe import describe_step
+
+    d = describe_step("llama-3.1-70b", "h100-sxm", 4, prefill_tokens=2048, pp=2)
+    p = d["pipeline"]
+    assert p["partition"] == [40, 40]
+    # (the last stage carries the profile's step overhead)
+    assert d["seconds"] == pytest.approx(sum(p["stage_s"]) + sum(p["handoff_s"]), rel=1e-12)
+    assert p["stage_s"][0] == pytest.approx(0.0773, abs=2e-4)
+    assert p["bottleneck_s"] == max(p["stage_s"])
+    two_nodes = describe_step("llama-3.1-70b", "h100-sxm", 8, prefill_tokens=2048, pp=2)
+    assert two_nodes["pipeline"]["handoff_s"][0] > p["handoff_s"][0]
+    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
+                            "--tp", "4", "--pp", "2", "--prefill-tokens", "2048"])
+    assert code == 0 and "TP4 × PP2" in out and "GB per GPU column" in out
+    assert "stages: 40 layers 77.291 ms, 40 layers 77.542 ms; handoffs 0.231 ms" in out
+    tp = describe_step("deepseek-v3", "h200-sxm", 8, decode_batch=64, context=1000,
+                       quantization="fp8_block")
+    ep = describe_step("deepseek-v3", "h200-sxm", 8, decode_batch=64, context=1000,
+                       quantization="fp8_block", expert_parallel=True, dp_attention=True)
+    assert ep["comm_s"] < tp["comm_s"] / 4
+    code, out, _ = run_cli(["roofline", "--model", "deepseek-v3", "--hardware", "h200-sxm",
+                            "--tp", "8", "--ep", "--dp-attention", "--decode-batch", "64",
+                            "--context", "1000", "--quantization", "fp8_block"])
+    assert code == 0 and "TP8 EP DP-attention" in out
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--model", "llama-3.1-70b", "--tp", "4", "--pp", "81"],
+     "error: pipeline_parallel_size 81 exceeds the model's 80 layers"),
+    (["--model", "llama-3.1-70b", "--pp", "0"], "Invalid value for '--pp'"),
+    (["--model", "llama-3.1-70b", "--tp", "4", "--ep"],
+     "error: expert parallelism needs a mixture-of-experts model; llama-3.1-70b is dense"),
+    (["--model", "llama-3.1-70b", "--tp", "4", "--dp-attention"],
+     "error: data-parallel attention needs a mixture-of-experts model"),
+    (["--model", "mixtral-8x7b", "--tp", "16", "--ep", "--dp-attention"],
+     "error: expert parallel size 16 must divide num_experts 8 of mixtral-8x7b"),
+])
+def test_roofline_refuses_bad_parallel_shapes_in_one_line(run_cli, args, expected):
+    code, _, err = run_cli(["roofline", "--hardware", "h100-sxm", "--prefill-tokens", "512",
+                            *args])
+    assert code == 2 and expected in err
+    if expected.startswith("error: "):
+        assert err.count("\n") == 1

@@ -215,7 +215,9 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
             pool = rc.pool()
             eng = pool.engine
             weights = (f", {eng.weight_format} weights ({pool.matmul_dtype} matmuls)"
-                       if eng.weight_format else "")
+                       if eng.weight_format and not rc.model.weight_formats else "")
+            if rc.model.weight_formats:      # the checkpoint's formats by tensor group
+                weights = f", checkpoint weights: {_checkpoint_text(rc.model)}, the rest 16-bit"
             click.echo(f"  {rc.variant}: {pool.num_replicas} × {pool.hardware.name} "
                        f"TP{eng.tensor_parallel_size}"
                        f"{f' × PP{eng.pipeline_parallel_size}' if eng.pipeline_parallel_size > 1 else ''}"
@@ -354,19 +356,39 @@ def models(template: str | None, base: str | None, out_file: Path | None) -> Non
         text = model_template(template, _from(load_model, base or "llama-3.1-8b"))
     if _emit_template(text if template is not None else "", template, base, out_file, "model"):
         return
-    table = Table(title="Model presets (bf16 weights and KV)")
+    table = Table(title="Model presets (bf16 weights and KV; a checkpoint's own formats "
+                        "where it records them)")
     for col in ("name", "params B", "active B", "weights GiB", "layers", "hidden", "heads / kv",
                 "experts", "attention", "KV KiB/token", "max context"):
         table.add_column(col, justify="left" if col in ("name", "attention") else "right")
     for m in list_models():
         table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.params_active / 1e9:.2f}",
-                      f"{m.weight_bytes(2) / 2**30:.1f}", str(m.num_hidden_layers),
+                      _weights_text(m), str(m.num_hidden_layers),
                       str(m.hidden_size), f"{m.num_attention_heads} / {m.num_key_value_heads}",
                       _experts_text(m), _attention_text(m), _kv_text(m),
                       f"{m.max_position_embeddings:,}")
     _console().print(table)
     click.echo("active: parameters one token uses, embedding table excluded. KV: all layers "
                "per token; 'paged' where vLLM frees sliding-window blocks.")
+
+
+def _weights_text(m) -> str:
+    """GiB of the weights: bf16, or the checkpoint's formats by tensor group (gpt-oss-120b:
+    ``60.8 (mxfp4 experts)``, its published checkpoint size)."""
+    if not m.weight_formats:
+        return f"{m.weight_bytes(2) / 2**30:.1f}"
+    from capsim.kv.memory import weight_bytes_per_gpu
+
+    return f"{weight_bytes_per_gpu(m, 1, 2) / 2**30:.1f} ({_checkpoint_text(m)})"
+
+
+def _checkpoint_text(m) -> str:
+    """``mxfp4 experts``: the checkpoint's quantized tensor groups ("" for none)."""
+    by: dict[str, list[str]] = {}
+    for group, fmt in m.weight_formats.items():
+        if fmt != "bf16":
+            by.setdefault(fmt, []).append(group)
+    return "; ".join(f"{fmt} {', '.join(groups)}" for fmt, groups in by.items())
 
 
 def _experts_text(m) -> str:
@@ -378,8 +400,6 @@ def _experts_text(m) -> str:
         text += " +shared"
     if m.moe_layers != m.num_hidden_layers:
         text += f", {m.moe_layers}/{m.num_hidden_layers} layers"
-    if m.expert_weight_format:
-        text += f" ({m.expert_weight_format})"
     return text
 
 
@@ -448,12 +468,13 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     from capsim.profiles.quantization import load_quant_format
 
     kv_tokens = decode_batch * context + prefill_tokens
-    weights = model.weight_bytes() / tp if quantization is None else weight_bytes_per_gpu(
-        model, tp, 2, quant=load_quant_format(quantization))
+    weights = model.weight_bytes() / tp if quantization is None and not model.weight_formats \
+        else weight_bytes_per_gpu(model, tp, 2, quant=load_quant_format(quantization)
+                                  if quantization else None)
     need = (weights + kv_tokens * model.kv_bytes_per_token() / tp) / pp   # ≈ one stage's
     if need > hw.hbm_bytes:
         click.echo(f"warning: does not fit: {need / 2**30:,.1f} GiB per GPU of "
-                   f"{quantization or 'bf16'} weights and "
+                   f"{quantization or _checkpoint_text(model) or 'bf16'} weights and "
                    f"KV for {kv_tokens:,} tokens > {hw.hbm_bytes / 2**30:,.1f} GiB on {hw.name}",
                    err=True)
 

@@ -243,20 +243,24 @@ def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, fl
     return rows
 
 
-def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: int,
-                       dp_attention: bool = False) -> tuple[Matmul, ...]:
+def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
+                       dp_attention: bool = False,
+                       group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
     """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
     the dense MLP on the dense layers, the shared expert and the router on the MoE
     layers (the routed experts are :func:`expert_work`). With ``dp_attention`` each GPU
-    runs the attention projections whole for 1/TP of the step's tokens."""
+    runs the attention projections whole for 1/TP of the step's tokens. ``group_bytes``:
+    bytes per weight of the ``attention``, ``mlp`` and ``router`` groups where the
+    checkpoint stores them apart (default ``weight_bytes`` for all)."""
     h, layers = model.hidden_size, model.num_hidden_layers
     out: list[Matmul] = []
+    per = group_bytes or {}
 
     def add(name: str, count: int, params: float, w_in: float, w_out: float,
-            share: float = 1.0) -> None:
+            share: float = 1.0, group: str = "attention") -> None:
         if count > 0 and params > 0:
             out.append(Matmul(name, count, 2.0 * count * params * share,
-                              count * params * weight_bytes,
+                              count * params * per.get(group, weight_bytes),
                               count * (w_in + w_out) * ACTIVATION_BYTES * share))
 
     t_attn, share = (1, 1.0 / tp) if dp_attention else (tp, 1.0)
@@ -270,16 +274,17 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: int,
             qkv_out, share)
         add("o_proj", layers, q * h, q, h, share)
     f, dense = model.intermediate_size, model.dense_layers
-    add("gate_up_proj", dense, 2 * h * f / tp, h, 2 * f / tp)
-    add("down_proj", dense, h * f / tp, f / tp, h)
+    add("gate_up_proj", dense, 2 * h * f / tp, h, 2 * f / tp, group="mlp")
+    add("down_proj", dense, h * f / tp, f / tp, h, group="mlp")
     moe, fs = model.moe_layers, model.shared_expert_intermediate_size
     add("shared_expert", moe, (3 * h * fs + (h if model.shared_expert_gate else 0)) / tp, h,
-        h + 3 * fs / tp)
-    add("router", moe, model.router_params, h, model.num_experts)   # replicated on every rank
+        h + 3 * fs / tp, group="mlp")
+    add("router", moe, model.router_params, h, model.num_experts,    # replicated on every rank
+        group="router")
     return tuple(out)
 
 
-def expert_work(model: ModelShape, tp: int, weight_bytes: int = 2) -> ExpertWork | None:
+def expert_work(model: ModelShape, tp: int, weight_bytes: float = 2) -> ExpertWork | None:
     """The routed experts per GPU (None for a dense model): every expert's gate/up/down
     split over TP along its intermediate dimension (vLLM's fused MoE without expert
     parallelism), read in the weight dtype."""
@@ -295,7 +300,9 @@ def expert_work(model: ModelShape, tp: int, weight_bytes: int = 2) -> ExpertWork
 
 def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
                   dp_attention: bool = False,
-                  quant: QuantFormat | None = None) -> tuple[Matmul, ...]:
+                  quant: QuantFormat | None = None,
+                  mlp_quant: QuantFormat | None = None,
+                  group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
@@ -307,28 +314,31 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
     :meth:`~capsim.profiles.quantization.QuantFormat.tensor_bytes` of each per-GPU
     K × N weight (scales and zero points included) plus 16-bit biases (dense shapes;
     the caller passes MoE / MLA shapes the format's mean bytes per weight instead).
+    A checkpoint with formats by tensor group: ``mlp_quant`` for gate/up/down of a dense
+    shape (default ``quant``), ``group_bytes`` for a MoE / MLA shape's groups.
     """
     if model.is_moe or model.is_mla:
-        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention)
+        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes)
+    mlp_quant = quant if mlp_quant is None else mlp_quant
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
     qkv_out = q + 2 * _kv_heads_per_gpu(model, tp) * model.head_dim
     qkv_params = h * qkv_out + (qkv_out if model.attention_bias else 0)
-    shapes = (  # (name, params per GPU, input width, output width)
-        ("qkv_proj", qkv_params, h, qkv_out),
-        ("o_proj", q * h, q, h),
-        ("gate_up_proj", 2 * h * f / tp, h, 2 * f / tp),
-        ("down_proj", h * f / tp, f / tp, h),
+    shapes = (  # (name, params per GPU, input width, output width, format)
+        ("qkv_proj", qkv_params, h, qkv_out, quant),
+        ("o_proj", q * h, q, h, quant),
+        ("gate_up_proj", 2 * h * f / tp, h, 2 * f / tp, mlp_quant),
+        ("down_proj", h * f / tp, f / tp, h, mlp_quant),
     )
-    def stored(params: float, w_in: float, w_out: float) -> float:
-        if quant is None or not quant.quantized:
+    def stored(params: float, w_in: float, w_out: float, fmt: QuantFormat | None) -> float:
+        if fmt is None or not fmt.quantized:
             return params * weight_bytes
-        return quant.tensor_bytes(w_in, w_out) + (params - w_in * w_out) * ACTIVATION_BYTES
+        return fmt.tensor_bytes(w_in, w_out) + (params - w_in * w_out) * ACTIVATION_BYTES
 
     return tuple(
-        Matmul(name, layers, 2.0 * layers * params, layers * stored(params, w_in, w_out),
+        Matmul(name, layers, 2.0 * layers * params, layers * stored(params, w_in, w_out, fmt),
                layers * (w_in + w_out) * ACTIVATION_BYTES)
-        for name, params, w_in, w_out in shapes
+        for name, params, w_in, w_out, fmt in shapes
     )
 
 

@@ -67,7 +67,7 @@ from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.quantization import load_quant_format
+from capsim.profiles.quantization import weight_layout
 
 class StepCost(NamedTuple):
     """Cost of one engine step on one GPU of the tensor-parallel group.
@@ -238,7 +238,8 @@ class StepPricer:
 
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
-        "quant", "matmul_dtype", "_model_dtype",
+        "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "_ex_peak",
+        "_ex_bw", "_ex_ginv",
         "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
         "_lm_peak", "_lm_bw", "_lm_ginv", "_gemm_launch_one",
         "_elementwise", "_embedding", "_mem_only_bytes_per_token",
@@ -271,8 +272,13 @@ class StepPricer:
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
         self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
-        self.quant = load_quant_format(quantization or "bf16")
+        # Each tensor group's format (the checkpoint's where it stores them apart, e.g.
+        # gpt-oss: bf16 attention, MXFP4 experts); the layer matmuls run at the attention
+        # format's peak, the routed experts at theirs.
+        self.layout = weight_layout(model, quantization)
+        self.quant = self.layout.attention
         self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype)
+        self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype)
         if routing_skew < 0:
             raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
         self._routing_skew = float(routing_skew)
@@ -365,11 +371,17 @@ class StepPricer:
         # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
         # bytes per weight (scales spread over the elements).
         weight_bytes = self.quant.bytes_per_weight(m.hidden_size, ACTIVATION_BYTES)
-        self._matmuls = layer_matmuls(m, tp, weight_bytes, self.dp_attention, self.quant)
+        lay, groups = self.layout, None
+        if lay.grouped:                  # the checkpoint's groups apart; the router 16-bit
+            groups = {"attention": weight_bytes, "router": float(ACTIVATION_BYTES),
+                      "mlp": lay.mlp.bytes_per_weight(m.hidden_size, ACTIVATION_BYTES)}
+        self._matmuls = layer_matmuls(m, tp, weight_bytes, self.dp_attention, self.quant,
+                                      lay.mlp, groups)
         self._lm = lm_head(m, tp, ACTIVATION_BYTES)            # 16-bit in every format
         self._attn = dp_attention_work(m, tp, self.kv_cache_dtype_bytes) if self.dp_attention \
             else attention_work(m, tp, self.kv_cache_dtype_bytes)
-        self._experts = expert_work(m, tp, weight_bytes)
+        self._experts = expert_work(m, tp, lay.experts.bytes_per_weight(
+            m.hidden_size, ACTIVATION_BYTES) if lay.grouped else weight_bytes)
         self._hits: dict[int, float] = {}            # expected experts hit, per step tokens
         a = self._attn
         self._window = a.window_fraction > 0
@@ -396,6 +408,14 @@ class StepPricer:
         # vLLM's fused MoE: one grouped GEMM for gate/up and one for down per MoE layer.
         self._expert_launch_s = 2 * self._experts.layers * launch if self._experts else 0.0
         self._ginv = _inverse_table(curve)
+        # The routed experts: the layer matmuls' rates, or their own format's.
+        self._ex_peak, self._ex_bw, self._ex_ginv = self._mm_peak, self._mm_bw, self._ginv
+        if self.expert_dtype != self.matmul_dtype:
+            ex_curve = eff.matmul_curve(self.expert_dtype)
+            ex_peak = hw.peak_flops(self.expert_dtype)
+            self._ex_peak = ex_peak if ex_curve is not None else ex_peak * eff.compute
+            self._ex_bw = bw if ex_curve is not None else self._bw
+            self._ex_ginv = _inverse_table(ex_curve)
         # The LM head: 16-bit weights at the 16-bit peak and the gemm curve.
         lm_curve = eff.matmul_curve(self._model_dtype)
         lm_peak = hw.peak_flops(self._model_dtype)
@@ -458,10 +478,18 @@ class StepPricer:
         if self._ep_q is not None:       # the busiest rank's pairs, in per-GPU units (× EP)
             pairs *= self._ep_imbalance
         rows = int(pairs / hit) if hit > 0 else 0
-        g = self._gemm_inv(rows) if rows > 0 else 1.0
+        g = self._expert_inv(rows) if rows > 0 else 1.0
         f = e.flops_per_pair * pairs
         b = e.weight_bytes_per_expert * hit + e.act_bytes_per_pair * pairs
-        return f, b, f / self._mm_peak * g, b / self._mm_bw * g
+        return f, b, f / self._ex_peak * g, b / self._ex_bw * g
+
+    def _expert_inv(self, n: int) -> float:
+        """1 / e(n) of the routed experts' GEMM curve (the layer matmuls' unless their
+        format computes at another peak)."""
+        if n < _GEMM_TABLE_TOKENS:
+            return self._ex_ginv[n]
+        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self.expert_dtype),
+                                            n))
 
     def new_tally(self) -> WorkTally:
         """A :class:`WorkTally` for this pricer's :meth:`work` (it keeps the steps per

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import MemoryRule, at_tp
 from capsim.profiles.models import ModelShape
-from capsim.profiles.quantization import QuantFormat
+from capsim.profiles.quantization import QuantFormat, WeightLayout, weight_layout
 
 GIB = 2**30
 FP32_BYTES = 4
@@ -180,30 +180,101 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
             along outputs, O and down along inputs), takes :meth:`QuantFormat.tensor_bytes`
             of its per-GPU shape, scales and zero points included; a MoE / MLA shape's
             linears take the format's mean bytes per weight; everything else stays 16-bit.
+            A model whose checkpoint stores its tensor groups in their own formats
+            (``model.weight_formats``, gpt-oss) takes each group's
+            (:func:`~capsim.profiles.quantization.weight_layout`; ``quant`` must then be
+            the checkpoint's format or None).
+
+    Raises:
+        ScenarioError: ``quant`` is not the format of ``model``'s checkpoint.
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    if model.weight_formats:
+        layout = weight_layout(model, quant.name if quant is not None else None)
+        if model.is_moe or model.is_mla or model.attention_sinks:
+            return _grouped_moe_weight_bytes_per_gpu(model, tp, layout, rope_cache,
+                                                     dp_attention, embedding, lm_head)
+        return _dense_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, embedding,
+                                           lm_head, layout.attention, layout.mlp)
     quantized = quant is not None and quant.quantized
     if model.is_moe or model.is_mla or model.attention_sinks:
         per = quant.bytes_per_weight(h, act) if quantized else weight_bytes
         return _moe_weight_bytes_per_gpu(model, tp, per, rope_cache, dp_attention,
                                          embedding, lm_head)
+    return _dense_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, embedding, lm_head,
+                                       quant if quantized else None,
+                                       quant if quantized else None, quant is None)
+
+
+def _dense_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+                                rope_cache: bool, embedding: bool, lm_head: bool,
+                                attn: QuantFormat | None, mlp: QuantFormat | None,
+                                channel_scales: bool = False) -> int:
+    """:func:`weight_bytes_per_gpu` of a dense shape: q/k/v/o in ``attn``'s layout and
+    gate/up/down in ``mlp``'s (None or 16-bit: ``weight_bytes`` per parameter);
+    ``channel_scales``: dtype fp8's fp32 per-output-channel scales."""
+    h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    attn = attn if attn is not None and attn.quantized else None
+    mlp = mlp if mlp is not None and mlp.quantized else None
     qkv_out = model.q_size + 2 * model.kv_size
-    if quantized:
+    if attn is not None or mlp is not None:
         f = model.intermediate_size
-        shapes = ((h, qkv_out / tp), (model.q_size / tp, h), (h, 2 * f / tp), (f / tp, h))
-        out = int(layers * sum(quant.tensor_bytes(k, n) for k, n in shapes))
+        shapes = ((attn, h, qkv_out / tp), (attn, model.q_size / tp, h),
+                  (mlp, h, 2 * f / tp), (mlp, f / tp, h))
+        out = int(layers * sum(q.tensor_bytes(k, n) if q is not None else k * n * weight_bytes
+                               for q, k, n in shapes))
     else:
         linear = (model.qkv_params - (qkv_out if model.attention_bias else 0) + model.o_params
                   + model.mlp_params)
         out = layers * linear * weight_bytes // tp
     if model.attention_bias:
         out += layers * qkv_out * act // tp
-    if quant is None and weight_bytes < act:    # per-output-channel scales of each linear
+    if channel_scales and weight_bytes < act:   # per-output-channel scales of each linear
         out += layers * (qkv_out + h + 3 * model.intermediate_size) * FP32_BYTES // tp
     out += _vocab_params(model, embedding, lm_head) * act // tp
     out += (layers * model.norm_params + (h if lm_head else 0)) * act     # final norm: last stage
     if rope_cache:
         out += model.max_position_embeddings * model.head_dim * act
+    return out
+
+
+def _grouped_moe_weight_bytes_per_gpu(model: ModelShape, tp: int, layout: WeightLayout,
+                                      rope_cache: bool, dp_attention: bool = False,
+                                      embedding: bool = True, lm_head: bool = True) -> int:
+    """:func:`_moe_weight_bytes_per_gpu` with each tensor group in its own format: the
+    attention projections (whole on every GPU with ``dp_attention``; MLA's q_a / kv_a
+    replicated), the dense MLP and shared experts, the routed experts (a 1/TP slice of
+    each, or E / EP whole ones: the same bytes), each at its format's mean bytes per
+    weight; the router, biases, sinks, norms and vocabulary in the model's 16-bit dtype
+    (gpt-oss-120b: 114.7 B expert weights in MXFP4 at 0.53125 bytes, the other 2.2 B
+    parameters in bf16 = 60.8 GiB, the published checkpoint)."""
+    h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
+    per = {g: f.bytes_per_weight(h, act) for g, f in layout.formats.items()}
+    if model.is_mla:       # the projections without their q_a / kv_a norms
+        attn = layers * (model.mla_params - (model.q_lora_rank or 0) - model.kv_lora_rank)
+        attn_rep = layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
+                                 + model.qk_rope_head_dim)
+    else:
+        attn = layers * (h * (model.q_size + 2 * model.kv_size) + model.o_params)
+        attn_rep = 0
+    if dp_attention:
+        attn_rep = attn
+    mlp = model.dense_layers * model.mlp_params \
+        + model.moe_layers * 3 * h * model.shared_expert_intermediate_size
+    experts = model.moe_layers * model.num_experts * 3 * h * model.moe_intermediate_size
+    router = model.moe_layers * model.router_params                  # replicated, 16-bit
+    vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
+    small = layers * model.norm_params + h + (layers * model.num_attention_heads
+                                              if model.attention_sinks else 0)
+    rest = model.params_total - vocab - small - router - attn - mlp - experts   # biases
+    out = int(((attn - attn_rep) * per["attention"] + mlp * per["mlp"]
+               + experts * per["experts"] + rest * act) / tp
+              + attn_rep * per["attention"] + router * act)
+    out += _vocab_params(model, embedding, lm_head) * act // tp
+    out += (small - (0 if lm_head else h)) * act        # the final norm on the last stage only
+    if rope_cache:
+        rope_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
+        out += model.max_position_embeddings * rope_dim * act
     return out
 
 
@@ -251,7 +322,7 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: float,
 
 def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_seqs: int,
                           max_num_batched_tokens: int, num_sms: int,
-                          with_sampler: bool = True) -> int:
+                          with_sampler: bool = True, expert_parallel: bool = False) -> int:
     """The profile run's peak of torch memory above the weights, one GPU (bytes).
 
     forward = T × (a × I / TP + b × h) with T = ``max_num_batched_tokens`` (gate_up,
@@ -263,12 +334,30 @@ def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_
     are all-gathered to the full vocabulary before sampling; ``with_sampler`` False: a pipeline
     stage before the last (vLLM runs the dummy sampler on the last PP rank only). Returns
     max(forward, sampler) + the rule's constant.
+
+    A MoE model's forward peak is its widest MLP: the fused-MoE layer's intermediate
+    caches hold k rows per token (vllm/model_executor/layers/fused_moe/fused_moe.py
+    ``fused_experts_impl``: ``intermediate_cache1`` [T, k, 2 I_moe / TP],
+    ``intermediate_cache2`` [T·k, I_moe / TP], ``intermediate_cache3`` [T, k, h], bf16),
+    so I = k × ``moe_intermediate_size`` (whole experts per GPU under
+    ``expert_parallel``: not ÷ TP) plus 2·k·h bytes per token for cache 3, against the
+    shared expert's width and the dense layers' ``intermediate_size`` where the model
+    has them (DeepSeek-V3: 8 × 2,048 = 16,384 < its 3 dense layers' 18,432).
     """
     t, h, v = max_num_batched_tokens, model.hidden_size, model.vocab_size
     act = model.dtype_bytes
     rows = min(max_num_seqs, t)
-    forward = t * (rule.forward_bytes_per_token_intermediate * model.intermediate_size / tp
-                   + rule.forward_bytes_per_token_hidden * h)
+    if model.is_moe:
+        k = model.num_experts_per_tok
+        moe = (rule.forward_bytes_per_token_intermediate * k * model.moe_intermediate_size
+               / (1 if expert_parallel else tp) + act * k * h)
+        other = rule.forward_bytes_per_token_intermediate * max(
+            model.shared_expert_intermediate_size,
+            model.intermediate_size if model.dense_layers else 0) / tp
+        forward = t * (max(moe, other) + rule.forward_bytes_per_token_hidden * h)
+    else:
+        forward = t * (rule.forward_bytes_per_token_intermediate * model.intermediate_size / tp
+                       + rule.forward_bytes_per_token_hidden * h)
     sampler = 0.0
     if rule.sampler_bytes_per_logit and with_sampler:
         scratch = num_sms if rule.sampler_scratch_rows == "num_sms" else rule.sampler_scratch_rows
@@ -323,7 +412,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
                  tp: int, weight_bytes: int, max_num_seqs: int, max_num_batched_tokens: int,
                  num_sms: int, dp_attention: bool = False, embedding: bool = True,
                  lm_head: bool = True, quant: QuantFormat | None = None,
-                 max_threads_per_sm: int | None = None) -> MemoryTerms:
+                 max_threads_per_sm: int | None = None,
+                 expert_parallel: bool = False) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -336,7 +426,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         lm_head: a pipeline stage's share of the vocabulary (:func:`weight_bytes_per_gpu`;
         the sampler's activations only with the LM head); quant: a quantized weight format;
         max_threads_per_sm: resident threads per SM (the context's local memory,
-        :func:`cuda_context_bytes`).
+        :func:`cuda_context_bytes`); expert_parallel: whole experts per GPU
+        (the fused-MoE activations are not ÷ TP).
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget; a ``vllm_v1`` budget is
@@ -346,7 +437,7 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
                              embedding, lm_head, quant)
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
-                              lm_head)
+                              lm_head, expert_parallel)
     n = int(rule.non_torch_gib_at(tp) * GIB)
     ctx = cuda_context_bytes(rule, num_sms, max_threads_per_sm)
     if rule.context_in_budget:

@@ -17,21 +17,29 @@ same keys):
   (``num_nextn_predict_layers``) recorded;
 - ``gpt_oss``: ``num_local_experts`` with biases, a router bias, attention sinks,
   ``layer_types`` alternating ``sliding_attention`` (``sliding_window``) and
-  ``full_attention``, MXFP4 experts (``quantization_config.quant_method``, recorded as
-  ``expert_weight_format``; the weight bytes follow the engine's dtype);
+  ``full_attention``, MXFP4 experts (below);
 - ``llama4`` / ``llama4_text``: ``num_local_experts`` + one shared expert of
   ``intermediate_size``, dense layers of ``intermediate_size_mlp`` off the
   ``interleave_moe_layer_step`` grid, chunked local attention
   (``attention_chunk_size``) on the RoPE layers (``no_rope_layers[i] == 1``; the NoPE
   layers attend globally).
 
+Any family: a ``quantization_config`` whose ``quant_method`` capsim has a format for
+(:data:`QUANT_METHODS`) becomes ``weight_formats``, the format of each tensor group
+(attention, dense MLP / shared experts, routed experts) the checkpoint stores quantized:
+every group but those its ``modules_to_not_convert`` (``ignore``, ``ignored_layers``,
+``exclude_modules``) names — gpt-oss: ``model.layers.*.self_attn`` stays bf16, the experts
+are MXFP4. Another ``quant_method`` (compressed-tensors, bitsandbytes, …) is not read:
+``engine.quantization`` says what the weights are.
+
 Public API:
     shape_fields(config, file=None) -> dict
-    MOE_MODEL_TYPES, DENSE_MODEL_TYPES
+    MOE_MODEL_TYPES, DENSE_MODEL_TYPES, QUANT_METHODS
 """
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from capsim.common.errors import ScenarioError
@@ -51,6 +59,26 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
 
 _DTYPES = ("bfloat16", "float16", "float32")
+
+#: ``quantization_config.quant_method`` → capsim's format (profiles/data/quantization):
+#: vLLM's method of the same name loads it (fp8 with ``weight_block_size`` → fp8_block).
+QUANT_METHODS = {"mxfp4": "mxfp4", "fp8": "fp8", "awq": "awq", "gptq": "gptq"}
+
+#: Keys of a quantization_config listing modules left unquantized (transformers' HF
+#: quantizers; vLLM's fp8 ``ignored_layers``, compressed-tensors ``ignore``, ModelOpt
+#: ``exclude_modules``).
+_NOT_CONVERTED_KEYS = ("modules_to_not_convert", "ignore", "ignored_layers", "exclude_modules")
+
+#: A module of each tensor group, named as in the HF checkpoints (Llama / Mixtral /
+#: Qwen-MoE / DeepSeek / gpt-oss modeling code): a not-converted pattern that matches it
+#: (or a prefix of it) keeps the group 16-bit.
+_GROUP_MODULES = {
+    "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"),
+    "mlp": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.shared_experts.gate_proj",
+            "model.layers.0.mlp.shared_expert.gate_proj"),
+    "experts": ("model.layers.0.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.gate_up_proj",
+                "model.layers.0.block_sparse_moe.experts.0.w1"),
+}
 
 _BASE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "vocab_size", "max_position_embeddings", "head_dim")
@@ -104,7 +132,39 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
     if model_type in MOE_MODEL_TYPES:
         data["model_type"] = model_type
         _READERS[model_type](config, data, file)
+    formats = checkpoint_formats(config.get("quantization_config"), moe=_is_moe(config))
+    moe_layers = data.get("num_moe_layers", data.get("num_hidden_layers", 0))
+    if "num_experts" in data and moe_layers == data.get("num_hidden_layers") \
+            and not data.get("shared_expert_intermediate_size"):
+        formats.pop("mlp", None)                     # every layer MoE, no shared expert
+    if formats:
+        data["weight_formats"] = formats
     return data
+
+
+def checkpoint_formats(quant: Any, moe: bool = True) -> dict[str, str]:
+    """``weight_formats`` of a ``quantization_config`` (module docstring); {} when there is
+    none or its ``quant_method`` is not in :data:`QUANT_METHODS`. A pattern keeps a group
+    16-bit when it matches the group's module in layer 0 (:data:`_GROUP_MODULES`) as
+    transformers' ``modules_to_not_convert`` match: a substring of the module's name, or
+    with ``*`` wildcards the module or a prefix of it. A pattern naming only some layers
+    applies to all of them here."""
+    if not isinstance(quant, dict):
+        return {}
+    fmt = QUANT_METHODS.get(str(quant.get("quant_method", "")).lower())
+    if fmt is None:
+        return {}
+    if fmt == "fp8" and quant.get("weight_block_size"):
+        fmt = "fp8_block"
+    skip = [str(p) for key in _NOT_CONVERTED_KEYS for p in (quant.get(key) or ())]
+
+    def kept(module: str) -> bool:
+        return any(fnmatchcase(module, p) or fnmatchcase(module, p + ".*")
+                   or ("*" not in p and p in module)
+                   for p in skip)
+
+    groups = ("attention", "mlp", "experts") if moe else ("attention", "mlp")
+    return {g: fmt for g in groups if not any(kept(m) for m in _GROUP_MODULES[g])}
 
 
 def _mixtral(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
@@ -160,9 +220,6 @@ def _gpt_oss(config: dict[str, Any], data: dict[str, Any], file: str | None) -> 
     if sliding:
         data["sliding_window"] = _int(config, "sliding_window", file)
         data["sliding_window_layers"] = sliding
-    quant = config.get("quantization_config") or {}
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        data["expert_weight_format"] = str(quant["quant_method"])
 
 
 def _llama4(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:

@@ -30,6 +30,7 @@ from capsim.common.errors import ScenarioError, read_text
 from capsim.profiles.hf_config import shape_fields
 from capsim.profiles.files import (packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
+from capsim.profiles.quantization import TENSOR_GROUPS, quant_format_names
 from capsim.common.schema import Int, StrictModel
 
 _FOLDER = "models"
@@ -72,7 +73,9 @@ class ModelShape(StrictModel):
     expert_bias: bool = False
     router_bias: bool = False
     shared_expert_gate: bool = False
-    expert_weight_format: str | None = None
+    # -- the checkpoint's weight formats by tensor group (quantization.TENSOR_GROUPS;
+    #    config.json quantization_config; a group left out stays 16-bit) --------------
+    weight_formats: dict[str, str] = Field(default_factory=dict)
     num_nextn_predict_layers: Int = Field(0, ge=0)
     # -- multi-head latent attention (kv_lora_rank 0: not MLA) ----------------------
     q_lora_rank: Int | None = Field(None, gt=0)
@@ -134,7 +137,20 @@ class ModelShape(StrictModel):
         if self.sliding_window_layers + self.chunked_attention_layers > layers:
             raise ValueError("sliding_window_layers + chunked_attention_layers exceed "
                              f"num_hidden_layers ({layers})")
+        names = quant_format_names()
+        for group, fmt in self.weight_formats.items():
+            if group not in TENSOR_GROUPS:
+                raise ValueError(f"weight_formats: unknown tensor group {group!r}; valid: "
+                                 f"{', '.join(TENSOR_GROUPS)}")
+            if fmt not in names:
+                raise ValueError(f"weight_formats.{group}: unknown format {fmt!r}; valid: "
+                                 f"{', '.join(names)}")
         return self
+
+    @property
+    def expert_weight_format(self) -> str | None:
+        """The routed experts' checkpoint format (gpt-oss: ``mxfp4``), or None."""
+        return self.weight_formats.get("experts")
 
     # -- kinds -------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_
 from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup, startup_names
-from capsim.profiles.quantization import load_quant_format
+from capsim.profiles.quantization import load_quant_format, weight_layout
 from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
@@ -227,7 +227,7 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     hw = _overridden(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
     engine, preset = _engine(spec.engine, v.engine, model, hw, path, where)
     cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
-    _check_weight_format(engine, hw, v, path, where)
+    _check_weight_format(engine, hw, v, path, where, model)
     tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
                 else "engine.tensor_parallel_size")
     _named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
@@ -404,15 +404,27 @@ def _check_scale_out(hw: HardwareProfile, spec: Scenario, v: VariantSpec, path: 
 
 
 def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSpec, path: Path,
-                         where: str) -> None:
-    """The chip must have the tensor cores the weight format computes on (datasheet), or
-    the format a weight-only fallback; the error names ``engine.quantization`` (or
-    ``engine.dtype`` for dtype fp8), the variant's when it set it."""
+                         where: str, model: ModelShape | None = None) -> None:
+    """The chip must have the tensor cores each weight format computes on (datasheet), or
+    the format a weight-only fallback; a model whose checkpoint records its formats
+    (``weight_formats``) takes no other ``quantization`` (vLLM refuses it:
+    :func:`~capsim.profiles.quantization.weight_layout`). The error names
+    ``engine.quantization`` (or ``engine.dtype`` for dtype fp8; ``model`` for the
+    checkpoint's own formats), the variant's when it set it."""
     knob = "quantization" if engine.quantization is not None else "dtype"
+    field = f"{where}.engine.{knob}" if where and knob in v.engine else f"engine.{knob}"
+    if model is not None and model.weight_formats:
+        layout = _named(lambda _: weight_layout(model, engine.weight_format), "", path,
+                        field if engine.weight_format is not None else
+                        (f"{where}.model" if v.model else "model"))
+        at = field if engine.weight_format is not None else \
+            (f"{where}.model" if v.model else "model")
+        for fmt in {f.name: f for f in layout.formats.values()}.values():
+            _named(lambda _: fmt.compute_dtype(hw), "", path, at)
+        return
     if engine.weight_format is None:
         return
     fmt = load_quant_format(engine.weight_format)
-    field = f"{where}.engine.{knob}" if where and knob in v.engine else f"engine.{knob}"
     _named(lambda _: fmt.compute_dtype(hw), "", path, field)
 
 
@@ -824,7 +836,8 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              lm_head=lm_head,
                              quant=(load_quant_format(engine.weight_format)
                                     if engine.weight_format else None),
-                             max_threads_per_sm=hw.max_threads_per_sm)
+                             max_threads_per_sm=hw.max_threads_per_sm,
+                             expert_parallel=engine.enable_expert_parallel)
         terms = _with_overrides(terms, engine)
         per_token = kv_bytes_per_token(model, engine)
         if spec is not None:

@@ -112,13 +112,14 @@ def test_fast_path_equals_the_reference_breakdown_with_quantized_weights(seqs, c
 
 @pytest.mark.parametrize("name, fmt, gpu, tp, dtype", [
     ("mixtral-8x7b", "awq", "a100-80gb", 1, "bf16"),
-    ("gpt-oss-20b", "mxfp4", "h100-sxm", 1, "bf16"),        # Hopper: MXFP4 weight-only
+    ("qwen3-30b-a3b", "mxfp4", "h100-sxm", 1, "bf16"),      # Hopper: MXFP4 weight-only
     ("deepseek-v3", "fp8_block", "h200-sxm", 8, "fp8"),
 ])
 def test_moe_shapes_take_the_formats_mean_bytes_per_weight(name, fmt, gpu, tp, dtype):
     """MoE / MLA linears and experts are priced per parameter: the format's mean bytes per
     weight (0.5195 for AWQ g128, 0.53125 for MXFP4, 1.0002 for fp8 blocks) replaces 2; the
-    vocabulary stays bf16, so the whole is a little above that ratio of bf16."""
+    vocabulary stays bf16, so the whole is a little above that ratio of bf16. (gpt-oss
+    records its checkpoint's formats by tensor group: tests/profiles/test_checkpoint_formats.py.)"""
     m, hw = load_model(name), load_hardware(gpu)
     q, b = StepPricer(m, hw, tp, quantization=fmt), StepPricer(m, hw, tp)
     per = load_quant_format(fmt).bytes_per_weight(m.hidden_size)

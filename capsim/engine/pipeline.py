@@ -110,16 +110,21 @@ class PipelinedReplica(Replica):
         sched, now = self.scheduler, self.env.now
         sched.complete(step, now)
         seconds = now - start_s                         # this batch's latency
-        self.busy_s += now - max(start_s, self._last_done)   # time with a batch in flight
+        busy = now - max(start_s, self._last_done)      # time with a batch in flight
+        self.busy_s += busy
         self._last_done = now
         self._step_s = seconds
         self.compute_bound_steps += cost.compute_bound
         self.busy = bool(self._queue)
         ctx = step.decode_ctx_tokens
+        # The timeline's busy time is the time some batch was in flight (batches overlap),
+        # its longest step a batch's latency.
+        tl = self.timeline
         self.account_steps((now,), (seconds,), step.prefill_tokens, step.decode_seqs,
                            (1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
                             step.prefill_kv_tokens + ctx, 1 if logits else 0),
-                           used, 0, 0, len(sched.waiting))
+                           used, 0, 0, len(sched.waiting),
+                           busy_s=tl.busy_in(int(now / tl.bin_s)) + busy)
 
     def fail(self):
         """As :meth:`Replica.fail`; the batches in flight are lost with it."""

@@ -359,7 +359,7 @@ def test_trust_edge_sizes_against_the_pessimistic_edge(tmp_path, write_scenario,
     assert row.status == "met" and row.num_gpus >= before.num_gpus
     cov = coverage("vllm-v1", "h100-sxm")
     e_itl, e_ttft = cov.edge_pct("tpot_itl", "max"), cov.edge_pct("ttft", "max")
-    assert plan.slo(row_key := ("chunked", "h100-sxm", 1)).slo.targets == {
+    assert plan.slo(row_key := ("chunked", "h100-sxm", 1, 1)).slo.targets == {
         "itl_p99_ms": pytest.approx(30 / (1 + e_itl / 100)),
         "ttft_p99_ms": pytest.approx(600 / (1 + e_ttft / 100))}
     if row.binding:              # the target failing one replica fewer, at its moved bound

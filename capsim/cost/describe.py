@@ -106,7 +106,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     cost = pricer.cost(**inputs)
     pipeline = None
     if pp > 1:
-        stage_s, handoff_s, _, _, _ = pricer.stage_times(**inputs)
+        stage_s, handoff_s = pricer.stage_times(**inputs)[:2]
         pipeline = {"partition": list(pricer.partition), "stage_s": stage_s,
                     "handoff_s": handoff_s, "bottleneck_s": max(stage_s)}
     intensity = _intensity(cost.flops, cost.bytes)

@@ -26,6 +26,8 @@ resource of its own. Micro-batching within a step is not modelled.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from capsim.cost.operators import ACTIVATION_BYTES, pp_layer_partition, stage_shape
@@ -104,6 +106,17 @@ def pp_transfer_terms(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,
             fixed += (tp - 1) * nv_lat
             per_token += (tp - 1) / tp * message / nv_bw
     return fixed, per_token
+
+
+class StageTimes(NamedTuple):
+    """One batch's timing by resource (:meth:`PipelinePricer.stage_times`)."""
+
+    stage_s: list[float]         # each stage's GPU seconds (the step overhead on the last)
+    handoff_s: list[float]       # each of the PP − 1 handoffs
+    host_s: float                # the engine's host work for the batch
+    host_async: bool             # overlapped with the GPU (else in series)
+    residual_s: float            # an overlapping engine's host time after the GPU
+    compute_bound: bool          # any stage is
 
 
 class PipelinePricer:
@@ -189,34 +202,36 @@ class PipelinePricer:
     def stage_times(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
                     prefill_kv_tokens: int = 0, decode_seqs: int = 0,
                     decode_ctx_tokens: int = 0, logits_seqs: int | None = None,
-                    prefill_seqs: int | None = None
-                    ) -> tuple[list[float], list[float], float, bool, float]:
+                    prefill_seqs: int | None = None) -> StageTimes:
         """One batch's timing by resource, for batches in flight (:mod:`capsim.engine.pipeline`):
-        ``(stage_s, handoff_s, host_s, host_async, residual_s)`` — each stage's GPU
-        seconds (the hardware's step overhead on the last), each of the PP − 1 handoffs,
-        the engine's host seconds for the batch, whether the preset overlaps them with
-        the GPU (then ``residual_s`` follows the GPU) or runs them in series.
+        each stage's GPU seconds (the hardware's step overhead on the last), each of the
+        PP − 1 handoffs, the engine's host seconds for the batch, whether the preset
+        overlaps them with the GPU (then ``residual_s`` follows the GPU) or runs them in
+        series, and whether any stage is compute-bound (:class:`StageTimes`).
         Alone in the pipeline, host + Σ stage + Σ handoff (serial), or max(host, Σ) +
         residual (overlapped), is :meth:`cost`'s seconds up to float rounding. Same
         arguments as :meth:`cost`; an empty batch: all zeros."""
         n = prefill_tokens + decode_seqs
         pp = self.pipeline_parallel_size
         if n <= 0:
-            return [0.0] * pp, [0.0] * (pp - 1), 0.0, False, 0.0
-        stage_s = [s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
-                          prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
-                          decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs).seconds
-                   for s in self.stages]
+            return StageTimes([0.0] * pp, [0.0] * (pp - 1), 0.0, False, 0.0, False)
+        stage_s, bound = [], False
+        for s in self.stages:
+            c = s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
+                       prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
+                       decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs)
+            stage_s.append(c.seconds)
+            bound = bound or c.compute_bound
         handoff_s = [fixed + per_token * n for fixed, per_token in self._boundaries]
         h = self._host
         if h is None or not h._host:
-            return stage_s, handoff_s, 0.0, False, 0.0
+            return StageTimes(stage_s, handoff_s, 0.0, False, 0.0, bound)
         if prefill_seqs is None:
             prefill_seqs = 1 if prefill_tokens else 0
         host_s = h._host_step_s + h._host_seq_s * (decode_seqs + prefill_seqs) \
             + h._host_token_s * prefill_tokens
-        return stage_s, handoff_s, host_s, h._host_async, h._host_residual_s if h._host_async \
-            else 0.0
+        return StageTimes(stage_s, handoff_s, host_s, h._host_async,
+                          h._host_residual_s if h._host_async else 0.0, bound)
 
     def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
                      ) -> tuple[np.ndarray, np.ndarray | None]:

@@ -49,7 +49,8 @@ class PipelinedReplica(Replica):
         self._stage_free = [0.0] * pp         # when each stage finishes its last batch
         self._host_free = 0.0                 # when the engine core finishes its host work
         self._last_done = 0.0                 # when the last batch left the pipeline
-        # Batches in the pipeline, oldest first: (step, cost, blocks used, logits, done_s, start_s).
+        # Batches in the pipeline, oldest first: (step, compute-bound, blocks used, logits,
+        # done_s, start_s).
         self._queue: deque[tuple] = deque()
 
     def _loop(self):
@@ -82,8 +83,8 @@ class PipelinedReplica(Replica):
                       prefill_kv_tokens=step.prefill_kv_tokens, decode_seqs=step.decode_seqs,
                       decode_ctx_tokens=step.decode_ctx_tokens, logits_seqs=logits,
                       prefill_seqs=len(step.prefills))
-        cost = self.pricer.cost(**kwargs)
-        stage_s, handoff_s, host_s, host_async, residual_s = self.pricer.stage_times(**kwargs)
+        stage_s, handoff_s, host_s, host_async, residual_s, bound = \
+            self.pricer.stage_times(**kwargs)
         if step.swap_bytes:                  # host↔GPU copies before the batch runs
             host_s += self._swap_s(step.swap_bytes)
         host_end = max(now, self._host_free) + host_s
@@ -102,11 +103,11 @@ class PipelinedReplica(Replica):
             self._note_kv_peak(used, step)
         self.scheduler.launch(step)
         self.busy = True
-        self._queue.append((step, cost, used, logits, t, now))
+        self._queue.append((step, bound, used, logits, t, now))
 
     def _land(self, batch: tuple) -> None:
         """The oldest batch left the last stage now: complete it and account it."""
-        step, cost, used, logits, done_s, start_s = batch
+        step, bound, used, logits, done_s, start_s = batch
         sched, now = self.scheduler, self.env.now
         sched.complete(step, now)
         seconds = now - start_s                         # this batch's latency
@@ -114,7 +115,7 @@ class PipelinedReplica(Replica):
         self.busy_s += busy
         self._last_done = now
         self._step_s = seconds
-        self.compute_bound_steps += cost.compute_bound
+        self.compute_bound_steps += bound
         self.busy = bool(self._queue)
         ctx = step.decode_ctx_tokens
         # The timeline's busy time is the time some batch was in flight (batches overlap),

@@ -145,7 +145,8 @@ def test_prefill_batches_stream_through_the_stages(tmp_path):
     pricer = rc.pool().pricer(rc.model)
     kw = dict(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2, prefill_kv_tokens=2048,
               logits_seqs=1, prefill_seqs=1)
-    (s0, s1), (h,), host, overlapped, _ = pricer.stage_times(**kw)
+    (s0, s1), (h,), host, overlapped, _, bound = pricer.stage_times(**kw)
+    assert bound
     assert not overlapped and s0 > 0.05 and s1 > 0.05       # compute-bound prefill
     trip = host + s0 + h + s1
     assert trip == pytest.approx(pricer.cost(**kw).seconds, rel=1e-12)

@@ -170,6 +170,10 @@ class ContinuousScheduler(Scheduler):
         lanes merged into one (the sequences of every batch that came back), or a new
         empty lane when every lane is in flight."""
         lanes = self._lanes
+        if not self.decoders.in_flight and len(lanes) <= 2:
+            other = lanes[0] if lanes[-1] is self.decoders else lanes[-1]
+            if other is self.decoders or other.in_flight:
+                return                      # the one free lane is the current one already
         free = [lane for lane in lanes if not lane.in_flight]
         if not free:
             lane = DecodeSet(self.bs, self.num_classes, self.itl)

@@ -18,7 +18,7 @@ from capsim.engine.clock import Environment
 from capsim.engine.fleet import Fleet, policy_label
 from capsim.engine.pooled import PoolItl, PooledCluster
 from capsim.engine.recorder import ItlRecorder
-from capsim.engine.replica import Replica
+from capsim.engine.pipeline import replica_class
 from capsim.engine.request import Request
 from capsim.results.model import PoolResult, RunResult
 from capsim.scenario.resolve import RunConfig, scheduler_label
@@ -40,8 +40,9 @@ def make_pooled(env: Environment, run: RunConfig, trace: RequestTrace, itl: ItlR
         rec = itl if k == 0 else PoolItl(itl, k * itl_classes)
         return Fleet(env, fp.autoscaling, fp.failures, fp.pool.num_replicas, inner,
                      fp.provisioning_delay_s, run.seed,
-                     lambda i, fin: Replica(env, i, fp.pool, pricer, rec, itl_classes, fin,
-                                            macro_steps=macro_steps, timeline_bin_s=bin_s),
+                     lambda i, fin: replica_class(fp.pool)(       # pipelined with PP > 1
+                         env, i, fp.pool, pricer, rec, itl_classes, fin,
+                         macro_steps=macro_steps, timeline_bin_s=bin_s),
                      on_finish, on_lost, log.add_lost_gaps, done, stream=stream)
 
     return PooledCluster(env, run.fleet, len(trace.class_names), len(trace), make_fleet)

@@ -88,24 +88,8 @@ def pp_transfer_terms(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,
     Raises:
         ScenarioError: (from the caller) a handoff crosses nodes without ``scale_out``.
     """
-    nv_bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
-    nv_lat = hw.tp_link_latency_s
-    message = PP_TENSORS * model.hidden_size * ACTIVATION_BYTES     # bytes per token
-    fixed = per_token = 0.0
-    for b in range(pp - 1):
-        if stage_link_crosses_node(b, tp, hw.gpus_per_node):
-            if scale_out is None:
-                raise ValueError("a pipeline stage boundary crosses nodes but the hardware "
-                                 "has no scale_out_link")
-            bw, lat = scale_out.bandwidth_bytes_per_s, scale_out.latency_s
-        else:
-            bw, lat = nv_bw, nv_lat
-        fixed += lat
-        per_token += message / tp / bw
-        if tp > 1:                   # ring all-gather of the TP slices on the receiving stage
-            fixed += (tp - 1) * nv_lat
-            per_token += (tp - 1) / tp * message / nv_bw
-    return fixed, per_token
+    terms = pp_boundary_terms(model, hw, tp, pp, scale_out)
+    return sum((f for f, _ in terms), 0.0), sum((t for _, t in terms), 0.0)
 
 
 class StageTimes(NamedTuple):

@@ -93,6 +93,11 @@ class DecodeSet:
         self.size -= 1
         self.shareable -= req.shareable
         self.offset -= req.dec_computed0 - req.dec_epoch0
+        self._note_leaving(req, steps)
+
+    def _note_leaving(self, req: Request, steps: int) -> None:
+        """Note ``req``'s gaps since it joined (the first, then the longest of the rest:
+        one per step) and take it out of its cohort or pending group."""
         if steps:
             base = self._epoch_base
             req.note_gap(self._epoch_end[req.dec_epoch0 - base] - req.last_token_s)

@@ -80,17 +80,7 @@ class SpecDecodeSet(DecodeSet):
         self.size -= 1
         self.shareable -= req.shareable
         self._ctx -= req.num_computed + 1
-        if steps:
-            base = self._epoch_base
-            req.note_gap(self._epoch_end[req.dec_epoch0 - base] - req.last_token_s)
-            if steps > 1:
-                req.note_gap(self._max_gap(req.dec_epoch0 + 1 - base, self.epoch - base))
-            req.last_token_s = self._epoch_end[self.epoch - 1 - base]
-            self._cohort[req.class_id] -= 1
-        else:
-            self._pending[req.last_token_s][req.class_id] -= 1
-        req.dec_epoch0 = -1
-        req.dec_version += 1
+        self._note_leaving(req, steps)
 
     def sync(self) -> None:
         """Counters are explicit: nothing to materialise."""

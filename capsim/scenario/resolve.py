@@ -635,17 +635,29 @@ def _resolve_disaggregated(spec: Scenario, index: int, v: VariantSpec, path: Pat
                    transfer=KVTransfer(link, d.router, d.layerwise_overlap))
 
 
+def pool_engine(variant_engine: dict[str, Any], engine: dict[str, Any], tp: int | None,
+                path: Path, at: str) -> dict[str, Any]:
+    """A pool's engine knobs: the variant's, the pool's ``engine`` on top, and the pool's
+    ``tensor_parallel_size`` (given once: here or in its engine).
+
+    Raises:
+        ScenarioError: tensor_parallel_size given both ways (names ``at``.engine...).
+    """
+    out = {**variant_engine, **engine}
+    if tp is not None:
+        if "tensor_parallel_size" in engine:
+            raise ScenarioError("give tensor_parallel_size once (pool or pool engine)",
+                                file=str(path), path=f"{at}.engine.tensor_parallel_size")
+        out["tensor_parallel_size"] = tp
+    return out
+
+
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: PoolConfig,
                   path: Path) -> tuple[RunConfig, Pool]:
     """One pool of a disaggregated variant, resolved as a co-located variant with the
     pool's overrides: (that variant, its pool in ``role``)."""
     where = f"variants.{index}.disaggregation.{role}"
-    engine = {**v.engine, **pool.engine}
-    if pool.tensor_parallel_size is not None:
-        if "tensor_parallel_size" in pool.engine:
-            raise ScenarioError("give tensor_parallel_size once (pool or pool engine)",
-                                file=str(path), path=f"{where}.engine.tensor_parallel_size")
-        engine["tensor_parallel_size"] = pool.tensor_parallel_size
+    engine = pool_engine(v.engine, pool.engine, pool.tensor_parallel_size, path, where)
     variant = v.model_copy(update={
         "name": f"{v.name}/{role}", "disaggregation": None,
         "hardware": pool.hardware or v.hardware, "engine": engine,

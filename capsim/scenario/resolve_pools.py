@@ -17,7 +17,7 @@ from capsim.profiles.models import ModelShape
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.pools import FleetPoolConfig
 from capsim.scenario.resolve import (ClusterConfig, Pool, RunConfig, _load_model, _merged,
-                                     _named, resolve_variant)
+                                     _named, pool_engine, resolve_variant)
 from capsim.scenario.schema import Scenario, VariantSpec
 
 
@@ -170,12 +170,7 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,
                   path: Path, at: str) -> FleetPool:
     """Pool ``pc`` resolved as a co-located variant (the variant's fields, the pool's on top)."""
-    engine = {**v.engine, **pc.engine}
-    if pc.tensor_parallel_size is not None:
-        if "tensor_parallel_size" in pc.engine:
-            raise ScenarioError("give tensor_parallel_size once (pool or pool engine)",
-                                file=str(path), path=f"{at}.engine.tensor_parallel_size")
-        engine["tensor_parallel_size"] = pc.tensor_parallel_size
+    engine = pool_engine(v.engine, pc.engine, pc.tensor_parallel_size, path, at)
     cluster = {"num_replicas": pc.num_replicas, "router": router}
     for key in ("autoscaling", "failures"):
         value = getattr(pc, key)

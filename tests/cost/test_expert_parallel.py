@@ -64,8 +64,8 @@ def test_ep_with_dp_attention_replaces_the_moe_layers_all_reduces():
     Fixed: 7 all-reduces × 14 hops × 4.28 µs + the logits gather's 4.28 µs + 116 × 4.28 µs
     = 0.4194 + 0.0043 + 0.4965 = 0.9202 ms. Per token: 7 ring all-reduces of 14,336 bytes (2·7/8 each) + 116 ×
     (7/8 × 14,336 / 314.1 GB/s) = 0.559 + 4.632 = 5.191 µs (+ the logits gather)."""
-    tp = StepPricer(DSV3, H200, 8, weight_dtype="fp8", dp_attention=True)
-    ep = StepPricer(DSV3, H200, 8, weight_dtype="fp8", dp_attention=True,
+    tp = StepPricer(DSV3, H200, 8, dp_attention=True)
+    ep = StepPricer(DSV3, H200, 8, dp_attention=True,
                     expert_parallel=True, scale_out=IB)
     n = 256
     a2a_fixed, a2a_token = ep.all_to_all_terms()
@@ -85,7 +85,7 @@ def test_ep_with_dp_attention_replaces_the_moe_layers_all_reduces():
 
 def test_ep_across_two_nodes_pays_the_scale_out_link():
     """EP 16 over two H200 nodes: 116 × (30 µs + 8/16 × 7,168 bytes / 50 GB/s per token)."""
-    ep = StepPricer(DSV3, H200, 16, weight_dtype="fp8", dp_attention=True,
+    ep = StepPricer(DSV3, H200, 16, dp_attention=True,
                     expert_parallel=True, scale_out=IB)
     fixed, token = ep.all_to_all_terms()
     assert fixed == pytest.approx(116 * 30e-6) == pytest.approx(3.48e-3)
@@ -97,8 +97,8 @@ def test_ep_across_two_nodes_pays_the_scale_out_link():
 def test_ep_without_dp_attention_keeps_tp_all_reduces_and_costs():
     """vLLM's use_all2all_kernels needs dp_size > 1: with EP over the TP group every rank
     holds every token and the all-reduce combines; uniform routing: the same step."""
-    tp = StepPricer(DSV3, H200, 8, weight_dtype="fp8")
-    ep = StepPricer(DSV3, H200, 8, weight_dtype="fp8", expert_parallel=True)
+    tp = StepPricer(DSV3, H200, 8)
+    ep = StepPricer(DSV3, H200, 8, expert_parallel=True)
     for kwargs in ({"decode_seqs": 16, "decode_ctx_tokens": 16_000},
                    {"prefill_tokens": 2048, "prefill_attn_pairs": 2048 * 2049 / 2,
                     "prefill_kv_tokens": 2048}):
@@ -120,8 +120,8 @@ def test_busiest_rank_under_skew():
 def test_skewed_ep_prices_the_busiest_rank():
     """With skew, EP's expert FLOPs are the busiest rank's (× its load over the mean) and
     a prefill of 4,096 tokens takes longer than TP's evenly sliced experts."""
-    tp = StepPricer(DSV3, H200, 8, weight_dtype="fp8", routing_skew=1.0)
-    ep = StepPricer(DSV3, H200, 8, weight_dtype="fp8", routing_skew=1.0, expert_parallel=True)
+    tp = StepPricer(DSV3, H200, 8, routing_skew=1.0)
+    ep = StepPricer(DSV3, H200, 8, routing_skew=1.0, expert_parallel=True)
     kwargs = {"prefill_tokens": 4096, "prefill_attn_pairs": 4096 * 4097 / 2,
               "prefill_kv_tokens": 4096}
     ops_tp = {o.name: o for o in tp.breakdown(**kwargs)}

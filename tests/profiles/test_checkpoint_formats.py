@@ -86,6 +86,17 @@ def test_a_gpt_oss_config_json_reads_to_the_preset_formats(tmp_path):
     assert weight_bytes_per_gpu(m, 1, 2) == weight_bytes_per_gpu(load_model("gpt-oss-20b"), 1, 2)
 
 
+
+def test_the_deepseek_v3_preset_is_its_fp8_checkpoint():
+    """DeepSeek-V3's config.json quantization_config (quant_method fp8, weight_block_size
+    [128, 128]; huggingface.co/deepseek-ai/DeepSeek-V3) gives fp8 blocks for every group,
+    and the preset says the same: ~671e9 weights at 1 byte plus block scales and the bf16
+    vocabulary, 626.9 GiB (the published checkpoint is ~685 GB with the 14B MTP module)."""
+    m = load_model("deepseek-v3")
+    assert m.weight_formats == checkpoint_formats(
+        {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})
+    assert weight_bytes_per_gpu(m, 1, 2) / 2**30 == pytest.approx(626.9, abs=0.05)
+
 def test_another_quantization_than_the_checkpoints_is_refused():
     """vLLM: "Quantization method specified in the model config (mxfp4) does not match the
     quantization method specified in the `quantization` argument (nvfp4)"."""

@@ -120,7 +120,7 @@ def test_dp_attention_with_ep_pool_prices_the_all_to_all(tmp_path):
     combines over NVLink (116 all-to-alls of 4.28 µs latency each); EP 16 on two nodes
     goes over the profile's scale-out link, InfiniBand NDR (30 µs each)."""
     doc = {"name": "ds", "model": "deepseek-v3", "hardware": "h200-sxm",
-           "engine": {"tensor_parallel_size": 8, "dtype": "fp8", "max_model_len": 8192,
+           "engine": {"tensor_parallel_size": 8, "max_model_len": 8192,
                       "enable_dp_attention": True, "enable_expert_parallel": True},
            "workload": DOC["workload"],
            "variants": [{"name": "ep8"},

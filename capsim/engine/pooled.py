@@ -155,6 +155,8 @@ class PooledCluster:
             if rule.pool in cands and rule.matches(cid, req.prompt_tokens):
                 cands = (rule.pool,)
                 break
+        if not cands:            # a mix (capsim size) with no replica in its model's pools
+            return -1, "no pool serving this request's model has a replica"
         ok = [k for k in cands if not colocated_reject_reason(req, pools[k].pool)]
         if not ok:
             return -1, colocated_reject_reason(req, pools[cands[0]].pool)

@@ -197,8 +197,9 @@ def _gpus(run: RunConfig, mix: Mix) -> int:
 
 
 def _mixes(run: RunConfig, max_gpus: int) -> list[Mix]:
-    """Every mix within the bounds, at most ``max_gpus`` GPUs and at least one replica, in
-    search order: $/h, then GPUs, then the counts.
+    """Every mix within the bounds, at most ``max_gpus`` GPUs and at least one replica of a
+    pool serving each model a class asks for, in search order: $/h, then GPUs, then the
+    counts.
 
     Raises:
         ScenarioError: more than :data:`MAX_MIXES` mixes.
@@ -209,8 +210,14 @@ def _mixes(run: RunConfig, max_gpus: int) -> list[Mix]:
         raise ScenarioError(f"{len(bounds)} pools up to {max_gpus} GPUs make {size:,} mixes to "
                             f"search, more than {MAX_MIXES:,}; lower sizing.max_gpus",
                             path="sizing.max_gpus")
+    fleet = run.fleet
+    asked = [[k for k, fp in enumerate(fleet.pools) if fp.model.name == model]
+             for model in set(fleet.class_models)]
+    # every model a class asks for keeps a replica somewhere (else its requests are all
+    # rejected and the rest of the fleet could "pass" without them)
     out = [m for m in itertools.product(*(range(lo, hi + 1) for lo, hi in bounds))
-           if sum(m) > 0 and _gpus(run, m) <= max_gpus]
+           if sum(m) > 0 and _gpus(run, m) <= max_gpus
+           and all(any(m[k] for k in pools) for pools in asked)]
     return sorted(out, key=lambda m: (round(mix_cost_per_hour(run, m), 9), _gpus(run, m), m))
 
 

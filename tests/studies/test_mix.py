@@ -50,6 +50,20 @@ def test_mixes_are_priced_bounded_and_ordered_by_cost(mix_scenario):
     assert run.fleet.required() == {"h100"}
 
 
+
+def test_no_mix_leaves_a_model_without_a_replica():
+    """scenarios/hetero_fleet.yaml: Llama-3.1-8B is served by the h100 and the h200 pool,
+    neither alone, so neither is required; a mix with both at 0 would reject every Llama
+    request (the router crashed on it, found by a fresh user with PP in a pool) and must
+    not be searched. The L40S pool alone serves Qwen: always at least one."""
+    from pathlib import Path
+
+    run = load(Path(__file__).parents[2] / "scenarios/hetero_fleet.yaml").runs[0]
+    names = run.fleet.names
+    h100, h200, l40s = (names.index(n) for n in ("h100", "h200", "l40s"))
+    mixes = mix._mixes(run, 5)
+    assert mixes and all(m[h100] + m[h200] > 0 and m[l40s] > 0 for m in mixes)
+
 def test_the_search_finds_the_cheapest_mix_an_exhaustive_scan_finds(mix_scenario):
     """Every mix run (the exhaustive scan): the cheapest passing one is 2 × H100 + 2 × A100
     ($20.62/h, 2 cents under 3 × H100): every cheaper mix misses TTFT p99 by 30 % or more,

@@ -350,6 +350,15 @@ def _speculative(spec: Scenario, v: VariantSpec, engine: EngineConfig, cluster: 
         if refused:
             raise ScenarioError(f"speculative decoding {why}; remove engine.speculative "
                                 "or change that", file=str(path), path=at)
+    # A verifying sequence is scheduled k + 1 tokens (vLLM V1 scheduler.py): they must fit
+    # one step's token budget and the context window.
+    room = min(engine.max_num_batched_tokens, engine.max_model_len) - 1
+    if cfg.num_speculative_tokens > room:
+        raise ScenarioError(
+            f"num_speculative_tokens {cfg.num_speculative_tokens} does not fit: k + 1 tokens "
+            f"per sequence must fit max_num_batched_tokens ({engine.max_num_batched_tokens}) "
+            f"and max_model_len ({engine.max_model_len}); valid: 1 to {room}",
+            file=str(path), path=f"{at}.num_speculative_tokens")
     try:
         return resolve_speculative(
             cfg, model, spec.workload.class_names, spec.seed,

@@ -502,10 +502,11 @@ def _violations_k_down(p: SizingPlan, ev: _Evaluator, opt: FleetOption,
     """SLO-violation minutes (mean over seeds) with k replicas down: the answer's N − k
     serving (it was run so), and without the headroom — the N − k that met the SLOs
     bought, k of them down: N − 2k serving (run after the search; none serving when
-    N − k ≤ k: every minute). Capacity sizing leaves the second NaN."""
+    N − k ≤ k: every minute). Capacity sizing and a steady load (no day view, the first
+    NaN) leave the second NaN."""
     with_ = _mean_violation(chosen)
     without = math.nan
-    if p.mode == "gpus":
+    if p.mode == "gpus" and not math.isnan(with_):     # NaN: no day view (a steady load)
         fewer = chosen.num_replicas - p.headroom
         without = _mean_violation(ev.get(opt.key, fewer)) if fewer >= 1 \
             else chosen.outcomes[0].sim_end_s / 60.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -386,6 +388,9 @@ def test_headroom_adds_k_replicas_to_the_fewest_that_meet_the_slos(sized, tmp_pa
         assert row.cost_per_million_output_tokens_usd == pytest.approx(
             base.cost_per_million_output_tokens_usd * scale)
         assert f"N+1: meets the SLOs with 1 of {row.num_replicas} replicas down" in row.note
+        # a steady load has no day view: no violation minutes, with or without headroom
+        assert math.isnan(row.violation_min_with_headroom)
+        assert math.isnan(row.violation_min_without_headroom)
     assert "headroom_replicas" in sizing.rows_frame(n1.rows).columns
     assert "headroom_replicas" not in sizing.rows_frame(plain.rows).columns
 

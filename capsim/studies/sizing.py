@@ -241,7 +241,7 @@ def _check_headroom(k: int, p: SizingPlan, options: list[FleetOption]) -> int:
         fleet = gpus // opt.gpus_per_replica
         if k >= fleet:
             raise ScenarioError(
-                f"--headroom {k} is larger than the fleet: {what} = {gpus} makes at most "
+                f"--headroom {k} is not smaller than the fleet: {what} = {gpus} makes at most "
                 f"{fleet} replica(s) of "
                 f"{shape_label(opt.tensor_parallel_size, opt.pipeline_parallel_size)} "
                 f"({opt.variant}), and "

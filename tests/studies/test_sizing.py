@@ -238,9 +238,9 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_
     ({"sizing": {"rate_per_s": 1e300}}, [], "sizing.rate_per_s 1e+300 requests/s: valid: "),
     ({}, ["--gpus", "0"], "--gpus must be >= 1, got 0"),
     # N+k: 8 GPUs of TP1 are 8 replicas; 8 down leaves none.
-    ({}, ["--headroom", "8"], "sizing.max_gpus: --headroom 8 is larger than the fleet: "
+    ({}, ["--headroom", "8"], "sizing.max_gpus: --headroom 8 is not smaller than the fleet: "
                               "max_gpus = 8 makes at most 8 replica(s) of TP1"),
-    ({}, ["--gpus", "2", "--headroom", "2"], "--headroom 2 is larger than the fleet: --gpus = 2"),
+    ({}, ["--gpus", "2", "--headroom", "2"], "--headroom 2 is not smaller than the fleet: --gpus = 2"),
     ({}, ["--headroom", "-1"], "--headroom must be >= 0 replicas, got -1"),
     # Pipeline stages: more than Llama-3.1-8B's 32 layers; a replica wider than the GPUs.
     ({"sizing": {"pipeline_parallel_size": [33]}}, [],

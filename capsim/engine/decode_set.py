@@ -246,14 +246,17 @@ class DecodeSet:
         """Forget the end times and gaps of epochs before the oldest member joined: no one
         reads them again, so this memory follows the running batch, not the steps.
         O(members + kept epochs), at most once per doubling of the kept epochs."""
-        oldest = min((req.dec_epoch0 for bucket in self.buckets for req in bucket.values()),
-                     default=self.epoch)
+        oldest = min((req.dec_epoch0 for req in self._members()), default=self.epoch)
         cut = oldest - self._epoch_base
         if cut > 0:
             del self._epoch_end[:cut]
             del self._epoch_gap[:cut]
             self._epoch_base = oldest
         self._trim_at = max(self.trim_epochs, 2 * len(self._epoch_end))
+
+    def _members(self):
+        """Every member request (in no particular order)."""
+        return (req for bucket in self.buckets for req in bucket.values())
 
     def _max_gap(self, lo: int, hi: int) -> float:
         """The longest gap of kept epochs lo..hi−1 (never NaN: only epoch 0's is)."""

@@ -135,12 +135,6 @@ class SpecDecodeSet(DecodeSet):
             self._trim()
         return done
 
-    def _trim(self) -> None:
-        """:meth:`DecodeSet._trim` over the explicit members."""
-        oldest = min((req.dec_epoch0 for req in self.members.values()), default=self.epoch)
-        cut = oldest - self._epoch_base
-        if cut > 0:
-            del self._epoch_end[:cut]
-            del self._epoch_gap[:cut]
-            self._epoch_base = oldest
-        self._trim_at = max(self.trim_epochs, 2 * len(self._epoch_end))
+    def _members(self):
+        """Every member request: they are explicit here."""
+        return self.members.values()

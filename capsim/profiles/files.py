@@ -64,20 +64,22 @@ def packaged_file(folder: str, name: str, what: str, hint: str = "") -> Iterator
         yield Path(path)
 
 
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping.
+def read_yaml_mapping(path: Path, what: str = "file",
+                      not_a_mapping: str = "expected a YAML mapping at the top level"
+                      ) -> dict[str, Any]:
+    """Read a YAML file (a ``what``: profile, scenario) that must hold a mapping.
 
     Raises:
-        ScenarioError: unreadable file, malformed YAML, or not a mapping;
+        ScenarioError: unreadable file, malformed YAML, or not a mapping (``not_a_mapping``);
             the error names the file.
     """
-    text = read_text(path)
+    text = read_text(path, what)
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
     if not isinstance(data, dict):
-        raise ScenarioError("expected a YAML mapping at the top level", file=str(path))
+        raise ScenarioError(not_a_mapping, file=str(path))
     return data
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from capsim.common.errors import ScenarioError, read_text
-from capsim.common.yamlio import describe_yaml_error, load_yaml
+from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import engine_preset_names
+from capsim.profiles.files import read_yaml_mapping
 from capsim.profiles.hardware import hardware_names
 from capsim.profiles.links import link_names
 from capsim.profiles.models import model_names
@@ -58,7 +58,8 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
             unknown hardware/model, a model that does not fit in memory.
     """
     path = Path(path)
-    raw = _read_yaml(path)
+    raw = read_yaml_mapping(path, "scenario",
+                            "a scenario must be a YAML mapping (name:, model:, ...)")
     for item in overrides:
         apply_override(raw, item, path)
     if seed is not None:
@@ -67,17 +68,6 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
     runs = tuple(_resolve(raw, spec, i, v, path) for i, v in enumerate(_variants(spec)))
     return LoadedScenario(spec=spec, path=path, runs=runs,
                           class_slos=_class_slos(spec, path), resolved=raw)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    text = read_text(path, "scenario")
-    try:
-        doc = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
-    if not isinstance(doc, dict):
-        raise ScenarioError("a scenario must be a YAML mapping (name:, model:, ...)", file=str(path))
-    return doc
 
 
 def _variants(spec: Scenario) -> list[VariantSpec]:

@@ -336,8 +336,9 @@ def _host_text(h) -> str:
                                                        (h.per_seq_s, "sequence"),
                                                        (h.per_prefill_token_s, "prompt token"))
              if v]
-    text = ", ".join([*terms, h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s
-                                           else "")])
+    overlap = h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s else "") \
+        + (" (engine.async_scheduling)" if h.async_scheduling_knob else "")
+    text = ", ".join([*terms, overlap])
     if h.request_before_s:
         text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
     return text

@@ -124,7 +124,7 @@ class PoolMonitor:
     def touch(self) -> None:
         prefill = self.prefill
         state = (
-            all(r.busy for r in prefill) and any(r.scheduler.waiting for r in prefill),
+            all(r.busy for r in prefill) and any(r.num_waiting for r in prefill),
             bool(self.pending),
             sum(g for r, g in zip(prefill, self._prefill_gpus) if not r.busy),
             sum(g for r, g in zip(self.decode, self._decode_gpus) if not r.busy))

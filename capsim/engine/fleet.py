@@ -44,7 +44,7 @@ def signal_value(signal: str, serving: list[Replica]) -> float:
     """Σ over ``serving`` of the signal: waiting requests (``queue``), running sequences
     (``running``) or the fraction of KV blocks in use (``kv_use``)."""
     if signal == "queue":
-        return float(sum(len(r.scheduler.waiting) for r in serving))
+        return float(sum(r.num_waiting for r in serving))
     if signal == "running":
         return float(sum(r.kv_load()[1] for r in serving))
     if signal == "kv_use":

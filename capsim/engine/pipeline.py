@@ -44,8 +44,9 @@ class PipelinedReplica(Replica):
         sched = self.scheduler
         pp = self.pool_cfg.engine.pipeline_parallel_size
         self.batches = pp if getattr(sched, "can_pipeline", lambda: False)() else 1
-        if self.batches > 1:
+        if self.batches > 1:             # the batch queue composes batches ahead itself
             sched.enable_pipeline(self.batches)
+            self.schedules_ahead = False
         self._stage_free = [0.0] * pp         # when each stage finishes its last batch
         self._host_free = 0.0                 # when the engine core finishes its host work
         self._last_done = 0.0                 # when the last batch left the pipeline

@@ -199,7 +199,7 @@ class PooledCluster:
                 continue
             rep = min(serving, key=lambda r: r.outstanding_tokens)
             queued = sum(max(0, r.prompt_tokens - r.num_computed)
-                         for r in rep.scheduler.waiting)
+                         for r in rep.waiting_requests())
             wait_s = (queued + req.prompt_tokens) / self._prefill_tok_per_s[k]
             if ttft_s is None or wait_s <= ttft_s:
                 return k

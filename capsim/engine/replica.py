@@ -17,6 +17,7 @@ whether prefilled requests wait for room.
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import chain
 from typing import Callable, Protocol
 
 import simpy
@@ -102,6 +103,10 @@ class Replica:
         self.kv_written_at_peak = 0
         self.table_entries_at_peak = 0
         self._wake: simpy.Event | None = None
+        # An async engine composes the next step while this one runs: requests submitted
+        # meanwhile (submit time, request) wait here for the step after it.
+        self.schedules_ahead = pool.host_overhead.overlap == "async"
+        self._late: list[tuple[float, Request]] = []
         self.failed = False             # failed (engine/fleet.py): its loop ends, state is dropped
         self._process = env.process(self._loop())
 
@@ -121,10 +126,23 @@ class Replica:
     def outstanding_tokens(self, value: int) -> None:
         self._outstanding += value - self.outstanding_tokens
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued here: the scheduler's waiting queue and those submitted during
+        the step in progress of an engine that schedules ahead."""
+        return len(self.scheduler.waiting) + len(self._late)
+
+    def waiting_requests(self):
+        """The requests :attr:`num_waiting` counts, queue first."""
+        return chain(self.scheduler.waiting, (req for _, req in self._late))
+
     def submit(self, req: Request) -> None:
         self.runner.arrived(self.env.now)
         req.replica = self.index
         self._outstanding += req.prompt_tokens + req.output_tokens
+        if self.schedules_ahead and self._wake is None:     # a step is in progress
+            self._late.append((self.env.now, req))
+            return
         self.scheduler.add(req)
         self.wake()
 
@@ -169,24 +187,44 @@ class Replica:
             step = sched.schedule(self.env.now)
             if hooks is not None:
                 hooks.scheduled(step is not None, len(sched.waiting) != queued)
+            late = bool(self._late)
+            if late:
+                self._release_late(step is None)
             if step is None:
-                yield from self._idle()
+                if not late:
+                    yield from self._idle()
                 continue
-            # Runs are not tried while arrivals come faster than a few steps apart.
-            plan = self._plan(step) if runner.arrival_gap_s > MIN_RUN_STEPS * self._step_s \
-                else None
+            # Runs are not tried while arrivals come faster than a few steps apart, nor
+            # while submitted requests wait to be scheduled in the next steps.
+            plan = self._plan(step) if not late and \
+                runner.arrival_gap_s > MIN_RUN_STEPS * self._step_s else None
             if plan is None:
                 yield self._start_step(step)             # price → timeout
                 if self.failed:                          # the step died with the replica
                     return
                 self._complete_step(step)                # → complete
             else:
-                yield from self._decode_run(plan)
+                yield from self._decode_run(plan, step)
                 if self.failed:
                     return
             self._report_finished()
             if hooks is not None:
                 hooks.changed()
+
+    def _release_late(self, idle: bool) -> None:
+        """Hand the scheduler the requests submitted during the step that just ended (vLLM
+        V1 ``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py at v0.19.0; SGLang's
+        ``Scheduler.event_loop_overlap``; TensorRT-LLM's ``PyExecutor._executor_loop_overlap``:
+        the step now starting was composed when the one that ended began). One submitted as that step ended (a closed-loop client's next
+        request) arrives after the engine composed the step after it, so it waits one step
+        more, unless nothing runs (``idle``)."""
+        now, late, keep = self.env.now, self._late, []
+        for t, req in late:
+            if t < now or idle:
+                self.scheduler.add(req)
+            else:
+                keep.append((t, req))
+        self._late = keep
 
     def _idle(self):
         """Wait for new work (:meth:`wake`); never busy-polls."""
@@ -204,8 +242,13 @@ class Replica:
         return self.scheduler.plan_decode_run(
             step, horizon_steps=0 if waiting else self.runner.horizon_steps(self._step_s))
 
-    def _decode_run(self, plan: RunPlan):
-        """Advance ``plan`` in one event (:meth:`DecodeRunner.advance`)."""
+    def _decode_run(self, plan: RunPlan, step: Step):
+        """Advance ``plan`` in one event (:meth:`DecodeRunner.advance`). Its first step's
+        KV peak is noted now, as :meth:`_start_step` would: a transfer reserved while it
+        runs adds to the tokens held before the run commits it."""
+        used = self.alloc.num_used_blocks
+        if used > self.peak_kv_used_blocks:
+            self._note_kv_peak(used, step)
         first_end_s, self._step_s = yield from self.runner.advance(plan)
         if self.hooks is not None:
             self.hooks.ran(first_end_s)
@@ -238,7 +281,7 @@ class Replica:
         self.account_steps((self.env.now,), (seconds,), step.prefill_tokens, step.decode_seqs,
                            (1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
                             step.prefill_kv_tokens + ctx, 1 if logits else 0),
-                           used, 0, 0, len(sched.waiting))
+                           used, 0, 0, self.num_waiting)
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)
 
@@ -274,7 +317,7 @@ class Replica:
         self.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
                            sched.decoders.emitted_tokens,
                            (1, tokens, logits, pairs, kv_read, logit_steps),
-                           used, 0, 0, len(sched.waiting))
+                           used, 0, 0, self.num_waiting)
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)
 
@@ -321,7 +364,8 @@ class Replica:
         self._report_finished()
         sched = self.scheduler
         sched.sync()
-        return [*sched.running.values(), *sched.waiting, *getattr(sched, "swapped", ())]
+        return [*sched.running.values(), *sched.waiting, *getattr(sched, "swapped", ()),
+                *(req for _, req in self._late)]
 
     # ------------------------------------------------------------ KV peak
     def note_run_peak(self, blocks: RunBlocks, n: int) -> None:

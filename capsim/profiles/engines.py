@@ -183,6 +183,12 @@ class HostOverhead(StrictModel):
     executor) makes it ``max(gpu, host) + residual_s``. Per request, ``request_before_s``
     (HTTP, tokenization, the engine's wake-up) passes before the request can be scheduled:
     TTFT and E2EL grow by it, and so does the queue it joins.
+
+    An ``async`` engine composes step k + 1 while step k runs, so a request that arrives
+    during step k joins step k + 2 at the earliest (:class:`capsim.engine.replica.Replica`);
+    an idle engine schedules an arrival at once. ``async_scheduling_knob``: the scenario's
+    ``engine.async_scheduling`` (vLLM V1's ``--[no-]async-scheduling``) switches ``overlap``
+    (:meth:`resolved`); without it ``overlap`` is fixed.
     """
 
     per_step_s: float = Field(0.0, ge=0)
@@ -191,6 +197,14 @@ class HostOverhead(StrictModel):
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)
+    async_scheduling_knob: bool = False
+
+    def resolved(self, async_scheduling: bool | None) -> "HostOverhead":
+        """These terms with the scenario's ``engine.async_scheduling`` applied (None: the
+        preset's ``overlap``)."""
+        if async_scheduling is None or not self.async_scheduling_knob:
+            return self
+        return self.model_copy(update={"overlap": "async" if async_scheduling else "serial"})
 
 
 class EnginePreset(StrictModel):

@@ -27,7 +27,8 @@ from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.kv.capacity import KVCapacity, pool_from_terms
 from capsim.kv.memory import MemoryTerms, memory_terms
-from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
+from capsim.profiles.engines import (EnginePreset, HostOverhead, engine_preset_names,
+                                     load_engine_preset)
 from capsim.profiles.hardware import HardwareProfile, hardware_names, load_hardware
 from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_link
 from capsim.profiles.models import ModelShape, load_model, model_names
@@ -38,7 +39,7 @@ from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
-from capsim.scenario.speculative import SpecDecoding, resolve_speculative
+from capsim.scenario.speculative import SERIAL_DRAFTERS, SpecDecoding, resolve_speculative
 from capsim.scenario.validation import one_line_error
 from capsim.scenario.workload import WorkloadConfig
 
@@ -67,6 +68,17 @@ class Pool:
     spec: SpecDecoding | None = None     # engine.speculative, resolved (None: off)
 
     @property
+    def host_overhead(self) -> HostOverhead:
+        """The preset's host terms with ``engine.async_scheduling`` applied. Left unset, a
+        vLLM V1 preset schedules asynchronously unless a draft-model or n-gram drafter runs
+        (vllm/config/vllm.py ``VllmConfig`` at v0.19.0: ``async_scheduling`` None is set
+        True unless the speculative method is not EAGLE / MTP)."""
+        knob = self.engine.async_scheduling
+        if knob is None and self.spec is not None and self.spec.method in SERIAL_DRAFTERS:
+            knob = False
+        return self.preset.host_overhead.resolved(knob)
+
+    @property
     def num_gpus(self) -> int:
         return self.num_replicas * self.engine.gpus_per_replica
 
@@ -88,7 +100,7 @@ class Pool:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
         dtypes) with its engine's host overhead: a :class:`PipelinePricer` with
         pipeline_parallel_size > 1."""
-        host = self.preset.host_overhead
+        host = self.host_overhead
         steps = self.engine.num_scheduler_steps
         if steps > 1:          # scheduled once per window: its per-step work spread over it
             host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
@@ -549,6 +561,17 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
         if knob in user and engine.scheduler != policy:
             fail(knob, f"{knob} belongs to the {policy} scheduler; this engine runs "
                        f"scheduler: {engine.scheduler}")
+    if engine.async_scheduling is not None and not preset.host_overhead.async_scheduling_knob:
+        valid = [n for n in engine_preset_names()
+                 if load_engine_preset(n).host_overhead.async_scheduling_knob]
+        fail("async_scheduling", f"engine preset '{preset.name}' has no async_scheduling knob "
+                                 f"(its host work is {preset.host_overhead.overlap} with the "
+                                 f"GPU step; valid with: {', '.join(valid)})")
+    if engine.async_scheduling and engine.speculative is not None \
+            and engine.speculative.method in SERIAL_DRAFTERS:
+        fail("async_scheduling", f"vLLM schedules asynchronously with EAGLE / MTP drafters "
+                                 f"only, not {engine.speculative.method} (vllm/config/vllm.py); "
+                                 "valid: false, or leave it unset")
     if engine.num_scheduler_steps > 1:
         if not preset.scheduler.knobs.get("multi_step_scheduling"):
             fail("num_scheduler_steps", f"engine preset '{preset.name}' has no multi-step "

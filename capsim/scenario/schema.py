@@ -89,6 +89,10 @@ class EngineConfig(StrictModel):
     # vLLM 0.6 (V0) multi-step scheduling (--num-scheduler-steps): the scheduler runs once
     # per window of this many decode steps; valid with the vllm-0.6 presets, no chunking.
     num_scheduler_steps: Int = Field(default=1, gt=0)
+    # vLLM V1 --[no-]async-scheduling (SGLang's overlap schedule, TensorRT-LLM's overlap
+    # scheduler): the next step is scheduled while the GPU runs the current one; None: the
+    # preset's default (on in vLLM 0.19 except with draft-model and n-gram drafters).
+    async_scheduling: bool | None = None
     # Mixture-of-experts routing skew (capsim's own knob, not an engine's): Zipf exponent
     # of expert popularity; 0 routes uniformly (capsim.cost.operators.expected_experts_hit).
     moe_routing_skew: float = Field(default=0.0, ge=0)

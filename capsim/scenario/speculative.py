@@ -56,6 +56,12 @@ class SpeculativeConfig(StrictModel):
         return self
 
 
+#: Drafters vLLM does not schedule asynchronously: ``async_scheduling`` left unset turns
+#: off for them, set on is refused (vllm/config/vllm.py ``VllmConfig`` at v0.19.0: only
+#: EAGLE / MTP types and the GPU n-gram drafter run with it).
+SERIAL_DRAFTERS = ("draft_model", "ngram")
+
+
 @dataclass(frozen=True)
 class SpecDecoding:
     """A variant's speculative decoding, resolved (on its ``Pool``).

@@ -55,7 +55,7 @@ class DaySampler:
         reps = self.serving()
         self.times.append(self.env.now)
         self.itl_runs.append(len(self.itl.gap_s))
-        self.queue.append(sum(len(r.scheduler.waiting) for r in reps) + self.held())
+        self.queue.append(sum(r.num_waiting for r in reps) + self.held())
         self.running.append(sum(r.kv_load()[1] for r in reps))
         self.n_serving.append(len(reps))
 

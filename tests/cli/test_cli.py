@@ -102,6 +102,15 @@ BAD = [
     ("engine", {"preset": "vllm-0.6", "num_scheduler_steps": 8, "enable_chunked_prefill": True},
      "engine.num_scheduler_steps: multi-step scheduling runs without chunked prefill"),
     ("engine.num_scheduler_steps", 0, "engine.num_scheduler_steps: "),
+    ("engine", {"preset": "tgi", "async_scheduling": True},
+     "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
+     "work is serial with the GPU step; valid with: sglang, trtllm, vllm-0.21, vllm-v1)"),
+    ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
+                                                          "num_speculative_tokens": 3,
+                                                          "acceptance_rate": 0.6}},
+     "engine.async_scheduling: vLLM schedules asynchronously with EAGLE / MTP drafters only, "
+     "not ngram"),
+    ("engine.async_scheduling", "sometimes", "engine.async_scheduling: "),
     # A scheduler, preemption or KV layout the preset's engine does not have.
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),

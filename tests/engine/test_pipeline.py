@@ -121,7 +121,9 @@ DOC = {
                  "classes": [{"name": "p", "weight": 1,
                               "prompt_tokens": {"dist": "fixed", "value": 2048},
                               "output_tokens": {"dist": "fixed", "value": 1}}]},
-    "variants": [{"name": "vllm"}, {"name": "sglang", "engine": {"preset": "sglang"}}],
+    # vLLM with its host work in series (--no-async-scheduling) and SGLang overlapping it.
+    "variants": [{"name": "vllm", "engine": {"async_scheduling": False}},
+                 {"name": "sglang", "engine": {"preset": "sglang"}}],
 }
 
 

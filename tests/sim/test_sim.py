@@ -282,6 +282,39 @@ def test_server_path_delays_scheduling_by_request_before(scenario, trace_of):
                                                                      rel=1e-9)
 
 
+def test_async_engine_takes_a_request_arriving_mid_step_two_steps_later(scenario, trace_of):
+    """vLLM 0.19 schedules asynchronously (vllm/v1/engine/core.py step_with_batch_queue):
+    step k + 1 is composed while step k runs, so B, arriving during A's prefill step, is
+    first scheduled when A's decode step ends (A's finish: 2 tokens); in series (the
+    2024-25 builds) when the prefill step ends. A lone arrival at an idle engine waits for
+    nothing (A at t = 0)."""
+    trace = [(0.0, 1000, 2), (0.004, 100, 2)]
+    for knob in (True, False):
+        run = load(scenario(engine={"max_model_len": 8192, "async_scheduling": knob})).runs[0]
+        assert run.pool().host_overhead.overlap == ("async" if knob else "serial")
+        req = simulate(run, trace_of(trace)).requests
+        assert req.first_scheduled_s[0] == 0.0
+        assert req.first_token_s[0] > 0.004                 # B arrives during A's prefill
+        at = req.finish_s[0] if knob else req.first_token_s[0]
+        assert req.first_scheduled_s[1] == pytest.approx(at, abs=1e-12)
+
+
+def test_async_scheduling_defaults_by_preset_and_drafter(scenario):
+    """vllm/config/vllm.py at v0.19.0: async scheduling unless the drafter is neither EAGLE
+    nor MTP; presets without the knob keep their own overlap (TGI 2.1: serial)."""
+    def overlap(**engine) -> str:
+        return load(scenario(engine={"max_model_len": 8192, **engine})).runs[0] \
+            .pool().host_overhead.overlap
+    assert overlap() == "async"
+    assert overlap(speculative={"method": "ngram", "num_speculative_tokens": 3,
+                                   "acceptance_rate": 0.6}) == "serial"
+    assert overlap(speculative={"method": "eagle", "num_speculative_tokens": 3,
+                                   "acceptance_rate": 0.6}) == "async"
+    assert overlap(preset="sglang", async_scheduling=False) == "serial"
+    assert overlap(preset="tgi", enable_chunked_prefill=False,
+                   max_num_batched_tokens=8192) == "serial"
+
+
 def test_multi_step_spreads_the_host_step_over_its_window(scenario):
     """vLLM 0.6 with --num-scheduler-steps 10 schedules and prepares inputs once per window:
     each decode step carries a tenth of the preset's 1.05 ms per-step host work."""

@@ -189,7 +189,7 @@ class DecodeRunner:
         rep.account_steps(
             ends, run.secs[start:stop], 0, n, (m, n * m, n * m, ctx, ctx, m),
             blocks.at if m > 1 else blocks.at(0), run.queue0, running0,
-            len(sched.waiting) if last else run.queue0,
+            rep.num_waiting if last else run.queue0,
             busy_s=float(run.bin_busy[stop]) if in_first_bin else None)
 
     # ------------------------------------------------------------ readers mid-run

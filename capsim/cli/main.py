@@ -443,12 +443,16 @@ def _kv_text(m) -> str:
               help="MoE routing skew: Zipf exponent of expert popularity (0: uniform).")
 @click.option("--quantization", default=None,
               help="Weight format (fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4).")
+@click.option("--preset", "preset_name", default="vllm-v1", show_default=True,
+              help="Engine preset (or a path to one) whose TP all-reduce is priced (vLLM's "
+                   "custom kernels; NCCL's ring for the others).")
 def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
              tp: int, pp: int, expert_parallel: bool, dp_attention: bool, ideal: bool,
-             routing_skew: float, quantization: str | None) -> None:
+             routing_skew: float, quantization: str | None, preset_name: str) -> None:
     from capsim.profiles.hardware import load_hardware
     from capsim.profiles.models import load_model
     from capsim.cost.describe import describe_step
+    from capsim.profiles.engines import load_engine_preset
 
     if prefill_tokens == 0 and decode_batch == 0:
         raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
@@ -462,7 +466,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
                       context=context, ideal=ideal, routing_skew=routing_skew,
                       quantization=quantization, pp=pp, expert_parallel=expert_parallel,
-                      dp_attention=dp_attention)
+                      dp_attention=dp_attention,
+                      all_reduce=load_engine_preset(preset_name).tp_all_reduce)
     _print_step(d, model.name, hw.name, tp, ideal)
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
     from capsim.kv.memory import weight_bytes_per_gpu

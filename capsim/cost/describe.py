@@ -9,6 +9,7 @@ from capsim.common.errors import ScenarioError
 from capsim.cost.operators import attn_pairs
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import OperatorCost, StepPricer
+from capsim.profiles.engines import TpAllReduce
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape, load_model
@@ -45,7 +46,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   prefill_tokens: int = 0, decode_batch: int = 0, context: int = 0,
                   ideal: bool = False, weight_dtype: str = "bf16",
                   routing_skew: float = 0.0, quantization: str | None = None, pp: int = 1,
-                  expert_parallel: bool = False, dp_attention: bool = False) -> dict[str, Any]:
+                  expert_parallel: bool = False, dp_attention: bool = False,
+                  all_reduce: TpAllReduce | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table.
 
     The step holds one prompt of ``prefill_tokens`` tokens (no cached
@@ -63,6 +65,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             every stage), ``pipeline`` gives each stage's and handoff's seconds.
         expert_parallel, dp_attention: vLLM's ``enable_expert_parallel`` (EP size = TP)
             and ``enable_dp_attention`` (MoE models).
+        all_reduce: the engine preset's tensor-parallel all-reduce
+            (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
 
     Returns:
         dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
@@ -90,7 +94,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     scale_out = resolve_link(hw.scale_out_link) if hw.scale_out_link else None
     kwargs = dict(weight_dtype=weight_dtype, routing_skew=routing_skew,
                   quantization=quantization, expert_parallel=expert_parallel,
-                  dp_attention=dp_attention)
+                  dp_attention=dp_attention, all_reduce=all_reduce)
     if pp > 1:
         try:
             pricer = PipelinePricer(model, hw, tp, pp, scale_out=scale_out, **kwargs)

@@ -448,6 +448,36 @@ def ring_all_reduce_s(message_bytes: Any, workers: Any, bandwidth_bytes_per_s: f
     return hops / workers * message_bytes / bandwidth_bytes_per_s + hops * latency_s
 
 
+def one_shot_all_reduce_s(message_bytes: float, workers: int, bandwidth_bytes_per_s: float,
+                          latency_s: float) -> float:
+    """One-shot peer-to-peer all-reduce: ``latency + (n−1) × bytes / bandwidth``.
+
+    Every GPU reads the whole message from each of its n−1 peers over NVLink and reduces
+    it locally (vLLM's ``cross_device_reduce_1stage``, csrc/custom_all_reduce.cuh; the
+    TensorRT-LLM one-shot kernel it follows). ``latency_s`` is the kernel's fixed cost
+    (launch, the start / end barriers of flag writes to every peer);
+    ``bandwidth_bytes_per_s`` the per-direction link bandwidth times the kernel's
+    efficiency (:class:`capsim.profiles.hardware.CustomAllReduceCost`). 0 s for one worker.
+    """
+    if workers <= 1:
+        return 0.0
+    return latency_s + (workers - 1) * message_bytes / bandwidth_bytes_per_s
+
+
+def two_shot_all_reduce_s(message_bytes: float, workers: int, bandwidth_bytes_per_s: float,
+                          latency_s: float) -> float:
+    """Two-shot peer-to-peer all-reduce: ``latency + 2(n−1)/n × bytes / bandwidth``.
+
+    A reduce-scatter (each GPU reduces its 1/n of the message read from every peer), a
+    barrier, then an all-gather of the reduced parts (vLLM's ``cross_device_reduce_2stage``,
+    csrc/custom_all_reduce.cuh): the ring's bytes in two kernel phases instead of
+    2(n−1) hops. Units as :func:`one_shot_all_reduce_s`. 0 s for one worker.
+    """
+    if workers <= 1:
+        return 0.0
+    return latency_s + 2 * (workers - 1) / workers * message_bytes / bandwidth_bytes_per_s
+
+
 
 #: Random expert placements averaged for the busiest EP rank, and their seed (fixed:
 #: a pricer is deterministic).

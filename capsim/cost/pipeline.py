@@ -119,7 +119,7 @@ class PipelinePricer:
         pipeline_parallel_size: stages (>= 2; 1 needs no PipelinePricer).
         scale_out: the link between nodes, needed when a stage boundary crosses one.
         **pricer_kwargs: as :class:`StepPricer` (weight_dtype, kv_cache_dtype_bytes,
-            routing_skew, dp_attention, expert_parallel).
+            routing_skew, dp_attention, expert_parallel, quantization, all_reduce).
 
     Raises:
         ScenarioError: PP exceeds the layers; anything a stage's StepPricer refuses.

@@ -20,11 +20,16 @@ profile without those entries (and ``hw.ideal()``) uses the scalar
 chunks and the decode tokens are priced separately and summed (as Vidur
 predicts them).
 
-Tensor-parallel all-reduces use the ring α-β model
+Tensor-parallel all-reduces run the engine preset's algorithm
+(:class:`~capsim.profiles.engines.TpAllReduce`): NCCL's ring, the α-β model
 ``2(TP−1)/TP × bytes / (link_bw × interconnect_eff) + 2(TP−1) × link_latency``
-(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition).
-Communication is not overlapped with compute (vLLM does not overlap TP
-collectives by default).
+(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), or the engine's own
+one-shot / two-shot kernels below its size limits
+(:func:`~capsim.cost.operators.one_shot_all_reduce_s`, ``two_shot_all_reduce_s``; costs
+from the GPU profile's ``custom_all_reduce``). A message is the step's tokens × hidden ×
+2 bytes, so the algorithm changes at fixed token counts: the step's communication is
+piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
+not overlap TP collectives by default).
 
 One reference, two fast paths: :meth:`StepPricer.breakdown` prices each operator
 on its own (the reference formula, for reports); :meth:`StepPricer.cost` prices a
@@ -45,6 +50,8 @@ import numpy as np
 from capsim.common.errors import ScenarioError
 from capsim.cost.operators import (
     ACTIVATION_BYTES,
+    one_shot_all_reduce_s,
+    two_shot_all_reduce_s,
     WEIGHT_DTYPE_BYTES,
     Matmul,
     all_to_all_s,
@@ -63,7 +70,7 @@ from capsim.cost.operators import (
     ring_all_reduce_s,
     windowed,
 )
-from capsim.profiles.engines import HostOverhead
+from capsim.profiles.engines import HostOverhead, TpAllReduce
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -148,6 +155,9 @@ class OperatorCost:
         return self.compute_s > self.memory_s
 
 
+#: "No token limit" for the all-reduce pieces (StepPricer._init_comm).
+_NO_LIMIT_TOKENS = 1 << 62
+
 #: Counts below this use a precomputed table of 1 / e(n) (see StepPricer).
 _GEMM_TABLE_TOKENS = 16_384
 
@@ -181,7 +191,8 @@ class StepPricer:
       own factors and per-layer launch time, summed (as Vidur predicts them);
     - elementwise kernels and the embedding gather: memory only, plus a
       per-layer launch time;
-    - tensor-parallel all-reduces (ring α-β model) and the step overhead.
+    - tensor-parallel all-reduces (the preset's algorithm: ring α-β model, or the
+      engine's one-shot / two-shot kernels) and the step overhead.
 
     Args:
         model: the transformer shape.
@@ -228,6 +239,8 @@ class StepPricer:
         embedding, lm_head: whether this GPU group runs the embedding gather (and its
             all-reduce) and the LM head (and the logits gather); both but one are off
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
+        all_reduce: the engine preset's tensor-parallel all-reduce
+            (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -247,6 +260,7 @@ class StepPricer:
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
+        "_all_reduce", "_ar_split_tokens", "_comm_tail",
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
         "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
         "_win_tokens", "dp_attention", "expert_parallel", "_scale_out", "_ep_q",
@@ -258,7 +272,8 @@ class StepPricer:
                  host: HostOverhead | None = None, routing_skew: float = 0.0,
                  dp_attention: bool = False, expert_parallel: bool = False,
                  scale_out: LinkProfile | None = None, embedding: bool = True,
-                 lm_head: bool = True, quantization: str | None = None):
+                 lm_head: bool = True, quantization: str | None = None,
+                 all_reduce: TpAllReduce | None = None):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -287,6 +302,7 @@ class StepPricer:
                                 f"{model.name} is dense")
         self.dp_attention = dp_attention
         self._lm_on, self._embedding_on = lm_head, embedding
+        self._all_reduce = all_reduce
         self._init_expert_parallel(expert_parallel, scale_out)
         self._init_host(host)
         self._init_operators()
@@ -497,8 +513,12 @@ class StepPricer:
         return WorkTally(by_tokens=self._experts is not None)
 
     def _init_comm(self) -> None:
-        """Ring all-reduce α-β constants (Patarasuk & Yuan 2009) and the logits gather."""
+        """The all-reduce pieces (:meth:`_all_reduce_pieces`) plus the logits gather and,
+        with DP attention + EP, the MoE all-to-alls. The first piece is
+        ``_comm_fixed_s`` / ``_comm_per_token_s``, valid below ``_ar_split_tokens``
+        tokens; the others are ``_comm_tail``."""
         tp, hw, m = self.tensor_parallel_size, self.hw, self.model
+        self._ar_split_tokens, self._comm_tail = _NO_LIMIT_TOKENS, ()
         if tp == 1:
             self._comm_fixed_s = self._comm_per_token_s = self._comm_per_logit_s = 0.0
             return
@@ -508,15 +528,60 @@ class StepPricer:
         all_to_all = self.expert_parallel and self.dp_attention
         if all_to_all:                   # the MoE layers dispatch and combine instead
             n_all_reduce -= 2 * m.moe_layers
-        self._comm_fixed_s = n_all_reduce * ring_all_reduce_s(0.0, tp, bw, latency) + latency
-        self._comm_per_token_s = n_all_reduce * ring_all_reduce_s(
-            m.hidden_size * ACTIVATION_BYTES, tp, bw, 0.0)
+        # + latency: the logits gather's; the all-to-alls added last (the float order
+        # of the ring-only sum before the presets had algorithms)
+        pieces = [(limit, n_all_reduce * fixed + latency, n_all_reduce * per_token)
+                  for limit, fixed, per_token in self._all_reduce_pieces(bw, latency)]
+        if all_to_all:
+            a2a_fixed, a2a_per_token = self.all_to_all_terms()
+            pieces = [(limit, fixed + a2a_fixed, per_token + a2a_per_token)
+                      for limit, fixed, per_token in pieces]
+        (self._ar_split_tokens, self._comm_fixed_s, self._comm_per_token_s), *tail = pieces
+        self._comm_tail = tuple(tail)
         self._comm_per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw \
             if self._lm_on else 0.0
-        if all_to_all:
-            fixed, per_token = self.all_to_all_terms()
-            self._comm_fixed_s += fixed
-            self._comm_per_token_s += per_token
+
+    def _all_reduce_pieces(self, ring_bw: float, ring_latency: float
+                           ) -> list[tuple[int, float, float]]:
+        """One all-reduce of a step's activations as ``(below_tokens, fixed_s,
+        per_token_s)`` pieces in token order, the last unlimited: the engine's one-shot
+        kernel, then its two-shot kernel, below their byte limits (``TpAllReduce``; a
+        message of n tokens is n × hidden × 2 bytes), then NCCL's ring. Only the ring
+        without a ``custom`` preset, a TP size its kernels lack, a group of more than 2
+        GPUs without NVLink, or a profile without ``custom_all_reduce`` costs."""
+        tp, hw = self.tensor_parallel_size, self.hw
+        row = self.model.hidden_size * ACTIVATION_BYTES
+        ring = (_NO_LIMIT_TOKENS, ring_all_reduce_s(0.0, tp, ring_bw, ring_latency),
+                ring_all_reduce_s(row, tp, ring_bw, 0.0))
+        ar, kernel = self._all_reduce, hw.custom_all_reduce
+        if (ar is None or ar.algorithm != "custom" or kernel is None
+                or tp not in ar.world_sizes or (tp > 2 and not hw.has_nvlink)):
+            return [ring]
+        link = hw.tp_link_bandwidth_bytes_per_s
+        max_tokens = -(-ar.max_bytes // row)            # fewest tokens of >= max_bytes
+        one_max = ar.one_shot_max_bytes[tp]
+        one_tokens = max_tokens if one_max is None else min(-(-one_max // row), max_tokens)
+        bw1 = link * kernel.one_shot_link_efficiency
+        bw2 = link * kernel.two_shot_link_efficiency
+        pieces = []
+        if one_tokens > 0:
+            pieces.append((one_tokens,
+                           one_shot_all_reduce_s(0.0, tp, bw1, kernel.one_shot_latency_s),
+                           one_shot_all_reduce_s(row, tp, bw1, 0.0)))
+        if max_tokens > one_tokens:
+            pieces.append((max_tokens,
+                           two_shot_all_reduce_s(0.0, tp, bw2, kernel.two_shot_latency_s),
+                           two_shot_all_reduce_s(row, tp, bw2, 0.0)))
+        return pieces + [ring]
+
+    def _comm_terms(self, n: int) -> tuple[float, float]:
+        """(fixed s, s per token) of a step's communication at ``n`` tokens."""
+        if n < self._ar_split_tokens:
+            return self._comm_fixed_s, self._comm_per_token_s
+        for limit, fixed, per_token in self._comm_tail:
+            if n < limit:
+                return fixed, per_token
+        raise AssertionError("the last all-reduce piece is unlimited")
 
     def all_to_all_terms(self) -> tuple[float, float]:
         """(fixed s, s per token of the step) of the expert-parallel dispatch and combine
@@ -612,8 +677,12 @@ class StepPricer:
             roof_s += c if c > m else m
             flops += a.decode_flops_per_pair * decode_ctx_tokens
             nbytes += a.kv_bytes_per_token * decode_ctx_tokens + a.new_bytes_per_token * decode_seqs
-        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
-                  + self._comm_per_logit_s * logits_seqs)
+        if n < self._ar_split_tokens:
+            comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
+                      + self._comm_per_logit_s * logits_seqs)
+        else:
+            fixed, per_token = self._comm_terms(n)
+            comm_s = fixed + per_token * n + self._comm_per_logit_s * logits_seqs
         seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
         if self._host:
             if prefill_seqs is None:
@@ -665,8 +734,12 @@ class StepPricer:
             roof_s += c if c > m else m
             flops += a.decode_flops_per_pair * pairs
             nbytes += a.kv_bytes_per_token * read + a.new_bytes_per_token * v
-        comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
-                  + self._comm_per_logit_s * logits_seqs)
+        if n < self._ar_split_tokens:
+            comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
+                      + self._comm_per_logit_s * logits_seqs)
+        else:
+            fixed, per_token = self._comm_terms(n)
+            comm_s = fixed + per_token * n + self._comm_per_logit_s * logits_seqs
         seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
         if self._host:
             gpu_s = seconds
@@ -764,7 +837,8 @@ class StepPricer:
         sequences, all but its attention; memoised (they depend on n only)."""
         terms = self._decode_base.get(n)
         if terms is None:
-            comm_s = self._comm_fixed_s + self._comm_per_token_s * n + self._comm_per_logit_s * n
+            fixed, per_token = self._comm_terms(n)
+            comm_s = fixed + per_token * n + self._comm_per_logit_s * n
             compute_s, memory_s, roof_s, _, _ = self._before_decode_attention(
                 n, n if self._lm_on else 0, 0, 0.0, 0)
             terms = self._decode_base[n] = (compute_s, memory_s, roof_s, comm_s, n)

@@ -12,11 +12,13 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
   named as the engine names them.
 - ``host_overhead``: the CPU work per step and per request around the GPU
   (:class:`HostOverhead`), each term with its source.
+- ``tp_all_reduce``: which all-reduce the engine runs for tensor-parallel layers at which
+  message size (:class:`TpAllReduce`; default NCCL's ring).
 
 A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
 
 Public API:
-    EnginePreset, MemoryRule, HostOverhead
+    EnginePreset, MemoryRule, HostOverhead, TpAllReduce
     load_engine_preset(name_or_path) -> EnginePreset
     engine_preset_names() -> list[str]
 """
@@ -207,6 +209,36 @@ class HostOverhead(StrictModel):
         return self.model_copy(update={"overlap": "async" if async_scheduling else "serial"})
 
 
+class TpAllReduce(StrictModel):
+    """Which kernel an engine's tensor-parallel all-reduces run (the cost of each is the
+    GPU profile's: :mod:`capsim.cost.operators`).
+
+    ``nccl_ring``: NCCL's ring for every message. ``custom``: the engine's own
+    peer-to-peer kernel (vLLM's ``CustomAllreduce``) where the engine would use it —
+    TP in ``world_sizes``, a message of fewer than ``max_bytes`` bytes, and TP 2 or a
+    fully NVLink-connected group (``custom_all_reduce.py should_custom_ar``) — as the
+    one-shot kernel below ``one_shot_max_bytes[TP]`` (``None``: always) and the two-shot
+    kernel above (``csrc/custom_all_reduce.cuh`` ``allreduce``); NCCL's ring otherwise,
+    and wherever the GPU profile has no ``custom_all_reduce`` costs.
+    """
+
+    algorithm: Literal["nccl_ring", "custom"] = "nccl_ring"
+    world_sizes: list[Int] = Field(default_factory=list)
+    max_bytes: Int | None = Field(None, gt=0)
+    one_shot_max_bytes: dict[Int, Int | None] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _custom_complete(self) -> "TpAllReduce":
+        if self.algorithm == "custom":
+            if not self.world_sizes or self.max_bytes is None:
+                raise ValueError("algorithm custom needs world_sizes and max_bytes")
+            missing = [w for w in self.world_sizes if w not in self.one_shot_max_bytes]
+            if missing:
+                raise ValueError(f"one_shot_max_bytes has no entry for world size(s) "
+                                 f"{', '.join(map(str, missing))} (null: always one-shot)")
+        return self
+
+
 class EnginePreset(StrictModel):
     """One engine (and version era) as capsim models it."""
 
@@ -219,6 +251,7 @@ class EnginePreset(StrictModel):
     memory: MemoryRule
     scheduler: SchedulerPreset
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
+    tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     sources: dict[str, str] = Field(min_length=1)
     notes: str = ""
 

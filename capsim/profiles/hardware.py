@@ -49,6 +49,7 @@ _SOURCED_FIELDS = (
     "pcie_latency_s",
     "gpus_per_node",
     "scale_out_link",
+    "custom_all_reduce",
     "efficiency",
     "step_overhead_s",
     "price_per_gpu_hour_usd",
@@ -211,6 +212,22 @@ class Derivation(StrictModel):
     date: str = Field(min_length=1)
 
 
+class CustomAllReduceCost(StrictModel):
+    """An engine's peer-to-peer all-reduce kernels on this GPU's NVLink
+    (:class:`capsim.profiles.engines.TpAllReduce`, :mod:`capsim.cost.operators`):
+
+    - one-shot: ``one_shot_latency_s + (TP − 1) × bytes / (link BW × one_shot_link_efficiency)``
+      (every GPU reads the whole message from each peer and reduces it);
+    - two-shot: ``two_shot_latency_s + 2(TP − 1)/TP × bytes / (link BW ×
+      two_shot_link_efficiency)`` (reduce-scatter, then all-gather, with a barrier between).
+    """
+
+    one_shot_latency_s: float = Field(gt=0)
+    one_shot_link_efficiency: float = Field(gt=0, le=1)
+    two_shot_latency_s: float = Field(gt=0)
+    two_shot_link_efficiency: float = Field(gt=0, le=1)
+
+
 class HardwareProfile(StrictModel):
     """One GPU SKU as the roofline and the KV sizer see it.
 
@@ -231,6 +248,9 @@ class HardwareProfile(StrictModel):
     nodes, one port per GPU. A replica's GPUs fill nodes in order; expert-parallel and
     pipeline traffic between GPUs of different nodes goes over ``scale_out_link``. Both
     None: every GPU of a replica shares one NVLink (or PCIe) domain.
+    ``custom_all_reduce``: the cost terms of an engine's own all-reduce kernels over the
+    NVLink (:class:`CustomAllReduceCost`); None: engines that have one are priced with
+    NCCL's ring here too.
     """
 
     name: str = Field(min_length=1)
@@ -249,6 +269,7 @@ class HardwareProfile(StrictModel):
     pcie_latency_s: float = Field(gt=0)
     gpus_per_node: Int | None = Field(None, gt=0)
     scale_out_link: str | None = Field(None, min_length=1)
+    custom_all_reduce: CustomAllReduceCost | None = None
     efficiency: Efficiency
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
@@ -352,12 +373,14 @@ class HardwareProfile(StrictModel):
 
     def ideal(self) -> "HardwareProfile":
         """Copy with every efficiency 1.0, no per-class entries (nor their derivation),
-        no kernel launch times and no step overhead (textbook roofline)."""
+        no kernel launch times, no step overhead and no custom all-reduce costs (the ring
+        formula: textbook roofline)."""
         return self.model_copy(
             update={
                 "efficiency": Efficiency(compute=1.0, memory=1.0, interconnect=1.0),
                 "step_overhead_s": 0.0,
                 "derivation": None,
+                "custom_all_reduce": None,
             }
         )
 

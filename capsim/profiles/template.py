@@ -120,6 +120,14 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("price_per_gpu_hour_usd", _num(base.price_per_gpu_hour_usd),
          "what one GPU-hour costs you: $/h and $/M tokens in every table"),
     ])
+    custom_ar = ""
+    if base.custom_all_reduce is not None:
+        custom_ar = ("# optional: what an engine's own all-reduce kernels cost on the NVLink "
+                     f"({base.name}'s; null: engines\n# run NCCL's ring here too). One-shot: "
+                     "latency + (TP-1) x bytes / (NVLink BW x efficiency);\n# two-shot: latency "
+                     "+ 2(TP-1)/TP x bytes / (NVLink BW x efficiency)\ncustom_all_reduce:\n"
+                     + "".join(f"  {k}: {_num(v)}\n"
+                               for k, v in base.custom_all_reduce.model_dump().items()))
     derivation = ""
     if classes:
         derivation = (
@@ -139,7 +147,7 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
 # capsim's conventions, as in every shipped profile: dense Tensor-Core peaks (a datasheet's
 # "with sparsity" figure is twice the dense one), bandwidths per GPU and per direction (half
 # a bidirectional figure), memory in bytes with the datasheet's "GB" read as GiB.
-{head}{flops}{body}\
+{head}{flops}{body}{custom_ar}\
 # Achieved / peak per operator class: {base.name}'s{' fitted' if base.calibration else ''} factors.
 # They carry over to a GPU of the same family; fit this GPU's own with `capsim calibrate
 # --hardware {name}.yaml --csv TIMINGS.csv --model M` (README: Calibration).

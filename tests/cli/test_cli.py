@@ -360,6 +360,21 @@ def test_roofline_command_prints_the_seed_decode_step(run_cli):
     assert ms == pytest.approx(11.03, rel=0.05)
 
 
+def test_roofline_prices_the_presets_all_reduce(run_cli):
+    """Llama-70B TP 4, 8 decode tokens on an H100: vLLM's one-shot kernel (the default
+    preset) 1.2 ms of communication per step, NCCL's ring (TGI) 4.2 ms
+    (tests/cost/test_all_reduce.py has the terms); an unknown preset is one line, exit 2."""
+    base = ["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "4",
+            "--decode-batch", "8", "--context", "100"]
+    code, out, _ = run_cli(base)
+    assert code == 0 and "comm 1.207 ms" in out
+    code, out, _ = run_cli([*base, "--preset", "tgi"])
+    assert code == 0 and "comm 4.244 ms" in out
+    code, out, err = run_cli([*base, "--preset", "vllm-9"])
+    assert code == 2 and err.startswith("error: unknown engine preset 'vllm-9'; valid: ")
+    assert err.count("\n") == 1
+
+
 def test_roofline_shows_the_experts_a_moe_step_reads(run_cli):
     """Qwen3-30B-A3B (128 experts, top 8): one decoding token reads 8 of them per MoE
     layer, 32 tokens 128·(1 − (1 − 8/128)^32) = 111.8, a 2,048-token prefill all 128;

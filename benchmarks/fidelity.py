@@ -261,6 +261,12 @@ SUMMARY_FIELDS: dict[str, SummaryField] = {
     "median_ms": "e2el_p50_ms",
     # TensorRT-LLM first-token latency: one request with one output token.
     "first_token_latency_ms": "ttft_p50_ms",
+    # InferenceX (utils/process_result.py): "TPOT (ms)" (statistic unstated; median and mean
+    # agree to ~0.1 % on its fixed-range closed loops) and total tok/s / the deployment's GPUs.
+    "tpot_ms": "tpot_p50_ms",
+    "tput_per_gpu_tok_s": lambda r, run: r.total_throughput_tok_per_s / run.num_gpus,
+    # A single request's decode rate, tokens/s = 1000 / TPOT (ms).
+    "decode_tok_s": lambda r, _: 1e3 / r.tpot_p50_ms,
 }
 
 
@@ -426,6 +432,28 @@ def _itl_line(m: dict) -> list[Point]:
             for key, line in m.items() if key != "form" for n in ITL_LINE_INPUT_LENS]
 
 
+def _inferencex_rows(m: dict) -> list[Point]:
+    """The lowest- and highest-concurrency row of each ISL/OSL sweep of an InferenceX results
+    table (``table_columns`` / ``rows``; ISL/OSL written "1k/8k"); variant
+    isl<ISL>_osl<OSL>_c<C> (e.g. isl1024_osl8192_c64), its TPOT and tok/s per GPU."""
+    rows = [dict(zip(m["table_columns"], row)) for row in m["rows"]]
+    points = []
+    for pair in dict.fromkeys(r["isl_osl"] for r in rows):
+        sweep = [r for r in rows if r["isl_osl"] == pair]
+        isl, osl = (int(x.rstrip("k")) * 1024 for x in pair.split("/"))
+        concs = sorted({r["conc"] for r in sweep})
+        for r in [r for r in sweep if r["conc"] in {concs[0], concs[-1]}]:
+            points.append(Point(f"isl{isl}_osl{osl}_c{r['conc']}",
+                                {k: r[k] for k in ("tpot_ms", "tput_per_gpu_tok_s")},
+                                f"{pair} c={r['conc']}"))
+    return points
+
+
+def _c1(m: dict) -> list[Point]:
+    """The concurrency-1 figures (``c1``), the scenario's variant c1."""
+    return [Point("c1", m["c1"], "c=1")]
+
+
 NO_STD = "capsim's summary has means and percentiles, no standard deviation"
 UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
                      "stated in the case")
@@ -497,6 +525,15 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len": Entry(
         "supplementary/load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len.yaml",
         serving(_itl_line)),
+    "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep": Entry(
+        "supplementary/load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep.yaml",
+        serving(_inferencex_rows)),
+    "load_vllm_main202606_4xb200_qwen3_235b_fp8_tp4_random30k1k_c64": Entry(
+        "supplementary/load_vllm_main202606_4xb200_qwen3_235b_fp8_tp4_random30k1k_c64.yaml",
+        serving(_one)),
+    "load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1": Entry(
+        "supplementary/load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1.yaml",
+        serving(_c1)),
 }
 
 
@@ -647,8 +684,8 @@ SUMMARY_FAMILY = {
     "median_ttft_ms": "ttft", "mean_ttft_ms": "ttft", "ttft_ms": "ttft",
     "first_token_latency_ms": "ttft",
     "median_tpot_ms": "tpot_itl", "median_itl_ms": "tpot_itl", "mean_itl_ms": "tpot_itl",
-    "itl_ms": "tpot_itl",
-    "request_throughput_req_s": "throughput", "tput_req_s": "throughput",
+    "itl_ms": "tpot_itl", "tpot_ms": "tpot_itl", "decode_tok_s": "tpot_itl",
+    "request_throughput_req_s": "throughput", "tput_per_gpu_tok_s": "throughput", "tput_req_s": "throughput",
     "output_token_throughput_tok_s": "throughput", "output_tput_tok_s": "throughput",
     "input_tput_tok_s": "throughput", "throughput_tokens_per_s": "throughput",
 }

@@ -38,22 +38,24 @@ def test_shipped_table_is_what_the_fidelity_benchmark_prints_today(monkeypatch):
 
 def test_a_measured_pair_reads_its_own_cases():
     """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 5 of them), the H100
-    benchmark_latency case (step_vllm_perfbench_latency_bs8_in32_out128_h100) and the 3
-    project-collected vLLM 0.19.1 serving cases of benchmarks/fidelity/supplementary_cases.yaml
-    (the vLLM blog's FP8 KV-cache post, 2026-04-22)."""
+    benchmark_latency case (step_vllm_perfbench_latency_bs8_in32_out128_h100) and the 4
+    project-collected H100 serving cases of benchmarks/fidelity/supplementary_cases.yaml
+    (the vLLM blog's FP8 KV-cache post, 2026-04-22: 3; InferenceX issue 828's gpt-oss-120b
+    TP 8 sweep, vLLM 0.15.1: 1)."""
     cov = trust.coverage("vllm-v1", "h100-sxm")
     assert cov.measured
     assert "step_vllm_perfbench_latency_bs8_in32_out128_h100" in cov.case_ids
     assert sum(c.startswith("kv_vllm0190_h100") for c in cov.case_ids) == 5
     assert cov.project_case_ids == (
+        "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep",
         "load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len",
         "load_vllm0191_h100_gptoss20b_random20k2k_c8_kvbf16_kvfp8",
         "load_vllm0191_h100_llama31_8b_random20k2k_c8_kvbf16_kvfp8")
     assert set(cov.project_case_ids) <= set(cov.case_ids)
     assert set(cov.families) == {"ttft", "tpot_itl", "e2el", "throughput", "kv_capacity"}
     assert cov.families["kv_capacity"].max_abs_err_pct <= 0.3      # issue 'Fidelity I': 0.3 %
-    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 9 measured case(s), "
-                                 "3 project-collected: TTFT ±")
+    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 10 measured case(s), "
+                                 "4 project-collected: TTFT ±")
     # The shared set alone: vLLM V1 on the A100 has only its benchmark_latency case, so TTFT is
     # not measured there; the line says so and gives the all-cases figure.
     a100 = trust.coverage("vllm-v1", "a100-80gb")
@@ -91,7 +93,7 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 3
+    assert len(supplementary) == 6
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()
@@ -111,3 +113,33 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: [0].collected must be 'project'" in err
+
+
+def test_inferencex_table_scores_each_sweeps_ends_per_gpu():
+    """InferenceX issue 828's gpt-oss-120b table (8 x H100, TP 8): of each ISL/OSL sweep the
+    lowest and highest concurrency are scored (1k/1k c=4: TPOT 3.72 ms, 260.5 tok/s per GPU;
+    1k/8k c=64: 16.01 ms, 552.9), "1k/8k" read as 1,024 / 8,192 tokens; tok/s per GPU is the
+    run's total tok/s over its GPUs (InferenceX utils/process_result.py: / TP); one request's
+    decode rate (the A100 case's "about 75 tokens/sec") is 1000 / TPOT (ms)."""
+    shared_or_skip("reference/measured/cases.yaml", "the measured cases")
+    fidelity = _benchmark()
+    case = next(c for c in fidelity.read_cases()
+                if c["id"] == "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep")
+    points = {p.variant: p for p in fidelity._inferencex_rows(case["measured"])}
+    assert list(points) == ["isl1024_osl1024_c4", "isl1024_osl1024_c64", "isl1024_osl8192_c4",
+                            "isl1024_osl8192_c64", "isl8192_osl1024_c4", "isl8192_osl1024_c8"]
+    assert points["isl1024_osl1024_c4"].fields == {"tpot_ms": 3.72, "tput_per_gpu_tok_s": 260.5}
+    assert points["isl1024_osl8192_c64"].fields == {"tpot_ms": 16.01, "tput_per_gpu_tok_s": 552.9}
+    assert points["isl8192_osl1024_c8"].name("tpot_ms") == "8k/1k c=8 tpot_ms"
+
+    class Row:                       # the two SummaryRow fields the keys read
+        total_throughput_tok_per_s = 4000.0
+        tpot_p50_ms = 12.5
+
+    class Run:
+        num_gpus = 8
+
+    fields = fidelity.SUMMARY_FIELDS
+    assert fidelity.summary_value(Row(), fields["tput_per_gpu_tok_s"], Run()) == 500.0
+    assert fidelity.summary_value(Row(), fields["decode_tok_s"], Run()) == 80.0
+    assert fidelity.summary_value(Row(), fields["tpot_ms"], Run()) == 12.5

@@ -449,6 +449,18 @@ def _inferencex_rows(m: dict) -> list[Point]:
     return points
 
 
+def _conc_sweep_ends(m: dict) -> list[Point]:
+    """The lowest- and highest-concurrency rows of a one-ISL/OSL sweep table
+    (``table_columns`` / ``rows`` with ``conc``, ``output_tps``, ``median_tpot_ms``);
+    variant c<C>, its median TPOT and output tok/s."""
+    rows = [dict(zip(m["table_columns"], row)) for row in m["rows"]]
+    concs = sorted(r["conc"] for r in rows)
+    return [Point(f"c{r['conc']}", {"median_tpot_ms": r["median_tpot_ms"],
+                                    "output_token_throughput_tok_s": r["output_tps"]},
+                  f"c={r['conc']}")
+            for r in rows if r["conc"] in {concs[0], concs[-1]}]
+
+
 def _c1(m: dict) -> list[Point]:
     """The concurrency-1 figures (``c1``), the scenario's variant c1."""
     return [Point("c1", m["c1"], "c=1")]
@@ -531,6 +543,9 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm_main202606_4xb200_qwen3_235b_fp8_tp4_random30k1k_c64": Entry(
         "supplementary/load_vllm_main202606_4xb200_qwen3_235b_fp8_tp4_random30k1k_c64.yaml",
         serving(_one)),
+    "load_vllm0170_mi300x_gptoss120b_tp1_random1k1k_concurrency_sweep": Entry(
+        "supplementary/load_vllm0170_mi300x_gptoss120b_tp1_random1k1k_concurrency_sweep.yaml",
+        serving(_conc_sweep_ends)),
     "load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1": Entry(
         "supplementary/load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1.yaml",
         serving(_c1)),

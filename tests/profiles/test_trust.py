@@ -93,7 +93,7 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 6
+    assert len(supplementary) == 7
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()
@@ -143,3 +143,10 @@ def test_inferencex_table_scores_each_sweeps_ends_per_gpu():
     assert fidelity.summary_value(Row(), fields["tput_per_gpu_tok_s"], Run()) == 500.0
     assert fidelity.summary_value(Row(), fields["decode_tok_s"], Run()) == 80.0
     assert fidelity.summary_value(Row(), fields["tpot_ms"], Run()) == 12.5
+    # InferenceX PR 1053's one-sweep table (gpt-oss-120b on one MI300X): c=64 and c=256 scored.
+    mi = next(c for c in fidelity.read_cases()
+              if c["id"] == "load_vllm0170_mi300x_gptoss120b_tp1_random1k1k_concurrency_sweep")
+    ends = fidelity._conc_sweep_ends(mi["measured"])
+    assert [(p.variant, p.fields) for p in ends] == [
+        ("c64", {"median_tpot_ms": 31.4, "output_token_throughput_tok_s": 2008}),
+        ("c256", {"median_tpot_ms": 58.3, "output_token_throughput_tok_s": 4271})]

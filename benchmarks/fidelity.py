@@ -700,7 +700,8 @@ SUMMARY_FAMILY = {
     "first_token_latency_ms": "ttft",
     "median_tpot_ms": "tpot_itl", "median_itl_ms": "tpot_itl", "mean_itl_ms": "tpot_itl",
     "itl_ms": "tpot_itl", "tpot_ms": "tpot_itl", "decode_tok_s": "tpot_itl",
-    "request_throughput_req_s": "throughput", "tput_per_gpu_tok_s": "throughput", "tput_req_s": "throughput",
+    "request_throughput_req_s": "throughput", "tput_per_gpu_tok_s": "throughput",
+    "tput_req_s": "throughput",
     "output_token_throughput_tok_s": "throughput", "output_tput_tok_s": "throughput",
     "input_tput_tok_s": "throughput", "throughput_tokens_per_s": "throughput",
 }

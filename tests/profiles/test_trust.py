@@ -123,8 +123,8 @@ def test_inferencex_table_scores_each_sweeps_ends_per_gpu():
     decode rate (the A100 case's "about 75 tokens/sec") is 1000 / TPOT (ms)."""
     shared_or_skip("reference/measured/cases.yaml", "the measured cases")
     fidelity = _benchmark()
-    case = next(c for c in fidelity.read_cases()
-                if c["id"] == "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep")
+    sweep_id = "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep"
+    case = next(c for c in fidelity.read_cases() if c["id"] == sweep_id)
     points = {p.variant: p for p in fidelity._inferencex_rows(case["measured"])}
     assert list(points) == ["isl1024_osl1024_c4", "isl1024_osl1024_c64", "isl1024_osl8192_c4",
                             "isl1024_osl8192_c64", "isl8192_osl1024_c4", "isl8192_osl1024_c8"]

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
+from capsim.common.labels import parallel_label
 from capsim.profiles.trust import EDGES
 
 
@@ -219,8 +220,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
             if rc.model.weight_formats:      # the checkpoint's formats by tensor group
                 weights = f", checkpoint weights: {_checkpoint_text(rc.model)}, the rest 16-bit"
             click.echo(f"  {rc.variant}: {pool.num_replicas} × {pool.hardware.name} "
-                       f"TP{eng.tensor_parallel_size}"
-                       f"{f' × PP{eng.pipeline_parallel_size}' if eng.pipeline_parallel_size > 1 else ''}"
+                       f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}"
                        f"{' EP' if eng.enable_expert_parallel else ''}"
                        f"{' DP-attention' if eng.enable_dp_attention else ''}{weights}, {eng.scheduler}"
                        f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "

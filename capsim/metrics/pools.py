@@ -60,9 +60,11 @@ def pool_rows(result: RunResult, slo: SloConfig,
 def pools_frame(results: list[RunResult], slo: SloConfig,
                 class_slos: dict[str, RequestSlo] | None = None) -> pd.DataFrame:
     """pools.csv: one row per variant × pool × class (the summary columns, after ``pool``,
-    ``hardware``, ``model``, ``tensor_parallel_size``, ``num_replicas``; a pool that served
-    no request: one row with its GPUs and $/h only), then each pooled variant's fleet total
-    as pool ``fleet``; empty when no variant is pooled."""
+    ``hardware``, ``model``, ``tensor_parallel_size``, ``pipeline_parallel_size``,
+    ``num_replicas``; a pool that served no request: one row with its GPUs and $/h only),
+    then each pooled variant's fleet total as pool ``fleet`` (no TP or PP: its pools may
+    differ); empty when no variant is pooled. Integer columns stay integers where a row
+    leaves them empty (pandas' nullable ``Int64``), so the CSV reads ``2``, not ``2.0``."""
     rows = []
     for r in results:
         if not r.pools:
@@ -73,12 +75,21 @@ def pools_frame(results: list[RunResult], slo: SloConfig,
         for p in r.pools:                   # a pool the router left idle: its cost only
             head = {"pool": p.name, "hardware": p.hardware, "model": p.model,
                     "tensor_parallel_size": p.tensor_parallel_size,
+                    "pipeline_parallel_size": p.pipeline_parallel_size,
                     "num_replicas": p.num_replicas}
             idle = [{"variant": r.variant, "cls": "all", "num_requests": 0,
                      "num_gpus": p.num_gpus, "cost_per_hour_usd": p.price_per_hour_usd}]
             rows += [{**head, **row} for row in by_pool.get(p.name, idle)]
         for row in summarize(r, slo, class_slos):
             rows.append({"pool": "fleet", "hardware": r.hardware, "model": r.model,
-                         "tensor_parallel_size": None, "num_replicas": r.num_replicas,
-                         **row.model_dump()})
-    return pd.DataFrame(rows)
+                         "tensor_parallel_size": None, "pipeline_parallel_size": None,
+                         "num_replicas": r.num_replicas, **row.model_dump()})
+    df = pd.DataFrame(rows)
+    ints = [c for c in df.columns if c in _INT_COLUMNS]
+    return df.astype({c: "Int64" for c in ints})
+
+
+#: pools.csv's integer columns: the pool's shape and SummaryRow's int fields.
+_INT_COLUMNS = frozenset(["tensor_parallel_size", "pipeline_parallel_size", "num_replicas",
+                          *(name for name, f in SummaryRow.model_fields.items()
+                            if f.annotation is int)])

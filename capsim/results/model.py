@@ -255,6 +255,7 @@ class PoolResult(_Result):
     model: str
     hardware: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int = 1    # stages of tensor_parallel_size GPUs each
     gpus_per_replica: int
     engine: str                        # engine preset and version
     preset: str                        # engine preset name

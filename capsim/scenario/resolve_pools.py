@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from capsim.common.errors import ScenarioError
+from capsim.common.labels import parallel_label
 from capsim.profiles.models import ModelShape
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.pools import FleetPoolConfig
@@ -319,7 +320,8 @@ def fleet_lines(run: RunConfig) -> list[str]:
         eng = fp.pool.engine
         scaling = ", autoscaled" if fp.autoscaling is not None else ""
         out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
-                   f"TP{eng.tensor_parallel_size}, model {fp.model.name}, engine "
+                   f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}, "
+                   f"model {fp.model.name}, engine "
                    f"{fp.pool.preset.label}, max_num_seqs {eng.max_num_seqs}, "
                    f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
                    f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")

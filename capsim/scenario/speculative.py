@@ -78,6 +78,7 @@ class SpecDecoding:
             (vLLM allocates the drafter's attention layers in the same paged pool and
             block table as the target's).
         seed: the run's seed (each request draws its acceptances from it).
+        class_names: the workload's class names, in ``class_id`` order (for the log line).
     """
 
     method: str
@@ -88,18 +89,27 @@ class SpecDecoding:
     draft_weight_bytes_per_gpu: int
     draft_kv_bytes_per_token: int
     seed: int
+    class_names: tuple[str, ...] = ()
 
     def log_line(self) -> str:
-        """``speculative eagle, k 3: acceptance 0.7 / 0.8 per class, 2.53 / 2.95 tokens
-        per step expected; drafter 0.47 GiB, 4,096 KV bytes per token``."""
-        alphas = " / ".join(f"{a:g}" for a in self.alpha_by_class)
-        tokens = " / ".join(f"{expected_tokens_per_step(a, self.k):.2f}"
-                            for a in self.alpha_by_class)
+        """``speculative eagle, k 3: acceptance 0.7, 2.53 tokens per step expected; drafter
+        …`` with one rate for every class, else ``acceptance by class: chat 0.7 (2.53 tokens
+        per step expected), code 0.8 (2.95); drafter 0.47 GiB per GPU, 4,096 KV bytes per
+        token``."""
         drafter = "no GPU drafter" if self.draft is None else (
             f"drafter {self.draft_weight_bytes_per_gpu / 2**30:.2f} GiB per GPU, "
             f"{self.draft_kv_bytes_per_token:,} KV bytes per token")
-        return (f"speculative {self.method}, k {self.k}: acceptance {alphas} by class, "
-                f"{tokens} tokens per step expected; {drafter}")
+        head = f"speculative {self.method}, k {self.k}"
+        alphas = self.alpha_by_class
+        if len(set(alphas)) == 1:
+            return (f"{head}: acceptance {alphas[0]:g}, "
+                    f"{expected_tokens_per_step(alphas[0], self.k):.2f} tokens per step "
+                    f"expected; {drafter}")
+        names = self.class_names or tuple(f"class {i}" for i in range(len(alphas)))
+        rates = [f"{name} {a:g} ({expected_tokens_per_step(a, self.k):.2f}"
+                 + (" tokens per step expected)" if i == 0 else ")")
+                 for i, (name, a) in enumerate(zip(names, alphas))]
+        return f"{head}: acceptance by class: {', '.join(rates)}; {drafter}"
 
 
 def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: tuple[str, ...],
@@ -139,4 +149,4 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         alpha_by_class=tuple(cfg.acceptance_rate_by_class.get(c, cfg.acceptance_rate)
                              for c in class_names),
         draft=shape, draft_weight_bytes_per_gpu=params * weight_bytes // tensor_parallel_size,
-        draft_kv_bytes_per_token=kv, seed=seed)
+        draft_kv_bytes_per_token=kv, seed=seed, class_names=tuple(class_names))

@@ -76,7 +76,8 @@ def pooled_result(result: RunResult, run: RunConfig, cluster: PooledCluster,
         eng = pool.engine
         pools.append(PoolResult(
             name=fp.name, model=fp.model.name, hardware=pool.hardware.name,
-            tensor_parallel_size=eng.tensor_parallel_size, gpus_per_replica=gpr,
+            tensor_parallel_size=eng.tensor_parallel_size,
+            pipeline_parallel_size=eng.pipeline_parallel_size, gpus_per_replica=gpr,
             engine=pool.preset.label, preset=pool.preset.name, scheduler=scheduler_label(pool), num_replicas=replicas,
             num_gpus=replicas * gpr, price_per_gpu_hour_usd=price_gpu, price_per_hour_usd=price,
             peak_flops_per_gpu=pool.hardware.peak_flops(pool.matmul_dtype),

@@ -54,6 +54,7 @@ class PoolAnswer:
     hardware: str
     model: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int
     gpus_per_replica: int
     num_replicas: int
     price_per_hour_usd: float
@@ -315,7 +316,8 @@ def _with_pool_figures(p: MixPlan, run: RunConfig, answer: MixAnswer) -> MixAnsw
 
 def _pools(run: RunConfig, mix: Mix) -> list[PoolAnswer]:
     return [PoolAnswer(fp.name, fp.pool.hardware.name, fp.model.name,
-                       fp.pool.engine.tensor_parallel_size, fp.gpus_per_replica, n,
+                       fp.pool.engine.tensor_parallel_size,
+                       fp.pool.engine.pipeline_parallel_size, fp.gpus_per_replica, n,
                        n * fp.price_per_replica_hour_usd)
             for fp, n in zip(run.fleet.pools, mix)]
 
@@ -369,6 +371,7 @@ def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
             rows.append({"variant": a.variant, "status": a.status, "pool": p.name,
                          "hardware": p.hardware, "model": p.model,
                          "tensor_parallel_size": p.tensor_parallel_size,
+                         "pipeline_parallel_size": p.pipeline_parallel_size,
                          "num_replicas": p.num_replicas, "num_gpus": p.num_gpus,
                          "cost_per_hour_usd": p.price_per_hour_usd,
                          "cost_per_million_output_tokens_usd":

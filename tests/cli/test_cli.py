@@ -882,3 +882,53 @@ def test_roofline_refuses_bad_parallel_shapes_in_one_line(run_cli, args, expecte
     assert code == 2 and expected in err
     if expected.startswith("error: "):
         assert err.count("\n") == 1
+
+
+def test_a_pools_pipeline_stages_are_shown_and_pools_csv_keeps_integers(tmp_path, run_cli,
+                                                                       write_scenario):
+    """A pool of TP 2 × PP 2 (4 GPUs per replica) is named so by validate, the terminal's
+    pools table and pools.csv (pipeline_parallel_size column); the fleet row, which has no
+    one TP, leaves the shape empty without turning the column into floats (2, not 2.0)."""
+    import pandas as pd
+
+    doc = with_(GOOD, "cluster", {"pools": [
+        {"name": "a", "engine": {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}},
+        {"name": "b", "hardware": "h200-sxm"}]})
+    doc["variants"] = [{"name": "v"}]
+    path = write_scenario(tmp_path, doc)
+    code, out, _ = run_cli(["validate", str(path)])
+    assert code == 0
+    assert "v: 2 pools on 5 GPUs" in out
+    assert "a: 1 × h100-sxm TP2 × PP2, model llama-3.1-8b" in out
+    assert "b: 1 × h200-sxm TP1, model llama-3.1-8b" in out
+    code, out, _ = run_cli(["run", str(path), "-o", str(tmp_path / "r")])
+    assert code == 0
+    rows = {line.split("│")[2].strip(): line.split("│")[3].strip()
+            for line in out.splitlines() if line.startswith("│ v ") and "-sxm" in line}
+    assert rows == {"a": "h100-sxm TP2 × PP2", "b": "h200-sxm TP1",
+                    "fleet": "h100-sxm+h200-sxm"}
+    text = (tmp_path / "r" / "pools.csv").read_text().splitlines()
+    assert text[0].startswith("pool,hardware,model,tensor_parallel_size,pipeline_parallel_size,"
+                              "num_replicas,variant,cls,num_requests,num_finished,")
+    assert text[1].startswith("a,h100-sxm,llama-3.1-8b,2,2,1,v,all,")
+    assert text[3].startswith("fleet,h100-sxm+h200-sxm,llama-3.1-8b,,,2,v,all,30,30,0,")
+    df = pd.read_csv(tmp_path / "r" / "pools.csv")
+    assert df["num_finished"].tolist() == [df["num_requests"][0], df["num_requests"][1], 30]
+    assert df["num_gpus"].tolist() == [4, 1, 5]
+
+
+def test_validate_names_each_class_acceptance_rate(run_cli, scenarios_dir, tmp_path,
+                                                   write_scenario):
+    """scenarios/spec_decode.yaml: EAGLE k 3 with α 0.7 (chat) and 0.8 (code); expected
+    tokens per step (1 − α^(k+1)) / (1 − α) = 2.53 and 2.95 (Leviathan et al. 2023, eq. 1).
+    One rate for every class is printed once."""
+    code, out, _ = run_cli(["validate", str(scenarios_dir / "spec_decode.yaml")])
+    assert code == 0
+    line = ("speculative eagle, k 3: acceptance by class: chat 0.7 (2.53 tokens per step "
+            "expected), code 0.8 (2.95); drafter 0.47 GiB per GPU, 4,096 KV bytes per token")
+    assert out.count(line) == 2                     # eagle-4-users, eagle-128-users
+    doc = with_(GOOD, "engine.speculative", {"method": "eagle", "num_speculative_tokens": 3,
+                                             "acceptance_rate": 0.7})
+    code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 0 and out.count("speculative eagle, k 3: acceptance 0.7, 2.53 tokens per "
+                                   "step expected; drafter") == 2

@@ -103,19 +103,19 @@ def _verdict(row: SummaryRow, slo: SloConfig) -> Text:
 
 def pools_table(results, slo: SloConfig, class_slos) -> FoldedTable | None:
     """Pooled fleets (``cluster.pools``): one line per variant × pool and the variant's
-    fleet total — GPU × TP, replicas, requests, TTFT / ITL p99, out tok/s, goodput, $/h
+    fleet total — GPU and TP (× PP), replicas, requests, TTFT / ITL p99, out tok/s, goodput, $/h
     and $/M out tok; None when no variant is pooled. The report's table has the rest."""
     from capsim.report.run import pools       # the report's columns and rows
     if not pools.has_pools(results):
         return None
     df = pools.frame(results, slo, class_slos)
     tab = pools.table(df, results, {})
-    keep = ("GPU × TP", "replicas", "requests", "TTFT p99", "ITL p99", "out tok/s", "goodput",
+    keep = ("GPU, parallel", "replicas", "requests", "TTFT p99", "ITL p99", "out tok/s", "goodput",
             "$/h", "$/M out tok")
     idx = [tab["columns"].index(k) for k in keep]
     table = FoldedTable("pools (pooled fleets; latencies in ms)",
                         [FoldColumn("variant", text=True), FoldColumn("pool", text=True)],
-                        [[FoldColumn("GPU × TP", text=True), FoldColumn("replicas"),
+                        [[FoldColumn("GPU, parallel", text=True), FoldColumn("replicas"),
                           FoldColumn("requests")],
                          [FoldColumn("TTFT\np99"), FoldColumn("ITL\np99")],
                          [FoldColumn("out\ntok/s"), FoldColumn("goodput"), FoldColumn("$/h"),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from capsim.common.labels import parallel_label
 from capsim.metrics.pools import pools_frame
 from capsim.report.cells import fmt
 from capsim.results.model import RunResult
@@ -14,9 +15,10 @@ from capsim.scenario.slo import RequestSlo, SloConfig
 
 CSV = "pools.csv"
 
-#: (label, pools.csv column, cell kind); the first four describe the pool (its name is in
-#: the row's label, so every stacked part of the table says which pool a row is).
-COLUMNS = [("GPU × TP", None, "text"), ("model", "model", "text"),
+#: (label, pools.csv column, cell kind); the first four describe the pool ("GPU, parallel":
+#: ``h100-sxm TP2 × PP2``; its name is in the row's label, so every stacked part of the
+#: table says which pool a row is).
+COLUMNS = [("GPU, parallel", None, "text"), ("model", "model", "text"),
            ("replicas", "num_replicas", "int"), ("requests", "num_requests", "int"),
            ("TTFT p50", "ttft_p50_ms", "ms"), ("TTFT p99", "ttft_p99_ms", "ms"),
            ("TPOT p99", "tpot_p99_ms", "ms"), ("ITL p50", "itl_p50_ms", "ms"),
@@ -53,7 +55,8 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
 def table(df: pd.DataFrame, results: list[RunResult], colours: dict[str, str]) -> dict:
     """One row per pooled variant × pool (its ``cls == "all"`` figures), labelled
     ``variant · pool``, then the variant's fleet total (``variant · fleet``)."""
-    tp = {(r.variant, p.name): f"{p.hardware} × {p.tensor_parallel_size}"
+    tp = {(r.variant, p.name): f"{p.hardware} "
+                               f"{parallel_label(p.tensor_parallel_size, p.pipeline_parallel_size)}"
           for r in results for p in r.pools or []}
     rows = []
     for _, row in df[df["cls"] == "all"].iterrows():

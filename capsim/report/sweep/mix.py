@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capsim.common.labels import parallel_label
 from capsim.report.cells import fmt
 from capsim.report.pages import slo_lines
 from capsim.report.sweep.page import Page, _meta, _write
@@ -16,17 +17,18 @@ from capsim.studies.sweep import METRICS
 
 
 def mix_table(result: MixResult) -> Table:
-    """Per pooled variant: one row per pool of its answer (GPU × TP, model, replicas, GPUs,
+    """Per pooled variant: one row per pool of its answer (GPU and TP × PP, model, replicas, GPUs,
     its TTFT / ITL p99 and $/M out tok on the first seed, $/h), then its total ($/h, $/M out
     tok, binding SLO with its value one replica fewer in the pool named, margin at the
     answer) and the status."""
-    t = Table(columns=["variant", "pool", "GPU × TP", "model", "replicas", "GPUs",
+    t = Table(columns=["variant", "pool", "GPU, parallel", "model", "replicas", "GPUs",
                        "TTFT p99 ms", "ITL p99 ms", "$/h", "$/M out tok", "binding SLO",
                        "one fewer in", "value there", "margin", "status"], left=2)
     for a in result.answers:
         for p in a.pools:
             t.rows.append([Cell(a.variant), Cell(p.name),
-                           Cell(f"{p.hardware} × {p.tensor_parallel_size}"), Cell(p.model),
+                           Cell(f"{p.hardware} "
+                                f"{parallel_label(p.tensor_parallel_size, p.pipeline_parallel_size)}"), Cell(p.model),
                            Cell(fmt(p.num_replicas, "int")), Cell(fmt(p.num_gpus, "int")),
                            Cell(fmt(p.ttft_p99_ms, "ms")), Cell(fmt(p.itl_p99_ms, "ms")),
                            Cell(fmt(p.price_per_hour_usd, "usd")),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 
@@ -72,3 +72,206 @@ def check_tag(key: str, valid: tuple[str, ...]) -> Callable[[Any], Any]:
                 raise ValueError(f"unknown {key} {tag!r}; valid: {', '.join(valid)}")
         return value
     return check
+
+
+# ------------------------------------------------------------ pydantic errors in words
+#
+# pydantic's own wording says what is wrong with the value ("Input should be a valid
+# dictionary or instance of EngineConfig") but not what to write instead; these say it in
+# YAML terms, with an example where the schema gives one (a model's ``yaml_example``, a
+# field's ``examples``) and otherwise the keys it takes.
+
+#: The longest list of keys named when a mapping has no example (one screen line).
+_MAX_KEYS_NAMED = 12
+
+
+def error_text(error: dict[str, Any], model: type[BaseModel] | None = None) -> str:
+    """One pydantic error (an entry of ``ValidationError.errors()``) as what was expected,
+    in YAML terms, and what was given: ``expected a mapping, e.g. {preset: vllm-v1} (got
+    [1, 2])``; literal choices are listed by pydantic itself (``Input should be 'a' or
+    'b'``). ``model`` is the model validated, so the field at ``error["loc"]`` can give
+    an example."""
+    kind, value = error["type"], error.get("input")
+    target = annotation_at(model, error["loc"]) if model is not None else None
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"expected a mapping{_example(target)}"
+    elif kind == "list_type":
+        item = _strip(get_args(_strip(target))[0]) if get_args(_strip(target)) else None
+        msg = f"expected a list{_list_example(item)}"
+    elif kind == "string_type":
+        msg = "expected a string"
+    elif kind in ("int_type", "int_parsing", "int_from_float"):
+        msg = f"expected an integer{_unit(error['loc'])}"
+    elif kind in ("bool_type", "bool_parsing"):
+        msg = "expected true or false"
+    elif kind in ("float_type", "float_parsing"):
+        msg = f"expected a number{_unit(error['loc'])}"
+    elif kind == "too_short" and "min_length" in error.get("ctx", {}):
+        n = error["ctx"]["min_length"]
+        msg = f"expected at least {n} item{'s' if n != 1 else ''}{_list_example(_item_of(target))}"
+    else:
+        return _pydantic_text(error)
+    return f"{msg} (got {_kind_of(value)}{integer_hint(error)})"
+
+
+#: A field name's unit suffix (the project's naming rule: units in names) → its words.
+_UNITS = (("_bytes_per_s", "bytes per second"), ("_flops_per_s", "FLOP per second"),
+          ("_per_s", "per second"), ("_ms", "milliseconds"), ("_s", "seconds"),
+          ("_gib", "GiB"), ("_gb", "GB"), ("_bytes", "bytes"), ("_tokens", "tokens"),
+          ("_usd", "US dollars"))
+
+
+def _unit(loc: tuple | list) -> str:
+    """`` in seconds`` for a field named ``…_s`` (``max_num_batched_tokens`` → tokens); ""
+    for a field without a unit suffix."""
+    name = next((p for p in reversed(loc) if isinstance(p, str)), "")
+    for suffix, words in _UNITS:
+        if name.endswith(suffix):
+            return f" of {words}" if words in ("bytes", "tokens", "US dollars") else f" in {words}"
+    return ""
+
+
+def annotation_at(model: Any, loc: tuple | list) -> Any:
+    """The annotation of the field at ``loc`` inside ``model`` (list indices and mapping keys
+    step into the item type; union tags pydantic adds to ``loc`` are skipped); None where
+    the path leaves the schema. A field's ``examples`` ride along as Annotated metadata."""
+    current: Any = model
+    for part in loc:
+        plain = _strip(current)
+        if isinstance(part, int) or (isinstance(part, str) and part.isdigit()):
+            args = get_args(plain)
+            current = args[-1] if args else None            # list[X] → X, dict[K, V] → V
+            continue
+        cls = _model_in(plain)
+        if cls is not None and part in cls.model_fields:
+            field = cls.model_fields[part]
+            current = (Annotated[field.annotation, _Examples(field.examples)]
+                       if field.examples else field.annotation)
+        elif _is_tag(part, plain):
+            current = _member_tagged(part, plain)
+        elif get_origin(plain) is dict:
+            current = get_args(plain)[1]
+        else:
+            return None
+    return current
+
+
+class _Examples(tuple):
+    """A field's ``examples`` carried on its annotation by :func:`annotation_at`."""
+
+
+def _strip(annotation: Any) -> Any:
+    """``Annotated[X, ...]`` → X and ``X | None`` → X (a union of several models stays)."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is not None and type(None) in get_args(annotation) and origin is not dict:
+            rest = [a for a in get_args(annotation) if a is not type(None)]
+            if len(rest) != 1:
+                return annotation
+            annotation = rest[0]
+        else:
+            return annotation
+
+
+def _models_of(annotation: Any) -> list[type[BaseModel]]:
+    """The models a (union) annotation accepts, in order."""
+    plain = _strip(annotation)
+    if isinstance(plain, type) and issubclass(plain, BaseModel):
+        return [plain]
+    if get_origin(plain) in (list, dict, Literal) or not get_args(plain):
+        return []
+    return [m for a in get_args(plain) for m in _models_of(a)]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    models = _models_of(annotation)
+    return models[0] if len(models) == 1 else None
+
+
+def _is_tag(part: str, annotation: Any) -> bool:
+    return "[" in part or len(_models_of(annotation)) > 1
+
+
+def _member_tagged(tag: str, annotation: Any) -> Any:
+    """The member of a union whose literal tag field (``dist``, ``kind``) is ``tag``; the
+    union itself when none is (a pydantic union-member name such as ``function-after[…]``)."""
+    for m in _models_of(annotation):
+        for field in m.model_fields.values():
+            if get_origin(field.annotation) is Literal and tag in get_args(field.annotation):
+                return m
+    return annotation
+
+
+def _examples(annotation: Any) -> tuple:
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, _Examples):
+            return tuple(meta)
+    return ()
+
+
+def _example(annotation: Any) -> str:
+    """``, e.g. {…}``: the field's example, its model's ``yaml_example`` (the first of a
+    union's members with one), else the keys the model takes; "" when none is known."""
+    given = _examples(annotation)
+    if given:
+        return f", e.g. {given[0]}"
+    models = _models_of(annotation)
+    for m in models:
+        example = getattr(m, "yaml_example", None)
+        if example:
+            return f", e.g. {example}"
+    if len(models) == 1:
+        keys = sorted(f.alias or name for name, f in models[0].model_fields.items())
+        shown = ", ".join(keys[:_MAX_KEYS_NAMED]) + (", …" if len(keys) > _MAX_KEYS_NAMED
+                                                      else "")
+        return f" with keys from: {shown}"
+    return ""
+
+
+def _item_of(annotation: Any) -> Any:
+    args = get_args(_strip(annotation))
+    return args[0] if args else None
+
+
+def _list_example(item: Any) -> str:
+    """``, e.g. [{…}]`` for a list of ``item``; "" for a list of plain values."""
+    text = _example(item)
+    if text.startswith(", e.g. "):
+        return f", e.g. [{text.removeprefix(', e.g. ')}, ...]"
+    return f" of mappings{text}" if text else ""
+
+
+def _kind_of(value: Any) -> str:
+    """A bad value as the user wrote it: ``a list [1, 2]``, ``'maybe'``, ``5``."""
+    shown = _shown(value)
+    if isinstance(value, dict):
+        return f"a mapping {shown}"
+    if isinstance(value, list):
+        return f"a list {shown}"
+    return shown
+
+
+def _pydantic_text(error: dict[str, Any]) -> str:
+    """pydantic's own message (literal choices, bounds), with the value given."""
+    msg = error["msg"].removeprefix("Value error, ")
+    if "input" in error and not isinstance(error["input"], (dict, list)) \
+            and not msg.endswith(f"got {error['input']}"):
+        msg += f" (got {_shown(error['input'])}{integer_hint(error)})"
+    return msg
+
+
+#: Longest echo of a bad value in an error line, characters (the line stays one screen line).
+_SHOWN_CHARS = 60
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` (YAML's spelling for booleans and None), cut to ``_SHOWN_CHARS``
+    with its full length named."""
+    text = {True: "true", False: "false", None: "null"}.get(value, None) \
+        if isinstance(value, (bool, type(None))) else repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return (f"{text[:_SHOWN_CHARS - 1]}… "
+            f"({len(value) if isinstance(value, str) else len(text):,} characters)")

@@ -281,7 +281,7 @@ def _parse(path: Path) -> EnginePreset:
     try:
         return EnginePreset.model_validate(read_yaml_mapping(path))
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, str(path)) from None
+        raise scenario_error_from_validation(exc, str(path), EnginePreset) from None
 
 
 def load_engine_preset(name_or_path: str | Path) -> EnginePreset:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError, read_text
-from capsim.common.schema import integer_hint
+from capsim.common.schema import error_text
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 log = logging.getLogger(__name__)
@@ -83,18 +83,19 @@ def read_yaml_mapping(path: Path, what: str = "file",
     return data
 
 
-def scenario_error_from_validation(exc: ValidationError, file: str | None) -> ScenarioError:
-    """Turn a pydantic ``ValidationError`` into one ScenarioError.
+def scenario_error_from_validation(exc: ValidationError, file: str | None,
+                                   model: type[BaseModel] | None = None) -> ScenarioError:
+    """Turn a pydantic ``ValidationError`` of ``model`` into one ScenarioError.
 
-    The first error is reported; its ``loc`` tuple becomes the dotted path
-    (``efficiency.compute``). Further errors are counted in the message.
+    The first error is reported (:func:`~capsim.common.schema.error_text`: what was
+    expected, with an example where ``model`` gives one); its ``loc`` tuple becomes the
+    dotted path (``efficiency.compute``). Further errors are counted in the message.
     """
-    errors = exc.errors()
+    errors = exc.errors(include_url=False)
     first = errors[0]
     path = ".".join(str(part) for part in first["loc"]) or None
-    message = first["msg"].removeprefix("Value error, ")
-    if "input" in first and first["type"] != "missing" and not isinstance(first["input"], dict):
-        message = f"{message} (got {first['input']!r}{integer_hint(first)})"
+    message = ("required field is missing" if first["type"] == "missing"
+               else error_text(first, model))
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"
     return ScenarioError(message, file=file, path=path)

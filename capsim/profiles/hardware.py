@@ -401,7 +401,7 @@ def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, file) from None
+        raise scenario_error_from_validation(exc, file, HardwareProfile) from None
 
 
 def _load_file(path: Path, shipped: bool = False) -> HardwareProfile:

@@ -107,7 +107,7 @@ def _load_file(path: Path, shipped: bool = False) -> LinkProfile:
     try:
         link = LinkProfile.model_validate(read_yaml_mapping(path))
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, str(path)) from None
+        raise scenario_error_from_validation(exc, str(path), LinkProfile) from None
     check_sources(link.missing_sources(), path, shipped, "link")
     return link
 

@@ -417,7 +417,7 @@ def _validate(data: dict[str, Any], file: str | None) -> ModelShape:
     try:
         return ModelShape.model_validate(data)
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, file) from None
+        raise scenario_error_from_validation(exc, file, ModelShape) from None
 
 
 def model_from_hf_config(

@@ -185,7 +185,7 @@ def _formats() -> dict[str, QuantFormat]:
             try:
                 out[name] = QuantFormat.model_validate({"name": name, **body})
             except ValidationError as exc:
-                raise scenario_error_from_validation(exc, str(path)) from None
+                raise scenario_error_from_validation(exc, str(path), QuantFormat) from None
     return out
 
 

@@ -22,7 +22,7 @@ pool through the variant's ``cluster.router``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -35,16 +35,24 @@ ROLES = ("prefill", "decode")
 class PoolConfig(StrictModel):
     """One pool of identical replicas (each a tensor-parallel engine)."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{num_replicas: 1, engine: {max_num_batched_tokens: 8192}}"
+
     num_replicas: Int = Field(gt=0, description="replicas in the pool, >= 1")
     tensor_parallel_size: Int | None = Field(default=None, gt=0,
                                              description="GPUs per replica; default: the variant's")
     hardware: str | None = Field(default=None, description="GPU profile; default: the variant's")
     engine: dict[str, Any] = Field(default_factory=dict,
-                                   description="engine overrides for this pool (vLLM names)")
+                                   description="engine overrides for this pool (vLLM names)",
+                                   examples=["{max_num_batched_tokens: 8192}"])
 
 
 class DisaggregationConfig(StrictModel):
     """Prefill pool + decode pool + the link the KV cache crosses."""
+
+    # in error messages
+    yaml_example: ClassVar[str] = (
+        "{prefill: {num_replicas: 1}, decode: {num_replicas: 3}, link: nvlink-4}")
 
     prefill: PoolConfig
     decode: PoolConfig

@@ -30,7 +30,7 @@ while no replica serves), ``running`` = ``vllm:num_requests_running``, ``kv_use`
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -68,6 +68,8 @@ class Provisioning(StrictModel):
 class ReplicaSchedule(StrictModel):
     """``replicas[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating."""
 
+    yaml_example: ClassVar[str] = "{step_s: 3600, replicas: [1, 1, 2, 3]}"   # in error messages
+
     step_s: float = Field(default=3600.0, gt=0)
     replicas: list[Int] = Field(min_length=1)
 
@@ -77,6 +79,9 @@ SIGNALS = ("queue", "running", "kv_use", "schedule")
 
 class AutoscalingConfig(StrictModel):
     """An HPA-style autoscaler over one pool of identical replicas."""
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{signal: running, target: 12, min_replicas: 1, max_replicas: 4}"
 
     signal: Literal["queue", "running", "kv_use", "schedule"]
     target: Optional[float] = Field(
@@ -120,6 +125,8 @@ class AutoscalingConfig(StrictModel):
 class FailureAt(StrictModel):
     """One replica failure at a given time."""
 
+    yaml_example: ClassVar[str] = "{replica: 0, at_s: 72000, repair_s: 1800}"   # in error messages
+
     replica: Int = Field(ge=0, description="the replica's index")
     at_s: float = Field(ge=0, description="when it fails, s")
     repair_s: float = Field(gt=0, description="how long until it serves again, s")
@@ -134,6 +141,10 @@ class FailuresConfig(StrictModel):
     tokens already streamed are streamed again; a retried request's TTFT counts from its
     first arrival), ``fail`` counts them as failed (not finished, with the reason).
     """
+
+    # in error messages
+    yaml_example: ClassVar[str] = (
+        "{at: [{replica: 0, at_s: 72000, repair_s: 1800}], in_flight: retry}")
 
     at: list[FailureAt] = Field(default_factory=list)
     mtbf_s: Optional[float] = Field(default=None, gt=0, description="mean time between "

@@ -33,7 +33,7 @@ the validators here only say *what would be valid* (the loader adds the YAML pat
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Optional, Union
+from typing import ClassVar, Annotated, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -74,6 +74,9 @@ class PiecewiseSchedule(StrictModel):
 class DiurnalSchedule(StrictModel):
     """A cosine day: ``peak`` at ``peak_hour``, ``trough`` twelve hours away."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{kind: diurnal, peak: 1.0, trough: 0.25, peak_hour: 20}"
+
     kind: Literal["diurnal"]
     peak: float = Field(default=1.0, gt=0, description="factor at peak_hour")
     trough: float = Field(ge=0, description="factor half a period from the peak")
@@ -108,6 +111,9 @@ Schedule = Annotated[Union[PiecewiseSchedule, DiurnalSchedule], Field(discrimina
 
 class OnOffBursts(StrictModel):
     """Off (factor 1) and on (``factor``) periods of exponential length, starting off."""
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{kind: on_off, on_s: 60, off_s: 600, factor: 3}"
 
     kind: Literal["on_off"]
     on_s: float = Field(gt=0, description="mean length of a burst, s")

@@ -34,7 +34,7 @@ engine rule applies per pool.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import ClassVar, Any, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -48,6 +48,9 @@ MAX_POOLS = 16
 class FleetPoolConfig(StrictModel):
     """One pool of identical replicas of a heterogeneous fleet."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{name: h100, hardware: h100-sxm, num_replicas: 2}"
+
     name: str = Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                       description="the pool's name (route rules, report sections)")
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS,
@@ -60,8 +63,10 @@ class FleetPoolConfig(StrictModel):
                                                 description="GPUs per replica; default: the "
                                                             "variant's engine")
     engine: dict[str, Any] = Field(default_factory=dict,
-                                   description="engine knobs over the variant's (vLLM names)")
-    hardware_overrides: dict[str, Any] = Field(default_factory=dict)
+                                   description="engine knobs over the variant's (vLLM names)",
+                                   examples=["{max_model_len: 8192, max_num_seqs: 64}"])
+    hardware_overrides: dict[str, Any] = Field(default_factory=dict,
+                                               examples=["{memory_total_gib: 93.1}"])
     autoscaling: Optional[AutoscalingConfig] = None
     failures: Optional[FailuresConfig] = None
 
@@ -69,6 +74,8 @@ class FleetPoolConfig(StrictModel):
 class RouteRule(StrictModel):
     """Send the requests of ``class`` and/or with at least ``min_prompt_tokens`` prompt
     tokens to ``pool`` (both given: both must hold)."""
+
+    yaml_example: ClassVar[str] = "{class: rag, pool: h200}"   # in error messages
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -11,7 +11,7 @@ these models and :mod:`capsim.scenario.resolve` turns each variant into a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -46,6 +46,9 @@ class EngineConfig(StrictModel):
     - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness``
       (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI).
     """
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{preset: vllm-v1, max_num_seqs: 256, max_model_len: 8192}"
 
     preset: str = Field(default="vllm-v1", min_length=1)
     scheduler: Literal["static", "continuous", "trtllm", "sglang", "tgi"] = "continuous"
@@ -205,6 +208,9 @@ class ClusterConfig(StrictModel):
     """Replicas (each one tensor-parallel engine) behind a router; or several pools of them
     (``pools``, scenario/pools.py: each its own GPU, TP, engine and model)."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{num_replicas: 2, router: least_outstanding_tokens}"
+
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
     # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only).
     router: Literal["round_robin", "least_outstanding_tokens", "cost"] = "round_robin"
@@ -250,20 +256,25 @@ MAX_NAME_CHARS = 100
 class VariantSpec(StrictModel):
     """One variant: a name (at most ``MAX_NAME_CHARS``) and overrides of the scenario's defaults."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{name: chunked-512, engine: {max_num_batched_tokens: 512}}"
+
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     description: str = ""
     hardware: str | None = None
     model: str | None = None
-    engine: dict[str, Any] = Field(default_factory=dict)
-    cluster: dict[str, Any] = Field(default_factory=dict)
+    engine: dict[str, Any] = Field(default_factory=dict, examples=["{max_num_seqs: 128}"])
+    cluster: dict[str, Any] = Field(default_factory=dict, examples=["{num_replicas: 2}"])
     # Fields of the hardware profile changed for this variant (over the scenario's),
     # e.g. {memory_total_gib: 93.1} for an H100 NVL, without copying the profile.
-    hardware_overrides: dict[str, Any] = Field(default_factory=dict)
+    hardware_overrides: dict[str, Any] = Field(default_factory=dict,
+                                               examples=["{memory_total_gib: 93.1}"])
     disaggregation: DisaggregationConfig | None = None   # prefill/decode pools (scenario/disagg.py)
     # Any other scenario field for this variant only, as dotted paths (like --set),
     # e.g. {"workload.classes.0.shared_prefix.fraction": 0.5}. A variant that changes
     # the workload gets its own trace (same seed and streams).
-    set: dict[str, Any] = Field(default_factory=dict)
+    set: dict[str, Any] = Field(default_factory=dict,
+                                examples=["{workload.arrival.users: 128}"])
 
 
 class Scenario(StrictModel):
@@ -276,13 +287,15 @@ class Scenario(StrictModel):
     seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
     model: str
     hardware: str
-    hardware_overrides: dict[str, Any] = Field(default_factory=dict)   # profile fields changed
+    hardware_overrides: dict[str, Any] = Field(                       # profile fields changed
+        default_factory=dict, examples=["{memory_total_gib: 93.1}"])
     engine: EngineConfig = Field(default_factory=EngineConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig
     slo: SloConfig = Field(default_factory=SloConfig)
     variants: list[VariantSpec] = Field(default_factory=list)
-    sweep: SweepGrid | None = None          # capsim sweep: dotted field → values (config_sweep)
+    sweep: SweepGrid | None = Field(        # capsim sweep: dotted field → values (config_sweep)
+        default=None, examples=["{workload.arrival.rate_per_s: [2, 4, 8]}"])
     sizing: SizingConfig | None = None      # capsim size: load, options, search bound
     # Written into scenario.resolved.yaml (the version that ran it); ignored when read.
     capsim_version: str | None = None

@@ -8,6 +8,8 @@ every limit given. Run-level targets bound a summary column (``itl_p99_ms``,
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 
 from pydantic import Field, field_validator
@@ -46,6 +48,9 @@ class SloConfig(RequestSlo):
     ``stall_threshold_ms`` sets which inter-token gaps count as stalls
     (seed 002 Q10: p99 is blind to rare stalls, so count them).
     """
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{ttft_ms: 1500, tpot_ms: 60, targets: {ttft_p99_ms: 3000}}"
 
     stall_threshold_ms: float = Field(default=200.0, gt=0)
     targets: dict[str, float] = Field(default_factory=dict)

@@ -21,7 +21,7 @@ and a variant with another drafter gives its own. See
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -34,11 +34,15 @@ from capsim.profiles.speculative import (LOOKAHEAD_METHODS, METHODS, draft_shape
 class SpeculativeConfig(StrictModel):
     """Speculative decoding of one engine (vLLM ``--speculative-config``)."""
 
+    # in error messages
+    yaml_example: ClassVar[str] = "{method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}"
+
     method: Literal[METHODS]  # type: ignore[valid-type]
     num_speculative_tokens: Int = Field(gt=0)
     model: str | None = Field(default=None, min_length=1)
     acceptance_rate: float = Field(ge=0, lt=1)
-    acceptance_rate_by_class: dict[str, float] = Field(default_factory=dict)
+    acceptance_rate_by_class: dict[str, float] = Field(default_factory=dict,
+                                                       examples=["{code: 0.8}"])
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":

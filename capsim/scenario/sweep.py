@@ -20,7 +20,7 @@ YAML path.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import ClassVar, Annotated, Any, Optional
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
@@ -92,6 +92,9 @@ class SizingConfig(StrictModel):
             passes only if it passes in every one.
         rate_tolerance: relative precision of the ``gpus`` capacity search.
     """
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{rate_per_s: 40, hardware: [a100-80gb, h100-sxm], max_gpus: 32}"
 
     rate_per_s: Optional[float] = Field(default=None, gt=0)
     gpus: Optional[int] = Field(default=None, gt=0)

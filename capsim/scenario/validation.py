@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import integer_hint
+from capsim.common.schema import error_text
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
@@ -40,23 +40,8 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
     elif err["type"] == "missing":
         msg = "required field is missing"
     else:
-        msg = err["msg"].removeprefix("Value error, ")
-        if ("input" in err and not isinstance(err["input"], (dict, list))
-                and not msg.endswith(f"got {err['input']}")):
-            msg += f" (got {_shown(err['input'])}{integer_hint(err)})"
+        msg = error_text(err, model)
     return ScenarioError(msg, file=str(path), path=dotted or None)
-
-
-#: Longest echo of a bad value in an error line, characters (the line stays one screen line).
-_SHOWN_CHARS = 60
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut to ``_SHOWN_CHARS`` with its full length named."""
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[:_SHOWN_CHARS - 1]}… ({len(value) if isinstance(value, str) else len(text):,} characters)"
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -37,7 +37,7 @@ least one prompt token and always produces at least one output token).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -99,6 +99,9 @@ class LognormalDist(_Bounded):
     rounded and clipped to ``[min, max]``; clipping shifts the mean when the
     bounds cut the tail.
     """
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{dist: lognormal, mean: 600, sigma: 0.8, min: 16, max: 4096}"
 
     dist: Literal["lognormal"]
     mean: float = Field(gt=0, description="mean of the distribution, tokens")
@@ -162,6 +165,8 @@ class ArrivalConfig(StrictModel):
     the benchmark clients do). The run stops sending after ``num_requests`` requests
     or at ``duration_s`` (a request due at or after it is not sent).
     """
+
+    yaml_example: ClassVar[str] = "{process: poisson, rate_per_s: 5}"   # in error messages
 
     process: Literal["poisson", "gamma", "constant", "concurrency"]
     rate_per_s: Optional[float] = Field(
@@ -236,6 +241,8 @@ class SharedPrefix(StrictModel):
     probability ``fraction``.
     """
 
+    yaml_example: ClassVar[str] = "{tokens: 300, fraction: 1.0}"   # in error messages
+
     tokens: Int = Field(gt=0, description="system-prompt length, tokens")
     fraction: float = Field(default=1.0, ge=0, le=1)
     num_templates: Int = Field(default=1, gt=0)
@@ -255,6 +262,10 @@ class Conversation(StrictModel):
 
 class RequestClass(StrictModel):
     """One request class: its share of traffic and its token-length distributions."""
+
+    # in error messages
+    yaml_example: ClassVar[str] = (
+        "{name: chat, weight: 1, prompt_tokens: {dist: fixed, value: 200}, output_tokens: {dist: fixed, value: 20}}")
 
     name: str = Field(min_length=1)
     weight: float = Field(gt=0, description="relative share; normalised over classes")
@@ -314,6 +325,8 @@ class TraceConfig(StrictModel):
     num_decode_tokens). ``columns`` given with ``format: azure`` overrides the
     Azure names. ``rate_scale: 2`` replays the same requests twice as fast.
     """
+
+    yaml_example: ClassVar[str] = "{path: trace.csv, format: azure}"   # in error messages
 
     path: str = Field(min_length=1, description="CSV path, relative to the scenario file")
     format: Literal["azure", "columns"] = "azure"

@@ -72,7 +72,7 @@ BAD = [
         "method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
      "variants.1.engine.speculative: speculative decoding is modelled on vLLM V1's continuous "
      "batching over paged KV; this engine runs scheduler static"),
-    ("seed", True, "seed: Input should be a valid integer"),
+    ("seed", True, "seed: expected an integer (got true)"),
     # More replicas than one run holds in memory (a fresh user's 100,000 ran out of it).
     ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: Input should be less than "
                                            "or equal to 1024"),
@@ -447,8 +447,9 @@ def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value,
      "slo.targets.ttft_p99_ms: Input should be a finite number (got nan)"),
     (["--set", "workload.duration_s=.inf"], "workload.duration_s: Input should be a finite number"),
     (["--set", "cluster.num_replicas=true"],
-     "cluster.num_replicas: Input should be a valid integer (got True)"),
-    (["--set", "engine.block_size=16.0"], "engine.block_size: Input should be a valid integer"),
+     "cluster.num_replicas: expected an integer (got true)"),
+    (["--set", "engine.block_size=16.0"], "engine.block_size: expected an integer (got 16.0; "
+                                         "an integer is written without a decimal point: 16)"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
     (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
     (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),

@@ -104,7 +104,7 @@ def test_set_values_are_read_by_the_same_loader(tmp_path):
 def test_a_float_is_still_not_an_integer(tmp_path):
     """Only the dotless form names an integer: ``6.4e1`` is the float 64.0, which an integer
     field refuses as it refuses ``64.0`` (capsim.common.schema.Int)."""
-    with pytest.raises(ScenarioError, match=r"engine.max_num_seqs: Input should be a valid integer "
+    with pytest.raises(ScenarioError, match=r"engine.max_num_seqs: expected an integer "
                                         r"\(got 64.0; an integer is written without a decimal "
                                         r"point: 64\)$"):
         load(_scenario(tmp_path, "5", "0.9"), ["engine.max_num_seqs=6.4e1"])

@@ -173,10 +173,10 @@ def test_the_resolved_scenario_names_files_absolute_and_loads_from_anywhere(proj
 
 @pytest.mark.parametrize("line, message", [
     ("hbm_bandwidth_bytes_per_s: 5.3 TB/s",
-     "hbm_bandwidth_bytes_per_s: Input should be a valid number, unable to parse string as a "
-     "number (got '5.3 TB/s') (hardware of {s})"),
+     "hbm_bandwidth_bytes_per_s: expected a number in bytes per second (got '5.3 TB/s') "
+     "(hardware of {s})"),
     ("hbm_bytes: 1.92E11",
-     "hbm_bytes: Input should be a valid integer (got 192000000000.0; an integer is written "
+     "hbm_bytes: expected an integer of bytes (got 192000000000.0; an integer is written "
      "without a decimal point: 192000000000 or 192e9) (hardware of {s})"),
 ])
 def test_a_bad_field_in_a_user_profile_names_that_file_and_field(project, run_cli, line,

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -24,6 +25,35 @@ from capsim.common.errors import ScenarioError
 from capsim.common.labels import parallel_label
 from capsim.profiles.trust import EDGES
 
+
+
+@contextmanager
+def _as_option(option: str, field: str | None = None):
+    """A ScenarioError raised inside names the CLI option the user typed, not the scenario
+    field it stands for: ``field`` (``pipeline_parallel_size``) in the message becomes
+    ``option`` (``--pp``); a message without it is prefixed ``--option: ``. An error inside
+    a file the option names (a profile's field) keeps its file and path."""
+    try:
+        yield
+    except ScenarioError as exc:
+        raise _option_error(exc, option, field) from None
+
+
+def _option_error(exc: ScenarioError, option: str, field: str | None = None) -> ScenarioError:
+    """``exc`` naming ``option`` (see :func:`_as_option`)."""
+    if exc.file is not None:
+        return exc
+    msg = exc.message
+    if field and field in msg:
+        return ScenarioError(msg.replace(field, option))
+    return ScenarioError(msg if msg.startswith(option) else f"{option}: {msg}")
+
+
+#: What a roofline error speaks of → the option that set it (the pricer's messages use the
+#: scenario's names, shared with ``capsim run``).
+_ROOFLINE_OPTIONS = (("pipeline_parallel_size", "--pp"), ("tensor_parallel_size", "--tp"),
+                     ("expert parallel", "--ep"), ("data-parallel attention", "--dp-attention"),
+                     ("quantization", "--quantization"))
 
 
 def _console() -> Console:
@@ -453,6 +483,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     from capsim.profiles.models import load_model
     from capsim.cost.describe import describe_step
     from capsim.profiles.engines import load_engine_preset
+    from capsim.cost.operators import check_tensor_parallel, pp_layer_partition
 
     if prefill_tokens == 0 and decode_batch == 0:
         raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
@@ -460,14 +491,30 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     if decode_batch and not context:
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
-    model, hw = load_model(model_name), load_hardware(hw_name)
-    if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
-        hw.check_tp_in_node(tp)          # TP all-reduces are priced within one node only
-    d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens, decode_batch=decode_batch,
-                      context=context, ideal=ideal, routing_skew=routing_skew,
-                      quantization=quantization, pp=pp, expert_parallel=expert_parallel,
-                      dp_attention=dp_attention,
-                      all_reduce=load_engine_preset(preset_name).tp_all_reduce)
+    with _as_option("--model"):
+        model = load_model(model_name)
+    with _as_option("--hardware"):
+        hw = load_hardware(hw_name)
+    with _as_option("--tp", "tensor_parallel_size"):
+        check_tensor_parallel(model, tp)
+        if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
+            hw.check_tp_in_node(tp)      # TP all-reduces are priced within one node only
+    with _as_option("--pp", "pipeline_parallel_size"):
+        pp_layer_partition(model.num_hidden_layers, pp)
+    with _as_option("--preset"):
+        all_reduce = load_engine_preset(preset_name).tp_all_reduce
+    try:
+        d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens,
+                          decode_batch=decode_batch, context=context, ideal=ideal,
+                          routing_skew=routing_skew, quantization=quantization, pp=pp,
+                          expert_parallel=expert_parallel, dp_attention=dp_attention,
+                          all_reduce=all_reduce)
+    except ScenarioError as exc:
+        option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
+                             (None, None))
+        if option is None:
+            raise
+        raise _option_error(exc, option, field if " " not in field else None) from None
     _print_step(d, model.name, hw.name, tp, ideal)
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
     from capsim.kv.memory import weight_bytes_per_gpu
@@ -722,11 +769,12 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
 
     from capsim.report.outdir import check_writable_dir
 
-    base = load_hardware(hw_name)
+    with _as_option("--hardware"):
+        base = load_hardware(hw_name)
     check_writable_dir(out_dir or Path("reports") / f"calibration-{name or base.name}")
     run = _pick_variant(load(scenario), variant) if scenario is not None else None
     inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
-                    csv=csv_path, model=load_model(model_name) if model_name else None,
+                    csv=csv_path, model=_load_model_option(model_name),
                     result=result, result_run=run_index, run=run, notes=notes)
     outcome = run_calibration(base, inputs, name=name)
     profile = outcome.profile
@@ -744,6 +792,16 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
                             file=str(out)) from None
     _print_calibration(outcome.errors, profile.name)
     click.echo(f"profile: {path}\nreport: {index}")
+
+
+def _load_model_option(name: str | None):
+    """``--model NAME`` of ``capsim calibrate`` (None when not given)."""
+    from capsim.profiles.models import load_model
+
+    if name is None:
+        return None
+    with _as_option("--model"):
+        return load_model(name)
 
 
 def _print_calibration(errors: dict, name: str) -> None:

@@ -817,7 +817,7 @@ def test_roofline_prices_a_weight_format(run_cli):
     assert code == 0 and "warning" not in err and "memory-bound" in out
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
                             "--decode-batch", "1", "--context", "100", "--quantization", "nvfp4"])
-    assert code == 2 and err == ("error: quantization nvfp4 needs fp4 tensor cores; hardware "
+    assert code == 2 and err == ("error: --quantization nvfp4 needs fp4 tensor cores; hardware "
                                  "'h100-sxm' has bf16, fp16, fp8, int8\n")
 
 
@@ -868,14 +868,30 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
 
 @pytest.mark.parametrize("args,expected", [
     (["--model", "llama-3.1-70b", "--tp", "4", "--pp", "81"],
-     "error: pipeline_parallel_size 81 exceeds the model's 80 layers"),
+     "error: --pp 81 exceeds the model's 80 layers"),
     (["--model", "llama-3.1-70b", "--pp", "0"], "Invalid value for '--pp'"),
     (["--model", "llama-3.1-70b", "--tp", "4", "--ep"],
-     "error: expert parallelism needs a mixture-of-experts model; llama-3.1-70b is dense"),
+     "error: --ep: expert parallelism needs a mixture-of-experts model; llama-3.1-70b is dense"),
     (["--model", "llama-3.1-70b", "--tp", "4", "--dp-attention"],
-     "error: data-parallel attention needs a mixture-of-experts model"),
+     "error: --dp-attention: data-parallel attention needs a mixture-of-experts model"),
     (["--model", "mixtral-8x7b", "--tp", "16", "--ep", "--dp-attention"],
-     "error: expert parallel size 16 must divide num_experts 8 of mixtral-8x7b"),
+     "error: --ep: expert parallel size 16 must divide num_experts 8 of mixtral-8x7b"),
+    # Each error names the option the user typed, not the scenario field it stands for.
+    (["--model", "llama-3.1-70b", "--pp", "1000"],
+     "error: --pp 1000 exceeds the model's 80 layers (every stage needs at least one)\n"),
+    (["--model", "llama-3.1-70b", "--tp", "3"],
+     "error: --tp 3 must divide num_attention_heads 64 of llama-3.1-70b\n"),
+    (["--model", "llama-3.1-70b", "--tp", "16"],
+     "error: --tp 16 spans more than one node of 8 h100-sxm GPUs"),
+    (["--model", "llama-3.1-70b", "--quantization", "int3"],
+     "error: unknown --quantization 'int3'; valid: bf16, fp8, fp8_channel, fp8_block, int8, "
+     "awq, gptq, nvfp4, mxfp4\n"),
+    (["--model", "llama-3.1-70b", "--quantization", "nvfp4"],
+     "error: --quantization nvfp4 needs fp4 tensor cores; hardware 'h100-sxm' has bf16, fp16, "
+     "fp8, int8\n"),
+    (["--model", "llama-9b"], "error: --model: unknown model 'llama-9b'; valid presets: "),
+    (["--model", "llama-3.1-8b", "--hardware", "h900"],
+     "error: --hardware: unknown hardware 'h900'; valid: a100-40gb, "),
 ])
 def test_roofline_refuses_bad_parallel_shapes_in_one_line(run_cli, args, expected):
     code, _, err = run_cli(["roofline", "--hardware", "h100-sxm", "--prefill-tokens", "512",

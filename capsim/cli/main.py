@@ -231,8 +231,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 
     loaded = load(scenario, list(overrides))
     traces = _traces(loaded)
+    # What capsim sweep and capsim size would refuse is refused here too.
+    points = _check_sweep_and_sizing(loaded, list(overrides))
     sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
-    click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)")
+    click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)"
+               + (f", {points} sweep point(s)" if points else ""))
     for rc in loaded.runs:
         if rc.fleet is not None:      # pooled fleet: one line per pool
             for line in fleet_lines(rc):
@@ -262,6 +265,23 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         for count, example in rejections(rc, trace):
             click.echo(f"    warning: {count:,} of {len(trace):,} requests will be rejected, "
                        f"e.g. {example}")
+
+
+def _check_sweep_and_sizing(loaded, overrides: list[str]) -> int:
+    """Every point of the ``sweep:`` grid loads (:func:`capsim.studies.sweep.plan`) and
+    every ``sizing.hardware`` names a GPU profile; the number of sweep points (0: none).
+
+    Raises:
+        ScenarioError: as ``capsim sweep`` / ``capsim size`` would, naming the field.
+    """
+    from capsim.studies.fleet import check_hardware_names
+    from capsim.studies.sweep import plan
+
+    if loaded.spec.sizing is not None:
+        check_hardware_names(loaded, loaded.spec.sizing.hardware)
+    if not loaded.spec.sweep:
+        return 0
+    return len(plan(loaded.path, overrides).points)
 
 
 def _template_options(kind: str, default_base: str):

@@ -106,6 +106,8 @@ def error_text(error: dict[str, Any], model: type[BaseModel] | None = None) -> s
         msg = "expected true or false"
     elif kind in ("float_type", "float_parsing"):
         msg = f"expected a number{_unit(error['loc'])}"
+    elif kind == "string_pattern_mismatch" and getattr(_field_info(target), "description", None):
+        msg = f"expected {_field_info(target).description}{_example(target)}"
     elif kind == "too_short" and "min_length" in error.get("ctx", {}):
         n = error["ctx"]["min_length"]
         msg = f"expected at least {n} item{'s' if n != 1 else ''}{_list_example(_item_of(target))}"
@@ -127,8 +129,24 @@ def _unit(loc: tuple | list) -> str:
     name = next((p for p in reversed(loc) if isinstance(p, str)), "")
     for suffix, words in _UNITS:
         if name.endswith(suffix):
-            return f" of {words}" if words in ("bytes", "tokens", "US dollars") else f" in {words}"
+            if words in ("bytes", "tokens", "US dollars"):
+                return f" of {words}"
+            return f" {words}" if words.startswith("per ") else f" in {words}"
     return ""
+
+
+def field_named(error: dict[str, Any], model: type[BaseModel]) -> str | None:
+    """For an error a model's own validator raised about one of its fields (``min_replicas
+    (5) must be <= max_replicas (4)``, ``cv is required for process: gamma``): the field
+    its message starts with, so the YAML path can name it; else None."""
+    if error["type"] != "value_error":
+        return None
+    cls = _model_in(annotation_at(model, error["loc"]))
+    words = error["msg"].removeprefix("Value error, ").split(" ", 1)
+    if cls is None or not words[0]:
+        return None
+    names = {f.alias or name for name, f in cls.model_fields.items()}
+    return words[0] if words[0] in names else None
 
 
 def annotation_at(model: Any, loc: tuple | list) -> Any:
@@ -145,8 +163,7 @@ def annotation_at(model: Any, loc: tuple | list) -> Any:
         cls = _model_in(plain)
         if cls is not None and part in cls.model_fields:
             field = cls.model_fields[part]
-            current = (Annotated[field.annotation, _Examples(field.examples)]
-                       if field.examples else field.annotation)
+            current = Annotated[field.annotation, _Field(field)]
         elif _is_tag(part, plain):
             current = _member_tagged(part, plain)
         elif get_origin(plain) is dict:
@@ -156,8 +173,12 @@ def annotation_at(model: Any, loc: tuple | list) -> Any:
     return current
 
 
-class _Examples(tuple):
-    """A field's ``examples`` carried on its annotation by :func:`annotation_at`."""
+class _Field:
+    """A field's FieldInfo (its ``examples``, ``description``) carried on its annotation by
+    :func:`annotation_at`."""
+
+    def __init__(self, info: Any) -> None:
+        self.info = info
 
 
 def _strip(annotation: Any) -> Any:
@@ -204,11 +225,17 @@ def _member_tagged(tag: str, annotation: Any) -> Any:
     return annotation
 
 
-def _examples(annotation: Any) -> tuple:
+def _field_info(annotation: Any) -> Any:
+    """The FieldInfo :func:`annotation_at` put on ``annotation``, or None."""
     for meta in getattr(annotation, "__metadata__", ()):
-        if isinstance(meta, _Examples):
-            return tuple(meta)
-    return ()
+        if isinstance(meta, _Field):
+            return meta.info
+    return None
+
+
+def _examples(annotation: Any) -> tuple:
+    info = _field_info(annotation)
+    return tuple(info.examples or ()) if info is not None else ()
 
 
 def _example(annotation: Any) -> str:

@@ -507,8 +507,15 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     try:
         engine = engine.resolved(model, set(knobs))
     except ValueError as exc:
-        raise ScenarioError(str(exc), file=str(path),
-                            path=f"{where}.engine" if override else "engine") from None
+        # The message starts with the knob it is about; name where that knob was given.
+        key = str(exc).split(" ", 1)[0]
+        if where and key in override:
+            at = f"{where}.engine.{key}"
+        elif key in user:
+            at = f"engine.{key}"
+        else:
+            at = f"{where}.engine" if override else "engine"
+        raise ScenarioError(str(exc), file=str(path), path=at) from None
     if engine.scheduler == "tgi" and engine.max_num_batched_tokens < engine.max_model_len - 1:
         # TGI's launcher (launcher/src/main.rs at v2.1.0): max_batch_prefill_tokens must be
         # >= max_input_tokens, which defaults to max_total_tokens - 1.

@@ -183,7 +183,8 @@ class EngineConfig(StrictModel):
         max_len = self.max_model_len or model.max_position_embeddings
         if max_len > model.max_position_embeddings:
             raise ValueError(f"max_model_len {max_len} exceeds the model's "
-                             f"max_position_embeddings {model.max_position_embeddings}")
+                             f"max_position_embeddings {model.max_position_embeddings}; "
+                             f"valid: <= {model.max_position_embeddings}")
         budget = self.max_num_batched_tokens or (8192 if self.chunked else max(max_len, 2048))
         seqs = self.max_num_seqs
         vllm = self.scheduler in ("continuous", "static")   # vLLM's own rules below
@@ -282,7 +283,10 @@ class Scenario(StrictModel):
 
     # Names the report directory (reports/<name>), so no path separators.
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
-                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="letters, digits, '.', '_' and '-', from a letter or digit "
+                                  "(it names the report folder reports/<name>)",
+                      examples=["rag_mix"])
     description: str = ""
     seed: Int = Field(default=0, ge=0)   # SeedSequence entropy
     model: str

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import error_text
+from capsim.common.schema import error_text, field_named
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
@@ -30,6 +30,9 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
     # A typo'd key also makes its field "missing": name the typo, it is the real mistake.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
+    named = field_named(err, model)        # a model validator's message about one field
+    if named is not None:
+        loc.append(named)
     dotted = ".".join(([prefix] if prefix else []) + loc)
     if err["type"] == "extra_forbidden":
         valid = _valid_keys(model, loc[:-1])

@@ -61,6 +61,20 @@ def shape_label(tp: int, pp: int) -> str:
     return f"TP{tp}×PP{pp}" if pp > 1 else f"TP{tp}"
 
 
+def check_hardware_names(base: LoadedScenario, hardware: list[str] | None) -> None:
+    """Every GPU of ``sizing.hardware`` (``hardware``) names a profile.
+
+    Raises:
+        ScenarioError: an unknown name or a bad profile file, at ``sizing.hardware.<i>``.
+    """
+    for i, name in enumerate(hardware or []):
+        try:
+            load_hardware(locate(name, base.path.parent, kind="hardware",
+                                 shipped=hardware_names(), what="a GPU profile YAML"))
+        except ScenarioError as exc:
+            raise exc.with_context(file=str(base.path), path=f"sizing.hardware.{i}") from None
+
+
 def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str] | None,
                   tps: list[int] | None, pps: list[int] | None = None) -> list[FleetOption]:
     """Every variant × hardware × TP × PP choice (None: each variant's own), loaded and
@@ -70,12 +84,7 @@ def fleet_options(base: LoadedScenario, overrides: list[str], hardware: list[str
     Raises:
         ScenarioError: an unknown hardware name in ``hardware``.
     """
-    for i, name in enumerate(hardware or []):
-        try:
-            load_hardware(locate(name, base.path.parent, kind="hardware",
-                                 shipped=hardware_names(), what="a GPU profile YAML"))
-        except ScenarioError as exc:
-            raise exc.with_context(file=str(base.path), path=f"sizing.hardware.{i}") from None
+    check_hardware_names(base, hardware)
     out = []
     for hw in hardware or [None]:
         for tp in tps or [None]:

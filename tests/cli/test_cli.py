@@ -58,7 +58,7 @@ BAD = [
      "engine.speculative.method: method mtp needs a model with multi-token-prediction layers"),
     ("engine.speculative", {"method": "draft_model", "num_speculative_tokens": 3,
                             "acceptance_rate": 0.7},
-     "engine.speculative: method draft_model needs model"),
+     "engine.speculative.method: method draft_model needs model"),
     ("engine.speculative", {"method": "draft_model", "model": "llama-2-7b",
                             "num_speculative_tokens": 3, "acceptance_rate": 0.7},
      "engine.speculative.model: the draft model llama-2-7b has vocab_size 32,000"),
@@ -438,7 +438,9 @@ def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value,
 @pytest.mark.parametrize("args,expected", [
     (["--set", "engine={max_num_seqs: 4"], "--set engine: value is not valid YAML"),
     (["--set", "name.foo=1"], "name: cannot set 'foo' inside str value 'cli'"),
-    (["--set", "name=../x"], "name: String should match pattern"),
+    (["--set", "name=../x"], "name: expected letters, digits, '.', '_' and '-', from a letter "
+                             "or digit (it names the report folder reports/<name>), e.g. "
+                             "rag_mix (got '../x')\n"),
     (["--set", "engine.tensor_parallel_size=3"],
      "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),

@@ -135,6 +135,16 @@ def _unit(loc: tuple | list) -> str:
     return ""
 
 
+def missing_text(error: dict[str, Any], model: type[BaseModel] | None = None) -> str:
+    """A ``missing`` error: ``required field is missing``, with the example of the mapping
+    that needs it where the schema gives one (``e.g. {dist: lognormal, mean: 600, sigma:
+    0.8}``)."""
+    parent = annotation_at(model, error["loc"][:-1]) if model is not None else None
+    example = _example(parent) if parent is not None else ""
+    return "required field is missing" + (f"; {example.removeprefix(', ')}"
+                                          if example.startswith(", e.g.") else "")
+
+
 def field_named(error: dict[str, Any], model: type[BaseModel]) -> str | None:
     """For an error a model's own validator raised about one of its fields (``min_replicas
     (5) must be <= max_replicas (4)``, ``cv is required for process: gamma``): the field

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError, read_text
-from capsim.common.schema import error_text
+from capsim.common.schema import error_text, missing_text
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def scenario_error_from_validation(exc: ValidationError, file: str | None,
     errors = exc.errors(include_url=False)
     first = errors[0]
     path = ".".join(str(part) for part in first["loc"]) or None
-    message = ("required field is missing" if first["type"] == "missing"
+    message = (missing_text(first, model) if first["type"] == "missing"
                else error_text(first, model))
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import error_text, field_named
+from capsim.common.schema import error_text, field_named, missing_text
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
@@ -41,7 +41,7 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
         if valid:
             msg += f"; valid keys: {', '.join(valid)}"
     elif err["type"] == "missing":
-        msg = "required field is missing"
+        msg = missing_text(err, model)
     else:
         msg = error_text(err, model)
     return ScenarioError(msg, file=str(path), path=dotted or None)

@@ -265,7 +265,8 @@ class RequestClass(StrictModel):
 
     # in error messages
     yaml_example: ClassVar[str] = (
-        "{name: chat, weight: 1, prompt_tokens: {dist: fixed, value: 200}, output_tokens: {dist: fixed, value: 20}}")
+        "{name: chat, weight: 1, prompt_tokens: {dist: fixed, value: 200}, "
+        "output_tokens: {dist: fixed, value: 20}}")
 
     name: str = Field(min_length=1)
     weight: float = Field(gt=0, description="relative share; normalised over classes")

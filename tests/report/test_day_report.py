@@ -82,7 +82,7 @@ BAD = [
     ("workload.classes.0.schedule", {"kind": "hourly"},
      "workload.classes.0.schedule: unknown kind 'hourly'; valid: piecewise, diurnal"),
     ("variants.1.cluster.autoscaling.min_replicas", 5,
-     "variants.1.cluster.autoscaling: min_replicas (5) must be <= max_replicas (4)"),
+     "variants.1.cluster.autoscaling.min_replicas: min_replicas (5) must be <= max_replicas (4)"),
     ("variants.1.cluster.autoscaling.signal", "gpu",
      "variants.1.cluster.autoscaling.signal: "),
     ("variants.1.cluster.num_replicas", 6,

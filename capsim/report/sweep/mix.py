@@ -26,9 +26,9 @@ def mix_table(result: MixResult) -> Table:
                        "one fewer in", "value there", "margin", "status"], left=2)
     for a in result.answers:
         for p in a.pools:
-            t.rows.append([Cell(a.variant), Cell(p.name),
-                           Cell(f"{p.hardware} "
-                                f"{parallel_label(p.tensor_parallel_size, p.pipeline_parallel_size)}"), Cell(p.model),
+            shape = parallel_label(p.tensor_parallel_size, p.pipeline_parallel_size)
+            t.rows.append([Cell(a.variant), Cell(p.name), Cell(f"{p.hardware} {shape}"),
+                           Cell(p.model),
                            Cell(fmt(p.num_replicas, "int")), Cell(fmt(p.num_gpus, "int")),
                            Cell(fmt(p.ttft_p99_ms, "ms")), Cell(fmt(p.itl_p99_ms, "ms")),
                            Cell(fmt(p.price_per_hour_usd, "usd")),

@@ -371,7 +371,7 @@ def test_roofline_prices_the_presets_all_reduce(run_cli):
     code, out, _ = run_cli([*base, "--preset", "tgi"])
     assert code == 0 and "comm 4.244 ms" in out
     code, out, err = run_cli([*base, "--preset", "vllm-9"])
-    assert code == 2 and err.startswith("error: unknown engine preset 'vllm-9'; valid: ")
+    assert code == 2 and err.startswith("error: --preset: unknown engine preset 'vllm-9'; valid: ")
     assert err.count("\n") == 1
 
 

@@ -26,6 +26,17 @@ import simpy
 class Environment(simpy.Environment):
     """:class:`simpy.Environment` plus :meth:`timeout_at`."""
 
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        # SimPy binds its event classes (timeout, event, process, ...) to the instance only
+        # for names in the instance's own class (BoundClass.bind_early reads
+        # ``type(self).__dict__``), so in a subclass every ``env.timeout`` built a bound
+        # method anew. Bind those of every class in the MRO once.
+        for cls in type(self).__mro__:
+            for name, obj in vars(cls).items():
+                if type(obj) is simpy.core.BoundClass and name not in self.__dict__:
+                    setattr(self, name, getattr(self, name))
+
     def timeout_at(self, when: float) -> simpy.Event:
         """An event that fires at exactly ``when`` (seconds, ``>= now``)."""
         now = self.now

@@ -278,10 +278,14 @@ class Replica:
         self.busy_s += seconds
         self.compute_bound_steps += cost.compute_bound
         ctx = step.decode_ctx_tokens
-        self.account_steps((self.env.now,), (seconds,), step.prefill_tokens, step.decode_seqs,
-                           (1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
-                            step.prefill_kv_tokens + ctx, 1 if logits else 0),
-                           used, 0, 0, self.num_waiting)
+        # account_steps of this one step, inlined (the step loop's hot path)
+        prefill, decode = step.prefill_tokens, step.decode_seqs
+        self.prefill_tokens += prefill
+        self.decode_tokens += decode
+        self.work.add(1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
+                      step.prefill_kv_tokens + ctx, 1 if logits else 0)
+        self.timeline.record_step(self.env.now, seconds, prefill, decode, used,
+                                  self.num_waiting, sched.num_running)
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)
 

@@ -260,7 +260,7 @@ class StepPricer:
         "_gemm_launch_s", "_lm_launch_s", "_ew_launch_s", "_fixed_s", "_per_token_s",
         "_flops_per_token", "_bytes_fixed", "_bytes_per_token",
         "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s", "_overhead_s", "_decode_base",
-        "_all_reduce", "_ar_split_tokens", "_comm_tail",
+        "_all_reduce", "_ar_split_tokens", "_comm_tail", "_gemm_base",
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
         "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
         "_win_tokens", "dp_attention", "expert_parallel", "_scale_out", "_ep_q",
@@ -451,6 +451,7 @@ class StepPricer:
         self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s
         self._overhead_s = hw.step_overhead_s
         self._decode_base: dict[int, tuple[float, ...]] = {}   # see _decode_terms
+        self._gemm_base: dict[int, tuple[float, ...]] = {}     # see _before_decode_attention
 
     def _time_coeffs(self, op: Matmul) -> tuple[float, float, float]:
         """(compute s per row, weight-read s, activation s per row) of a matmul."""
@@ -848,22 +849,12 @@ class StepPricer:
                                  prefill_attn_pairs: float, prefill_kv_tokens: int
                                  ) -> tuple[float, float, float, float, float]:
         """(compute_s, memory_s, roof_s, flops, bytes) of everything but decode attention."""
-        ginv = self._ginv
-        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
-        fixed = self._gemm_launch_s + self._ew_launch_s
-        mem_only = self._mem_only_t * n
-        compute_s, memory_s, roof_s = fixed, fixed + mem_only, fixed + mem_only
-        for c_row, m_fixed, m_row in self._lin:
-            c, m = c_row * n * g, (m_fixed + m_row * n) * g
-            compute_s, memory_s = compute_s + c, memory_s + m
-            roof_s += c if c > m else m
-        flops, nbytes = self._flops_per_token * n, self._bytes_fixed + self._bytes_per_token * n
-        if self._experts is not None:
-            f, b, c, m = self._expert_terms(n)
-            c, m = c + self._expert_launch_s, m + self._expert_launch_s
-            compute_s, memory_s = compute_s + c, memory_s + m
-            roof_s += c if c > m else m
-            flops, nbytes = flops + f, nbytes + b
+        terms = self._gemm_base.get(n)
+        if terms is None:
+            terms = self._gemm_terms(n)
+            if n < _GEMM_TABLE_TOKENS:       # bounded: one entry per token count seen
+                self._gemm_base[n] = terms
+        compute_s, memory_s, roof_s, flops, nbytes = terms
         if logits_seqs > 0:
             lm, (c_row, m_fixed, m_row) = self._lm, self._lm_t
             g = self._lm_ginv[logits_seqs] if logits_seqs < _GEMM_TABLE_TOKENS \
@@ -889,6 +880,28 @@ class StepPricer:
             roof_s += c if c > m else m
             flops += a.flops_per_pair * prefill_attn_pairs
             nbytes += a.kv_bytes_per_token * prefill_kv_tokens + a.new_bytes_per_token * prefill_tokens
+        return compute_s, memory_s, roof_s, flops, nbytes
+
+    def _gemm_terms(self, n: int) -> tuple[float, float, float, float, float]:
+        """(compute_s, memory_s, roof_s, flops, bytes) of a step's layer matmuls, element-wise
+        work and routed experts: everything that depends on its ``n`` tokens only
+        (memoised per n by :meth:`_before_decode_attention`)."""
+        ginv = self._ginv
+        g = ginv[n] if n < _GEMM_TABLE_TOKENS else self._gemm_inv(n)
+        fixed = self._gemm_launch_s + self._ew_launch_s
+        mem_only = self._mem_only_t * n
+        compute_s, memory_s, roof_s = fixed, fixed + mem_only, fixed + mem_only
+        for c_row, m_fixed, m_row in self._lin:
+            c, m = c_row * n * g, (m_fixed + m_row * n) * g
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+        flops, nbytes = self._flops_per_token * n, self._bytes_fixed + self._bytes_per_token * n
+        if self._experts is not None:
+            f, b, c, m = self._expert_terms(n)
+            c, m = c + self._expert_launch_s, m + self._expert_launch_s
+            compute_s, memory_s = compute_s + c, memory_s + m
+            roof_s += c if c > m else m
+            flops, nbytes = flops + f, nbytes + b
         return compute_s, memory_s, roof_s, flops, nbytes
 
     def _windowed_prefill(self, tokens: int, pairs: float, kv_tokens: float

@@ -124,11 +124,16 @@ def _extend_through_finishes(decoders: DecodeSet, plan: RunPlan, max_steps: int,
     while True:
         done_epoch = e0 + plan.ends[-1]
         leavers = decoders.pop_finishing(done_epoch, popped)
-        if any(r.shareable for r in leavers) or n == len(leavers):
+        shareable, freed, behind = False, 0, 0      # one loop, not three generators
+        for r in leavers:
+            shareable = shareable or r.shareable
+            freed += r.prompt_tokens + r.output_tokens
+            behind += r.dec_computed0 - r.dec_epoch0
+        if shareable or n == len(leavers):
             break
-        plan.done_tokens[-1] = sum(r.prompt_tokens + r.output_tokens for r in leavers)
+        plan.done_tokens[-1] = freed
         n -= len(leavers)
-        offset -= sum(r.dec_computed0 - r.dec_epoch0 for r in leavers)
+        offset -= behind
         to_finish = decoders.steps_to_finish()
         end = min(max_steps, to_finish if to_finish is not None else max_steps)
         if free < plan.seqs[0] * -(-(end - 1) // bs):

@@ -3,9 +3,9 @@
 Taken only when the load varies over time or the fleet does (schedule, bursts, a trace
 schedule, autoscaling, failures): every ``SAMPLE_S`` the sampler notes how many ITL
 runs have been recorded, how many requests wait and run, and how many replicas serve.
-It only reads state (a decode run in progress is committed up to now first, as a
-disaggregated cluster's placement does: :meth:`Replica.kv_load`), so results are the
-same with or without it.
+It only reads state (every replica's decode run in progress is committed up to now
+first, as a disaggregated cluster's placement does, so the ITL gaps recorded by then are
+the step-by-step path's), so results are the same with or without it.
 """
 
 from __future__ import annotations
@@ -41,17 +41,22 @@ class DaySampler:
         serving: the replicas serving now.
         held: requests waiting outside any replica (a fleet with none serving).
         done: every request has ended.
+        replicas: every replica that may be running (draining ones too).
     """
 
     def __init__(self, env: Environment, itl: ItlRecorder, serving: Callable[[], list],
-                 held: Callable[[], int], done: Callable[[], bool]):
+                 held: Callable[[], int], done: Callable[[], bool],
+                 replicas: Callable[[], list]):
         self.env, self.itl, self.serving, self.held, self.done = env, itl, serving, held, done
+        self.replicas = replicas
         self.times, self.itl_runs, self.queue, self.n_serving = [], [], [], []
         self.running: list[int] = []
         self._sample()
         env.process(self._loop())
 
     def _sample(self) -> None:
+        for rep in self.replicas():          # draining ones record gaps too
+            rep.runner.sync()
         reps = self.serving()
         self.times.append(self.env.now)
         self.itl_runs.append(len(self.itl.gap_s))

@@ -128,10 +128,12 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     sampler = None                       # the day view's samples (sim/day.py)
     if loop is None and not run.disaggregated and not trace.warmup_requests \
             and wants_day_view(run):
-        serving, held = ((lambda: fleet.serving), (lambda: len(fleet.pending))) if fleet else \
-            ((lambda: pooled.serving), (lambda: pooled.held)) if pooled else \
-            ((lambda: replicas), (lambda: 0))
-        sampler = DaySampler(env, itl, serving, held, lambda: log.written >= total)
+        serving, held, every = \
+            ((lambda: fleet.serving), (lambda: len(fleet.pending)), lambda: fleet.replicas) \
+            if fleet else ((lambda: pooled.serving), (lambda: pooled.held),
+                           lambda: pooled.replicas) if pooled else \
+            ((lambda: replicas), (lambda: 0), lambda: replicas)
+        sampler = DaySampler(env, itl, serving, held, lambda: log.written >= total, every)
     sender = None
     if loop is None:
         env.process(_arrivals(env, source, admit))

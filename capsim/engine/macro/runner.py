@@ -128,7 +128,7 @@ class DecodeRunner:
         clock = acc[0]
         t_end = float(clock[k])
         m = k
-        self.run = _Run(plan, clock, secs, acc[2], bin_now, timeline.bin_s,
+        self.run = run = _Run(plan, clock, secs, acc[2], bin_now, timeline.bin_s,
                         len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
         self.waiting = True
         try:
@@ -137,15 +137,16 @@ class DecodeRunner:
             if env.now < t_end:
                 m = self.run.step_at(env.now) + 1      # the run ends with the step in progress
                 yield env.timeout_at(float(clock[m]))
-        if rep.failed:                              # the replica failed mid-run
-            return math.nan, 0.0
-        self.waiting = False
-        self._commit(m, last=True)
-        self.run = None
+        if rep.failed:              # the replica failed mid-run: the steps it committed count
+            m = run.done
+        else:
+            self.waiting = False
+            self._commit(m, last=True)
+            self.run = None
         rep.busy_s = float(acc[1, m])
         if bound is not None:
             rep.compute_bound_steps += int(acc[3, m])
-        return float(clock[1]), float(secs[m - 1])
+        return (math.nan, 0.0) if rep.failed else (float(clock[1]), float(secs[m - 1]))
 
     def _commit(self, m: int, last: bool) -> None:
         """Commit steps ``done..m − 1`` of the run in progress, segment by segment, as the

@@ -14,7 +14,9 @@ weight matmuls use ``launch_s + max(flops / peak, bytes / hbm_bw) / e(n)``
 with a GEMM curve over the step's tokens n (``gemm_fp8`` at the fp8 peak for fp8
 weights when the profile has it, else ``gemm``); prefill attention a compute
 curve over keys per query; decode attention and elementwise kernels their
-own memory factors; each class adds a fixed launch time per layer. A
+own memory factors; each class adds a fixed launch time per layer (the routed
+experts of a MoE layer: the profile's ``fused_moe`` fixed time of vLLM's whole fused-MoE
+call where it has one, else two GEMM launches; their weight reads use the GEMM curve). A
 profile without those entries (and ``hw.ideal()``) uses the scalar
 ``compute`` / ``memory`` factors for every operator, as above. The prefill
 chunks and the decode tokens are priced separately and summed (as Vidur
@@ -252,7 +254,7 @@ class StepPricer:
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "_ex_peak",
-        "_ex_bw", "_ex_ginv",
+        "_ex_bw", "_ex_ginv", "_ex_cap_inv",
         "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
         "_lm_peak", "_lm_bw", "_lm_ginv", "_gemm_launch_one",
         "_elementwise", "_embedding", "_mem_only_bytes_per_token",
@@ -421,8 +423,12 @@ class StepPricer:
         launch = curve.launch_s if curve is not None else 0.0
         self._gemm_launch_one = launch
         self._gemm_launch_s = sum(op.count for op in self._matmuls) * launch
-        # vLLM's fused MoE: one grouped GEMM for gate/up and one for down per MoE layer.
-        self._expert_launch_s = 2 * self._experts.layers * launch if self._experts else 0.0
+        # vLLM's fused MoE per MoE layer: the profile's measured fixed time of the whole
+        # call (top-k, align, two grouped GEMMs, activation, sum) where it has one, else
+        # the launches of its two grouped GEMMs (gate/up and down).
+        moe = eff.fused_moe
+        per_layer = moe.launch_s if moe is not None else 2 * launch
+        self._expert_launch_s = self._experts.layers * per_layer if self._experts else 0.0
         self._ginv = _inverse_table(curve)
         # The routed experts: the layer matmuls' rates, or their own format's.
         self._ex_peak, self._ex_bw, self._ex_ginv = self._mm_peak, self._mm_bw, self._ginv
@@ -432,6 +438,14 @@ class StepPricer:
             self._ex_peak = ex_peak if ex_curve is not None else ex_peak * eff.compute
             self._ex_bw = bw if ex_curve is not None else self._bw
             self._ex_ginv = _inverse_table(ex_curve)
+        # The fused-MoE grouped GEMMs reach at most ``fused_moe.memory`` (fitted with the
+        # fixed time); a new table, the dense matmuls' may be the same object.
+        self._ex_cap_inv = 1.0
+        if (moe is not None and moe.memory < 1.0
+                and eff.matmul_curve(self.expert_dtype) is not None):
+            self._ex_cap_inv = 1.0 / moe.memory
+            self._ex_ginv = array("d", np.maximum(np.frombuffer(self._ex_ginv, dtype=float),
+                                                  self._ex_cap_inv).tobytes())
         # The LM head: 16-bit weights at the 16-bit peak and the gemm curve.
         lm_curve = eff.matmul_curve(self._model_dtype)
         lm_peak = hw.peak_flops(self._model_dtype)
@@ -502,11 +516,11 @@ class StepPricer:
 
     def _expert_inv(self, n: int) -> float:
         """1 / e(n) of the routed experts' GEMM curve (the layer matmuls' unless their
-        format computes at another peak)."""
+        format computes at another peak), e(n) capped at the profile's ``fused_moe.memory``."""
         if n < _GEMM_TABLE_TOKENS:
             return self._ex_ginv[n]
-        return float(1.0 / curve_efficiency(self.hw.efficiency.matmul_curve(self.expert_dtype),
-                                            n))
+        return max(float(1.0 / curve_efficiency(
+            self.hw.efficiency.matmul_curve(self.expert_dtype), n)), self._ex_cap_inv)
 
     def new_tally(self) -> WorkTally:
         """A :class:`WorkTally` for this pricer's :meth:`work` (it keeps the steps per

@@ -131,6 +131,11 @@ class Efficiency(StrictModel):
     peak; without it fp8 matmuls use ``gemm`` at the fp8 peak),
     ``attention_prefill``, ``attention_decode`` and ``elementwise`` (norms,
     RoPE, activation, residual adds and the embedding gather; memory only).
+    ``fused_moe``: a mixture-of-experts layer's fused-MoE call (top-k, block alignment,
+    the two grouped GEMMs, the activation and the top-k sum; fitted to published kernel
+    times): ``launch_s`` is its fixed time per layer, replacing the two GEMM launches the
+    routed experts get without it, and ``memory`` caps the GEMM curve's efficiency for
+    the experts' weight streaming (``compute`` unused).
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -143,6 +148,7 @@ class Efficiency(StrictModel):
     attention_prefill: KernelEfficiency | None = None
     attention_decode: KernelEfficiency | None = None
     elementwise: KernelEfficiency | None = None
+    fused_moe: KernelEfficiency | None = None
 
     def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
@@ -186,7 +192,7 @@ class Calibration(StrictModel):
 
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                          "elementwise"]
+                          "elementwise", "fused_moe"]
 
 
 class Derivation(StrictModel):

@@ -79,6 +79,15 @@ class Pool:
         return self.preset.host_overhead.resolved(knob)
 
     @property
+    def engine_label(self) -> str:
+        """``vllm-v1 (vLLM 0.19.0)``, with ``, async scheduling off`` (or ``on``) where this
+        pool's host work does not overlap the GPU as its preset's does by default."""
+        overlap = self.host_overhead.overlap
+        if overlap == self.preset.host_overhead.overlap:
+            return self.preset.label
+        return f"{self.preset.label}, async scheduling {'on' if overlap == 'async' else 'off'}"
+
+    @property
     def num_gpus(self) -> int:
         return self.num_replicas * self.engine.gpus_per_replica
 
@@ -975,7 +984,7 @@ def pool_log_lines(pool: Pool) -> list[str]:
     """A pool's start-up lines as its engine logs them (per GPU): the preset, weights,
     the memory profile, the available KV memory, the KV cache size and concurrency; with
     speculative decoding its method, k and expected tokens per step."""
-    lines = [f"engine {pool.preset.label}"]
+    lines = [f"engine {pool.engine_label}"]
     if pool.spec is not None:
         lines.append(pool.spec.log_line())
     return [*lines, *pool.kv.memory.log_lines(), *pool.kv.log_lines(pool.engine.max_model_len)]
@@ -984,11 +993,11 @@ def pool_log_lines(pool: Pool) -> list[str]:
 def engine_label(run: RunConfig) -> str:
     """The engine preset(s) of a variant, e.g. ``vllm-v1 (vLLM 0.19.0)``; a split whose
     pools run different presets names both."""
-    labels = list(dict.fromkeys(p.preset.label for p in run.pools))
+    labels = list(dict.fromkeys(p.engine_label for p in run.pools))
     if len(labels) == 1:
         return labels[0]
     names = run.fleet.names if run.fleet is not None else [p.role for p in run.pools]
-    return ", ".join(f"{name} {p.preset.label}" for name, p in zip(names, run.pools))
+    return ", ".join(f"{name} {p.engine_label}" for name, p in zip(names, run.pools))
 
 
 def scheduler_label(pool: Pool) -> str:

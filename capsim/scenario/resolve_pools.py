@@ -322,7 +322,7 @@ def fleet_lines(run: RunConfig) -> list[str]:
         out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
                    f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}, "
                    f"model {fp.model.name}, engine "
-                   f"{fp.pool.preset.label}, max_num_seqs {eng.max_num_seqs}, "
+                   f"{fp.pool.engine_label}, max_num_seqs {eng.max_num_seqs}, "
                    f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
                    f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")
         out += [f"    {line}" for line in pool_log_lines(fp.pool)]

@@ -311,6 +311,11 @@ def test_async_scheduling_defaults_by_preset_and_drafter(scenario):
     assert overlap(speculative={"method": "eagle", "num_speculative_tokens": 3,
                                    "acceptance_rate": 0.6}) == "async"
     assert overlap(preset="sglang", async_scheduling=False) == "serial"
+    # What a run names: the preset, and the switch where it departs from the default.
+    pool = load(scenario(engine={"max_model_len": 8192, "async_scheduling": False})).runs[0].pool()
+    assert pool.engine_label == "vllm-v1 (vLLM 0.19.0), async scheduling off"
+    assert load(scenario(engine={"max_model_len": 8192})).runs[0].pool().engine_label == \
+        "vllm-v1 (vLLM 0.19.0)"
     assert overlap(preset="tgi", enable_chunked_prefill=False,
                    max_num_batched_tokens=8192) == "serial"
 

@@ -749,12 +749,8 @@ class StepPricer:
             roof_s += c if c > m else m
             flops += a.decode_flops_per_pair * pairs
             nbytes += a.kv_bytes_per_token * read + a.new_bytes_per_token * v
-        if n < self._ar_split_tokens:
-            comm_s = (self._comm_fixed_s + self._comm_per_token_s * n
-                      + self._comm_per_logit_s * logits_seqs)
-        else:
-            fixed, per_token = self._comm_terms(n)
-            comm_s = fixed + per_token * n + self._comm_per_logit_s * logits_seqs
+        fixed, per_token = self._comm_terms(n)      # cost() inlines its first piece
+        comm_s = fixed + per_token * n + self._comm_per_logit_s * logits_seqs
         seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
         if self._host:
             gpu_s = seconds

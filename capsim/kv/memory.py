@@ -270,8 +270,16 @@ def _grouped_moe_weight_bytes_per_gpu(model: ModelShape, tp: int, layout: Weight
     out = int(((attn - attn_rep) * per["attention"] + mlp * per["mlp"]
                + experts * per["experts"] + rest * act) / tp
               + attn_rep * per["attention"] + router * act)
-    out += _vocab_params(model, embedding, lm_head) * act // tp
-    out += (small - (0 if lm_head else h)) * act        # the final norm on the last stage only
+    return out + _unsharded_bytes(model, tp, small, rope_cache, embedding, lm_head)
+
+
+def _unsharded_bytes(model: ModelShape, tp: int, small: int, rope_cache: bool,
+                     embedding: bool, lm_head: bool) -> int:
+    """The 16-bit tensors beside the linears: the vocabulary ÷ TP, the ``small`` norms,
+    sinks and biases (the final norm on the last stage only) and the RoPE cache."""
+    act = model.dtype_bytes
+    out = _vocab_params(model, embedding, lm_head) * act // tp
+    out += (small - (0 if lm_head else model.hidden_size)) * act
     if rope_cache:
         rope_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
         out += model.max_position_embeddings * rope_dim * act
@@ -312,12 +320,7 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: float,
                                     + model.qk_rope_head_dim)
     linear = model.params_total - vocab - small - replicated
     out = int(linear * weight_bytes // tp + replicated * weight_bytes)
-    out += _vocab_params(model, embedding, lm_head) * act // tp
-    out += (small - (0 if lm_head else h)) * act        # the final norm on the last stage only
-    if rope_cache:
-        rope_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
-        out += model.max_position_embeddings * rope_dim * act
-    return out
+    return out + _unsharded_bytes(model, tp, small, rope_cache, embedding, lm_head)
 
 
 def activation_peak_bytes(model: ModelShape, tp: int, rule: MemoryRule, max_num_seqs: int,

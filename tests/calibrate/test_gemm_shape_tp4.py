@@ -15,7 +15,7 @@ at 8 tokens; skipped when ../shared is absent:
   down), on its weight bytes, on its aspect K / N, on N or on K — fitted to all 8-token
   rows of a GPU reproduces that: the 70B's layer stays ≥ 2 % under Vidur while the
   8B's A100 layer stays ≥ 2 % over it, so refitting the host step on the 8B cancels
-  most of what such a curve adds to the 70B (≈ 0.4 – 0.6 ms of the 2.7 / 1.3 ms per
+  most of what such a curve adds to the 70B (≈ 0.6 / 0.35 ms of the 2.7 / 1.3 ms per
   step missing on the A100 / H100);
 - the per-layer elementwise group (norms, RoPE, SiLU-mul, adds) at 8 tokens is priced
   ~40 % under Vidur on both models; it scales with the layers (80 vs 32), so after

@@ -205,6 +205,11 @@ class StepPricer:
             ``quantization="fp8_channel"`` (compressed-tensors FP8-dynamic).
             Attention runs at the bf16 (else fp16) peak.
         kv_cache_dtype_bytes: bytes per KV-cache element (2 for bf16, 1 for fp8).
+        engine: the engine family running the step (``vllm``, ``sglang``,
+            ``tensorrt-llm``, ``tgi``; an engine preset's ``engine``): with an fp8 KV cache
+            decode attention takes the profile's ``attention_decode_fp8`` entry for it
+            (:meth:`~capsim.profiles.hardware.Efficiency.decode_attention`); None or no
+            entry: ``attention_decode`` at the fp8 bytes.
         quantization: a format of :mod:`capsim.profiles.quantization` (``awq``,
             ``nvfp4``, …; None: 16-bit weights). It sets the layer matmuls' weight
             bytes (scales included: per tensor shape for dense models, the format's mean
@@ -252,7 +257,7 @@ class StepPricer:
     """
 
     __slots__ = (
-        "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes",
+        "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes", "engine",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "_ex_peak",
         "_ex_bw", "_ex_ginv", "_ex_cap_inv",
         "_matmuls", "_lm", "_attn", "_peak", "_attn_peak", "_bw", "_mm_peak", "_mm_bw",
@@ -275,7 +280,7 @@ class StepPricer:
                  dp_attention: bool = False, expert_parallel: bool = False,
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
-                 all_reduce: TpAllReduce | None = None):
+                 all_reduce: TpAllReduce | None = None, engine: str | None = None):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -288,6 +293,7 @@ class StepPricer:
         self.model, self.hw = model, hw
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
+        self.engine = engine
         self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
         # Each tensor group's format (the checkpoint's where it stores them apart, e.g.
         # gpt-oss: bf16 attention, MXFP4 experts); the layer matmuls run at the attention
@@ -458,8 +464,11 @@ class StepPricer:
         prefill = eff.kernel("attention_prefill")
         self._ainv = _inverse_table(prefill.compute_curve)
         self._attn_p = self._attn_coeffs(prefill, self._attn.flops_per_pair)
-        self._attn_d = self._attn_coeffs(eff.kernel("attention_decode"),
-                                         self._attn.decode_flops_per_pair)
+        # An fp8 KV cache: the engine's own fp8 decode kernel where the profile measured
+        # one (vLLM's FA3 reads fp8 KV at a lower fraction of bandwidth than bf16 KV).
+        self._attn_d = self._attn_coeffs(
+            eff.decode_attention(self.kv_cache_dtype_bytes, self.engine),
+            self._attn.decode_flops_per_pair)
         ew = eff.kernel("elementwise")
         self._mem_only_t = self._mem_only_bytes_per_token / (bw * ew.memory)
         self._ew_launch_s = self.model.num_hidden_layers * ew.launch_s

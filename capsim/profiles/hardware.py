@@ -99,6 +99,10 @@ class GemmCurve(Curve):
     launch_s: float = Field(0.0, ge=0.0)
 
 
+#: The engine families of :class:`capsim.profiles.engines.EnginePreset` (``engine``).
+EngineFamily = Literal["vllm", "sglang", "tensorrt-llm", "tgi"]
+
+
 class KernelEfficiency(StrictModel):
     """Roofline factors of one non-GEMM operator class, plus its fixed kernel time.
 
@@ -136,6 +140,10 @@ class Efficiency(StrictModel):
     times): ``launch_s`` is its fixed time per layer, replacing the two GEMM launches the
     routed experts get without it, and ``memory`` caps the GEMM curve's efficiency for
     the experts' weight streaming (``compute`` unused).
+    ``attention_decode_fp8``: decode attention over an fp8 KV cache, per engine family
+    (``vllm``, ``sglang``, ``tensorrt-llm``, ``tgi``), because each runs its own fp8
+    kernel (vLLM: FlashAttention 3 in full fp8 on Hopper, FlashInfer on Blackwell); an
+    engine without an entry prices fp8 KV with ``attention_decode`` at the fp8 bytes.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -149,6 +157,7 @@ class Efficiency(StrictModel):
     attention_decode: KernelEfficiency | None = None
     elementwise: KernelEfficiency | None = None
     fused_moe: KernelEfficiency | None = None
+    attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
 
     def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
@@ -163,6 +172,17 @@ class Efficiency(StrictModel):
         own = getattr(self, op_class)
         return own if own is not None else KernelEfficiency(compute=self.compute,
                                                             memory=self.memory)
+
+    def decode_attention(self, kv_cache_dtype_bytes: int,
+                         engine: str | None = None) -> KernelEfficiency:
+        """The factors decode attention runs at: ``engine``'s ``attention_decode_fp8``
+        entry for a 1-byte (fp8) KV cache where the profile has one, else
+        :meth:`kernel` of ``attention_decode``."""
+        if kv_cache_dtype_bytes == 1 and self.attention_decode_fp8 and engine is not None:
+            own = self.attention_decode_fp8.get(engine)
+            if own is not None:
+                return own
+        return self.kernel("attention_decode")
 
 
 class ErrorFigures(StrictModel):
@@ -192,7 +212,7 @@ class Calibration(StrictModel):
 
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                          "elementwise", "fused_moe"]
+                          "elementwise", "fused_moe", "attention_decode_fp8"]
 
 
 class Derivation(StrictModel):

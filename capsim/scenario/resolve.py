@@ -103,7 +103,8 @@ class Pool:
                           routing_skew=eng.moe_routing_skew,
                           dp_attention=eng.enable_dp_attention and self.spec.draft.is_moe,
                           expert_parallel=eng.enable_expert_parallel and self.spec.draft.is_moe,
-                          quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce)
+                          quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
+                          engine=self.preset.engine)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
@@ -120,7 +121,8 @@ class Pool:
         kwargs = dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
                       routing_skew=eng.moe_routing_skew, dp_attention=eng.enable_dp_attention,
                       expert_parallel=eng.enable_expert_parallel,
-                      quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce)
+                      quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
+                      engine=self.preset.engine)
         if eng.pipeline_parallel_size > 1:
             return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,
                                   eng.pipeline_parallel_size, host=host, scale_out=scale_out,

@@ -95,6 +95,13 @@ BAD = [
                                            "field 'hbm_gb'; valid: "),
     ("variants.1.hardware_overrides", {"memory_total_gib": -3},
      "variants.1.hardware_overrides.memory_total_gib: "),
+    # fp8-KV decode attention is per engine family, each factor a fraction of the peak.
+    ("hardware_overrides", {"efficiency": {"attention_decode_fp8": {"vlm": {"memory": 0.8}}}},
+     "hardware_overrides.efficiency.attention_decode_fp8.vlm: Input should be 'vllm', "
+     "'sglang', 'tensorrt-llm' or 'tgi' (got 'vlm')"),
+    ("hardware_overrides", {"efficiency": {"attention_decode_fp8": {"vllm": {"memory": 1.8}}}},
+     "hardware_overrides.efficiency.attention_decode_fp8.vllm.memory: Input should be less "
+     "than or equal to 1 (got 1.8)"),
     # Multi-step scheduling exists in vLLM 0.6 only, and without chunked prefill.
     ("engine.num_scheduler_steps", 8, "engine.num_scheduler_steps: engine preset 'vllm-v1' has "
                                       "no multi-step scheduling (valid with: vllm-0.6, "

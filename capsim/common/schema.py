@@ -10,6 +10,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 Int = Annotated[int, Strict()]
 """An integer field that takes only integers: YAML ``true`` is not 1, ``16.0`` is not 16."""
 
+Bool = Annotated[bool, Strict()]
+"""A boolean field that takes only YAML's ``true`` / ``false``: pydantic's lax ``'yes'``,
+``'false'``, ``1`` and ``0`` are refused (a quoted ``'false'`` would otherwise be echoed into
+scenario.resolved.yaml as a string)."""
+
 
 class StrictModel(BaseModel):
     """Frozen model that rejects unknown keys, so YAML typos fail loudly, and non-finite
@@ -103,7 +108,8 @@ def error_text(error: dict[str, Any], model: type[BaseModel] | None = None) -> s
     elif kind in ("int_type", "int_parsing", "int_from_float"):
         msg = f"expected an integer{_unit(error['loc'])}"
     elif kind in ("bool_type", "bool_parsing"):
-        msg = "expected true or false"
+        quoted = isinstance(value, str) and value.strip().lower() in ("true", "false")
+        msg = "expected true or false" + (", unquoted" if quoted else "")
     elif kind in ("float_type", "float_parsing"):
         msg = f"expected a number{_unit(error['loc'])}"
     elif kind == "string_pattern_mismatch" and getattr(_field_info(target), "description", None):

@@ -26,7 +26,7 @@ from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.links import LinkNumbers
 
 ROLES = ("prefill", "decode")
@@ -58,7 +58,7 @@ class DisaggregationConfig(StrictModel):
     decode: PoolConfig
     link: str | LinkNumbers = Field(description="link name, or {bandwidth_gbit_per_s, latency_s}")
     router: Literal["least_kv", "round_robin"] = "least_kv"
-    layerwise_overlap: bool = False
+    layerwise_overlap: Bool = False
 
     @field_validator("link", mode="before")
     @classmethod

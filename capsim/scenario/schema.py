@@ -15,7 +15,7 @@ from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
@@ -52,7 +52,7 @@ class EngineConfig(StrictModel):
 
     preset: str = Field(default="vllm-v1", min_length=1)
     scheduler: Literal["static", "continuous", "trtllm", "sglang", "tgi"] = "continuous"
-    enable_chunked_prefill: bool = True
+    enable_chunked_prefill: Bool = True
     max_num_seqs: Int = Field(default=256, gt=0)
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)
     max_model_len: Int | None = Field(default=None, gt=0)
@@ -61,7 +61,7 @@ class EngineConfig(StrictModel):
     # tensor_parallel_size GPUs each (capsim.cost.pipeline; one batch in flight).
     pipeline_parallel_size: Int = Field(default=1, gt=0)
     block_size: Int = Field(default=16, gt=0)
-    enable_prefix_caching: bool = True        # vLLM v1 default
+    enable_prefix_caching: Bool = True        # vLLM v1 default
     # Memory fractions, by engine (the preset's memory rule reads its own).
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
@@ -95,7 +95,7 @@ class EngineConfig(StrictModel):
     # vLLM V1 --[no-]async-scheduling (SGLang's overlap schedule, TensorRT-LLM's overlap
     # scheduler): the next step is scheduled while the GPU runs the current one; None: the
     # preset's default (on in vLLM 0.19 except with draft-model and n-gram drafters).
-    async_scheduling: bool | None = None
+    async_scheduling: Bool | None = None
     # Mixture-of-experts routing skew (capsim's own knob, not an engine's): Zipf exponent
     # of expert popularity; 0 routes uniformly (capsim.cost.operators.expected_experts_hit).
     moe_routing_skew: float = Field(default=0.0, ge=0)
@@ -105,8 +105,8 @@ class EngineConfig(StrictModel):
     # --enable-dp-attention; vLLM --data-parallel-size with expert parallelism): each GPU
     # runs attention for its own requests with the whole attention weights and keeps those
     # requests' KV only (no KV replicated across the group, MLA's latent included).
-    enable_expert_parallel: bool = False
-    enable_dp_attention: bool = False
+    enable_expert_parallel: Bool = False
+    enable_dp_attention: Bool = False
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)

@@ -21,6 +21,18 @@ SHIPPED_BAD = [
      'max_model_len: 8192} (got 5)'),
     ('rag_mix.yaml', 'engine.enable_chunked_prefill', '"maybe"',
      "engine.enable_chunked_prefill: expected true or false (got 'maybe')"),
+    # Booleans are YAML's true / false only: pydantic's lax 'yes', 'false', 1 and 0 are
+    # refused (they were echoed as given into scenario.resolved.yaml).
+    ('rag_mix.yaml', 'engine.async_scheduling', "'yes'",
+     "engine.async_scheduling: expected true or false (got 'yes')"),
+    ('rag_mix.yaml', 'engine.async_scheduling', "'false'",
+     "engine.async_scheduling: expected true or false, unquoted (got 'false')"),
+    ('rag_mix.yaml', 'engine.enable_prefix_caching', '1',
+     'engine.enable_prefix_caching: expected true or false (got 1)'),
+    ('rag_mix.yaml', 'variants.4.disaggregation.layerwise_overlap', '0',
+     'variants.4.disaggregation.layerwise_overlap: expected true or false (got 0)'),
+    ('hetero_fleet.yaml', 'cluster.pools.0.engine', "{enable_expert_parallel: 'no'}",
+     "cluster.pools.0.engine.enable_expert_parallel: expected true or false (got 'no')"),
     ('rag_mix.yaml', 'engine.max_num_seqs', '"lots"',
      "engine.max_num_seqs: expected an integer (got 'lots')"),
     ('rag_mix.yaml', 'engine.block_size', '7',

@@ -327,6 +327,23 @@ def test_trace_errors_name_the_line(tmp_path, run_cli, write_scenario):
     assert code == 2 and "not found" in err
 
 
+def test_a_boolean_set_on_the_command_line_is_yamls_boolean(tmp_path, run_cli,
+                                                             write_scenario):
+    """``--set engine.async_scheduling=false`` is parsed as YAML, so it is the boolean false
+    (validate names async scheduling off) and scenario.resolved.yaml writes it unquoted;
+    the quoted string 'false' is refused (pydantic's lax booleans would take it)."""
+    path = write_scenario(tmp_path, GOOD)
+    code, out, _ = run_cli(["validate", str(path), "--set", "engine.async_scheduling=false"])
+    assert code == 0 and "async scheduling off" in out
+    code, _, _ = run_cli(["run", str(path), "-o", str(tmp_path / "r"),
+                          "--set", "engine.async_scheduling=false"])
+    text = (tmp_path / "r" / "scenario.resolved.yaml").read_text()
+    assert code == 0 and "  async_scheduling: false\n" in text
+    code, _, err = run_cli(["validate", str(path), "--set", "engine.async_scheduling='false'"])
+    assert code == 2 and err.endswith("engine.async_scheduling: expected true or false, "
+                                      "unquoted (got 'false')\n")
+
+
 def test_bad_set_and_missing_file(tmp_path, run_cli, write_scenario):
     path = write_scenario(tmp_path, GOOD)
     code, _, err = run_cli(["validate", str(path), "--set", "engine.max_num_seqs"])

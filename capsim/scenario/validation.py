@@ -36,15 +36,29 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
     dotted = ".".join(([prefix] if prefix else []) + loc)
     if err["type"] == "extra_forbidden":
         valid = _valid_keys(model, loc[:-1])
+        knob = _engine_knob_here(loc[-1], valid, ".".join(([prefix] if prefix else []) + loc[:-1]))
         hint = difflib.get_close_matches(loc[-1], valid, n=1)
         msg = f"unknown key '{loc[-1]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
-        if valid:
+        if knob:
+            msg = knob
+        elif valid:
             msg += f"; valid keys: {', '.join(valid)}"
     elif err["type"] == "missing":
         msg = missing_text(err, model)
     else:
         msg = error_text(err, model)
     return ScenarioError(msg, file=str(path), path=dotted or None)
+
+
+def _engine_knob_here(key: str, valid: list[str], parent: str) -> str:
+    """For an engine knob written beside ``engine:`` instead of in it (a pool's
+    ``pipeline_parallel_size``, a variant's ``max_num_seqs``): where it goes; else ""."""
+    from capsim.scenario.schema import EngineConfig
+
+    if "engine" not in valid or key not in EngineConfig.model_fields:
+        return ""
+    at = f"{parent}.engine" if parent else "engine"
+    return f"unknown key '{key}' here: an engine knob goes under engine: ({at}.{key})"
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -31,6 +31,16 @@ SHIPPED_BAD = [
      'engine.enable_prefix_caching: expected true or false (got 1)'),
     ('rag_mix.yaml', 'variants.4.disaggregation.layerwise_overlap', '0',
      'variants.4.disaggregation.layerwise_overlap: expected true or false (got 0)'),
+    # An engine knob beside a pool's (or a variant's) engine: is told where it goes.
+    ('hetero_fleet.yaml', 'cluster.pools.0.pipeline_parallel_size', '2',
+     "cluster.pools.0.pipeline_parallel_size: unknown key 'pipeline_parallel_size' here: "
+     'an engine knob goes under engine: (cluster.pools.0.engine.pipeline_parallel_size)'),
+    ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.max_num_seqs', '64',
+     "variants.1.disaggregation.prefill.max_num_seqs: unknown key 'max_num_seqs' here: an "
+     'engine knob goes under engine: (variants.1.disaggregation.prefill.engine.max_num_seqs)'),
+    ('rag_mix.yaml', 'variants.1.max_num_seqs', '64',
+     "variants.1.max_num_seqs: unknown key 'max_num_seqs' here: an engine knob goes under "
+     'engine: (variants.1.engine.max_num_seqs)'),
     ('hetero_fleet.yaml', 'cluster.pools.0.engine', "{enable_expert_parallel: 'no'}",
      "cluster.pools.0.engine.enable_expert_parallel: expected true or false (got 'no')"),
     ('rag_mix.yaml', 'engine.max_num_seqs', '"lots"',

@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.links import LinkNumbers
+from capsim.scenario.parallel import TensorParallelSize
 
 ROLES = ("prefill", "decode")
 
@@ -39,8 +40,8 @@ class PoolConfig(StrictModel):
     yaml_example: ClassVar[str] = "{num_replicas: 1, engine: {max_num_batched_tokens: 8192}}"
 
     num_replicas: Int = Field(gt=0, description="replicas in the pool, >= 1")
-    tensor_parallel_size: Int | None = Field(default=None, gt=0,
-                                             description="GPUs per replica; default: the variant's")
+    tensor_parallel_size: TensorParallelSize | None = Field(
+        default=None, description="GPUs per replica; default: the variant's")
     hardware: str | None = Field(default=None, description="GPU profile; default: the variant's")
     engine: dict[str, Any] = Field(default_factory=dict,
                                    description="engine overrides for this pool (vLLM names)",

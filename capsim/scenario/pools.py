@@ -40,6 +40,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from capsim.common.schema import Int, StrictModel
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
+from capsim.scenario.parallel import TensorParallelSize
 
 #: Most pools in one fleet (each adds a router candidate list and a result section).
 MAX_POOLS = 16
@@ -59,9 +60,8 @@ class FleetPoolConfig(StrictModel):
                                                               "variant's")
     model: Optional[str] = Field(default=None, description="model served; default: the "
                                                            "variant's")
-    tensor_parallel_size: Optional[Int] = Field(default=None, gt=0,
-                                                description="GPUs per replica; default: the "
-                                                            "variant's engine")
+    tensor_parallel_size: Optional[TensorParallelSize] = Field(
+        default=None, description="GPUs per replica; default: the variant's engine")
     engine: dict[str, Any] = Field(default_factory=dict,
                                    description="engine knobs over the variant's (vLLM names)",
                                    examples=["{max_model_len: 8192, max_num_seqs: 64}"])

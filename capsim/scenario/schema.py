@@ -20,6 +20,7 @@ from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
+from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
 from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
@@ -56,10 +57,10 @@ class EngineConfig(StrictModel):
     max_num_seqs: Int = Field(default=256, gt=0)
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)
     max_model_len: Int | None = Field(default=None, gt=0)
-    tensor_parallel_size: Int = Field(default=1, gt=0)
+    tensor_parallel_size: TensorParallelSize = 1
     # vLLM --pipeline-parallel-size: the layers split over this many stages of
-    # tensor_parallel_size GPUs each (capsim.cost.pipeline; one batch in flight).
-    pipeline_parallel_size: Int = Field(default=1, gt=0)
+    # tensor_parallel_size GPUs each (capsim.cost.pipeline, capsim.engine.pipeline).
+    pipeline_parallel_size: PipelineParallelSize = 1
     block_size: Int = Field(default=16, gt=0)
     enable_prefix_caching: Bool = True        # vLLM v1 default
     # Memory fractions, by engine (the preset's memory rule reads its own).

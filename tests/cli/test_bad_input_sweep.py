@@ -41,6 +41,19 @@ SHIPPED_BAD = [
     ('rag_mix.yaml', 'variants.1.max_num_seqs', '64',
      "variants.1.max_num_seqs: unknown key 'max_num_seqs' here: an engine knob goes under "
      'engine: (variants.1.engine.max_num_seqs)'),
+    # A parallel size below 1 says what it counts (not pydantic's "greater than 0").
+    ('hetero_fleet.yaml', 'cluster.pools.0.engine', '{pipeline_parallel_size: 0}',
+     'cluster.pools.0.engine.pipeline_parallel_size: pipeline_parallel_size must be >= 1 '
+     '(the stages the layers are split over, of tensor_parallel_size GPUs each; 1: no '
+     'pipeline parallelism), got 0'),
+    ('hetero_fleet.yaml', 'cluster.pools.0.tensor_parallel_size', '0',
+     'cluster.pools.0.tensor_parallel_size: tensor_parallel_size must be >= 1 (the GPUs '
+     'each layer is split over; 1: no tensor parallelism), got 0'),
+    ('disagg_ratio.yaml', 'variants.1.disaggregation.decode.tensor_parallel_size', '-1',
+     'variants.1.disaggregation.decode.tensor_parallel_size: tensor_parallel_size must be '
+     '>= 1 (the GPUs each layer is split over; 1: no tensor parallelism), got -1'),
+    ('rag_mix.yaml', 'engine.pipeline_parallel_size', '"2"',
+     "engine.pipeline_parallel_size: expected an integer (got '2')"),
     ('hetero_fleet.yaml', 'cluster.pools.0.engine', "{enable_expert_parallel: 'no'}",
      "cluster.pools.0.engine.enable_expert_parallel: expected true or false (got 'no')"),
     ('rag_mix.yaml', 'engine.max_num_seqs', '"lots"',

@@ -715,42 +715,57 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
     try:
         run = resolve_variant(spec, index, variant, path)
     except ScenarioError as exc:
-        raise _pool_error(exc, index, where, pool) from None
+        raise _pool_error(exc, index, where, v, pool) from None
+
+    def knob_at(key: str) -> str:      # where the user gave the pool's engine knob
+        return (f"{where}.engine.{key}" if key in pool.engine
+                else f"variants.{index}.engine.{key}" if key in v.engine else f"engine.{key}")
+
     resolved = run.pool()
     if resolved.spec is not None:
         raise ScenarioError(
             "speculative decoding is not modelled in a disaggregated pool; remove "
             "engine.speculative from this variant", file=str(path),
-            path=f"{where}.engine.speculative" if "speculative" in pool.engine
-            else f"variants.{index}.engine.speculative" if "speculative" in v.engine
-            else "engine.speculative")
+            path=knob_at("speculative"))
     if resolved.engine.pipeline_parallel_size > 1:
         raise ScenarioError(
             "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "
             "assumes one stage per replica); valid: pipeline_parallel_size 1",
-            file=str(path), path=f"{where}.engine.pipeline_parallel_size")
+            file=str(path), path=knob_at("pipeline_parallel_size"))
     if resolved.engine.scheduler != "continuous":
         key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
         raise ScenarioError(
             f"a disaggregated pool runs vLLM's continuous batching (capsim hands a request "
             f"from prefill to decode pool in that policy only); this pool runs scheduler "
             f"{resolved.engine.scheduler} (engine preset '{resolved.preset.name}'); valid: "
-            "continuous with a vLLM preset", file=str(path), path=f"{where}.engine.{key}")
+            "continuous with a vLLM preset", file=str(path), path=knob_at(key))
     return run, replace(resolved, role=role)
 
 
-def _pool_error(exc: ScenarioError, index: int, where: str, pool: PoolConfig) -> ScenarioError:
-    """Re-point an error raised while resolving a pool at the pool's YAML path.
+def _pool_error(exc: ScenarioError, index: int, where: str, v: VariantSpec,
+                pool: PoolConfig) -> ScenarioError:
+    """Re-point an error raised while resolving a pool at the YAML path the user wrote.
 
-    ``variants.<i>.engine.x`` → ``variants.<i>.disaggregation.<role>.engine.x``;
-    ``variants.<i>.hardware`` → ``....<role>.hardware`` when the pool names one.
+    The pool was resolved as variant ``index`` with the pool's knobs merged into its
+    engine, so ``variants.<i>.engine.x`` is the pool's ``engine.x`` (or its
+    ``tensor_parallel_size``) when the pool gives x, else the variant's own (a rule across
+    the knobs, ``variants.<i>.engine``, names the pool's engine if it gives any);
+    ``variants.<i>.hardware`` is ``....<role>.hardware`` when the pool names one.
     Errors about the model or scenario-level fields keep their path.
     """
     path = exc.path or ""
     head = f"variants.{index}."
-    tail = path[len(head):] if path.startswith(head) else path
-    if tail.startswith("engine") or (tail == "hardware" and pool.hardware is not None):
-        path = f"{where}.{tail}"
+    tail = path[len(head):] if path.startswith(head) else None
+    if tail is not None and tail.startswith("engine."):
+        key = tail.split(".")[1]
+        if key == "tensor_parallel_size" and pool.tensor_parallel_size is not None:
+            path = f"{where}.tensor_parallel_size"
+        elif key in pool.engine or key not in v.engine:
+            path = f"{where}.{tail}"
+    elif tail == "engine":          # a rule across the merged knobs
+        path = f"{where}.engine" if pool.engine else path if v.engine else "engine"
+    elif tail == "hardware" and pool.hardware is not None:
+        path = f"{where}.hardware"
     return ScenarioError(exc.message, file=exc.file, path=path or where)
 
 

@@ -338,9 +338,21 @@ SHIPPED_BAD = [
     ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.hardware', 'h900',
      "variants.1.disaggregation.prefill.hardware: unknown hardware 'h900'; valid: "
      'a100-40gb, a100-80gb, a10g, b200, h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s,'),
+    # A disaggregated pool's error names the field the user wrote: the pool's
+    # tensor_parallel_size, its engine's, the variant's engine or the scenario's.
     ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.tensor_parallel_size', '3',
+     'variants.1.disaggregation.prefill.tensor_parallel_size: tensor_parallel_size 3 must '
+     'divide num_attention_heads 32 of llama-3.1-8b'),
+    ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.engine.tensor_parallel_size', '3',
      'variants.1.disaggregation.prefill.engine.tensor_parallel_size: tensor_parallel_size '
      '3 must divide num_attention_heads 32 of llama-3.1-8b'),
+    ('disagg_ratio.yaml', 'variants.1.engine', '{tensor_parallel_size: 3}',
+     'variants.1.engine.tensor_parallel_size: tensor_parallel_size 3 must divide '
+     'num_attention_heads 32 of llama-3.1-8b'),
+    ('disagg_ratio.yaml', 'engine.pipeline_parallel_size', '2',
+     'engine.pipeline_parallel_size: pipeline parallelism is not modelled in a '
+     'disaggregated pool (the KV handoff assumes one stage per replica); valid: '
+     'pipeline_parallel_size 1'),
     ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.engine', '{max_num_batched_tokenz: 3}',
      'variants.1.disaggregation.prefill.engine.max_num_batched_tokenz: unknown key '
      "'max_num_batched_tokenz' (did you mean 'max_num_batched_tokens'?); valid keys:"),

@@ -32,7 +32,8 @@ def _as_option(option: str, field: str | None = None):
     """A ScenarioError raised inside names the CLI option the user typed, not the scenario
     field it stands for: ``field`` (``pipeline_parallel_size``) in the message becomes
     ``option`` (``--pp``); a message without it is prefixed ``--option: ``. An error inside
-    a file the option names (a profile's field) keeps its file and path."""
+    a file the option names (a profile's field) keeps its file and path; one about the
+    file itself (missing, not YAML) names the option before it."""
     try:
         yield
     except ScenarioError as exc:
@@ -42,7 +43,8 @@ def _as_option(option: str, field: str | None = None):
 def _option_error(exc: ScenarioError, option: str, field: str | None = None) -> ScenarioError:
     """``exc`` naming ``option`` (see :func:`_as_option`)."""
     if exc.file is not None:
-        return exc
+        return ScenarioError(exc.message, file=f"{option} {exc.file}") if exc.path is None \
+            else exc
     msg = exc.message
     if field and field in msg:
         return ScenarioError(msg.replace(field, option))
@@ -517,12 +519,17 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
         hw = load_hardware(hw_name)
     with _as_option("--tp", "tensor_parallel_size"):
         check_tensor_parallel(model, tp)
-        if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
+    if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
+        try:
             hw.check_tp_in_node(tp)      # TP all-reduces are priced within one node only
+        except ScenarioError as exc:     # in roofline's words: its options, no scenario
+            raise _option_error(_reworded(exc, _ROOFLINE_NODE_WORDS), "--tp",
+                                "tensor_parallel_size") from None
     with _as_option("--pp", "pipeline_parallel_size"):
         pp_layer_partition(model.num_hidden_layers, pp)
     with _as_option("--preset"):
-        all_reduce = load_engine_preset(preset_name).tp_all_reduce
+        preset = load_engine_preset(preset_name)
+    all_reduce = preset.tp_all_reduce
     try:
         d = describe_step(model, hw, tp, prefill_tokens=prefill_tokens,
                           decode_batch=decode_batch, context=context, ideal=ideal,
@@ -535,7 +542,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
         if option is None:
             raise
         raise _option_error(exc, option, field if " " not in field else None) from None
-    _print_step(d, model.name, hw.name, tp, ideal)
+    _print_step(d, model.name, hw.name, tp, ideal, preset.name, _keeps_batches_in_flight(preset))
     # A price is not a fit: say so when the weights and this step's KV exceed one GPU.
     from capsim.kv.memory import weight_bytes_per_gpu
     from capsim.profiles.quantization import load_quant_format
@@ -552,7 +559,32 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                    err=True)
 
 
-def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
+def _keeps_batches_in_flight(preset) -> bool:
+    """Whether the preset's scheduling policy keeps up to PP batches in flight under
+    pipeline parallelism (vLLM's continuous batching; SGLang's, TensorRT-LLM's, TGI's and
+    static batching run one at a time: :mod:`capsim.engine.pipeline`)."""
+    from capsim.engine.scheduler import POLICIES
+
+    return bool(getattr(POLICIES[preset.scheduler.policy], "pipelines", False))
+
+
+def _reworded(exc: ScenarioError, words: tuple[tuple[str, str], ...]) -> ScenarioError:
+    msg = exc.message
+    for old, new in words:
+        msg = msg.replace(old, new)
+    return ScenarioError(msg, file=exc.file, path=exc.path)
+
+
+#: A TP group beyond one node, in roofline's terms: its --pp option, and a profile YAML
+#: for --hardware where a scenario would set hardware_overrides.
+_ROOFLINE_NODE_WORDS = (
+    ("pipeline_parallel_size", "--pp"),
+    ("set hardware_overrides.gpus_per_node if your node is larger",
+     "give --hardware a profile YAML with a larger gpus_per_node"))
+
+
+def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str = "vllm-v1",
+                in_flight: bool = True) -> None:
     console = _console()
     pp = d["pipeline_parallel_size"]
     shape = f"TP{tp}" + (f" × PP{pp}" if pp > 1 else "") + (" EP" if d["expert_parallel"]
@@ -583,9 +615,14 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool) -> None:
         stages = ", ".join(f"{n} layers {s * 1e3:.3f} ms"
                            for n, s in zip(p["partition"], p["stage_s"]))
         hand = ", ".join(f"{h * 1e3:.3f}" for h in p["handoff_s"])
+        if in_flight:
+            after = (f"with {pp} batches in flight a step leaves every "
+                     f"≥ {p['bottleneck_s'] * 1e3:.3f} ms (the slowest stage)")
+        else:
+            after = (f"{preset}'s scheduler runs one batch at a time under PP, so every step "
+                     "takes the sum (only vLLM's continuous batching keeps batches in flight)")
         console.print(f"stages: {stages}; handoffs {hand} ms. One batch alone takes the sum; "
-                      f"with {pp} batches in flight a step leaves every "
-                      f"≥ {p['bottleneck_s'] * 1e3:.3f} ms (the slowest stage)")
+                      + after)
     e = d.get("experts")
     if e:
         console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "

@@ -892,6 +892,21 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
     assert code == 0 and "TP8 EP DP-attention" in out
 
 
+@pytest.mark.parametrize("preset,in_flight", [("vllm-v1", True), ("tgi", False),
+                                               ("sglang", False), ("trtllm", False)])
+def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_flight):
+    """Only vLLM's continuous batching keeps PP batches in flight (engine/pipeline.py;
+    README, Parallelism); TGI's, SGLang's and TensorRT-LLM's policies run one at a time,
+    so roofline does not promise them the slowest stage's rate."""
+    code, out, _ = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                            "--decode-batch", "8", "--context", "100", "--pp", "2",
+                            "--preset", preset])
+    text = " ".join(out.split())
+    assert code == 0 and ("with 2 batches in flight a step leaves every" in text) == in_flight
+    assert (f"{preset}'s scheduler runs one batch at a time under PP, so every step takes "
+            "the sum" in text) != in_flight
+
+
 @pytest.mark.parametrize("args,expected", [
     (["--model", "llama-3.1-70b", "--tp", "4", "--pp", "81"],
      "error: --pp 81 exceeds the model's 80 layers"),
@@ -909,6 +924,14 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
      "error: --tp 3 must divide num_attention_heads 64 of llama-3.1-70b\n"),
     (["--model", "llama-3.1-70b", "--tp", "16"],
      "error: --tp 16 spans more than one node of 8 h100-sxm GPUs"),
+    # ... and what roofline takes instead (no scenario: no hardware_overrides there).
+    (["--model", "llama-3.1-70b", "--tp", "16"],
+     "use --tp <= 8 and more replicas (or --pp across nodes), or give --hardware a profile "
+     "YAML with a larger gpus_per_node (72 on a GB200 NVL72)\n"),
+    (["--model", "llama-3.1-70b", "--preset", "./nosuch.yaml"],
+     "error: --preset nosuch.yaml: cannot read file: No such file or directory\n"),
+    (["--model", "llama-3.1-70b", "--preset", "nosuch"],
+     "error: --preset: unknown engine preset 'nosuch'; valid: sglang, sglang-0.3, tgi, "),
     (["--model", "llama-3.1-70b", "--quantization", "int3"],
      "error: unknown --quantization 'int3'; valid: bf16, fp8, fp8_channel, fp8_block, int8, "
      "awq, gptq, nvfp4, mxfp4\n"),

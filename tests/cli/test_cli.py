@@ -758,7 +758,8 @@ def test_json_nested_too_deep_is_one_line(tmp_path, run_cli):
     (tmp_path / "config.json").write_text(deep)
     code, _, err = run_cli(["roofline", "--model", str(tmp_path), "--hardware", "h100-sxm",
                             "--prefill-tokens", "10"])
-    assert code == 2 and err == (f"error: {tmp_path / 'config.json'}: malformed JSON: nested "
+    assert code == 2 and err == (f"error: --model {tmp_path / 'config.json'}: malformed JSON: "
+                                 "nested "
                                  "too deep to read\n")
 
 

@@ -8,6 +8,7 @@ stderr and exit with code 2, without a traceback. Warnings the layers below log 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -117,9 +118,42 @@ def _scenario_arg(f):
 
 
 def _set_option(f):
+    """``--set KEY=VALUE`` (repeatable); a mistake in a value names the option and its key
+    (:func:`_set_error`)."""
+    @functools.wraps(f)
+    def command(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except ScenarioError as exc:
+            raise _set_error(exc, kwargs.get("scenario"), kwargs.get("overrides", ())) from None
     return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                         help="Override a scenario field, e.g. engine.max_num_seqs=64 "
-                             "(repeatable).")(f)
+                             "(repeatable).")(command)
+
+
+def _set_error(exc: ScenarioError, scenario: Path | None, overrides: tuple[str, ...]
+               ) -> ScenarioError:
+    """An error about a value a ``--set`` gave names the option and its key, not the
+    scenario file (the value is not in it): ``--set engine.max_num_seqs: expected an
+    integer (got 'lots')``; a field inside the value keeps its path after the key. Another
+    error of a scenario field keeps its file and path and says which ``--set`` keys were
+    applied (a rule across fields may be broken by one: ``(with --set
+    engine.max_num_seqs)``)."""
+    if scenario is None or exc.file != str(scenario) or not overrides:
+        return exc
+    if exc.message.startswith("--set"):         # the option's own syntax
+        return ScenarioError(exc.message)
+    at = exc.path or ""
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    for key in reversed(keys):                  # the last --set of a key wins
+        if at == key:
+            return ScenarioError(f"--set {key}: {exc.message}")
+        if at.startswith(f"{key}."):
+            return ScenarioError(f"--set {key}: {at}: {exc.message}")
+    if not at:                                  # the file itself (unreadable, not YAML)
+        return exc
+    return ScenarioError(f"{exc.message} (with --set {', '.join(dict.fromkeys(keys))})",
+                         file=exc.file, path=exc.path)
 
 
 @cli.command(help="Simulate every variant of SCENARIO and write the HTML report.")

@@ -16,6 +16,12 @@ from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import load_yaml
 
 def apply_override(raw: dict[str, Any], item: str, path: Path) -> None:
+    """Apply one ``key=value`` to ``raw``.
+
+    Raises:
+        ScenarioError: no ``=``, a value that is not YAML, or a key that does not lead
+            anywhere (its path is the whole key, the part that failed in the message).
+    """
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError(f"--set expects dotted.key=value, got '{item}'", file=str(path))
@@ -24,7 +30,11 @@ def apply_override(raw: dict[str, Any], item: str, path: Path) -> None:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"--set {key.strip()}: value is not valid YAML "
                             f"({getattr(exc, 'problem', None) or exc})", file=str(path)) from None
-    set_dotted(raw, key.strip(), parsed, path)
+    try:
+        set_dotted(raw, key.strip(), parsed, path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{exc.message} (at {exc.path})" if exc.path != key.strip()
+                            else exc.message, file=exc.file, path=key.strip()) from None
 
 
 def set_dotted(raw: dict[str, Any], key: str, parsed: Any, path: Path) -> None:

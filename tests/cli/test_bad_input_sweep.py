@@ -387,10 +387,10 @@ CLI_BAD = [
      "error: Invalid value for '--executor': 'threads' is not one of 'process', 'serial', "
      "'dask'."),
     ('validate {S}/rag_mix.yaml --set workload.arrival.rate_per_s=fast',
-     'error: rag_mix.yaml: workload.arrival.rate_per_s: expected a number per second (got '
+     'error: --set workload.arrival.rate_per_s: expected a number per second (got '
      "'fast')"),
     ('run {S}/rag_mix.yaml --set variants.0.engine=3 -o {W}/o26',
-     'error: rag_mix.yaml: variants.0.engine: expected a mapping, e.g. {max_num_seqs: '
+     'error: --set variants.0.engine: expected a mapping, e.g. {max_num_seqs: '
      '128} (got 3)'),
     ('calibrate --hardware h100-sxm --csv {S}/rag_mix.yaml --model llama-9b -o {W}/o27',
      "error: --model: unknown model 'llama-9b'; valid presets: deepseek-v3, gpt-oss-120b, "
@@ -400,7 +400,7 @@ CLI_BAD = [
     ('run {S}/rag_mix.yaml --seed -1 -o {W}/o1',
      "error: Invalid value for '--seed': -1 is not in the range x>=0."),
     ('run {S}/rag_mix.yaml --set engine.max_num_seqs=0 -o {W}/o2',
-     'error: rag_mix.yaml: engine.max_num_seqs: Input should be greater than 0 (got 0)'),
+     'error: --set engine.max_num_seqs: Input should be greater than 0 (got 0)'),
     ('run {S}/missing.yaml -o {W}/o3',
      'error: missing.yaml: cannot read scenario: No such file or directory'),
     ('run {S}/rag_mix.yaml --bogus -o {W}/o4',
@@ -428,11 +428,25 @@ CLI_BAD = [
      'error: give --rate (fewest GPUs for a rate) or --gpus (highest rate for N GPUs), '
      'not both'),
     ('validate {S}/rag_mix.yaml --set engine.max_num_seqs',
-     "error: rag_mix.yaml: --set expects dotted.key=value, got 'engine.max_num_seqs'"),
+     "error: --set expects dotted.key=value, got 'engine.max_num_seqs'"),
     ('validate {S}/rag_mix.yaml --set variants.x.name=y',
-     'error: rag_mix.yaml: variants.x: list index must be 0..5'),
+     'error: --set variants.x.name: list index must be 0..5 (at variants.x)'),
+    # A --set value's mistake names the option and its key, not the scenario file; a
+    # field inside the value follows the key; a rule it breaks elsewhere says it was applied.
+    ('validate {S}/hetero_fleet.yaml --set cluster.pools.0.engine={"max_num_seqs":0}',
+     'error: --set cluster.pools.0.engine: cluster.pools.0.engine.max_num_seqs: Input '
+     'should be greater than 0 (got 0)'),
+    ('validate {S}/rag_mix.yaml --set hardware=h900',
+     "error: --set hardware: unknown hardware 'h900'; valid: a100-40gb, a100-80gb, a10g, "),
+    ('validate {S}/rag_mix.yaml --set engine.max_num_seqs=20000',
+     'error: rag_mix.yaml: variants.1.engine: max_num_batched_tokens (16384) must be >= '
+     'max_num_seqs (20000) (with --set engine.max_num_seqs)'),
+    ('sweep {S}/rag_mix_chunk_sweep.yaml --set engine.max_num_seqs=lots -o {W}/o40',
+     "error: --set engine.max_num_seqs: expected an integer (got 'lots')"),
+    ('size {S}/size_chat_h100_vs_a100.yaml --set sizing.max_gpus=x -o {W}/o41',
+     "error: --set sizing.max_gpus: expected an integer (got 'x')"),
     ('validate {S}/rag_mix.yaml --set engine.max_num_seqs=[',
-     'error: rag_mix.yaml: --set engine.max_num_seqs: value is not valid YAML (expected '
+     'error: --set engine.max_num_seqs: value is not valid YAML (expected '
      "the node content, but found '<stream end>')"),
     ('validate {S}',
      "error: Invalid value for 'SCENARIO': File '"),

@@ -461,12 +461,14 @@ def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value,
 
 @pytest.mark.parametrize("args,expected", [
     (["--set", "engine={max_num_seqs: 4"], "--set engine: value is not valid YAML"),
-    (["--set", "name.foo=1"], "name: cannot set 'foo' inside str value 'cli'"),
+    (["--set", "name.foo=1"], "error: --set name.foo: cannot set 'foo' inside str value 'cli' "
+                              "(at name)\n"),
     (["--set", "name=../x"], "name: expected letters, digits, '.', '_' and '-', from a letter "
                              "or digit (it names the report folder reports/<name>), e.g. "
                              "rag_mix (got '../x')\n"),
     (["--set", "engine.tensor_parallel_size=3"],
-     "engine.tensor_parallel_size: tensor_parallel_size 3 must divide num_attention_heads 32"),
+     "error: --set engine.tensor_parallel_size: tensor_parallel_size 3 must divide "
+     "num_attention_heads 32"),
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
     (["--set", "slo.targets.ttft_p99_ms=.nan"],
@@ -477,8 +479,10 @@ def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value,
     (["--set", "engine.block_size=16.0"], "engine.block_size: expected an integer (got 16.0; "
                                          "an integer is written without a decimal point: 16)"),
     (["--set", "engine.block_size=7"], "use 8, 16, 32, ...), got 7\n"),   # said it twice
-    (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a"),
-    (["--set", "variants.9.name=x"], ": variants.9: list index must be 0..1\n"),
+    (["--set", "variants.1.name=a"], "variants: variant names must be unique; repeated: a "
+                                     "(with --set variants.1.name)\n"),
+    (["--set", "variants.9.name=x"], "error: --set variants.9.name: list index must be 0..1 "
+                                     "(at variants.9)\n"),
 ])
 def test_more_bad_input_is_one_line(tmp_path, run_cli, write_scenario, args, expected):
     code, _, err = run_cli(["validate", str(write_scenario(tmp_path, GOOD)), *args])

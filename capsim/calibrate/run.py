@@ -76,7 +76,8 @@ def _vidur(inputs: Inputs, base: HardwareProfile) -> tuple[Observations, list[st
                                 f"--vidur-device (a folder under compute/, e.g. a100)")
         device, default_net = DEVICES[base.name]
         network = network or default_net
-    data = load_vidur(inputs.vidur, device, network)
+    data = load_vidur(inputs.vidur, device, network,
+                      network_required=inputs.vidur_network is not None)
     root = Path(inputs.vidur)
     used = set(data.observations.source)
     files = [str(Path(f).relative_to(root)) if Path(f).is_relative_to(root) else f

@@ -179,6 +179,8 @@ def read_all_reduce_csv(path: Path, group: str | None = None) -> Observations:
 
 def _profiling_root(root: Path) -> Path:
     """``root`` may be the vidur_profiling folder, the repo, or ``data/profiling`` itself."""
+    if not root.is_dir():
+        raise ScenarioError("folder not found", file=str(root))
     for candidate in (root / "data" / "profiling", root):
         if (candidate / "compute").is_dir() or (candidate / "network").is_dir():
             return candidate
@@ -186,7 +188,15 @@ def _profiling_root(root: Path) -> Path:
                         "or network folders)", file=str(root))
 
 
-def load_vidur(root: Path, device: str, network: str | None) -> VidurData:
+def _folders(parent: Path, holding: str) -> str:
+    """The folders under ``parent`` with a file matching ``holding``, for an error."""
+    names = sorted(p.name for p in parent.iterdir() if p.is_dir() and next(p.glob(holding), None)) \
+        if parent.is_dir() else []
+    return ", ".join(names) or "none"
+
+
+def load_vidur(root: Path, device: str, network: str | None,
+               network_required: bool = False) -> VidurData:
     """Every observation for one device from a Vidur profiling folder.
 
     Args:
@@ -194,6 +204,8 @@ def load_vidur(root: Path, device: str, network: str | None) -> VidurData:
             checkout, or its ``data/profiling`` folder.
         device: compute folder name (``a100``, ``h100``).
         network: network node folder (``a100_dgx``), or None to skip all-reduce.
+        network_required: refuse a ``network`` folder without ``all_reduce.csv`` (one the
+            user named) instead of skipping it (a default).
 
     Returns:
         Observations from ``compute/<device>/*/*/mlp.csv``, every
@@ -201,7 +213,8 @@ def load_vidur(root: Path, device: str, network: str | None) -> VidurData:
         and ``network/<network>/all_reduce.csv``.
 
     Raises:
-        ScenarioError: the folder has no Vidur data, or no file for ``device``.
+        ScenarioError: the folder has no Vidur data, no file for ``device``, or none for
+            a required ``network``.
     """
     root = Path(root)
     prof = _profiling_root(root)
@@ -210,10 +223,15 @@ def load_vidur(root: Path, device: str, network: str | None) -> VidurData:
     history = root if (root / "history").is_dir() else prof.parent.parent
     attention += sorted(history.glob(f"history/*/data/profiling/{device}/attention.csv"))
     net = prof / "network" / network / "all_reduce.csv" if network else None
+    if network_required and net is not None and not net.is_file():
+        raise ScenarioError(f"no Vidur all-reduce file for network {network!r} (looked for "
+                            f"network/{network}/all_reduce.csv); valid --vidur-network here: "
+                            f"{_folders(prof / 'network', 'all_reduce.csv')}", file=str(root))
     files = [*mlp, *attention] + ([net] if net is not None and net.is_file() else [])
     if not files:
         raise ScenarioError(f"no Vidur files for device {device!r} (looked for "
-                            f"compute/{device}/*/*/mlp.csv and attention.csv)", file=str(root))
+                            f"compute/{device}/*/*/mlp.csv and attention.csv); valid "
+                            f"--vidur-device here: {_folders(prof / 'compute', '*/*/mlp.csv')}", file=str(root))
     parts = [read_mlp_csv(p) for p in mlp] + [read_attention_csv(p) for p in attention]
     if net is not None and net.is_file():
         parts.append(read_all_reduce_csv(net))

@@ -867,7 +867,12 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
     inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
                     csv=csv_path, model=_load_model_option(model_name),
                     result=result, result_run=run_index, run=run, notes=notes)
-    outcome = run_calibration(base, inputs, name=name)
+    try:
+        outcome = run_calibration(base, inputs, name=name)
+    except ScenarioError as exc:     # about the --vidur folder itself: name the option
+        if vidur is None or exc.file != str(vidur) or exc.path is not None:
+            raise
+        raise _option_error(exc, "--vidur") from None
     profile = outcome.profile
     out = out_dir or Path("reports") / f"calibration-{name or base.name}"
     path = write_profile(profile, out / f"{profile.name}.yaml",

@@ -293,6 +293,43 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--vidur-device", "b200"],
+     "no Vidur files for device 'b200' (looked for compute/b200/*/*/mlp.csv and "
+     "attention.csv); valid --vidur-device here: a100, h100\n"),
+    # A network folder the user names must exist (a default one is skipped when absent).
+    (["--vidur-network", "h100_nvl"],
+     "no Vidur all-reduce file for network 'h100_nvl' (looked for "
+     "network/h100_nvl/all_reduce.csv); valid --vidur-network here: a100_dgx, "
+     "a100_pairwise_nvlink, h100_dgx, h100_pairwise_nvlink\n"),
+])
+def test_a_vidur_folder_without_the_asked_data_names_the_options(
+        tmp_path, capsys, vidur_profiling, args, message):
+    """../shared/reference/vidur_profiling holds compute/a100, compute/h100 and four
+    network folders; an error about it names --vidur and the folder, then what it holds."""
+    from capsim.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--hardware", "h100-sxm", "--vidur", str(vidur_profiling), *args,
+              "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err == f"error: --vidur {vidur_profiling}: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_vidur_folder_names_the_option(tmp_path, capsys):
+    from capsim.cli.main import main
+
+    (tmp_path / "v").mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--hardware", "h100-sxm", "--vidur", str(tmp_path / "v"),
+              "-o", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (f"error: --vidur {tmp_path / 'v'}: no Vidur profiling "
+                                       "data here (expected data/profiling/compute or network "
+                                       "folders)\n")
+
+
 # -- benchmark results (calibrate --from) -------------------------------------------------
 
 

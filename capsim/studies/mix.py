@@ -363,8 +363,15 @@ def _not_met(run: RunConfig, ev: _Evaluator) -> MixAnswer:
                           f"best found {_label(run.fleet.names, best_mix)}: {what}")
 
 
+#: sizing.csv's integer columns, some empty on a pool's row or on the total's.
+_INT_COLUMNS = ("tensor_parallel_size", "pipeline_parallel_size", "num_replicas", "num_gpus",
+                "num_requests", "evaluations")
+
+
 def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
-    """sizing.csv for mixes: one row per variant × pool of the answer, then its total."""
+    """sizing.csv for mixes: one row per variant × pool of the answer, then its total.
+    Integer columns stay integers where a row leaves them empty (pandas' nullable
+    ``Int64``), so the CSV reads ``2``, not ``2.0``."""
     rows = []
     for a in answers:
         for p in a.pools:
@@ -387,4 +394,5 @@ def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
                      "binding_bound": a.binding_bound, "binding_value": a.binding_value,
                      "binding_failed_value": a.binding_failed_value,
                      "margin_frac": a.margin_frac, "evaluations": a.evaluations, "note": a.note})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return df.astype({c: "Int64" for c in _INT_COLUMNS if c in df.columns})

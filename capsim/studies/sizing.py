@@ -614,10 +614,12 @@ def _ranked(rows: list[SizingRow], mode: Mode) -> list[SizingRow]:
 
 
 def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
-    """sizing.csv: one row per fleet option, in rank order."""
+    """sizing.csv: one row per fleet option, in rank order. The replica and GPU counts stay
+    integers where an option that met nothing leaves them empty (pandas' nullable
+    ``Int64``): ``2``, not ``2.0``."""
     frame = pd.DataFrame([{**r.__dict__, "configuration": r.label} for r in rows])
     if not any(r.headroom_replicas for r in rows):      # the columns of sizing without N+k
         frame = frame.drop(columns=["headroom_replicas", "violation_min_with_headroom",
                                     "violation_min_without_headroom"])
-    return frame
+    return frame.astype({c: "Int64" for c in ("num_replicas", "num_gpus") if c in frame.columns})
 

@@ -117,6 +117,14 @@ def test_capsim_size_on_a_pooled_fleet_writes_the_mix(tmp_path, run_cli, mix_sce
     sizing = pd.read_csv(out / "sizing.csv")
     assert list(sizing.pool) == ["h100", "a100", "total"]
     assert list(sizing.num_replicas) == [2, 2, 4]
+    # Integer columns stay integers where the total (TP, PP, requests) or a pool
+    # (evaluations) leaves them empty: 1, not 1.0.
+    text = pd.read_csv(out / "sizing.csv", dtype=str, keep_default_na=False)
+    ints = ["tensor_parallel_size", "pipeline_parallel_size", "num_replicas", "num_gpus",
+            "num_requests", "evaluations"]
+    assert list(text.tensor_parallel_size) == ["1", "1", ""]
+    assert text.evaluations[0] == "" and int(text.evaluations[2]) >= 1
+    assert all(v.isdigit() for c in ints for v in text[c] if v), text[ints]
     assert (out / "index.html").read_text().count("one fewer in") >= 1
 
 

@@ -460,3 +460,14 @@ def test_pipeline_parallel_options_are_sized_in_replicas_of_tp_times_pp(tmp_path
     assert by[2].num_replicas <= 4
     assert by[2].cost_per_hour_usd == pytest.approx(6.88 * by[2].num_gpus)
     assert set(result.runs[result.runs["variant"] == "chunked"]["num_replicas"]) <= set(range(1, 9))
+
+
+def test_sizing_csv_keeps_replica_counts_whole_where_an_option_has_none(tmp_path):
+    """An option that met nothing has no replica or GPU count; the others' stay 2, not 2.0."""
+    rows = [sizing.SizingRow(rank=1, variant="v", hardware="h100-sxm", tensor_parallel_size=1,
+                             status="met", num_replicas=2, num_gpus=2),
+            sizing.SizingRow(rank=0, variant="v", hardware="a100-80gb", tensor_parallel_size=1,
+                             status="unreachable")]
+    sizing.rows_frame(rows).to_csv(tmp_path / "s.csv", index=False)
+    text = pd.read_csv(tmp_path / "s.csv", dtype=str, keep_default_na=False)
+    assert list(text.num_replicas) == ["2", ""] and list(text.num_gpus) == ["2", ""]

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import error_text, field_named, missing_text
+from capsim.scenario.schema import EngineConfig
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
@@ -53,8 +54,6 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
 def _engine_knob_here(key: str, valid: list[str], parent: str) -> str:
     """For an engine knob written beside ``engine:`` instead of in it (a pool's
     ``pipeline_parallel_size``, a variant's ``max_num_seqs``): where it goes; else ""."""
-    from capsim.scenario.schema import EngineConfig
-
     if "engine" not in valid or key not in EngineConfig.model_fields:
         return ""
     at = f"{parent}.engine" if parent else "engine"

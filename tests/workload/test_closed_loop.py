@@ -113,19 +113,23 @@ def test_bad_closed_loop_or_all_at_once_input_is_refused(data, expected):
 
 
 def test_bad_input_is_one_line_naming_file_and_yaml_path(tmp_path, run_cli, write_scenario):
-    """Through the CLI: exit 2, one line with the scenario file and the YAML path, no report."""
+    """Through the CLI: exit 2, one line naming the --set key (the value is not in the
+    file), or, for a rule of the section it breaks, the file, the YAML path and the key;
+    no report."""
     base = {"name": "c", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
             "workload": doc({"process": "concurrency", "users": 2})}
     path = write_scenario(tmp_path, base)
     out = tmp_path / "report"
-    for setting, where in (("workload.arrival.users=0", "workload.arrival.users"),
-                           ("workload.arrival.think_time_s=-1", "workload.arrival.think_time_s"),
-                           ("workload.warmup_request_count=10", "workload.warmup_request_count"),
-                           ("workload.trace={path: t.csv}", "workload")):
+    for setting, start in (
+            ("workload.arrival.users=0", "--set workload.arrival.users: "),
+            ("workload.arrival.think_time_s=-1", "--set workload.arrival.think_time_s: "),
+            ("workload.warmup_request_count=10", "--set workload.warmup_request_count: "),
+            ("workload.trace={path: t.csv}", f"{path}: workload: ")):
         code, _, err = run_cli(["run", str(path), "-o", str(out), "--set", setting])
         assert code == 2 and err.count("\n") == 1, err
-        assert err.startswith(f"error: {path}: {where}: "), err
+        assert err.startswith(f"error: {start}"), err
         assert not out.exists()
+    assert err.endswith(" (with --set workload.trace)\n"), err
 
 
 # --------------------------------------------------------------------------

@@ -15,15 +15,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from capsim.common.errors import ScenarioError
 from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
 from capsim.workload.rate import schedule_pieces, warp
 from capsim.workload.trace import RequestTrace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
             searched = (f" (paths in a scenario are relative to the scenario's directory, "
                         f"{Path(base_dir).resolve()})")
         raise ScenarioError(f"{what} {kind}: {path}{searched}", path=yaml_path)
+    import pandas as pd     # here, not at the top: synthetic workloads never load it (~0.2 s)
+
     try:
         frame = pd.read_csv(
             path,
@@ -125,6 +130,8 @@ def _bad_cell(table: _Table, column: str, mask: np.ndarray, problem: str, path: 
 
 def _parse_numbers(table: _Table, column: str, path: Path, yaml_path: str) -> np.ndarray:
     """Column as finite float64; error names the first non-numeric cell."""
+    import pandas as pd
+
     values = pd.to_numeric(table.frame[column], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if bad.any():
@@ -134,6 +141,8 @@ def _parse_numbers(table: _Table, column: str, path: Path, yaml_path: str) -> np
 
 def _parse_counts(table: _Table, column: str, path: Path, yaml_path: str) -> np.ndarray:
     """Column as whole token counts, int64 (any sign; callers check the range)."""
+    import pandas as pd
+
     values = pd.to_numeric(table.frame[column], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values != np.round(values))
     if bad.any():
@@ -156,6 +165,8 @@ def _parse_arrivals(table: _Table, column: str, path: Path, yaml_path: str) -> n
     parsed as an ISO-8601 timestamp (``2023-11-16 18:15:46.6805900``; up to
     nanosecond precision; offsets are converted to UTC, naive times taken as UTC).
     """
+    import pandas as pd
+
     cells = table.frame[column]
     if _looks_numeric(cells.iloc[0]):
         seconds = _parse_numbers(table, column, path, yaml_path)

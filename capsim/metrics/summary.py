@@ -54,19 +54,32 @@ def weighted_percentiles(values: np.ndarray, counts: np.ndarray,
                          qs: tuple[float, ...]) -> list[float]:
     """:func:`weighted_percentile` at each of ``qs``, sorting the runs once (a day's ITL
     has tens of millions of runs: the sort is the cost)."""
+    values, counts = _nonempty(values, counts)
+    # Equal values may end up in any order: together they fill the same span of the
+    # cumulative counts, so every percentile is the same; quicksort is twice as fast as
+    # a stable sort.
+    order = np.argsort(values)
+    return _sorted_percentiles(values[order], counts[order], qs)
+
+
+def _nonempty(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` as float64 and ``counts`` as int64, runs with a count of 0 left out."""
     counts = np.asarray(counts, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
     keep = counts > 0
     if not keep.all():                 # a run recorder never writes empty runs: no copies
         values, counts = values[keep], counts[keep]
-    del keep
+    return values, counts
+
+
+def _sorted_percentiles(values: np.ndarray, counts: np.ndarray,
+                        qs: tuple[float, ...]) -> list[float]:
+    """:func:`weighted_percentiles` of runs already sorted by value (``counts`` > 0, int64;
+    overwritten by their running sum)."""
     total = int(counts.sum())
     if total == 0:
         return [_NAN] * len(qs)
-    order = np.argsort(values, kind="stable")
-    values, ends = values[order], counts[order]
-    del order
-    np.cumsum(ends, out=ends)
+    ends = np.cumsum(counts, out=counts)
     out = []
     for q in qs:
         pos = q / 100.0 * (total - 1)
@@ -163,8 +176,11 @@ def summarize(result: RunResult, slo: SloConfig,
     df = request_frame(result, slo, class_slos)
     itl = result.itl
     gaps = np.asarray(itl.gap_s, dtype=np.float64)
-    counts = np.asarray(itl.count, dtype=np.int64)
-    run_cls = np.asarray(itl.class_id, dtype=np.int64)
+    order = np.argsort(gaps)            # once: each class's runs stay sorted (see _itl_stats)
+    gaps = gaps[order]
+    counts = np.asarray(itl.count, dtype=np.int64)[order]
+    run_cls = np.asarray(itl.class_id)[order]
+    del order
     span_s = _span_s(df)
     run_span_s = _run_span_s(result) if _warmup_mask(result) is not None else span_s
     shared = _shared_stats(result, run_span_s)
@@ -282,6 +298,7 @@ def _stats(prefix: str, values: np.ndarray, which: tuple[str, ...]) -> dict[str,
 
 
 def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[str, float]:
+    """ITL columns of runs ``gaps_s`` (sorted) × ``counts``."""
     total = int(counts.sum())
     gaps_ms = gaps_s * 1e3
     out = {
@@ -291,7 +308,9 @@ def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[
         "itl_stalls": int(counts[gaps_ms > stall_ms].sum()),
     }
     keys = ("p50", "p90", "p99", "p999")
-    for key, value in zip(keys, weighted_percentiles(gaps_ms, counts, (50.0, 90.0, 99.0, 99.9))):
+    keep = counts > 0
+    for key, value in zip(keys, _sorted_percentiles(gaps_ms[keep], counts[keep],
+                                                    (50.0, 90.0, 99.0, 99.9))):
         out[f"itl_{key}_ms"] = value
     return out
 

@@ -25,6 +25,7 @@ weighted runs (:func:`weighted_percentile`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from itertools import chain
 
@@ -72,21 +73,37 @@ def _nonempty(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
     return values, counts
 
 
-def _sorted_percentiles(values: np.ndarray, counts: np.ndarray,
-                        qs: tuple[float, ...]) -> list[float]:
-    """:func:`weighted_percentiles` of runs already sorted by value (``counts`` > 0, int64;
-    overwritten by their running sum)."""
-    total = int(counts.sum())
+def _sorted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[float, ...],
+                        scale: float = 1.0, block: int = 1 << 16) -> list[float]:
+    """:func:`weighted_percentiles` of ``values * scale`` for runs already sorted by value
+    (``counts`` > 0).
+
+    The running sum of the counts is taken per ``block`` of runs, and inside only the
+    blocks that hold a percentile: the same positions as one cumulative sum of all runs,
+    without an array of their size."""
+    if not len(counts):
+        return [_NAN] * len(qs)
+    block_ends = np.cumsum(np.add.reduceat(counts, np.arange(0, len(counts), block),
+                                           dtype=np.int64))
+    total = int(block_ends[-1])
     if total == 0:
         return [_NAN] * len(qs)
-    ends = np.cumsum(counts, out=counts)
+
+    def at(position: int) -> float:
+        """The value of the run covering 0-based ``position`` of the repeated values."""
+        b = int(np.searchsorted(block_ends, position, side="right"))
+        start = b * block
+        ends = np.cumsum(counts[start:start + block], dtype=np.int64)
+        before = int(block_ends[b - 1]) if b else 0
+        return values[start + int(np.searchsorted(ends, position - before, side="right"))] \
+            * scale
+
     out = []
     for q in qs:
         pos = q / 100.0 * (total - 1)
         lo = math.floor(pos)
         hi = min(lo + 1, total - 1)
-        v_lo = values[np.searchsorted(ends, lo, side="right")]
-        v_hi = values[np.searchsorted(ends, hi, side="right")]
+        v_lo, v_hi = at(lo), at(hi)
         out.append(float(v_lo + (pos - lo) * (v_hi - v_lo)))
     return out
 
@@ -178,7 +195,7 @@ def summarize(result: RunResult, slo: SloConfig,
     gaps = np.asarray(itl.gap_s, dtype=np.float64)
     order = np.argsort(gaps)            # once: each class's runs stay sorted (see _itl_stats)
     gaps = gaps[order]
-    counts = np.asarray(itl.count, dtype=np.int64)[order]
+    counts = np.asarray(itl.count)[order]
     run_cls = np.asarray(itl.class_id)[order]
     del order
     span_s = _span_s(df)
@@ -298,28 +315,35 @@ def _stats(prefix: str, values: np.ndarray, which: tuple[str, ...]) -> dict[str,
 
 
 def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[str, float]:
-    """ITL columns of runs ``gaps_s`` (sorted) × ``counts``."""
+    """ITL columns of runs ``gaps_s`` (sorted ascending) × ``counts``.
+
+    Each figure is the one of ``gaps_ms = gaps_s * 1e3``, read without making that array
+    (a day has ~16 M runs: every array of that size costs more than the arithmetic):
+    ``x * 1e3`` rounds monotonically, so ``gaps_ms`` is sorted like ``gaps_s``."""
+    if not counts.all():               # a run recorder never writes empty runs: no copies
+        keep = counts > 0
+        gaps_s, counts = gaps_s[keep], counts[keep]
     total = int(counts.sum())
-    gaps_ms = gaps_s * 1e3
+    stall_from = bisect.bisect_right(gaps_s, stall_ms, key=lambda g: g * 1e3)
     out = {
         # fsum: exact, so the mean does not depend on the order the runs were recorded in.
-        "itl_mean_ms": _exact_sum(gaps_ms * counts) / total if total else _NAN,
-        "itl_max_ms": float(gaps_ms[counts > 0].max()) if total else _NAN,
-        "itl_stalls": int(counts[gaps_ms > stall_ms].sum()),
+        "itl_mean_ms": _exact_sum_ms(gaps_s, counts) / total if total else _NAN,
+        "itl_max_ms": float(gaps_s[-1] * 1e3) if total else _NAN,
+        "itl_stalls": int(counts[stall_from:].sum()),
     }
     keys = ("p50", "p90", "p99", "p999")
-    keep = counts > 0
-    for key, value in zip(keys, _sorted_percentiles(gaps_ms[keep], counts[keep],
-                                                    (50.0, 90.0, 99.0, 99.9))):
+    for key, value in zip(keys, _sorted_percentiles(gaps_s, counts, (50.0, 90.0, 99.0, 99.9),
+                                                    scale=1e3)):
         out[f"itl_{key}_ms"] = value
     return out
 
 
-def _exact_sum(x: np.ndarray, chunk: int = 1 << 16) -> float:
-    """``math.fsum(x.tolist())`` (exact, so independent of order) without the whole list:
-    a day's tens of millions of ITL runs as Python floats took over a gigabyte."""
-    return math.fsum(chain.from_iterable(x[i:i + chunk].tolist()
-                                         for i in range(0, len(x), chunk)))
+def _exact_sum_ms(gaps_s: np.ndarray, counts: np.ndarray, chunk: int = 1 << 16) -> float:
+    """``math.fsum((gaps_s * 1e3 * counts).tolist())`` (exact, so independent of order), a
+    chunk at a time: a day's tens of millions of ITL runs as Python floats took over a
+    gigabyte."""
+    return math.fsum(chain.from_iterable((gaps_s[i:i + chunk] * 1e3 * counts[i:i + chunk]).tolist()
+                                         for i in range(0, len(gaps_s), chunk)))
 
 
 def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts: np.ndarray,

@@ -15,17 +15,17 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
 from capsim.common.labels import parallel_label
 from capsim.profiles.trust import EDGES
 
+if TYPE_CHECKING:                  # rich is imported by the commands that print with it
+    from rich.console import Console
 
 
 @contextmanager
@@ -62,6 +62,8 @@ _ROOFLINE_OPTIONS = (("pipeline_parallel_size", "--pp"), ("tensor_parallel_size"
 def _console() -> Console:
     """A console as wide as the terminal, or as ``COLUMNS`` says; when output is piped
     without ``COLUMNS``, 200 columns (rich would assume 80 and fold every table)."""
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal or "COLUMNS" in os.environ else Console(width=200)
 
@@ -171,6 +173,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.report.run.console import disagg_table, pools_table, summary_table
     from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     loaded = load(scenario, list(overrides), seed)
     spec = loaded.spec
@@ -371,6 +374,7 @@ def _from(loader, base: str):
 def hardware(template: str | None, base: str | None, out_file: Path | None) -> None:
     from capsim.profiles.hardware import hardware_names, list_hardware, load_hardware
     from capsim.profiles.template import check_template_name, hardware_template
+    from rich.table import Table
 
     if template is not None:
         check_template_name(template, hardware_names(), "GPU profile")
@@ -399,6 +403,7 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
 @cli.command(help="List the engine presets: version, memory rule, scheduler and defaults.")
 def engines() -> None:
     from capsim.profiles.engines import engine_preset_names, load_engine_preset
+    from rich.table import Table
 
     table = Table(title="Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)")
     for col in ("name", "engine", "version", "memory rule", "scheduler", "host overhead",
@@ -437,6 +442,7 @@ def _host_text(h) -> str:
 def models(template: str | None, base: str | None, out_file: Path | None) -> None:
     from capsim.profiles.models import list_models, load_model, model_names
     from capsim.profiles.template import check_template_name, model_template
+    from rich.table import Table
 
     if template is not None:
         check_template_name(template, model_names(), "model")
@@ -619,6 +625,8 @@ _ROOFLINE_NODE_WORDS = (
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str = "vllm-v1",
                 in_flight: bool = True) -> None:
+    from rich.table import Table
+
     console = _console()
     pp = d["pipeline_parallel_size"]
     shape = f"TP{tp}" + (f" × PP{pp}" if pp > 1 else "") + (" EP" if d["expert_parallel"]
@@ -901,6 +909,8 @@ def _load_model_option(name: str | None):
 
 
 def _print_calibration(errors: dict, name: str) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{name}: absolute % error of predicted vs measured time")
     for col in ("class", "rows", "before median", "before p90", "after median", "after p90"):
         table.add_column(col, justify="left" if col == "class" else "right")

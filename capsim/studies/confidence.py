@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 CONFIDENCE = 0.95
 CI_SUFFIX = "_ci95"
@@ -36,6 +35,8 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[fl
     if k == 1:
         return mean, math.nan
     sd = float(x.std(ddof=1))
+    from scipy import stats     # only here: importing SciPy costs more than all of `capsim validate`
+
     t = float(stats.t.ppf(0.5 + confidence / 2.0, df=k - 1))
     return mean, t * sd / math.sqrt(k)
 

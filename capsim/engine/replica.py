@@ -16,6 +16,7 @@ whether prefilled requests wait for room.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from itertools import chain
 from typing import Callable, Protocol
@@ -218,10 +219,17 @@ class Replica:
         the step now starting was composed when the one that ended began). One submitted as that step ended (a closed-loop client's next
         request) arrives after the engine composed the step after it, so it waits one step
         more, unless nothing runs (``idle``)."""
-        now, late, keep = self.env.now, self._late, []
+        self.release_late_before(math.inf if idle else self.env.now)
+
+    def release_late_before(self, t_s: float) -> None:
+        """Hand the scheduler the requests submitted during a step before ``t_s`` (a step
+        end: :meth:`_release_late`; a decode run that went on through the step after the
+        one a request was submitted in: :meth:`DecodeRunner.advance
+        <capsim.engine.macro.runner.DecodeRunner.advance>`), in submission order."""
+        late, keep, add = self._late, [], self.scheduler.add
         for t, req in late:
-            if t < now or idle:
-                self.scheduler.add(req)
+            if t < t_s:
+                add(req)
             else:
                 keep.append((t, req))
         self._late = keep

@@ -226,3 +226,48 @@ def test_half_an_hour_of_the_day_equals_step_by_step(scenarios_dir):
             assert getattr(fast, field) == getattr(ref, field), (rc.variant, field)
         if rc.variant == "autoscaled-failure":
             assert ref.fleet.failures and ref.fleet.retried_requests > 0
+
+
+def test_a_request_submitted_mid_run_costs_no_extra_event(monkeypatch, scenarios_dir):
+    """vLLM V1's async scheduling (vllm/v1/engine/core.py step_with_batch_queue, v0.19.0):
+    a request submitted during step k joins step k + 2, so the step between still decodes
+    as planned. A decode run cut by such a request goes on through that step (one event,
+    not a run plus a single step): the step-by-step result, and fewer SimPy events than a
+    run that stops after the step in progress."""
+    import capsim.sim.simulate as sim
+    from capsim.engine.clock import Environment
+    from capsim.engine.macro.runner import DecodeRunner
+
+    loaded = load(scenarios_dir / "rag_mix.yaml", ["workload.duration_s=60"])
+    rc = next(r for r in loaded.runs if r.variant == "chunked-2048")
+    assert rc.pool().host_overhead.overlap == "async"          # vllm-v1's default
+    trace = build(rc.workload, rc.seed, loaded.base_dir)
+    envs: list[Environment] = []
+
+    class Counting(Environment):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            envs.append(self)
+
+    monkeypatch.setattr(sim, "Environment", Counting)
+    folded = []
+    late_run_end = DecodeRunner._late_run_end
+
+    def spy(run, t_s):
+        m = late_run_end(run, t_s)
+        folded.append(m - (run.step_at(t_s) + 1))
+        return m
+
+    monkeypatch.setattr(DecodeRunner, "_late_run_end", staticmethod(spy))
+    ref, fast = simulate_both(rc, trace)
+    events = next(envs[-1]._eid)
+    # The same run, each cut run stopping after the step in progress (the step between
+    # then runs on its own): the same result, one more event per folded cut.
+    monkeypatch.setattr(DecodeRunner, "_late_run_end",
+                        staticmethod(lambda run, t_s: run.step_at(t_s) + 1))
+    unfolded = simulate(rc, trace, macro_steps=True)
+    assert unfolded.requests == fast.requests and unfolded.timelines == fast.timelines
+    assert unfolded.replicas == fast.replicas
+    extra = next(envs[-1]._eid) - events
+    assert len(folded) > 100 and all(x >= 1 for x in folded)      # 300 here
+    assert extra == len(folded)

@@ -135,7 +135,9 @@ class DecodeRunner:
             yield env.timeout_at(t_end)
         except simpy.Interrupt:                     # a request arrived mid-run
             if env.now < t_end:
-                m = self.run.step_at(env.now) + 1      # the run ends with the step in progress
+                m = run.step_at(env.now) + 1      # the run ends with the step in progress
+                if m < k and rep._late and rep.hooks is None:
+                    m = min(k, self._late_run_end(run, rep._late[0][0]))
                 yield env.timeout_at(float(clock[m]))
         if rep.failed:              # the replica failed mid-run: the steps it committed count
             m = run.done
@@ -143,15 +145,44 @@ class DecodeRunner:
             self.waiting = False
             self._commit(m, last=True)
             self.run = None
+            if m > 1 and rep._late:     # queued at a step end inside the run (a late arrival)
+                rep.release_late_before(float(clock[m - 1]))
         rep.busy_s = float(acc[1, m])
         if bound is not None:
             rep.compute_bound_steps += int(acc[3, m])
         return (math.nan, 0.0) if rep.failed else (float(clock[1]), float(secs[m - 1]))
 
+    @staticmethod
+    def _late_run_end(run: _Run, t_s: float) -> int:
+        """Where a run cut by a request submitted at ``t_s`` to an engine that schedules
+        ahead (:meth:`Replica._release_late <capsim.engine.replica.Replica._release_late>`)
+        ends: step by step, the step starting at the first step end after ``t_s`` was
+        composed before the request was queued (it decodes as planned); the step after it
+        is the first that may admit it. So the run goes on through that step, one event
+        instead of two."""
+        return int(run.clock.searchsorted(t_s, "right")) + 1
+
     def _commit(self, m: int, last: bool) -> None:
         """Commit steps ``done..m − 1`` of the run in progress, segment by segment, as the
         step loop would; ``last``: step m − 1 is the run's last (it saw the waiting queue
-        as it is now; earlier steps saw it as it was when the run began)."""
+        as it is now). Earlier steps saw the queue as it was when the run began, plus the
+        requests submitted to an engine that schedules ahead by their end (held back to a
+        later step: ``Replica._late``; at a tie the submission counts, as when the run ends
+        there)."""
+        run, late = self.run, self.replica._late
+        if late:
+            times = [t for t, _ in late]
+            i = max(run.done, run.step_at(times[0]))    # the first step that saw one queued
+            clock = run.clock
+            while i < m - 1 or (i < m and not last):
+                self._commit_to(i + 1, run.queue0 + bisect_right(times, float(clock[i + 1])))
+                i += 1
+        if m > run.done:
+            self._commit_to(m, self.replica.num_waiting if last else run.queue0)
+
+    def _commit_to(self, m: int, last_queue: int) -> None:
+        """Commit steps ``done..m − 1`` (m > done), step m − 1 having seen ``last_queue``
+        requests waiting, the others ``run.queue0``."""
         run = self.run
         plan, lo, seg_start = run.plan, run.done, 0
         for n, ctx0, end in zip(plan.seqs, plan.ctx0, plan.ends):
@@ -160,18 +191,18 @@ class DecodeRunner:
                 if hi <= lo:
                     break
                 self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start),
-                                     last and hi == m)
+                                     last_queue if hi == m else run.queue0)
                 lo = hi
             seg_start = end
         run.done = max(run.done, m)
         run.grown = max(run.grown, m)
 
     def _commit_segment(self, run: _Run, start: int, stop: int, n: int, ctx0: int,
-                        last: bool) -> None:
+                        last_queue: int) -> None:
         """Commit steps ``start``..``stop − 1`` of a run, within one segment where ``n``
         decode over ``ctx0`` tokens in step ``start``; step j ends at ``run.clock[j + 1]``.
-        The waiting queue was ``run.queue0`` long in every step but the run's ``last``
-        one."""
+        The waiting queue was ``run.queue0`` long in every step but the last one, which saw
+        ``last_queue``."""
         rep = self.replica
         sched, timeline = rep.scheduler, rep.timeline
         m = stop - start
@@ -190,7 +221,7 @@ class DecodeRunner:
         rep.account_steps(
             ends, run.secs[start:stop], 0, n, (m, n * m, n * m, ctx, ctx, m),
             blocks.at if m > 1 else blocks.at(0), run.queue0, running0,
-            rep.num_waiting if last else run.queue0,
+            last_queue,
             busy_s=float(run.bin_busy[stop]) if in_first_bin else None)
 
     # ------------------------------------------------------------ readers mid-run

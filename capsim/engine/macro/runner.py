@@ -173,9 +173,13 @@ class DecodeRunner:
         if late:
             times = [t for t, _ in late]
             i = max(run.done, run.step_at(times[0]))    # the first step that saw one queued
-            clock = run.clock
+            clock, bin_of = run.clock, self.replica.timeline.bin_of
             while i < m - 1 or (i < m and not last):
-                self._commit_to(i + 1, run.queue0 + bisect_right(times, float(clock[i + 1])))
+                end = float(clock[i + 1])
+                # A step ending in the bin of the next one needs no queue of its own: the
+                # bin keeps the largest, and the queue only grows.
+                if i + 1 == m or bin_of(end) != bin_of(float(clock[i + 2])):
+                    self._commit_to(i + 1, run.queue0 + bisect_right(times, end))
                 i += 1
         if m > run.done:
             self._commit_to(m, self.replica.num_waiting if last else run.queue0)

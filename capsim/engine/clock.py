@@ -53,3 +53,14 @@ class Environment(simpy.Environment):
             lambda _: self.timeout(when - (now + delay)).callbacks.append(
                 lambda _: done.succeed()))
         return done
+
+    @staticmethod
+    def redirect(waited: simpy.Event, to: simpy.Event) -> None:
+        """Whoever waits for ``waited`` (not yet processed) waits for ``to`` instead;
+        ``waited`` still fires, for no one. A decode run cut short moves its process's wait
+        to the earlier end this way: one event, where an interrupt took two (the
+        interruption and the new timeout) and raised into the process. A process so
+        redirected must not be interrupted (SimPy would look for it among ``waited``'s
+        callbacks)."""
+        to.callbacks.extend(waited.callbacks)
+        waited.callbacks.clear()

@@ -138,12 +138,14 @@ class Replica:
         return chain(self.scheduler.waiting, (req for _, req in self._late))
 
     def submit(self, req: Request) -> None:
-        self.runner.arrived(self.env.now)
+        now = self.env.now
         req.replica = self.index
         self._outstanding += req.prompt_tokens + req.output_tokens
         if self.schedules_ahead and self._wake is None:     # a step is in progress
-            self._late.append((self.env.now, req))
+            self._late.append((now, req))
+            self.runner.arrived(now, late=True)
             return
+        self.runner.arrived(now)
         self.scheduler.add(req)
         self.wake()
 
@@ -175,10 +177,6 @@ class Replica:
         """Resume the loop if it is idle (new work arrived)."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
-
-    def interrupt(self) -> None:
-        """Cut the decode run being waited out (:class:`~capsim.engine.macro.runner.DecodeRunner`)."""
-        self._process.interrupt()
 
     # ------------------------------------------------------------ the loop
     def _loop(self):

@@ -4,9 +4,10 @@ Step times are the step-by-step path's, added in the same order, so the clock
 lands on the same floats: one 2-D ``cumsum`` (which accumulates left to right,
 unlike ``np.sum``) gives the running clock, busy time, timeline-bin busy time and
 (when any step is compute-bound) compute-bound count at every step. An arrival
-(``Replica.submit``, or a transfer's KV landing) interrupts the wait; the run then
-ends after the step in progress, exactly where the step-by-step loop would first
-see it. Segments (the batch shrinking at a finish) are then committed in order,
+(``Replica.submit``, or a transfer's KV landing) moves the wait to an earlier end:
+after the step in progress, exactly where the step-by-step loop would first see it,
+or, for a request an engine that schedules ahead holds back to the step after next,
+after the step that follows (still decoding as planned). Segments (the batch shrinking at a finish) are then committed in order,
 each as the step loop would commit its steps (:meth:`Replica.account_steps
 <capsim.engine.replica.Replica.account_steps>`). A disaggregated cluster reading
 the replica mid-run first commits what has happened by then (:meth:`DecodeRunner.sync`).
@@ -38,7 +39,7 @@ class _Run:
     ``done_times[i − 1]`` (what the router no longer counts as outstanding then)."""
 
     __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
-                 "grown", "used_blocks", "done_times", "done_tokens")
+                 "grown", "used_blocks", "done_times", "done_tokens", "end")
 
     def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
                  bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
@@ -46,6 +47,7 @@ class _Run:
         self.plan, self.clock, self.secs, self.bin_busy = plan, clock, secs, bin_busy
         self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
         self.done, self.grown = 0, 1
+        self.end = plan.ends[-1]        # the step count it ends after (cut: fewer)
         self.used_blocks = used_blocks
         ends = plan.ends
         self.done_times = clock[ends[:-1]].tolist() if len(ends) > 1 else []
@@ -69,6 +71,7 @@ class DecodeRunner:
         self.replica = replica
         self.run: _Run | None = None    # the decode run in progress, until committed
         self.waiting = False            # waiting out a run an arrival may cut short
+        self._end: simpy.Event | None = None    # the event the replica's process waits for
         self.arrival_gap_s = math.inf
         self._last_arrival_s = math.nan
 
@@ -84,20 +87,36 @@ class DecodeRunner:
             return 4096
         return min(4096, int(32 * self.arrival_gap_s / step_s))
 
-    def arrived(self, now: float) -> None:
-        """New work at ``now``: end the run in progress after its step in progress; update
-        the arrival-gap EMA."""
-        self.cut()
+    def arrived(self, now: float, late: bool = False) -> None:
+        """New work at ``now`` (``late``: a request held back for the step after next,
+        ``Replica._late``): end the run in progress (:meth:`cut`); update the arrival-gap
+        EMA."""
+        self.cut(late)
         gap, self._last_arrival_s = now - self._last_arrival_s, now
         if gap == gap:                                  # not the first arrival (NaN)
             ema = self.arrival_gap_s
             self.arrival_gap_s = gap if ema == math.inf else ema + (gap - ema) / 8
 
-    def cut(self) -> None:
-        """End the run in progress (if any) after the step in progress."""
-        if self.waiting:
-            self.waiting = False
-            self.replica.interrupt()
+    def cut(self, late: bool = False) -> None:
+        """End the run in progress (if any) after the step in progress, or, for a request
+        just submitted to an engine that schedules ahead (``late``), after the step that
+        follows it (:meth:`_late_run_end`). The replica's process, waiting for the run's
+        end, waits for the new end instead (:meth:`Environment.redirect
+        <capsim.engine.clock.Environment.redirect>`: no interrupt, one event)."""
+        if not self.waiting:
+            return
+        self.waiting = False
+        run, rep = self.run, self.replica
+        env, k = rep.env, run.plan.ends[-1]
+        now = env.now
+        if now >= run.clock[k]:             # submitted as the run ends: it ends there
+            return
+        m = run.step_at(now) + 1            # the run ends with the step in progress
+        if late and m < k and rep.hooks is None:
+            m = min(k, self._late_run_end(run, now))
+        if m < k:
+            run.end = m
+            env.redirect(self._end, env.timeout_at(float(run.clock[m])))
 
     def cut_through_finishes(self) -> None:
         """End a run that planned to go on through finishes (someone now waits for the
@@ -131,14 +150,9 @@ class DecodeRunner:
         self.run = run = _Run(plan, clock, secs, acc[2], bin_now, timeline.bin_s,
                         len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
         self.waiting = True
-        try:
-            yield env.timeout_at(t_end)
-        except simpy.Interrupt:                     # a request arrived mid-run
-            if env.now < t_end:
-                m = run.step_at(env.now) + 1      # the run ends with the step in progress
-                if m < k and rep._late and rep.hooks is None:
-                    m = min(k, self._late_run_end(run, rep._late[0][0]))
-                yield env.timeout_at(float(clock[m]))
+        self._end = env.timeout_at(t_end)
+        yield self._end                 # or the earlier end :meth:`cut` moved the wait to
+        m = run.end
         if rep.failed:              # the replica failed mid-run: the steps it committed count
             m = run.done
         else:

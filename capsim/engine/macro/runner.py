@@ -143,7 +143,7 @@ class DecodeRunner:
         acc[:3, 1:] = secs
         if bound is not None:
             acc[3, 1:] = bound
-        np.cumsum(acc, axis=1, out=acc)
+        acc.cumsum(axis=1, out=acc)         # the method: no dispatch wrapper
         clock = acc[0]
         t_end = float(clock[k])
         m = k

@@ -7,7 +7,7 @@ what Microsoft Vidur's kernel timings (MIT, ../shared/reference/vidur_profiling,
 ``compute/<gpu>/<org>/<model>/mlp.csv``, one TP shard timed per row) say about that
 at 8 tokens; skipped when ../shared is absent:
 
-- a 70B TP 4 shard and an 8B TP 1 layer read the same weights (gate-up 4096 × 28672
+- an 8B TP 1 layer and a 70B TP 4 shard read the same weights (gate-up 4096 × 28672
   vs 8192 × 14336, down 14336 × 4096 vs 7168 × 8192, O 4096 × 4096 vs 2048 × 8192;
   only QKV differs, 4096 × 6144 vs 8192 × 2560), yet Vidur times the 70B's A100 layer
   4 % slower (Meta-Llama-3-70B vs Meta-Llama-3-8B, same family and profiling set);

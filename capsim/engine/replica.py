@@ -214,9 +214,10 @@ class Replica:
         """Hand the scheduler the requests submitted during the step that just ended (vLLM
         V1 ``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py at v0.19.0; SGLang's
         ``Scheduler.event_loop_overlap``; TensorRT-LLM's ``PyExecutor._executor_loop_overlap``:
-        the step now starting was composed when the one that ended began). One submitted as that step ended (a closed-loop client's next
-        request) arrives after the engine composed the step after it, so it waits one step
-        more, unless nothing runs (``idle``)."""
+        the step now starting was composed when the one that ended began). One submitted
+        as that step ended (a closed-loop client's next request) arrives after the engine
+        composed the step after it, so it waits one step more, unless nothing runs
+        (``idle``)."""
         self.release_late_before(math.inf if idle else self.env.now)
 
     def release_late_before(self, t_s: float) -> None:

@@ -7,10 +7,11 @@ unlike ``np.sum``) gives the running clock, busy time, timeline-bin busy time an
 (``Replica.submit``, or a transfer's KV landing) moves the wait to an earlier end:
 after the step in progress, exactly where the step-by-step loop would first see it,
 or, for a request an engine that schedules ahead holds back to the step after next,
-after the step that follows (still decoding as planned). Segments (the batch shrinking at a finish) are then committed in order,
-each as the step loop would commit its steps (:meth:`Replica.account_steps
-<capsim.engine.replica.Replica.account_steps>`). A disaggregated cluster reading
-the replica mid-run first commits what has happened by then (:meth:`DecodeRunner.sync`).
+after the step that follows (still decoding as planned). Segments (the batch shrinking
+at a finish) are then committed in order, each as the step loop would commit its
+steps (:meth:`Replica.account_steps <capsim.engine.replica.Replica.account_steps>`).
+A disaggregated cluster reading the replica mid-run first commits what has happened
+by then (:meth:`DecodeRunner.sync`).
 """
 
 from __future__ import annotations

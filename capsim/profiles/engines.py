@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
 
@@ -89,9 +89,9 @@ class MemoryRule(StrictModel):
     #: budget of vllm_v1; subtracted by sglang's ``total − context``), GiB per GPU.
     context_gib: float = Field(0.0, ge=0)
     #: Weights include the RoPE cos/sin cache (vLLM ``rotary_embedding`` buffers).
-    rope_cache: bool = False
+    rope_cache: Bool = False
     #: Round the budget up to a whole byte like vLLM 0.19's ``request_memory`` (ceil).
-    ceil_budget: bool = False
+    ceil_budget: Bool = False
     #: tgi: fraction of the free memory after warm-up that becomes KV.
     kv_fraction_of_free: float = Field(1.0, gt=0, le=1)
     #: The CUDA context of the engine's process on one GPU = ``cuda_context_base_gib``
@@ -103,7 +103,7 @@ class MemoryRule(StrictModel):
     cuda_stack_bytes_per_thread: Int = Field(0, ge=0)
     #: The profiler counts the CUDA context as non-torch memory charged to the budget (vLLM
     #: 0.6.4's "every non-torch byte in use"); otherwise it lives outside the budget.
-    context_in_budget: bool = False
+    context_in_budget: Bool = False
     #: Communicator memory allocated before the budget's baseline snapshot (NCCL, custom
     #: all-reduce, at TP >= 2), GiB per GPU by TP like ``non_torch_gib``: not in the budget,
     #: it must fit beside it with the context and the CUDA graphs.
@@ -120,7 +120,7 @@ class MemoryRule(StrictModel):
         default_factory=lambda: {1: 0.0})
     #: The estimate is taken out of the KV budget (vLLM >= 0.21 by default,
     #: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); else the graphs live beside the budget.
-    cudagraph_in_budget: bool = False
+    cudagraph_in_budget: Bool = False
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":
@@ -150,7 +150,7 @@ class Condition(StrictModel):
 
     min_memory_total_gib: float | None = None
     hardware_not_matching: str | None = None      # substring of the profile name
-    enable_chunked_prefill: bool | None = None
+    enable_chunked_prefill: Bool | None = None
 
     def holds(self, hardware_name: str, memory_total_gib: float, knobs: dict[str, Any]) -> bool:
         if self.min_memory_total_gib is not None and memory_total_gib < self.min_memory_total_gib:
@@ -199,7 +199,7 @@ class HostOverhead(StrictModel):
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)
-    async_scheduling_knob: bool = False
+    async_scheduling_knob: Bool = False
 
     def resolved(self, async_scheduling: bool | None) -> "HostOverhead":
         """These terms with the scenario's ``engine.async_scheduling`` applied (None: the

@@ -31,7 +31,7 @@ from capsim.profiles.hf_config import shape_fields
 from capsim.profiles.files import (packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
 from capsim.profiles.quantization import TENSOR_GROUPS, quant_format_names
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel
 
 _FOLDER = "models"
 
@@ -59,8 +59,8 @@ class ModelShape(StrictModel):
     head_dim: Int = Field(gt=0)
     vocab_size: Int = Field(gt=0)
     max_position_embeddings: Int = Field(gt=0)
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
+    tie_word_embeddings: Bool = False
+    attention_bias: Bool = False
     torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     notes: str = ""
     model_type: str = ""
@@ -70,9 +70,9 @@ class ModelShape(StrictModel):
     moe_intermediate_size: Int = Field(0, ge=0)
     shared_expert_intermediate_size: Int = Field(0, ge=0)
     num_moe_layers: Int | None = Field(None, ge=0)
-    expert_bias: bool = False
-    router_bias: bool = False
-    shared_expert_gate: bool = False
+    expert_bias: Bool = False
+    router_bias: Bool = False
+    shared_expert_gate: Bool = False
     # -- the checkpoint's weight formats by tensor group (quantization.TENSOR_GROUPS;
     #    config.json quantization_config; a group left out stays 16-bit) --------------
     weight_formats: dict[str, str] = Field(default_factory=dict)
@@ -88,7 +88,7 @@ class ModelShape(StrictModel):
     sliding_window_layers: Int = Field(0, ge=0)
     attention_chunk_size: Int | None = Field(None, gt=0)
     chunked_attention_layers: Int = Field(0, ge=0)
-    attention_sinks: bool = False
+    attention_sinks: Bool = False
 
     @model_validator(mode="before")
     @classmethod

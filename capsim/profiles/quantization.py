@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import StrictModel
+from capsim.common.schema import Bool, StrictModel
 from capsim.profiles.files import read_yaml_mapping, scenario_error_from_validation
 from capsim.profiles.hardware import HardwareProfile
 
@@ -95,7 +95,7 @@ class QuantFormat(StrictModel):
     tensor_scale_bytes: int = Field(0, ge=0)
     compute: Literal["bf16", "fp8", "int8", "fp4"]
     curve: Literal["gemm", "gemm_fp8"] = "gemm"
-    weight_only_fallback: bool = False
+    weight_only_fallback: Bool = False
     sources: dict[str, str]
 
     @model_validator(mode="after")

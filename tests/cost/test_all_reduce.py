@@ -169,3 +169,15 @@ def test_bad_tp_all_reduce_in_a_preset_file_is_one_line(tmp_path, repo_root):
         load_engine_preset(str(bad))
     msg = str(exc.value)
     assert "\n" not in msg and str(bad) in msg and "tp_all_reduce.algorithm" in msg
+
+
+def test_a_lax_boolean_in_a_preset_file_is_refused(tmp_path, repo_root):
+    # A preset's booleans are YAML's true / false only (capsim.common.schema.Bool).
+    text = (repo_root / "capsim/profiles/data/engines/vllm-v1.yaml").read_text()
+    bad = tmp_path / "mine.yaml"
+    bad.write_text(text.replace("async_scheduling_knob: true", "async_scheduling_knob: 'yes'"))
+    with pytest.raises(ScenarioError) as exc:
+        load_engine_preset(str(bad))
+    msg = str(exc.value)
+    assert "\n" not in msg and str(bad) in msg and "async_scheduling_knob" in msg
+    assert "expected true or false (got 'yes')" in msg

@@ -210,3 +210,16 @@ def test_preset_format_yaml_is_strict(tmp_path):
 def test_missing_file_is_scenario_error(tmp_path):
     with pytest.raises(ScenarioError, match="not found"):
         load_model(str(tmp_path / "absent.json"))
+
+
+@pytest.mark.parametrize("value", ["yes", "false", 1])
+def test_a_lax_boolean_in_a_config_is_refused(tmp_path, value):
+    # Profile booleans are YAML / JSON true / false only, as the scenario's are: pydantic
+    # would take 'yes', 'false' and 1 (and so read "false" as true of a bias flag).
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QWEN_CONFIG, "tie_word_embeddings": value}))
+    with pytest.raises(ScenarioError) as exc:
+        load_model(str(path))
+    msg = str(exc.value)
+    assert "\n" not in msg and str(path) in msg and "tie_word_embeddings" in msg
+    assert "expected true or false" in msg

@@ -161,23 +161,18 @@ def test_custom_preset_needs_its_limits():
                     one_shot_max_bytes={2: None})
 
 
-def test_bad_tp_all_reduce_in_a_preset_file_is_one_line(tmp_path, repo_root):
-    text = (repo_root / "capsim/profiles/data/engines/vllm-v1.yaml").read_text()
-    bad = tmp_path / "mine.yaml"
-    bad.write_text(text.replace("algorithm: custom", "algorithm: magic"))
-    with pytest.raises(ScenarioError) as exc:
-        load_engine_preset(str(bad))
-    msg = str(exc.value)
-    assert "\n" not in msg and str(bad) in msg and "tp_all_reduce.algorithm" in msg
-
-
-def test_a_lax_boolean_in_a_preset_file_is_refused(tmp_path, repo_root):
+@pytest.mark.parametrize("old, new, field, says", [
+    ("algorithm: custom", "algorithm: magic", "tp_all_reduce.algorithm", ""),
     # A preset's booleans are YAML's true / false only (capsim.common.schema.Bool).
+    ("async_scheduling_knob: true", "async_scheduling_knob: 'yes'", "async_scheduling_knob",
+     "expected true or false (got 'yes')"),
+])
+def test_a_bad_field_in_a_preset_file_is_one_line(tmp_path, repo_root, old, new, field, says):
     text = (repo_root / "capsim/profiles/data/engines/vllm-v1.yaml").read_text()
+    assert old in text
     bad = tmp_path / "mine.yaml"
-    bad.write_text(text.replace("async_scheduling_knob: true", "async_scheduling_knob: 'yes'"))
+    bad.write_text(text.replace(old, new))
     with pytest.raises(ScenarioError) as exc:
         load_engine_preset(str(bad))
     msg = str(exc.value)
-    assert "\n" not in msg and str(bad) in msg and "async_scheduling_knob" in msg
-    assert "expected true or false (got 'yes')" in msg
+    assert "\n" not in msg and str(bad) in msg and field in msg and says in msg

@@ -320,9 +320,7 @@ def _itl_stats(gaps_s: np.ndarray, counts: np.ndarray, stall_ms: float) -> dict[
     Each figure is the one of ``gaps_ms = gaps_s * 1e3``, read without making that array
     (a day has ~16 M runs: every array of that size costs more than the arithmetic):
     ``x * 1e3`` rounds monotonically, so ``gaps_ms`` is sorted like ``gaps_s``."""
-    if not counts.all():               # a run recorder never writes empty runs: no copies
-        keep = counts > 0
-        gaps_s, counts = gaps_s[keep], counts[keep]
+    gaps_s, counts = _nonempty(gaps_s, counts)
     total = int(counts.sum())
     stall_from = bisect.bisect_right(gaps_s, stall_ms, key=lambda g: g * 1e3)
     out = {

@@ -33,6 +33,7 @@ from pydantic import Field, ValidationError, model_validator
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
+from capsim.profiles.hardware import EngineFamily
 
 _FOLDER = "engines"
 
@@ -244,7 +245,7 @@ class EnginePreset(StrictModel):
 
     name: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
-    engine: Literal["vllm", "sglang", "tensorrt-llm", "tgi"]
+    engine: EngineFamily
     version: str = Field(min_length=1)
     defaults: dict[str, Any] = Field(default_factory=dict)
     conditional_defaults: list[ConditionalDefaults] = Field(default_factory=list)

@@ -97,14 +97,19 @@ class Pool:
         overhead (the draft passes run inside the step); None without a GPU drafter."""
         if self.spec is None or self.spec.draft is None:
             return None
+        return StepPricer(self.spec.draft, self.hardware, self.engine.tensor_parallel_size,
+                          **self._pricer_kwargs(moe=self.spec.draft.is_moe))
+
+    def _pricer_kwargs(self, moe: bool = True) -> dict:
+        """The engine's dtypes, MoE placement, quantization and all-reduce for a
+        :class:`StepPricer`; DP attention and expert parallelism only where ``moe``."""
         eng = self.engine
-        return StepPricer(self.spec.draft, self.hardware, eng.tensor_parallel_size,
-                          weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
-                          routing_skew=eng.moe_routing_skew,
-                          dp_attention=eng.enable_dp_attention and self.spec.draft.is_moe,
-                          expert_parallel=eng.enable_expert_parallel and self.spec.draft.is_moe,
-                          quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
-                          engine=self.preset.engine)
+        return dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
+                    routing_skew=eng.moe_routing_skew,
+                    dp_attention=eng.enable_dp_attention and moe,
+                    expert_parallel=eng.enable_expert_parallel and moe,
+                    quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
+                    engine=self.preset.engine)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
@@ -118,11 +123,7 @@ class Pool:
         eng = self.engine
         scale_out = resolve_link(self.hardware.scale_out_link) \
             if self.hardware.scale_out_link else None
-        kwargs = dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
-                      routing_skew=eng.moe_routing_skew, dp_attention=eng.enable_dp_attention,
-                      expert_parallel=eng.enable_expert_parallel,
-                      quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
-                      engine=self.preset.engine)
+        kwargs = self._pricer_kwargs()
         if eng.pipeline_parallel_size > 1:
             return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,
                                   eng.pipeline_parallel_size, host=host, scale_out=scale_out,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import capsim.sim.closed_loop as closed_loop
 from capsim.common.errors import ScenarioError
@@ -18,6 +19,8 @@ from capsim.scenario.load import load
 from capsim.sim.request_log import WARMUP
 from capsim.sim.simulate import simulate
 from capsim.workload import build
+
+ENGINES = Path(__file__).parents[2] / "capsim" / "profiles" / "data" / "engines"
 
 
 def fixed(prompt: int, output: int, name: str = "chat", weight: float = 1) -> dict:
@@ -197,6 +200,48 @@ def test_all_at_once(scenario):
     assert (result.requests.arrival_s == 0.0).all()
     assert in_flight_max(result) == 60
     assert run_of(loaded, macro_steps=False).requests == result.requests
+
+
+def test_identical_users_without_think_time_stay_in_lock_step(scenario):
+    """Users sent together at t = 0 with identical requests and no think time never drift
+    apart (the NIM concurrency sweep's 5- and 25-user TTFT rows, README "Fidelity"): every
+    later round's replies end one decode step apart, so its prompts (each a whole step of
+    its own under TensorRT-LLM's unchunked context) arrive together and all but the first
+    wait one whole prefill; real clients drift apart."""
+    eng = {"preset": "trtllm", "async_scheduling": False}
+    alone = run_of(scenario(users(1), [fixed(6000, 300)], engine=eng, num_requests=3))
+    p = float((alone.requests.first_token_s - alone.requests.arrival_s)[1])
+    r = run_of(scenario(users(4), [fixed(6000, 300)], engine=eng, num_requests=20)).requests
+    ttft = (r.first_token_s - r.arrival_s).reshape(5, 4)          # rounds x users
+    assert np.allclose(ttft[0] / p, [1, 2, 3, 4], rtol=0.01)      # t = 0: back to back
+    for later in ttft[1:]:                                        # every later round alike
+        assert later[0] / p == pytest.approx(1.05, abs=0.01)      # waits one decode step
+        assert np.allclose(later[1:] / p, 2.01, rtol=0.005)       # then one prefill each
+    sent = r.arrival_s.reshape(5, 4)
+    span, cycle = sent[1:, -1] - sent[1:, 0], np.diff(sent[:, 0])[1:]
+    assert (span < 2.1 * p).all() and (cycle > 15 * p).all()     # each round a burst
+
+
+def test_a_server_path_in_a_balanced_loop_costs_the_second_wave_far_more_than_itself(
+        scenario, tmp_path):
+    """Identical long prompts with chunked prefill: the first wave's replies end one prefill
+    apart, the next prompt's prefill takes as long, so the loop is balanced and a queue never
+    drains. ``request_before_s`` (HTTP, tokenizer, wake-up before scheduling) lets each arrival
+    during the short decode steps lose prefill time that is never won back: 50 ms of it adds
+    ~0.77 s to the second wave's mean TTFT here (vLLM PR 43232's 30k-token, 64-user B200 run:
+    README "Fidelity")."""
+    preset = yaml.safe_load((ENGINES / "vllm-v1.yaml").read_text())
+    preset["host_overhead"]["request_before_s"] = 0.05
+    (tmp_path / "v1-path.yaml").write_text(yaml.safe_dump(preset))
+    wave = {}
+    for name in ("vllm-v1", "v1-path.yaml"):
+        r = run_of(scenario(users(8), [fixed(16000, 1000)], num_requests=16,
+                            engine={"preset": name, "max_model_len": 32768})).requests
+        wave[name] = r.first_token_s - r.arrival_s
+    base, path = wave["vllm-v1"], wave["v1-path.yaml"]
+    assert np.allclose(path[:8] - base[:8], 0.05, atol=1e-9)      # the first wave: just the path
+    assert path[8:].mean() - base[8:].mean() > 10 * 0.05           # the second: ~0.77 s more
+    assert (path[8:] >= base[8:]).all()
 
 
 def simulate_both(loaded, i: int = 0):

@@ -543,7 +543,8 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
 
 #: Engine knobs that belong to one scheduling policy / memory rule.
 _POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativeness": "sglang",
-                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi"}
+                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi",
+                 "long_prefill_token_threshold": "continuous"}
 
 
 def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[str], path: Path,
@@ -599,6 +600,15 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
             fail("num_scheduler_steps", "multi-step scheduling runs without chunked prefill "
                                         "(vLLM 0.6 refuses both); set enable_chunked_prefill: "
                                         "false")
+    if "long_prefill_token_threshold" in user and engine.scheduler == "continuous":
+        if "long_prefill_token_threshold" not in preset.scheduler.knobs:
+            valid = [n for n in engine_preset_names()
+                     if "long_prefill_token_threshold" in load_engine_preset(n).scheduler.knobs]
+            fail("long_prefill_token_threshold", f"engine preset '{preset.name}' has no "
+                 f"long_prefill_token_threshold (vLLM V1's; valid with: {', '.join(valid)})")
+        if not engine.chunked:
+            fail("long_prefill_token_threshold", "it caps the prompt chunk a request gets per "
+                                                 "step: set enable_chunked_prefill: true")
     if engine.scheduler in ("trtllm", "tgi") and engine.preemption_mode == "swap":
         fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's whole KV "
                                 "at admission and never preempts; swap preemption contradicts "

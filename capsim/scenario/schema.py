@@ -45,7 +45,8 @@ class EngineConfig(StrictModel):
       (SGLang), ``free_gpu_memory_fraction`` (TensorRT-LLM), ``cuda_memory_fraction``
       (TGI) — each valid only with its engine's preset;
     - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness``
-      (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI).
+      (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI),
+      ``num_scheduler_steps`` (vLLM 0.6), ``long_prefill_token_threshold`` (vLLM V1).
     """
 
     # in error messages
@@ -93,6 +94,10 @@ class EngineConfig(StrictModel):
     # vLLM 0.6 (V0) multi-step scheduling (--num-scheduler-steps): the scheduler runs once
     # per window of this many decode steps; valid with the vllm-0.6 presets, no chunking.
     num_scheduler_steps: Int = Field(default=1, gt=0)
+    # vLLM V1 --long-prefill-token-threshold: the most prompt tokens one request is given in
+    # a step, waiting or partly prefilled (0: no cap, vLLM's default with
+    # max_num_partial_prefills 1); valid with the vLLM V1 presets and chunked prefill.
+    long_prefill_token_threshold: Int = Field(default=0, ge=0)
     # vLLM V1 --[no-]async-scheduling (SGLang's overlap schedule, TensorRT-LLM's overlap
     # scheduler): the next step is scheduled while the GPU runs the current one; None: the
     # preset's default (on in vLLM 0.19 except with draft-model and n-gram drafters).

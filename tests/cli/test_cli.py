@@ -109,6 +109,17 @@ BAD = [
     ("engine", {"preset": "vllm-0.6", "num_scheduler_steps": 8, "enable_chunked_prefill": True},
      "engine.num_scheduler_steps: multi-step scheduling runs without chunked prefill"),
     ("engine.num_scheduler_steps", 0, "engine.num_scheduler_steps: "),
+    # vLLM V1's long_prefill_token_threshold: V1 presets, chunked prefill, never negative.
+    ("engine", {"preset": "vllm-0.6", "long_prefill_token_threshold": 2048},
+     "engine.long_prefill_token_threshold: engine preset 'vllm-0.6' has no "
+     "long_prefill_token_threshold (vLLM V1's; valid with: vllm-0.21, vllm-v1)"),
+    ("engine", {"long_prefill_token_threshold": 2048, "enable_chunked_prefill": False},
+     "engine.long_prefill_token_threshold: it caps the prompt chunk a request gets per step: "
+     "set enable_chunked_prefill: true"),
+    ("engine", {"preset": "sglang", "long_prefill_token_threshold": 2048},
+     "engine.long_prefill_token_threshold: long_prefill_token_threshold belongs to the "
+     "continuous scheduler"),
+    ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
      "work is serial with the GPU step; valid with: sglang, trtllm, vllm-0.21, vllm-v1)"),

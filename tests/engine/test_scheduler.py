@@ -14,11 +14,13 @@ from capsim.engine.scheduler.static import StaticScheduler
 from capsim.kv.allocator import BlockAllocator
 
 
-def continuous(num_blocks=10_000, block_size=16, budget=512, max_num_seqs=64, chunked=True):
+def continuous(num_blocks=10_000, block_size=16, budget=512, max_num_seqs=64, chunked=True,
+               long_prefill_token_threshold=0):
     alloc = BlockAllocator(num_blocks, block_size)
     itl = ItlRecorder()
     sched = ContinuousScheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
-                                chunked=chunked, allocator=alloc, num_classes=1, itl=itl)
+                                chunked=chunked, allocator=alloc, num_classes=1, itl=itl,
+                                long_prefill_token_threshold=long_prefill_token_threshold)
     return sched, alloc, itl
 
 
@@ -67,6 +69,33 @@ def test_chunked_prefill_takes_ceil_prompt_over_room_steps():
         if sched.running.get(999) is None or sched.running[999].dec_epoch0 >= 0:
             break
     assert chunks == [1410, 1410, 1410, 1410, 360]       # ⌈6000 / 1410⌉ = 5 steps
+
+
+@pytest.mark.parametrize("threshold,steps", [
+    # vLLM V1's default (0): the budget alone bounds a chunk, so the prompts prefill one after
+    # another, each next one taking what the previous one's last chunk (and decodes) left.
+    (0, [[(0, 8192)], [(0, 8192)], [(0, 3616), (1, 4576)], [(1, 8191)],
+         [(1, 7233), (2, 958)], [(2, 8190)]]),
+    # --long-prefill-token-threshold 3000: every request's chunk is capped, partly prefilled
+    # or waiting, so the three share each step's 8,192 tokens and finish together.
+    (3000, [[(0, 3000), (1, 3000), (2, 2192)]] * 6
+     + [[(0, 2000), (1, 2000), (2, 3000)], [(2, 3000)]]),
+])
+def test_long_prefill_token_threshold_caps_each_requests_chunk(threshold, steps):
+    """vllm/v1/core/sched/scheduler.py ``schedule`` (00024d3): ``num_new_tokens =
+    threshold`` when it is smaller, for running and waiting requests alike, then ``min``
+    with what is left of the budget (decodes first: one token each)."""
+    sched, _, _ = continuous(budget=8192, max_num_seqs=8,
+                             long_prefill_token_threshold=threshold)
+    for i in range(3):
+        sched.add(Request(i, 0, 0.0, 20_000, 4))
+    got = []
+    for k in range(len(steps)):
+        step = sched.schedule(float(k))
+        got.append([(r.rid, n) for r, n in step.prefills])
+        assert step.batch_tokens <= 8192
+        sched.complete(step, k + 1.0)
+    assert got == steps
 
 
 def test_unchunked_prefill_step_stalls_running_decodes():

@@ -273,6 +273,26 @@ def test_macro_steps_equal_step_by_step_in_a_closed_loop(scenario, preset, think
         simulate_both(loaded, i)
 
 
+def test_long_prefill_token_threshold_prefills_prompts_sent_together_side_by_side(scenario):
+    """vLLM V1 without the threshold prefills four 16k-token prompts sent together one
+    after another (TTFT rising by one prefill each); with 2,048 they share every step's
+    8,192 tokens and all get their first token in the same step, as late as the last one
+    did. Macro-steps stay identical to the step loop."""
+    loaded = scenario(users(4), [fixed(16000, 200)], num_requests=8,
+                      engine={"max_model_len": 32768},
+                      variants=[{"name": "budget_only"},
+                                {"name": "capped", "engine": {
+                                    "long_prefill_token_threshold": 2048}}])
+    first = []
+    for i in range(2):
+        r = simulate_both(loaded, i).requests
+        first.append((r.first_token_s - r.arrival_s)[:4])
+    plain, capped = first
+    assert np.all(np.diff(plain) > 0.9 * plain[0])                 # one prefill apart
+    assert np.ptp(capped) == 0.0                                   # the same step
+    assert capped[0] == pytest.approx(plain[-1], rel=0.05)
+
+
 def test_macro_steps_equal_step_by_step_in_a_disaggregated_closed_loop(scenario, disagg):
     loaded = scenario(users(6), [UNIFORM], num_requests=60, warmup_request_count=6,
                       variants=[{"name": "1P1D", "disaggregation": disagg(1, 1, "nvlink-4")},

@@ -81,6 +81,7 @@ def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocato
                   role=role)
     if policy is not ContinuousScheduler:
         return _engine_policy(eng, common, knobs or {})
+    common["long_prefill_token_threshold"] = eng.long_prefill_token_threshold
     if eng.kv_allocator != "paged":
         return ContiguousScheduler(reserve=eng.kv_allocator.removeprefix("contiguous_"),
                                    max_model_len=eng.max_model_len, **common)

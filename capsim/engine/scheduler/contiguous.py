@@ -46,7 +46,7 @@ class ContiguousScheduler(ContinuousScheduler):
                 self._note_blocked(req, size)
                 break
             self._reservation[req.rid] = (start, size)
-            n = min(todo, budget)
+            n = min(todo, budget, self.chunk_cap)
             self._start(req, step, n)
             budget -= n
 

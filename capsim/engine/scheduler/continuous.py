@@ -8,7 +8,8 @@ Policies (DESIGN.md "The step model"):
 - **chunked** (Sarathi-Serve; vLLM v1 ``vllm/v1/core/sched/scheduler.py``):
   every decoding sequence first (one token each), then running partial
   prefills in admission order, then waiting requests FCFS, all inside one
-  ``max_num_batched_tokens`` budget and priced as ONE step. New requests are
+  ``max_num_batched_tokens`` budget and priced as ONE step; a request's chunk
+  is capped by ``long_prefill_token_threshold`` when set. New requests are
   admitted only if no preemption happened this step (as vLLM v1 does).
 - **unchunked** (Orca / vLLM v0 ``_schedule_default``): if waiting prompts
   fit (whole prompt within the budget, ``max_num_seqs`` and free KV blocks),
@@ -72,6 +73,12 @@ class ContinuousScheduler(Scheduler):
             the same batch without consulting the queue, so a new prompt waits for the
             window to end (vllm/engine/llm_engine.py ``_has_remaining_steps`` at v0.6.0,
             32e7db2). Such windows are stepped one by one (no decode runs).
+        long_prefill_token_threshold: vLLM V1's cap on the prompt tokens one request is
+            given in a step, a partial prefill's next chunk as a waiting request's first
+            (``num_new_tokens = threshold`` when it exceeds it, before the budget's
+            ``min``: vllm/v1/core/sched/scheduler.py ``schedule`` at 00024d3); 0: none.
+            With it several long prompts share a step's budget instead of prefilling one
+            after another.
     """
 
     grows_kv = True       # decoders take blocks as they grow (False: reserved up front)
@@ -88,10 +95,14 @@ class ContinuousScheduler(Scheduler):
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, chunked: bool,
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
                  role: str = "colocated", swap_space_bytes: int = 0,
-                 kv_bytes_per_token: int = 0, num_scheduler_steps: int = 1):
+                 kv_bytes_per_token: int = 0, num_scheduler_steps: int = 1,
+                 long_prefill_token_threshold: int = 0):
         super().__init__()
         self.role = role
         self.num_scheduler_steps = num_scheduler_steps
+        # The most prompt tokens a request gets in one step (vLLM V1's threshold; none: the
+        # budget bounds it anyway).
+        self.chunk_cap = long_prefill_token_threshold or max_num_batched_tokens
         self._window_left = 0             # decode steps left in the current multi-step window
         # Swap preemption (vLLM v0 preemption_mode="swap"): victims' KV goes to a
         # host buffer of swap_space_bytes; copies are charged to the step (PCIe).
@@ -303,7 +314,7 @@ class ContinuousScheduler(Scheduler):
                 break
             if req.state != RUNNING:
                 continue            # evicted by an earlier request's reservation this step
-            n = min(req.remaining_to_compute - req.num_inflight, budget)
+            n = min(req.remaining_to_compute - req.num_inflight, budget, self.chunk_cap)
             if n <= 0:
                 continue            # PP: every prompt token is in the pipeline already
             if self._reserve_prefill(req, n):
@@ -338,7 +349,7 @@ class ContinuousScheduler(Scheduler):
             todo = req.num_tokens - cached
             if whole_prompts and todo > budget:
                 break
-            n = min(todo, budget)
+            n = min(todo, budget, self.chunk_cap)
             need = blocks_needed(cached + n, self.bs) - len(hit)
             if not alloc.can_allocate(need + (alloc.num_free_among(hit) if hit else 0)):
                 break

@@ -537,7 +537,8 @@ def _kv_text(m) -> str:
               help="Weight format (fp8, fp8_channel, fp8_block, int8, awq, gptq, nvfp4, mxfp4).")
 @click.option("--preset", "preset_name", default="vllm-v1", show_default=True,
               help="Engine preset (or a path to one) whose TP all-reduce is priced (vLLM's "
-                   "custom kernels; NCCL's ring for the others).")
+                   "custom kernels; NCCL's ring for the others) and whose own kernels the GPU "
+                   "profile has (vLLM's MXFP4 MoE path).")
 def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: int, context: int,
              tp: int, pp: int, expert_parallel: bool, dp_attention: bool, ideal: bool,
              routing_skew: float, quantization: str | None, preset_name: str) -> None:
@@ -575,7 +576,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                           decode_batch=decode_batch, context=context, ideal=ideal,
                           routing_skew=routing_skew, quantization=quantization, pp=pp,
                           expert_parallel=expert_parallel, dp_attention=dp_attention,
-                          all_reduce=all_reduce)
+                          all_reduce=all_reduce, engine=preset.engine)
     except ScenarioError as exc:
         option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
                              (None, None))

@@ -47,7 +47,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   ideal: bool = False, weight_dtype: str = "bf16",
                   routing_skew: float = 0.0, quantization: str | None = None, pp: int = 1,
                   expert_parallel: bool = False, dp_attention: bool = False,
-                  all_reduce: TpAllReduce | None = None) -> dict[str, Any]:
+                  all_reduce: TpAllReduce | None = None,
+                  engine: str | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table.
 
     The step holds one prompt of ``prefill_tokens`` tokens (no cached
@@ -67,6 +68,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             and ``enable_dp_attention`` (MoE models).
         all_reduce: the engine preset's tensor-parallel all-reduce
             (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
+        engine: the preset's engine family (``vllm``, …): the profile's per-engine kernels
+            apply (MXFP4 experts: ``efficiency.fused_moe_mxfp4``); None: the generic ones.
 
     Returns:
         dict with ``model``, ``hardware``, ``tensor_parallel_size``, ``ideal``,
@@ -94,7 +97,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     scale_out = resolve_link(hw.scale_out_link) if hw.scale_out_link else None
     kwargs = dict(weight_dtype=weight_dtype, routing_skew=routing_skew,
                   quantization=quantization, expert_parallel=expert_parallel,
-                  dp_attention=dp_attention, all_reduce=all_reduce)
+                  dp_attention=dp_attention, all_reduce=all_reduce, engine=engine)
     if pp > 1:
         try:
             pricer = PipelinePricer(model, hw, tp, pp, scale_out=scale_out, **kwargs)

@@ -16,7 +16,9 @@ weights when the profile has it, else ``gemm``); prefill attention a compute
 curve over keys per query; decode attention and elementwise kernels their
 own memory factors; each class adds a fixed launch time per layer (the routed
 experts of a MoE layer: the profile's ``fused_moe`` fixed time of vLLM's whole fused-MoE
-call where it has one, else two GEMM launches; their weight reads use the GEMM curve). A
+call where it has one (MXFP4 experts: the engine's own ``fused_moe_mxfp4`` entry, unless
+``moe_backend`` is ``marlin``), else two GEMM launches; their weight reads use the GEMM
+curve). A
 profile without those entries (and ``hw.ideal()``) uses the scalar
 ``compute`` / ``memory`` factors for every operator, as above. The prefill
 chunks and the decode tokens are priced separately and summed (as Vidur
@@ -157,6 +159,9 @@ class OperatorCost:
         return self.compute_s > self.memory_s
 
 
+#: vLLM's ``--moe-backend`` values capsim prices apart (StepPricer ``moe_backend``).
+MOE_BACKENDS = ("auto", "marlin")
+
 #: "No token limit" for the all-reduce pieces (StepPricer._init_comm).
 _NO_LIMIT_TOKENS = 1 << 62
 
@@ -248,6 +253,10 @@ class StepPricer:
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
         all_reduce: the engine preset's tensor-parallel all-reduce
             (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
+        moe_backend: vLLM's ``--moe-backend`` for the routed experts: ``auto`` (the
+            engine's default path; MXFP4 experts take the profile's ``fused_moe_mxfp4``
+            entry for ``engine`` where it has one) or ``marlin`` (``fused_moe``)
+            (:meth:`~capsim.profiles.hardware.Efficiency.moe_kernel`).
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -271,7 +280,7 @@ class StepPricer:
         "_host", "_host_step_s", "_host_seq_s", "_host_token_s", "_host_async", "_host_residual_s",
         "_experts", "_routing_skew", "_hits", "_expert_launch_s", "_window", "_win_frac",
         "_win_tokens", "dp_attention", "expert_parallel", "_scale_out", "_ep_q",
-        "_ep_imbalance", "_lm_on", "_embedding_on",
+        "_ep_imbalance", "_lm_on", "_embedding_on", "moe_backend",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -280,7 +289,8 @@ class StepPricer:
                  dp_attention: bool = False, expert_parallel: bool = False,
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
-                 all_reduce: TpAllReduce | None = None, engine: str | None = None):
+                 all_reduce: TpAllReduce | None = None, engine: str | None = None,
+                 moe_backend: str = "auto"):
         check_tensor_parallel(model, tensor_parallel_size)
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             valid = ", ".join(WEIGHT_DTYPE_BYTES)
@@ -294,6 +304,10 @@ class StepPricer:
         self.tensor_parallel_size, self.weight_dtype = tensor_parallel_size, weight_dtype
         self.kv_cache_dtype_bytes = kv_cache_dtype_bytes
         self.engine = engine
+        if moe_backend not in MOE_BACKENDS:
+            raise ScenarioError(f"unknown moe_backend {moe_backend!r}; valid: "
+                                f"{', '.join(MOE_BACKENDS)}")
+        self.moe_backend = moe_backend
         self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
         # Each tensor group's format (the checkpoint's where it stores them apart, e.g.
         # gpt-oss: bf16 attention, MXFP4 experts); the layer matmuls run at the attention
@@ -431,8 +445,9 @@ class StepPricer:
         self._gemm_launch_s = sum(op.count for op in self._matmuls) * launch
         # vLLM's fused MoE per MoE layer: the profile's measured fixed time of the whole
         # call (top-k, align, two grouped GEMMs, activation, sum) where it has one, else
-        # the launches of its two grouped GEMMs (gate/up and down).
-        moe = eff.fused_moe
+        # the launches of its two grouped GEMMs (gate/up and down); MXFP4 experts run the
+        # engine's own MXFP4 path where the profile measured it.
+        moe = eff.moe_kernel(self.layout.experts.name, self.engine, self.moe_backend)
         per_layer = moe.launch_s if moe is not None else 2 * launch
         self._expert_launch_s = self._experts.layers * per_layer if self._experts else 0.0
         self._ginv = _inverse_table(curve)

@@ -144,6 +144,12 @@ class Efficiency(StrictModel):
     (``vllm``, ``sglang``, ``tensorrt-llm``, ``tgi``), because each runs its own fp8
     kernel (vLLM: FlashAttention 3 in full fp8 on Hopper, FlashInfer on Blackwell); an
     engine without an entry prices fp8 KV with ``attention_decode`` at the fp8 bytes.
+    ``fused_moe_mxfp4``: the same terms as ``fused_moe`` for routed experts stored in
+    MXFP4 (gpt-oss), per engine family, because the engine runs its own MXFP4 MoE path
+    there, not the fused-MoE call ``fused_moe`` was measured on (vLLM: OpenAI's
+    triton_kernels ``matmul_ogs`` on Hopper and ROCm, FlashInfer's TRT-LLM MoE on
+    Blackwell; ``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``). An engine
+    without an entry, or run with ``moe_backend: marlin``, prices them with ``fused_moe``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -158,6 +164,7 @@ class Efficiency(StrictModel):
     elementwise: KernelEfficiency | None = None
     fused_moe: KernelEfficiency | None = None
     attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
+    fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
 
     def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
@@ -172,6 +179,21 @@ class Efficiency(StrictModel):
         own = getattr(self, op_class)
         return own if own is not None else KernelEfficiency(compute=self.compute,
                                                             memory=self.memory)
+
+    def moe_kernel(self, expert_format: str, engine: str | None = None,
+                   moe_backend: str = "auto") -> KernelEfficiency | None:
+        """The fused-MoE terms the routed experts run at: ``engine``'s
+        ``fused_moe_mxfp4`` entry for MXFP4 experts under ``moe_backend`` ``auto`` where
+        the profile has one, else ``fused_moe`` (None: neither; the experts then get two
+        GEMM launches). ``marlin``: vLLM's Marlin MoE (``--moe-backend marlin``, formerly
+        ``VLLM_MXFP4_USE_MARLIN=1``), whose align + two grouped GEMMs + activation + sum
+        are the call ``fused_moe`` was fitted to."""
+        if (expert_format == "mxfp4" and moe_backend == "auto" and self.fused_moe_mxfp4
+                and engine is not None):
+            own = self.fused_moe_mxfp4.get(engine)
+            if own is not None:
+                return own
+        return self.fused_moe
 
     def decode_attention(self, kv_cache_dtype_bytes: int,
                          engine: str | None = None) -> KernelEfficiency:
@@ -212,7 +234,8 @@ class Calibration(StrictModel):
 
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                          "elementwise", "fused_moe", "attention_decode_fp8"]
+                          "elementwise", "fused_moe", "attention_decode_fp8",
+                          "fused_moe_mxfp4"]
 
 
 class Derivation(StrictModel):

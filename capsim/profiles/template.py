@@ -82,7 +82,8 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
     """
     flops = "".join(f"  {k}: {_num(v)}\n" for k, v in base.peak_flops_per_s.items())
     classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                           "elementwise", "fused_moe", "attention_decode_fp8")
+                           "elementwise", "fused_moe", "attention_decode_fp8",
+                           "fused_moe_mxfp4")
                if getattr(base.efficiency, c) is not None]
     head = _fields([
         ("name", name, "names the profile in every table"),

@@ -101,7 +101,7 @@ class Pool:
                           **self._pricer_kwargs(moe=self.spec.draft.is_moe))
 
     def _pricer_kwargs(self, moe: bool = True) -> dict:
-        """The engine's dtypes, MoE placement, quantization and all-reduce for a
+        """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
         :class:`StepPricer`; DP attention and expert parallelism only where ``moe``."""
         eng = self.engine
         return dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
@@ -109,7 +109,7 @@ class Pool:
                     dp_attention=eng.enable_dp_attention and moe,
                     expert_parallel=eng.enable_expert_parallel and moe,
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
-                    engine=self.preset.engine)
+                    engine=self.preset.engine, moe_backend=eng.moe_backend)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
@@ -592,6 +592,9 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
         fail("async_scheduling", f"vLLM schedules asynchronously with EAGLE / MTP drafters "
                                  f"only, not {engine.speculative.method} (vllm/config/vllm.py); "
                                  "valid: false, or leave it unset")
+    if engine.moe_backend != "auto" and preset.engine != "vllm":
+        fail("moe_backend", f"moe_backend is vLLM's --moe-backend; engine preset "
+                            f"'{preset.name}' runs {preset.engine} (valid: auto)")
     if engine.num_scheduler_steps > 1:
         if not preset.scheduler.knobs.get("multi_step_scheduling"):
             fail("num_scheduler_steps", f"engine preset '{preset.name}' has no multi-step "

@@ -113,6 +113,11 @@ class EngineConfig(StrictModel):
     # requests' KV only (no KV replicated across the group, MLA's latent included).
     enable_expert_parallel: Bool = False
     enable_dp_attention: Bool = False
+    # vLLM --moe-backend (0.15: VLLM_MXFP4_USE_MARLIN=1 for marlin): the kernels of the
+    # routed experts. auto: vLLM's default per GPU (MXFP4 experts: triton_kernels on Hopper
+    # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);
+    # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only.
+    moe_backend: Literal["auto", "marlin"] = "auto"
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)

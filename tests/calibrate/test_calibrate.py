@@ -210,8 +210,8 @@ def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(
     """h200-sxm is "derived, uncalibrated" (its curves carried over from h100-sxm): a class
     fitted to measurements is calibrated, the others stay flagged; gemm_fp8, which bf16
     operator rows do not measure, stays flagged after a fit of everything else, and so do
-    fused_moe (dense operator rows have no MoE layer) and attention_decode_fp8 (no row reads
-    an fp8 KV cache)."""
+    fused_moe and fused_moe_mxfp4 (dense operator rows have no MoE layer) and
+    attention_decode_fp8 (no row reads an fp8 KV cache)."""
     base, model = load_hardware("h200-sxm"), load_model("llama-3.1-8b")
     assert set(base.derivation.classes) >= {"gemm", "attention_decode", "gemm_fp8"}
     rows = measured[measured.group == "llama-3.1-8b"]
@@ -220,7 +220,8 @@ def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(
     gemm_only = calibrate(base, Inputs(csv=tmp_path / "gemm.csv", model=model)).profile
     assert set(gemm_only.derivation.classes) == set(base.derivation.classes) - {"gemm"}
     everything = calibrate(base, Inputs(csv=tmp_path / "all.csv", model=model)).profile
-    assert everything.derivation.classes == ["gemm_fp8", "fused_moe", "attention_decode_fp8"]
+    assert everything.derivation.classes == ["gemm_fp8", "fused_moe", "attention_decode_fp8",
+                                             "fused_moe_mxfp4"]
 
 
 @pytest.mark.parametrize("text, message", [

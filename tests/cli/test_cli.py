@@ -129,6 +129,15 @@ BAD = [
      "engine.async_scheduling: vLLM schedules asynchronously with EAGLE / MTP drafters only, "
      "not ngram"),
     ("engine.async_scheduling", "sometimes", "engine.async_scheduling: "),
+    # vLLM's --moe-backend: its values capsim prices apart, on vLLM presets only.
+    ("engine.moe_backend", "cutlass", "engine.moe_backend: Input should be 'auto' or 'marlin' "
+                                      "(got 'cutlass')"),
+    ("engine", {"preset": "sglang", "moe_backend": "marlin"},
+     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang' runs "
+     "sglang (valid: auto)"),
+    ("hardware_overrides", {"efficiency": {"fused_moe_mxfp4": {"vllm": {"launch_s": -1e-6}}}},
+     "hardware_overrides.efficiency.fused_moe_mxfp4.vllm.launch_s: Input should be greater "
+     "than or equal to 0"),
     # A scheduler, preemption or KV layout the preset's engine does not have.
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),

@@ -171,6 +171,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.metrics.summary import summarize
     from capsim.profiles import trust
     from capsim.report.run.console import disagg_table, pools_table, summary_table
+    from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -209,6 +210,8 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
             what = (f"every request rejected ({count:,} of {total:,})" if count == total
                     else f"{count:,} of {total:,} requests rejected")
             console.print(f"[yellow]warning[/]: {r.variant}: {what}, e.g. {example}")
+    for line in skipped_failure_notes(results):
+        console.print(f"[yellow]warning[/]: {line}")
     split = disagg_table(rows)
     if split is not None:
         console.print(split)

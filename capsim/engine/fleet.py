@@ -215,12 +215,15 @@ class Fleet:
 
     # ------------------------------------------------------------ failures
     def _failure_at(self, k: int, at_s: float, repair_s: float):
-        """Replica ``k`` fails at ``at_s`` (if it is up then) and is repaired ``repair_s``
-        later."""
+        """Replica ``k`` fails at ``at_s`` (if it is up then and requests are still being
+        served) and is repaired ``repair_s`` later. A failure after the last request ended
+        is skipped: the run is over (it would otherwise keep the replica paid for until the
+        timer's repair, however far past the run)."""
         if at_s > self.env.now:
             yield self.env.timeout(at_s - self.env.now)
         rep = self.replicas[k] if k < len(self.replicas) else None
-        if rep is None or rep.failed or not (rep in self.serving or k in self.draining):
+        if self.done() or rep is None or rep.failed or not (rep in self.serving
+                                                            or k in self.draining):
             self.skipped_failures += 1
             return
         self._fail(rep, repair_s)

@@ -230,7 +230,8 @@ class FleetResult(_Result):
     retried_requests: int = 0           # requests sent again after a failure (once or more)
     retries: int = 0                    # Σ times they were sent again
     failed_requests: int = 0            # in-flight requests counted as failed (in_flight: fail)
-    skipped_failures: int = 0           # failures at a time their replica was not up
+    skipped_failures: int = 0           # cluster.failures.at entries that did not happen:
+    #                                     their replica was not up then, or the run had ended
 
     @property
     def gpu_hours(self) -> float:

@@ -217,3 +217,27 @@ def test_step_by_step_and_macro_steps_agree_when_autoscaled(fleet_run):
     for col in ("replica", "first_token_s", "finish_s"):
         assert np.array_equal(np.asarray(getattr(ref.requests, col)),
                               np.asarray(getattr(res.requests, col)))
+
+
+def test_a_failure_after_the_last_request_does_not_happen_and_costs_nothing(fleet_run):
+    """A failure timed after every request ended (at_s 1e6 s on a 60-s workload) is
+    skipped and said so: before, it fired on the idle fleet and kept the replica paid for
+    until its repair, a $115,528/h fleet of 2 H100s. An autoscaled fleet that never
+    started replica 3 skips its failure too."""
+    from capsim.report.run.html import skipped_failure_notes
+
+    short = {**STEADY, "duration_s": 60}
+    _, _, fixed = fleet_run({"num_replicas": 2}, workload=short)
+    _, _, late = fleet_run({"num_replicas": 2, "failures": {
+        "at": [{"replica": 1, "at_s": 1e6, "repair_s": 60}]}}, workload=short)
+    f = late.fleet
+    assert f.failures == [] and f.skipped_failures == 1
+    assert late.price_per_hour_usd == pytest.approx(fixed.price_per_hour_usd)
+    assert np.array_equal(np.asarray(late.requests.finish_s), np.asarray(fixed.requests.finish_s))
+    _, _, never = fleet_run({**SCALING, "failures": {
+        "at": [{"replica": 5, "at_s": 30, "repair_s": 60}]}}, workload=short)
+    assert never.fleet.failures == [] and never.fleet.skipped_failures == 1
+    assert skipped_failure_notes([fixed, late]) == [
+        "default: 1 of the failures in cluster.failures.at did not happen: the replica was not "
+        "up at at_s (an autoscaled fleet that never started it, or a replica already down), or "
+        "every request had ended before it."]

@@ -107,6 +107,24 @@ def held_reply_notes(results: list[RunResult]) -> list[str]:
             for r in results if r.scheduler == "static"]
 
 
+def skipped_failure_notes(results: list[RunResult]) -> list[str]:
+    """One sentence per variant (or pool) whose ``cluster.failures.at`` entries did not all
+    happen: the replica was not up at ``at_s`` (an autoscaled fleet that never grew to it,
+    a replica already down) or every request had ended before it. Nothing else shows a
+    failure that was asked for and never came."""
+    out = []
+    for r in results:
+        fleets = [(r.variant, r.fleet)] + [(f"{r.variant} (pool {p.name})", p.fleet)
+                                           for p in (r.pools or [])]
+        for who, f in fleets:
+            if f is not None and f.skipped_failures:
+                out.append(f"{who}: {f.skipped_failures} of the failures in "
+                           "cluster.failures.at did not happen: the replica was not up at "
+                           "at_s (an autoscaled fleet that never started it, or a replica "
+                           "already down), or every request had ended before it.")
+    return out
+
+
 def rejection_alerts(results: list[RunResult], rows: list[SummaryRow]) -> list[str]:
     """One sentence per variant that rejected requests (its measured ``cls == "all"`` row's
     counts and the most common reason); a variant that finished none is said to have no
@@ -164,7 +182,7 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         kv=kv_table(all_rows, colours),
         figures=figures,
         timelines=timelines,
-        notes=list(notes) + held_reply_notes(results),
+        notes=list(notes) + held_reply_notes(results) + skipped_failure_notes(results),
         disagg=disagg,
         day=day,
         pools=pools,

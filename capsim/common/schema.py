@@ -10,6 +10,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 Int = Annotated[int, Strict()]
 """An integer field that takes only integers: YAML ``true`` is not 1, ``16.0`` is not 16."""
 
+MAX_TOKENS = 2**31 - 1
+"""The most tokens a length (a request's prompt or reply, a length distribution's bound, a
+trace cell) may hold: far beyond any model's context (the longest shipped, Llama 4 Scout,
+has 10,485,760 positions), and every such count and their sums stay exact in int64 (a
+larger YAML integer or CSV cell would overflow numpy's int64 or lose digits as float)."""
+
 Bool = Annotated[bool, Strict()]
 """A boolean field that takes only YAML's ``true`` / ``false``: pydantic's lax ``'yes'``,
 ``'false'``, ``1`` and ``0`` are refused (a quoted ``'false'`` would otherwise be echoed into

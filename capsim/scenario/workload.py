@@ -41,7 +41,7 @@ from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import Int, StrictModel, check_tag
+from capsim.common.schema import MAX_TOKENS, Int, StrictModel, check_tag
 from capsim.scenario.load_shape import Bursts, Schedule
 
 # --------------------------------------------------------------------------
@@ -65,15 +65,15 @@ class FixedDist(StrictModel):
     """Every request gets exactly ``value`` tokens."""
 
     dist: Literal["fixed"]
-    value: Int = Field(ge=1, description="token count, >= 1")
+    value: Int = Field(ge=1, le=MAX_TOKENS, description="token count, >= 1")
 
 
 class UniformDist(_Bounded):
     """Integers drawn uniformly from ``[min, max]``, both ends inclusive."""
 
     dist: Literal["uniform"]
-    min: Int = Field(ge=1)
-    max: Int = Field(ge=1)
+    min: Int = Field(ge=1, le=MAX_TOKENS)
+    max: Int = Field(ge=1, le=MAX_TOKENS)
 
 
 class NormalDist(_Bounded):
@@ -86,8 +86,8 @@ class NormalDist(_Bounded):
     dist: Literal["normal"]
     mean: float
     std: float = Field(ge=0)
-    min: Int = Field(ge=1)
-    max: Int = Field(ge=1)
+    min: Int = Field(ge=1, le=MAX_TOKENS)
+    max: Int = Field(ge=1, le=MAX_TOKENS)
 
 
 class LognormalDist(_Bounded):
@@ -106,8 +106,8 @@ class LognormalDist(_Bounded):
     dist: Literal["lognormal"]
     mean: float = Field(gt=0, description="mean of the distribution, tokens")
     sigma: float = Field(ge=0, description="standard deviation of ln(X)")
-    min: Int = Field(ge=1)
-    max: Int = Field(ge=1)
+    min: Int = Field(ge=1, le=MAX_TOKENS)
+    max: Int = Field(ge=1, le=MAX_TOKENS)
 
 
 class EmpiricalDist(_Bounded):
@@ -120,8 +120,8 @@ class EmpiricalDist(_Bounded):
     dist: Literal["empirical"]
     path: str = Field(min_length=1)
     column: str = Field(min_length=1)
-    min: Int = Field(default=1, ge=1)
-    max: Optional[int] = Field(default=None, ge=1)
+    min: Int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS)
 
 
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")

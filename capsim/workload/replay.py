@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from capsim.common.errors import ScenarioError
+from capsim.common.schema import MAX_TOKENS
 from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
 from capsim.workload.rate import schedule_pieces, warp
@@ -45,13 +46,18 @@ def load_empirical(dist: EmpiricalDist, base_dir: Path, *, yaml_path: str = "") 
     """The numeric values of column ``dist.column`` of ``dist.path``, float64, shape ``(M,)``.
 
     Raises:
-        ScenarioError: file not found, column missing, non-numeric cell
-            (line number and value), or no rows.
+        ScenarioError: file not found, column missing, non-numeric cell or one above
+            :data:`~capsim.common.schema.MAX_TOKENS` (line number and value), or no rows.
     """
     path = _resolve(dist.path, base_dir)
     table = _read_csv(path, [dist.column], what="empirical length file", yaml_path=yaml_path,
                       written=dist.path, base_dir=base_dir)
-    return _parse_numbers(table, dist.column, path, yaml_path)
+    values = _parse_numbers(table, dist.column, path, yaml_path)
+    big = values > MAX_TOKENS                    # rounded to int64 when sampled
+    if big.any():
+        raise _bad_cell(table, dist.column, big, f"must be at most {MAX_TOKENS:,} tokens", path,
+                        yaml_path)
+    return values
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,10 @@ def _parse_counts(table: _Table, column: str, path: Path, yaml_path: str) -> np.
     bad = ~np.isfinite(values) | (values != np.round(values))
     if bad.any():
         raise _bad_cell(table, column, bad, "must be a whole number of tokens", path, yaml_path)
+    big = np.abs(values) > MAX_TOKENS            # would overflow int64 or lose digits
+    if big.any():
+        raise _bad_cell(table, column, big, f"must be at most {MAX_TOKENS:,} tokens", path,
+                        yaml_path)
     return values.astype(np.int64)
 
 

@@ -240,6 +240,12 @@ BAD = [
      "cluster: with pools, give num_replicas per pool (cluster.pools.N.num_replicas)"),
     ("cluster", {"pools": [{"name": "h100", "engine": {"max_num_seqs": 0}}]},
      "cluster.pools.0.engine.max_num_seqs: "),
+    # A length beyond int64 was a traceback (OverflowError) when the trace was drawn.
+    ("workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 10**20},
+     "workload.classes.0.prompt_tokens.value: Input should be less than or equal to "
+     "2147483647"),
+    ("workload.classes.0.output_tokens", {"dist": "uniform", "min": 1, "max": 2**63},
+     "workload.classes.0.output_tokens.max: Input should be less than or equal to 2147483647"),
 ]
 
 

@@ -314,6 +314,11 @@ def test_empirical_errors(tmp_path):
         build(synthetic(classes=one_class(output=dist)), 0, tmp_path)
     assert info.value.path == "workload.classes.0.output_tokens.path"
     assert "line 3" in str(info.value) and "'abc'" in str(info.value)
+    (tmp_path / "huge.csv").write_text("len\n10\n1e20\n")
+    dist = {"dist": "empirical", "path": "huge.csv", "column": "len"}
+    with pytest.raises(ScenarioError, match=r"line 3: column 'len' must be at most "
+                                            r"2,147,483,647 tokens, got '1e20'"):
+        build(synthetic(classes=one_class(output=dist)), 0, tmp_path)
     dist = {"dist": "empirical", "path": "nope.csv", "column": "len"}
     with pytest.raises(ScenarioError, match="empirical length file not found"):
         build(synthetic(classes=one_class(output=dist)), 0, tmp_path)
@@ -414,8 +419,15 @@ GOOD_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
         (GOOD_ROW * 3 + "2023-11-16 18:15:50.9951690,5,-2\n", 5, "'-2'", ">= 0 output tokens"),
         (GOOD_ROW + "2023-13-45 99:15:50.9951690,396,109\n", 3, "'2023-13-45 99:15:50.9951690'", "timestamp"),
         (GOOD_ROW + "\n\nyesterday,396,109\n", 5, "'yesterday'", "timestamp"),  # blank lines counted
+        # Beyond int64 a cast warned on stderr and wrapped to a negative count, then said
+        # ">= 1 prompt token"; a 2**31-token cell is beyond any model's context anyway.
+        (GOOD_ROW + "2023-11-16 18:15:50.9951690,99999999999999999999,109\n", 3,
+         "'99999999999999999999'", "must be at most 2,147,483,647 tokens"),
+        (GOOD_ROW + "2023-11-16 18:15:50.9951690,396,2147483648\n", 3, "'2147483648'",
+         "must be at most 2,147,483,647 tokens"),
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_malformed_row_names_line_and_value(tmp_path, body, line, value, words):
     f = tmp_path / "bad.csv"
     f.write_text(AZURE_HEADER + body)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from capsim.common.errors import ScenarioError
+from capsim.common.schema import MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,23 @@ def missing_fields(path: str | Path, label: str, fields: Iterable[str], hint: st
     ``FILE: <label> result<where>: missing <fields>; <hint>``."""
     return ScenarioError(f"{label} result{where}: missing {', '.join(fields)}; {hint}",
                          file=str(path))
+
+
+def token_counts(values: np.ndarray, what: str, label: str, path: str | Path,
+                 where: str = "") -> np.ndarray:
+    """Per-request token counts read as floats (NaN: unknown or failed) → int64, NaN as 0.
+
+    Raises:
+        ScenarioError: a count beyond :data:`~capsim.common.schema.MAX_TOKENS` (e.g.
+            ``1e20``), which int64 would wrap into a negative count, naming the request.
+    """
+    values = np.asarray(values, np.float64)
+    big = np.abs(values) > MAX_TOKENS
+    if big.any():
+        i = int(np.argmax(big))
+        raise ScenarioError(f"{label} result{where}: request {i}'s {what} is {values[i]:g}, "
+                            f"not a token count (at most {MAX_TOKENS:,})", file=str(path))
+    return np.nan_to_num(values).astype(np.int64)
 
 
 def as_float(value: Any) -> float:

@@ -804,6 +804,7 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
     from capsim.report.compare import error_table, write
     from capsim.report.style import slug
     from capsim.scenario.load import dump_resolved, load
+    from capsim.sim.simulate import group_reasons
 
     loaded = load(scenario, list(overrides), seed)
     rc = _pick_variant(loaded, variant)
@@ -816,6 +817,15 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
                   f"{len(measured):,} requests, {int(measured.success.sum()):,} successful; "
                   f"simulating variant [bold]{rc.variant}[/] of {loaded.spec.name}")
     c = run_compare(rc, measured, seed=loaded.spec.seed)
+    if c.rejected and not any(r.n_simulated for r in c.rows if r.metric == "ttft"):
+        # Nothing left to compare: an empty table and page would say nothing (as capsim run
+        # refuses a variant that completed no request), so say why and write nothing.
+        reasons = group_reasons(c.result.requests.reject_reason.tolist())
+        example = f", e.g. {reasons[0][1]}" if reasons else ""
+        raise ScenarioError(f"variant {rc.variant!r} of {loaded.spec.name} rejects every one of "
+                            f"the {c.rejected:,} successful requests{example}: nothing to "
+                            "compare; choose another --variant or raise its limits",
+                            file=str(result))
     notes = list(measured.notes)
     if variant is None and len(loaded.runs) > 1:
         notes.append(f"The scenario has {len(loaded.runs)} variants; simulated the first, "

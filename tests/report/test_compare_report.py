@@ -127,3 +127,45 @@ def test_bad_input_exits_2_with_one_line(tmp_path, scenario, run_cli, args, mess
     assert code == 2 and message in stderr and stderr.startswith("error: ")
     assert stderr.count("\n") == 1 and "Traceback" not in stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    # A gap list that is a number was a traceback (TypeError in len()).
+    ({"itls": [5, 5, 5, 5, 5]}, "vllm bench serve result: itls[0] is 5, not a list of one "
+                                "request's chunk gaps (s) as vllm bench serve saves them"),
+    # A count beyond int64 wrapped negative (a numpy cast warning on stderr, then "no
+    # successful request to replay").
+    ({"input_lens": [1e20] * 5}, "vllm bench serve result: request 0's input_lens is 1e+20, "
+                                 "not a token count (at most 2,147,483,647)"),
+    # Every successful request longer than the variant's max_model_len (4,096): the table
+    # and page were all "—" and the exit code 0.
+    ({"input_lens": [10**9] * 5}, "variant 'chunked' of lab rejects every one of the 4 "
+                                  "successful requests, e.g. prompt + output = 1000000004 "
+                                  "tokens exceeds max_model_len 4096: nothing to compare; "
+                                  "choose another --variant or raise its limits"),
+])
+def test_a_malformed_or_unusable_result_exits_2_with_one_line(tmp_path, scenario, run_cli,
+                                                              change, message):
+    doc = json.loads((FIXTURES / "vllm_bench_serve.json").read_text())
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({**doc, **change}))
+    code, _, stderr = run_cli(["compare", str(result), str(scenario), "-o", str(tmp_path / "out")])
+    assert code == 2 and stderr == f"error: {result}: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_field_of_the_wrong_shape_anywhere_in_a_result_is_one_line(tmp_path, scenario, run_cli,
+                                                                     monkeypatch):
+    """Whatever a reader trips over deep in a hand-edited file (here: a TypeError raised
+    while reading the per-request lists) is one line naming the file and the format."""
+    from capsim.calibrate.readers import serving_bench
+
+    def trip(*_args):
+        raise TypeError("'int' object is not iterable")
+    monkeypatch.setattr(serving_bench, "_columns", trip)
+    code, _, stderr = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"), str(scenario),
+                               "-o", str(tmp_path / "out")])
+    assert code == 2 and stderr == (
+        f"error: {FIXTURES / 'vllm_bench_serve.json'}: vllm bench serve result: not laid out as "
+        "vllm bench serve writes it (TypeError: 'int' object is not iterable)\n")
+    assert not (tmp_path / "out").exists()

@@ -85,7 +85,8 @@ def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
 
     Raises:
         ScenarioError: unreadable or unrecognised file, missing fields (naming them and
-            how to get them), several runs and no ``run``, ``run`` out of range.
+            how to get them), a field of the wrong type or shape, several runs and no
+            ``run``, ``run`` out of range.
     """
     docs = load_documents(path)
     fmt = detect(docs, path)
@@ -102,4 +103,12 @@ def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
         raise ScenarioError(f"--run {index}: the {fmt.label} result holds {len(runs)} run(s), "
                             f"numbered 0 to {len(runs) - 1}", file=str(path))
     label = f"run {index} of {len(runs)}: {fmt.describe(runs[index])}" if len(runs) > 1 else ""
-    return fmt.read(runs[index], str(path), label)
+    try:
+        return fmt.read(runs[index], str(path), label)
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
+        # A field of the wrong type or shape deep in the file (hand-edited, cut short or
+        # written by another version): one line, not a traceback.
+        where = f" ({label})" if label else ""
+        raise ScenarioError(f"{fmt.label} result{where}: not laid out as {fmt.label} writes it "
+                            f"({type(exc).__name__}: {' '.join(str(exc).split())})",
+                            file=str(path)) from None

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from capsim.calibrate.measured import (MeasuredRun, as_float, missing_fields, opt_float, opt_int,
-                                       ragged, to_seconds)
+                                       ragged, to_seconds, token_counts)
 from capsim.calibrate.readers.base import ResultFormat
 
 NEEDED = ("input_sequence_length", "output_sequence_length", "time_to_first_token",
@@ -110,7 +110,8 @@ def _read(records: list[Any], path: str, run_label: str) -> MeasuredRun:
     return MeasuredRun(
         path=path, format=AIPERF.key, label=AIPERF.label, source=AIPERF.source,
         run_label=run_label, send_s=(start_ns - t0) * 1e-9,
-        prompt_tokens=prompt.astype(np.int64), output_tokens=output.astype(np.int64),
+        prompt_tokens=token_counts(prompt, "input_sequence_length", AIPERF.label, path),
+        output_tokens=token_counts(output, "output_sequence_length", AIPERF.label, path),
         ttft_s=np.where(success, ttft, np.nan), e2e_s=np.where(success, e2e, np.nan),
         success=success, itl_gaps_s=gaps, itl_counts=counts,
         request_rate_per_s=opt_float(loadgen.get("request_rate")) if isinstance(

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from capsim.calibrate.measured import MeasuredRun, as_float, missing_fields, opt_float, ragged
+from capsim.calibrate.measured import (MeasuredRun, as_float, missing_fields, opt_float, ragged,
+                                       token_counts)
 from capsim.calibrate.readers.base import ResultFormat
 
 
@@ -127,8 +128,9 @@ def _read(exp: Any, path: str, run_label: str) -> MeasuredRun:
     return MeasuredRun(
         path=path, format=GENAI_PERF.key, label=GENAI_PERF.label, source=GENAI_PERF.source,
         run_label=run_label, send_s=(send - t0) * 1e-9,
-        prompt_tokens=np.nan_to_num(prompt).astype(np.int64),
-        output_tokens=np.nan_to_num(output).astype(np.int64),
+        prompt_tokens=token_counts(prompt, "usage.prompt_tokens", GENAI_PERF.label, path, where),
+        output_tokens=token_counts(output, "usage.completion_tokens", GENAI_PERF.label, path,
+                                   where),
         ttft_s=np.where(ok, (first - send) * 1e-9, np.nan),
         e2e_s=np.where(ok, (last - send) * 1e-9, np.nan), success=ok,
         itl_gaps_s=gaps, itl_counts=counts,

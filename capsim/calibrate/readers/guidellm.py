@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from capsim.calibrate.measured import MeasuredRun, as_float, missing_fields, opt_float, opt_int
+from capsim.calibrate.measured import (MeasuredRun, as_float, missing_fields, opt_float, opt_int,
+                                       token_counts)
 from capsim.calibrate.readers.base import ResultFormat
 from capsim.common.errors import ScenarioError
 
@@ -148,8 +149,8 @@ def _read(bench: Any, path: str, run_label: str) -> MeasuredRun:
     return MeasuredRun(
         path=path, format=GUIDELLM.key, label=GUIDELLM.label, source=GUIDELLM.source,
         run_label=run_label, send_s=start - t0,
-        prompt_tokens=np.nan_to_num(prompt).astype(np.int64),
-        output_tokens=np.nan_to_num(output).astype(np.int64),
+        prompt_tokens=token_counts(prompt, "prompt_tokens", GUIDELLM.label, path, where),
+        output_tokens=token_counts(output, "output_tokens", GUIDELLM.label, path, where),
         ttft_s=np.where(ok, first - start, np.nan), e2e_s=np.where(ok, end - start, np.nan),
         success=ok, request_rate_per_s=rate, max_concurrency=concurrency, model=_model(bench),
         duration_s=duration,

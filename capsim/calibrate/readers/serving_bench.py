@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from capsim.calibrate.measured import (MeasuredRun, as_float, missing_fields, opt_float, opt_int,
-                                       ragged)
+                                       ragged, token_counts)
 from capsim.calibrate.readers.base import ResultFormat
 from capsim.common.errors import ScenarioError
 
@@ -98,6 +98,12 @@ def _columns(doc: dict, fmt: ResultFormat, path: str, where: str) -> dict[str, A
     if uneven:
         raise ScenarioError(f"{fmt.label} result{where}: {', '.join(uneven)} do not have "
                             f"the {n} entries of input_lens", file=path)
+    odd = next((i for i, g in enumerate(doc["itls"]) if g is not None and not isinstance(g, list)),
+               None)
+    if odd is not None:
+        raise ScenarioError(f"{fmt.label} result{where}: itls[{odd}] is {doc['itls'][odd]!r}, not "
+                            f"a list of one request's chunk gaps (s) as {fmt.label} saves them",
+                            file=path)
     errors = doc.get("errors")
     errors = errors if isinstance(errors, list) and len(errors) == n else [""] * n
     prompt = np.array([as_float(v) for v in doc["input_lens"]])
@@ -106,8 +112,8 @@ def _columns(doc: dict, fmt: ResultFormat, path: str, where: str) -> dict[str, A
     gaps, counts = ragged(doc["itls"])
     failed = np.array([bool(e) for e in errors])
     ok = ~failed & (ttft > 0) & (prompt > 0) & (output > 0)
-    return {"prompt_tokens": np.nan_to_num(prompt).astype(np.int64),
-            "output_tokens": np.nan_to_num(output).astype(np.int64),
+    return {"prompt_tokens": token_counts(prompt, "input_lens", fmt.label, path, where),
+            "output_tokens": token_counts(output, "output_lens", fmt.label, path, where),
             "ttft_s": np.where(ok, ttft, np.nan), "success": ok,
             "itl_gaps_s": gaps, "itl_counts": counts, "n": n}
 

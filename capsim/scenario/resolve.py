@@ -33,7 +33,7 @@ from capsim.profiles.hardware import HardwareProfile, hardware_names, load_hardw
 from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_link
 from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
-from capsim.profiles.startup import load_startup, startup_names
+from capsim.profiles.startup import load_startup
 from capsim.profiles.quantization import load_quant_format, weight_layout
 from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
@@ -344,8 +344,8 @@ def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
     try:
         profile = load_startup(prov.profile)
     except ScenarioError as exc:
-        raise ScenarioError(exc.message + f"; valid: {', '.join(startup_names())}",
-                            file=str(path), path=f"{at}.provisioning.profile") from None
+        raise ScenarioError(exc.message, file=str(path),        # it lists the valid names
+                            path=f"{at}.provisioning.profile") from None
     terms = {k: v for k, v in prov.model_dump().items()
              if k in STARTUP_TERMS and v is not None}
     return profile.model_copy(update=terms).delay_s(model.weight_bytes(DTYPE_BYTES[engine.dtype]))

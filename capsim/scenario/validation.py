@@ -69,17 +69,24 @@ def _is_union_tag(part: Any) -> bool:
 
 
 def _valid_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
-    """Field names accepted at ``loc`` inside ``model`` (best effort; [] if unknown)."""
+    """Keys accepted at ``loc`` inside ``model``, as YAML spells them (a field's alias, such
+    as a route rule's ``class``, not its Python name); best effort, [] if unknown."""
     current: Any = model
     for part in loc:
         if part.isdigit():
             continue
         cls = _model_class(current)
-        if cls is None or part not in cls.model_fields:
+        fields = _by_key(cls) if cls is not None else {}
+        if part not in fields:
             return []
-        current = cls.model_fields[part].annotation
+        current = fields[part].annotation
     cls = _model_class(current)
-    return sorted(cls.model_fields) if cls else []
+    return sorted(_by_key(cls)) if cls else []
+
+
+def _by_key(cls: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the key a YAML file writes: the alias where one is set."""
+    return {f.alias or name: f for name, f in cls.model_fields.items()}
 
 
 def _model_class(annotation: Any) -> type[BaseModel] | None:

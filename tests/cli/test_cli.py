@@ -246,6 +246,17 @@ BAD = [
      "2147483647"),
     ("workload.classes.0.output_tokens", {"dist": "uniform", "min": 1, "max": 2**63},
      "workload.classes.0.output_tokens.max: Input should be less than or equal to 2147483647"),
+    # A key is listed as YAML spells it (a route rule's class:, not the field's name cls).
+    ("cluster", {"pools": [{"name": "h100"}], "route": [{"class": "chat", "pool": "h100",
+                                                         "weight": 2}]},
+     "cluster.route.0.weight: unknown key 'weight'; valid keys: class, min_prompt_tokens, "
+     "pool"),
+    # The valid startup profiles are named once.
+    ("cluster", {"num_replicas": 1, "autoscaling": {
+        "signal": "running", "target": 8, "min_replicas": 1, "max_replicas": 2,
+        "provisioning": {"profile": "vllm-v2"}}},
+     "cluster.autoscaling.provisioning.profile: unknown startup profile 'vllm-v2'; valid: "
+     "vllm-v1\n"),
 ]
 
 

@@ -557,6 +557,9 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     if decode_batch and not context:
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
+    if not math.isfinite(routing_skew):          # click's FloatRange lets nan and inf by
+        raise ScenarioError(f"--routing-skew must be a finite number >= 0 (the Zipf exponent "
+                            f"of expert popularity; 0: uniform), got {routing_skew}")
     with _as_option("--model"):
         model = load_model(model_name)
     with _as_option("--hardware"):

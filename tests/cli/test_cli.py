@@ -983,6 +983,11 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
     (["--model", "llama-9b"], "error: --model: unknown model 'llama-9b'; valid presets: "),
     (["--model", "llama-3.1-8b", "--hardware", "h900"],
      "error: --hardware: unknown hardware 'h900'; valid: a100-40gb, "),
+    # click's FloatRange(min=0) lets nan and inf through: the table was all nan.
+    (["--model", "mixtral-8x7b", "--routing-skew", "nan"],
+     "error: --routing-skew must be a finite number >= 0 (the Zipf exponent of expert "
+     "popularity; 0: uniform), got nan\n"),
+    (["--model", "mixtral-8x7b", "--routing-skew", "inf"], "got inf\n"),
 ])
 def test_roofline_refuses_bad_parallel_shapes_in_one_line(run_cli, args, expected):
     code, _, err = run_cli(["roofline", "--hardware", "h100-sxm", "--prefill-tokens", "512",

@@ -221,9 +221,12 @@ def test_million_requests_is_fast():
         ],
         num_requests=1_000_000,
     )
-    start = time.perf_counter()
+    # CPU seconds of this process, not wall time: on a shared 2-CPU machine the wall clock
+    # counts other jobs' time too (1.5 s of wall for well under 1 s of CPU, a fresh clone's
+    # first test run).
+    start = time.process_time()
     tr = build(cfg, 0, Path("."))
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert len(tr) == 1_000_000
 
 

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import matplotlib
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
@@ -86,8 +87,11 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
         axes[1].set_ylim(bottom=0)
+        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))   # whole replicas
         axes[3].set_xlabel("hour of the run")
-        axes[0].legend(loc="upper left", fontsize=8, ncol=min(n, 3))
+        # Above the first panel: inside it, the legend hid the curves' start.
+        axes[0].legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=8,
+                       ncol=min(n, 4), frameon=False)
         save(fig, path)
 
 

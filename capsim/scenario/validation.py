@@ -36,9 +36,9 @@ def one_line_error(exc: ValidationError, model: type[BaseModel], path: Path, pre
         loc.append(named)
     dotted = ".".join(([prefix] if prefix else []) + loc)
     if err["type"] == "extra_forbidden":
-        valid = _valid_keys(model, loc[:-1])
+        valid = _valid_keys(model, [str(p) for p in err["loc"][:-1]])
         knob = _engine_knob_here(loc[-1], valid, ".".join(([prefix] if prefix else []) + loc[:-1]))
-        hint = difflib.get_close_matches(loc[-1], valid, n=1)
+        hint = [k for k in difflib.get_close_matches(loc[-1], valid, n=2) if k != loc[-1]][:1]
         msg = f"unknown key '{loc[-1]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
         if knob:
             msg = knob
@@ -69,19 +69,42 @@ def _is_union_tag(part: Any) -> bool:
 
 
 def _valid_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
-    """Keys accepted at ``loc`` inside ``model``, as YAML spells them (a field's alias, such
-    as a route rule's ``class``, not its Python name); best effort, [] if unknown."""
+    """Keys accepted at ``loc`` (pydantic's, union tags included) inside ``model``, as YAML
+    spells them (a field's alias, such as a route rule's ``class``, not its Python name);
+    in a tagged union, the keys of the member the tag names (``uniform``: dist, min, max),
+    not of its first member; best effort, [] if unknown."""
     current: Any = model
     for part in loc:
-        if part.isdigit():
+        if part.isdigit() or "[" in part:
             continue
         cls = _model_class(current)
         fields = _by_key(cls) if cls is not None else {}
-        if part not in fields:
+        if part in fields:
+            current = fields[part].annotation
+            continue
+        member = _tagged_member(current, part)
+        if member is None:
             return []
-        current = fields[part].annotation
+        current = member
     cls = _model_class(current)
     return sorted(_by_key(cls)) if cls else []
+
+
+def _tagged_member(annotation: Any, tag: str) -> type[BaseModel] | None:
+    """The model of a union whose discriminator field is ``Literal[tag]`` (None if none)."""
+    for cls in _model_classes(annotation):
+        for f in cls.model_fields.values():
+            if typing.get_origin(f.annotation) is typing.Literal and \
+                    tag in typing.get_args(f.annotation):
+                return cls
+    return None
+
+
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    """Every model inside ``annotation`` (a union's members, an Optional's, …)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [c for arg in typing.get_args(annotation) for c in _model_classes(arg)]
 
 
 def _by_key(cls: type[BaseModel]) -> dict[str, Any]:

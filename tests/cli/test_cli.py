@@ -251,6 +251,16 @@ BAD = [
                                                          "weight": 2}]},
      "cluster.route.0.weight: unknown key 'weight'; valid keys: class, min_prompt_tokens, "
      "pool"),
+    # In a tagged union the keys are the tagged member's, not the first member's: a
+    # uniform length read "unknown key 'value' (did you mean 'value'?); valid keys: dist,
+    # value", a diurnal schedule listed the piecewise one's keys.
+    ("workload.classes.0.prompt_tokens", {"dist": "uniform", "min": 1, "max": 5, "value": 3},
+     "workload.classes.0.prompt_tokens.value: unknown key 'value'; valid keys: dist, max, "
+     "min\n"),
+    ("workload.schedule", {"kind": "diurnal", "peak": 1, "trough": 0.5, "peak_hour": 20,
+                           "step_s": 60},
+     "workload.schedule.step_s: unknown key 'step_s'; valid keys: kind, peak, peak_hour, "
+     "period_s, resolution_s, trough\n"),
     # The valid startup profiles are named once.
     ("cluster", {"num_replicas": 1, "autoscaling": {
         "signal": "running", "target": 8, "min_replicas": 1, "max_replicas": 2,

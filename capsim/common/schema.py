@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -316,10 +317,12 @@ _SHOWN_CHARS = 60
 
 
 def _shown(value: Any) -> str:
-    """``repr(value)`` (YAML's spelling for booleans and None), cut to ``_SHOWN_CHARS``
-    with its full length named."""
+    """``repr(value)`` (YAML's spelling for booleans and None, a date as written), cut to
+    ``_SHOWN_CHARS`` with its full length named."""
     text = {True: "true", False: "false", None: "null"}.get(value, None) \
         if isinstance(value, (bool, type(None))) else repr(value)
+    if isinstance(value, (datetime.date, datetime.time)):   # YAML read an unquoted date
+        text = f"{value.isoformat()}, a date: quote it"
     if len(text) <= _SHOWN_CHARS:
         return text
     return (f"{text[:_SHOWN_CHARS - 1]}… "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 
@@ -261,6 +262,9 @@ BAD = [
                            "step_s": 60},
      "workload.schedule.step_s: unknown key 'step_s'; valid keys: kind, peak, peak_hour, "
      "period_s, resolution_s, trough\n"),
+    # YAML reads an unquoted 2024-01-01 as a date: say so, not datetime.date(2024, 1, 1).
+    ("variants.0.name", datetime.date(2024, 1, 1),
+     "variants.0.name: expected a string (got 2024-01-01, a date: quote it)\n"),
     # The valid startup profiles are named once.
     ("cluster", {"num_replicas": 1, "autoscaling": {
         "signal": "running", "target": 8, "min_replicas": 1, "max_replicas": 2,

@@ -377,17 +377,15 @@ def _from(loader, base: str):
 def hardware(template: str | None, base: str | None, out_file: Path | None) -> None:
     from capsim.profiles.hardware import hardware_names, list_hardware, load_hardware
     from capsim.profiles.template import check_template_name, hardware_template
-    from rich.table import Table
 
     if template is not None:
         check_template_name(template, hardware_names(), "GPU profile")
         text = hardware_template(template, _from(load_hardware, base or "h100-sxm"))
     if _emit_template(text if template is not None else "", template, base, out_file, "GPU"):
         return
-    table = Table(title="GPU profiles (dense peak; per-direction link bandwidth)")
-    for col in ("name", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "HBM GiB", "seen GiB",
-                "HBM TB/s", "scale-up link", "GB/s", "PCIe GB/s", "curves", "$/GPU-h"):
-        table.add_column(col, justify="left" if col == "name" else "right")
+    table = _listing("GPU profiles (dense peak; per-direction link bandwidth)", [
+        "BF16\nTFLOP/s", "FP8\nTFLOP/s", "FP4\nTFLOP/s", "HBM\nGiB", "seen\nGiB", "HBM\nTB/s",
+        ("scale-up link", True), "GB/s", "PCIe\nGB/s", ("curves", True), "$/GPU-h"])
     for hw in list_hardware():
         peaks = hw.peak_flops_per_s
         fp8, fp4 = peaks.get("fp8"), peaks.get("fp4")
@@ -406,12 +404,10 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
 @cli.command(help="List the engine presets: version, memory rule, scheduler and defaults.")
 def engines() -> None:
     from capsim.profiles.engines import engine_preset_names, load_engine_preset
-    from rich.table import Table
 
-    table = Table(title="Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)")
-    for col in ("name", "engine", "version", "memory rule", "scheduler", "host overhead",
-                "defaults"):
-        table.add_column(col)
+    table = _listing("Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)", [
+        ("engine", True), ("version", True), ("memory rule", True), ("scheduler", True),
+        ("host overhead", True), ("defaults", True)])
     for name in engine_preset_names():
         p = load_engine_preset(name)
         defaults = ", ".join(f"{k} {v}" for k, v in p.defaults.items() if k != "scheduler")
@@ -422,6 +418,20 @@ def engines() -> None:
                       f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
                       _host_text(p.host_overhead), defaults)
     _console().print(table)
+
+
+def _listing(title: str, columns: list) -> "FoldedTable":
+    """A listing keyed by ``name`` that folds to the terminal's width, as the summary does:
+    a narrow terminal wraps text cells and moves columns to a second table repeating the
+    name, never cuts a name or a figure to ``a100-4…``. ``columns``: a header (a figure,
+    right-aligned), or (header, text[, justify]) for a column that may wrap."""
+    from capsim.report.terminal import FoldColumn, FoldedTable
+
+    cols = [FoldColumn(c) if isinstance(c, str) else
+            FoldColumn(c[0], text=c[1], justify=c[2] if len(c) > 2 else "left")
+            for c in columns]
+    return FoldedTable(title, [FoldColumn("name", text=True, justify="left")],
+                       [[c] for c in cols])
 
 
 def _host_text(h) -> str:
@@ -445,18 +455,17 @@ def _host_text(h) -> str:
 def models(template: str | None, base: str | None, out_file: Path | None) -> None:
     from capsim.profiles.models import list_models, load_model, model_names
     from capsim.profiles.template import check_template_name, model_template
-    from rich.table import Table
 
     if template is not None:
         check_template_name(template, model_names(), "model")
         text = model_template(template, _from(load_model, base or "llama-3.1-8b"))
     if _emit_template(text if template is not None else "", template, base, out_file, "model"):
         return
-    table = Table(title="Model presets (bf16 weights and KV; a checkpoint's own formats "
-                        "where it records them)")
-    for col in ("name", "params B", "active B", "weights GiB", "layers", "hidden", "heads / kv",
-                "experts", "attention", "KV KiB/token", "max context"):
-        table.add_column(col, justify="left" if col in ("name", "attention") else "right")
+    table = _listing("Model presets (bf16 weights and KV; a checkpoint's own formats where it "
+                     "records them)", [
+        "params\nB", "active\nB", ("weights GiB", True, "right"), "layers", "hidden",
+        "heads\n/ kv", ("experts", True, "right"), ("attention", True), "KV\nKiB/token",
+        "max\ncontext"])
     for m in list_models():
         table.add_row(m.name, f"{m.params_total / 1e9:.2f}", f"{m.params_active / 1e9:.2f}",
                       _weights_text(m), str(m.num_hidden_layers),

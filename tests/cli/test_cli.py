@@ -1059,3 +1059,18 @@ def test_validate_names_each_class_acceptance_rate(run_cli, scenarios_dir, tmp_p
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0 and out.count("speculative eagle, k 3: acceptance 0.7, 2.53 tokens per "
                                    "step expected; drafter") == 2
+
+
+@pytest.mark.parametrize("command", ["hardware", "models", "engines"])
+def test_listings_fold_to_a_narrow_terminal_without_cutting_a_name(run_cli, monkeypatch,
+                                                                   command):
+    """At 120 columns `capsim hardware` printed 'a100-4…' and 'h100-p…', the names a
+    scenario must spell; the listings now fold as the summary does."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run_cli([command])
+    assert code == 0 and "…" not in out
+    assert max(len(line) for line in out.splitlines() if "│" in line) <= 100
+    names = {"hardware": ["a100-40gb", "h100-pcie", "rtx-4090"],
+             "models": ["llama-3.1-405b", "qwen3-235b-a22b"],
+             "engines": ["sglang-0.3", "vllm-0.6.4"]}[command]
+    assert all(f"│ {n} " in out for n in names)

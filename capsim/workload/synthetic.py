@@ -38,7 +38,7 @@ from capsim.scenario.workload import (
 )
 from capsim.workload.rate import class_rates, warp
 from capsim.workload.replay import load_empirical
-from capsim.workload.trace import MAX_REQUESTS, ClosedLoop, RequestTrace
+from capsim.workload.trace import MAX_REQUESTS, MAX_SPAN_S, ClosedLoop, RequestTrace
 
 def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
     """Draw the requests of a synthetic ``workload`` (arrival process + classes).
@@ -56,7 +56,8 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
 
     Raises:
         ScenarioError: unreadable or malformed empirical CSV, a workload that
-            yields no request, or more than :data:`MAX_REQUESTS` requests.
+            yields no request, more than :data:`MAX_REQUESTS` requests, or arrivals
+            beyond :data:`~capsim.workload.trace.MAX_SPAN_S`.
     """
     if workload.arrival.closed_loop:
         return closed_loop_trace(workload, seed, base_dir)
@@ -73,6 +74,13 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
             duration_s=workload.duration_s,
         )
     n = len(arrival_s)
+    if n and float(np.max(arrival_s)) > MAX_SPAN_S:
+        field = "num_requests" if workload.num_requests is not None else "duration_s"
+        raise ScenarioError(
+            f"the {n:,} requests ({field} {getattr(workload, field):g} at rate_per_s "
+            f"{workload.arrival.rate_per_s:g}) arrive over {float(np.max(arrival_s)):.3g} s, "
+            f"beyond {MAX_SPAN_S:.0e} s (about 32 years) where the clock cannot resolve an "
+            "engine step; raise rate_per_s", path="workload.arrival.rate_per_s")
     if n == 0:
         raise ScenarioError(
             f"no request arrives before duration_s={workload.duration_s:g} "

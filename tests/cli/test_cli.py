@@ -265,6 +265,10 @@ BAD = [
     # YAML reads an unquoted 2024-01-01 as a date: say so, not datetime.date(2024, 1, 1).
     ("variants.0.name", datetime.date(2024, 1, 1),
      "variants.0.name: expected a string (got 2024-01-01, a date: quote it)\n"),
+    # Arrivals near 1e300 s: a step added to the clock vanished, every latency read 0.
+    ("workload.arrival.rate_per_s", 1e-300,
+     "workload.arrival.rate_per_s: the 30 requests (num_requests 30 at rate_per_s 1e-300) "
+     "arrive over "),
     # The valid startup profiles are named once.
     ("cluster", {"num_replicas": 1, "autoscaling": {
         "signal": "running", "target": 8, "min_replicas": 1, "max_replicas": 2,

@@ -24,7 +24,7 @@ from capsim.common.schema import MAX_TOKENS
 from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
 from capsim.workload.rate import schedule_pieces, warp
-from capsim.workload.trace import RequestTrace
+from capsim.workload.trace import MAX_SPAN_S, RequestTrace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -243,7 +243,9 @@ def load_trace(
             expected and the found ones), a non-numeric / fractional / too small
             token count or an unparsable timestamp (1-based line number, header
             = line 1, and the bad value), ``num_requests`` larger than the
-            trace, or no row before ``duration_s``.
+            trace, no row before ``duration_s``, or rows arriving beyond
+            :data:`~capsim.workload.trace.MAX_SPAN_S` (``path`` then
+            ``workload.trace.rate_scale``).
     """
     yaml_path = "workload.trace.path"
     cols = trace.resolved_columns
@@ -288,6 +290,12 @@ def load_trace(
                 file=str(path), path="workload.duration_s",
             )
         arrival_s, prompt, output = arrival_s[:keep], prompt[:keep], output[:keep]
+    if len(arrival_s) and float(np.max(arrival_s)) > MAX_SPAN_S:
+        raise ScenarioError(
+            f"the rows arrive over {float(np.max(arrival_s)):.3g} s at rate_scale "
+            f"{trace.rate_scale:g}, beyond {MAX_SPAN_S:.0e} s (about 32 years) where the clock "
+            "cannot resolve an engine step; raise rate_scale",
+            file=str(path), path="workload.trace.rate_scale")
     if num_requests is not None:
         if num_requests > len(arrival_s):
             raise ScenarioError(

@@ -443,6 +443,17 @@ def test_malformed_row_names_line_and_value(tmp_path, body, line, value, words):
     assert "\n" not in msg
 
 
+def test_a_rate_scale_that_spreads_the_rows_past_the_clock_is_refused(tmp_path):
+    """rate_scale 1e-300 put the second row near 1e300 s, where an engine step added to
+    the clock vanishes (every latency 0)."""
+    f = tmp_path / "t.csv"
+    f.write_text(AZURE_HEADER + GOOD_ROW + "2023-11-16 18:15:50.9951690,396,109\n")
+    with pytest.raises(ScenarioError, match=r"the rows arrive over 4.31e\+300 s at rate_scale "
+                                            r"1e-300, beyond 1e\+09 s") as info:
+        build(trace_cfg(f, rate_scale=1e-300), 0, tmp_path)
+    assert info.value.path == "workload.trace.rate_scale"
+
+
 def test_numeric_arrival_column_bad_value(tmp_path):
     f = tmp_path / "s.csv"
     f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,1,1\n0.5,1,1\nsoon,1,1\n")

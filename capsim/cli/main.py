@@ -783,6 +783,34 @@ def _run_option(f):
                              "GuideLLM benchmarks, genai-perf experiments), from 0.")(f)
 
 
+def _check_calibration_variant(run, base, scenario: Path, chosen: bool) -> None:
+    """``calibrate --from`` fits ``base`` (the ``--hardware`` profile) by replaying the
+    result through ``run`` with every pool's GPU replaced by it, KV sizes kept: the variant
+    must run on that GPU (on another, its KV sizes and the fit are another GPU's), and it
+    must stream its replies (static batching returns each whole: TPOT is 0 by
+    construction, nothing to fit).
+
+    Raises:
+        ScenarioError: naming --variant and the variant's GPUs or scheduler.
+    """
+    which = f"--variant {run.variant!r}" if chosen else \
+        f"variant {run.variant!r} (the first; choose with --variant)"
+    gpus = sorted({p.hardware.name.partition("[")[0] for p in run.pools})
+    if len(gpus) > 1:
+        raise ScenarioError(
+            f"{which} runs on several GPUs ({', '.join(gpus)}); a calibration fits one GPU's "
+            f"profile: choose a variant on {base.name} alone", file=str(scenario))
+    if gpus != [base.name]:
+        raise ScenarioError(
+            f"{which} runs on {gpus[0]}, not {base.name}: calibrate the profile of the GPU "
+            f"the server ran on (--hardware {gpus[0]}) or choose a variant on {base.name}",
+            file=str(scenario))
+    if any(p.engine.scheduler == "static" for p in run.pools):
+        raise ScenarioError(
+            f"{which} runs static batching, which returns each reply whole (TPOT 0 by "
+            "construction): nothing to fit; choose a streaming variant", file=str(scenario))
+
+
 def _pick_variant(loaded, name: str | None):
     """The RunConfig of variant ``name`` (the first when None)."""
     if name is None:
@@ -898,6 +926,8 @@ def calibrate(hw_name: str, vidur: Path | None, vidur_device: str | None,
         base = load_hardware(hw_name)
     check_writable_dir(out_dir or Path("reports") / f"calibration-{name or base.name}")
     run = _pick_variant(load(scenario), variant) if scenario is not None else None
+    if run is not None and result is not None:
+        _check_calibration_variant(run, base, scenario, chosen=variant is not None)
     inputs = Inputs(vidur=vidur, vidur_device=vidur_device, vidur_network=vidur_network,
                     csv=csv_path, model=_load_model_option(model_name),
                     result=result, result_run=run_index, run=run, notes=notes)

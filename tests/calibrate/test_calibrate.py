@@ -276,16 +276,47 @@ def test_cli_calibrates_from_plain_csv(tmp_path, truth, measured):
         assert (out / f"fidelity_{op_class}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+FIXTURE = str(Path(__file__).parent / "fixtures" / "vllm_bench_serve.json")
+MIXED = """\
+name: mixed
+model: llama-3.1-8b
+hardware: h100-sxm
+engine: {max_model_len: 4096}
+workload:
+  num_requests: 1
+  arrival: {process: constant, rate_per_s: 1.0}
+  classes: [{name: a, weight: 1, prompt_tokens: {dist: fixed, value: 100},
+             output_tokens: {dist: fixed, value: 10}}]
+variants:
+  - {name: static, engine: {scheduler: static, max_num_seqs: 8}}
+  - {name: h100}
+  - {name: pools, cluster: {pools: [{name: a}, {name: b, hardware: h200-sxm}]}}
+"""
+
+
 @pytest.mark.parametrize("args, message", [
     (["--hardware", "a100-80gb"], "nothing to calibrate from"),
     (["--hardware", "a100-80gb", "--csv", "x.csv"], "--csv needs --model"),
     (["--hardware", "tpu", "--csv", "x.csv"], "unknown hardware 'tpu'"),
     (["--hardware", "l40s", "--vidur", "."], "no Vidur device known for hardware 'l40s'"),
+    # --from fits --hardware by replaying through the variant with its GPU swapped for it:
+    # the variant must run on that GPU, one GPU, and stream its replies. Each was accepted
+    # and fitted (an A100 profile from an H100 variant's KV sizes; TPOT error 100 % left).
+    (["--hardware", "a100-80gb", "--from", FIXTURE, "--scenario", "s.yaml", "--variant", "h100"],
+     "--variant 'h100' runs on h100-sxm, not a100-80gb: calibrate the profile of the GPU the "
+     "server ran on (--hardware h100-sxm) or choose a variant on a100-80gb\n"),
+    (["--hardware", "h100-sxm", "--from", FIXTURE, "--scenario", "s.yaml"],
+     "variant 'static' (the first; choose with --variant) runs static batching, which returns "
+     "each reply whole (TPOT 0 by construction): nothing to fit; choose a streaming variant\n"),
+    (["--hardware", "h100-sxm", "--from", FIXTURE, "--scenario", "s.yaml", "--variant", "pools"],
+     "--variant 'pools' runs on several GPUs (h100-sxm, h200-sxm); a calibration fits one "
+     "GPU's profile: choose a variant on h100-sxm alone\n"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, args, message):
     from capsim.cli.main import main
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(MIXED)
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", *args, "-o", str(tmp_path / "out")])
     assert exc.value.code == 2

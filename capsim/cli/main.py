@@ -786,7 +786,8 @@ def _run_option(f):
 def _check_calibration_variant(run, base, scenario: Path, chosen: bool) -> None:
     """``calibrate --from`` fits ``base`` (the ``--hardware`` profile) by replaying the
     result through ``run`` with every pool's GPU replaced by it, KV sizes kept: the variant
-    must run on that GPU (on another, its KV sizes and the fit are another GPU's), and it
+    must run on that GPU (by name, or the same memory, bandwidth and peak: a calibrated copy
+    of it; on another, its KV sizes and the fit are another GPU's), and it
     must stream its replies (static batching returns each whole: TPOT is 0 by
     construction, nothing to fit).
 
@@ -800,7 +801,10 @@ def _check_calibration_variant(run, base, scenario: Path, chosen: bool) -> None:
         raise ScenarioError(
             f"{which} runs on several GPUs ({', '.join(gpus)}); a calibration fits one GPU's "
             f"profile: choose a variant on {base.name} alone", file=str(scenario))
-    if gpus != [base.name]:
+    def datasheet(hw):             # a calibrated copy keeps these, whatever its name
+        return (hw.memory_total_bytes, hw.hbm_bandwidth_bytes_per_s,
+                hw.peak_flops_per_s.get("bf16"))
+    if gpus != [base.name] and datasheet(run.pools[0].hardware) != datasheet(base):
         raise ScenarioError(
             f"{which} runs on {gpus[0]}, not {base.name}: calibrate the profile of the GPU "
             f"the server ran on (--hardware {gpus[0]}) or choose a variant on {base.name}",

@@ -350,8 +350,8 @@ def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, run_cli, wr
 def test_trust_edge_sizes_against_the_pessimistic_edge(tmp_path, write_scenario, sized, edge):
     """--trust-edge median|max: every bound moved by that |error| of vllm-v1 on h100-sxm (the
     fidelity benchmark's table); the answer needs at least as many GPUs, and says why. The max
-    edge moves the 30 ms ITL p99 bound by the table's max TPOT/ITL error (55.1 %, the
-    InferenceX gpt-oss-120b TP 8 case's 1k/8k row at 64 users) to 19.3 ms, which the search
+    edge moves the 30 ms ITL p99 bound by the table's max TPOT/ITL error (57.5 %, the
+    InferenceX gpt-oss-120b TP 8 case's 1k/8k row at 64 users) to 19.0 ms, which the search
     still meets."""
     from capsim.profiles.trust import coverage
 
@@ -369,7 +369,7 @@ def test_trust_edge_sizes_against_the_pessimistic_edge(tmp_path, write_scenario,
         "ttft_p99_ms": pytest.approx(600 / (1 + e_ttft / 100))}
     assert edged.trust_edge == edge and row.trust.startswith(f"SLO bounds moved by the {edge}")
     if edge == "max":
-        assert e_itl == pytest.approx(55.1)
+        assert e_itl == pytest.approx(57.5)
     assert row.status == "met" and row.num_gpus >= before.num_gpus
     if row.binding:              # the target failing one replica fewer, at its moved bound
         assert row.binding_bound == plan.slo(row_key).slo.targets[row.binding]

@@ -99,7 +99,8 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
     try:
         loaded = load(base.path, overrides + extra, base.spec.seed)
     except ScenarioError as exc:
-        problem = f"{exc.path}: {exc.message}" if exc.path else exc.message   # file said once
+        where = _choice_path(exc.path, tp, pp)
+        problem = f"{where}: {exc.message}" if where else exc.message   # file said once
         return [FleetOption(rc.variant, hw or rc.serving_pool.hardware.name,
                             tp or rc.serving_pool.engine.tensor_parallel_size, None, problem,
                             pp or rc.serving_pool.engine.pipeline_parallel_size)
@@ -108,6 +109,16 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
                         rc.serving_pool.engine.tensor_parallel_size, rc,
                         pipeline_parallel_size=rc.serving_pool.engine.pipeline_parallel_size)
             for rc in loaded.runs]
+
+
+def _choice_path(path: str | None, tp: int | None, pp: int | None) -> str | None:
+    """Where an option's error is the user's to mend: a TP / PP the ``sizing:`` list
+    chose is ``sizing.tensor_parallel_size`` (``pipeline_parallel_size``), not the
+    engine field the choice was written into."""
+    for field, chosen in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+        if chosen is not None and path is not None and path.endswith(f"engine.{field}"):
+            return f"sizing.{field}"
+    return path
 
 
 def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None,

@@ -243,8 +243,9 @@ def test_unreachable_target_is_one_line_before_running(tmp_path, run_cli, write_
     ({}, ["--gpus", "2", "--headroom", "2"], "--headroom 2 is not smaller than the fleet: --gpus = 2"),
     ({}, ["--headroom", "-1"], "--headroom must be >= 0 replicas, got -1"),
     # Pipeline stages: more than Llama-3.1-8B's 32 layers; a replica wider than the GPUs.
+    # A PP from the sizing list is named where the user wrote it.
     ({"sizing": {"pipeline_parallel_size": [33]}}, [],
-     "engine.pipeline_parallel_size: pipeline_parallel_size 33 exceeds the model's 32 layers"),
+     "sizing.pipeline_parallel_size: pipeline_parallel_size 33 exceeds the model's 32 layers"),
     ({"sizing": {"pipeline_parallel_size": [0]}}, [], "sizing.pipeline_parallel_size.0: "),
     ({"sizing": {"pipeline_parallel_size": [2], "max_gpus": 1}}, [],
      "max_gpus 1 is below TP 1 × PP 2 = 2 GPUs"),
@@ -338,12 +339,13 @@ def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path, write_sce
 
 def test_an_option_that_cannot_resolve_names_the_file_once(tmp_path, run_cli, write_scenario):
     """TP 3 does not divide Llama-3.1-8B's 32 heads: the error says so with its YAML path
-    and names the scenario once (it used to repeat it inside the message)."""
+    and names the scenario once (it used to repeat it inside the message); the path is
+    the sizing list's, where the 3 was written, not the engine field it was set into."""
     doc = with_(sizing={"tensor_parallel_size": [3]})
     path = write_scenario(tmp_path, doc)
     code, _, err = run_cli(["size", str(path), "-o", str(tmp_path / "r")])
     assert code == 2 and err.count("\n") == 1 and err.count(str(path)) == 1
-    assert "engine.tensor_parallel_size: tensor_parallel_size 3 must divide" in err
+    assert "TP3: sizing.tensor_parallel_size: tensor_parallel_size 3 must divide" in err
 
 
 @pytest.mark.parametrize("edge", ["median", "max"])

@@ -56,7 +56,7 @@ def _option_error(exc: ScenarioError, option: str, field: str | None = None) -> 
 #: scenario's names, shared with ``capsim run``).
 _ROOFLINE_OPTIONS = (("pipeline_parallel_size", "--pp"), ("tensor_parallel_size", "--tp"),
                      ("expert parallel", "--ep"), ("data-parallel attention", "--dp-attention"),
-                     ("quantization", "--quantization"))
+                     ("quantization", "--quantization"), ("moe_routing_skew", "--routing-skew"))
 
 
 def _console() -> Console:

@@ -318,6 +318,9 @@ class StepPricer:
         self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype)
         if routing_skew < 0:
             raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
+        if routing_skew and not model.is_moe:
+            raise ScenarioError(f"moe_routing_skew needs a mixture-of-experts model; "
+                                f"{model.name} is dense")
         self._routing_skew = float(routing_skew)
         if dp_attention and not model.is_moe:
             raise ScenarioError(f"data-parallel attention needs a mixture-of-experts model; "

@@ -396,13 +396,13 @@ def _speculative(spec: Scenario, v: VariantSpec, engine: EngineConfig, cluster: 
 
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
                            variant_keys: set[str]) -> None:
-    """Expert parallelism and DP attention need routed experts; EP needs the replica's
-    GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives each EP rank
-    num_experts / ep_size of them)."""
+    """Expert parallelism, DP attention and a routing skew need routed experts; EP needs
+    the replica's GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives
+    each EP rank num_experts / ep_size of them)."""
     def at(key: str) -> str:
         return f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
 
-    for key in ("enable_expert_parallel", "enable_dp_attention"):
+    for key in ("enable_expert_parallel", "enable_dp_attention", "moe_routing_skew"):
         if getattr(engine, key) and not model.is_moe:
             raise ScenarioError(f"{key} needs a mixture-of-experts model; {model.name} is dense",
                                 file=str(path), path=at(key))

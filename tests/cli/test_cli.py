@@ -200,6 +200,8 @@ BAD = [
      "variants.1.engine.tensor_parallel_size: expert parallel size 16 (tensor_parallel_size) "
      "must divide num_experts 8 of mixtral-8x7b"),
     ("engine.moe_routing_skew", -0.5, "engine.moe_routing_skew: "),
+    ("engine.moe_routing_skew", 0.5, "engine.moe_routing_skew: moe_routing_skew needs a "
+                                     "mixture-of-experts model; llama-3.1-8b is dense"),
     # Pipeline parallelism (issue 15, bad input): every stage needs a layer (vLLM's
     # get_pp_indices); Llama-3.1-8B has 32. The scale-out link must exist.
     ("engine.pipeline_parallel_size", 33, "engine.pipeline_parallel_size: "
@@ -1006,6 +1008,9 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
      "error: --routing-skew must be a finite number >= 0 (the Zipf exponent of expert "
      "popularity; 0: uniform), got nan\n"),
     (["--model", "mixtral-8x7b", "--routing-skew", "inf"], "got inf\n"),
+    # A routing skew on a dense model skewed nothing and was accepted without a word.
+    (["--model", "llama-3.1-8b", "--routing-skew", "0.5"],
+     "error: --routing-skew needs a mixture-of-experts model; llama-3.1-8b is dense\n"),
 ])
 def test_roofline_refuses_bad_parallel_shapes_in_one_line(run_cli, args, expected):
     code, _, err = run_cli(["roofline", "--hardware", "h100-sxm", "--prefill-tokens", "512",

@@ -387,26 +387,6 @@ class StepPricer:
             return np.maximum(gpu_s, host_s) + self._host_residual_s
         return gpu_s + host_s
 
-    def _with_host_segments(self, gpu_s: np.ndarray, seqs: list[int],
-                            lengths: list[int]) -> None:
-        """:meth:`_with_host_array` in place over a memory-bound decode run, one host
-        term per segment (it depends on the batch only). A segment's GPU seconds never
-        decrease (each float operation of the memory side is monotone in the context), so
-        when the host term does not exceed its first step it exceeds none: the maximum is
-        skipped and the result is the same float."""
-        step_s, seq_s, token_s = self._host_step_s, self._host_seq_s, self._host_token_s
-        lo = 0
-        for n, length in zip(seqs, lengths):
-            host_s = step_s + seq_s * n + token_s * 0
-            seg = gpu_s[lo:lo + length]
-            if not self._host_async:
-                seg += host_s
-            elif host_s > seg[0]:
-                np.maximum(seg, host_s, out=seg)
-            lo += length
-        if self._host_async:
-            gpu_s += self._host_residual_s
-
     def _init_operators(self) -> None:
         m, tp = self.model, self.tensor_parallel_size
         # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
@@ -828,47 +808,84 @@ class StepPricer:
             compute-bound. FLOPs and bytes come from :meth:`work`.
         """
         c_pair, m_kv, m_new, launch = self._attn_d
-        terms = [self._decode_terms(n) for n in seqs]
-        ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
-                              for n, c, m in zip(seqs, ctx0, lengths)]) \
-            if len(seqs) > 1 else np.arange(ctx0[0], ctx0[0] + seqs[0] * lengths[0], seqs[0],
-                                            dtype=np.float64)
-        if self._window:         # the windowed layers' keys capped, as cost() caps them
-            n_steps = np.repeat(np.array(seqs, dtype=np.float64), lengths)
-            ctx = ctx - self._win_frac * (ctx - np.minimum(ctx, n_steps * self._win_tokens))
-        m = ctx * m_kv
-        m += launch
-        if self._window or c_pair * (1 + 1e-6) > m_kv or not all(
-                self._never_compute_bound(t, c, n) for t, c, n in zip(terms, ctx0, seqs)):
-            compute_s, memory_s, roof_s, comm_s, n = np.repeat(
-                np.array(terms, dtype=np.float64), lengths, axis=0).T
-            c = launch + c_pair * ctx
-            m += m_new * n
-            bound = (compute_s + c) > (memory_s + m)
-            gpu = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
-            return self._with_host_array(gpu, n) if self._host else gpu, \
-                bound if bound.any() else None
-        lo = 0                           # the memory side always wins: max(c, m) is m
-        for (_, _, roof_s, comm_s, n), length in zip(terms, lengths):
-            seg = m[lo:lo + length]
-            seg += m_new * n
-            seg += roof_s
-            seg += comm_s
+        if self._window or c_pair * (1 + 1e-6) > m_kv or not self._never_compute_bound(
+                seqs, ctx0):
+            return self._decode_costs_general(seqs, ctx0, lengths)
+        # The memory side always wins (max(c, m) is m). Per segment: its steps' constant
+        # terms, in the order cost() adds them, and its host term; one np.repeat spreads
+        # them over the steps (numpy calls, not the steps, are what a run's pricing costs).
+        host = self._host
+        step_s, seq_s, token_s = self._host_step_s, self._host_seq_s, self._host_token_s
+        rows: list[list[float]] = [[], [], [], [], []]
+        a_new, a_roof, a_comm, a_host, a_base = rows
+        lo = 0
+        for n, c, length in zip(seqs, ctx0, lengths):
+            _, _, roof_s, comm_s, _ = self._decode_base[n]    # memoised by the check above
+            a_new.append(m_new * n)
+            a_roof.append(roof_s)
+            a_comm.append(comm_s)
+            a_host.append(step_s + seq_s * n + token_s * 0 if host else 0.0)
+            a_base.append(c - n * lo)    # step j of the run: base + n·j (exact integers)
             lo += length
+        if len(seqs) == 1:
+            new_s, roof_s, comm_s, host_s, _ = (r[0] for r in rows)
+            n = seqs[0]
+            m = np.arange(ctx0[0], ctx0[0] + n * lo, n, dtype=np.float64)
+        else:
+            new_s, roof_s, comm_s, host_s, base = np.repeat(np.array(rows), lengths, axis=1)
+            n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
+            m = np.arange(lo, dtype=np.float64)
+            m *= n
+            m += base                    # the context of each step, exactly
+        m *= m_kv
+        m += launch
+        m += new_s
+        m += roof_s
+        m += comm_s
         m += self._overhead_s
-        if self._host:
-            self._with_host_segments(m, seqs, lengths)
+        if host:
+            if not self._host_async:
+                m += host_s
+            else:
+                np.maximum(m, host_s, out=m)
+                m += self._host_residual_s
         return m, None
 
-    def _never_compute_bound(self, terms: tuple[float, ...], ctx0: int, n: int) -> bool:
-        """Whether no step of a decode segment is compute-bound, with a margin far above
-        rounding: the memory side of its first step exceeds the compute side by more
-        than 1e-9 of itself, and it grows faster per context token (the caller checked
-        ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is memory-bound too."""
-        compute_s, memory_s, _, _, _ = terms
+    def _decode_costs_general(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                              ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`decode_costs` where a step may be compute-bound (or layers are windowed):
+        both sides of every step."""
         c_pair, m_kv, m_new, launch = self._attn_d
-        mem = memory_s + launch + m_kv * ctx0 + m_new * n
-        return mem - (compute_s + launch + c_pair * ctx0) > 1e-9 * mem
+        terms = [self._decode_terms(n) for n in seqs]
+        ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
+                              for n, c, m in zip(seqs, ctx0, lengths)])
+        compute_s, memory_s, roof_s, comm_s, n = np.repeat(
+            np.array(terms, dtype=np.float64).T, lengths, axis=1)
+        if self._window:         # the windowed layers' keys capped, as cost() caps them
+            ctx = ctx - self._win_frac * (ctx - np.minimum(ctx, n * self._win_tokens))
+        m = ctx * m_kv
+        m += launch
+        c = launch + c_pair * ctx
+        m += m_new * n
+        bound = (compute_s + c) > (memory_s + m)
+        gpu = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
+        if self._host:
+            gpu = self._with_host_array(gpu, n)
+        return gpu, bound if bound.any() else None
+
+    def _never_compute_bound(self, seqs: list[int], ctx0: list[int]) -> bool:
+        """Whether no step of a decode run is compute-bound, with a margin far above
+        rounding: in each segment the memory side of its first step exceeds the compute
+        side by more than 1e-9 of itself, and it grows faster per context token (the
+        caller checked ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
+        memory-bound too."""
+        c_pair, m_kv, m_new, launch = self._attn_d
+        for n, c in zip(seqs, ctx0):
+            compute_s, memory_s, _, _, _ = self._decode_terms(n)
+            mem = memory_s + launch + m_kv * c + m_new * n
+            if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
+                return False
+        return True
 
     def _decode_terms(self, n: int) -> tuple[float, ...]:
         """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``

@@ -155,23 +155,35 @@ class TimelineRecorder:
                     busy_s = self.busy_in(i)
                     for x in secs:
                         busy_s += x
-            grow = i + 1 - len(b["steps"])
-            if grow > 0:
-                for lst in b.values():
-                    lst.extend([0] * grow)
-            b["steps"][i] += m
-            b["busy_s"][i] = busy_s
-            b["batch_tokens"][i] += (prefill_tokens + decode_tokens) * m
-            b["prefill_tokens"][i] += prefill_tokens * m
-            b["decode_tokens"][i] += decode_tokens * m
-            if longest > b["step_max_s"][i]:
-                b["step_max_s"][i] = longest
-            self._raise_maxes(i, kv, queue, run)
+            self.add_in_bin(i, m, prefill_tokens * m, decode_tokens * m, busy_s, longest, kv,
+                            queue, run)
         else:
             kv_at = (lambda _: kv_used_blocks) if m == 1 else kv_used_blocks
             self._bins(np.asarray(ends_s, dtype=np.float64),
                        list(secs_s) if m == 1 else secs_s.tolist(), prefill_tokens,
                        decode_tokens, kv_at, queue_len, running, last_queue_len, last_running)
+
+    def add_in_bin(self, i: int, steps: int, prefill_tokens: int, decode_tokens: int,
+                   busy_s: float, longest_s: float, kv_used_blocks: int, queue_len: int,
+                   running: int) -> None:
+        """Account ``steps`` steps that all ended in bin ``i`` (< ``max_bins``): Σ prompt
+        and decode tokens, the bin's busy seconds after them (the caller's running sum,
+        added in step order), the longest step and the largest KV blocks in use, waiting
+        queue and running batch any of them saw. Steps grouped in any way give the
+        same bin."""
+        b = self.bins
+        grow = i + 1 - len(b["steps"])
+        if grow > 0:
+            for lst in b.values():
+                lst.extend([0] * grow)
+        b["steps"][i] += steps
+        b["busy_s"][i] = busy_s
+        b["batch_tokens"][i] += prefill_tokens + decode_tokens
+        b["prefill_tokens"][i] += prefill_tokens
+        b["decode_tokens"][i] += decode_tokens
+        if longest_s > b["step_max_s"][i]:
+            b["step_max_s"][i] = longest_s
+        self._raise_maxes(i, kv_used_blocks, queue_len, running)
 
     def record_step(self, end_s: float, sec_s: float, prefill_tokens: int, decode_tokens: int,
                     kv_used_blocks: int, queue_len: int, running: int) -> None:

@@ -201,27 +201,42 @@ class DecodeRunner:
 
     def _commit_to(self, m: int, last_queue: int) -> None:
         """Commit steps ``done..m − 1`` (m > done), step m − 1 having seen ``last_queue``
-        requests waiting, the others ``run.queue0``."""
+        requests waiting, the others ``run.queue0``. When they all end in the timeline bin
+        the run started in, the timeline takes them in one entry (the same sums and maxima
+        as one entry per segment: :meth:`TimelineRecorder.add_in_bin
+        <capsim.engine.recorder.TimelineRecorder.add_in_bin>`)."""
         run = self.run
         plan, lo, seg_start = run.plan, run.done, 0
+        timeline = self.replica.timeline
+        one_bin: list[tuple[int, int, int, int, int]] | None = [] if (
+            timeline.bin_s == run.bin_s and run.bin_now < timeline.max_bins
+            and timeline.bin_of(float(run.clock[m])) == run.bin_now) else None
         for n, ctx0, end in zip(plan.seqs, plan.ctx0, plan.ends):
             if end > lo:
                 hi = min(end, m)
                 if hi <= lo:
                     break
                 self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start),
-                                     last_queue if hi == m else run.queue0)
+                                     last_queue if hi == m else run.queue0, one_bin)
                 lo = hi
             seg_start = end
+        if one_bin:
+            steps, tokens, kv, queue, running = zip(*one_bin)
+            timeline.add_in_bin(run.bin_now, sum(steps), 0, sum(tokens), float(run.bin_busy[m]),
+                                float(run.secs[run.done:m].max()), max(kv), max(queue),
+                                max(running))
         run.done = max(run.done, m)
         run.grown = max(run.grown, m)
 
     def _commit_segment(self, run: _Run, start: int, stop: int, n: int, ctx0: int,
-                        last_queue: int) -> None:
+                        last_queue: int, one_bin: list | None) -> None:
         """Commit steps ``start``..``stop − 1`` of a run, within one segment where ``n``
         decode over ``ctx0`` tokens in step ``start``; step j ends at ``run.clock[j + 1]``.
         The waiting queue was ``run.queue0`` long in every step but the last one, which saw
-        ``last_queue``."""
+        ``last_queue``. ``one_bin``: the timeline entry (steps, decode tokens, and the
+        largest KV blocks, queue and batch its steps saw, as :meth:`TimelineRecorder.record
+        <capsim.engine.recorder.TimelineRecorder.record>` takes them) is appended there
+        for the caller to record, else recorded now."""
         rep = self.replica
         sched, timeline = rep.scheduler, rep.timeline
         m = stop - start
@@ -233,8 +248,16 @@ class DecodeRunner:
             blocks = sched.grow_for_run(m, 0)
         rep.note_run_peak(blocks, n)      # a peak already noted (a synced step's) is kept
         sched.commit_decode_run(run.clock[start:stop + 1])
-        ends = run.clock[start + 1:stop + 1]
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
+        if one_bin is not None:
+            rep.decode_tokens += n * m
+            rep.work.add(m, n * m, n * m, ctx, ctx, m)
+            running = sched.num_running
+            one_bin.append((m, n * m, blocks.at(m - 1),
+                            max(run.queue0, last_queue) if m > 1 else last_queue,
+                            max(running0, running) if m > 1 else running))
+            return
+        ends = run.clock[start + 1:stop + 1]
         # Steps ending in the bin the run started in: their busy time is the run's sum.
         in_first_bin = timeline.bin_of(ends[0]) == run.bin_now and timeline.bin_s == run.bin_s
         rep.account_steps(

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from typing import Callable
 
 import numpy as np
@@ -218,24 +219,19 @@ class TimelineRecorder:
         m, start = len(t_end_s), 0
         b = self.bins
         while start < m:
-            idx = (t_end_s[start:] / self.bin_s).astype(np.int64)
-            stop = m
-            if idx[-1] >= self.max_bins:                       # idx is non-decreasing
-                fits = int(np.searchsorted(idx, self.max_bins))
-                if fits == 0:
-                    self._coarsen()
-                    b = self.bins
-                    continue
-                idx, stop = idx[:fits], start + fits
-            grow = int(idx[-1]) + 1 - len(b["steps"])
+            pieces = self._pieces(t_end_s, start)
+            if not pieces:                                     # step `start` is past max_bins
+                self._coarsen()
+                b = self.bins
+                continue
+            grow = pieces[-1][0] + 1 - len(b["steps"])
             if grow > 0:
                 for lst in b.values():
                     lst.extend([0] * grow)
             steps_b, busy_b, batch_b = b["steps"], b["busy_s"], b["batch_tokens"]
             pre_b, dec_b, long_b = b["prefill_tokens"], b["decode_tokens"], b["step_max_s"]
-            cuts = (np.flatnonzero(idx[1:] != idx[:-1]) + (start + 1)).tolist()
-            for lo, hi in zip([start] + cuts, cuts + [stop]):
-                i, cnt = int(idx[lo - start]), hi - lo
+            for i, lo, hi in pieces:
+                cnt = hi - lo
                 steps_b[i] += cnt
                 batch_b[i] += (prefill_tokens + decode_tokens) * cnt
                 pre_b[i] += prefill_tokens * cnt
@@ -253,7 +249,37 @@ class TimelineRecorder:
                 else:
                     q, r = queue_len, running
                 self._raise_maxes(i, kv_used_blocks(hi - 1), q, r)
-            start = stop
+            start = pieces[-1][2]
+
+    def _pieces(self, t_end_s: np.ndarray, start: int) -> list[tuple[int, int, int]]:
+        """(bin, first step, end step) of each bin that steps ``start``.. (non-decreasing
+        ends) end in, up to the last bin below ``max_bins``; each step's bin is
+        ``int(t / bin_s)`` (:meth:`bin_of`). A few bins are found by bisection (a decode run
+        crossing a bin edge or two: a handful of Python divisions, no numpy calls)."""
+        bin_s, m = self.bin_s, len(t_end_s)
+        first, last = int(t_end_s[start] / bin_s), int(t_end_s[-1] / bin_s)
+        if last < self.max_bins and last - first <= 8:
+            ends = t_end_s.tolist()
+
+            def bin_of(t: float) -> int:
+                return int(t / bin_s)
+
+            pieces, lo = [], start
+            for i in range(first, last + 1):
+                hi = bisect_right(ends, i, lo, m, key=bin_of) if i < last else m
+                if hi > lo:
+                    pieces.append((i, lo, hi))
+                    lo = hi
+            return pieces
+        idx = (t_end_s[start:] / bin_s).astype(np.int64)
+        stop = m
+        if idx[-1] >= self.max_bins:                       # idx is non-decreasing
+            fits = int(np.searchsorted(idx, self.max_bins))
+            if fits == 0:
+                return []
+            idx, stop = idx[:fits], start + fits
+        cuts = (np.flatnonzero(idx[1:] != idx[:-1]) + (start + 1)).tolist()
+        return [(int(idx[lo - start]), lo, hi) for lo, hi in zip([start] + cuts, cuts + [stop])]
 
     def bin_of(self, t_s: float) -> int:
         """Index of the bin a step ending at ``t_s`` goes to (at the current width)."""

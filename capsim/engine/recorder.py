@@ -34,6 +34,7 @@ class ItlRecorder:
         self.gap_s = array("d")
         self.count = array("I")
         self.class_id = array(self._class_typecode(num_classes))
+        self._runs_of: dict[tuple[int, ...], tuple[array, array]] = {}   # cohort → one gap's runs
 
     def add(self, gaps_s, class_counts: list[int]) -> None:
         """``class_counts[c]`` sequences of class c each saw every gap of ``gaps_s``, in order:
@@ -49,22 +50,21 @@ class ItlRecorder:
         k = len(gaps_s)
         if not k:
             return
-        if len(class_counts) == 1:                  # one class: one run per gap
-            n = class_counts[0]
-            if n:
-                self.gap_s.frombytes(gaps_s.tobytes())
-                self.count.extend(array(self.count.typecode, (n,)) * k)
-                self.class_id.extend(array(self.class_id.typecode, (0,)) * k)
+        key = tuple(class_counts)
+        runs = self._runs_of.get(key)
+        if runs is None:                # a cohort's runs per gap: (counts, class ids) arrays
+            if len(self._runs_of) >= 4096:
+                self._runs_of.clear()
+            classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
+            runs = self._runs_of[key] = (array(self.count.typecode, [n for _, n in classes]),
+                                         array(self.class_id.typecode, [c for c, _ in classes]))
+        counts, ids = runs
+        if not counts:
             return
-        classes = [(cid, n) for cid, n in enumerate(class_counts) if n]
-        if not classes:
-            return
-        counts = array(self.count.typecode, [n for _, n in classes])
-        ids = array(self.class_id.typecode, [cid for cid, _ in classes])
-        if len(classes) == 1:
+        if len(counts) == 1:
             self.gap_s.frombytes(gaps_s.tobytes())
         else:
-            self.gap_s.frombytes(np.repeat(gaps_s, len(classes)).tobytes())
+            self.gap_s.frombytes(np.repeat(gaps_s, len(counts)).tobytes())
         self.count.extend(counts * k)
         self.class_id.extend(ids * k)
 

@@ -20,6 +20,16 @@ progress is lost (:meth:`Replica.fail`), and what it held is sent again through 
 router (``retry``: the prefill is redone; a re-prefill storm on the survivors) or
 counted as failed; a replacement serves after the repair time.
 
+The autoscaler counts a failed replica whose replacement is due as one it has, as
+Kubernetes HPA does: it compares its recommendation with the scale target's replica
+count, which keeps the failed pod, and sizes from the ready pods' metrics only (none
+ready: no recommendation) — ``pkg/controller/podautoscaler/replica_calculator.go``,
+kubernetes/kubernetes at 0006726. So a failure is not undone by a scale-up 62 s later:
+the capacity is lost until the repair, unless the survivors' own load asks for more
+replicas, and ``max_replicas`` bounds the replicas serving, starting and awaiting their
+replacement. A scale-down cancels due replacements before it drains a serving replica
+(the ReplicaSet deletes not-ready pods first).
+
 Routing among serving replicas keeps the cluster's policy: ``round_robin`` in index
 order (as :func:`~capsim.engine.router.make_router` over a fixed list), or
 ``least_outstanding_tokens``; while no replica serves, the fleet holds the requests.
@@ -120,6 +130,8 @@ class Fleet:
         self.stopped: list[float] = []
         self.times, self.n_serving, self.n_prov, self.n_drain, self.n_down = [], [], [], [], []
         self.down = 0
+        self.awaiting = 0     # failed replicas whose replacement is due at their repair
+        self.cancelled = 0    # of those, replacements a scale-down called off
         self.recommendations: list[tuple[float, int]] = []
         self.scale_ups = self.scale_downs = 0
         self.failure_log: list[tuple[int, float, float]] = []   # (replica, failed, repaired)
@@ -248,6 +260,7 @@ class Fleet:
         self.stopped[rep.index] = now + repair_s
         self.failure_log.append((rep.index, now, now + repair_s))
         self.down += 1
+        self.awaiting += not draining
         self._note()
         for req in in_flight:
             if self.failures_cfg.in_flight == "retry":
@@ -262,6 +275,11 @@ class Fleet:
     def _repair(self, repair_s: float, replace: bool):
         yield self.env.timeout(repair_s)
         self.down -= 1
+        if replace:
+            self.awaiting -= 1
+            if self.cancelled:
+                self.cancelled -= 1
+                replace = False
         if replace and not self.done():
             self._start(self.env.now)
         self._note()
@@ -282,7 +300,10 @@ class Fleet:
         recs.append((now, want))
         while recs and recs[0][0] < now - cfg.scale_down_cooldown_s:
             recs.pop(0)
-        current = len(self.serving) + self.provisioning
+        # A failed replica awaiting its replacement still counts (HPA: the scale
+        # target keeps the failed pod); cancelled replacements do not.
+        due = self.awaiting - self.cancelled
+        current = len(self.serving) + self.provisioning + due
         if want > current:
             self.scale_ups += want - current
             for _ in range(want - current):
@@ -291,7 +312,11 @@ class Fleet:
         if self.provisioning:
             return
         keep = max(n for _, n in recs)
-        for rep in sorted(self.serving, key=lambda r: -r.index)[:max(0, len(self.serving) - keep)]:
+        cancel = min(due, max(0, current - keep))     # not-ready pods are deleted first
+        self.cancelled += cancel
+        self.scale_downs += cancel
+        current -= cancel
+        for rep in sorted(self.serving, key=lambda r: -r.index)[:max(0, current - keep)]:
             self.scale_downs += 1
             self._drain(rep)
 

@@ -241,3 +241,58 @@ def test_a_failure_after_the_last_request_does_not_happen_and_costs_nothing(flee
         "default: 1 of the failures in cluster.failures.at did not happen: the replica was not "
         "up at at_s (an autoscaled fleet that never started it, or a replica already down), or "
         "every request had ended before it."]
+
+
+def _by_schedule(replicas: list[int], initial: int, **more) -> dict:
+    """A fleet scaled by schedule (replicas per 300 s), start-up 30 s, failing as ``more``."""
+    return {"num_replicas": initial, "autoscaling": {
+        "signal": "schedule", "schedule": {"step_s": 300, "replicas": replicas},
+        "min_replicas": 1, "max_replicas": 3, "provisioning": {"delay_s": 30},
+        **more.pop("autoscaling", {})}, **more}
+
+
+def test_the_autoscaler_does_not_undo_a_failure_before_its_repair(fleet_run):
+    """HPA compares its recommendation with the scale target's replicas, which keep the
+    failed pod (kubernetes pkg/controller/podautoscaler): 2 wanted, replica 0 down from
+    200 s to 500 s → one replica serves until the replacement at 500 s, none is started
+    at the next sync (the old model served a new one 30 s after 215 s)."""
+    _, trace, res = fleet_run(_by_schedule([2], 2, failures={
+        "at": [{"replica": 0, "at_s": 200, "repair_s": 300}]}), workload=STEADY)
+    f = res.fleet
+    assert f.scale_ups == 0
+    assert f.requested_s == [0.0, 0.0, 500.0] and f.ready_s == [0.0, 0.0, 500.0]
+    during = [n for t, n in zip(f.times_s, f.serving) if 200 <= t < 500]
+    assert during and set(during) == {1}
+    finished, rejected, total = _counts(res)
+    assert (finished, rejected, total) == (len(trace), 0, len(trace))
+
+
+def test_a_scale_up_during_a_failure_stays_within_max_replicas(fleet_run):
+    """3 wanted from 300 s, max_replicas 3, replica 0 down from 100 s to 500 s: the
+    autoscaler starts one replica at 300 s (2 + the failed one = 3), the repair brings the
+    third at 500 s; never more than 3 serving, starting or awaiting their replacement."""
+    _, _, res = fleet_run(_by_schedule([2, 3], 2, failures={
+        "at": [{"replica": 0, "at_s": 100, "repair_s": 400}]}), workload=STEADY)
+    f = res.fleet
+    assert f.requested_s == [0.0, 0.0, 300.0, 500.0]
+    assert f.ready_s == [0.0, 0.0, 330.0, 500.0]
+    assert f.scale_ups == 1 and max(f.serving) == 3
+    for s, p, d in zip(f.serving, f.provisioning, f.down):
+        assert s + p + d <= 3
+
+
+def test_a_scale_down_cancels_a_due_replacement_first(fleet_run):
+    """3 replicas, 1 wanted from 300 s (no stabilization window), replica 0 down from
+    100 s to 500 s: the scale-down calls off the failed replica's replacement (the
+    ReplicaSet deletes not-ready pods first) and drains one serving replica; nothing
+    starts at 500 s."""
+    _, trace, res = fleet_run(_by_schedule([3, 1, 1, 1], 3, autoscaling={
+        "scale_down_cooldown_s": 0}, failures={
+        "at": [{"replica": 0, "at_s": 100, "repair_s": 400}]}), workload=STEADY)
+    f = res.fleet
+    assert len(f.requested_s) == 3 and f.scale_ups == 0 and f.scale_downs == 2
+    after = [n for t, n in zip(f.times_s, f.serving) if t >= 300]
+    assert after and set(after) == {1}
+    assert f.stopped_s[0] == 500.0          # the failed replica is paid for until its repair
+    finished, _, total = _counts(res)
+    assert finished == total == len(trace)

@@ -43,7 +43,7 @@ def test_the_failure_is_replaced_and_counted(day):
     none."""
     _, windows, _, html = day
     by = {v: w.reset_index(drop=True) for v, w in windows.groupby("variant")}
-    assert (by["fixed-peak"].replicas_serving == 2).all()
+    assert (by["fixed-peak"].replicas_serving == 3).all()
     failing = by["autoscaled-failure"]
     assert (failing.replicas_serving[4:6] < 0.1).all()      # 1,200-1,800 s: none serves
     assert (failing.replicas_serving[6:] >= 1).all()

@@ -874,6 +874,10 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
     if variant is None and len(loaded.runs) > 1:
         notes.append(f"The scenario has {len(loaded.runs)} variants; simulated the first, "
                      f"{rc.variant!r} (choose with --variant).")
+    if any(p.engine.scheduler == "static" for p in rc.pools):
+        notes.append(f"Variant {rc.variant!r} runs static batching, which returns each reply "
+                     "whole: its TPOT and ITL are 0 by construction (-100 %); its TTFT and E2E "
+                     "compare, or choose a streaming --variant.")
     if c.replay.dropped:
         notes.append(f"{c.replay.dropped:,} request(s) not replayed: no prompt length, no "
                      "output token or no send time (failed before the server answered).")

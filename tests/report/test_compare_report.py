@@ -89,6 +89,18 @@ def test_redrawn_arrivals_are_said(tmp_path, scenario, run_cli):
     assert "cannot be replayed" in stdout and "compare distributions, not single" in stdout
 
 
+def test_a_static_batching_variant_is_said(tmp_path, write_scenario, run_cli):
+    """Static batching returns each reply whole: its TPOT / ITL read -100 % against any
+    streaming server, which the page and terminal say instead of leaving it bare."""
+    doc = {**SCENARIO, "variants": [{"name": "static", "engine": {
+        "scheduler": "static", "max_num_batched_tokens": 4096}}]}
+    code, stdout, _ = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"),
+                               str(write_scenario(tmp_path, doc)), "-o", str(tmp_path / "s")])
+    assert code == 0
+    assert "Variant 'static' runs static batching" in stdout
+    assert "TPOT and ITL are 0 by construction" in stdout
+
+
 def test_rejected_requests_are_counted(tmp_path, scenario, run_cli):
     code, stdout, _ = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"),
                                str(scenario), "--variant", "small", "-o", str(tmp_path / "r")])

@@ -101,6 +101,24 @@ def _without(name: str, tmp_path, *keys: str, **changes):
     return path
 
 
+@pytest.mark.parametrize("name,run", [("vllm_bench_serve.json", None),
+                                      ("sglang_bench_serving.jsonl", 0)])
+def test_a_request_without_a_usable_ttft_is_counted_failed_and_said(tmp_path, name, run):
+    """A request with no error and real lengths but a null TTFT (a client that lost its
+    first chunk) cannot be replayed: it counts as failed, and the notes say how many."""
+    src = (FIXTURES / name).read_text()
+    doc = json.loads(src.splitlines()[run] if run is not None else src)
+    before = read_result(FIXTURES / name, run)
+    assert not any("no usable TTFT" in n for n in before.notes)
+    doc["ttfts"][0] = None
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    m = read_result(path, 0 if run is not None else None)
+    assert int(m.success.sum()) == int(before.success.sum()) - 1 and not m.success[0]
+    assert "1 request(s) without an error but with no usable TTFT (null, NaN or <= 0) " \
+           "counted as failed" in m.notes
+
+
 def test_send_times_are_replayed_as_arrivals():
     rep = replay(read_result(FIXTURES / "vllm_bench_serve.json"))
     assert rep.arrivals == SEND_TIMES and rep.exact

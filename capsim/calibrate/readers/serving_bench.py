@@ -112,7 +112,10 @@ def _columns(doc: dict, fmt: ResultFormat, path: str, where: str) -> dict[str, A
     gaps, counts = ragged(doc["itls"])
     failed = np.array([bool(e) for e in errors])
     ok = ~failed & (ttft > 0) & (prompt > 0) & (output > 0)
-    return {"prompt_tokens": token_counts(prompt, "input_lens", fmt.label, path, where),
+    no_ttft = int((~failed & ~(ttft > 0) & (prompt > 0) & (output > 0)).sum())
+    notes = [f"{no_ttft:,} request(s) without an error but with no usable TTFT (null, NaN or "
+             "<= 0) counted as failed"] if no_ttft else []
+    return {"notes": notes,"prompt_tokens": token_counts(prompt, "input_lens", fmt.label, path, where),
             "output_tokens": token_counts(output, "output_lens", fmt.label, path, where),
             "ttft_s": np.where(ok, ttft, np.nan), "success": ok,
             "itl_gaps_s": gaps, "itl_counts": counts, "n": n}
@@ -128,7 +131,7 @@ def _ttft_plus_itl(cols: dict[str, Any]) -> np.ndarray:
 def _read_vllm(doc: Any, path: str, run_label: str) -> MeasuredRun:
     where = f" ({run_label})" if run_label else ""
     cols = _columns(doc, VLLM, path, where)
-    n, notes = cols.pop("n"), []
+    n, notes = cols.pop("n"), cols.pop("notes")
     latencies, starts = doc.get("latencies"), doc.get("start_times")
     if isinstance(latencies, list) and len(latencies) == n:
         e2e = np.where(cols["success"], [as_float(v) for v in latencies], np.nan)
@@ -152,7 +155,7 @@ def _read_vllm(doc: Any, path: str, run_label: str) -> MeasuredRun:
 def _read_sglang(doc: Any, path: str, run_label: str) -> MeasuredRun:
     where = f" ({run_label})" if run_label else ""
     cols = _columns(doc, SGLANG, path, where)
-    n = cols.pop("n")
+    n, notes = cols.pop("n"), cols.pop("notes")
     model = doc.get("model_id", doc.get("model"))
     return MeasuredRun(
         path=path, format=SGLANG.key, label=SGLANG.label, source=SGLANG.source,
@@ -160,7 +163,7 @@ def _read_sglang(doc: Any, path: str, run_label: str) -> MeasuredRun:
         request_rate_per_s=_rate(doc.get("request_rate")),
         max_concurrency=opt_int(doc.get("max_concurrency")), burstiness=1.0,
         model=model if isinstance(model, str) else None, duration_s=opt_float(doc.get("duration")),
-        notes=("E2E = TTFT + Σ ITL: sglang.bench_serving saves no per-request latency",))
+        notes=(*notes, "E2E = TTFT + Σ ITL: sglang.bench_serving saves no per-request latency"))
 
 
 VLLM = ResultFormat(

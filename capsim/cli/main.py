@@ -809,7 +809,7 @@ def _check_calibration_variant(run, base, scenario: Path, chosen: bool) -> None:
             f"{which} runs on {gpus[0]}, not {base.name}: calibrate the profile of the GPU "
             f"the server ran on (--hardware {gpus[0]}) or choose a variant on {base.name}",
             file=str(scenario))
-    if any(p.engine.scheduler == "static" for p in run.pools):
+    if run.static_batching:
         raise ScenarioError(
             f"{which} runs static batching, which returns each reply whole (TPOT 0 by "
             "construction): nothing to fit; choose a streaming variant", file=str(scenario))
@@ -874,7 +874,7 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
     if variant is None and len(loaded.runs) > 1:
         notes.append(f"The scenario has {len(loaded.runs)} variants; simulated the first, "
                      f"{rc.variant!r} (choose with --variant).")
-    if any(p.engine.scheduler == "static" for p in rc.pools):
+    if rc.static_batching:
         notes.append(f"Variant {rc.variant!r} runs static batching, which returns each reply "
                      "whole: its TPOT and ITL are 0 by construction (-100 %); its TTFT and E2E "
                      "compare, or choose a streaming --variant.")

@@ -176,6 +176,11 @@ class RunConfig:
         return self.transfer is not None
 
     @property
+    def static_batching(self) -> bool:
+        """Some pool runs static batching: replies return whole (TPOT and ITL 0)."""
+        return any(p.engine.scheduler == "static" for p in self.pools)
+
+    @property
     def pooled(self) -> bool:
         """A heterogeneous / multi-model fleet (``cluster.pools``): ``pools`` holds one
         :class:`Pool` per fleet pool, its ``role`` the pool's name."""

@@ -299,11 +299,14 @@ class HardwareProfile(StrictModel):
     None: every GPU of a replica shares one NVLink (or PCIe) domain.
     ``custom_all_reduce``: the cost terms of an engine's own all-reduce kernels over the
     NVLink (:class:`CustomAllReduceCost`); None: engines that have one are priced with
-    NCCL's ring here too.
+    NCCL's ring here too. ``platform``: the software stack the engines run on, ``cuda``
+    (NVIDIA) or ``rocm`` (AMD): kernels that exist on one only (vLLM's Marlin MoE) are
+    refused on the other.
     """
 
     name: str = Field(min_length=1)
     display_name: str = Field(min_length=1)
+    platform: Literal["cuda", "rocm"] = "cuda"
     peak_flops_per_s: dict[DType, float] = Field(min_length=1)
     hbm_bytes: Int = Field(gt=0)
     memory_total_gib: float | None = Field(None, gt=0)

@@ -88,6 +88,8 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
     head = _fields([
         ("name", name, "names the profile in every table"),
         ("display_name", name, "free text"),
+        ("platform", base.platform, "cuda (NVIDIA) or rocm (AMD): CUDA-only kernels are "
+                                    "refused on rocm"),
         ("peak_flops_per_s", "", "dense FLOP/s per dtype: bf16, fp16, fp8 (if it has FP8), int8, "
                                  "fp4 (Blackwell)"),
     ])

@@ -518,6 +518,17 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     engine = _merged(EngineConfig, EngineConfig(), {**scheduler_knobs, **defaults, **user}, path,
                      where, "engine", user_keys=set(override))
     _check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    if engine.moe_backend == "marlin" and hw.platform != "cuda" and model.is_moe:
+        # vLLM's Marlin MoE kernels are CUDA-only: MarlinExpertsBase._supports_current_device
+        # is is_cuda() and capability >= 8.0 (vllm/model_executor/layers/fused_moe/
+        # fused_marlin_moe.py at 00a130a0), so the MoE layer of --moe-backend marlin fails
+        # to build on ROCm (oracle/mxfp4.py select_mxfp4_moe_backend raises).
+        at = f"{where}.engine.moe_backend" if where and "moe_backend" in override \
+            else "engine.moe_backend"
+        raise ScenarioError(
+            f"vLLM's Marlin MoE kernels run on NVIDIA GPUs only (CUDA, compute capability "
+            f">= 8.0); hardware '{hw.name}' runs {hw.platform} (valid: auto)",
+            file=str(path), path=at)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})

@@ -116,7 +116,8 @@ class EngineConfig(StrictModel):
     # vLLM --moe-backend (0.15: VLLM_MXFP4_USE_MARLIN=1 for marlin): the kernels of the
     # routed experts. auto: vLLM's default per GPU (MXFP4 experts: triton_kernels on Hopper
     # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);
-    # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only.
+    # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only,
+    # NVIDIA GPUs only (Marlin is CUDA-only; refused on a profile with platform: rocm).
     moe_backend: Literal["auto", "marlin"] = "auto"
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)

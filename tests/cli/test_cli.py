@@ -136,6 +136,11 @@ BAD = [
     ("engine", {"preset": "sglang", "moe_backend": "marlin"},
      "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang' runs "
      "sglang (valid: auto)"),
+    # Marlin's MoE kernels are CUDA-only (vLLM fused_marlin_moe.py MarlinExpertsBase).
+    ("variants", [{"name": "a"}, {"name": "b", "model": "gpt-oss-20b", "hardware": "mi300x",
+                                  "engine": {"moe_backend": "marlin"}}],
+     "variants.1.engine.moe_backend: vLLM's Marlin MoE kernels run on NVIDIA GPUs only (CUDA, "
+     "compute capability >= 8.0); hardware 'mi300x' runs rocm (valid: auto)"),
     ("hardware_overrides", {"efficiency": {"fused_moe_mxfp4": {"vllm": {"launch_s": -1e-6}}}},
      "hardware_overrides.efficiency.fused_moe_mxfp4.vllm.launch_s: Input should be greater "
      "than or equal to 0"),

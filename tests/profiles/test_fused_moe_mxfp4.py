@@ -96,7 +96,21 @@ def test_h200_carries_the_h100_entry_and_other_gpus_have_none():
     assert h200.efficiency.fused_moe_mxfp4 == h100.efficiency.fused_moe_mxfp4
     assert "fused_moe_mxfp4" in h200.derivation.classes
     assert load_hardware("a100-80gb").efficiency.fused_moe_mxfp4 is None
-    assert load_hardware("mi325x").efficiency.fused_moe_mxfp4 is None   # not measured
+
+
+def test_mi325x_carries_the_mi300x_entry_its_weight_streaming_at_its_own_bandwidth():
+    """Same gfx942 die, 304 CUs (ROCm's GPU hardware specifications): the MI300X's measured
+    fixed time carries over ("derived"); the roofline streams the experts at 6 TB/s, so a
+    decode step of gpt-oss-20b is no slower than on the MI300X."""
+    mi300x, mi325x = load_hardware("mi300x"), load_hardware("mi325x")
+    assert mi325x.efficiency.fused_moe_mxfp4 == mi300x.efficiency.fused_moe_mxfp4
+    assert mi325x.sources["efficiency.fused_moe_mxfp4"].startswith("derived, uncalibrated: "
+                                                                  "mi300x's")
+    assert "gfx942" in mi325x.sources["efficiency.fused_moe_mxfp4"]
+    intercept_300, _ = _line(mi300x)
+    intercept_325, _ = _line(mi325x)
+    assert intercept_325 < intercept_300
+    assert intercept_325 > _line(mi325x, engine=None)[0]   # without the entry: 2 GEMM launches
 
 
 @pytest.mark.parametrize("model, engine, backend, entry", [

@@ -465,6 +465,13 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     else:                                       # tgi: a share of f × total less the peak
         budget = int(fraction * total_bytes)
         available = int(rule.kv_fraction_of_free * (budget - w - a - n - context))
+    if outside >= total_bytes:      # not a fraction to lower: the profile's numbers are off
+        raise ScenarioError(
+            f"the CUDA context and communicators alone hold {outside / GIB:,.2f} GiB (the "
+            f"context's local memory is num_sms {num_sms} × max_threads_per_sm "
+            f"{max_threads_per_sm} × {rule.cuda_stack_bytes_per_thread} B), more than the "
+            f"GPU's {total_bytes / GIB:.2f} GiB: check the profile's num_sms and "
+            "max_threads_per_sm")
     if rule.rule == "vllm_v1" and outside and total_bytes - outside < budget:
         raise ScenarioError(
             f"{fraction:g} × {total_bytes / GIB:.2f} GiB = {budget / GIB:.2f} GiB per GPU is more "

@@ -57,6 +57,11 @@ _SOURCED_FIELDS = (
 
 _FOLDER = "hardware"
 
+#: Ceiling on one GPU's device memory (bytes): twice the largest announced, NVIDIA's Rubin
+#: Ultra with 1 TB of HBM4E (GTC 2025 keynote). Above it a profile or override is a typo
+#: (``1e9`` GiB), and the KV pool's block list would not fit in the host's memory.
+MAX_DEVICE_MEMORY_BYTES = 2 * 2**40
+
 
 
 class Curve(StrictModel):
@@ -335,6 +340,18 @@ class HardwareProfile(StrictModel):
         for dtype, flops in self.peak_flops_per_s.items():
             if flops <= 0:
                 raise ValueError(f"peak_flops_per_s.{dtype} must be > 0, got {flops}")
+        if self.hbm_bytes > MAX_DEVICE_MEMORY_BYTES:
+            raise ValueError(f"hbm_bytes {self.hbm_bytes:,} ({self.hbm_bytes / 2**30:,.0f} GiB) "
+                             f"is more than any GPU holds (valid: <= "
+                             f"{MAX_DEVICE_MEMORY_BYTES:,}, {MAX_DEVICE_MEMORY_BYTES // 2**30:,} "
+                             f"GiB)")
+        if self.memory_total_gib is not None and \
+                self.memory_total_gib > self.hbm_bytes / 2**30:
+            raise ValueError(f"memory_total_gib {self.memory_total_gib:g} is more than the "
+                             f"device memory, hbm_bytes = {self.hbm_bytes / 2**30:g} GiB: the "
+                             f"engines see the device memory less the driver's reserve (valid: "
+                             f"0 < memory_total_gib <= {self.hbm_bytes / 2**30:g}; for a "
+                             f"larger GPU set hbm_bytes too)")
         if (self.gpus_per_node is None) != (self.scale_out_link is None):
             raise ValueError("gpus_per_node and scale_out_link must both be set (a node of "
                              "that many GPUs, joined by that link) or both be null")

@@ -66,7 +66,7 @@ class FleetPoolConfig(StrictModel):
                                    description="engine knobs over the variant's (vLLM names)",
                                    examples=["{max_model_len: 8192, max_num_seqs: 64}"])
     hardware_overrides: dict[str, Any] = Field(default_factory=dict,
-                                               examples=["{memory_total_gib: 93.1}"])
+                                               examples=["{price_per_gpu_hour_usd: 2.5}"])
     autoscaling: Optional[AutoscalingConfig] = None
     failures: Optional[FailuresConfig] = None
 

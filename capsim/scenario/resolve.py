@@ -469,7 +469,7 @@ def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSp
 def _overridden(hw: HardwareProfile, base: dict[str, Any], variant: dict[str, Any], path: Path,
                 where: str) -> HardwareProfile:
     """``hw`` with the scenario's then the variant's ``hardware_overrides`` applied; the
-    profile's name says it was changed (``h100-sxm[memory_total_gib=93.1]``), so every
+    profile's name says it was changed (``h100-sxm[memory_total_gib=70]``), so every
     table and report shows it."""
     if not base and not variant:
         return hw
@@ -864,7 +864,9 @@ def _merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any
 #: What sizes a replica's memory, most direct first (after the error's own knob).
 _MEMORY_FIELDS = ("engine.kv_cache_memory_gib", "engine.tensor_parallel_size",
                   "engine.pipeline_parallel_size",
-                  "hardware_overrides.memory_total_gib", "hardware", "model", "engine.preset",
+                  "hardware_overrides.memory_total_gib", "hardware_overrides.hbm_bytes",
+                  "hardware_overrides.num_sms", "hardware_overrides.max_threads_per_sm",
+                  "hardware", "model", "engine.preset",
                   "engine.max_num_seqs", "engine.max_num_batched_tokens")
 #: Knobs that move memory only through the activation peak: named after the rest.
 _INDIRECT = {"engine.max_num_seqs", "engine.max_num_batched_tokens"}

@@ -279,9 +279,10 @@ class VariantSpec(StrictModel):
     engine: dict[str, Any] = Field(default_factory=dict, examples=["{max_num_seqs: 128}"])
     cluster: dict[str, Any] = Field(default_factory=dict, examples=["{num_replicas: 2}"])
     # Fields of the hardware profile changed for this variant (over the scenario's),
-    # e.g. {memory_total_gib: 93.1} for an H100 NVL, without copying the profile.
+    # e.g. {hbm_bytes: 100931731456, memory_total_gib: 93.1} for an H100 NVL (94 GB),
+    # without copying the profile.
     hardware_overrides: dict[str, Any] = Field(default_factory=dict,
-                                               examples=["{memory_total_gib: 93.1}"])
+                                               examples=["{price_per_gpu_hour_usd: 2.5}"])
     disaggregation: DisaggregationConfig | None = None   # prefill/decode pools (scenario/disagg.py)
     # Any other scenario field for this variant only, as dotted paths (like --set),
     # e.g. {"workload.classes.0.shared_prefix.fraction": 0.5}. A variant that changes
@@ -304,7 +305,7 @@ class Scenario(StrictModel):
     model: str
     hardware: str
     hardware_overrides: dict[str, Any] = Field(                       # profile fields changed
-        default_factory=dict, examples=["{memory_total_gib: 93.1}"])
+        default_factory=dict, examples=["{price_per_gpu_hour_usd: 2.5}"])
     engine: EngineConfig = Field(default_factory=EngineConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig

@@ -210,7 +210,7 @@ SHIPPED_BAD = [
     ('rag_mix.yaml', 'cluster.num_replicas', '0',
      'cluster.num_replicas: Input should be greater than 0 (got 0)'),
     ('rag_mix.yaml', 'hardware_overrides', '[memory_total_gib]',
-     'hardware_overrides: expected a mapping, e.g. {memory_total_gib: 93.1} (got a list '
+     'hardware_overrides: expected a mapping, e.g. {price_per_gpu_hour_usd: 2.5} (got a list '
      "['memory_total_gib'])"),
     ('rag_mix.yaml', 'hardware_overrides.hbm_bandwidth_bytes_per_s', '"fast"',
      'hardware_overrides.hbm_bandwidth_bytes_per_s: expected a number in bytes per second '

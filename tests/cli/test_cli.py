@@ -96,6 +96,20 @@ BAD = [
                                            "field 'hbm_gb'; valid: "),
     ("variants.1.hardware_overrides", {"memory_total_gib": -3},
      "variants.1.hardware_overrides.memory_total_gib: "),
+    # Physical bounds: the engines see at most the device memory; no GPU holds 2 TiB; a
+    # CUDA context larger than the GPU is a typo'd SM count, not a fraction to lower.
+    ("hardware_overrides", {"memory_total_gib": 1e9},
+     "hardware_overrides.memory_total_gib: memory_total_gib 1e+09 is more than the device "
+     "memory, hbm_bytes = 80 GiB: the engines see the device memory less the driver's reserve "
+     "(valid: 0 < memory_total_gib <= 80; for a larger GPU set hbm_bytes too)"),
+    ("hardware_overrides", {"memory_total_gib": 0}, "hardware_overrides.memory_total_gib: "),
+    ("hardware_overrides", {"hbm_bytes": 10**17, "memory_total_gib": 100},
+     "hardware_overrides.hbm_bytes: hbm_bytes 100,000,000,000,000,000 (93,132,257 GiB) is more "
+     "than any GPU holds (valid: <= 2,199,023,255,552, 2,048 GiB)"),
+    ("hardware_overrides", {"num_sms": 10**8},
+     "hardware_overrides.num_sms: the CUDA context and communicators alone hold 195,312.75 GiB "
+     "(the context's local memory is num_sms 100000000 × max_threads_per_sm 2048 × 1024 B), "
+     "more than the GPU's 79.19 GiB: check the profile's num_sms and max_threads_per_sm"),
     # fp8-KV decode attention is per engine family, each factor a fraction of the peak.
     ("hardware_overrides", {"efficiency": {"attention_decode_fp8": {"vlm": {"memory": 0.8}}}},
      "hardware_overrides.efficiency.attention_decode_fp8.vlm: Input should be 'vllm', "
@@ -338,7 +352,7 @@ def test_each_level_of_hardware_overrides_is_checked_on_its_own(tmp_path, run_cl
                                                                   write_scenario):
     """A bad scenario-level override is named there even when a variant overrides too."""
     doc = with_(with_(GOOD, "hardware_overrides", {"memory_total_gib": -1}),
-                "variants.1.hardware_overrides", {"memory_total_gib": 93.1})
+                "variants.1.hardware_overrides", {"memory_total_gib": 70})
     code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and ": hardware_overrides.memory_total_gib: " in err
 
@@ -356,10 +370,11 @@ def test_a_mapping_override_is_merged_into_the_profile(tmp_path, write_scenario)
 
 def test_hardware_override_is_applied_and_named(tmp_path, run_cli, write_scenario):
     """An H100 NVL's 94 GB without a new profile: the pool grows, the hardware says so."""
-    doc = with_(GOOD, "variants.1.hardware_overrides", {"memory_total_gib": 93.1})
+    doc = with_(GOOD, "variants.1.hardware_overrides", {"hbm_bytes": 94 * 2**30,
+                                                        "memory_total_gib": 93.1})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
-    assert "b: 1 × h100-sxm[memory_total_gib=93.1] TP1" in out
+    assert "b: 1 × h100-sxm[hbm_bytes=100931731456,memory_total_gib=93.1] TP1" in out
     stock, nvl = [int(line.split()[4].replace(",", "")) for line in out.splitlines()
                   if "GPU KV cache size" in line]
     assert nvl > stock

@@ -103,6 +103,7 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
         raise ScenarioError(f"not a readable CSV file: {msg}", file=str(path), path=yaml_path) from None
 
     frame.columns = [str(c).strip() for c in frame.columns]
+    _check_no_repeated_column(path, needed, yaml_path)
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ScenarioError(
@@ -122,6 +123,21 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
     if len(frame) == 0:
         raise ScenarioError("no data rows after the header", file=str(path), path=yaml_path)
     return _Table(frame, lines)
+
+
+def _check_no_repeated_column(path: Path, needed: list[str], yaml_path: str) -> None:
+    """A column the reader needs must be named once in the header: pandas would read the
+    first and rename the others (``ContextTokens.1``), silently picking one."""
+    import csv
+
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        header = [c.strip() for c in next(csv.reader(f, skipinitialspace=True), [])]
+    for name in needed:
+        at = [i + 1 for i, c in enumerate(header) if c == name]
+        if len(at) > 1:
+            raise ScenarioError(
+                f"line 1: column {name!r} is named {len(at)} times in the header (columns "
+                f"{', '.join(map(str, at))}); keep one", file=str(path), path=yaml_path)
 
 
 def _bad_cell(table: _Table, column: str, mask: np.ndarray, problem: str, path: Path, yaml_path: str):

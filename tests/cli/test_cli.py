@@ -404,6 +404,20 @@ def test_trace_errors_name_the_line(tmp_path, run_cli, write_scenario):
     assert code == 2 and "not found" in err
 
 
+def test_a_trace_column_named_twice_is_one_line_not_the_first_of_them(tmp_path, run_cli,
+                                                                      write_scenario):
+    """pandas would read the first 'ContextTokens' and rename the second: refused instead."""
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
+                                    "2023-11-16 18:15:46.6805900,100,20,5\n")
+    doc = {k: v for k, v in GOOD.items() if k != "workload"}
+    doc["workload"] = {"trace": {"path": "t.csv"}}
+    out_dir = tmp_path / "report"
+    code, _, err = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir)])
+    assert code == 2 and "Traceback" not in err and not out_dir.exists()
+    assert err == (f"error: {tmp_path / 't.csv'}: workload.trace.path: line 1: column "
+                   "'ContextTokens' is named 2 times in the header (columns 2, 4); keep one\n")
+
+
 def test_a_boolean_set_on_the_command_line_is_yamls_boolean(tmp_path, run_cli,
                                                              write_scenario):
     """``--set engine.async_scheduling=false`` is parsed as YAML, so it is the boolean false

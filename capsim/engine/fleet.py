@@ -324,12 +324,13 @@ class Fleet:
     def result(self, policy: str, gpus_per_replica: int, price_per_gpu_hour_usd: float
                ) -> FleetResult:
         """The fleet's history; replicas still up stop at the last request's end, replicas
-        still starting are paid for until then."""
+        still starting are paid for until then, and so are failed replicas whose repair
+        would end later (the run is over: nothing is paid for past it)."""
         end = self.last_end_s
         requested = self.requested + self.starting
         extra = len(self.starting)
         ready = self.ready + [math.nan] * extra
-        stopped = [s if s == s else max(end, r)
+        stopped = [min(s, max(end, r)) if s == s else max(end, r)
                    for s, r in zip(self.stopped + [math.nan] * extra, requested)]
         return FleetResult(
             policy=policy, provisioning_delay_s=self.delay_s, gpus_per_replica=gpus_per_replica,

@@ -243,6 +243,21 @@ def test_a_failure_after_the_last_request_does_not_happen_and_costs_nothing(flee
         "every request had ended before it."]
 
 
+def test_a_repair_that_would_end_after_the_run_is_paid_for_until_the_run_ends(fleet_run):
+    """Replica 0 fails at 20 s of a 60-s workload with a 10-hour repair; replica 1 serves
+    the rest. The failed replica is paid for until the run's end, as the one still up:
+    before, its whole repair was billed (10.0 GPU-hours, a mean of 600 GPUs)."""
+    short = {**STEADY, "duration_s": 60}
+    _, _, res = fleet_run({"num_replicas": 2, "failures": {
+        "at": [{"replica": 0, "at_s": 20, "repair_s": 36000}]}}, workload=short)
+    f = res.fleet
+    assert f.failures == [[0, 20.0, 36020.0]]          # the repair as scheduled
+    end = float(np.nanmax(np.asarray(res.requests.finish_s)))
+    assert 60 < end < 120
+    assert f.stopped_s == [pytest.approx(end), pytest.approx(end)]
+    assert f.gpu_hours == pytest.approx(2 * end / 3600)
+
+
 def _by_schedule(replicas: list[int], initial: int, **more) -> dict:
     """A fleet scaled by schedule (replicas per 300 s), start-up 30 s, failing as ``more``."""
     return {"num_replicas": initial, "autoscaling": {

@@ -3,7 +3,11 @@
 Per window ``[k·window_s, (k+1)·window_s)``: the offered rate (requests arriving, all of
 them, per second), the replicas serving and the requests waiting (means of the
 :class:`~capsim.results.model.DaySamples` taken in it), p99 ITL (the gaps recorded in
-it) and p99 TTFT (of the requests arriving in it that finished). A window *violates*
+it) and p99 TTFT (of the requests arriving in it that the engine took: one lost with its
+replica, ``failures.in_flight: fail``, counts as never getting a first token, an infinite
+TTFT). A window with demand (arrivals, or requests waiting or running) in which no token
+was sent (no first token, no inter-token gap: every replica down) has an infinite p99 ITL:
+a stream waits the whole window, and that is no better than a slow one. A window *violates*
 when its p99 ITL or p99 TTFT exceeds the scenario's ``slo.targets`` bound of that name;
 violation minutes are the violating windows' length. Cost of the day: GPU-hours × price
 (an autoscaled or failing fleet's from its replica lifetimes, a fixed fleet's
@@ -18,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.summary import weighted_percentile
-from capsim.results.model import FINISHED, RunResult
+from capsim.results.model import FINISHED, REJECTED, RunResult
 from capsim.scenario.slo import SloConfig
 
 WINDOW_S = 300.0
@@ -59,19 +63,41 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     cut = np.where(at >= 0, marks[np.maximum(at, 0)], 0)
     cut[-1] = len(result.itl.gap_s)
     gaps, counts = np.asarray(result.itl.gap_s), np.asarray(result.itl.count)
-    itl = [weighted_percentile(gaps[a:b], counts[a:b], 99.0) * 1e3 if b > a else math.nan
-           for a, b in zip(cut[:-1], cut[1:])]
-    done = np.asarray(rec.status) == FINISHED
-    ttft = (np.asarray(rec.first_token_s) - arrival)[done] * 1e3
+    first_token = np.asarray(rec.first_token_s, dtype=np.float64)
+    sent_first = np.histogram(first_token[np.isfinite(first_token)], bins=edges)[0] > 0
+    demand = (offered > 0) | (np.nan_to_num(queue) > 0) | (np.nan_to_num(running) > 0)
+    itl = [weighted_percentile(gaps[a:b], counts[a:b], 99.0) * 1e3 if b > a
+           else math.inf if demand[w] and not sent_first[w] else math.nan
+           for w, (a, b) in enumerate(zip(cut[:-1], cut[1:]))]
+    status = np.asarray(rec.status)
+    done = status == FINISHED
+    # Rejected after routing: lost with a failed replica (admission rejects before routing).
+    lost = (status == REJECTED) & (np.asarray(rec.replica) >= 0)
+    ttft = (first_token - arrival)[done] * 1e3
     kw = np.minimum((arrival[done] // window_s).astype(int), n - 1)
-    ttft_p99 = [float(np.percentile(ttft[kw == w], 99)) if (kw == w).any() else math.nan
-                for w in range(n)]
+    kl = np.bincount(np.minimum((arrival[lost] // window_s).astype(int), n - 1), minlength=n)
+    ttft_p99 = [_p99_with_lost(ttft[kw == w], int(kl[w])) for w in range(n)]
     frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
                           "replicas_serving": serving, "queue_mean": queue,
                           "running_mean": running,
                           "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
     frame["violation"] = _violations(frame, slo)
     return frame
+
+
+def _p99_with_lost(values: np.ndarray, lost: int) -> float:
+    """p99 of ``values`` and ``lost`` more that are infinite (numpy's linear rule: the
+    order statistics around rank 0.99 (n - 1), interpolated); NaN when there are none."""
+    n = len(values) + lost
+    if n == 0:
+        return math.nan
+    if lost == 0:
+        return float(np.percentile(values, 99))
+    rank = 0.99 * (n - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    if hi >= len(values):          # an infinite one weighs in (or is the rank itself)
+        return math.inf if lo >= len(values) or rank > lo else float(np.sort(values)[lo])
+    return float(np.percentile(np.concatenate([values, np.full(lost, values.max())]), 99))
 
 
 def _window_mean(k: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

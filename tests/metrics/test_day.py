@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,62 @@ def test_sampling_changes_no_result(day, monkeypatch, tmp_path, write_scenario):
                                   np.asarray(getattr(other.requests, col)))
         assert np.array_equal(np.sort(np.asarray(res.itl.gap_s)),
                               np.sort(np.asarray(other.itl.gap_s)))
+
+
+def _one_replica_failing(tmp_path, write_scenario, in_flight: str, output_tokens=None):
+    """One H100 that fails at 310 s and is back at 1,210 s (repair 900 s), 2 req/s for
+    20 minutes, an ITL target only (as a fleet sized for streaming would set)."""
+    classes = DOC["workload"]["classes"]
+    if output_tokens is not None:
+        classes = [{**classes[0], "output_tokens": output_tokens}]
+    doc = {**DOC, "cluster": {"num_replicas": 1, "failures": {
+               "at": [{"replica": 0, "at_s": 310, "repair_s": 900}], "in_flight": in_flight}},
+           "workload": {**DOC["workload"], "duration_s": 1200, "schedule": None,
+                        "arrival": {"process": "poisson", "rate_per_s": 2.0},
+                        "classes": classes},
+           "slo": {"targets": {"itl_p99_ms": 100}}}
+    path = write_scenario(tmp_path, doc)
+    ls = load(path)
+    run = ls.runs[0]
+    res = simulate(run, build(run.workload, run.seed, path.parent))
+    return res, day_windows(res, ls.spec.slo)
+
+
+def test_a_window_with_demand_and_no_replica_up_violates(tmp_path, write_scenario):
+    """600-900 s: requests arrive (and wait for the repair) but no token is sent: the p99
+    ITL is infinite and the window violates (before: NaN, not violating, so a fleet that
+    served nothing for 5 minutes showed no violation). The last window (900 s on) also
+    takes what is served after the arrivals end, the repaired replica's tokens."""
+    res, w = _one_replica_failing(tmp_path, write_scenario, "retry")
+    assert w.offered_rate_per_s[2] > 1 and w.replicas_serving[2] == 0
+    assert math.isinf(w.itl_p99_ms[2]) and w.violation[2]
+    assert np.isfinite(w.itl_p99_ms[[0, 1, 3]]).all() and not w.violation[0]
+    # the waiting requests' first tokens came after the repair: huge but finite TTFTs
+    assert w.ttft_p99_ms[2] > 300e3 and math.isfinite(w.ttft_p99_ms[2])
+    assert violation_minutes(w) == 5.0 * w.violation.sum()
+
+
+def test_requests_lost_with_their_replica_count_as_an_infinite_ttft(tmp_path, write_scenario):
+    """in_flight: fail: what the replica held at 310 s is lost. Those requests never get a
+    first token; in their arrival window they weigh in as infinite TTFTs (before: left out,
+    and a window whose requests were all lost had a NaN p99)."""
+    res, w = _one_replica_failing(tmp_path, write_scenario, "fail",
+                                  {"dist": "fixed", "value": 2000})   # ~80 in flight
+    rec = res.requests
+    lost = np.asarray(rec.status) == "rejected"
+    arrival = np.asarray(rec.arrival_s)
+    assert lost.any() and (np.asarray(rec.replica)[lost] == 0).all()
+    k = int(arrival[lost].max() // 300)
+    share = lost[(arrival >= 300 * k) & (arrival < 300 * (k + 1))].mean()
+    assert share > 0.01 and np.isinf(w.ttft_p99_ms[k])
+
+
+@pytest.mark.parametrize("values, lost", [([5.0, 1.0, 3.0], 0), (list(range(1, 201)), 1),
+                                          (list(range(1, 201)), 3), ([], 2), ([7.0], 1)])
+def test_p99_with_lost_requests_is_numpys_with_them_last(values, lost):
+    """The same order statistics as np.percentile over the values and ``lost`` values above
+    all of them: infinite where one of those weighs in."""
+    from capsim.metrics.day import _p99_with_lost
+    got = _p99_with_lost(np.asarray(values, dtype=float), lost)
+    big = np.percentile(np.concatenate([values, np.full(lost, 1e300)]), 99)
+    assert (math.isinf(got) and big > 1e299) or got == pytest.approx(big)

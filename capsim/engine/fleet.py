@@ -70,18 +70,25 @@ def policy_label(cfg: AutoscalingConfig, delay_s: float) -> str:
             f"start-up {delay_s:.0f} s")
 
 
-def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica],
-                     held: int = 0) -> int:
+def desired_replicas(cfg: AutoscalingConfig, now_s: float,
+                     serving: list[Replica]) -> int | None:
     """The HPA recommendation, clamped to [min_replicas, max_replicas]:
     ``ceil(Σ signal / target)``, or the current count when the mean per replica is within
-    ``tolerance`` of ``target``; with ``signal: schedule``, the count for ``now_s``."""
+    ``tolerance`` of ``target``; with ``signal: schedule``, the count for ``now_s``.
+
+    None (no recommendation) while no replica serves: the signals are pod metrics, and HPA
+    sizes from the ready pods' only ("did not receive metrics for any ready pods",
+    ``calcPlainMetricReplicas`` in pkg/controller/podautoscaler/replica_calculator.go at
+    kubernetes 0006726): requests waiting in front of a down fleet are in no pod."""
     if cfg.signal == "schedule":
         s = cfg.schedule
         want = s.replicas[int(now_s // s.step_s) % len(s.replicas)]
     else:
-        total = signal_value(cfg.signal, serving) + (held if cfg.signal == "queue" else 0)
         n = len(serving)
-        if n and abs(total / (n * cfg.target) - 1.0) <= cfg.tolerance:
+        if not n:
+            return None
+        total = signal_value(cfg.signal, serving)
+        if abs(total / (n * cfg.target) - 1.0) <= cfg.tolerance:
             want = n
         else:
             want = math.ceil(total / cfg.target - 1e-9)
@@ -295,7 +302,9 @@ class Fleet:
 
     def _tick(self) -> None:
         now, cfg = self.env.now, self.cfg
-        want = desired_replicas(cfg, now, self.serving, len(self.pending))
+        want = desired_replicas(cfg, now, self.serving)
+        if want is None:          # no ready replica: HPA skips the sync, nothing recorded
+            return
         recs = self.recommendations
         recs.append((now, want))
         while recs and recs[0][0] < now - cfg.scale_down_cooldown_s:

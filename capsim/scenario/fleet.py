@@ -22,10 +22,11 @@ run-application/horizontal-pod-autoscale, "Algorithm details"): every ``interval
 mean to ``target`` is within ``tolerance`` of 1 (HPA's default 0.1); a scale-down takes
 the highest recommendation of the last ``scale_down_cooldown_s`` (HPA's downscale
 stabilization window, default 300 s), a scale-up acts at once. Signals are vLLM's
-metrics: ``queue`` = ``vllm:num_requests_waiting`` (plus requests the router holds
-while no replica serves), ``running`` = ``vllm:num_requests_running``, ``kv_use`` =
-``vllm:kv_cache_usage_perc`` as a fraction; ``schedule`` takes the count from
-``replicas`` per ``step_s`` instead.
+metrics: ``queue`` = ``vllm:num_requests_waiting``, ``running`` =
+``vllm:num_requests_running``, ``kv_use`` = ``vllm:kv_cache_usage_perc`` as a fraction,
+read off the serving (ready) replicas only, as HPA reads pod metrics: while none serves
+there is no recommendation; ``schedule`` takes the count from ``replicas`` per ``step_s``
+instead.
 """
 
 from __future__ import annotations

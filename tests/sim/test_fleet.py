@@ -311,3 +311,39 @@ def test_a_scale_down_cancels_a_due_replacement_first(fleet_run):
     assert f.stopped_s[0] == 500.0          # the failed replica is paid for until its repair
     finished, _, total = _counts(res)
     assert finished == total == len(trace)
+
+
+def test_no_ready_replica_gives_no_recommendation(fleet_run):
+    """The only replica is down from 100 s to 400 s. HPA sizes from the ready pods' metrics
+    (vllm:num_requests_waiting is a pod metric; replica_calculator.go
+    calcPlainMetricReplicas: 'did not receive metrics for any ready pods' at kubernetes
+    0006726): with none ready it recommends nothing, so no replica is started and the
+    repair brings the capacity back. Before, the queue signal read the requests held in
+    front of the down fleet (1 replica per 4 of them: 3 more started at 120 s)."""
+    _, trace, res = fleet_run({"num_replicas": 1, "autoscaling": {
+        "signal": "queue", "target": 4, "min_replicas": 1, "max_replicas": 4,
+        "scale_down_cooldown_s": 0, "provisioning": {"delay_s": 30}},
+        "failures": {"at": [{"replica": 0, "at_s": 100, "repair_s": 300}]}},
+        workload={**STEADY, "duration_s": 300, "arrival": {"process": "poisson",
+                                                           "rate_per_s": 1.0}})
+    f = res.fleet
+    assert f.failures == [[0, 100.0, 400.0]]
+    # the replacement first, at the repair; scale-ups only after it, from its own metrics
+    # (the requests held meanwhile reach it at once)
+    assert f.requested_s[:2] == [0.0, 400.0] and min(f.requested_s[1:]) == 400.0
+    finished, rejected, total = _counts(res)
+    assert (finished, rejected, total) == (len(trace), 0, len(trace))
+
+
+@pytest.mark.parametrize("signal", ["queue", "running", "kv_use"])
+def test_every_pod_signal_recommends_nothing_without_a_ready_replica(signal):
+    """running and kv_use read 0 off no replica: a scale-down to min_replicas that would
+    call off due replacements; queue read the held requests. None of it is HPA's."""
+    from capsim.engine.fleet import desired_replicas
+    from capsim.scenario.fleet import AutoscalingConfig
+    cfg = AutoscalingConfig(signal=signal, target=0.5, min_replicas=1, max_replicas=4)
+    assert desired_replicas(cfg, 100.0, []) is None
+    by_schedule = AutoscalingConfig(signal="schedule", schedule={"step_s": 60,
+                                                                  "replicas": [3]},
+                                    min_replicas=1, max_replicas=4)
+    assert desired_replicas(by_schedule, 100.0, []) == 3

@@ -314,8 +314,10 @@ class StepPricer:
         # format's peak, the routed experts at theirs.
         self.layout = weight_layout(model, quantization)
         self.quant = self.layout.attention
-        self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype)
-        self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype)
+        # The engine's own kernels may multiply in another dtype than the format's (vLLM:
+        # MXFP4 with bf16 activations, so at the 16-bit peak, on Blackwell too).
+        self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype, engine)
+        self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype, engine)
         if routing_skew < 0:
             raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
         if routing_skew and not model.is_moe:

@@ -80,6 +80,9 @@ class QuantFormat(StrictModel):
         curve: the profile's GEMM curve the matmul uses (``gemm`` or ``gemm_fp8``).
         weight_only_fallback: without the ``compute`` peak, dequantize to 16 bits (True)
             or refuse (False).
+        engine_compute: per engine family, the dtype the engine's kernels multiply in
+            where it is not ``compute`` (vLLM runs MXFP4 with 16-bit activations even where
+            the GPU has FP4 tensor cores); ``bf16`` means the model's 16-bit dtype.
         sources: where each of these comes from.
     """
 
@@ -96,6 +99,7 @@ class QuantFormat(StrictModel):
     compute: Literal["bf16", "fp8", "int8", "fp4"]
     curve: Literal["gemm", "gemm_fp8"] = "gemm"
     weight_only_fallback: Bool = False
+    engine_compute: dict[str, Literal["bf16", "fp8", "int8", "fp4"]] = Field(default_factory=dict)
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -156,16 +160,21 @@ class QuantFormat(StrictModel):
             per += self.scale_bytes / (self.block[0] * self.block[1])
         return per
 
-    def compute_dtype(self, hw: HardwareProfile, model_dtype: str = "bf16") -> str:
-        """The peak this format's matmuls run at on ``hw``: ``compute`` when the GPU has
-        it, else the 16-bit ``model_dtype`` for weight-only formats and fallbacks.
+    def compute_dtype(self, hw: HardwareProfile, model_dtype: str = "bf16",
+                      engine: str | None = None) -> str:
+        """The peak this format's matmuls run at on ``hw``: ``engine``'s own dtype where
+        :attr:`engine_compute` has one, else ``compute`` when the GPU has it, else the
+        16-bit ``model_dtype`` for weight-only formats and fallbacks.
 
         Raises:
             ScenarioError: the GPU has no ``compute`` peak and the format has no
                 weight-only fallback (names the GPU's peaks).
         """
-        if self.compute == "bf16":
+        compute = self.engine_compute.get(engine, self.compute) if engine else self.compute
+        if compute == "bf16":
             return model_dtype
+        if compute != self.compute and compute in hw.peak_flops_per_s:
+            return compute
         if self.compute in hw.peak_flops_per_s:
             return self.compute
         if self.weight_only_fallback:

@@ -136,7 +136,8 @@ class Pool:
         """The peak the layer matmuls run at (the quantization format's on this GPU); MFU
         is measured against it."""
         fmt = load_quant_format(self.engine.weight_format or "bf16")
-        return fmt.compute_dtype(self.hardware, "fp16" if self.engine.dtype == "fp16" else "bf16")
+        return fmt.compute_dtype(self.hardware, "fp16" if self.engine.dtype == "fp16" else "bf16",
+                                 self.preset.engine)
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,39 @@ def test_an_unknown_moe_backend_is_refused():
     with pytest.raises(ScenarioError, match="unknown moe_backend 'cutlass'; valid: auto, marlin"):
         StepPricer(load_model("gpt-oss-20b"), load_hardware("h100-sxm"), 1,
                    moe_backend="cutlass")
+
+
+@pytest.mark.parametrize("gpu, engine, moe_backend, expected", [
+    ("b200", "vllm", "auto", "bf16"),       # FLASHINFER_TRTLLM_MXFP4_BF16, vLLM's default
+    ("b200", "vllm", "marlin", "bf16"),     # Marlin is weight-only
+    ("b200", "trtllm", "auto", "fp4"),      # no engine entry: the format's FP4 peak
+    ("b200", None, "auto", "fp4"),
+    ("h100-sxm", "vllm", "auto", "bf16"),   # no FP4 tensor cores: weight-only either way
+    ("h100-sxm", None, "auto", "bf16"),
+])
+def test_vllm_multiplies_mxfp4_experts_with_16_bit_activations(gpu, engine, moe_backend,
+                                                                 expected):
+    """formats.yaml mxfp4 engine_compute: vLLM's MXFP4 MoE oracle (oracle/mxfp4.py at
+    001eda31) ranks only BF16-activation backends by default, so on a B200 the experts'
+    MMA runs at the bf16 peak (2.25 PFLOP/s), not the FP4 one (9 PFLOP/s)."""
+    p = StepPricer(load_model("gpt-oss-20b"), load_hardware(gpu), 1, engine=engine,
+                   moe_backend=moe_backend)
+    assert p.expert_dtype == expected
+    assert p.matmul_dtype == "bf16"          # gpt-oss's attention group is bf16 anyway
+
+
+def test_b200_prefill_experts_cost_the_16_bit_rate_under_vllm():
+    """An 8,192-token gpt-oss-20b prefill on a B200: the experts' compute at the bf16 peak
+    (28.40 ms; it was 8.01 ms at the FP4 peak with the same entry); without an engine entry
+    they keep the FP4 peak and fused_moe's fixed time (7.53 ms). The one-token decode the
+    launch was fitted to stays memory-bound, so the fit (test above) does not move."""
+    hw, model = load_hardware("b200"), load_model("gpt-oss-20b")
+
+    def experts(engine, **kw):
+        p = StepPricer(model, hw, 1, engine=engine)
+        return next(o for o in p.breakdown(**kw) if o.name == "experts")
+
+    assert experts("vllm", prefill_tokens=8192).compute_s * 1e3 == pytest.approx(28.40, abs=0.01)
+    assert experts(None, prefill_tokens=8192).compute_s * 1e3 == pytest.approx(7.53, abs=0.01)
+    one = experts("vllm", decode_seqs=1, decode_ctx_tokens=1000)
+    assert one.memory_s > 10 * (one.compute_s - 24 * 60.6e-6)

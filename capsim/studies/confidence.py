@@ -54,7 +54,9 @@ def aggregate(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
         One row per group in first-seen order: the ``by`` columns,
         ``replications``, ``slo_pass_runs`` (replications meeting every
         target), ``slo_pass_all`` (all of them did), and for each metric
-        ``m`` (mean) and ``m_ci95`` (half-width, NaN with one replication).
+        ``m`` (mean) and ``m_ci95`` (half-width, NaN with one replication). An integer
+        metric equal in every replication of every group (a count the configuration
+        fixes, such as ``num_gpus``) stays an integer: 2, not 2.0.
     """
     out = []
     for key, grp in runs.groupby(by, sort=False, dropna=False):
@@ -66,4 +68,9 @@ def aggregate(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
         for m in metrics:
             row[m], row[m + CI_SUFFIX] = mean_ci(grp[m].to_numpy(dtype=np.float64))
         out.append(row)
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    for m in metrics:
+        if len(runs) and pd.api.types.is_integer_dtype(runs[m]) and \
+                (runs.groupby(by, sort=False, dropna=False)[m].nunique() == 1).all():
+            frame[m] = frame[m].astype(np.int64)
+    return frame

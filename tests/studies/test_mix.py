@@ -126,6 +126,12 @@ def test_capsim_size_on_a_pooled_fleet_writes_the_mix(tmp_path, run_cli, mix_sce
     assert text.evaluations[0] == "" and int(text.evaluations[2]) >= 1
     assert all(v.isdigit() for c in ints for v in text[c] if v), text[ints]
     assert (out / "index.html").read_text().count("one fewer in") >= 1
+    # points.csv: every mix run with its replicas per pool and GPUs as integers (2, not 2.0)
+    points = pd.read_csv(out / "points.csv", dtype=str, keep_default_na=False)
+    row = points[points["mix"] == "2 × h100 + 2 × a100"].iloc[0]
+    assert (row["replicas.h100"], row["replicas.a100"], row["num_gpus"]) == ("2", "2", "4")
+    assert all(v.isdigit() for c in ("replicas.h100", "replicas.a100", "num_gpus")
+               for v in points[c])
 
 
 @pytest.mark.parametrize("flag", [["--gpus", "4"], ["--headroom", "1"],

@@ -70,7 +70,8 @@ def write_mix(out_dir: Path, result: MixResult, *, resolved_yaml: str, executor:
     spec = base.spec
     runs = result.runs
     labels = ["variant", "mix"]
-    points = aggregate(runs[runs["cls"] == "all"], labels + ["offered_rate_per_s"],
+    counts = [c for c in runs.columns if c.startswith("replicas.")]   # in points.csv only
+    points = aggregate(runs[runs["cls"] == "all"], labels + counts + ["offered_rate_per_s"],
                        list(METRICS)) if len(runs) else runs
     page = Page(title=f"{spec.name} — sizing a pooled fleet", kind="mix",
                 description=spec.description, meta=_meta(result.plan.seeds, runs, executor),

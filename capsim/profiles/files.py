@@ -17,6 +17,7 @@ Public API:
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError, read_text
-from capsim.common.schema import error_text, missing_text
+from capsim.common.schema import _model_in, annotation_at, error_text, missing_text
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,24 @@ def scenario_error_from_validation(exc: ValidationError, file: str | None,
     dotted path (``efficiency.compute``). Further errors are counted in the message.
     """
     errors = exc.errors(include_url=False)
-    first = errors[0]
+    # A typo'd key also makes its field "missing": name the typo, it is the real mistake.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     path = ".".join(str(part) for part in first["loc"]) or None
-    message = (missing_text(first, model) if first["type"] == "missing"
-               else error_text(first, model))
+    if first["type"] == "extra_forbidden":
+        parent = _model_in(annotation_at(model, first["loc"][:-1])) if model else None
+        valid = sorted(f.alias or n for n, f in parent.model_fields.items()) if parent else []
+        hint = difflib.get_close_matches(str(first["loc"][-1]), valid, n=1)
+        message = f"unknown key '{first['loc'][-1]}'" + (
+            f" (did you mean '{hint[0]}'?)" if hint else
+            f"; valid keys: {', '.join(valid)}" if valid else "")
+        if hint:        # the field the typo left missing is the same mistake
+            typo_of = (*first["loc"][:-1], hint[0])
+            errors = [e for e in errors if not (e["type"] == "missing"
+                                                and tuple(e["loc"]) == typo_of)]
+    elif first["type"] == "missing":
+        message = missing_text(first, model)
+    else:
+        message = error_text(first, model)
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"
     return ScenarioError(message, file=file, path=path)

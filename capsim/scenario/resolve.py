@@ -512,6 +512,7 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     name = user.get("preset", "vllm-v1")
     at = f"{where}.engine" if where and "preset" in override else "engine"
     preset = _named(lambda n: _load_engine_preset(n, path), name, path, f"{at}.preset")
+    _check_preset_knobs(preset, name, path, f"{at}.preset")
     knobs = {k: v for k, v in user.items() if k != "preset"}
     defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
     scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
@@ -828,6 +829,26 @@ def _load_model(value: str, scenario: Path) -> ModelShape:
 def _load_hardware(value: str, scenario: Path) -> HardwareProfile:
     return load_hardware(locate(value, scenario.parent, kind="hardware",
                                 shipped=hardware_names(), what="a GPU profile YAML"))
+
+
+def _check_preset_knobs(preset: EnginePreset, name: str, scenario: Path, field: str) -> None:
+    """The knobs a preset file sets (``defaults``, each ``conditional_defaults`` entry's
+    ``set``) must be valid engine knobs: an error names the preset's file and the key in
+    it, then the scenario field that named the preset (not the scenario's engine knob,
+    which the user never wrote)."""
+    if name in engine_preset_names():
+        return                      # shipped presets: tests/profiles hold them to it
+    file = locate(name, scenario.parent, kind="engine preset", shipped=engine_preset_names(),
+                  what="an engine preset YAML")
+    sets = [("defaults", preset.defaults)] + [(f"conditional_defaults.{i}.set", c.set)
+                                              for i, c in enumerate(preset.conditional_defaults)]
+    for at, knobs in sets:
+        try:
+            EngineConfig.model_validate(knobs)
+        except ValidationError as exc:
+            err = one_line_error(exc, EngineConfig, Path(file), at)
+            raise ScenarioError(f"{err.message} ({field} of {scenario})", file=str(file),
+                                path=err.path) from None
 
 
 def _load_engine_preset(value: str, scenario: Path) -> EnginePreset:

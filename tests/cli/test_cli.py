@@ -418,6 +418,37 @@ def test_a_trace_column_named_twice_is_one_line_not_the_first_of_them(tmp_path, 
                    "'ContextTokens' is named 2 times in the header (columns 2, 4); keep one\n")
 
 
+@pytest.mark.parametrize("edit, expected", [
+    (("version: 0.19.0", "versio: 0.19.0"),
+     "bad.yaml: versio: unknown key 'versio' (did you mean 'version'?)"),
+    (("  gpu_memory_utilization: 0.9", "  gpu_memory_utilization: 1.7"),
+     "bad.yaml: defaults.gpu_memory_utilization: Input should be less than or equal to 1 "
+     "(got 1.7)"),
+    (("  max_num_seqs: 256", "  max_num_seq: 256"),
+     "bad.yaml: defaults.max_num_seq: unknown key 'max_num_seq' (did you mean "
+     "'max_num_seqs'?)"),
+])
+def test_a_preset_file_with_errors_inside_names_it_and_the_key_in_it(
+        tmp_path, run_cli, write_scenario, repo_root, edit, expected):
+    """Its defaults were blamed on the scenario's engine.gpu_memory_utilization, which the
+    user never wrote; a typo'd key showed as its field missing."""
+    text = (repo_root / "capsim/profiles/data/engines/vllm-v1.yaml").read_text()
+    assert edit[0] in text
+    (tmp_path / "bad.yaml").write_text(text.replace(edit[0], edit[1], 1))
+    path = write_scenario(tmp_path, with_(GOOD, "engine.preset", "bad.yaml"))
+    out_dir = tmp_path / "report"
+    code, _, err = run_cli(["run", str(path), "-o", str(out_dir)])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {tmp_path}/{expected}")
+    assert err.endswith(f" (engine.preset of {path})\n")
+    assert not out_dir.exists()
+    code, _, err = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                            "--preset", str(tmp_path / "bad.yaml"), "--decode-batch", "8",
+                            "--context", "100"])
+    if "defaults." not in expected:          # roofline reads no engine knob
+        assert code == 2 and err == f"error: {tmp_path}/{expected}\n"
+
+
 def test_a_boolean_set_on_the_command_line_is_yamls_boolean(tmp_path, run_cli,
                                                              write_scenario):
     """``--set engine.async_scheduling=false`` is parsed as YAML, so it is the boolean false

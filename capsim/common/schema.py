@@ -303,9 +303,19 @@ def _kind_of(value: Any) -> str:
     return shown
 
 
+#: pydantic's bound errors → capsim's wording (``must be > 0``, as its own checks say).
+_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
+           "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
+
+
 def _pydantic_text(error: dict[str, Any]) -> str:
-    """pydantic's own message (literal choices, bounds), with the value given."""
+    """pydantic's own message (literal choices), bounds in capsim's words (``must be >=
+    0``), with the value given."""
     msg = error["msg"].removeprefix("Value error, ")
+    if error["type"] in _BOUNDS and _BOUNDS[error["type"]][0] in error.get("ctx", {}):
+        key, op = _BOUNDS[error["type"]]
+        bound = error["ctx"][key]
+        msg = f"must be {op} {bound:g}" if isinstance(bound, float) else f"must be {op} {bound}"
     if "input" in error and not isinstance(error["input"], (dict, list)) \
             and not msg.endswith(f"got {error['input']}"):
         msg += f" (got {_shown(error['input'])}{integer_hint(error)})"

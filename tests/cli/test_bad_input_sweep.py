@@ -72,7 +72,7 @@ SHIPPED_BAD = [
     ('rag_mix.yaml', 'engine.dtype', 'fp12',
      "engine.dtype: Input should be 'bf16', 'fp16' or 'fp8' (got 'fp12')"),
     ('rag_mix.yaml', 'engine.max_model_len', '0',
-     'engine.max_model_len: Input should be greater than 0 (got 0)'),
+     'engine.max_model_len: must be > 0 (got 0)'),
     ('rag_mix.yaml', 'engine.max_model_len', '10000000',
      "engine.max_model_len: max_model_len 10000000 exceeds the model's "
      'max_position_embeddings 131072; valid: <= 131072'),
@@ -92,9 +92,9 @@ SHIPPED_BAD = [
      'workload.arrival.cv: cv is required for process: gamma (coefficient of variation, > '
      '0)'),
     ('rag_mix.yaml', 'workload.arrival', '{process: gamma, rate_per_s: 3, cv: -1}',
-     'workload.arrival.cv: Input should be greater than 0 (got -1)'),
+     'workload.arrival.cv: must be > 0 (got -1)'),
     ('spec_decode.yaml', 'workload.arrival.users', '0',
-     'workload.arrival.users: Input should be greater than 0 (got 0)'),
+     'workload.arrival.users: must be > 0 (got 0)'),
     ('spec_decode.yaml', 'workload.arrival', '{process: concurrency}',
      'workload.arrival.users: users is required for process: concurrency (requests in '
      'flight, >= 1)'),
@@ -102,7 +102,7 @@ SHIPPED_BAD = [
      'workload: missing arrival: give arrival + classes (synthetic requests) or trace '
      '(replay a CSV)'),
     ('rag_mix.yaml', 'workload.num_requests', '-5',
-     'workload.num_requests: Input should be greater than 0 (got -5)'),
+     'workload.num_requests: must be > 0 (got -5)'),
     ('rag_mix.yaml', 'workload.duration_s', '"1h"',
      "workload.duration_s: expected a number in seconds (got '1h')"),
     ('day_in_the_life.yaml', 'workload.schedule.kind', 'weekly',
@@ -111,13 +111,13 @@ SHIPPED_BAD = [
      'workload.schedule: expected a mapping, e.g. {kind: diurnal, peak: 1.0, trough: '
      "0.25, peak_hour: 20} (got 'diurnal')"),
     ('day_in_the_life.yaml', 'workload.schedule.peak_hour', '25',
-     'workload.schedule.peak_hour: Input should be less than 24 (got 25)'),
+     'workload.schedule.peak_hour: must be < 24 (got 25)'),
     ('day_in_the_life.yaml', 'workload.schedule.trough', '2.0',
      'workload.schedule.trough: trough (2) must be <= peak (1)'),
     ('day_in_the_life.yaml', 'workload.classes.1.schedule.factors', '[]',
      'workload.classes.1.schedule.factors: expected at least 1 item (got a list [])'),
     ('day_in_the_life.yaml', 'workload.classes.1.schedule.step_s', '0',
-     'workload.classes.1.schedule.step_s: Input should be greater than 0 (got 0)'),
+     'workload.classes.1.schedule.step_s: must be > 0 (got 0)'),
     ('day_in_the_life.yaml', 'workload.classes.1.schedule.factors.3', '-1',
      'workload.classes.1.schedule.factors: factors[3] = -1 is negative; a rate factor '
      'must be >= 0'),
@@ -128,7 +128,7 @@ SHIPPED_BAD = [
      'workload.classes: expected at least 1 item, e.g. [{name: chat, weight: 1, '
      'prompt_tokens: {dist: fixed, value: 200}, output_tokens: {dist: fixed, value: 20}},'),
     ('rag_mix.yaml', 'workload.classes.0.weight', '-1',
-     'workload.classes.0.weight: Input should be greater than 0 (got -1)'),
+     'workload.classes.0.weight: must be > 0 (got -1)'),
     ('rag_mix.yaml', 'workload.classes.0.prompt_tokens.dist', 'gauss',
      "workload.classes.0.prompt_tokens: unknown dist 'gauss'; valid: fixed, uniform, "
      'normal, lognormal, empirical'),
@@ -146,9 +146,9 @@ SHIPPED_BAD = [
      "workload.classes.0.slo.ttft: unknown key 'ttft' (did you mean 'ttft_ms'?); valid "
      'keys: e2el_ms, tpot_ms, ttft_ms'),
     ('parallel_sampling.yaml', 'workload.classes.0.n', '0',
-     'workload.classes.0.n: Input should be greater than 0 (got 0)'),
+     'workload.classes.0.n: must be > 0 (got 0)'),
     ('prefix_sharing.yaml', 'workload.classes.0.shared_prefix.fraction', '1.5',
-     'workload.classes.0.shared_prefix.fraction: Input should be less than or equal to 1 '
+     'workload.classes.0.shared_prefix.fraction: must be <= 1 '
      '(got 1.5)'),
     ('prefix_sharing.yaml', 'workload.classes.0.shared_prefix', '300',
      'workload.classes.0.shared_prefix: expected a mapping, e.g. {tokens: 300, fraction: '
@@ -163,7 +163,7 @@ SHIPPED_BAD = [
      "cluster.pools.0.hardware: unknown hardware 'h1000'; valid: a100-40gb, a100-80gb, "
      'a10g, b200, h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s, mi300x, mi325x,'),
     ('hetero_fleet.yaml', 'cluster.pools.0.num_replicas', '0',
-     'cluster.pools.0.num_replicas: Input should be greater than 0 (got 0)'),
+     'cluster.pools.0.num_replicas: must be > 0 (got 0)'),
     ('hetero_fleet.yaml', 'cluster.pools.2.engine', '8192',
      'cluster.pools.2.engine: expected a mapping, e.g. {max_model_len: 8192, '
      'max_num_seqs: 64} (got 8192)'),
@@ -177,7 +177,7 @@ SHIPPED_BAD = [
      "variants.1.cluster.route.0.class: no workload class named 'legal'; valid: chat, "
      'rag, code'),
     ('hetero_fleet.yaml', 'variants.2.cluster.route.0.min_prompt_tokens', '-1',
-     'variants.2.cluster.route.0.min_prompt_tokens: Input should be greater than 0 (got '
+     'variants.2.cluster.route.0.min_prompt_tokens: must be > 0 (got '
      '-1)'),
     ('hetero_fleet.yaml', 'variants.1.cluster.route.0', '{pool: h200}',
      'variants.1.cluster.route.0: a route rule needs class: NAME and/or '
@@ -186,8 +186,8 @@ SHIPPED_BAD = [
      "variants.1.cluster.autoscaling.signal: Input should be 'queue', 'running', 'kv_use' "
      "or 'schedule' (got 'cpu')"),
     ('day_in_the_life.yaml', 'variants.1.cluster.autoscaling.max_replicas', '0',
-     'variants.1.cluster.autoscaling.max_replicas: Input should be greater than or equal '
-     'to 1 (got 0)'),
+     'variants.1.cluster.autoscaling.max_replicas: must be >= 1 '
+     '(got 0)'),
     ('day_in_the_life.yaml', 'variants.1.cluster.autoscaling', 
      '{signal: running, target: 12, min_replicas: 5, max_replicas: 4}',
      'variants.1.cluster.autoscaling.min_replicas: min_replicas (5) must be <= '
@@ -202,13 +202,13 @@ SHIPPED_BAD = [
      'variants.2.cluster.failures.at.0.replica: replica 9 does not exist: replicas are '
      '0..3'),
     ('day_in_the_life.yaml', 'variants.2.cluster.failures.at.0.at_s', '-1',
-     'variants.2.cluster.failures.at.0.at_s: Input should be greater than or equal to 0 '
+     'variants.2.cluster.failures.at.0.at_s: must be >= 0 '
      '(got -1)'),
     ('day_in_the_life.yaml', 'variants.2.cluster.failures.at', '{replica: 0}',
      'variants.2.cluster.failures.at: expected a list, e.g. [{replica: 0, at_s: 72000, '
      "repair_s: 1800}, ...] (got a mapping {'replica': 0})"),
     ('rag_mix.yaml', 'cluster.num_replicas', '0',
-     'cluster.num_replicas: Input should be greater than 0 (got 0)'),
+     'cluster.num_replicas: must be > 0 (got 0)'),
     ('rag_mix.yaml', 'hardware_overrides', '[memory_total_gib]',
      'hardware_overrides: expected a mapping, e.g. {price_per_gpu_hour_usd: 2.5} (got a list '
      "['memory_total_gib'])"),
@@ -237,7 +237,7 @@ SHIPPED_BAD = [
      'variants.1.disaggregation.prefill: expected a mapping, e.g. {num_replicas: 1, '
      'engine: {max_num_batched_tokens: 8192}} (got 1)'),
     ('disagg_ratio.yaml', 'variants.1.disaggregation.decode.num_replicas', '0',
-     'variants.1.disaggregation.decode.num_replicas: Input should be greater than 0 (got '
+     'variants.1.disaggregation.decode.num_replicas: must be > 0 (got '
      '0)'),
     ('disagg_ratio.yaml', 'variants.1.disaggregation.decode', 'DEL',
      'variants.1.disaggregation.decode: required field is missing; e.g. {prefill: '
@@ -255,10 +255,10 @@ SHIPPED_BAD = [
     ('rag_mix_chunk_sweep.yaml', 'sweep', '{workload.arrival.rate_per_s: []}',
      'sweep.workload.arrival.rate_per_s: empty list: give at least one value to sweep'),
     ('rag_mix_chunk_sweep.yaml', 'sweep', '{workload.arrival.rate_per_s: [3.5, -1]}',
-     'sweep.workload.arrival.rate_per_s: Input should be greater than 0 (got -1) (sweep '
+     'sweep.workload.arrival.rate_per_s: must be > 0 (got -1) (sweep '
      'point workload.arrival.rate_per_s=-1)'),
     ('rag_mix_chunk_sweep.yaml', 'sweep', '{variants.0.engine.max_num_batched_tokens: [0, 512]}',
-     'sweep.variants.0.engine.max_num_batched_tokens: Input should be greater than 0 (got '
+     'sweep.variants.0.engine.max_num_batched_tokens: must be > 0 (got '
      '0) (sweep point variants.0.engine.max_num_batched_tokens=0)'),
     ('rag_mix_chunk_sweep.yaml', 'sweep', '{}',
      'sweep: empty sweep: give at least one dotted field and its values, e.g. '
@@ -270,12 +270,12 @@ SHIPPED_BAD = [
      "sweep.hardware: unknown hardware 'h900'; valid: a100-40gb, a100-80gb, a10g, b200, "
      'h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s, mi300x, mi325x, rtx-4090 (or a'),
     ('size_chat_h100_vs_a100.yaml', 'sizing.rate_per_s', '-1',
-     'sizing.rate_per_s: Input should be greater than 0 (got -1)'),
+     'sizing.rate_per_s: must be > 0 (got -1)'),
     ('size_chat_h100_vs_a100.yaml', 'sizing.hardware', '[a100-80gb, h900]',
      "sizing.hardware.1: unknown hardware 'h900'; valid: a100-40gb, a100-80gb, a10g, "
      'b200, h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s, mi300x, mi325x, rtx-4090 (or'),
     ('size_chat_h100_vs_a100.yaml', 'sizing.tensor_parallel_size', '[0]',
-     'sizing.tensor_parallel_size.0: Input should be greater than 0 (got 0)'),
+     'sizing.tensor_parallel_size.0: must be > 0 (got 0)'),
     ('size_chat_h100_vs_a100.yaml', 'sizing.max_gpus', 'many',
      "sizing.max_gpus: expected an integer (got 'many')"),
     ('rag_mix.yaml', 'variants', '{a: 1}',
@@ -288,7 +288,7 @@ SHIPPED_BAD = [
      'slo: expected a mapping, e.g. {ttft_ms: 1500, tpot_ms: 60, targets: {ttft_p99_ms: '
      '3000}} (got 100)'),
     ('rag_mix.yaml', 'slo.ttft_ms', '-3',
-     'slo.ttft_ms: Input should be greater than 0 (got -3)'),
+     'slo.ttft_ms: must be > 0 (got -3)'),
     ('rag_mix.yaml', 'variants.0.set', '{engine.max_num_seqss: 3}',
      "variants.0.set: engine.max_num_seqss: unknown key 'max_num_seqss' (did you mean "
      "'max_num_seqs'?); valid keys: async_scheduling, block_size, "
@@ -323,7 +323,7 @@ SHIPPED_BAD = [
      "cluster.pools.2.model: unknown model 'llama-9b'; valid: deepseek-v3, gpt-oss-120b, "
      'gpt-oss-20b, llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b,'),
     ('hetero_fleet.yaml', 'cluster.pools.0.hardware_overrides', '{memory_total_gib: -1}',
-     'cluster.pools.0.hardware_overrides.memory_total_gib: Input should be greater than 0 '
+     'cluster.pools.0.hardware_overrides.memory_total_gib: must be > 0 '
      '(got -1)'),
     ('hetero_fleet.yaml', 'cluster.pools.0.autoscaling', '{signal: queue}',
      'cluster.pools.0.autoscaling.max_replicas: required field is missing; e.g. '
@@ -333,8 +333,8 @@ SHIPPED_BAD = [
      "'max_num_seqs'?); valid keys: async_scheduling, block_size, "
      "capacity_scheduler_policy,"),
     ('day_in_the_life.yaml', 'variants.1.cluster.autoscaling.provisioning', '{delay_s: -5}',
-     'variants.1.cluster.autoscaling.provisioning.delay_s: Input should be greater than '
-     'or equal to 0 (got -5)'),
+     'variants.1.cluster.autoscaling.provisioning.delay_s: must be >= 0 '
+     '(got -5)'),
     ('disagg_ratio.yaml', 'variants.1.disaggregation.prefill.hardware', 'h900',
      "variants.1.disaggregation.prefill.hardware: unknown hardware 'h900'; valid: "
      'a100-40gb, a100-80gb, a10g, b200, h100-pcie, h100-sxm, h20, h200-sxm, l4, l40s,'),
@@ -400,7 +400,7 @@ CLI_BAD = [
     ('run {S}/rag_mix.yaml --seed -1 -o {W}/o1',
      "error: Invalid value for '--seed': -1 is not in the range x>=0."),
     ('run {S}/rag_mix.yaml --set engine.max_num_seqs=0 -o {W}/o2',
-     'error: --set engine.max_num_seqs: Input should be greater than 0 (got 0)'),
+     'error: --set engine.max_num_seqs: must be > 0 (got 0)'),
     ('run {S}/missing.yaml -o {W}/o3',
      'error: missing.yaml: cannot read scenario: No such file or directory'),
     ('run {S}/rag_mix.yaml --bogus -o {W}/o4',
@@ -434,8 +434,8 @@ CLI_BAD = [
     # A --set value's mistake names the option and its key, not the scenario file; a
     # field inside the value follows the key; a rule it breaks elsewhere says it was applied.
     ('validate {S}/hetero_fleet.yaml --set cluster.pools.0.engine={"max_num_seqs":0}',
-     'error: --set cluster.pools.0.engine: cluster.pools.0.engine.max_num_seqs: Input '
-     'should be greater than 0 (got 0)'),
+     'error: --set cluster.pools.0.engine: cluster.pools.0.engine.max_num_seqs: must be '
+     '> 0 (got 0)'),
     ('validate {S}/rag_mix.yaml --set hardware=h900',
      "error: --set hardware: unknown hardware 'h900'; valid: a100-40gb, a100-80gb, a10g, "),
     ('validate {S}/rag_mix.yaml --set engine.max_num_seqs=20000',

@@ -39,18 +39,18 @@ BAD = [
     ("engine.gpu_memory_utilization", 1.5, "engine.gpu_memory_utilization: "),
     ("variants.1.engine.max_num_seqs", 0, "variants.1.engine.max_num_seqs: "),
     ("slo", {"targets": {"itl_p98_ms": 5}}, "unknown SLO metric 'itl_p98_ms'"),
-    ("seed", -1, "seed: Input should be greater than or equal to 0"),
+    ("seed", -1, "seed: must be >= 0"),
     # Speculative decoding (engine.speculative, vLLM's speculative_config).
     ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 3,
                             "acceptance_rate": 1.0},
-     "engine.speculative.acceptance_rate: Input should be less than 1"),
+     "engine.speculative.acceptance_rate: must be < 1"),
     ("engine.speculative", {"method": "medusa", "num_speculative_tokens": 3,
                             "acceptance_rate": 0.7},
      "engine.speculative.method: Input should be 'eagle', 'eagle3', 'mtp', 'draft_model' or "
      "'ngram'"),
     ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 0,
                             "acceptance_rate": 0.7},
-     "engine.speculative.num_speculative_tokens: Input should be greater than 0"),
+     "engine.speculative.num_speculative_tokens: must be > 0"),
     ("engine.speculative", {"method": "eagle", "num_speculative_tokens": 100_000,
                             "acceptance_rate": 0.7},
      "engine.speculative.num_speculative_tokens: num_speculative_tokens 100000 does not fit"),
@@ -75,8 +75,8 @@ BAD = [
      "batching over paged KV; this engine runs scheduler static"),
     ("seed", True, "seed: expected an integer (got true)"),
     # More replicas than one run holds in memory (a fresh user's 100,000 ran out of it).
-    ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: Input should be less than "
-                                           "or equal to 1024"),
+    ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: must be <= "
+                                           "1024"),
     # YAML true is not 1.0 in a float field either (issue 'Fidelity I', bad input).
     ("engine.gpu_memory_utilization", True,
      "engine.gpu_memory_utilization: Input should be a number, not true"),
@@ -115,8 +115,8 @@ BAD = [
      "hardware_overrides.efficiency.attention_decode_fp8.vlm: Input should be 'vllm', "
      "'sglang', 'tensorrt-llm' or 'tgi' (got 'vlm')"),
     ("hardware_overrides", {"efficiency": {"attention_decode_fp8": {"vllm": {"memory": 1.8}}}},
-     "hardware_overrides.efficiency.attention_decode_fp8.vllm.memory: Input should be less "
-     "than or equal to 1 (got 1.8)"),
+     "hardware_overrides.efficiency.attention_decode_fp8.vllm.memory: must be <= 1 (got "
+     "1.8)"),
     # Multi-step scheduling exists in vLLM 0.6 only, and without chunked prefill.
     ("engine.num_scheduler_steps", 8, "engine.num_scheduler_steps: engine preset 'vllm-v1' has "
                                       "no multi-step scheduling (valid with: vllm-0.6, "
@@ -156,8 +156,7 @@ BAD = [
      "variants.1.engine.moe_backend: vLLM's Marlin MoE kernels run on NVIDIA GPUs only (CUDA, "
      "compute capability >= 8.0); hardware 'mi300x' runs rocm (valid: auto)"),
     ("hardware_overrides", {"efficiency": {"fused_moe_mxfp4": {"vllm": {"launch_s": -1e-6}}}},
-     "hardware_overrides.efficiency.fused_moe_mxfp4.vllm.launch_s: Input should be greater "
-     "than or equal to 0"),
+     "hardware_overrides.efficiency.fused_moe_mxfp4.vllm.launch_s: must be >= 0"),
     # A scheduler, preemption or KV layout the preset's engine does not have.
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),
@@ -264,10 +263,10 @@ BAD = [
      "cluster.pools.0.engine.max_num_seqs: "),
     # A length beyond int64 was a traceback (OverflowError) when the trace was drawn.
     ("workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 10**20},
-     "workload.classes.0.prompt_tokens.value: Input should be less than or equal to "
+     "workload.classes.0.prompt_tokens.value: must be <= "
      "2147483647"),
     ("workload.classes.0.output_tokens", {"dist": "uniform", "min": 1, "max": 2**63},
-     "workload.classes.0.output_tokens.max: Input should be less than or equal to 2147483647"),
+     "workload.classes.0.output_tokens.max: must be <= 2147483647"),
     # A key is listed as YAML spells it (a route rule's class:, not the field's name cls).
     ("cluster", {"pools": [{"name": "h100"}], "route": [{"class": "chat", "pool": "h100",
                                                          "weight": 2}]},
@@ -422,7 +421,7 @@ def test_a_trace_column_named_twice_is_one_line_not_the_first_of_them(tmp_path, 
     (("version: 0.19.0", "versio: 0.19.0"),
      "bad.yaml: versio: unknown key 'versio' (did you mean 'version'?)"),
     (("  gpu_memory_utilization: 0.9", "  gpu_memory_utilization: 1.7"),
-     "bad.yaml: defaults.gpu_memory_utilization: Input should be less than or equal to 1 "
+     "bad.yaml: defaults.gpu_memory_utilization: must be <= 1 "
      "(got 1.7)"),
     (("  max_num_seqs: 256", "  max_num_seq: 256"),
      "bad.yaml: defaults.max_num_seq: unknown key 'max_num_seq' (did you mean "

@@ -78,7 +78,7 @@ BAD = [
     ("workload.schedule", {"kind": "diurnal", "trough": float("nan"), "peak_hour": 3},
      "workload.schedule.trough: Input should be a finite number"),
     ("workload.bursts", {"kind": "on_off", "on_s": 10, "off_s": 100, "factor": -1},
-     "workload.bursts.factor: Input should be greater than 0"),
+     "workload.bursts.factor: must be > 0"),
     ("workload.classes.0.schedule", {"kind": "hourly"},
      "workload.classes.0.schedule: unknown kind 'hourly'; valid: piecewise, diurnal"),
     ("variants.1.cluster.autoscaling.min_replicas", 5,
@@ -91,7 +91,7 @@ BAD = [
     ("variants.2.cluster.failures.at.0.replica", 2,
      "variants.2.cluster.failures.at.0.replica: replica 2 does not exist: replicas are 0..1"),
     ("variants.2.cluster.failures.at.0.repair_s", 0,
-     "variants.2.cluster.failures.at.0.repair_s: Input should be greater than 0"),
+     "variants.2.cluster.failures.at.0.repair_s: must be > 0"),
 ]
 
 

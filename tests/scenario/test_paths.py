@@ -199,5 +199,5 @@ def test_a_bad_field_in_a_user_link_names_that_file_and_field(project, run_cli):
         "link": "links/my-ib.yaml"}}])
     code, _, err = run_cli(["validate", str(path)])
     assert code == 2 and err.count("\n") == 1
-    assert err == (f"error: {link}: latency_s: Input should be greater than or equal to 0 "
+    assert err == (f"error: {link}: latency_s: must be >= 0 "
                    f"(got -1e-06) (variants.0.disaggregation.link of {path})\n")

@@ -316,6 +316,8 @@ def _pydantic_text(error: dict[str, Any]) -> str:
         key, op = _BOUNDS[error["type"]]
         bound = error["ctx"][key]
         msg = f"must be {op} {bound:g}" if isinstance(bound, float) else f"must be {op} {bound}"
+    elif error["type"] == "finite_number":
+        msg = "must be a finite number"
     if "input" in error and not isinstance(error["input"], (dict, list)) \
             and not msg.endswith(f"got {error['input']}"):
         msg += f" (got {_shown(error['input'])}{integer_hint(error)})"

@@ -26,7 +26,7 @@ from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel, error_text
 from capsim.profiles.links import LinkNumbers
 from capsim.scenario.parallel import TensorParallelSize
 
@@ -71,7 +71,7 @@ class DisaggregationConfig(StrictModel):
                 err = exc.errors(include_url=False)[0]
                 where = ".".join(str(p) for p in err["loc"])
                 raise ValueError(f"{where + ': ' if where else ''}"
-                                 f"{err['msg'].removeprefix('Value error, ')}") from None
+                                 f"{error_text(err, LinkNumbers)}") from None
         if not isinstance(value, str):
             raise ValueError("give a link name (e.g. infiniband-ndr) or "
                              "{bandwidth_gbit_per_s: ..., latency_s: ...}")

@@ -593,8 +593,8 @@ def test_kv_knobs_are_validated(tmp_path, run_cli, write_scenario, field, value,
     (["--set", "slo.targets.itl_p99_ms=-60"], "target itl_p99_ms must be >= 0"),
     (["--set", "slo.targets.goodput_fraction=1.5"], "goodput_fraction is a fraction: 0..1"),
     (["--set", "slo.targets.ttft_p99_ms=.nan"],
-     "slo.targets.ttft_p99_ms: Input should be a finite number (got nan)"),
-    (["--set", "workload.duration_s=.inf"], "workload.duration_s: Input should be a finite number"),
+     "slo.targets.ttft_p99_ms: must be a finite number (got nan)"),
+    (["--set", "workload.duration_s=.inf"], "workload.duration_s: must be a finite number"),
     (["--set", "cluster.num_replicas=true"],
      "cluster.num_replicas: expected an integer (got true)"),
     (["--set", "engine.block_size=16.0"], "engine.block_size: expected an integer (got 16.0; "
@@ -792,7 +792,7 @@ def test_a_link_must_have_finite_numbers(tmp_path, run_cli, write_scenario):
         "link": {"bandwidth_gbit_per_s": 400, "latency_s": float("inf")}}}])
     code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 2 and err.count("\n") == 1
-    assert "variants.0.disaggregation.link: latency_s: Input should be a finite number" in err
+    assert "variants.0.disaggregation.link: latency_s: must be a finite number" in err
 
 
 def test_roofline_decode_needs_a_context(run_cli):

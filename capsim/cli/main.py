@@ -140,7 +140,7 @@ def _set_error(exc: ScenarioError, scenario: Path | None, overrides: tuple[str, 
     integer (got 'lots')``; a field inside the value keeps its path after the key. Another
     error of a scenario field keeps its file and path and says which ``--set`` keys were
     applied (a rule across fields may be broken by one: ``(with --set
-    engine.max_num_seqs)``)."""
+    engine.max_num_seqs)``; those of the error's own section when there are any)."""
     if scenario is None or exc.file != str(scenario) or not overrides:
         return exc
     if exc.message.startswith("--set"):         # the option's own syntax
@@ -154,7 +154,11 @@ def _set_error(exc: ScenarioError, scenario: Path | None, overrides: tuple[str, 
             return ScenarioError(f"--set {key}: {at}: {exc.message}")
     if not at:                                  # the file itself (unreadable, not YAML)
         return exc
-    return ScenarioError(f"{exc.message} (with --set {', '.join(dict.fromkeys(keys))})",
+    # The keys of the error's own section, when some are (a workload rule is not broken
+    # by engine.max_num_seqs); else every key, a rule across sections may be.
+    section = at.split(".")[0]
+    named = [k for k in keys if k.split(".")[0] == section] or keys
+    return ScenarioError(f"{exc.message} (with --set {', '.join(dict.fromkeys(named))})",
                          file=exc.file, path=exc.path)
 
 

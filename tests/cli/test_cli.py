@@ -610,6 +610,18 @@ def test_more_bad_input_is_one_line(tmp_path, run_cli, write_scenario, args, exp
     assert code == 2 and expected in err and err.count("\n") == 1
 
 
+def test_a_rule_broken_with_set_names_the_keys_of_its_own_section(tmp_path, run_cli,
+                                                                   write_scenario):
+    """workload.duration_s beside the file's num_requests: the line named engine.max_num_seqs
+    too, which has nothing to do with it."""
+    path = write_scenario(tmp_path, GOOD)
+    code, _, err = run_cli(["validate", str(path), "--set", "workload.duration_s=5",
+                            "--set", "engine.max_num_seqs=8"])
+    assert code == 2 and err == (f"error: {path}: workload: give exactly one of num_requests "
+                                 "or duration_s for synthetic arrivals (with --set "
+                                 "workload.duration_s)\n")
+
+
 def test_a_missing_trace_names_the_scenario_and_a_normalised_path(tmp_path, run_cli,
                                                                   write_scenario):
     doc = with_(GOOD, "workload", {"trace": {"path": "sub/../missing.csv"}})

@@ -70,28 +70,41 @@ def policy_label(cfg: AutoscalingConfig, delay_s: float) -> str:
             f"start-up {delay_s:.0f} s")
 
 
-def desired_replicas(cfg: AutoscalingConfig, now_s: float,
-                     serving: list[Replica]) -> int | None:
-    """The HPA recommendation, clamped to [min_replicas, max_replicas]:
-    ``ceil(Σ signal / target)``, or the current count when the mean per replica is within
-    ``tolerance`` of ``target``; with ``signal: schedule``, the count for ``now_s``.
+def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica],
+                     current: int | None = None) -> int | None:
+    """The HPA recommendation, clamped to [min_replicas, max_replicas]; with ``signal:
+    schedule``, the count for ``now_s``.
+
+    ``current`` is the scale target's replica count (serving + provisioning + failed ones
+    awaiting their replacement; default: ``len(serving)``). The rule is
+    ``calcPlainMetricReplicas`` in kubernetes ``pkg/controller/podautoscaler/
+    replica_calculator.go`` (at 0006726): the usage ratio is Σ signal over the serving
+    (ready) replicas ÷ (their count × ``target``); within ``tolerance`` of 1 it returns
+    ``current``, not the serving count; otherwise ``ceil(Σ signal / target)``, except on a
+    scale-up while replicas are not ready (Pending pods: provisioning, or a failed one's
+    replacement), which count as using 0 and leave ``current`` when the ratio over all
+    ``current`` is within ``tolerance`` or below 1 (no change against the direction).
 
     None (no recommendation) while no replica serves: the signals are pod metrics, and HPA
-    sizes from the ready pods' only ("did not receive metrics for any ready pods",
-    ``calcPlainMetricReplicas`` in pkg/controller/podautoscaler/replica_calculator.go at
-    kubernetes 0006726): requests waiting in front of a down fleet are in no pod."""
+    sizes from the ready pods' only ("did not receive metrics for any ready pods"):
+    requests waiting in front of a down fleet are in no pod."""
     if cfg.signal == "schedule":
         s = cfg.schedule
         want = s.replicas[int(now_s // s.step_s) % len(s.replicas)]
-    else:
-        n = len(serving)
-        if not n:
-            return None
-        total = signal_value(cfg.signal, serving)
-        if abs(total / (n * cfg.target) - 1.0) <= cfg.tolerance:
-            want = n
-        else:
-            want = math.ceil(total / cfg.target - 1e-9)
+        return min(cfg.max_replicas, max(cfg.min_replicas, want))
+    n = len(serving)
+    if not n:
+        return None
+    total = signal_value(cfg.signal, serving)
+    current = n if current is None else current
+    want = math.ceil(total / cfg.target - 1e-9)
+    ratio = total / (n * cfg.target)
+    if current > n and ratio > 1.0:           # not-ready replicas count as using 0
+        ratio = total / (current * cfg.target)
+        if ratio < 1.0:
+            want = current
+    if abs(ratio - 1.0) <= cfg.tolerance:
+        want = current
     return min(cfg.max_replicas, max(cfg.min_replicas, want))
 
 
@@ -302,17 +315,17 @@ class Fleet:
 
     def _tick(self) -> None:
         now, cfg = self.env.now, self.cfg
-        want = desired_replicas(cfg, now, self.serving)
+        # A failed replica awaiting its replacement still counts (HPA: the scale
+        # target keeps the failed pod); cancelled replacements do not.
+        due = self.awaiting - self.cancelled
+        current = len(self.serving) + self.provisioning + due
+        want = desired_replicas(cfg, now, self.serving, current)
         if want is None:          # no ready replica: HPA skips the sync, nothing recorded
             return
         recs = self.recommendations
         recs.append((now, want))
         while recs and recs[0][0] < now - cfg.scale_down_cooldown_s:
             recs.pop(0)
-        # A failed replica awaiting its replacement still counts (HPA: the scale
-        # target keeps the failed pod); cancelled replacements do not.
-        due = self.awaiting - self.cancelled
-        current = len(self.serving) + self.provisioning + due
         if want > current:
             self.scale_ups += want - current
             for _ in range(want - current):

@@ -210,14 +210,14 @@ def test_a_run_ends_at_its_exact_instant_even_when_no_delay_reaches_it():
 
 
 def test_half_an_hour_of_the_day_equals_step_by_step(scenarios_dir):
-    """Half an hour of day_in_the_life (diurnal load, autoscaling, the failure moved to 20
-    minutes in, retries, N+1): macro-steps give the step-by-step requests, replicas (a
-    replica failing mid-run keeps the busy time of the steps it had run), timelines, fleet
-    history and day samples (the sampler commits every run up to its instant first, so the
-    ITL gaps recorded by then match)."""
+    """Half an hour of day_in_the_life (diurnal load, autoscaling, the failure moved to 21
+    minutes in, when replica 0 holds 3 requests: retries, N+1): macro-steps give the
+    step-by-step requests, replicas (a replica failing mid-run keeps the busy time of the
+    steps it had run), timelines, fleet history and day samples (the sampler commits every
+    run up to its instant first, so the ITL gaps recorded by then match)."""
     loaded = load(scenarios_dir / "day_in_the_life.yaml", [
-        "workload.duration_s=1800", "variants.2.cluster.failures.at.0.at_s=1200",
-        "variants.3.cluster.failures.at.0.at_s=1200"])
+        "workload.duration_s=1800", "variants.2.cluster.failures.at.0.at_s=1260",
+        "variants.3.cluster.failures.at.0.at_s=1260"])
     trace = build(loaded.runs[0].workload, loaded.runs[0].seed, loaded.base_dir)
     for rc in loaded.runs:
         ref = simulate(rc, trace, macro_steps=False)

@@ -271,3 +271,33 @@ def test_a_request_submitted_mid_run_costs_no_extra_event(monkeypatch, scenarios
     extra = next(envs[-1]._eid) - events
     assert len(folded) > 100 and all(x >= 1 for x in folded)      # 300 here
     assert extra == len(folded)
+
+
+def test_runs_planned_on_after_a_sync_equal_step_by_step(monkeypatch, scenarios_dir):
+    """A run plans only about as far as the next arrival and is planned further as it
+    goes on (``RunPlan.more``, :meth:`DecodeRunner._extend`); the day view's sampler
+    commits runs up to its instant (:meth:`DecodeRunner.sync`) between those extensions.
+    Sampling every 0.25 s makes that common: the step-by-step result still, and runs were
+    extended through finishes after a sync (the path this checks)."""
+    import capsim.sim.day as day
+    from capsim.engine.macro.runner import DecodeRunner
+
+    monkeypatch.setattr(day, "SAMPLE_S", 0.25)
+    seen = {"after_sync": 0}
+    extend = DecodeRunner._extend
+
+    def counting(self, run):
+        segments = len(run.plan.ends)
+        extend(self, run)
+        if run.done and len(run.plan.ends) > segments + 1:
+            seen["after_sync"] += 1
+
+    monkeypatch.setattr(DecodeRunner, "_extend", counting)
+    loaded = load(scenarios_dir / "day_in_the_life.yaml", ["workload.duration_s=300"])
+    rc = loaded.runs[0]
+    trace = build(rc.workload, rc.seed, loaded.base_dir)
+    ref = simulate(rc, trace, macro_steps=False)
+    fast = simulate(rc, trace, macro_steps=True)
+    for field in ("requests", "replicas", "timelines", "sim_end_s", "day"):
+        assert getattr(fast, field) == getattr(ref, field), field
+    assert seen["after_sync"] > 0

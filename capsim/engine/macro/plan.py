@@ -13,6 +13,7 @@ module decides how long it is, from the decode set alone
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 
@@ -58,13 +59,20 @@ class RunPlan:
     free ``done_tokens[i]`` prompt + output tokens (what the router counts as
     outstanding); the last segment's entry is 0 (its finishes are reported when the run
     is committed).
+
+    ``more``: None, or the plan stopped at its horizon at a finish it could go on
+    through: what :func:`extend_run` needs to append later segments (the decode set's
+    offset after the last segment began, and ``free_blocks`` and ``max_steps`` as
+    planned), so a run is planned (and priced) no further than it is likely to get
+    before an arrival cuts it.
     """
 
-    __slots__ = ("ends", "seqs", "ctx0", "done_tokens")
+    __slots__ = ("ends", "seqs", "ctx0", "done_tokens", "more")
 
     def __init__(self, ends: list[int], seqs: list[int], ctx0: list[int],
                  done_tokens: list[int]):
         self.ends, self.seqs, self.ctx0, self.done_tokens = ends, seqs, ctx0, done_tokens
+        self.more: tuple[int, float, int] | None = None
 
     @property
     def steps(self) -> int:
@@ -79,10 +87,12 @@ def plan_run(decoders: DecodeSet, ctx_tokens: int, free_blocks: float, *, throug
     admitted: a finish then only shrinks the batch): each finish then starts a new
     segment, and the run stops at a finish that others observe (a shareable request: a
     conversation's next turn, forked samples, prefix-cache registration), when the
-    batch empties, or at ``horizon_steps`` (the caller's guess of where an arrival will
-    cut the run: planning further is wasted work, never a different result). It never
-    passes ``max_steps``, nor the first step that could lack a block (``free_blocks``:
-    free KV blocks, ``math.inf`` when the sequences reserved theirs up front).
+    batch empties, or at the first finish at or after ``horizon_steps`` (the caller's
+    guess of where an arrival will cut the run; planning further is wasted work, never a
+    different result; 0: at the first finish), where :func:`extend_run` can take it on (``RunPlan.more``). It
+    never passes ``max_steps``, nor the first step that could lack a block
+    (``free_blocks``: free KV blocks, ``math.inf`` when the sequences reserved theirs up
+    front).
 
     Returns None for a run shorter than ``min_steps`` (not worth it: step by step).
     O(block_size + log k) plus O(log n) per finish crossed.
@@ -95,9 +105,29 @@ def plan_run(decoders: DecodeSet, ctx_tokens: int, free_blocks: float, *, throug
         if short < k:
             return RunPlan([short], [n], [ctx_tokens], [0]) if short >= min_steps else None
     plan = RunPlan([k], [n], [ctx_tokens], [0])
-    if to_finish is not None and k < min(max_steps, horizon_steps) and through_finishes:
-        _extend_through_finishes(decoders, plan, min(max_steps, horizon_steps), free_blocks)
+    if to_finish is not None and k < max_steps and through_finishes and horizon_steps > 0:
+        plan.more = (decoders.offset, free_blocks, max_steps)
+        if k < horizon_steps:
+            _extend_through_finishes(decoders, plan, horizon_steps, [], decoders.epoch)
     return plan if plan.steps >= min_steps else None
+
+
+def extend_run(decoders: DecodeSet, plan: RunPlan, horizon_steps: int, committed: int) -> None:
+    """Append to ``plan`` (open: ``plan.more``; its first ``committed`` steps committed)
+    the segments :func:`plan_run` would have planned with a farther ``horizon_steps``;
+    ``plan.more`` is None afterwards if the run can go no further."""
+    e0 = decoders.epoch - committed             # the decode set's epoch when it was planned
+    # The finishes of its segments but the last (those not committed yet) are off the
+    # heap while planning: pop them again (the valid entries up to the last segment's
+    # first epoch).
+    popped: list = []
+    if len(plan.ends) > 1:
+        heap, upto = decoders.finish_heap, e0 + plan.ends[-2]
+        while heap and heap[0][0] <= upto:
+            entry = heapq.heappop(heap)
+            if entry[2] == entry[3].dec_version and entry[3].dec_epoch0 >= 0:
+                popped.append(entry)
+    _extend_through_finishes(decoders, plan, horizon_steps, popped, e0)
 
 
 def _steps_before_short(decoders: DecodeSet, k: int, free: float) -> int:
@@ -111,16 +141,20 @@ def _steps_before_short(decoders: DecodeSet, k: int, free: float) -> int:
     return 1 + bisect_right(range(1, k), free, key=lambda j: decoders.blocks_ahead(1, j))
 
 
-def _extend_through_finishes(decoders: DecodeSet, plan: RunPlan, max_steps: int,
-                             free: float) -> None:
-    """Append segments to a run that ends at a finish.
+def _extend_through_finishes(decoders: DecodeSet, plan: RunPlan, horizon_steps: int,
+                             popped: list, e0: int) -> None:
+    """Append segments to an open run (``plan.more``), which ends at a finish, until one
+    ends at or after ``horizon_steps``; ``plan.more`` is None if the run stops earlier.
 
-    Peeks at the finish heap by popping and pushing back. The KV check is the cheap
-    bound: the run's first batch (the largest) takes at most one block per sequence per
-    ``block_size`` steps, and finishes only free blocks."""
-    e0, bs = decoders.epoch, decoders.bs
-    n, offset = plan.seqs[0], decoders.offset
-    popped: list = []
+    Peeks at the finish heap by popping (``popped``: entries already popped) and pushing
+    back; ``e0``: the decode set's epoch when the run was planned. The KV check is the
+    cheap bound: the run's first batch (the largest) takes at most one block per
+    sequence per ``block_size`` steps, and finishes only free blocks."""
+    bs = decoders.bs
+    offset, free, max_steps = plan.more
+    n = plan.seqs[-1]
+    ahead = decoders.epoch - e0                 # steps of the run committed so far
+    plan.more = None
     while True:
         done_epoch = e0 + plan.ends[-1]
         leavers = decoders.pop_finishing(done_epoch, popped)
@@ -131,17 +165,20 @@ def _extend_through_finishes(decoders: DecodeSet, plan: RunPlan, max_steps: int,
             behind += r.dec_computed0 - r.dec_epoch0
         if shareable or n == len(leavers):
             break
-        plan.done_tokens[-1] = freed
         n -= len(leavers)
-        offset -= behind
-        to_finish = decoders.steps_to_finish()
-        end = min(max_steps, to_finish if to_finish is not None else max_steps)
+        to_finish = decoders.steps_to_finish()       # from the decode set's epoch now
+        end = min(max_steps, to_finish + ahead if to_finish is not None else max_steps)
         if free < plan.seqs[0] * -(-(end - 1) // bs):
             break
+        plan.done_tokens[-1] = freed
+        offset -= behind
         plan.ends.append(end)
         plan.seqs.append(n)
         plan.ctx0.append(n * (done_epoch + 1) + offset)
         plan.done_tokens.append(0)
         if to_finish is None or end == max_steps:
+            break
+        if end >= horizon_steps:
+            plan.more = (offset, free, max_steps)
             break
     decoders.push_back(popped)

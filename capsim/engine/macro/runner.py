@@ -29,30 +29,42 @@ from capsim.engine.macro.plan import RunBlocks, RunPlan
 if TYPE_CHECKING:
     from capsim.engine.replica import Replica
 
+# How far a run first plans through finishes, in mean gaps between arrivals at its
+# replica: an arrival cuts most runs before (P = 1 − e^−2 for Poisson arrivals), and one
+# that is not cut is planned on to twice its length two steps before its end
+# (:meth:`DecodeRunner._extend`). On day_in_the_life at its peak, runs planned 13× the
+# steps they committed at 32 gaps planned in one go, 2× at 2 gaps planned on.
+HORIZON_GAPS = 2
+
 
 class _Run:
     """A decode run in progress: its plan, the end time of every step (``clock[j + 1]``
-    for step j), step seconds, timeline-bin busy time, and how far it has been
+    for step j; ``acc``: that and the other cumulated rows), step seconds, timeline-bin
+    busy time (all as planned so far: an open plan grows), and how far it has been
     committed: steps ``0..done − 1`` are committed, the blocks of steps ``0..grown − 1``
     are taken (step 0's by ``schedule``); ``used_blocks`` were in use in step
     ``grown − 1`` (blocks reserved for a transfer since then come after it).
     ``done_tokens[i]``: prompt + output tokens of the requests that finished by
     ``done_times[i − 1]`` (what the router no longer counts as outstanding then)."""
 
-    __slots__ = ("plan", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0", "done",
-                 "grown", "used_blocks", "done_times", "done_tokens", "end")
+    __slots__ = ("plan", "acc", "clock", "secs", "bin_busy", "bin_now", "bin_s", "queue0",
+                 "done", "grown", "used_blocks", "done_times", "done_tokens", "end")
 
-    def __init__(self, plan: RunPlan, clock: np.ndarray, secs: np.ndarray,
-                 bin_busy: np.ndarray, bin_now: int, bin_s: float, queue0: int,
-                 used_blocks: int):
-        self.plan, self.clock, self.secs, self.bin_busy = plan, clock, secs, bin_busy
-        self.bin_now, self.bin_s, self.queue0 = bin_now, bin_s, queue0
+    def __init__(self, plan: RunPlan, acc: np.ndarray, secs: np.ndarray, bin_now: int,
+                 bin_s: float, queue0: int, used_blocks: int):
+        self.plan, self.bin_now, self.bin_s, self.queue0 = plan, bin_now, bin_s, queue0
         self.done, self.grown = 0, 1
-        self.end = plan.ends[-1]        # the step count it ends after (cut: fewer)
         self.used_blocks = used_blocks
-        ends = plan.ends
-        self.done_times = clock[ends[:-1]].tolist() if len(ends) > 1 else []
-        self.done_tokens = [0, *accumulate(plan.done_tokens)]
+        self.set_clock(acc, secs)
+
+    def set_clock(self, acc: np.ndarray, secs: np.ndarray) -> None:
+        """The run's cumulated rows (clock, busy seconds, busy seconds in the first bin[,
+        compute-bound steps]) and step seconds, as planned so far."""
+        self.acc, self.clock, self.secs, self.bin_busy = acc, acc[0], secs, acc[2]
+        ends = self.plan.ends
+        self.end = ends[-1]             # the step count it ends after (cut: fewer)
+        self.done_times = self.clock[ends[:-1]].tolist() if len(ends) > 1 else []
+        self.done_tokens = [0, *accumulate(self.plan.done_tokens)]
 
     def step_at(self, t_s: float) -> int:
         """The step in progress at ``t_s``: the first one ending at or after it."""
@@ -78,15 +90,16 @@ class DecodeRunner:
 
     # ------------------------------------------------------------ planning
     def horizon_steps(self, step_s: float) -> int:
-        """Steps a run plans through finishes: 32 × the mean steps between arrivals here.
-        Planning past the arrival that cuts the run is wasted numpy work, stopping short
-        of it costs a new run (an event, a plan, a pricing); on benchmark 1, factors
-        2 / 4 / 8 / 16 / 32 / 64 gave 27.0 / 23.8 / 21.2 / 19.3 / 18.7 / 18.7 k runs for
-        3.7 / 3.9 / 4.1 / 4.8 / 5.2 / 5.2 M planned steps (32 ran 3 % faster than 8: a
-        planned step costs far less than a run)."""
+        """Steps a run first plans through finishes: :data:`HORIZON_GAPS` × the mean steps
+        between arrivals here. Planning past the arrival that cuts the run is wasted
+        numpy work; stopping short of it costs an extension (an event and a pricing of
+        the steps added), far less than a new run. (Planned in one go, the factor was
+        32: on benchmark 1 factors 2 / 4 / 8 / 16 / 32 / 64 gave 27.0 / 23.8 / 21.2 /
+        19.3 / 18.7 / 18.7 k runs for 3.7 / 3.9 / 4.1 / 4.8 / 5.2 / 5.2 M planned
+        steps.)"""
         if self.arrival_gap_s == math.inf or not step_s:
             return 4096
-        return min(4096, int(32 * self.arrival_gap_s / step_s))
+        return min(4096, int(HORIZON_GAPS * self.arrival_gap_s / step_s))
 
     def arrived(self, now: float, late: bool = False) -> None:
         """New work at ``now`` (``late``: a request held back for the step after next,
@@ -115,21 +128,25 @@ class DecodeRunner:
         m = run.step_at(now) + 1            # the run ends with the step in progress
         if late and m < k and rep.hooks is None:
             m = min(k, self._late_run_end(run, now))
-        if m < k:
+        # An open plan waits until two steps before its end (then plans on), so m <= k
+        # here is where the whole run would be cut: it ends there too.
+        if m < k or run.plan.more is not None:
             run.end = m
             env.redirect(self._end, env.timeout_at(float(run.clock[m])))
 
     def cut_through_finishes(self) -> None:
         """End a run that planned to go on through finishes (someone now waits for the
         room a finish frees)."""
-        if self.run is not None and len(self.run.plan.ends) > 1:
+        run = self.run
+        if run is not None and (len(run.plan.ends) > 1 or run.plan.more is not None):
             self.cut()
 
     # ------------------------------------------------------------ running
     def advance(self, plan: RunPlan):
-        """Advance ``plan`` (its first step just scheduled) with one SimPy event; a
-        generator for the replica's process. Returns (as ``yield from``'s value) the end
-        time of step 0 and the duration of the last step committed."""
+        """Advance ``plan`` (its first step just scheduled) with one SimPy event, or one
+        per extension of an open plan (:meth:`_extend`); a generator for the replica's
+        process. Returns (as ``yield from``'s value) the end time of step 0 and the
+        duration of the last step committed."""
         rep = self.replica
         env, timeline = rep.env, rep.timeline
         ends = plan.ends
@@ -145,14 +162,19 @@ class DecodeRunner:
         if bound is not None:
             acc[3, 1:] = bound
         acc.cumsum(axis=1, out=acc)         # the method: no dispatch wrapper
-        clock = acc[0]
-        t_end = float(clock[k])
-        m = k
-        self.run = run = _Run(plan, clock, secs, acc[2], bin_now, timeline.bin_s,
-                        len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
+        self.run = run = _Run(plan, acc, secs, bin_now, timeline.bin_s,
+                              len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
         self.waiting = True
-        self._end = env.timeout_at(t_end)
-        yield self._end                 # or the earlier end :meth:`cut` moved the wait to
+        while True:
+            # An open plan wakes two steps before its end to plan further: an arrival
+            # until then cuts it where it would cut the whole run (:meth:`cut`).
+            k = plan.ends[-1]
+            self._end = env.timeout_at(float(run.clock[k if plan.more is None else k - 2]))
+            yield self._end             # or the earlier end :meth:`cut` moved the wait to
+            if rep.failed or not self.waiting or plan.more is None:
+                break
+            self._extend(run)
+        acc = run.acc
         m = run.end
         if rep.failed:              # the replica failed mid-run: the steps it committed count
             m = run.done
@@ -161,11 +183,36 @@ class DecodeRunner:
             self._commit(m, last=True)
             self.run = None
             if m > 1 and rep._late:     # queued at a step end inside the run (a late arrival)
-                rep.release_late_before(float(clock[m - 1]))
+                rep.release_late_before(float(run.clock[m - 1]))
         rep.busy_s = float(acc[1, m])
-        if bound is not None:
+        if len(acc) > 3:
             rep.compute_bound_steps += int(acc[3, m])
-        return (math.nan, 0.0) if rep.failed else (float(clock[1]), float(secs[m - 1]))
+        return (math.nan, 0.0) if rep.failed else (float(run.clock[1]), float(run.secs[m - 1]))
+
+    def _extend(self, run: _Run) -> None:
+        """Plan an open run on to twice its length (:func:`~capsim.engine.macro.plan.extend_run`;
+        a reader may have committed part of it: :meth:`sync`) and price the new segments, their clock going on
+        from the run's (the same sums in the same order as one ``cumsum`` of the whole)."""
+        rep, plan = self.replica, run.plan
+        i, k = len(plan.ends), plan.ends[-1]
+        rep.scheduler.extend_decode_run(plan, 2 * k, run.done)
+        if len(plan.ends) == i:
+            return
+        ends = plan.ends[i - 1:]
+        secs, bound = rep.pricer.decode_costs(plan.seqs[i:], plan.ctx0[i:],
+                                              [b - a for a, b in zip(ends, ends[1:])])
+        old = run.acc
+        rows = 4 if bound is not None or len(old) > 3 else 3
+        acc = np.empty((rows, old.shape[1] + len(secs)))
+        acc[:len(old), :k + 1] = old
+        if rows > len(old):
+            acc[3, :k + 1] = 0.0
+        acc[:3, k + 1:] = secs
+        if rows > 3:
+            acc[3, k + 1:] = 0.0 if bound is None else bound
+        tail = acc[:, k:]
+        tail.cumsum(axis=1, out=tail)   # from step k − 1's sums on, as in one cumsum
+        run.set_clock(acc, np.concatenate((run.secs, secs)))
 
     @staticmethod
     def _late_run_end(run: _Run, t_s: float) -> int:

@@ -43,7 +43,7 @@ from collections import deque
 from itertools import accumulate, chain
 
 from capsim.engine.decode_set import DecodeSet
-from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan, plan_run
+from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan, extend_run, plan_run
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import RUNNING, SWAPPED, WAITING, FINISHED, Request
 from capsim.engine.scheduler.base import Scheduler
@@ -668,6 +668,12 @@ class ContinuousScheduler(Scheduler):
         return plan_run(self.decoders, step.decode_ctx_tokens, free,
                         through_finishes=not self.waiting, max_steps=max_steps,
                         min_steps=min_steps, horizon_steps=horizon_steps)
+
+    def extend_decode_run(self, plan: RunPlan, horizon_steps: int, committed: int) -> None:
+        """Plan an open run (``plan.more``: it stopped at its horizon; its first
+        ``committed`` steps are committed) on through finishes to ``horizon_steps``
+        (:func:`~capsim.engine.macro.plan.extend_run`)."""
+        extend_run(self.decoders, plan, horizon_steps, committed)
 
     def decode_blocks_ahead(self, start: int, count: int) -> int:
         """Blocks the current decoders take in decode steps ``start``..``start + count − 1``

@@ -89,10 +89,10 @@ def plan_run(decoders: DecodeSet, ctx_tokens: int, free_blocks: float, *, throug
     conversation's next turn, forked samples, prefix-cache registration), when the
     batch empties, or at the first finish at or after ``horizon_steps`` (the caller's
     guess of where an arrival will cut the run; planning further is wasted work, never a
-    different result; 0: at the first finish), where :func:`extend_run` can take it on (``RunPlan.more``). It
-    never passes ``max_steps``, nor the first step that could lack a block
-    (``free_blocks``: free KV blocks, ``math.inf`` when the sequences reserved theirs up
-    front).
+    different result; 0: at the first finish), where :func:`extend_run` can take it on
+    (``RunPlan.more``). It never passes ``max_steps``, nor the first step that could
+    lack a block (``free_blocks``: free KV blocks, ``math.inf`` when the sequences
+    reserved theirs up front).
 
     Returns None for a run shorter than ``min_steps`` (not worth it: step by step).
     O(block_size + log k) plus O(log n) per finish crossed.
@@ -112,7 +112,8 @@ def plan_run(decoders: DecodeSet, ctx_tokens: int, free_blocks: float, *, throug
     return plan if plan.steps >= min_steps else None
 
 
-def extend_run(decoders: DecodeSet, plan: RunPlan, horizon_steps: int, committed: int) -> None:
+def extend_run(decoders: DecodeSet, plan: RunPlan, horizon_steps: int,
+               committed: int) -> None:
     """Append to ``plan`` (open: ``plan.more``; its first ``committed`` steps committed)
     the segments :func:`plan_run` would have planned with a farther ``horizon_steps``;
     ``plan.more`` is None afterwards if the run can go no further."""

@@ -191,8 +191,9 @@ class DecodeRunner:
 
     def _extend(self, run: _Run) -> None:
         """Plan an open run on to twice its length (:func:`~capsim.engine.macro.plan.extend_run`;
-        a reader may have committed part of it: :meth:`sync`) and price the new segments, their clock going on
-        from the run's (the same sums in the same order as one ``cumsum`` of the whole)."""
+        a reader may have committed part of it: :meth:`sync`) and price the new segments,
+        their clock going on from the run's (the same sums in the same order as one
+        ``cumsum`` of the whole)."""
         rep, plan = self.replica, run.plan
         i, k = len(plan.ends), plan.ends[-1]
         rep.scheduler.extend_decode_run(plan, 2 * k, run.done)

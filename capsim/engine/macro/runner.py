@@ -37,6 +37,19 @@ if TYPE_CHECKING:
 HORIZON_GAPS = 2
 
 
+def _cumulated(first, secs: np.ndarray, bound: np.ndarray | None) -> np.ndarray:
+    """Rows clock, busy seconds, busy seconds in the run's first timeline bin[, compute-bound
+    steps] (the last with ``bound``), from ``first`` (column 0) on: column j + 1 adds step
+    j's ``secs`` (and ``bound``) to column j."""
+    acc = np.empty((3 if bound is None else 4, len(secs) + 1))
+    acc[:, 0] = first
+    acc[:3, 1:] = secs
+    if bound is not None:
+        acc[3, 1:] = bound
+    acc.cumsum(axis=1, out=acc)         # the method: no dispatch wrapper
+    return acc
+
+
 class _Run:
     """A decode run in progress: its plan, the end time of every step (``clock[j + 1]``
     for step j; ``acc``: that and the other cumulated rows), step seconds, timeline-bin
@@ -155,13 +168,9 @@ class DecodeRunner:
         secs, bound = rep.pricer.decode_costs(plan.seqs, plan.ctx0, lengths)
         now = env.now
         bin_now = timeline.bin_of(now)
-        # Rows: clock, busy seconds, busy seconds in the current timeline bin[, bound].
-        acc = np.empty((3 if bound is None else 4, k + 1))
-        acc[:, 0] = (now, rep.busy_s, timeline.busy_in(bin_now), 0.0)[:len(acc)]
-        acc[:3, 1:] = secs
-        if bound is not None:
-            acc[3, 1:] = bound
-        acc.cumsum(axis=1, out=acc)         # the method: no dispatch wrapper
+        rows = 3 if bound is None else 4
+        acc = _cumulated((now, rep.busy_s, timeline.busy_in(bin_now), 0.0)[:rows], secs,
+                         bound)
         self.run = run = _Run(plan, acc, secs, bin_now, timeline.bin_s,
                               len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
         self.waiting = True
@@ -202,18 +211,14 @@ class DecodeRunner:
         ends = plan.ends[i - 1:]
         secs, bound = rep.pricer.decode_costs(plan.seqs[i:], plan.ctx0[i:],
                                               [b - a for a, b in zip(ends, ends[1:])])
-        old = run.acc
-        rows = 4 if bound is not None or len(old) > 3 else 3
-        acc = np.empty((rows, old.shape[1] + len(secs)))
-        acc[:len(old), :k + 1] = old
-        if rows > len(old):
-            acc[3, :k + 1] = 0.0
-        acc[:3, k + 1:] = secs
-        if rows > 3:
-            acc[3, k + 1:] = 0.0 if bound is None else bound
-        tail = acc[:, k:]
-        tail.cumsum(axis=1, out=tail)   # from step k − 1's sums on, as in one cumsum
-        run.set_clock(acc, np.concatenate((run.secs, secs)))
+        old = run.acc[:, :k + 1]
+        if bound is not None and len(old) == 3:     # the compute-bound row starts here
+            old = np.vstack((old, np.zeros(k + 1)))
+        # From step k − 1's sums on: the same sums in the same order as one cumsum.
+        new = _cumulated(old[:, k], secs, bound if bound is not None or len(old) == 3
+                         else np.zeros(len(secs)))
+        run.set_clock(np.concatenate((old, new[:, 1:]), axis=1),
+                      np.concatenate((run.secs, secs)))
 
     @staticmethod
     def _late_run_end(run: _Run, t_s: float) -> int:

@@ -565,6 +565,21 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1": Entry(
         "supplementary/load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1.yaml",
         serving(_c1)),
+    # Held-out tensor-parallel timing (issue 14): the perf-benchmark test on an H200, vLLM PR
+    # 9856's TP 2 batch, and the 70B TP 4 H100 rows of the README behind the shared
+    # SGLang 0.3 / vLLM 0.6 A100 cases.
+    "step_vllm_perfbench_latency_bs8_in32_out128_h200": Entry(
+        "supplementary/step_vllm_perfbench_latency_bs8_in32_out128_h200.yaml",
+        serving(_batch_latency)),
+    "step_vllm_pr9856_a100_llama31_8b_tp2_bs8_in128_out256": Entry(
+        "supplementary/step_vllm_pr9856_a100_llama31_8b_tp2_bs8_in128_out256.yaml",
+        serving(_labelled({"latency_llama8B_tp2": "llama8B_tp2"}))),
+    "load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8": Entry(
+        "supplementary/load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8.yaml",
+        serving(_rps_points)),
+    "load_vllm060_h100_llama31_70b_tp4_sharegpt_rps4_rps8_multistep10": Entry(
+        "supplementary/load_vllm060_h100_llama31_70b_tp4_sharegpt_rps4_rps8_multistep10.yaml",
+        serving(_rps_points, derived={"median_itl_ms": lambda r, _: 10 * r.tpot_p50_ms})),
 }
 
 

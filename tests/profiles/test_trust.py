@@ -93,7 +93,7 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 7
+    assert len(supplementary) == 11
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()

@@ -8,7 +8,7 @@ Usage (from the repository root, capsim importable):
 The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
 never copied; without it the script exits 2) and the project-collected supplementary cases of
 ``benchmarks/fidelity/supplementary_cases.yaml`` (same schema, ``collected: project``; vLLM V1
-serving runs the shared set lacks; held out, never fitted: a quantity a profile value was later
+serving runs and tensor-parallel rows the shared set lacks; held out, never fitted: a quantity a profile value was later
 fitted to is predicted but not scored, listed with the gaps, :attr:`Entry.fitted`). Supplementary rows are printed in a
 section of their own and count in the per-kind summaries and the trust table, marked as
 project-collected. Each case has a row in :data:`ENTRIES`: its

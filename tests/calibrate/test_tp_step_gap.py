@@ -32,7 +32,8 @@ constant vLLM PR 9856's 8B TP 2 row (−7.3 → +17.3 %). So none is shipped; th
 in README (Fidelity, "The Llama-70B TP 4 perf-benchmark rows stay low"). Two measured
 TP > 1 checks outside the fidelity cases are priced alongside (:data:`EXTERNAL`): vLLM PR
 9856 (V0 main, Llama-3.1-8B TP 2 on A100s, batch 8, 128 in / 256 out, median 2.2919 s)
-and the perf-benchmark's H200 build 9513.
+and the perf-benchmark's H200 build 9513 (since then held-out supplementary cases of the fidelity
+benchmark too; tests/calibrate/test_tp_series_gpt_fast.py reads a TP 1 / 2 / 4 / 8 series).
 
 The candidate terms are patched into :class:`capsim.cost.pricer.StepPricer` here only;
 capsim ships none of them. Skipped without ../shared.

@@ -442,7 +442,9 @@ def _host_text(h) -> str:
     """``1.05 ms/step, serial; 8.3 ms before scheduling``: the non-zero host terms."""
     terms = [f"{v * 1e3:g} ms/{unit}" for v, unit in ((h.per_step_s, "step"),
                                                        (h.per_seq_s, "sequence"),
-                                                       (h.per_prefill_token_s, "prompt token"))
+                                                       (h.per_prefill_token_s, "prompt token"),
+                                                       (h.per_extra_tp_worker_s,
+                                                        "step per TP worker beyond the first"))
              if v]
     overlap = h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s else "") \
         + (" (engine.async_scheduling)" if h.async_scheduling_knob else "")

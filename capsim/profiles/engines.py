@@ -187,6 +187,13 @@ class HostOverhead(StrictModel):
     (HTTP, tokenization, the engine's wake-up) passes before the request can be scheduled:
     TTFT and E2EL grow by it, and so does the queue it joins.
 
+    ``per_extra_tp_worker_s``: host seconds per step for each tensor-parallel worker beyond
+    the first (:meth:`for_tensor_parallel` adds ``× (TP − 1)`` to ``per_step_s``). vLLM V0's
+    driver prepares every step's model input alone and broadcasts it to the TP − 1 other
+    workers (``broadcast_tensor_dict``; the V0 differences listed in vLLM PR 9856's
+    description); V1 workers each prepare their own inputs from one shared-memory message,
+    so V1 presets leave it 0.
+
     An ``async`` engine composes step k + 1 while step k runs, so a request that arrives
     during step k joins step k + 2 at the earliest (:class:`capsim.engine.replica.Replica`);
     an idle engine schedules an arrival at once. ``async_scheduling_knob``: the scenario's
@@ -200,7 +207,17 @@ class HostOverhead(StrictModel):
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)
+    per_extra_tp_worker_s: float = Field(0.0, ge=0)
     async_scheduling_knob: Bool = False
+
+    def for_tensor_parallel(self, tensor_parallel_size: int) -> "HostOverhead":
+        """These terms for ``tensor_parallel_size`` workers: ``per_extra_tp_worker_s × (TP −
+        1)`` folded into ``per_step_s`` (and itself then 0)."""
+        if not self.per_extra_tp_worker_s:
+            return self
+        extra_s = self.per_extra_tp_worker_s * (tensor_parallel_size - 1)
+        return self.model_copy(update={"per_step_s": self.per_step_s + extra_s,
+                                       "per_extra_tp_worker_s": 0.0})
 
     def resolved(self, async_scheduling: bool | None) -> "HostOverhead":
         """These terms with the scenario's ``engine.async_scheduling`` applied (None: the

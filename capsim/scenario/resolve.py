@@ -115,7 +115,7 @@ class Pool:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
         dtypes) with its engine's host overhead: a :class:`PipelinePricer` with
         pipeline_parallel_size > 1."""
-        host = self.host_overhead
+        host = self.host_overhead.for_tensor_parallel(self.engine.tensor_parallel_size)
         steps = self.engine.num_scheduler_steps
         if steps > 1:          # scheduled once per window: its per-step work spread over it
             host = host.model_copy(update={"per_step_s": host.per_step_s / steps,

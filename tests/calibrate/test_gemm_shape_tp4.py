@@ -39,6 +39,7 @@ from scipy.optimize import least_squares
 from capsim.calibrate import load_vidur, predict
 from capsim.cost.operators import one_shot_all_reduce_s
 from capsim.metrics.summary import summarize
+from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import load_hardware
 from capsim.scenario.load import load
 from capsim.sim.simulate import simulate
@@ -183,10 +184,13 @@ ALL_REDUCES = 2 * 80 + 1     # two per layer and the embedding's
 
 
 @pytest.mark.parametrize("device, extra_us", [("a100", 17.4), ("h100", 10.0)])
-def test_the_all_reduce_kernel_is_not_the_gap(device, extra_us, repo_root):
+def test_the_all_reduce_kernel_is_not_the_gap(device, extra_us, repo_root, monkeypatch):
     """(Measured − capsim) over the 128 steps and 161 all-reduces of the 70B TP 4 row is a
     further 17.4 / 10.0 µs per all-reduce: the 128 KiB one-shot would have to take 2.5 ×
-    what vLLM's kernel measures, while capsim prices that kernel within 7 % of it."""
+    what vLLM's kernel measures, while capsim prices that kernel within 7 % of it. (Priced
+    without the V0 host time per extra TP worker that now closes the gap on the host side:
+    tests/calibrate/test_tp_series_gpt_fast.py.)"""
+    monkeypatch.setattr(HostOverhead, "for_tensor_parallel", lambda self, tp: self)
     case = f"step_vllm_perfbench_latency_bs8_in32_out128_{device}.yaml"
     loaded = load(str(repo_root / "benchmarks/fidelity" / case))
     run = next(r for r in loaded.runs if r.variant == "llama70B_tp4")

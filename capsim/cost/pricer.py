@@ -818,8 +818,8 @@ class StepPricer:
         # them over the steps (numpy calls, not the steps, are what a run's pricing costs).
         host = self._host
         step_s, seq_s, token_s = self._host_step_s, self._host_seq_s, self._host_token_s
-        rows: list[list[float]] = [[], [], [], [], []]
-        a_new, a_roof, a_comm, a_host, a_base = rows
+        rows: list[list[float]] = [[], [], [], [], [], []]
+        a_new, a_roof, a_comm, a_host, a_base, a_seqs = rows
         lo = 0
         for n, c, length in zip(seqs, ctx0, lengths):
             _, _, roof_s, comm_s, _ = self._decode_base[n]    # memoised by the check above
@@ -828,14 +828,16 @@ class StepPricer:
             a_comm.append(comm_s)
             a_host.append(step_s + seq_s * n + token_s * 0 if host else 0.0)
             a_base.append(c - n * lo)    # step j of the run: base + n·j (exact integers)
+            a_seqs.append(n)
             lo += length
         if len(seqs) == 1:
-            new_s, roof_s, comm_s, host_s, _ = (r[0] for r in rows)
+            new_s, roof_s, comm_s, host_s, _, _ = (r[0] for r in rows)
             n = seqs[0]
             m = np.arange(ctx0[0], ctx0[0] + n * lo, n, dtype=np.float64)
         else:
-            new_s, roof_s, comm_s, host_s, base = np.repeat(np.array(rows), lengths, axis=1)
-            n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
+            # One array, one repeat (the method: no dispatch wrapper); the integers are exact
+            # in float64.
+            new_s, roof_s, comm_s, host_s, base, n = np.array(rows).repeat(lengths, axis=1)
             m = np.arange(lo, dtype=np.float64)
             m *= n
             m += base                    # the context of each step, exactly
@@ -861,8 +863,8 @@ class StepPricer:
         terms = [self._decode_terms(n) for n in seqs]
         ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
                               for n, c, m in zip(seqs, ctx0, lengths)])
-        compute_s, memory_s, roof_s, comm_s, n = np.repeat(
-            np.array(terms, dtype=np.float64).T, lengths, axis=1)
+        compute_s, memory_s, roof_s, comm_s, n = np.array(
+            terms, dtype=np.float64).T.repeat(lengths, axis=1)
         if self._window:         # the windowed layers' keys capped, as cost() caps them
             ctx = ctx - self._win_frac * (ctx - np.minimum(ctx, n * self._win_tokens))
         m = ctx * m_kv

@@ -32,6 +32,8 @@ import numpy as np
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import Request
 
+_MAX = np.maximum.reduce   # ndarray.max without its Python wrapper (hot: a finish, a commit)
+
 
 class DecodeSet:
     """The decoding sequences of one replica and their epoch bookkeeping.
@@ -265,4 +267,4 @@ class DecodeSet:
         # On a copy of the slice (one memcpy): a numpy view of the growing array itself
         # could outlive this call (a profiler, Dask's, holding the frame) and make the
         # next append raise BufferError, as it did once in a Dask sweep.
-        return float(np.frombuffer(self._epoch_gap[lo:hi], dtype=np.float64).max())
+        return float(_MAX(np.frombuffer(self._epoch_gap[lo:hi], dtype=np.float64)))

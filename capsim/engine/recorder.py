@@ -64,7 +64,7 @@ class ItlRecorder:
         if len(counts) == 1:
             self.gap_s.frombytes(gaps_s.tobytes())
         else:
-            self.gap_s.frombytes(np.repeat(gaps_s, len(counts)).tobytes())
+            self.gap_s.frombytes(gaps_s.repeat(len(counts)).tobytes())
         self.count.extend(counts * k)
         self.class_id.extend(ids * k)
 

@@ -160,14 +160,17 @@ class BlockAllocator:
                 by then; the error means the caller's bookkeeping is broken.
         """
         refcount = self._refcount
-        done = 0
         for b in blocks:                    # the common case, unshared blocks: one pass
             if refcount[b] != 1:
                 break
             refcount[b] = 0
-            done += 1
+        else:
+            self._free.extend(blocks)
+            self._num_free += len(blocks)
+            return len(blocks)
+        done = blocks.index(b)              # blocks are distinct: b's first place
         free = self._free
-        free.extend(blocks[:done] if done < len(blocks) else blocks)
+        free.extend(blocks[:done])
         returned = done
         for b in blocks[done:]:
             c = refcount[b] - 1

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 # steps they committed at 32 gaps planned in one go, 2× at 2 gaps planned on.
 HORIZON_GAPS = 2
 
+_MAX = np.maximum.reduce   # ndarray.max without its Python wrapper (once per commit)
+
 
 def _cumulated(first, secs: np.ndarray, bound: np.ndarray | None) -> np.ndarray:
     """Rows clock, busy seconds, busy seconds in the run's first timeline bin[, compute-bound
@@ -276,7 +278,7 @@ class DecodeRunner:
         if one_bin:
             steps, tokens, kv, queue, running = zip(*one_bin)
             timeline.add_in_bin(run.bin_now, sum(steps), 0, sum(tokens), float(run.bin_busy[m]),
-                                float(run.secs[run.done:m].max()), max(kv), max(queue),
+                                float(_MAX(run.secs[run.done:m])), max(kv), max(queue),
                                 max(running))
         run.done = max(run.done, m)
         run.grown = max(run.grown, m)

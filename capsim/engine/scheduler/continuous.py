@@ -696,8 +696,21 @@ class ContinuousScheduler(Scheduler):
             return blocks
         cycle: list[Request] = list(chain.from_iterable(map(dict.values, walk)))
         full, rem = divmod(m - first, self.bs)
-        self._give_blocks(cycle * full + cycle[:taken[rem - 1]] if rem else cycle * full)
+        self._give_cycles(cycle, full * len(cycle) + (taken[rem - 1] if rem else 0))
         return blocks
+
+    def _give_cycles(self, cycle: list[Request], count: int) -> None:
+        """:meth:`_give_blocks` of ``cycle`` repeated, cut after ``count`` entries (each
+        decoder is in a cycle once): decoder p gets blocks p, p + len(cycle), … of one
+        allocation, as the step loop hands them out, by one slice per decoder instead of
+        one append per block."""
+        out, c = self.alloc.allocate(count), len(cycle)
+        for p, req in enumerate(cycle):
+            req.blocks.extend(out[p::c])
+        if self._register_now and self.decoders.shareable:
+            for req in cycle[:count]:   # once per decoder: a second time would be a no-op
+                if req.shareable:
+                    self._register(req, (len(req.blocks) - 1) * self.bs)
 
     def commit_decode_run(self, clock_s) -> None:
         """Complete planned decode steps: ``clock_s`` (float64 array) holds the first

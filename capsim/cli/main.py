@@ -566,6 +566,11 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     from capsim.profiles.engines import load_engine_preset
     from capsim.cost.operators import check_tensor_parallel, pp_layer_partition
 
+    # The names first: an unknown model or GPU is the error to see, whatever else is wrong.
+    with _as_option("--model"):
+        model = load_model(model_name)
+    with _as_option("--hardware"):
+        hw = load_hardware(hw_name)
     if prefill_tokens == 0 and decode_batch == 0:
         raise ScenarioError("nothing to price: --prefill-tokens and --decode-batch are both 0; "
                             "give --prefill-tokens N and/or --decode-batch B --context C")
@@ -575,10 +580,6 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     if not math.isfinite(routing_skew):          # click's FloatRange lets nan and inf by
         raise ScenarioError(f"--routing-skew must be a finite number >= 0 (the Zipf exponent "
                             f"of expert popularity; 0: uniform), got {routing_skew}")
-    with _as_option("--model"):
-        model = load_model(model_name)
-    with _as_option("--hardware"):
-        hw = load_hardware(hw_name)
     with _as_option("--tp", "tensor_parallel_size"):
         check_tensor_parallel(model, tp)
     if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node

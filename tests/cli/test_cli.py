@@ -816,6 +816,18 @@ def test_roofline_decode_needs_a_context(run_cli):
     assert "--decode-batch 32 needs --context C" in err
 
 
+@pytest.mark.parametrize("args,expected", [
+    (["--model", "x", "--hardware", "h100-sxm"], "error: --model: unknown model 'x'; valid presets: "),
+    (["--model", "llama-3.1-8b", "--hardware", "x"], "error: --hardware: unknown hardware 'x'; valid: "),
+])
+def test_roofline_names_an_unknown_model_before_asking_for_a_step(run_cli, args, expected):
+    """An unknown --model or --hardware is the error to see; it used to be hidden behind
+    "nothing to price" when no --prefill-tokens / --decode-batch was given."""
+    code, _, err = run_cli(["roofline", *args])
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(expected)
+
+
 def test_a_long_name_is_echoed_cut_with_its_length(tmp_path, run_cli, write_scenario):
     code, _, err = run_cli(["validate", str(write_scenario(
         tmp_path, with_(GOOD, "variants.0.name", "v" * 5000)))])

@@ -280,9 +280,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     # What capsim sweep and capsim size would refuse is refused here too.
     points = _check_sweep_and_sizing(loaded, list(overrides))
     sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
+    rejected = [rejections(rc, traces.get(rc.workload, rc.seed)) for rc in loaded.runs]
+    _refuse_all_rejected(loaded, traces, rejected)
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)"
                + (f", {points} sweep point(s)" if points else ""))
-    for rc in loaded.runs:
+    for rc, reasons in zip(loaded.runs, rejected):
         if rc.fleet is not None:      # pooled fleet: one line per pool
             for line in fleet_lines(rc):
                 click.echo(f"  {line}")
@@ -308,9 +310,31 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                 click.echo(f"    {line}")
             max_len = eng.max_model_len
         trace = traces.get(rc.workload, rc.seed)
-        for count, example in rejections(rc, trace):
+        for count, example in reasons:
             click.echo(f"    warning: {count:,} of {len(trace):,} requests will be rejected, "
                        f"e.g. {example}")
+
+
+def _refuse_all_rejected(loaded, traces, rejected: list[list[tuple[int, str]]]) -> None:
+    """A variant whose engine would reject every request of its trace is refused here, as
+    ``capsim run`` refuses it after the run (:func:`_refuse_empty_variants`): the engine
+    starts (vLLM takes any ``max_model_len`` up to the model's and checks each request's
+    prompt + ``max_tokens`` against it, answering HTTP 400 — ``_validate_input`` of
+    ``vllm/entrypoints/openai/serving_engine.py``), but the variant would serve nothing.
+    Some requests rejected stays a warning.
+
+    Raises:
+        ScenarioError: naming the first such variant (``variants.N`` where the file has
+            variants), how many requests and one example reason.
+    """
+    for i, (rc, reasons) in enumerate(zip(loaded.runs, rejected)):
+        total = len(traces.get(rc.workload, rc.seed))
+        if total and sum(count for count, _ in reasons) == total:
+            path = f"variants.{i}" if loaded.spec.variants else None
+            raise ScenarioError(
+                f"variant {rc.variant} would reject every request ({total:,} of {total:,}), "
+                f"e.g. {reasons[0][1]}; it would complete none (capsim run exits 2)",
+                file=str(loaded.path), path=path)
 
 
 def _check_sweep_and_sizing(loaded, overrides: list[str]) -> int:

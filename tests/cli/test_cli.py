@@ -691,14 +691,35 @@ def test_a_repeated_key_is_refused_not_silently_dropped(tmp_path, run_cli):
 
 
 def test_validate_warns_when_requests_exceed_max_model_len(tmp_path, run_cli, write_scenario):
-    """They would be rejected one by one at run time; validate says so up front."""
-    doc = with_(GOOD, "workload.classes.0.prompt_tokens", {"dist": "fixed", "value": 4090})
+    """They would be rejected one by one at run time (vLLM answers each with HTTP 400);
+    validate says so up front."""
+    doc = with_(GOOD, "workload.classes.0.prompt_tokens",
+                {"dist": "uniform", "min": 4000, "max": 4090})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
-    assert out.count("warning: 30 of 30 requests will be rejected, e.g. prompt + output = "
-                     "4110 tokens exceeds max_model_len 4096") == 2
+    assert out.count("warning: 7 of 30 requests will be rejected, e.g. prompt + output = ") == 2
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, GOOD))])
     assert code == 0 and "warning" not in out
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("engine.max_model_len", 10,
+     "variants.0: variant a would reject every request (30 of 30), e.g. prompt + output = 220 "
+     "tokens exceeds max_model_len 10; it would complete none (capsim run exits 2)\n"),
+    ("variants.1.engine", {"preset": "trtllm", "enable_chunked_prefill": False,
+                           "max_num_batched_tokens": 100},
+     "variants.1: variant b would reject every request (30 of 30), e.g. its 200-token prompt "
+     "exceeds max_num_batched_tokens 100 without chunked prefill;"),
+])
+def test_validate_refuses_a_variant_that_would_reject_every_request(
+        tmp_path, run_cli, write_scenario, field, value, expected):
+    """vLLM starts with max_model_len 10 (it bounds the length above only:
+    _get_and_verify_max_len) and then rejects every request; capsim run writes the report
+    and exits 2. validate said "ok" with a warning; it now gives run's verdict up front."""
+    path = write_scenario(tmp_path, with_(GOOD, field, value))
+    code, out, err = run_cli(["validate", str(path)])
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: {path}: ") and expected in err
 
 
 def test_validate_and_run_warn_of_prompts_over_an_unchunked_budget(tmp_path, run_cli,
@@ -711,8 +732,8 @@ def test_validate_and_run_warn_of_prompts_over_an_unchunked_budget(tmp_path, run
     path = write_scenario(tmp_path, doc)
     warning = ("30 of 30 requests will be rejected, e.g. its 9000-token prompt exceeds "
                "max_num_batched_tokens 8192 without chunked prefill")
-    code, out, _ = run_cli(["validate", str(path)])
-    assert code == 0 and f"warning: {warning}" in out
+    code, _, err = run_cli(["validate", str(path)])
+    assert code == 2 and f"variant a would reject every request ({warning.replace(' requests will be rejected', ')')}" in err
     code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r")])
     assert code == 2                                # a variant that completed no request
     assert err.count("\n") == 1 and "Warning" not in err   # no plotting warning either

@@ -750,8 +750,7 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
         raise _pool_error(exc, index, where, v, pool) from None
 
     def knob_at(key: str) -> str:      # where the user gave the pool's engine knob
-        return (f"{where}.engine.{key}" if key in pool.engine
-                else f"variants.{index}.engine.{key}" if key in v.engine else f"engine.{key}")
+        return engine_knob_path(key, pool.engine, where, v.engine, f"variants.{index}")
 
     resolved = run.pool()
     if resolved.spec is not None:
@@ -774,6 +773,22 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
     return run, replace(resolved, role=role)
 
 
+def engine_knob_path(rest: str, pool_engine: dict[str, Any], pool_at: str,
+                     variant_engine: dict[str, Any], variant_at: str | None) -> str:
+    """The YAML path of a pool's engine knob ``rest`` (``key`` or ``key.sub...``) where the
+    user gave it: the pool's ``engine`` (``<pool_at>.engine.rest``), else the variant's
+    (``<variant_at>.engine.rest``; None: the file has no variants), else the scenario's
+    (``engine.rest``). A pool is resolved as a variant with the pool's knobs merged into its
+    engine; this is the one rule that points its errors back (disaggregated pools here,
+    pooled fleets in :mod:`capsim.scenario.resolve_pools`)."""
+    key = rest.partition(".")[0]
+    if key in pool_engine:
+        return f"{pool_at}.engine.{rest}"
+    if key in variant_engine and variant_at:
+        return f"{variant_at}.engine.{rest}"
+    return f"engine.{rest}"
+
+
 def _pool_error(exc: ScenarioError, index: int, where: str, v: VariantSpec,
                 pool: PoolConfig) -> ScenarioError:
     """Re-point an error raised while resolving a pool at the YAML path the user wrote.
@@ -789,11 +804,12 @@ def _pool_error(exc: ScenarioError, index: int, where: str, v: VariantSpec,
     head = f"variants.{index}."
     tail = path[len(head):] if path.startswith(head) else None
     if tail is not None and tail.startswith("engine."):
-        key = tail.split(".")[1]
-        if key == "tensor_parallel_size" and pool.tensor_parallel_size is not None:
+        rest = tail.removeprefix("engine.")
+        if rest.partition(".")[0] == "tensor_parallel_size" and \
+                pool.tensor_parallel_size is not None:
             path = f"{where}.tensor_parallel_size"
-        elif key in pool.engine or key not in v.engine:
-            path = f"{where}.{tail}"
+        else:
+            path = engine_knob_path(rest, pool.engine, where, v.engine, head[:-1])
     elif tail == "engine":          # a rule across the merged knobs
         path = f"{where}.engine" if pool.engine else path if v.engine else "engine"
     elif tail == "hardware" and pool.hardware is not None:

@@ -18,7 +18,7 @@ from capsim.profiles.models import ModelShape
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.pools import FleetPoolConfig
 from capsim.scenario.resolve import (ClusterConfig, Pool, RunConfig, _load_model, _merged,
-                                     _named, pool_engine, resolve_variant)
+                                     _named, engine_knob_path, pool_engine, resolve_variant)
 from capsim.scenario.schema import Scenario, VariantSpec
 
 
@@ -205,11 +205,12 @@ def _pool_error(exc: ScenarioError, index: int, v: VariantSpec, pc: FleetPoolCon
     if first == "cluster":
         new = f"{at}.{rest}" if rest else at
     elif first == "engine":
-        key = rest.partition(".")[0]
-        if key == "tensor_parallel_size" and pc.tensor_parallel_size is not None:
+        if rest.partition(".")[0] == "tensor_parallel_size" and \
+                pc.tensor_parallel_size is not None:
             new = f"{at}.tensor_parallel_size"
         else:
-            new = f"{at}.{tail}" if key in pc.engine or key not in v.engine else variant
+            new = engine_knob_path(rest, pc.engine, at, v.engine,
+                                   head[:-1] if has_variants else None)
     elif first in ("hardware", "model"):
         new = f"{at}.{first}" if getattr(pc, first) else variant
     elif first == "hardware_overrides":

@@ -18,7 +18,8 @@ def fmt(value: float | int | None, kind: str) -> str:
     """Format one cell; NaN/None → "—".
 
     ms: ≥100 → "1,234"; ≥10 → one decimal; else three significant digits.
-    frac: percent with one decimal. rate: three significant digits.
+    frac: percent with one decimal; under 1 % two significant digits ("0.14%", a fraction
+    that one decimal would show as "0.1%" or "0.0%"). rate: three significant digits.
     tok: thousands-separated integer. usd: "$12.34"; usd3: three significant digits.
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -27,7 +28,7 @@ def fmt(value: float | int | None, kind: str) -> str:
     if kind == "int":
         return f"{int(round(v)):,}"
     if kind == "frac":
-        return f"{v * 100:.1f}%"
+        return pct(v)
     if kind == "tok":
         return f"{v:,.0f}" if abs(v) >= 100 else _sig3(v)
     if kind == "usd":
@@ -40,6 +41,16 @@ def fmt(value: float | int | None, kind: str) -> str:
     if abs(v) >= 10:
         return f"{v:.1f}"
     return _sig3(v)
+
+
+def pct(v: float) -> str:
+    """A fraction as a percentage: one decimal ("95.3%"), two significant digits under 1 %
+    ("0.14%", "0.0072%"; one decimal would read "0.1%" and "0.0%")."""
+    p = v * 100
+    if p == 0 or abs(p) >= 0.995:
+        return f"{p:.1f}%"
+    digits = 1 - int(math.floor(math.log10(abs(p))))
+    return f"{p:.{digits}f}%"
 
 
 def _sig3(v: float) -> str:

@@ -457,6 +457,10 @@ def test_formatting():
     assert fmt(4.812, "ms") == "4.81"
     assert fmt(0.1234, "ms") == "0.123"
     assert fmt(0.953, "frac") == "95.3%"
+    # rag_mix's static variant: 0.1446 % of requests met the SLOs; "0.1%" hid the digits
+    assert fmt(0.001446, "frac") == "0.14%" and fmt(7.24e-5, "frac") == "0.0072%"
+    assert fmt(0.0099, "frac") == "0.99%" and fmt(0.00996, "frac") == "1.0%"
+    assert fmt(0.0, "frac") == "0.0%"
     assert fmt(7, "usd") == "$7.00"
     assert fmt(0.7765, "usd3") == "$0.776" or fmt(0.7765, "usd3") == "$0.777"
     assert fmt(12345, "int") == "12,345"

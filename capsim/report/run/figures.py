@@ -225,7 +225,7 @@ def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: 
          lambda r: r.output_throughput_tok_per_s, lambda r, v: f"{v:,.0f}"),
         ("Goodput (meets every per-request SLO)", "requests / s",
          lambda r: r.goodput_req_per_s,
-         lambda r, v: f"{v:.3g} ({fmt(r.goodput_fraction, 'frac')})"),
+         lambda r, v: f"{fmt(v, 'rate')} req/s ({fmt(r.goodput_fraction, 'frac')} good)"),
         ("Cost", "$ per million output tokens",
          lambda r: r.cost_per_million_output_tokens_usd,
          lambda r, v: (f"{fmt(v, 'usd3')} ({_plural(r.num_gpus, 'GPU')}, "

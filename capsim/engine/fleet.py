@@ -32,7 +32,15 @@ replacement. A scale-down cancels due replacements before it drains a serving re
 
 Routing among serving replicas keeps the cluster's policy: ``round_robin`` in index
 order (as :func:`~capsim.engine.router.make_router` over a fixed list), or
-``least_outstanding_tokens``; while no replica serves, the fleet holds the requests.
+``least_outstanding_tokens``; while no replica serves, the fleet holds the requests —
+until one serves, or for at most ``queue_timeout_s`` (``cluster.router_queue_timeout_s``),
+after which the request fails as timed out (ended once, with its reason), as a gateway
+in front of the engines answers a request it could not place in time: ingress-nginx's
+``proxy-read-timeout`` (60 s by default, kubernetes/ingress-nginx
+docs/user-guide/nginx-configuration/configmap.md), Envoy's route ``timeout`` (15 s by
+default, envoyproxy.io docs "How do I configure timeouts?"). vLLM has no queue timeout of
+its own (vllm-project/vllm issue #16391; PR #29416, not merged); SGLang added
+``SGLANG_QUEUED_TIMEOUT_MS`` for its scheduler's queue (sgl-project/sglang PR #17143).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import numpy as np
 from capsim.engine.clock import Environment
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
-from capsim.results.model import FleetResult
+from capsim.results.model import ROUTER_TIMEOUT_REASON, FleetResult
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 
 
@@ -128,6 +136,8 @@ class Fleet:
         done: whether every request has ended (the autoscaler then stops, nothing is
             repaired).
         stream: the failure draws' spawn key (a pooled fleet gives each pool its own).
+        queue_timeout_s: the longest a request is held while no replica serves, s; then
+            ``on_lost(req, "timed out ...")`` (None: held until a replica serves).
     """
 
     def __init__(self, env: Environment, cfg: AutoscalingConfig | None,
@@ -135,7 +145,7 @@ class Fleet:
                  seed: int, make_replica: Callable[[int, Callable], Replica],
                  on_finish: Callable[[Request], None], on_lost: Callable[[Request, str], None],
                  on_lost_gaps: Callable[[int], None], done: Callable[[], bool],
-                 stream: tuple[int, ...] = (6,)):
+                 stream: tuple[int, ...] = (6,), queue_timeout_s: float | None = None):
         self.env, self.cfg, self.failures_cfg, self.delay_s = env, cfg, failures, delay_s
         self.make_replica, self.on_finish, self.done = make_replica, on_finish, done
         self.on_lost, self.on_lost_gaps = on_lost, on_lost_gaps
@@ -144,6 +154,10 @@ class Fleet:
         self.serving: list[Replica] = []
         self.draining: set[int] = set()
         self.pending: deque[Request] = deque()     # routed while no replica serves
+        self.queue_timeout_s = queue_timeout_s
+        self._holds = 0                            # requests ever held (names each hold)
+        self._held: dict[int, int] = {}            # rid → its current hold, while held
+        self.num_timed_out = 0
         self.starting: list[float] = []            # request times of replicas provisioning
         self.requested: list[float] = []
         self.ready: list[float] = []
@@ -176,6 +190,11 @@ class Fleet:
         serving = self.serving
         if not serving:
             self.pending.append(req)
+            if self.queue_timeout_s is not None:
+                self._holds += 1
+                self._held[req.rid] = hold = self._holds
+                self.env.timeout(self.queue_timeout_s).callbacks.append(
+                    lambda _, req=req, hold=hold: self._time_out(req, hold))
             return
         if self.least:
             rep = min(serving, key=lambda r: r.outstanding_tokens)
@@ -183,6 +202,22 @@ class Fleet:
             rep = serving[self._rr % len(serving)]
             self._rr += 1
         rep.submit(req)
+
+    def _time_out(self, req: Request, hold: int) -> None:
+        """``req`` has waited ``queue_timeout_s`` at the router: if this hold of it is still
+        on (no replica took it meanwhile), it fails, counted once."""
+        if self._held.get(req.rid) != hold:
+            return
+        del self._held[req.rid]
+        # Holds end in the order they began (one timeout for all; every serving replica
+        # takes the whole queue), so this one is at the head.
+        if self.pending[0] is req:
+            self.pending.popleft()
+        else:
+            self.pending.remove(req)
+        self.num_timed_out += 1
+        self.on_lost(req, f"{ROUTER_TIMEOUT_REASON} after {self.queue_timeout_s:g} s "
+                          "(no replica serving; cluster.router_queue_timeout_s)")
 
     def route(self) -> "Fleet":
         return self
@@ -201,7 +236,9 @@ class Fleet:
         if f is not None and f.mtbf_s is not None:
             self.env.process(self._random_failure(rep, float(self.rng.exponential(f.mtbf_s))))
         while self.pending and self.serving:
-            self.submit(self.pending.popleft())
+            req = self.pending.popleft()
+            self._held.pop(req.rid, None)
+            self.submit(req)
 
     def _provision(self):
         asked = self.env.now
@@ -362,4 +399,5 @@ class Fleet:
             scale_ups=self.scale_ups, scale_downs=self.scale_downs,
             failures=[list(f) for f in self.failure_log],
             retried_requests=len(self.retries), retries=sum(self.retries.values()),
-            failed_requests=self.num_failed_requests, skipped_failures=self.skipped_failures)
+            failed_requests=self.num_failed_requests, skipped_failures=self.skipped_failures,
+            timed_out_requests=self.num_timed_out)

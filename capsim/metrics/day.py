@@ -4,7 +4,8 @@ Per window ``[k·window_s, (k+1)·window_s)``: the offered rate (requests arrivi
 them, per second), the replicas serving and the requests waiting (means of the
 :class:`~capsim.results.model.DaySamples` taken in it), p99 ITL (the gaps recorded in
 it) and p99 TTFT (of the requests arriving in it that the engine took: one lost with its
-replica, ``failures.in_flight: fail``, counts as never getting a first token, an infinite
+replica, ``failures.in_flight: fail``, or timed out at the router while none served,
+``cluster.router_queue_timeout_s``, counts as never getting a first token, an infinite
 TTFT). A window with demand (arrivals, or requests waiting or running) in which no token
 was sent (no first token, no inter-token gap: every replica down) has an infinite p99 ITL:
 a stream waits the whole window, and that is no better than a slow one. A window *violates*
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.summary import weighted_percentile
-from capsim.results.model import FINISHED, REJECTED, RunResult
+from capsim.results.model import FINISHED, REJECTED, ROUTER_TIMEOUT_REASON, RunResult
 from capsim.scenario.slo import SloConfig
 
 WINDOW_S = 300.0
@@ -71,8 +72,12 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
            for w, (a, b) in enumerate(zip(cut[:-1], cut[1:]))]
     status = np.asarray(rec.status)
     done = status == FINISHED
-    # Rejected after routing: lost with a failed replica (admission rejects before routing).
-    lost = (status == REJECTED) & (np.asarray(rec.replica) >= 0)
+    # Rejected after routing: lost with a failed replica, or timed out at the router while
+    # none served (admission rejects before routing).
+    rejected = status == REJECTED
+    timed_out = rejected & np.char.startswith(np.asarray(rec.reject_reason).astype(str),
+                                              ROUTER_TIMEOUT_REASON)
+    lost = rejected & ((np.asarray(rec.replica) >= 0) | timed_out)
     ttft = (first_token - arrival)[done] * 1e3
     kw = np.minimum((arrival[done] // window_s).astype(int), n - 1)
     kl = np.bincount(np.minimum((arrival[lost] // window_s).astype(int), n - 1), minlength=n)

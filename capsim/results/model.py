@@ -17,6 +17,10 @@ from capsim.results.arrays import (ColumnModel, FloatColumn, IntColumn, StrColum
 
 FINISHED = "finished"
 REJECTED = "rejected"
+#: How a request's ``reject_reason`` begins when it failed after waiting
+#: ``cluster.router_queue_timeout_s`` at the router while no replica served: it was sent and
+#: never answered, a TTFT of infinity for the day view (not a request refused on arrival).
+ROUTER_TIMEOUT_REASON = "timed out at the router"
 
 
 class _Result(BaseModel):
@@ -230,6 +234,8 @@ class FleetResult(_Result):
     retried_requests: int = 0           # requests sent again after a failure (once or more)
     retries: int = 0                    # Σ times they were sent again
     failed_requests: int = 0            # in-flight requests counted as failed (in_flight: fail)
+    timed_out_requests: int = 0         # failed after cluster.router_queue_timeout_s at the
+    #                                     router while no replica served
     skipped_failures: int = 0           # cluster.failures.at entries that did not happen:
     #                                     their replica was not up then, or the run had ended
 

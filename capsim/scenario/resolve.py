@@ -171,6 +171,7 @@ class RunConfig:
     failures: FailuresConfig | None = None         # cluster.failures (scenario/fleet.py)
     provisioning_delay_s: float = 0.0              # a new replica's start-up, s
     fleet: "PooledFleet | None" = None             # cluster.pools (scenario/resolve_pools.py)
+    router_queue_timeout_s: float | None = None    # cluster.router_queue_timeout_s
 
     @property
     def disaggregated(self) -> bool:
@@ -276,7 +277,8 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset,
                                  spec_dec),),
                      router=cluster.router, autoscaling=cluster.autoscaling,
-                     failures=cluster.failures, provisioning_delay_s=scaling)
+                     failures=cluster.failures, provisioning_delay_s=scaling,
+                     router_queue_timeout_s=cluster.router_queue_timeout_s)
 
 
 def _check_fleet(cluster: ClusterConfig, variant_keys: set[str], path: Path,

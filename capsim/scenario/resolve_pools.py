@@ -165,7 +165,8 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
                         class_models=class_models, class_ttft_s=_class_ttft_s(spec))
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=pools[0].model,
-                     pools=tuple(p.pool for p in pools), router=policy, fleet=fleet)
+                     pools=tuple(p.pool for p in pools), router=policy, fleet=fleet,
+                     router_queue_timeout_s=cluster.router_queue_timeout_s)
 
 
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,

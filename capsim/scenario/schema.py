@@ -227,6 +227,14 @@ class ClusterConfig(StrictModel):
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
     # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only).
     router: Literal["round_robin", "least_outstanding_tokens", "cost"] = "round_robin"
+    # How long the router holds a request while no replica serves (every one failed or not
+    # yet repaired) before it answers with an error: the gateway's timeout (ingress-nginx
+    # proxy-read-timeout 60 s, Envoy's route timeout 15 s by default). None: held until a
+    # replica serves (vLLM itself has no queue timeout). Only a fleet with cluster.failures
+    # (or pools with them) ever holds requests at the router.
+    router_queue_timeout_s: float | None = Field(
+        default=None, gt=0, description="seconds a request may wait at the router while no "
+                                        "replica serves; then it fails (timed out)")
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None
     # Replica failures and repairs (scenario/fleet.py).

@@ -43,7 +43,8 @@ def make_pooled(env: Environment, run: RunConfig, trace: RequestTrace, itl: ItlR
                      lambda i, fin: replica_class(fp.pool)(       # pipelined with PP > 1
                          env, i, fp.pool, pricer, rec, itl_classes, fin,
                          macro_steps=macro_steps, timeline_bin_s=bin_s),
-                     on_finish, on_lost, log.add_lost_gaps, done, stream=stream)
+                     on_finish, on_lost, log.add_lost_gaps, done, stream=stream,
+                     queue_timeout_s=run.router_queue_timeout_s)
 
     return PooledCluster(env, run.fleet, len(trace.class_names), len(trace), make_fleet)
 

@@ -122,7 +122,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
                           lambda i, fin: make(env, i, pool, pricer, itl, itl_classes, fin,
                                               macro_steps=macro_steps, timeline_bin_s=bin_s),
                           on_finish, lambda req, why: _reject(req, why, env.now, on_finish),
-                          log.add_lost_gaps, lambda: log.written >= total)
+                          log.add_lost_gaps, lambda: log.written >= total,
+                          queue_timeout_s=run.router_queue_timeout_s)
             replicas, route = fleet.replicas, fleet.route
     admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
     sampler = None                       # the day view's samples (sim/day.py)

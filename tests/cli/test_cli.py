@@ -289,6 +289,10 @@ BAD = [
     ("workload.arrival.rate_per_s", 1e-300,
      "workload.arrival.rate_per_s: the 30 requests (num_requests 30 at rate_per_s 1e-300) "
      "arrive over "),
+    # The router's queue timeout (a gateway's): seconds, > 0, finite.
+    ("cluster.router_queue_timeout_s", -5, "cluster.router_queue_timeout_s: must be > 0 (got -5)\n"),
+    ("cluster.router_queue_timeout_s", float("inf"),
+     "cluster.router_queue_timeout_s: must be a finite number (got inf)\n"),
     # The valid startup profiles are named once.
     ("cluster", {"num_replicas": 1, "autoscaling": {
         "signal": "running", "target": 8, "min_replicas": 1, "max_replicas": 2,

@@ -134,3 +134,32 @@ def test_an_autoscaled_fleets_utilisation_is_over_its_gpu_hours(tmp_path, run_cl
             assert gpu_s < 0.9 * res.num_gpus * res.sim_end_s     # 0.82 here
         assert rows.loc[name, "mfu"] == pytest.approx(
             sum(r.flops for r in res.replicas) / (res.peak_flops_per_gpu * gpu_s), rel=1e-9)
+
+
+def test_day_figure_gives_each_variant_its_own_replicas_panel(tmp_path, monkeypatch):
+    """day_in_the_life's autoscaled and N+1 fleets serve the same replicas for hours: on
+    one replicas panel the later line hid the earlier. Each variant now has its own panel
+    (named), the load every variant shares is one line, and the overlaid panels give each
+    variant its own line style."""
+    import numpy as np
+
+    import capsim.report.run.day as day_module
+    from capsim.scenario.slo import SloConfig
+
+    starts = np.arange(6) * 300.0
+    frame = pd.DataFrame({"window_start_s": starts, "offered_rate_per_s": [1.0] * 6,
+                          "replicas_serving": [2.0] * 6, "queue_mean": [0.0] * 6,
+                          "running_mean": [3.0] * 6, "itl_p99_ms": [10.0] * 6,
+                          "ttft_p99_ms": [200.0] * 6, "violation": [False] * 6})
+    frames = {"a": frame, "b": frame.assign(replicas_serving=[2.0, 2, 1, 1, 2, 2]),
+              "c": frame}
+    drawn = {}
+    monkeypatch.setattr(day_module, "save", lambda fig, path: drawn.setdefault("fig", fig))
+    day_module.plot(frames, {"a": "#0072B2", "b": "#D55E00", "c": "#009E73"},
+                    SloConfig(targets={"itl_p99_ms": 50}), tmp_path / "day.png")
+    axes = drawn["fig"].axes
+    assert len(axes) == 1 + 3 + 2                # load, one replicas panel each, queue, ITL
+    assert [ax.texts[0].get_text() for ax in axes[1:4]] == ["a", "b", "c"]
+    assert len(axes[0].lines) == 1               # one trace: one offered-load line
+    assert [line.get_linestyle() for line in axes[-1].lines[:3]] == ["-", "--", "-."]
+    assert list(axes[2].lines[0].get_ydata()) == [2.0, 2, 1, 1, 2, 2]

@@ -73,7 +73,8 @@ def test_the_failure_empties_the_one_replica_fleet_and_n_plus_1_rides_it_out(day
         cells = row[:row.index("</tr>")].split("<td>")[1:]
         assert cells[7].startswith("1<")                    # one failure
         assert cells[8].startswith("1<")                    # one request retried
-        assert cells[10].startswith(f"{minutes}<")
+        assert cells[10].startswith("0<")                   # none timed out at the router
+        assert cells[11].startswith(f"{minutes}<")
         # Mean GPUs = GPU-hours ÷ the run's hours: a failed replica is paid for until its
         # repair, so at least one GPU is paid at every moment.
         mean_gpus, peak = float(cells[5].split("<")[0]), int(cells[4].split("<")[0])

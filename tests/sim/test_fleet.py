@@ -347,3 +347,47 @@ def test_every_pod_signal_recommends_nothing_without_a_ready_replica(signal):
                                                                   "replicas": [3]},
                                     min_replicas=1, max_replicas=4)
     assert desired_replicas(by_schedule, 100.0, []) == 3
+
+
+def test_a_router_queue_timeout_fails_requests_held_while_no_replica_serves(fleet_run):
+    """The one replica fails at 200 s for 300 s: nothing serves until 500 s. Without a
+    timeout the router holds every request until then (TTFT up to ~300 s); with
+    ``router_queue_timeout_s: 60`` (ingress-nginx's default proxy-read-timeout) a request
+    held 60 s fails as timed out: counted once, with its reason, never lost; those held
+    less than 60 s at 500 s are served by the replacement."""
+    failing = {"num_replicas": 1, "failures": {
+        "at": [{"replica": 0, "at_s": 200, "repair_s": 300}], "in_flight": "retry"}}
+    quiet = {**STEADY, "arrival": {"process": "poisson", "rate_per_s": 1.0}}
+    _, trace, held = fleet_run(failing, workload=quiet)
+    assert _counts(held)[:2] == (len(trace), 0)
+    ttft = np.asarray(held.requests.first_token_s) - np.asarray(held.requests.arrival_s)
+    assert ttft.max() > 240.0                       # held from ~200 s to the repair at 500 s
+    assert held.fleet.timed_out_requests == 0
+
+    _, _, res = fleet_run({**failing, "router_queue_timeout_s": 60}, workload=quiet)
+    f = res.fleet
+    finished, rejected, total = _counts(res)
+    assert f.timed_out_requests == rejected > 0 and finished + rejected == total == len(trace)
+    rec = res.requests
+    arrival = np.asarray(rec.arrival_s)
+    timed_out = np.char.find(np.asarray(rec.reject_reason).astype(str),
+                             "timed out at the router after 60 s") >= 0
+    assert timed_out.sum() == rejected
+    # Held from arrival (or from the failure, for the retried in-flight ones) until
+    # arrival + 60 s < 500 s: those arriving in [200, 440) s time out, the rest are served.
+    assert np.all(arrival[timed_out] < 440.0) and np.all(arrival[timed_out] >= 140.0)
+    late = (arrival >= 200.0) & (arrival < 440.0)
+    assert np.all(timed_out[late])
+    served_after = (arrival >= 441.0) & (arrival < 500.0)
+    assert served_after.any() and not timed_out[served_after].any()
+    ttft = np.asarray(rec.first_token_s) - arrival
+    assert np.nanmax(ttft[~timed_out]) < 61.0 + 5.0
+    # The day view: a request timed out at the router never got a first token (infinite
+    # TTFT), so the outage windows still violate the TTFT target (2 s here); without that
+    # the timeouts would leave those windows with no TTFT at all and hide the outage.
+    from capsim.metrics.day import day_windows
+    from capsim.scenario.slo import SloConfig
+
+    frame = day_windows(res, SloConfig(targets={"ttft_p99_ms": 2000}))
+    outage = frame[(frame.window_start_s >= 300) & (frame.window_start_s < 400)]
+    assert len(outage) == 1 and np.isinf(outage.ttft_p99_ms).all() and outage.violation.all()

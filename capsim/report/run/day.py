@@ -27,13 +27,14 @@ FIG = "day.png"
 CSV = "day.csv"
 CAPTION = (
     "Day view",
-    "Per 5-minute window, one line per variant: offered load (requests arriving per second), "
-    "replicas serving (an autoscaled fleet's steps; a failure's dip), requests waiting "
-    "(mean of 15-s samples) and p99 inter-token latency (ms; dashed: the itl_p99_ms "
-    "target). Shaded: windows of that variant whose p99 ITL or p99 TTFT broke its target "
-    "(violation minutes in the table). Every figure is in day.csv.")
+    "Per 5-minute window: offered load (requests arriving per second; one grey line when "
+    "every variant replays the same trace), replicas serving (one panel per variant: an "
+    "autoscaled fleet's steps, a failure's dip), requests waiting (mean of 15-s samples) "
+    "and p99 inter-token latency (ms; grey dashed: the itl_p99_ms target), one colour and "
+    "line style per variant. Shaded: windows of that variant whose p99 ITL or p99 TTFT "
+    "broke its target (violation minutes in the table). Every figure is in day.csv.")
 COLUMNS = ["policy", "GPU-hours", "cost $", "$/M out tok", "peak replicas", "mean GPUs",
-           "scale ups/downs", "failures", "retried", "failed", "violation min"]
+           "scale ups/downs", "failures", "retried", "failed", "timed out", "violation min"]
 UTILISATION_NOTE = (
     "GPU busy, MFU and MBU of a fleet that changes (autoscaling, failures) are over the "
     "GPU-hours it paid for (mean GPUs here), not its peak; a fixed fleet's over all its "
@@ -55,43 +56,77 @@ def write_csv(frames: dict[str, pd.DataFrame], path: Path) -> None:
     out[["variant", *[c for c in out.columns if c != "variant"]]].to_csv(path, index=False)
 
 
+#: Line styles of the variants in the overlaid panels, widest first: where two variants'
+#: curves coincide (the same fleet before a failure) the one drawn later shows on top of
+#: the wider one underneath instead of hiding it.
+_STYLES = ("-", "--", "-.", ":")
+
+
 def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfig,
          path: Path) -> None:
-    """Four stacked panels over the run, hours on the x axis."""
+    """Stacked panels over the run, hours on the x axis: offered load (one grey line when
+    every variant replays the same trace), replicas serving in one small panel per variant
+    (their steps coincide for hours: overlaid, one hid the other), requests waiting and p99
+    ITL overlaid with a line style per variant."""
+    names = list(frames)
+    n = len(names)
+    same_load = all(np.array_equal(frames[v].offered_rate_per_s.to_numpy(),
+                                   frames[names[0]].offered_rate_per_s.to_numpy(),
+                                   equal_nan=True) for v in names)
+    ratios = [1.0, *([0.42] * n), 1.0, 1.2]
     with matplotlib.rc_context(RC):
-        fig = figure(10.0, 9.0)
-        axes = fig.subplots(4, 1, sharex=True)
-        n = len(frames)
-        for i, (variant, w) in enumerate(frames.items()):
-            c = colours.get(variant, "#777")
+        fig = figure(10.0, 6.9 + 0.55 * n)
+        axes = fig.subplots(len(ratios), 1, sharex=True, gridspec_kw={"height_ratios": ratios})
+        load_ax, fleet_axes, queue_ax, itl_ax = axes[0], axes[1:1 + n], axes[-2], axes[-1]
+        most = max(float(np.nanmax(f.replicas_serving.to_numpy(), initial=0.0))
+                   for f in frames.values())
+        handles = []
+        for i, variant in enumerate(names):
+            w, c = frames[variant], colours.get(variant, "#777")
+            style = {"color": c, "ls": _STYLES[i % len(_STYLES)],
+                     "lw": 2.4 - 1.2 * i / max(n - 1, 1)}
             x = (w.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0
-            axes[0].plot(x, w.offered_rate_per_s, color=c, label=variant)
-            axes[1].step(x, w.replicas_serving, where="mid", color=c)
-            axes[2].plot(x, w.queue_mean, color=c)
-            axes[3].plot(x, w.itl_p99_ms, color=c)
-            # Violations: a band per variant along the top of each panel.
+            if not same_load:
+                load_ax.plot(x, w.offered_rate_per_s, **style)
+            ax = fleet_axes[i]
+            ax.step(x, w.replicas_serving, where="mid", color=c, lw=1.4)
+            ax.fill_between(x, w.replicas_serving.fillna(0), step="mid", color=c, alpha=0.25,
+                            lw=0)
+            ax.set_ylim(0, max(most, 1.0) * 1.25)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))   # whole replicas
+            ax.text(0.005, 0.95, variant, transform=ax.transAxes, ha="left", va="top",
+                    fontsize=8, color=c)
+            queue_ax.plot(x, w.queue_mean, **style)
+            handles.append(itl_ax.plot(x, w.itl_p99_ms, label=variant, **style)[0])
+            # Violations: a band per variant along the top of the overlaid panels, and
+            # across that variant's own replicas panel.
             bad = w.violation.to_numpy()
-            for ax in axes:
-                for start in w.window_start_s.to_numpy()[bad]:
-                    ax.axvspan(start / 3600.0, (start + WINDOW_S) / 3600.0,
-                               ymin=1 - (i + 1) / (n * 6), ymax=1 - i / (n * 6),
-                               color=c, alpha=0.5, lw=0)
-                    if ax is axes[3]:
-                        ax.axvspan(start / 3600.0, (start + WINDOW_S) / 3600.0, color=c,
-                                   alpha=0.06, lw=0)
+            for start in w.window_start_s.to_numpy()[bad]:
+                span = (start / 3600.0, (start + WINDOW_S) / 3600.0)
+                for a in (load_ax, queue_ax, itl_ax):
+                    a.axvspan(*span, ymin=1 - (i + 1) / (n * 6), ymax=1 - i / (n * 6),
+                              color=c, alpha=0.5, lw=0)
+                itl_ax.axvspan(*span, color=c, alpha=0.06, lw=0)
+                ax.axvspan(*span, color=c, alpha=0.15, lw=0)
+        if same_load:
+            first = frames[names[0]]
+            load_ax.plot((first.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0,
+                         first.offered_rate_per_s, color="#555",
+                         label="every variant (one trace)")
+            load_ax.legend(loc="upper left", fontsize=8, frameon=False)
         if "itl_p99_ms" in slo.targets:
-            axes[3].axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
-        axes[3].set_ylim(bottom=0)
-        for ax, label in zip(axes, ("offered req/s", "replicas serving", "requests waiting",
-                                    "p99 ITL (ms)")):
+            itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
+        itl_ax.set_ylim(bottom=0)
+        for ax, label in ((load_ax, "offered req/s"), (queue_ax, "requests waiting"),
+                          (itl_ax, "p99 ITL (ms)")):
             ax.set_ylabel(label)
+        for ax in axes:
             ax.grid(alpha=0.3)
-        axes[1].set_ylim(bottom=0)
-        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))   # whole replicas
-        axes[3].set_xlabel("hour of the run")
-        # Above the first panel: inside it, the legend hid the curves' start.
-        axes[0].legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=8,
-                       ncol=min(n, 4), frameon=False)
+        fleet_axes[n // 2].set_ylabel("replicas serving")
+        itl_ax.set_xlabel("hour of the run")
+        # Above the panels: inside the first, the legend hid the curves' start.
+        fig.legend(handles=handles, loc="outside upper left", fontsize=8, ncol=min(n, 4),
+                   frameon=False)
         save(fig, path)
 
 
@@ -112,10 +147,11 @@ def table(results: list[RunResult], frames: dict[str, pd.DataFrame],
                  f"{f.scale_ups}/{f.scale_downs}" if f else "—",
                  str(len(f.failures)) if f else "0",
                  str(f.retried_requests) if f else "0", str(f.failed_requests) if f else "0",
+                 str(f.timed_out_requests) if f else "0",
                  f"{violation_minutes(frames[r.variant]):g}"]
         body.append({"variant": r.variant, "colour": colours.get(r.variant, "#777"),
                      "cells": cells})
-    groups = [{"name": "fleet", "span": 8}, {"name": "requests", "span": 2},
+    groups = [{"name": "fleet", "span": 8}, {"name": "requests", "span": 3},
               {"name": "SLO", "span": 1}]
     return {"groups": groups, "columns": COLUMNS, "rows": body,
             "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}],

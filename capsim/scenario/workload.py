@@ -90,6 +90,14 @@ class NormalDist(_Bounded):
     max: Int = Field(ge=1, le=MAX_TOKENS)
 
 
+MAX_LOGNORMAL_SIGMA = 20.0
+"""The largest ``sigma`` of a log-normal length: beyond it, even at a mean of ``MAX_TOKENS``
+(ln 2^31 = 21.5), a draw reaches one token with probability P(Z > (σ²/2 − 21.5)/σ) <
+1e-18 (z > 8.9), so every length would be the distribution's ``min`` — a typo, not a
+workload (fits to measured prompt and reply lengths have σ of 0.3–2). Larger values also
+overflowed ``σ²`` in floats (a traceback at σ = 1e300)."""
+
+
 class LognormalDist(_Bounded):
     """Log-normal whose **mean in tokens** is ``mean``; ``sigma`` is the std of ln(X).
 
@@ -105,7 +113,7 @@ class LognormalDist(_Bounded):
 
     dist: Literal["lognormal"]
     mean: float = Field(gt=0, description="mean of the distribution, tokens")
-    sigma: float = Field(ge=0, description="standard deviation of ln(X)")
+    sigma: float = Field(ge=0, le=MAX_LOGNORMAL_SIGMA, description="standard deviation of ln(X)")
     min: Int = Field(ge=1, le=MAX_TOKENS)
     max: Int = Field(ge=1, le=MAX_TOKENS)
 

@@ -289,9 +289,14 @@ BAD = [
     ("workload.arrival.rate_per_s", 1e-300,
      "workload.arrival.rate_per_s: the 30 requests (num_requests 30 at rate_per_s 1e-300) "
      "arrive over "),
+    # sigma² overflowed a float: a traceback from the trace builder.
+    ("workload.classes.0.prompt_tokens", {"dist": "lognormal", "mean": 600, "sigma": 1e300,
+                                          "min": 16, "max": 4096},
+     "workload.classes.0.prompt_tokens.sigma: must be <= 20 (got 1e+300)\n"),
     # The router's queue timeout (a gateway's): seconds, > 0, finite.
-    ("cluster.router_queue_timeout_s", -5, "cluster.router_queue_timeout_s: must be > 0 (got -5)\n"),
-    ("cluster.router_queue_timeout_s", float("inf"),
+    ("cluster", {"router_queue_timeout_s": -5},
+     "cluster.router_queue_timeout_s: must be > 0 (got -5)\n"),
+    ("cluster", {"router_queue_timeout_s": float("inf")},
      "cluster.router_queue_timeout_s: must be a finite number (got inf)\n"),
     # The valid startup profiles are named once.
     ("cluster", {"num_replicas": 1, "autoscaling": {

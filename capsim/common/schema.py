@@ -55,6 +55,10 @@ def _not_bool(value: Any) -> Any:
 
 _NOT_BOOL = BeforeValidator(_not_bool)
 
+Float = Annotated[float, _NOT_BOOL]
+"""A number inside a mapping or list (``dict[str, Float]``), refusing YAML ``true`` as a
+:class:`StrictModel`'s own float fields do (``targets: {itl_p99_ms: true}`` read as 1 ms)."""
+
 
 def integer_hint(error: dict[str, Any]) -> str:
     """For a pydantic error on an :data:`Int` field given a whole float (``16.0``,

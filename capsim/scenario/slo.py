@@ -14,7 +14,7 @@ import math
 
 from pydantic import Field, field_validator
 
-from capsim.common.schema import StrictModel
+from capsim.common.schema import Float, StrictModel
 
 # Summary columns a target may bound, and in which direction.
 UPPER_BOUND_TARGETS = frozenset(
@@ -53,7 +53,7 @@ class SloConfig(RequestSlo):
     yaml_example: ClassVar[str] = "{ttft_ms: 1500, tpot_ms: 60, targets: {ttft_p99_ms: 3000}}"
 
     stall_threshold_ms: float = Field(default=200.0, gt=0)
-    targets: dict[str, float] = Field(default_factory=dict)
+    targets: dict[str, Float] = Field(default_factory=dict)
 
     @field_validator("targets")
     @classmethod

@@ -25,7 +25,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Float, Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.profiles.speculative import (LOOKAHEAD_METHODS, METHODS, draft_shape,
                                          draft_weight_params, expected_tokens_per_step)
@@ -41,7 +41,7 @@ class SpeculativeConfig(StrictModel):
     num_speculative_tokens: Int = Field(gt=0)
     model: str | None = Field(default=None, min_length=1)
     acceptance_rate: float = Field(ge=0, lt=1)
-    acceptance_rate_by_class: dict[str, float] = Field(default_factory=dict,
+    acceptance_rate_by_class: dict[str, Float] = Field(default_factory=dict,
                                                        examples=["{code: 0.8}"])
 
     @model_validator(mode="after")

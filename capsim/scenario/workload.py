@@ -41,7 +41,7 @@ from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import MAX_TOKENS, Int, StrictModel, check_tag
+from capsim.common.schema import MAX_TOKENS, Float, Int, StrictModel, check_tag
 from capsim.scenario.load_shape import Bursts, Schedule
 
 # --------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class RequestClass(StrictModel):
         default=None, min_length=1, description="the model its requests ask for (a pool of "
                                                 "cluster.pools must serve it); default: the "
                                                 "variant's model")
-    slo: Optional[dict[str, float]] = Field(
+    slo: Optional[dict[str, Float]] = Field(
         default=None, description="per-class SLO override (validated by the scenario loader)"
     )
     schedule: Optional[Schedule] = Field(

@@ -289,6 +289,11 @@ BAD = [
     ("workload.arrival.rate_per_s", 1e-300,
      "workload.arrival.rate_per_s: the 30 requests (num_requests 30 at rate_per_s 1e-300) "
      "arrive over "),
+    # A number inside a mapping took YAML true as 1 (a 1 ms target, a 1 ms class TTFT).
+    ("slo", {"targets": {"itl_p99_ms": True}},
+     "slo.targets.itl_p99_ms: Input should be a number, not true (got true)\n"),
+    ("workload.classes.0.slo", {"ttft_ms": True},
+     "workload.classes.0.slo.ttft_ms: Input should be a number, not true (got true)\n"),
     # sigma² overflowed a float: a traceback from the trace builder.
     ("workload.classes.0.prompt_tokens", {"dist": "lognormal", "mean": 600, "sigma": 1e300,
                                           "min": 16, "max": 4096},

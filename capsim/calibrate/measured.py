@@ -165,15 +165,19 @@ def token_counts(values: np.ndarray, what: str, label: str, path: str | Path,
 
     Raises:
         ScenarioError: a count beyond :data:`~capsim.common.schema.MAX_TOKENS` (e.g.
-            ``1e20``), which int64 would wrap into a negative count, naming the request.
+            ``1e20``), which int64 would wrap into a negative count, a negative or a
+            fractional one (``-10``: the request was dropped as failed without a word;
+            ``10.5`` truncated), naming the request.
     """
     values = np.asarray(values, np.float64)
-    big = np.abs(values) > MAX_TOKENS
-    if big.any():
-        i = int(np.argmax(big))
+    known = np.nan_to_num(values)
+    bad = (np.abs(known) > MAX_TOKENS) | (known < 0) | (known != np.floor(known))
+    if bad.any():
+        i = int(np.argmax(bad))
         raise ScenarioError(f"{label} result{where}: request {i}'s {what} is {values[i]:g}, "
-                            f"not a token count (at most {MAX_TOKENS:,})", file=str(path))
-    return np.nan_to_num(values).astype(np.int64)
+                            f"not a token count (a whole number from 0 to {MAX_TOKENS:,})",
+                            file=str(path))
+    return known.astype(np.int64)
 
 
 def as_float(value: Any) -> float:

@@ -131,8 +131,12 @@ def test_out_dir_rules_are_those_of_capsim_run(tmp_path, scenario, run_cli, monk
     (["{fixtures}/vllm_bench_serve.json", "--variant", "nope"],
      "--variant 'nope': no such variant; valid: chunked, small"),
     (["{tmp}/missing.json"], "cannot read file"),
+    # {} read "(a JSON object with keys ); expected ...".
+    (["{tmp}/empty.json"], "empty.json: not a supported benchmark result (an empty JSON "
+                           "object); expected a vllm bench serve"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, scenario, run_cli, args, message):
+    (tmp_path / "empty.json").write_text("{}")
     args = [a.format(fixtures=FIXTURES, tmp=tmp_path) for a in args]
     code, _, stderr = run_cli(["compare", args[0], str(scenario), *args[1:],
                                "-o", str(tmp_path / "out")])
@@ -148,7 +152,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path, scenario, run_cli, args, mess
     # A count beyond int64 wrapped negative (a numpy cast warning on stderr, then "no
     # successful request to replay").
     ({"input_lens": [1e20] * 5}, "vllm bench serve result: request 0's input_lens is 1e+20, "
-                                 "not a token count (at most 2,147,483,647)"),
+                                 "not a token count (a whole number from 0 to 2,147,483,647)"),
+    # A negative count dropped its request as failed without a word; a fractional one was
+    # truncated.
+    ({"input_lens": [100, -10, 100, 100, 100]},
+     "vllm bench serve result: request 1's input_lens is -10, not a token count (a whole "
+     "number from 0 to 2,147,483,647)"),
+    ({"output_lens": [10, 10, 10.5, 10, 10]},
+     "vllm bench serve result: request 2's output_lens is 10.5, not a token count (a whole "
+     "number from 0 to 2,147,483,647)"),
     # Every successful request longer than the variant's max_model_len (4,096): the table
     # and page were all "—" and the exit code 0.
     ({"input_lens": [10**9] * 5}, "variant 'chunked' of lab rejects every one of the 4 "

@@ -47,6 +47,8 @@ EXPECTED = ("expected a vllm bench serve --save-result JSON (model_id, input_len
 
 def _keys(doc: Any) -> str:
     if isinstance(doc, dict):
+        if not doc:
+            return "an empty JSON object"
         keys = list(doc)[:8]
         return "a JSON object with keys " + ", ".join(keys) + (", …" if len(doc) > 8 else "")
     return f"a JSON {type(doc).__name__}"

@@ -1001,13 +1001,13 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
     if not terms.graphs_fit:
         log.warning("%s: %s: %s", path, field, _graphs_do_not_fit(terms, rule.fraction_knob))
     if engine.kv_cache_memory_gib is not None:
-        kv_bytes = int(engine.kv_cache_memory_gib * GIB)
+        kv_bytes = engine.kv_cache_memory_gib * GIB     # compared first: 1e300 has no int
         if kv_bytes > terms.available_kv_bytes:
             raise ScenarioError(
                 f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
                 f"{terms.available_kv_bytes / GIB:.2f} GiB left after weights and activations",
                 file=str(path), path=field_of("engine.kv_cache_memory_gib"))
-        kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=kv_bytes),
+        kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=int(kv_bytes)),
                              tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
                              block_size=engine.block_size)
     return kv

@@ -289,6 +289,9 @@ BAD = [
     ("workload.arrival.rate_per_s", 1e-300,
      "workload.arrival.rate_per_s: the 30 requests (num_requests 30 at rate_per_s 1e-300) "
      "arrive over "),
+    # kv_cache_memory_gib 1e300: int() of 1e300 × 2^30 (inf) was a traceback.
+    ("engine.kv_cache_memory_gib", 1e300,
+     "engine.kv_cache_memory_gib: kv_cache_memory_gib 1e+300 per GPU exceeds the "),
     # A number inside a mapping took YAML true as 1 (a 1 ms target, a 1 ms class TTFT).
     ("slo", {"targets": {"itl_p99_ms": True}},
      "slo.targets.itl_p99_ms: Input should be a number, not true (got true)\n"),

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Float, Int, StrictModel
 from capsim.profiles.files import (check_sources, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
 
@@ -75,8 +75,8 @@ class Curve(StrictModel):
         efficiency: e at each knot, in (0, 1].
     """
 
-    tokens: list[int] = Field(min_length=1)
-    efficiency: list[float] = Field(min_length=1)
+    tokens: list[Int] = Field(min_length=1)
+    efficiency: list[Float] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check_knots(self) -> "Curve":

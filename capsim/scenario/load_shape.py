@@ -37,7 +37,7 @@ from typing import ClassVar, Annotated, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from capsim.common.schema import StrictModel, check_tag
+from capsim.common.schema import Float, StrictModel, check_tag
 
 SECONDS_PER_DAY = 86400.0
 
@@ -58,7 +58,7 @@ class PiecewiseSchedule(StrictModel):
 
     kind: Literal["piecewise"]
     step_s: float = Field(default=3600.0, gt=0, description="length of each piece, s")
-    factors: list[float] = Field(min_length=1, description="rate factor of each piece, >= 0")
+    factors: list[Float] = Field(min_length=1, description="rate factor of each piece, >= 0")
 
     @field_validator("factors")
     @classmethod
@@ -137,7 +137,7 @@ class MarkovBursts(StrictModel):
 
     kind: Literal["markov"]
     states: list[BurstState] = Field(min_length=2)
-    transitions: Optional[list[list[float]]] = Field(
+    transitions: Optional[list[list[Float]]] = Field(
         default=None, description="row i: probability of moving to each state on leaving "
                                   "state i (diagonal 0); default uniform over the others")
 

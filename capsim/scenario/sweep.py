@@ -97,11 +97,11 @@ class SizingConfig(StrictModel):
     yaml_example: ClassVar[str] = "{rate_per_s: 40, hardware: [a100-80gb, h100-sxm], max_gpus: 32}"
 
     rate_per_s: Optional[float] = Field(default=None, gt=0)
-    gpus: Optional[int] = Field(default=None, gt=0)
+    gpus: Optional[Int] = Field(default=None, gt=0)
     hardware: Optional[list[str]] = Field(default=None, min_length=1)
-    tensor_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(default=None,
+    tensor_parallel_size: Optional[list[Annotated[Int, Field(gt=0)]]] = Field(default=None,
                                                                             min_length=1)
-    pipeline_parallel_size: Optional[list[Annotated[int, Field(gt=0)]]] = Field(
+    pipeline_parallel_size: Optional[list[Annotated[Int, Field(gt=0)]]] = Field(
         default=None, min_length=1)
     max_gpus: Int = Field(default=64, gt=0)
     seeds: Int = Field(default=1, ge=1, le=1000)

@@ -129,7 +129,7 @@ class EmpiricalDist(_Bounded):
     path: str = Field(min_length=1)
     column: str = Field(min_length=1)
     min: Int = Field(default=1, ge=1, le=MAX_TOKENS)
-    max: Optional[int] = Field(default=None, ge=1, le=MAX_TOKENS)
+    max: Optional[Int] = Field(default=None, ge=1, le=MAX_TOKENS)
 
 
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical")
@@ -381,7 +381,7 @@ class WorkloadConfig(StrictModel):
     leave at least one request of ``num_requests``.
     """
 
-    num_requests: Optional[int] = Field(default=None, gt=0)
+    num_requests: Optional[Int] = Field(default=None, gt=0)
     duration_s: Optional[float] = Field(default=None, gt=0)
     warmup_request_count: Int = Field(
         default=0, ge=0, description="first requests sent that no metric counts")

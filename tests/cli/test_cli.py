@@ -292,6 +292,10 @@ BAD = [
     # kv_cache_memory_gib 1e300: int() of 1e300 × 2^30 (inf) was a traceback.
     ("engine.kv_cache_memory_gib", 1e300,
      "engine.kv_cache_memory_gib: kv_cache_memory_gib 1e+300 per GPU exceeds the "),
+    # Plain int / float fields took YAML true as 1: one request, a factor of 1.
+    ("workload.num_requests", True, "workload.num_requests: expected an integer (got true)\n"),
+    ("workload.schedule", {"kind": "piecewise", "step_s": 60, "factors": [True, 1]},
+     "workload.schedule.factors.0: Input should be a number, not true (got true)\n"),
     # A number inside a mapping took YAML true as 1 (a 1 ms target, a 1 ms class TTFT).
     ("slo", {"targets": {"itl_p99_ms": True}},
      "slo.targets.itl_p99_ms: Input should be a number, not true (got true)\n"),

@@ -271,7 +271,7 @@ def resolve_variant(spec: Scenario, index: int, v: VariantSpec, path: Path) -> R
     kv = _capacity(model, hw, engine, preset, path,
                    lambda *fields: _memory_path(spec, v, where, fields), spec_dec)
     _check_fleet(cluster, set(v.cluster), path, where)
-    scaling = _autoscaling(cluster, spec, engine, model, path, where)
+    scaling = _autoscaling(cluster, spec, engine, model, path, where, v)
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model,
                      pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset,
@@ -307,16 +307,25 @@ def _check_fleet(cluster: ClusterConfig, variant_keys: set[str], path: Path,
                                 path=f"{at('failures')}.at.{i}.replica")
 
 
-def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str) -> None:
+def _cluster_at(key: str, where: str, v: VariantSpec) -> tuple[str, str]:
+    """Where ``cluster.<key>`` was given — the variant's (``<where>.cluster.<key>``) or the
+    scenario's — and, for the scenario's, the words naming the variant it failed in."""
+    if where and key in v.cluster:
+        return f"{where}.cluster.{key}", ""
+    return f"cluster.{key}", f" (in variant {v.name})" if where else ""
+
+
+def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str,
+                    v: VariantSpec) -> None:
     """Failures are modelled on vLLM's continuous scheduler, one sequence per request.
 
     Raises:
         ScenarioError: another scheduler, parallel sampling, or a closed loop.
     """
-    at = f"{where}.cluster.failures" if where else "cluster.failures"
+    at, which = _cluster_at("failures", where, v)
     if engine.scheduler != "continuous":
         raise ScenarioError(f"replica failures are modelled for the continuous scheduler "
-                            f"(vLLM), not {engine.scheduler}", file=str(path), path=at)
+                            f"(vLLM), not {engine.scheduler}{which}", file=str(path), path=at)
     wl = spec.workload
     if wl.arrival is not None and wl.arrival.closed_loop:
         raise ScenarioError("replica failures need an open-loop workload (process: "
@@ -328,7 +337,7 @@ def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str
 
 
 def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
-                 model: ModelShape, path: Path, where: str) -> float:
+                 model: ModelShape, path: Path, where: str, v: VariantSpec) -> float:
     """The provisioning delay of an autoscaled variant's new replicas, s (0 without
     autoscaling): the startup profile's phases with the weights read at its storage
     bandwidth (:meth:`StartupProfile.delay_s`), each term overridable.
@@ -337,11 +346,11 @@ def _autoscaling(cluster: ClusterConfig, spec: Scenario, engine: EngineConfig,
         ScenarioError: an unknown startup profile, or autoscaling a closed loop.
     """
     if cluster.failures is not None:
-        _check_failures(spec, engine, path, where)
+        _check_failures(spec, engine, path, where, v)
     a = cluster.autoscaling
     if a is None:
         return 0.0
-    at = f"{where}.cluster.autoscaling" if where else "cluster.autoscaling"
+    at, _ = _cluster_at("autoscaling", where, v)
     if spec.workload.arrival is not None and spec.workload.arrival.closed_loop:
         raise ScenarioError("autoscaling follows an open loop's load; process: concurrency "
                             "keeps a fixed number of requests in flight", file=str(path),

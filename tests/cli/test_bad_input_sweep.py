@@ -13,6 +13,15 @@ import yaml
 #: (shipped scenario, dotted YAML path, YAML value or DEL to delete it, the error after
 #: "error: FILE: "). A dotted key of ``sweep:`` is given whole (``sweep: {a.b: [..]}``).
 SHIPPED_BAD = [
+    # A scenario-wide cluster section refused in one variant was named as that variant's
+    # (variants.0.cluster.…), a path the file does not have.
+    ('rag_mix.yaml', 'cluster.autoscaling',
+     '{signal: running, target: 4, max_replicas: 2, provisioning: {profile: vllm-v2}}',
+     "cluster.autoscaling.provisioning.profile: unknown startup profile 'vllm-v2'; valid: "
+     "vllm-v1"),
+    ('rag_mix.yaml', 'cluster.failures', '{at: [{replica: 0, at_s: 10, repair_s: 10}]}',
+     'cluster.failures: replica failures are modelled for the continuous scheduler (vLLM), '
+     'not static (in variant static)'),
     ('rag_mix.yaml', 'engine', '[1, 2]',
      'engine: expected a mapping, e.g. {preset: vllm-v1, max_num_seqs: 256, '
      'max_model_len: 8192} (got a list [1, 2])'),

@@ -113,7 +113,8 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
             load_ax.plot((first.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0,
                          first.offered_rate_per_s, color="#555",
                          label="every variant (one trace)")
-            load_ax.legend(loc="upper left", fontsize=8, frameon=False)
+            if n > 1:
+                load_ax.legend(loc="upper left", fontsize=8, frameon=False)
         if "itl_p99_ms" in slo.targets:
             itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
         itl_ax.set_ylim(bottom=0)

@@ -49,7 +49,7 @@ class StrictModel(BaseModel):
 
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
-        raise ValueError(f"Input should be a number, not {str(value).lower()}")
+        raise ValueError("expected a number, not a boolean")
     return value
 
 

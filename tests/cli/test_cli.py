@@ -79,9 +79,9 @@ BAD = [
                                            "1024"),
     # YAML true is not 1.0 in a float field either (issue 'Fidelity I', bad input).
     ("engine.gpu_memory_utilization", True,
-     "engine.gpu_memory_utilization: Input should be a number, not true"),
+     "engine.gpu_memory_utilization: expected a number, not a boolean"),
     ("workload.arrival.rate_per_s", False,
-     "workload.arrival.rate_per_s: Input should be a number, not false"),
+     "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
                                 "sglang-0.3, tgi, trtllm, vllm-0.21, vllm-0.6, vllm-0.6.4, vllm-v1"),
@@ -295,12 +295,12 @@ BAD = [
     # Plain int / float fields took YAML true as 1: one request, a factor of 1.
     ("workload.num_requests", True, "workload.num_requests: expected an integer (got true)\n"),
     ("workload.schedule", {"kind": "piecewise", "step_s": 60, "factors": [True, 1]},
-     "workload.schedule.factors.0: Input should be a number, not true (got true)\n"),
+     "workload.schedule.factors.0: expected a number, not a boolean (got true)\n"),
     # A number inside a mapping took YAML true as 1 (a 1 ms target, a 1 ms class TTFT).
     ("slo", {"targets": {"itl_p99_ms": True}},
-     "slo.targets.itl_p99_ms: Input should be a number, not true (got true)\n"),
+     "slo.targets.itl_p99_ms: expected a number, not a boolean (got true)\n"),
     ("workload.classes.0.slo", {"ttft_ms": True},
-     "workload.classes.0.slo.ttft_ms: Input should be a number, not true (got true)\n"),
+     "workload.classes.0.slo.ttft_ms: expected a number, not a boolean (got true)\n"),
     # sigma² overflowed a float: a traceback from the trace builder.
     ("workload.classes.0.prompt_tokens", {"dist": "lognormal", "mean": 600, "sigma": 1e300,
                                           "min": 16, "max": 4096},

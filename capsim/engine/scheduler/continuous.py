@@ -397,8 +397,13 @@ class ContinuousScheduler(Scheduler):
         in that order; shareable ones register their newly full block."""
         for req, block in zip(order, self.alloc.allocate(len(order))):
             req.blocks.append(block)
+        self._register_last_blocks(order)
+
+    def _register_last_blocks(self, reqs: list[Request]) -> None:
+        """Shareable decoders among ``reqs`` register their last (newly full) block; a
+        decoder listed twice registers the same block twice, a no-op."""
         if self._register_now and self.decoders.shareable:
-            for req in order:
+            for req in reqs:
                 if req.shareable:
                     self._register(req, (len(req.blocks) - 1) * self.bs)
 
@@ -707,10 +712,7 @@ class ContinuousScheduler(Scheduler):
         out, c = self.alloc.allocate(count), len(cycle)
         for p, req in enumerate(cycle):
             req.blocks.extend(out[p::c])
-        if self._register_now and self.decoders.shareable:
-            for req in cycle[:count]:   # once per decoder: a second time would be a no-op
-                if req.shareable:
-                    self._register(req, (len(req.blocks) - 1) * self.bs)
+        self._register_last_blocks(cycle[:count])     # once per decoder that got a block
 
     def commit_decode_run(self, clock_s) -> None:
         """Complete planned decode steps: ``clock_s`` (float64 array) holds the first

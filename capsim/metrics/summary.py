@@ -55,22 +55,76 @@ def weighted_percentiles(values: np.ndarray, counts: np.ndarray,
                          qs: tuple[float, ...]) -> list[float]:
     """:func:`weighted_percentile` at each of ``qs``, sorting the runs once (a day's ITL
     has tens of millions of runs: the sort is the cost)."""
-    values, counts = _nonempty(values, counts)
-    # Equal values may end up in any order: together they fill the same span of the
-    # cumulative counts, so every percentile is the same; quicksort is twice as fast as
-    # a stable sort.
-    order = np.argsort(values)
-    return _sorted_percentiles(values[order], counts[order], qs)
+    values, counts, _ = sorted_runs(*_nonempty(values, counts))
+    return _sorted_percentiles(values, counts, qs)
 
 
-def _nonempty(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``values`` as float64 and ``counts`` as int64, runs with a count of 0 left out."""
+def sorted_runs(values: np.ndarray, counts: np.ndarray, groups: np.ndarray | None = None,
+                num_groups: int = 1, distinct: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Weighted runs sorted by value, runs of one value and group merged when that pays.
+
+    Args:
+        values: float64 run values, shape (R,).
+        counts: int64 run counts > 0, shape (R,).
+        groups: each run's group id in ``0 … num_groups − 1`` (e.g. a request class),
+            shape (R,), or None (one group).
+    Returns:
+        ``(values, counts, groups)`` sorted by value (``groups`` None when given None):
+        the same multiset of (value, group) samples, so every percentile, count and
+        maximum per group is unchanged. When there are at least 8 runs per distinct
+        value (a day's ITL: 31.7 M runs of 413 k distinct gaps, as the steps of equal
+        batches repeat), the runs of each (value, group) are merged into one: one sort
+        of the values (SIMD, an order of magnitude faster than an argsort) finds the
+        distinct ones, a hash lookup in them the key of each run, and one
+        ``np.bincount`` sums the counts (about 1 s against 5 s for an argsort and the
+        reordered columns of those 31.7 M runs); otherwise (or with a NaN value) the
+        runs are argsorted as they are (equal values in any order: they fill the same
+        span of the cumulative counts), then, with ``distinct`` (one group only), equal
+        neighbours merged: the values come back distinct.
+    """
+    n = len(values)
+    ordered = np.sort(values)
+    first = np.ones(n, dtype=bool)                  # the first run of each distinct value
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    levels = ordered[first]
+    del ordered, first
+    key = None
+    if 8 * len(levels) <= n and not (n and np.isnan(levels[-1])):
+        key = pd.Index(levels).get_indexer(values)       # hashed: 4× a binary search
+        if n and key.min() < 0:                          # −0.0 beside 0.0: not merged
+            key = None
+    if key is None:
+        order = np.argsort(values)
+        values, counts = values[order], counts[order]
+        if groups is not None:
+            return values, counts, groups[order]
+        if distinct and n:
+            starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            values, counts = values[starts], np.add.reduceat(counts, starts)
+        return values, counts, None
+    if groups is not None:
+        key *= num_groups
+        key += groups
+    # Float weights: 6× faster than int64 ones, exact below 2**53.
+    summed = np.bincount(key, weights=counts.astype(np.float64),
+                         minlength=len(levels) * num_groups)
+    key = np.flatnonzero(summed)
+    merged = summed[key].astype(np.int64)    # exact: float64 holds every total below 2**53
+    if groups is None:
+        return levels[key], merged, None
+    return levels[key // num_groups], merged, key % num_groups
+
+
+def _nonempty(values: np.ndarray, counts: np.ndarray, *others: np.ndarray) -> tuple:
+    """``values`` as float64 and ``counts`` as int64 (and ``others``: per-run columns such
+    as the class), runs with a count of 0 left out."""
     counts = np.asarray(counts, dtype=np.int64)
-    values = np.asarray(values, dtype=np.float64)
+    columns = (np.asarray(values, dtype=np.float64), counts, *map(np.asarray, others))
     keep = counts > 0
-    if not keep.all():                 # a run recorder never writes empty runs: no copies
-        values, counts = values[keep], counts[keep]
-    return values, counts
+    if keep.all():                     # a run recorder never writes empty runs: no copies
+        return columns
+    return tuple(c[keep] for c in columns)
 
 
 def _sorted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[float, ...],
@@ -192,12 +246,9 @@ def summarize(result: RunResult, slo: SloConfig,
     """
     df = request_frame(result, slo, class_slos)
     itl = result.itl
-    gaps = np.asarray(itl.gap_s, dtype=np.float64)
-    order = np.argsort(gaps)            # once: each class's runs stay sorted (see _itl_stats)
-    gaps = gaps[order]
-    counts = np.asarray(itl.count)[order]
-    run_cls = np.asarray(itl.class_id)[order]
-    del order
+    # Once for all rows: each class's runs stay sorted (see _itl_stats).
+    gaps, counts, run_cls = sorted_runs(*_nonempty(itl.gap_s, itl.count, itl.class_id),
+                                        max(len(result.class_names), 1))
     span_s = _span_s(df)
     run_span_s = _run_span_s(result) if _warmup_mask(result) is not None else span_s
     shared = _shared_stats(result, run_span_s)

@@ -70,3 +70,34 @@ def test_itl_columns_equal_the_expanded_gaps_over_several_blocks():
     assert got["itl_mean_ms"] == pytest.approx(expanded_ms.mean(), rel=1e-12)
     for key, q in (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9)):
         assert got[f"itl_{key}_ms"] == pytest.approx(np.percentile(expanded_ms, q), rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.sampled_from([0.004, 0.0061, 0.0061 + 1e-12, 0.007, 0.25]),
+                            st.integers(1, 9), st.integers(0, 2)), min_size=1, max_size=200),
+    spread=st.booleans(),
+)
+def test_sorted_runs_keep_every_class_s_samples_merged_or_not(runs, spread):
+    """Merged (few distinct values: at least 8 runs each) or argsorted (``spread``: every
+    value distinct), each class's runs come back sorted with the same expanded samples,
+    hence the same percentiles; with ``distinct`` the values are strictly increasing."""
+    from capsim.metrics.summary import sorted_runs
+
+    values = np.array([v for v, _, _ in runs])
+    if spread:
+        values = values + np.arange(len(values)) * 1e-9
+    counts = np.array([c for _, c, _ in runs], dtype=np.int64)
+    groups = np.array([g for _, _, g in runs], dtype=np.uint8)
+    got_v, got_c, got_g = sorted_runs(values, counts, groups, 3)
+    assert (np.diff(got_v) >= 0).all()
+    merged = 8 * len(set(values.tolist())) <= len(values)
+    assert len(got_v) == (len({(v, g) for v, g in zip(values.tolist(), groups.tolist())})
+                          if merged else len(values))
+    for g in range(3):
+        want = np.sort(np.repeat(values[groups == g], counts[groups == g]))
+        mine = got_g == g
+        assert np.array_equal(np.repeat(got_v[mine], got_c[mine]), want)
+    x, per_x, none = sorted_runs(values, counts, distinct=True)
+    assert none is None and (np.diff(x) > 0).all()
+    assert np.array_equal(np.repeat(x, per_x), np.sort(np.repeat(values, counts)))

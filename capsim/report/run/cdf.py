@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsim.metrics.summary import weighted_percentiles
+from capsim.metrics.summary import sorted_runs, weighted_percentiles
 from capsim.results.model import RunResult
 
 QUANTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -66,20 +66,19 @@ def distribution(values_ms: np.ndarray, counts: np.ndarray | None = None,
     values = np.asarray(values_ms, dtype=np.float64)
     counts = np.ones(len(values), np.int64) if counts is None else np.asarray(counts, np.int64)
     keep = (counts > 0) & ~np.isnan(values)
-    values, counts = values[keep], counts[keep]
+    if not keep.all():
+        values, counts = values[keep], counts[keep]
     total = int(counts.sum())
     if total == 0:
         empty = np.empty(0)
         return Distribution(empty, empty, empty, {}, 0)
-    x, inverse = np.unique(values, return_inverse=True)
-    per_x = np.bincount(inverse, weights=counts, minlength=len(x))
+    x, per_x, _ = sorted_runs(values, counts, distinct=True)
     cum = np.cumsum(per_x)
     cdf = cum / total
     ccdf = (total - cum + per_x) / total
     # From the distinct values (already sorted) and their counts: the same values at the
     # same ranks as from every run, without sorting the runs again for each quantile.
-    markers = dict(zip(QUANTILES, weighted_percentiles(x, per_x.astype(np.int64),
-                                                       tuple(QUANTILES.values()))))
+    markers = dict(zip(QUANTILES, weighted_percentiles(x, per_x, tuple(QUANTILES.values()))))
     markers["max"] = float(x[-1])
     if len(x) > 2 * max_points:
         idx = np.unique(np.concatenate([

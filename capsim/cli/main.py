@@ -167,8 +167,13 @@ def _set_error(exc: ScenarioError, scenario: Path | None, overrides: tuple[str, 
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/<scenario name>].")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Variants simulated at once, one worker process each [default: one per "
+                   "CPU, at most one per variant]; 1 runs them one after the other in this "
+                   "process. The report is the same either way.")
 @_set_option
-def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...]) -> None:
+def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
+        overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.scenario.load import dump_resolved, load
     from capsim.scenario.resolve import kv_log_lines
@@ -178,6 +183,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
+    from capsim.studies.variants import VariantTask, simulate_variants
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     loaded = load(scenario, list(overrides), seed)
@@ -190,16 +196,29 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, overrides: tuple
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     results, rows = [], []
+    workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
         for rc in loaded.runs:
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
-            trace = traces.get(rc.workload, rc.seed)
-            task = bar.add_task(rc.variant, total=len(trace))
-            result = simulate(rc, trace, progress=lambda d, t, task=task: bar.update(task, completed=d))
-            results.append(result)
-            rows.extend(summarize(result, spec.slo, loaded.class_slos))
+        if workers > 1:                 # one bar: variants done
+            task = bar.add_task(f"{len(loaded.runs)} variants, {workers} processes",
+                                total=len(loaded.runs))
+            tasks = [VariantTask(rc, traces.get(rc.workload, rc.seed), spec.slo,
+                                 loaded.class_slos) for rc in loaded.runs]
+            for outcome in simulate_variants(tasks, workers,
+                                             lambda d, t: bar.update(task, completed=d)):
+                results.append(outcome.result)
+                rows.extend(outcome.rows)
+        else:                           # one bar per variant: requests done
+            for rc in loaded.runs:
+                trace = traces.get(rc.workload, rc.seed)
+                task = bar.add_task(rc.variant, total=len(trace))
+                result = simulate(rc, trace, progress=lambda d, t, task=task:
+                                  bar.update(task, completed=d))
+                results.append(result)
+                rows.extend(summarize(result, spec.slo, loaded.class_slos))
     index = report.write(out, scenario_name=spec.name, description=spec.description,
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)

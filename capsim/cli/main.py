@@ -179,7 +179,9 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
     from capsim.scenario.resolve import kv_log_lines
     from capsim.metrics.summary import summarize
     from capsim.profiles import trust
-    from capsim.report.run.console import disagg_table, pools_table, summary_table
+    from capsim.report.run import day
+    from capsim.report.run.console import (day_table, day_verdict_lines, disagg_table,
+                                           pools_table, summary_table)
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
@@ -219,10 +221,16 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
                                   bar.update(task, completed=d))
                 results.append(result)
                 rows.extend(summarize(result, spec.slo, loaded.class_slos))
+    frames = day.windows(results, spec.slo) if day.has_day(results) else None
     index = report.write(out, scenario_name=spec.name, description=spec.description,
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
-                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos)
+                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
+                         day_frames=frames)
     console.print(summary_table(rows, spec.slo))
+    if frames:
+        console.print(day_table(results, frames))
+        for line in day_verdict_lines(rows, frames, spec.slo):
+            console.print(f"[yellow]warning[/]: {line}")
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
     for line in trust.lines(trust_pairs(results)):

@@ -171,7 +171,7 @@ class Fleet:
         self.failure_log: list[tuple[int, float, float]] = []   # (replica, failed, repaired)
         self.retries: dict[int, int] = {}
         self.num_failed_requests = 0
-        self.skipped_failures = 0
+        self.skipped_failures: list[str] = []   # cluster.failures.at entries that did not happen
         self._rr = 0
         self.last_end_s = 0.0
         self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=stream))
@@ -291,9 +291,13 @@ class Fleet:
         if at_s > self.env.now:
             yield self.env.timeout(at_s - self.env.now)
         rep = self.replicas[k] if k < len(self.replicas) else None
-        if self.done() or rep is None or rep.failed or not (rep in self.serving
-                                                            or k in self.draining):
-            self.skipped_failures += 1
+        why = ("every request had ended by then" if self.done() else
+               f"the fleet had started {len(self.replicas)} replica(s) by then" if rep is None
+               else "it was down already" if rep.failed
+               else "it was not serving (starting up, or stopped)"
+               if not (rep in self.serving or k in self.draining) else None)
+        if why is not None:
+            self.skipped_failures.append(f"replica {k} at {at_s:g} s: {why}")
             return
         self._fail(rep, repair_s)
 

@@ -236,8 +236,9 @@ class FleetResult(_Result):
     failed_requests: int = 0            # in-flight requests counted as failed (in_flight: fail)
     timed_out_requests: int = 0         # failed after cluster.router_queue_timeout_s at the
     #                                     router while no replica served
-    skipped_failures: int = 0           # cluster.failures.at entries that did not happen:
-    #                                     their replica was not up then, or the run had ended
+    skipped_failures: list[str] = Field(default_factory=list)   # cluster.failures.at
+    #     entries that did not happen, each "replica K at S s: why" (not up then, or the run
+    #     had ended)
 
     @property
     def gpu_hours(self) -> float:

@@ -474,7 +474,8 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                 if p.mode == "gpus" else "")
     binding_name = figures["binding"] or None
     if p.headroom:
-        figures, why = _with_headroom(figures, p.headroom, opt.gpus_per_replica)
+        figures, why = _with_headroom(figures, p.headroom, opt.gpus_per_replica,
+                                      opt.run.pools[0].hardware.price_per_gpu_hour_usd)
         figures.update(_violations_k_down(p, ev, opt, chosen))
         note = "; ".join(n for n in (note, why, _violations_note(p.headroom, figures)) if n)
     bounds = _autoscaler_note(opt.run, figures["num_replicas"])
@@ -484,14 +485,18 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
                      note=note, evaluations=len(tested), headroom_replicas=p.headroom)
 
 
-def _with_headroom(figures: dict[str, Any], k: int, gpus_per_replica: int
-                   ) -> tuple[dict[str, Any], str]:
-    """The answer with ``k`` spare replicas: the N − k that met the SLOs plus k, priced
-    for all N (the same tokens, so $/M tokens grow as $/h)."""
+def _with_headroom(figures: dict[str, Any], k: int, gpus_per_replica: int,
+                   price_per_gpu_hour_usd: float) -> tuple[dict[str, Any], str]:
+    """The answer with ``k`` spare replicas: the N − k that met the SLOs plus k, priced as
+    the answer's fleet plus k replicas paid all the time (a fixed fleet's price × N / (N −
+    k); an autoscaled fleet's mean price, not its starting count, plus k) — the same
+    tokens, so $/M tokens grow as $/h."""
     serving = figures["num_replicas"]
-    scale = (serving + k) / serving
-    out = dict(figures, num_replicas=serving + k, num_gpus=(serving + k) * gpus_per_replica,
-               cost_per_hour_usd=figures["cost_per_hour_usd"] * scale,
+    spare_gpus = k * gpus_per_replica
+    cost = figures["cost_per_hour_usd"]
+    scale = (cost + spare_gpus * price_per_gpu_hour_usd) / cost if cost > 0 else math.nan
+    out = dict(figures, num_replicas=serving + k, num_gpus=figures["num_gpus"] + spare_gpus,
+               cost_per_hour_usd=cost * scale,
                cost_per_million_output_tokens_usd=
                figures["cost_per_million_output_tokens_usd"] * scale)
     return out, f"N+{k}: meets the SLOs with {k} of {serving + k} replicas down"
@@ -509,7 +514,7 @@ def _violations_k_down(p: SizingPlan, ev: _Evaluator, opt: FleetOption,
     if p.mode == "gpus" and not math.isnan(with_):     # NaN: no day view (a steady load)
         fewer = chosen.num_replicas - p.headroom
         without = _mean_violation(ev.get(opt.key, fewer)) if fewer >= 1 \
-            else chosen.outcomes[0].sim_end_s / 60.0
+            else chosen.outcomes[0].day_minutes
     return {"violation_min_with_headroom": with_, "violation_min_without_headroom": without}
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.scenario.resolve import RunConfig
-from capsim.metrics.day import day_windows, violation_minutes
+from capsim.metrics.day import WINDOW_S, day_windows, violation_minutes
 from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check
 from capsim.results.model import FINISHED, RunResult, SummaryRow
@@ -63,6 +63,7 @@ class RunOutcome:
         violation_minutes: minutes of 5-minute windows that broke a ``slo.targets``
             bound (:func:`capsim.metrics.day.violation_minutes`); NaN for a run without
             a day view (steady load, fixed fleet).
+        day_minutes: the day view's length, every window's minutes (NaN without one).
     """
 
     labels: dict[str, Any]
@@ -73,6 +74,7 @@ class RunOutcome:
     arrival_rate_per_s: float
     mean_time_in_system_s: float
     violation_minutes: float = float("nan")
+    day_minutes: float = float("nan")
 
     @property
     def total(self) -> SummaryRow:
@@ -88,13 +90,16 @@ def execute(task: RunTask) -> RunOutcome:
     """
     result = simulate(task.run, task.trace)
     little = _little(result)
+    windows = day_windows(result, task.slo) if result.day is not None else None
     return RunOutcome(labels=dict(task.labels), rows=summarize(result, task.slo, task.class_slos),
                       sim_end_s=result.sim_end_s, wall_s=result.wall_s,
                       mean_in_system=little.mean_in_system,
                       arrival_rate_per_s=little.arrival_rate_per_s,
                       mean_time_in_system_s=little.mean_time_in_system_s,
-                      violation_minutes=violation_minutes(day_windows(result, task.slo))
-                      if result.day is not None else float("nan"))
+                      violation_minutes=float("nan") if windows is None
+                      else violation_minutes(windows),
+                      day_minutes=float("nan") if windows is None
+                      else len(windows) * WINDOW_S / 60.0)
 
 
 def _little(result: RunResult):

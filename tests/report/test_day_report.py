@@ -40,7 +40,7 @@ def with_(dotted: str, value) -> dict:
 def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_scenario):
     path = write_scenario(tmp_path, DOC)
     out = tmp_path / "r"
-    code, _, err = run_cli(["run", str(path), "-o", str(out)])
+    code, stdout, err = run_cli(["run", str(path), "-o", str(out)])
     assert code == 0, err
     day = pd.read_csv(out / "day.csv")
     assert list(day.columns) == ["variant", "window_start_s", "offered_rate_per_s",
@@ -58,6 +58,35 @@ def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_sce
     html = (out / "index.html").read_text()
     assert "The day: fleet, cost and SLO-violation minutes" in html
     assert 'href="day.csv"' in html and "violation min" in html
+    # The terminal prints the same fleet table, and a PASS that hides violation minutes.
+    summary = pd.read_csv(out / "summary.csv").query("cls == 'all'").set_index("variant")
+    minutes = day.groupby("variant").violation.sum() * 5
+    assert "the day (5-minute windows; cost of the whole run)" in stdout
+    for variant in ("fixed", "autoscaled", "failing"):
+        said = (f"{variant}: PASS over the whole run, but its p99 ITL or TTFT broke the "
+                f"target in {minutes[variant]:g} minutes")
+        assert (said in " ".join(stdout.split())) == bool(summary.slo_pass[variant]
+                                                           and minutes[variant] > 0)
+
+
+def test_a_pass_over_the_day_with_bad_windows_is_said():
+    """The verdict is the whole run's percentiles: a day that passes them while some of its
+    5-minute windows broke a target is said (a fresh-user check saw PASS beside 65
+    violation minutes)."""
+    from types import SimpleNamespace
+
+    from capsim.report.run.console import day_verdict_lines
+    from capsim.scenario.slo import SloConfig
+
+    rows = [SimpleNamespace(variant=v, cls="all", slo_pass=ok)     # the fields it reads
+            for v, ok in (("a", True), ("b", True), ("c", False))]
+    frames = {"a": pd.DataFrame({"violation": [False, True, True, False]}),
+              "b": pd.DataFrame({"violation": [False] * 4}),
+              "c": pd.DataFrame({"violation": [True] * 4})}
+    slo = SloConfig(targets={"itl_p99_ms": 50})
+    assert day_verdict_lines(rows, frames, slo) == [
+        "a: PASS over the whole run, but its p99 ITL or TTFT broke the target in 10 minutes "
+        "of 5-minute windows (day.csv)"]
 
 
 def test_a_steady_scenario_has_no_day_view(tmp_path, run_cli, write_scenario):

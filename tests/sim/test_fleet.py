@@ -231,16 +231,17 @@ def test_a_failure_after_the_last_request_does_not_happen_and_costs_nothing(flee
     _, _, late = fleet_run({"num_replicas": 2, "failures": {
         "at": [{"replica": 1, "at_s": 1e6, "repair_s": 60}]}}, workload=short)
     f = late.fleet
-    assert f.failures == [] and f.skipped_failures == 1
+    assert f.failures == [] and f.skipped_failures == ["replica 1 at 1e+06 s: every request "
+                                                       "had ended by then"]
     assert late.price_per_hour_usd == pytest.approx(fixed.price_per_hour_usd)
     assert np.array_equal(np.asarray(late.requests.finish_s), np.asarray(fixed.requests.finish_s))
     _, _, never = fleet_run({**SCALING, "failures": {
         "at": [{"replica": 5, "at_s": 30, "repair_s": 60}]}}, workload=short)
-    assert never.fleet.failures == [] and never.fleet.skipped_failures == 1
+    assert never.fleet.failures == [] and len(never.fleet.skipped_failures) == 1
+    assert never.fleet.skipped_failures[0].startswith("replica 5 at 30 s: the fleet had started ")
     assert skipped_failure_notes([fixed, late]) == [
-        "default: 1 of the failures in cluster.failures.at did not happen: the replica was not "
-        "up at at_s (an autoscaled fleet that never started it, or a replica already down), or "
-        "every request had ended before it."]
+        "default: 1 of the failures in cluster.failures.at did not happen: replica 1 at 1e+06 "
+        "s: every request had ended by then."]
 
 
 def test_a_repair_that_would_end_after_the_run_is_paid_for_until_the_run_ends(fleet_run):

@@ -473,3 +473,25 @@ def test_sizing_csv_keeps_replica_counts_whole_where_an_option_has_none(tmp_path
     sizing.rows_frame(rows).to_csv(tmp_path / "s.csv", index=False)
     text = pd.read_csv(tmp_path / "s.csv", dtype=str, keep_default_na=False)
     assert list(text.num_replicas) == ["2", ""] and list(text.num_gpus) == ["2", ""]
+
+
+def test_headroom_prices_k_spare_replicas_on_top_of_the_answer_s_fleet():
+    """N+k adds k replicas paid all the time: a fixed fleet of 3 (3 × $6.88/h H100s, TP 1)
+    becomes 4 at 4/3 the price; an autoscaled fleet that started from 1 replica but paid a
+    mean of 2.6 GPUs ($17.89/h) becomes $17.89 + $6.88, not twice its price (a fresh-user
+    check found $27.46/h for a fleet that averaged $13.73)."""
+    from capsim.studies.sizing import _with_headroom
+
+    fixed = {"num_replicas": 3, "num_gpus": 3, "cost_per_hour_usd": 3 * 6.88,
+             "cost_per_million_output_tokens_usd": 9.0}
+    out, note = _with_headroom(fixed, 1, 1, 6.88)
+    assert (out["num_replicas"], out["num_gpus"]) == (4, 4)
+    assert out["cost_per_hour_usd"] == pytest.approx(4 * 6.88)
+    assert out["cost_per_million_output_tokens_usd"] == pytest.approx(12.0)
+    assert note == "N+1: meets the SLOs with 1 of 4 replicas down"
+    scaled = {"num_replicas": 1, "num_gpus": 4, "cost_per_hour_usd": 17.89,
+              "cost_per_million_output_tokens_usd": 5.0}
+    out, _ = _with_headroom(scaled, 1, 1, 6.88)
+    assert (out["num_replicas"], out["num_gpus"]) == (2, 5)
+    assert out["cost_per_hour_usd"] == pytest.approx(17.89 + 6.88)
+    assert out["cost_per_million_output_tokens_usd"] == pytest.approx(5.0 * (17.89 + 6.88) / 17.89)

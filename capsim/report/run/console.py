@@ -89,6 +89,44 @@ def disagg_table(rows: list[SummaryRow]) -> FoldedTable | None:
     return table
 
 
+def day_table(results: list, frames: dict) -> FoldedTable | None:
+    """One line per variant with a day view: the report's fleet table (policy, GPU-hours,
+    cost of the day, $/M out tok, replicas, scale-ups, failures, requests retried / failed /
+    timed out, SLO-violation minutes; :func:`capsim.report.run.day.table`); None when no
+    variant has one."""
+    from capsim.report.run import day     # the report's columns and cells
+
+    table = day.table(results, frames, {})
+    if not table["rows"]:
+        return None
+    heads = [FoldColumn(c.replace(" ", "\n", 1), text=i == 0)
+             for i, c in enumerate(day.COLUMNS)]
+    out = FoldedTable("the day (5-minute windows; cost of the whole run)",
+                      [FoldColumn("variant", text=True)],
+                      [heads[:1], heads[1:4], heads[4:8], heads[8:11], heads[11:]])
+    for row in table["rows"]:
+        out.add_row(row["variant"], *row["cells"])
+    return out
+
+
+def day_verdict_lines(rows: list[SummaryRow], frames: dict, slo: SloConfig) -> list[str]:
+    """A line for each variant that meets the run-level targets over the whole run (PASS)
+    while some of its 5-minute windows broke them: the verdict is the whole run's
+    percentiles, and a bad hour can hide in a day's."""
+    from capsim.metrics.day import violation_minutes
+
+    out = []
+    for row in rows:
+        frame = frames.get(row.variant)
+        if row.cls != "all" or frame is None or not row.slo_pass or not slo.targets:
+            continue
+        minutes = violation_minutes(frame)
+        if minutes > 0:
+            out.append(f"{row.variant}: PASS over the whole run, but its p99 ITL or TTFT broke "
+                       f"the target in {minutes:g} minutes of 5-minute windows (day.csv)")
+    return out
+
+
 def _verdict(row: SummaryRow, slo: SloConfig) -> Text:
     if not slo.targets:
         return Text("n/a", style="dim")

@@ -118,10 +118,9 @@ def skipped_failure_notes(results: list[RunResult]) -> list[str]:
                                            for p in (r.pools or [])]
         for who, f in fleets:
             if f is not None and f.skipped_failures:
-                out.append(f"{who}: {f.skipped_failures} of the failures in "
-                           "cluster.failures.at did not happen: the replica was not up at "
-                           "at_s (an autoscaled fleet that never started it, or a replica "
-                           "already down), or every request had ended before it.")
+                out.append(f"{who}: {len(f.skipped_failures)} of the failures in "
+                           f"cluster.failures.at did not happen: "
+                           f"{'; '.join(f.skipped_failures)}.")
     return out
 
 

@@ -58,7 +58,8 @@ _TIMELINE_CAPTION = (
 
 def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml: str,
           results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
-          class_slos: dict[str, RequestSlo], notes: list[str] | None = None) -> Path:
+          class_slos: dict[str, RequestSlo], notes: list[str] | None = None,
+          day_frames: dict[str, pd.DataFrame] | None = None) -> Path:
     """Write index.html + PNGs + summary.csv + requests.csv + scenario.resolved.yaml into out_dir.
 
     Args:
@@ -70,6 +71,8 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         rows: summary rows (``metrics.summarize``) of every variant, all classes.
         slo, class_slos: the scenario's SLOs (targets mark table cells; limits draw lines).
         notes: extra lines shown under the header (warnings, assumptions).
+        day_frames: the day windows of the variants with day samples
+            (:func:`capsim.report.run.day.windows`), when the caller has them already.
 
     Returns:
         Path of ``out_dir / "index.html"``.
@@ -81,13 +84,15 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
     notes = list(notes or [])
     out_dir = write_atomically(out_dir, lambda d: _build(
         d, scenario_name=scenario_name, description=description, resolved_yaml=resolved_yaml,
-        results=results, rows=rows, slo=slo, class_slos=class_slos, notes=notes))
+        results=results, rows=rows, slo=slo, class_slos=class_slos, notes=notes,
+        day_frames=day_frames))
     return out_dir / "index.html"
 
 
 def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
-           class_slos: dict[str, RequestSlo], notes: list[str]) -> None:
+           class_slos: dict[str, RequestSlo], notes: list[str],
+           day_frames: dict[str, pd.DataFrame] | None) -> None:
     """Write every file of the report into the (empty) directory ``d``."""
     colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
     frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
@@ -117,7 +122,7 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
 
     day_table = None
     if day.has_day(results):                  # time-varying load or fleet: the day view
-        frames_by_window = day.windows(results, slo)
+        frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
         day.write_csv(frames_by_window, d / day.CSV)
         day.plot(frames_by_window, colours, slo, d / day.FIG)
         figs.insert(0, FigureRef(day.FIG, *day.CAPTION))

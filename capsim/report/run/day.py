@@ -30,7 +30,8 @@ CAPTION = (
     "Per 5-minute window: offered load (requests arriving per second; one grey line when "
     "every variant replays the same trace), replicas serving (one panel per variant: an "
     "autoscaled fleet's steps, a failure's dip), requests waiting (mean of 15-s samples) "
-    "and p99 inter-token latency (ms; grey dashed: the itl_p99_ms target), one colour and "
+    "and p99 inter-token latency (ms; grey dashed: the itl_p99_ms target; a triangle at the "
+    "top: a window with demand and no token sent, an infinite p99), one colour and "
     "line style per variant. Shaded: windows of that variant whose p99 ITL or p99 TTFT "
     "broke its target (violation minutes in the table). Every figure is in day.csv.")
 COLUMNS = ["policy", "GPU-hours", "cost $", "$/M out tok", "peak replicas", "mean GPUs",
@@ -80,7 +81,7 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
         load_ax, fleet_axes, queue_ax, itl_ax = axes[0], axes[1:1 + n], axes[-2], axes[-1]
         most = max(float(np.nanmax(f.replicas_serving.to_numpy(), initial=0.0))
                    for f in frames.values())
-        handles = []
+        handles, no_token = [], False
         for i, variant in enumerate(names):
             w, c = frames[variant], colours.get(variant, "#777")
             style = {"color": c, "ls": _STYLES[i % len(_STYLES)],
@@ -98,6 +99,13 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
                     fontsize=8, color=c)
             queue_ax.plot(x, w.queue_mean, **style)
             handles.append(itl_ax.plot(x, w.itl_p99_ms, label=variant, **style)[0])
+            # An infinite p99 ITL (demand, no token sent: every replica down) cannot be
+            # drawn as a value: a triangle at the panel's top edge marks the window.
+            dark = np.isinf(w.itl_p99_ms.to_numpy())
+            if dark.any():
+                itl_ax.plot(x[dark], np.full(dark.sum(), 0.97), "v", color=c, ms=6,
+                            transform=itl_ax.get_xaxis_transform(), clip_on=False)
+                no_token = True
             # Violations: a band per variant along the top of the overlaid panels, and
             # across that variant's own replicas panel.
             bad = w.violation.to_numpy()
@@ -117,6 +125,10 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
                 load_ax.legend(loc="upper left", fontsize=8, frameon=False)
         if "itl_p99_ms" in slo.targets:
             itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
+        if no_token:
+            itl_ax.text(0.995, 0.97, "▼ no token sent (every replica down): infinite p99",
+                        transform=itl_ax.transAxes, ha="right", va="top", fontsize=7,
+                        color="#555")
         itl_ax.set_ylim(bottom=0)
         for ax, label in ((load_ax, "offered req/s"), (queue_ax, "requests waiting"),
                           (itl_ax, "p99 ITL (ms)")):

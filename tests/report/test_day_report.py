@@ -192,3 +192,28 @@ def test_day_figure_gives_each_variant_its_own_replicas_panel(tmp_path, monkeypa
     assert len(axes[0].lines) == 1               # one trace: one offered-load line
     assert [line.get_linestyle() for line in axes[-1].lines[:3]] == ["-", "--", "-."]
     assert list(axes[2].lines[0].get_ydata()) == [2.0, 2, 1, 1, 2, 2]
+
+
+def test_day_figure_marks_windows_where_no_token_was_sent(tmp_path, monkeypatch):
+    """An infinite p99 ITL (every replica down while requests wait: day_in_the_life's
+    failure variant, 09:05–09:30) was a gap in the line; it is a triangle at the panel's top
+    per such window, said in the panel."""
+    import numpy as np
+
+    import capsim.report.run.day as day_module
+    from capsim.scenario.slo import SloConfig
+
+    frame = pd.DataFrame({"window_start_s": np.arange(4) * 300.0,
+                          "offered_rate_per_s": [1.0] * 4, "replicas_serving": [1.0, 0, 0, 1],
+                          "queue_mean": [0.0, 5, 9, 0], "running_mean": [3.0, 0, 0, 3],
+                          "itl_p99_ms": [10.0, np.inf, np.inf, 30.0],
+                          "ttft_p99_ms": [200.0, np.inf, np.inf, 900.0],
+                          "violation": [False, True, True, False]})
+    drawn = {}
+    monkeypatch.setattr(day_module, "save", lambda fig, path: drawn.setdefault("fig", fig))
+    day_module.plot({"a": frame}, {"a": "#0072B2"}, SloConfig(targets={"itl_p99_ms": 50}),
+                    tmp_path / "day.png")
+    itl_ax = drawn["fig"].axes[-1]
+    marks = [line for line in itl_ax.lines if line.get_marker() == "v"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [450 / 3600, 750 / 3600]
+    assert any("no token sent" in t.get_text() for t in itl_ax.texts)

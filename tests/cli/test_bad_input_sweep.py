@@ -128,8 +128,7 @@ SHIPPED_BAD = [
     ('day_in_the_life.yaml', 'workload.classes.1.schedule.step_s', '0',
      'workload.classes.1.schedule.step_s: must be > 0 (got 0)'),
     ('day_in_the_life.yaml', 'workload.classes.1.schedule.factors.3', '-1',
-     'workload.classes.1.schedule.factors: factors[3] = -1 is negative; a rate factor '
-     'must be >= 0'),
+     'workload.classes.1.schedule.factors.3: must be >= 0 (got -1)'),
     ('rag_mix.yaml', 'workload.classes', '{}',
      'workload.classes: expected a list, e.g. [{name: chat, weight: 1, prompt_tokens: '
      '{dist: fixed, value: 200}, output_tokens: {dist: fixed, value: 20}}, ...] (got'),

@@ -101,7 +101,7 @@ def test_a_steady_scenario_has_no_day_view(tmp_path, run_cli, write_scenario):
 
 BAD = [
     ("workload.schedule", {"kind": "piecewise", "factors": [1, -2]},
-     "workload.schedule.factors: factors[1] = -2 is negative; a rate factor must be >= 0"),
+     "workload.schedule.factors.1: must be >= 0 (got -2)"),
     ("workload.schedule", {"kind": "piecewise", "factors": [1, float("inf")]},
      "workload.schedule.factors.1: must be a finite number"),
     ("workload.schedule", {"kind": "diurnal", "trough": float("nan"), "peak_hour": 3},

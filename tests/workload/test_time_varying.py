@@ -128,7 +128,7 @@ def test_trace_schedule_is_a_time_varying_rate_scale(tmp_path):
 
 @pytest.mark.parametrize("field,value,expected", [
     ("schedule", {"kind": "piecewise", "factors": [1.0, -0.5]},
-     "factors[1] = -0.5 is negative"),
+     "factors.1\n  Input should be greater than or equal to 0"),
     ("schedule", {"kind": "diurnal", "peak": 1.0, "trough": 2.0, "peak_hour": 3},
      "trough (2) must be <= peak (1)"),
     ("schedule", {"kind": "sine"}, "unknown kind 'sine'; valid: piecewise, diurnal"),

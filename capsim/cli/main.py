@@ -185,7 +185,8 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
     from capsim.sim.simulate import group_reasons, simulate
-    from capsim.studies.variants import VariantTask, simulate_variants
+    from capsim.studies.task import RunTask
+    from capsim.studies.variants import simulate_variants
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     loaded = load(scenario, list(overrides), seed)
@@ -207,8 +208,8 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
         if workers > 1:                 # one bar: variants done
             task = bar.add_task(f"{len(loaded.runs)} variants, {workers} processes",
                                 total=len(loaded.runs))
-            tasks = [VariantTask(rc, traces.get(rc.workload, rc.seed), spec.slo,
-                                 loaded.class_slos) for rc in loaded.runs]
+            tasks = [RunTask({"variant": rc.variant}, rc, traces.get(rc.workload, rc.seed),
+                             spec.slo, loaded.class_slos) for rc in loaded.runs]
             for outcome in simulate_variants(tasks, workers,
                                              lambda d, t: bar.update(task, completed=d)):
                 results.append(outcome.result)

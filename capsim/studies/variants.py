@@ -4,8 +4,9 @@ The variants of a scenario are independent runs: each is simulated and summarise
 worker of a local process pool (:mod:`capsim.studies.parallel`), and its full
 :class:`~capsim.results.model.RunResult` comes back for the report (unlike a sweep's tasks,
 which return summary rows only). Results come back in the scenario's order whatever order
-the workers finish in, and a run is deterministic, so the report is the same, byte for
-byte, as when the variants run one after the other in this process. The warnings a worker's
+the workers finish in, and a run is deterministic, so the CSVs and figures are the same,
+byte for byte, as when the variants run one after the other in this process (the page
+differs only in the wall times it reports). The warnings a worker's
 simulation logs on the ``capsim`` logger are collected there and logged again here, in
 the variants' order.
 """
@@ -14,27 +15,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from capsim.metrics.summary import summarize
 from capsim.results.model import RunResult, SummaryRow
-from capsim.scenario.resolve import RunConfig
-from capsim.scenario.slo import RequestSlo, SloConfig
 from capsim.sim.simulate import simulate
 from capsim.studies.parallel import ExecutorSpec, open_runner
-from capsim.workload import RequestTrace
+from capsim.studies.task import RunTask
 
 LOGGER = "capsim"
-
-
-@dataclass(frozen=True)
-class VariantTask:
-    """One variant of a scenario: its resolved run, its trace and the scenario's SLOs."""
-
-    run: RunConfig
-    trace: RequestTrace
-    slo: SloConfig
-    class_slos: dict[str, RequestSlo] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,8 +45,9 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def simulate_variant(task: VariantTask) -> VariantOutcome:
-    """Simulate and summarise one variant (in a worker process), collecting its warnings."""
+def simulate_variant(task: RunTask) -> VariantOutcome:
+    """Simulate and summarise one variant (in a worker process), collecting its warnings
+    (``task.labels`` is not read)."""
     logger, collect = logging.getLogger(LOGGER), _Collect()
     logger.addHandler(collect)
     try:
@@ -68,7 +58,7 @@ def simulate_variant(task: VariantTask) -> VariantOutcome:
     return VariantOutcome(result, rows, collect.messages)
 
 
-def simulate_variants(tasks: list[VariantTask], workers: int,
+def simulate_variants(tasks: list[RunTask], workers: int,
                       progress: Callable[[int, int], None] | None = None
                       ) -> list[VariantOutcome]:
     """Every task on a pool of ``workers`` processes, the longest traces first; outcomes

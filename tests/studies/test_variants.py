@@ -6,6 +6,7 @@ import logging
 
 from capsim.scenario.load import load
 from capsim.studies import variants
+from capsim.studies.task import RunTask
 from capsim.workload import TraceCache
 
 SCENARIO = {
@@ -44,8 +45,8 @@ def test_a_worker_s_warnings_are_logged_again_here(tmp_path, write_scenario, mon
     no handler would print it as capsim's other warnings are printed)."""
     loaded = load(write_scenario(tmp_path, SCENARIO), [])
     traces = TraceCache(loaded.base_dir)
-    tasks = [variants.VariantTask(rc, traces.get(rc.workload, rc.seed), loaded.spec.slo)
-             for rc in loaded.runs[:2]]
+    tasks = [RunTask({"variant": rc.variant}, rc, traces.get(rc.workload, rc.seed),
+                     loaded.spec.slo) for rc in loaded.runs[:2]]
     real = variants.simulate
 
     def warning_simulate(run, trace):

@@ -479,6 +479,8 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
         figures.update(_violations_k_down(p, ev, opt, chosen))
         note = "; ".join(n for n in (note, why, _violations_note(p.headroom, figures)) if n)
     bounds = _autoscaler_note(opt.run, figures["num_replicas"])
+    if p.headroom and not bounds:
+        bounds = _below_min_note(opt.run, chosen.num_replicas, p.headroom)
     note = "; ".join(n for n in (note, bounds) if n)
     return SizingRow(**head, status="met", **figures,
                      within_noise=_within_noise(p, ev, opt, answer, chosen, binding_name),
@@ -542,6 +544,18 @@ def _autoscaler_note(run: RunConfig, replicas: int) -> str:
            else f"lower cluster.autoscaling.min_replicas to {replicas} to pay for fewer")
     return (f"{replicas} replicas is outside the autoscaler's [min_replicas, max_replicas] = "
             f"[{a.min_replicas}, {a.max_replicas}]: it would not keep {replicas}; {fix}")
+
+
+def _below_min_note(run: RunConfig, serving: int, k: int) -> str:
+    """With headroom: the N − k simulated below the autoscaler's ``min_replicas`` were not
+    held — its first tick starts replicas up to the minimum — so "k down" was not what was
+    tested ("" otherwise; day_in_the_life's N+1 variant, min 2, sized 1 + 1)."""
+    a = run.autoscaling
+    if a is None or serving >= a.min_replicas:
+        return ""
+    return (f"the {serving} replica(s) left serving are below the autoscaler's min_replicas "
+            f"{a.min_replicas}: its first tick starts more, so {k} down was not held for the "
+            "run")
 
 
 def _failing_neighbour(p: SizingPlan, ev: _Evaluator, opt: FleetOption,

@@ -495,3 +495,18 @@ def test_headroom_prices_k_spare_replicas_on_top_of_the_answer_s_fleet():
     assert (out["num_replicas"], out["num_gpus"]) == (2, 5)
     assert out["cost_per_hour_usd"] == pytest.approx(17.89 + 6.88)
     assert out["cost_per_million_output_tokens_usd"] == pytest.approx(5.0 * (17.89 + 6.88) / 17.89)
+
+
+def test_headroom_below_the_autoscaler_s_minimum_is_said():
+    """day_in_the_life's N+1 variant (min_replicas 2) sized 1 serving + 1 spare: the one
+    left serving was lifted to 2 at the autoscaler's first tick, so "1 down" was not held."""
+    from types import SimpleNamespace
+
+    from capsim.studies.sizing import _below_min_note
+
+    run = SimpleNamespace(autoscaling=SimpleNamespace(min_replicas=2))
+    assert _below_min_note(run, 1, 1) == (
+        "the 1 replica(s) left serving are below the autoscaler's min_replicas 2: its first "
+        "tick starts more, so 1 down was not held for the run")
+    assert _below_min_note(run, 2, 1) == ""
+    assert _below_min_note(SimpleNamespace(autoscaling=None), 1, 1) == ""

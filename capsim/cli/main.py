@@ -205,13 +205,14 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
         for rc in loaded.runs:
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
-        if workers > 1:                 # one bar: variants done
-            task = bar.add_task(f"{len(loaded.runs)} variants, {workers} processes",
-                                total=len(loaded.runs))
+        if workers > 1:                 # one pulsing bar (no total until every variant is done)
+            label = f"{len(loaded.runs)} variants, {workers} processes"
+            task = bar.add_task(f"{label}: 0 done", total=None)
             tasks = [RunTask({"variant": rc.variant}, rc, traces.get(rc.workload, rc.seed),
                              spec.slo, loaded.class_slos) for rc in loaded.runs]
-            for outcome in simulate_variants(tasks, workers,
-                                             lambda d, t: bar.update(task, completed=d)):
+            for outcome in simulate_variants(tasks, workers, lambda d, t: bar.update(
+                    task, description=f"{label}: {d} done", total=t if d == t else None,
+                    completed=d)):
                 results.append(outcome.result)
                 rows.extend(outcome.rows)
         else:                           # one bar per variant: requests done

@@ -161,12 +161,27 @@ def open_runner(spec: ExecutorSpec) -> Iterator[Runner]:
     if spec.backend == "serial" or (spec.backend == "process" and spec.num_workers == 1):
         yield _SerialRunner()
     elif spec.backend == "process":
-        with ProcessPoolExecutor(max_workers=spec.num_workers, mp_context=_mp_context(),
-                                 initializer=one_blas_thread) as pool:
+        pool = ProcessPoolExecutor(max_workers=spec.num_workers, mp_context=_mp_context(),
+                                   initializer=one_blas_thread)
+        try:
             yield _PoolRunner(pool)
+        except BaseException:
+            _stop_now(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
         with _dask_client(spec) as client:
             yield _DaskRunner(client)
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool whose caller gave up (Ctrl-C, a task's error): pending tasks cancelled,
+    running ones killed — ``shutdown(wait=True)`` would wait for each running simulation
+    to end (a day's: a minute). Python 3.14's ``terminate_workers`` does this; before it,
+    the pool's worker processes are only reachable through ``_processes``."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def one_blas_thread() -> None:

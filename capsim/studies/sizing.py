@@ -529,7 +529,9 @@ def _violations_note(k: int, figures: dict[str, Any]) -> str:
     a, b = figures["violation_min_with_headroom"], figures["violation_min_without_headroom"]
     if math.isnan(a):
         return ""
-    without = f", {b:g} without it" if not math.isnan(b) else ""
+    none_left = figures["num_replicas"] - 2 * k < 1     # N − 2k serving: every minute
+    without = "" if math.isnan(b) else \
+        f", {b:g} without it{' (none left serving)' if none_left else ''}"
     return f"SLO-violation minutes with {k} down: {a:g} with the headroom{without}"
 
 

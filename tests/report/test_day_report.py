@@ -64,7 +64,7 @@ def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_sce
     assert "the day (5-minute windows; cost of the whole run)" in stdout
     for variant in ("fixed", "autoscaled", "failing"):
         said = (f"{variant}: PASS over the whole run, but its p99 ITL or TTFT broke the "
-                f"target in {minutes[variant]:g} minutes")
+                f"target in {minutes[variant] / 5:g} of its 5-minute windows")
         assert (said in " ".join(stdout.split())) == bool(summary.slo_pass[variant]
                                                            and minutes[variant] > 0)
 
@@ -85,8 +85,8 @@ def test_a_pass_over_the_day_with_bad_windows_is_said():
               "c": pd.DataFrame({"violation": [True] * 4})}
     slo = SloConfig(targets={"itl_p99_ms": 50})
     assert day_verdict_lines(rows, frames, slo) == [
-        "a: PASS over the whole run, but its p99 ITL or TTFT broke the target in 10 minutes "
-        "of 5-minute windows (day.csv)"]
+        "a: PASS over the whole run, but its p99 ITL or TTFT broke the target in 2 of its "
+        "5-minute windows (10 minutes; day.csv)"]
 
 
 def test_a_steady_scenario_has_no_day_view(tmp_path, run_cli, write_scenario):

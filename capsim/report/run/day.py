@@ -125,6 +125,10 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
                 load_ax.legend(loc="upper left", fontsize=8, frameon=False)
         if "itl_p99_ms" in slo.targets:
             itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
+        if any(f.violation.any() for f in frames.values()):
+            load_ax.text(1.0, 1.01, "bars at the top, shading: a variant's windows that "
+                         "broke a target", transform=load_ax.transAxes, ha="right",
+                         va="bottom", fontsize=7, color="#555")
         if no_token:
             itl_ax.text(0.995, 0.97, "▼ no token sent (every replica down): infinite p99",
                         transform=itl_ax.transAxes, ha="right", va="top", fontsize=7,
@@ -151,7 +155,8 @@ def table(results: list[RunResult], frames: dict[str, pd.DataFrame],
         if r.variant not in frames:
             continue
         c, f = day_cost(r), r.fleet
-        cells = [f.policy if f else f"fixed, {r.num_replicas} replicas",
+        cells = [f.policy if f else
+                 f"fixed, {r.num_replicas} replica{'' if r.num_replicas == 1 else 's'}",
                  fmt(c["gpu_hours"], "num"), fmt(c["cost_usd"], "usd"),
                  fmt(c["cost_per_million_output_tokens_usd"], "usd"),
                  str(max(f.serving) if f else r.num_replicas),

@@ -54,10 +54,11 @@ def pct(v: float) -> str:
 
 
 def _sig3(v: float) -> str:
-    if v == 0:
-        return "0"
     if abs(v) >= 1000:
         return f"{v:,.0f}"
+    v = float(f"{v:.3g}")       # rounded first: 0.99996 is "1.00", not "1.000"
+    if v == 0:
+        return "0"
     digits = max(0, 2 - int(math.floor(math.log10(abs(v)))))
     return f"{v:.{digits}f}"
 

@@ -70,12 +70,21 @@ def signal_value(signal: str, serving: list[Replica]) -> float:
     raise ValueError(f"unknown signal {signal!r}")
 
 
+_DETAIL = ", every "     # where policy_label's head (signal, bounds) ends and its timing begins
+
+
 def policy_label(cfg: AutoscalingConfig, delay_s: float) -> str:
     """One line for the report: ``running 48/replica, 1–8 replicas, every 15 s, ...``."""
     how = "by schedule" if cfg.signal == "schedule" else f"{cfg.signal} {cfg.target:g}/replica"
-    return (f"{how}, {cfg.min_replicas}–{cfg.max_replicas} replicas, every "
+    return (f"{how}, {cfg.min_replicas}–{cfg.max_replicas} replicas{_DETAIL}"
             f"{cfg.interval_s:g} s, scale-down window {cfg.scale_down_cooldown_s:g} s, "
             f"start-up {delay_s:.0f} s")
+
+
+def policy_head(label: str) -> str:
+    """A :func:`policy_label`'s signal and bounds (``running 48/replica, 1–8 replicas``),
+    for a one-line terminal column; any other label as it is."""
+    return label.split(_DETAIL)[0]
 
 
 def desired_replicas(cfg: AutoscalingConfig, now_s: float, serving: list[Replica],

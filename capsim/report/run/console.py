@@ -94,6 +94,7 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
     cost of the day, $/M out tok, replicas, scale-ups, failures, requests retried / failed /
     timed out, SLO-violation minutes; :func:`capsim.report.run.day.table`); None when no
     variant has one."""
+    from capsim.engine.fleet import policy_head
     from capsim.report.run import day     # the report's columns and cells
 
     table = day.table(results, frames, {})
@@ -108,7 +109,7 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
                       [heads[:1], heads[1:4], heads[4:8], heads[8:11], heads[11:]])
     for row in table["rows"]:
         policy, *cells = row["cells"]
-        out.add_row(row["variant"], policy.split(", every ")[0], *cells)
+        out.add_row(row["variant"], policy_head(policy), *cells)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The package's dependencies point one way (ARCHITECTURE.md "Layers").
+"""The package's dependencies point one way (docs/architecture.md "The layers").
 
 Reads every module of ``capsim/`` with :mod:`ast` (nothing is imported) and checks
 that (1) a module imports only from its own package or from packages in a lower

@@ -17,7 +17,7 @@ not scale with the GPU's FLOP/s.
 
 TTFT = a·L² + b·L splits prefill into the full-attention layers (a) and everything linear
 in the prompt (b): GEMMs, experts, windowed layers, element-wise work. These tests pin the
-README figures (Fidelity, "gpt-oss-20b's 20k-prompt TTFT"): capsim's one-user TTFT at each
+docs/fidelity.md figures ("gpt-oss-20b's 20k-prompt TTFT"): capsim's one-user TTFT at each
 length, the fits, and the attention efficiency each `a` implies.
 """
 

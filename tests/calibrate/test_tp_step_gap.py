@@ -29,8 +29,8 @@ TP 2 (+0.2 / −2.1 % → +2.8 … +12.2 %); the all-reduce wait gpt-oss-120b TP
 70B TP 4 first token +2.9 / +13.9 → +13.2 / +27.3 %, NIM ITL at 100–250 users +1.0 … +6.2
 → +12.9 … +18.8 %, Qwen3-235B fp8 TP 4 on the B200 throughput −4.5 → −13.2 %); the host
 constant vLLM PR 9856's 8B TP 2 row (−7.3 → +17.3 %). So none is shipped; the figures are
-in README (Fidelity, "The Llama-70B TP 4 perf-benchmark rows stay low"). Two measured
-TP > 1 checks outside the fidelity cases are priced alongside (:data:`EXTERNAL`): vLLM PR
+in docs/fidelity.md ("The Llama-70B TP 4 perf-benchmark rows were −9.0 % / −8.4 %"). Two
+measured TP > 1 checks outside the fidelity cases are priced alongside (:data:`EXTERNAL`): vLLM PR
 9856 (V0 main, Llama-3.1-8B TP 2 on A100s, batch 8, 128 in / 256 out, median 2.2919 s)
 and the perf-benchmark's H200 build 9513 (since then held-out supplementary cases of the fidelity
 benchmark too; tests/calibrate/test_tp_series_gpt_fast.py reads a TP 1 / 2 / 4 / 8 series).
@@ -271,7 +271,7 @@ def test_fitted_sizes(priced):
 
 @pytest.mark.parametrize("key", list(EXPECTED), ids=[f"{c[:24]}:{q}" for c, q in EXPECTED])
 def test_every_tp_row_under_each_form(priced, key):
-    """The TP > 1 rows before and after each form (README's table)."""
+    """The TP > 1 rows before and after each form (docs/fidelity.md's table)."""
     got = [priced[form][1][key] for form in FORMS]
     assert got == pytest.approx(list(EXPECTED[key]), abs=0.15)
 

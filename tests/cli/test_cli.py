@@ -1057,7 +1057,8 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
     in flight a step leaves at most every slowest stage. TP 8 × PP 2 spans two 8-GPU nodes:
     its handoff goes over InfiniBand (the profile's scale-out link) and costs more.
     --ep --dp-attention: DeepSeek-V3 on 8 H200s exchanges tokens by all-to-all instead of
-    all-reducing every MoE layer (README, Parallelism), so its step communicates less."""
+    all-reducing every MoE layer (docs/how-it-works/moe-mla.md, Parallelism), so its step
+    communicates less."""
     from capsim.cost.describe import describe_step
 
     d = describe_step("llama-3.1-70b", "h100-sxm", 4, prefill_tokens=2048, pp=2)
@@ -1088,8 +1089,8 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
                                                ("sglang", False), ("trtllm", False)])
 def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_flight):
     """Only vLLM's continuous batching keeps PP batches in flight (engine/pipeline.py;
-    README, Parallelism); TGI's, SGLang's and TensorRT-LLM's policies run one at a time,
-    so roofline does not promise them the slowest stage's rate."""
+    docs/how-it-works/moe-mla.md, Parallelism); TGI's, SGLang's and TensorRT-LLM's policies
+    run one at a time, so roofline does not promise them the slowest stage's rate."""
     code, out, _ = run_cli(["roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
                             "--decode-batch", "8", "--context", "100", "--pp", "2",
                             "--preset", preset])

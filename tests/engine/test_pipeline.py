@@ -198,7 +198,7 @@ def test_macro_steps_do_not_change_a_pipelined_run(tmp_path):
 
 def test_engines_without_batches_in_flight_run_one_at_a_time(tmp_path):
     """SGLang's policy is not pipelined here: one batch at a time, the sum of the stages
-    per prompt (README: PP)."""
+    per prompt (docs/how-it-works/moe-mla.md, Parallelism)."""
     rc, res = _run(tmp_path, variant="sglang")
     pricer = rc.pool().pricer(rc.model)
     done = np.sort(res.requests.finish_s)

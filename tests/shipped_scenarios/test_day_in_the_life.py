@@ -4,7 +4,7 @@ trough (``peak_hour`` 12 puts the trough at t = 0, as at 08:00 in the day), offi
 RAG from 20 minutes in (its hourly factors on 20-minute steps: 1.5 from 1,200 s, as from
 09:00), and the failure at 1,200 s (09:01 in the day) with its replacement 10 minutes
 later (30 in the day). The figures asserted are this short run's, seed 11; the whole
-day's are in the scenario's header and README ("What scenarios/day_in_the_life.yaml
+day's are in the scenario's header and docs/whole-day.md ("What scenarios/day_in_the_life.yaml
 shows")."""
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def ratio(tmp_path_factory, scenarios_dir):
 def test_rag_mix_1p1d_removes_the_prefill_stalls_on_the_same_two_gpus(rag_mix):
     s = rag_mix
     # The co-located variants that stream (static batching holds each reply until its batch
-    # ends: every gap 0 ms, the wait is in its TTFT; README "Metrics").
+    # ends: every gap 0 ms, the wait is in its TTFT; docs/how-it-works/metrics.md).
     colo = [v for v in ("continuous", "chunked-2048", "chunked-512")]
     assert s.loc[("static", "all")].itl_p99_ms == 0
     nv, ib = s.loc[("disagg-1P1D-nvlink", "all")], s.loc[("disagg-1P1D-ib", "all")]

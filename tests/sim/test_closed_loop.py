@@ -204,7 +204,7 @@ def test_all_at_once(scenario):
 
 def test_identical_users_without_think_time_stay_in_lock_step(scenario):
     """Users sent together at t = 0 with identical requests and no think time never drift
-    apart (the NIM concurrency sweep's 5- and 25-user TTFT rows, README "Fidelity"): every
+    apart (the NIM concurrency sweep's 5- and 25-user TTFT rows, docs/fidelity.md): every
     later round's replies end one decode step apart, so its prompts (each a whole step of
     its own under TensorRT-LLM's unchunked context) arrive together and all but the first
     wait one whole prefill; real clients drift apart."""
@@ -229,7 +229,7 @@ def test_a_server_path_in_a_balanced_loop_costs_the_second_wave_far_more_than_it
     drains. ``request_before_s`` (HTTP, tokenizer, wake-up before scheduling) lets each arrival
     during the short decode steps lose prefill time that is never won back: 50 ms of it adds
     ~0.77 s to the second wave's mean TTFT here (vLLM PR 43232's 30k-token, 64-user B200 run:
-    README "Fidelity")."""
+    docs/fidelity.md)."""
     preset = yaml.safe_load((ENGINES / "vllm-v1.yaml").read_text())
     preset["host_overhead"]["request_before_s"] = 0.05
     (tmp_path / "v1-path.yaml").write_text(yaml.safe_dump(preset))

@@ -1,5 +1,6 @@
-"""README "Your own GPU / model", run as written: the template command, the fields the reader
-replaces, the scenario, ``capsim validate`` and ``capsim run`` (issue 16, item 6)."""
+"""docs/own-gpu.md ("Your own GPU / model"), run as written: the template command, the
+fields the reader replaces, the scenario, ``capsim validate`` and ``capsim run`` (issue 16,
+item 6)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import yaml
 from capsim.common.yamlio import load_yaml
 from capsim.profiles.hardware import load_hardware
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-gpu.md"
 
 
 def _section() -> str:
-    text = README.read_text()
-    start = text.index("\n## Your own GPU / model\n")
-    return text[start:text.index("\n## ", start + 1)]
+    text = PAGE.read_text()
+    assert text.startswith("# Your own GPU / model\n")
+    return text
 
 
 def _blocks(lang: str) -> list[str]:
@@ -54,16 +55,16 @@ def test_the_worked_example_validates_and_runs(tmp_path, monkeypatch, run_cli):
     validate, run = (shlex.split(part) for part in run_cmds.strip().split(" && "))
     code, out, err = run_cli(validate[1:])
     assert (code, err) == (0, ""), err
-    # The figures the README quotes, from validate's vLLM-style start-up lines.
+    # The figures the page quotes, from validate's vLLM-style start-up lines.
     mi300x, h100 = out.split("  h100-tp4: ")
-    readme = " ".join(_section().split())
+    page = " ".join(_section().split())
     for line, quoted in (("Model loading took 131.45 GiB", "131.45 GiB of bf16 weights"),
                          ("Available KV cache memory: 39.06 GiB", "39.06 GiB left"),
                          ("GPU KV cache size: 127,968 tokens", "127,968 tokens"),
                          ("Maximum concurrency for 16,384 tokens per request: 7.81x",
                           "7.81 requests of 16,384 tokens")):
-        assert line in mi300x and quoted in readme
-    assert "GPU KV cache size: 450,240 tokens" in h100 and "TP 4 (450,240 tokens)" in readme
+        assert line in mi300x and quoted in page
+    assert "GPU KV cache size: 450,240 tokens" in h100 and "TP 4 (450,240 tokens)" in page
 
     code, out, err = run_cli([*run[1:], "-o", str(tmp_path / "report")])
     assert code == 0, err

@@ -99,14 +99,24 @@ def _over(sizes: dict[str, int], limit: int) -> dict[str, int]:
     return {name: n for name, n in sizes.items() if n > limit}
 
 
+def _unexcused(sizes: dict[str, int], limit: int) -> dict[str, int]:
+    """What is over ``limit`` lines and named neither in :data:`ALLOWED` nor :data:`PENDING`."""
+    return {name: n for name, n in _over(sizes, limit).items()
+            if name not in ALLOWED and name not in PENDING}
+
+
 def test_no_module_over_800_lines():
-    over = _over(MODULES, MODULE_LINES)
-    assert {m: n for m, n in over.items() if m not in ALLOWED and m not in PENDING} == {}
+    assert _unexcused(MODULES, MODULE_LINES) == {}
 
 
 def test_no_class_over_500_lines():
-    over = _over(CLASSES, CLASS_LINES)
-    assert {c: n for c, n in over.items() if c not in ALLOWED and c not in PENDING} == {}
+    assert _unexcused(CLASSES, CLASS_LINES) == {}
+
+
+def test_an_offender_not_listed_fails():
+    sizes = {"capsim.x.Big": CLASS_LINES + 1, "capsim.x.Fits": CLASS_LINES,
+             "capsim.cost.pricer.StepPricer": 889}
+    assert _unexcused(sizes, CLASS_LINES) == {"capsim.x.Big": CLASS_LINES + 1}
 
 
 def test_at_most_10_functions_over_50_lines():

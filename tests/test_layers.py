@@ -6,8 +6,8 @@ layer, and (2) no set of modules imports itself around a cycle. Every import cou
 inside functions, relative ones, and those under ``if TYPE_CHECKING:`` — a loop dodged
 at run time is still a loop in the design, and an annotation that names a higher
 layer's type still makes the lower layer know about it. The graph is the one
-``../shared/acceptance/lib/imports.py`` reads, plus edges into a module's own parent
-package, which that script drops: a package ``__init__`` that re-exported a submodule
+issue 28's acceptance check reads, plus edges into a module's own parent package,
+which that check drops: a package ``__init__`` that re-exported a submodule
 importing it back would be a real loop.
 """
 

@@ -1,8 +1,7 @@
 """The house stays small enough to read (issue 28): no class over 500 lines, no module over
 800, at most 10 functions over 50 lines.
 
-Counts the way ``../shared/acceptance/lib/imports.py`` (the acceptance check) does, so the
-two agree: a module's lines are its newline characters; a class's or function's lines run
+Counts the way issue 28's acceptance check does, so the two agree: a module's lines are its newline characters; a class's or function's lines run
 from its ``class``/``def`` line (decorators not counted) to its last line, nested functions
 and methods included. Names here are qualified (``module.Class.method``).
 

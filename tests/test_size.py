@@ -1,9 +1,10 @@
 """The house stays small enough to read (issue 28): no class over 500 lines, no module over
 800, at most 10 functions over 50 lines.
 
-Counts the way issue 28's acceptance check does, so the two agree: a module's lines are its newline characters; a class's or function's lines run
-from its ``class``/``def`` line (decorators not counted) to its last line, nested functions
-and methods included. Names here are qualified (``module.Class.method``).
+Counts the way issue 28's acceptance check does, so the two agree: a module's lines are
+its newline characters; a class's or function's lines run from its ``class``/``def`` line
+(decorators not counted) to its last line, nested functions and methods included. Names
+here are qualified (``module.Class.method``).
 
 A class or module over its limit fails unless :data:`ALLOWED` names it with a reason; the
 function limit is a budget, not a list. :data:`PENDING` names what other branches of

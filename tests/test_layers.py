@@ -2,8 +2,13 @@
 
 Reads every module of ``capsim/`` with :mod:`ast` (nothing is imported) and checks
 that (1) a module imports only from its own package or from packages in a lower
-layer, and (2) no set of modules imports itself around a cycle. Imports inside
-functions count; imports under ``if TYPE_CHECKING:`` (annotations only) do not.
+layer, and (2) no set of modules imports itself around a cycle. Every import counts:
+inside functions, relative ones, and those under ``if TYPE_CHECKING:`` — a loop dodged
+at run time is still a loop in the design, and an annotation that names a higher
+layer's type still makes the lower layer know about it. The graph is the one
+issue 28's acceptance check reads, plus edges into a module's own parent package,
+which that check drops: a package ``__init__`` that re-exported a submodule
+importing it back would be a real loop.
 """
 
 from __future__ import annotations
@@ -25,23 +30,26 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """capsim modules ``path`` imports (``from capsim.x import y`` → ``capsim.x`` and
-    ``capsim.x.y`` when that is a module), outside ``if TYPE_CHECKING:`` blocks."""
+def _imports(path: Path, module: str | None = None) -> set[str]:
+    """Names of what ``path`` imports that may be capsim modules: ``from capsim.x import y``
+    → ``capsim.x`` and ``capsim.x.y`` (kept when that is a module); relative imports are
+    resolved against the package of ``module`` (default: the module ``path`` is)."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-            and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
-            for n in ast.walk(node)}
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("capsim")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                and node.module.startswith("capsim"):
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = (module or _module(path)).split(".")
+                package = package if path.name == "__init__.py" else package[:-1]
+                base = package[: len(package) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.startswith("capsim"):
+                out.add(name)
+                out |= {f"{name}.{a.name}" for a in node.names}
     return out
 
 
@@ -77,19 +85,32 @@ def test_imports_point_down_the_layers(module):
     assert not upward, f"{module} ({_layer(module)}) imports from a higher layer: {upward}"
 
 
-def test_no_import_cycle():
-    """Tarjan's strongly connected components over the module graph: all of size 1."""
+#: Loops that other branches of issue 28 remove; each is the exact set of modules of one
+#: strongly connected component. Empty this after merging them: a listed loop that no
+#: longer exists fails :func:`test_no_import_cycle` so the list cannot rot.
+PENDING_LOOPS = {
+    frozenset({"capsim.engine.replica", "capsim.engine.macro.runner"}):
+        "being removed (issue 28): the runner takes replica accounting, not the Replica",
+    frozenset({"capsim.scenario.resolve", "capsim.scenario.resolve_pools"}):
+        "being removed (issue 28): scenario/resolve.py is split by job",
+    frozenset({"capsim.profiles.models", "capsim.profiles.quantization"}):
+        "being removed (issue 28): quantization stops naming ModelShape",
+}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's strongly connected components of ``graph`` with more than one module."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    cycles: list[list[str]] = []
+    cycles: list[frozenset[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in GRAPH[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -104,18 +125,55 @@ def test_no_import_cycle():
                 if w == v:
                     break
             if len(comp) > 1:
-                cycles.append(sorted(comp))
+                cycles.append(frozenset(comp))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph):
         if v not in index:
             visit(v)
-    assert cycles == []
+    return cycles
 
 
-def test_the_reader_sees_imports_and_skips_annotation_only_ones(tmp_path):
-    """An import of a higher layer is an edge; one under ``if TYPE_CHECKING:`` is not."""
+def test_no_import_cycle():
+    """Every strongly connected component of the module graph is one module, except the
+    loops :data:`PENDING_LOOPS` names (and each of those still exists)."""
+    cycles = _cycles(GRAPH)
+    assert sorted(sorted(c) for c in cycles if c not in PENDING_LOOPS) == []
+    assert sorted(sorted(c) for c in PENDING_LOOPS if c not in cycles) == [], \
+        "gone: take it off PENDING_LOOPS"
+
+
+def test_a_loop_not_pending_fails():
+    """A new loop, and a pending loop that grew a module, are both reported."""
+    graph = {m: set(ts) for m, ts in GRAPH.items()}
+    graph["capsim.common.errors"] |= {"capsim.cli.main"}
+    graph["capsim.profiles.models"] |= {"capsim.profiles.hardware"}
+    graph["capsim.profiles.hardware"] |= {"capsim.profiles.quantization"}
+    new = [c for c in _cycles(graph) if c not in PENDING_LOOPS]
+    assert any("capsim.common.errors" in c for c in new)
+    assert any({"capsim.profiles.models", "capsim.profiles.hardware"} <= c for c in new)
+
+
+def test_the_reader_counts_every_import(tmp_path):
+    """Imports at the top, in functions, relative ones and those under ``if TYPE_CHECKING:``
+    are all edges."""
     (tmp_path / "a.py").write_text("from capsim.cli.main import main\n"
-                                   "if TYPE_CHECKING:\n    from capsim.report import run\n")
-    assert _imports(tmp_path / "a.py") == {"capsim.cli.main", "capsim.cli.main.main"}
+                                   "if TYPE_CHECKING:\n    from capsim.report import run\n"
+                                   "def f():\n    import capsim.sim.simulate\n")
+    assert _imports(tmp_path / "a.py") == {"capsim.cli.main", "capsim.cli.main.main",
+                                           "capsim.report", "capsim.report.run",
+                                           "capsim.sim.simulate"}
     assert sum(map(len, GRAPH.values())) > 300              # the real graph was read
     assert "capsim.scenario.resolve" in GRAPH["capsim.engine.replica"]
+    assert "capsim.engine.replica" in GRAPH["capsim.engine.macro.runner"]   # TYPE_CHECKING
+
+
+def test_the_reader_resolves_relative_imports(tmp_path):
+    """``from . import x`` and ``from ..y import z`` name the modules they load, in a module
+    and in a package's ``__init__``."""
+    (tmp_path / "page.py").write_text("from . import cdf\nfrom ..plotting import NAME_CHARS\n")
+    assert _imports(tmp_path / "page.py", "capsim.report.run.page") == {
+        "capsim.report.run", "capsim.report.run.cdf",
+        "capsim.report.plotting", "capsim.report.plotting.NAME_CHARS"}
+    (tmp_path / "__init__.py").write_text("from .cdf import Distribution\n")
+    assert _imports(tmp_path / "__init__.py", "capsim.report.run") == {
+        "capsim.report.run.cdf", "capsim.report.run.cdf.Distribution"}

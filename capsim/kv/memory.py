@@ -446,25 +446,58 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     if rule.context_in_budget:
         n += ctx
     outside = (0 if rule.context_in_budget else ctx) + int(at_tp(rule.init_comm_gib, tp) * GIB)
+    pool, estimate = _cudagraph_bytes(model, rule, tp, max_num_seqs, max_num_batched_tokens)
+    graphs = estimate if rule.cudagraph_in_budget else 0
+    if rule.rule == "sglang":
+        a = n = graphs = 0                      # activations live outside the static fraction
+    budget, available = _budget_and_kv(rule, total_bytes, fraction, w, a, n, graphs)
+    _check_fits(rule, total_bytes=total_bytes, fraction=fraction, budget=budget, weights=w,
+                outside=outside, num_sms=num_sms, max_threads_per_sm=max_threads_per_sm)
+    return MemoryTerms(total_bytes=total_bytes, fraction=fraction, budget_bytes=budget,
+                       weight_bytes=w, activation_peak_bytes=a, non_torch_bytes=n,
+                       cudagraph_bytes=graphs, available_kv_bytes=available,
+                       cuda_context_bytes=ctx, outside_budget_bytes=outside,
+                       cudagraph_pool_bytes=pool, cudagraph_estimate_bytes=estimate)
+
+
+def _cudagraph_bytes(model: ModelShape, rule: MemoryRule, tp: int, max_num_seqs: int,
+                     max_num_batched_tokens: int) -> tuple[int, int]:
+    """(pool, estimate) bytes of the CUDA graphs captured for every layer: what the graph
+    pool holds, and what the engine's estimate reserves (in the budget when
+    ``rule.cudagraph_in_budget``)."""
     layer_graphs = model.num_hidden_layers * cudagraph_count(rule, max_num_seqs,
                                                              max_num_batched_tokens)
     pool = int(layer_graphs * at_tp(rule.cudagraph_mib_per_layer_graph, tp) * 2**20)
     estimate = int(layer_graphs * at_tp(rule.cudagraph_estimate_mib_per_layer_graph, tp) * 2**20)
-    graphs = estimate if rule.cudagraph_in_budget else 0
+    return pool, estimate
+
+
+def _budget_and_kv(rule: MemoryRule, total_bytes: int, fraction: float, w: int, a: int, n: int,
+                   graphs: int) -> tuple[int, int]:
+    """(budget, available for the KV cache) bytes per GPU under ``rule.rule``, from the
+    weights ``w``, activation peak ``a``, non-torch ``n`` and CUDA graph ``graphs`` bytes
+    in the budget."""
     context = int(rule.context_gib * GIB)
     if rule.rule == "sglang":                   # f × (free before weights) − weights
         budget = int(fraction * (total_bytes - context))
-        a = n = graphs = 0                      # activations live outside the static fraction
-        available = budget - w
-    elif rule.rule in ("vllm_v1", "vllm_v0"):
+        return budget, budget - w
+    if rule.rule in ("vllm_v1", "vllm_v0"):
         budget = math.ceil(total_bytes * fraction) if rule.ceil_budget else int(total_bytes * fraction)
-        available = budget - w - a - n - graphs
-    elif rule.rule == "trtllm":                 # f × (what the profile run left free)
+        return budget, budget - w - a - n - graphs
+    if rule.rule == "trtllm":                   # f × (what the profile run left free)
         budget = total_bytes
-        available = int(fraction * (budget - w - a - n - context))
-    else:                                       # tgi: a share of f × total less the peak
-        budget = int(fraction * total_bytes)
-        available = int(rule.kv_fraction_of_free * (budget - w - a - n - context))
+        return budget, int(fraction * (budget - w - a - n - context))
+    # tgi: a share of f × total less the peak
+    budget = int(fraction * total_bytes)
+    return budget, int(rule.kv_fraction_of_free * (budget - w - a - n - context))
+
+
+def _check_fits(rule: MemoryRule, *, total_bytes: int, fraction: float, budget: int,
+                weights: int, outside: int, num_sms: int,
+                max_threads_per_sm: int | None) -> None:
+    """Raise :class:`ScenarioError` when what lives outside the budget (``outside`` bytes:
+    CUDA context, communicators) fills the GPU, when a ``vllm_v1`` budget exceeds the
+    memory free at start-up, or when the weights fill the budget."""
     if outside >= total_bytes:      # not a fraction to lower: the profile's numbers are off
         raise ScenarioError(
             f"the CUDA context and communicators alone hold {outside / GIB:,.2f} GiB (the "
@@ -478,13 +511,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
             f"than the {(total_bytes - outside) / GIB:.2f} GiB free when vLLM starts (the CUDA "
             f"context and communicators hold {outside / GIB:.2f} GiB), so vLLM refuses to start; "
             f"lower gpu_memory_utilization to <= {(total_bytes - outside) / total_bytes:.4f}")
-    if w >= budget:
+    if weights >= budget:
         raise ScenarioError(
-            f"model weights {w / GIB:.2f} GiB per GPU do not fit in {fraction:g} × "
+            f"model weights {weights / GIB:.2f} GiB per GPU do not fit in {fraction:g} × "
             f"{total_bytes / GIB:.2f} GiB = {budget / GIB:.2f} GiB; raise the memory fraction "
             "or tensor_parallel_size, or use a larger GPU")
-    return MemoryTerms(total_bytes=total_bytes, fraction=fraction, budget_bytes=budget,
-                       weight_bytes=w, activation_peak_bytes=a, non_torch_bytes=n,
-                       cudagraph_bytes=graphs, available_kv_bytes=available,
-                       cuda_context_bytes=ctx, outside_budget_bytes=outside,
-                       cudagraph_pool_bytes=pool, cudagraph_estimate_bytes=estimate)

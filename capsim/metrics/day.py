@@ -58,18 +58,40 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     serving = _window_mean(k, np.asarray(day.serving, dtype=np.float64), n)
     queue = _window_mean(k, np.asarray(day.queue, dtype=np.float64), n)
     running = _window_mean(k, np.asarray(day.running, dtype=np.float64), n)
+    first_token = np.asarray(rec.first_token_s, dtype=np.float64)
+    sent_first = np.histogram(first_token[np.isfinite(first_token)], bins=edges)[0] > 0
+    demand = (offered > 0) | (np.nan_to_num(queue) > 0) | (np.nan_to_num(running) > 0)
+    itl = _itl_p99_ms(result, times, edges, demand & ~sent_first)
+    ttft_p99 = _ttft_p99_ms(result, arrival, first_token, window_s, n)
+    frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
+                          "replicas_serving": serving, "queue_mean": queue,
+                          "running_mean": running,
+                          "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
+    frame["violation"] = _violations(frame, slo)
+    return frame
+
+
+def _itl_p99_ms(result: RunResult, times: np.ndarray, edges: np.ndarray,
+                dark: np.ndarray) -> list[float]:
+    """p99 ITL (ms) of the token gaps recorded in each window between ``edges`` (s), read off
+    the day samples at ``times`` (s); a window without a gap is inf when ``dark`` (demand,
+    no first token sent: every replica down), else NaN."""
     # ITL runs recorded by each edge (the last sample at or before it).
-    marks = np.asarray(day.itl_runs)
+    marks = np.asarray(result.day.itl_runs)
     at = np.searchsorted(times, edges, side="right") - 1
     cut = np.where(at >= 0, marks[np.maximum(at, 0)], 0)
     cut[-1] = len(result.itl.gap_s)
     gaps, counts = np.asarray(result.itl.gap_s), np.asarray(result.itl.count)
-    first_token = np.asarray(rec.first_token_s, dtype=np.float64)
-    sent_first = np.histogram(first_token[np.isfinite(first_token)], bins=edges)[0] > 0
-    demand = (offered > 0) | (np.nan_to_num(queue) > 0) | (np.nan_to_num(running) > 0)
-    itl = [weighted_percentile(gaps[a:b], counts[a:b], 99.0) * 1e3 if b > a
-           else math.inf if demand[w] and not sent_first[w] else math.nan
-           for w, (a, b) in enumerate(zip(cut[:-1], cut[1:]))]
+    return [weighted_percentile(gaps[a:b], counts[a:b], 99.0) * 1e3 if b > a
+            else math.inf if dark[w] else math.nan
+            for w, (a, b) in enumerate(zip(cut[:-1], cut[1:]))]
+
+
+def _ttft_p99_ms(result: RunResult, arrival: np.ndarray, first_token: np.ndarray,
+                 window_s: float, n: int) -> list[float]:
+    """p99 TTFT (ms) of the requests arriving in each of the ``n`` windows (the last takes
+    every later arrival): the finished ones, and those lost after routing as infinite."""
+    rec = result.requests
     status = np.asarray(rec.status)
     done = status == FINISHED
     # Rejected after routing: lost with a failed replica, or timed out at the router while
@@ -81,13 +103,7 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     ttft = (first_token - arrival)[done] * 1e3
     kw = np.minimum((arrival[done] // window_s).astype(int), n - 1)
     kl = np.bincount(np.minimum((arrival[lost] // window_s).astype(int), n - 1), minlength=n)
-    ttft_p99 = [_p99_with_lost(ttft[kw == w], int(kl[w])) for w in range(n)]
-    frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
-                          "replicas_serving": serving, "queue_mean": queue,
-                          "running_mean": running,
-                          "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
-    frame["violation"] = _violations(frame, slo)
-    return frame
+    return [_p99_with_lost(ttft[kw == w], int(kl[w])) for w in range(n)]
 
 
 def _p99_with_lost(values: np.ndarray, lost: int) -> float:

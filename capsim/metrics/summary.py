@@ -83,26 +83,10 @@ def sorted_runs(values: np.ndarray, counts: np.ndarray, groups: np.ndarray | Non
         span of the cumulative counts), then, with ``distinct`` (one group only), equal
         neighbours merged: the values come back distinct.
     """
-    n = len(values)
-    ordered = np.sort(values)
-    first = np.ones(n, dtype=bool)                  # the first run of each distinct value
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    levels = ordered[first]
-    del ordered, first
-    key = None
-    if 8 * len(levels) <= n and not (n and np.isnan(levels[-1])):
-        key = pd.Index(levels).get_indexer(values)       # hashed: 4× a binary search
-        if n and key.min() < 0:                          # −0.0 beside 0.0: not merged
-            key = None
+    levels = _distinct(values)
+    key = _level_of_each(values, levels)
     if key is None:
-        order = np.argsort(values)
-        values, counts = values[order], counts[order]
-        if groups is not None:
-            return values, counts, groups[order]
-        if distinct and n:
-            starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-            values, counts = values[starts], np.add.reduceat(counts, starts)
-        return values, counts, None
+        return _argsorted(values, counts, groups, distinct)
     if groups is not None:
         key *= num_groups
         key += groups
@@ -114,6 +98,40 @@ def sorted_runs(values: np.ndarray, counts: np.ndarray, groups: np.ndarray | Non
     if groups is None:
         return levels[key], merged, None
     return levels[key // num_groups], merged, key % num_groups
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of ``values``, ascending (NaN last), by one sort (no argsort)."""
+    ordered = np.sort(values)
+    first = np.ones(len(values), dtype=bool)        # the first run of each distinct value
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
+
+
+def _level_of_each(values: np.ndarray, levels: np.ndarray) -> np.ndarray | None:
+    """Each value's index in ``levels`` (int64, shape (R,)) when merging pays (at least 8
+    runs per level, no NaN), else None."""
+    n = len(values)
+    if 8 * len(levels) > n or (n and np.isnan(levels[-1])):
+        return None
+    key = pd.Index(levels).get_indexer(values)       # hashed: 4× a binary search
+    if n and key.min() < 0:                          # −0.0 beside 0.0: not merged
+        return None
+    return key
+
+
+def _argsorted(values: np.ndarray, counts: np.ndarray, groups: np.ndarray | None,
+               distinct: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`sorted_runs` without merging: the runs argsorted; with ``distinct`` (and no
+    ``groups``) equal neighbours merged."""
+    order = np.argsort(values)
+    values, counts = values[order], counts[order]
+    if groups is not None:
+        return values, counts, groups[order]
+    if distinct and len(values):
+        starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+        values, counts = values[starts], np.add.reduceat(counts, starts)
+    return values, counts, None
 
 
 def _nonempty(values: np.ndarray, counts: np.ndarray, *others: np.ndarray) -> tuple:

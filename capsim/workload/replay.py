@@ -78,16 +78,47 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
     and ``base_dir``: the path as the scenario gives it and the scenario's directory, named
     when the file is missing."""
     if not path.is_file():
-        kind = "is a directory" if path.is_dir() else "not found"
-        searched = ""
-        if base_dir is not None and not Path(written).expanduser().is_absolute():
-            searched = (f" (paths in a scenario are relative to the scenario's directory, "
-                        f"{Path(base_dir).resolve()})")
-        raise ScenarioError(f"{what} {kind}: {path}{searched}", path=yaml_path)
+        raise _missing_file(path, what, yaml_path, written, base_dir)
+    frame = _read_cells(path, yaml_path)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    _check_no_repeated_column(path, needed, yaml_path)
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ScenarioError(
+            f"missing column(s) {', '.join(repr(c) for c in missing)}; expected "
+            f"{', '.join(repr(c) for c in needed)}; found {', '.join(repr(c) for c in frame.columns)}"
+            f"{hint}",
+            file=str(path),
+            path=yaml_path,
+        )
+    table = _without_blank_rows(frame)
+    if len(table.frame) == 0:
+        raise ScenarioError("no data rows after the header", file=str(path), path=yaml_path)
+    return table
+
+
+def _missing_file(path: Path, what: str, yaml_path: str, written: str,
+                  base_dir: Path | None) -> ScenarioError:
+    """The error for a ``path`` that is not a file; a relative path names the directory it
+    was searched from."""
+    kind = "is a directory" if path.is_dir() else "not found"
+    searched = ""
+    if base_dir is not None and not Path(written).expanduser().is_absolute():
+        searched = (f" (paths in a scenario are relative to the scenario's directory, "
+                    f"{Path(base_dir).resolve()})")
+    return ScenarioError(f"{what} {kind}: {path}{searched}", path=yaml_path)
+
+
+def _read_cells(path: Path, yaml_path: str) -> pd.DataFrame:
+    """Every cell of the CSV at ``path`` as a string, blank lines kept as all-empty rows.
+
+    Raises:
+        ScenarioError: the file is empty or not a readable CSV.
+    """
     import pandas as pd     # here, not at the top: synthetic workloads never load it (~0.2 s)
 
     try:
-        frame = pd.read_csv(
+        return pd.read_csv(
             path,
             dtype=str,
             na_filter=False,
@@ -102,17 +133,10 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
         msg = " ".join(str(exc).split())
         raise ScenarioError(f"not a readable CSV file: {msg}", file=str(path), path=yaml_path) from None
 
-    frame.columns = [str(c).strip() for c in frame.columns]
-    _check_no_repeated_column(path, needed, yaml_path)
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise ScenarioError(
-            f"missing column(s) {', '.join(repr(c) for c in missing)}; expected "
-            f"{', '.join(repr(c) for c in needed)}; found {', '.join(repr(c) for c in frame.columns)}"
-            f"{hint}",
-            file=str(path),
-            path=yaml_path,
-        )
+
+def _without_blank_rows(frame: pd.DataFrame) -> _Table:
+    """``frame`` (as read by :func:`_read_cells`) without its blank lines, each row with its
+    file line."""
     # Row i of the frame is line i + 2 (header = line 1); blank lines were kept
     # as all-empty rows so this holds, and are dropped now.
     lines = np.arange(2, len(frame) + 2, dtype=np.int64)
@@ -120,8 +144,6 @@ def _read_csv(path: Path, needed: list[str], *, what: str, yaml_path: str, hint:
     if blank.any():
         frame = frame.loc[~blank].reset_index(drop=True)
         lines = lines[~blank]
-    if len(frame) == 0:
-        raise ScenarioError("no data rows after the header", file=str(path), path=yaml_path)
     return _Table(frame, lines)
 
 
@@ -265,63 +287,30 @@ def load_trace(
     """
     yaml_path = "workload.trace.path"
     cols = trace.resolved_columns
+    table, path = _read_trace(trace, base_dir)
+    prompt, output = _token_counts(table, cols.prompt_tokens, cols.output_tokens, path, yaml_path)
+    arrival_s = _replay_times(_parse_arrivals(table, cols.arrival, path, yaml_path), trace)
+    order = _arrival_order(arrival_s, table, cols.arrival, path)
+    if order is not None:
+        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
+    keep = _rows_kept(arrival_s, trace, path, num_requests=num_requests, duration_s=duration_s)
+    return _one_class(arrival_s[:keep], prompt[:keep], output[:keep], trace.class_name)
+
+
+def _read_trace(trace: TraceConfig, base_dir: Path) -> tuple[_Table, Path]:
+    """The trace's cells and its resolved path; the three columns it maps must exist."""
+    cols = trace.resolved_columns
     path = _resolve(trace.path, base_dir)
     needed = [cols.arrival, cols.prompt_tokens, cols.output_tokens]
     hint = " (map other names with format: columns and columns: {arrival, prompt_tokens, output_tokens})"
-    table = _read_csv(path, needed, what="trace file", yaml_path=yaml_path, hint=hint,
+    table = _read_csv(path, needed, what="trace file", yaml_path="workload.trace.path", hint=hint,
                       written=trace.path, base_dir=base_dir)
+    return table, path
 
-    arrival_s = _parse_arrivals(table, cols.arrival, path, yaml_path)
-    prompt = _parse_counts(table, cols.prompt_tokens, path, yaml_path)
-    output = _parse_counts(table, cols.output_tokens, path, yaml_path)
-    if (prompt < 1).any():
-        raise _bad_cell(table, cols.prompt_tokens, prompt < 1, "must be >= 1 prompt token", path, yaml_path)
-    if (output < 0).any():
-        raise _bad_cell(table, cols.output_tokens, output < 0, "must be >= 0 output tokens", path, yaml_path)
-    zero_out = output == 0
-    if zero_out.any():
-        _warn_once(path, "zero output",
-                   f"{path}: {int(zero_out.sum()):,} rows with 0 output tokens replayed as 1 token")
-        output = np.where(zero_out, 1, output)
 
-    if trace.schedule is None:
-        arrival_s = arrival_s / trace.rate_scale
-    else:                               # time-varying scale: t = F⁻¹(τ), F = rate_scale·∫ schedule
-        arrival_s = _scheduled(arrival_s, trace)
-    back = np.diff(arrival_s) < 0
-    if back.any():
-        i = int(np.argmax(back)) + 1
-        _warn_once(path, "unsorted",
-                   f"{path}: {int(back.sum()):,} of {len(arrival_s):,} rows arrive earlier than "
-                   f"the row above them (first at line {table.lines[i]}, "
-                   f"{table.frame[cols.arrival].iloc[i]!r}); replayed in arrival order")
-        order = np.argsort(arrival_s, kind="stable")
-        arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
-
-    if duration_s is not None:
-        keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
-        if keep == 0:
-            raise ScenarioError(
-                f"no trace row arrives before duration_s={duration_s:g}",
-                file=str(path), path="workload.duration_s",
-            )
-        arrival_s, prompt, output = arrival_s[:keep], prompt[:keep], output[:keep]
-    if len(arrival_s) and float(np.max(arrival_s)) > MAX_SPAN_S:
-        raise ScenarioError(
-            f"the rows arrive over {float(np.max(arrival_s)):.3g} s at rate_scale "
-            f"{trace.rate_scale:g}, beyond {MAX_SPAN_S:.0e} s (about 32 years) where the clock "
-            "cannot resolve an engine step; raise rate_scale",
-            file=str(path), path="workload.trace.rate_scale")
-    if num_requests is not None:
-        if num_requests > len(arrival_s):
-            raise ScenarioError(
-                f"num_requests={num_requests} but the trace has only {len(arrival_s)} rows",
-                file=str(path), path="workload.num_requests",
-            )
-        arrival_s, prompt, output = (
-            arrival_s[:num_requests], prompt[:num_requests], output[:num_requests]
-        )
-
+def _one_class(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+               class_name: str) -> RequestTrace:
+    """The rows as a trace of one class named ``class_name``, no shared prefix."""
     n = len(arrival_s)
     return RequestTrace(
         arrival_s=arrival_s,
@@ -329,6 +318,86 @@ def load_trace(
         output_tokens=output,
         class_id=np.zeros(n, dtype=np.int32),
         prefix_id=np.full(n, -1, dtype=np.int32),
-        class_names=(trace.class_name,),
+        class_names=(class_name,),
     )
 
+
+def _token_counts(table: _Table, prompt_column: str, output_column: str, path: Path,
+                  yaml_path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) token counts of every row, int64, shape ``(N,)`` each; an output of 0
+    is replayed as 1 (warned once per file).
+
+    Raises:
+        ScenarioError: a count that is not a whole number, a prompt below 1 or an output
+            below 0 (line number and value).
+    """
+    prompt = _parse_counts(table, prompt_column, path, yaml_path)
+    output = _parse_counts(table, output_column, path, yaml_path)
+    if (prompt < 1).any():
+        raise _bad_cell(table, prompt_column, prompt < 1, "must be >= 1 prompt token", path, yaml_path)
+    if (output < 0).any():
+        raise _bad_cell(table, output_column, output < 0, "must be >= 0 output tokens", path, yaml_path)
+    zero_out = output == 0
+    if zero_out.any():
+        _warn_once(path, "zero output",
+                   f"{path}: {int(zero_out.sum()):,} rows with 0 output tokens replayed as 1 token")
+        output = np.where(zero_out, 1, output)
+    return prompt, output
+
+
+def _replay_times(arrival_s: np.ndarray, trace: TraceConfig) -> np.ndarray:
+    """Trace times (s since the earliest row) → replay times (s): divided by ``rate_scale``,
+    or warped by the time-varying scale ``rate_scale × schedule`` (:func:`_scheduled`)."""
+    if trace.schedule is None:
+        return arrival_s / trace.rate_scale
+    return _scheduled(arrival_s, trace)         # t = F⁻¹(τ), F = rate_scale·∫ schedule
+
+
+def _arrival_order(arrival_s: np.ndarray, table: _Table, column: str,
+                   path: Path) -> np.ndarray | None:
+    """The stable order that sorts rows by arrival, or None when they already are; warns
+    once per file naming the first line out of order (a trace that is not sorted may be a
+    wrong column or a concatenation of files)."""
+    back = np.diff(arrival_s) < 0
+    if not back.any():
+        return None
+    i = int(np.argmax(back)) + 1
+    _warn_once(path, "unsorted",
+               f"{path}: {int(back.sum()):,} of {len(arrival_s):,} rows arrive earlier than "
+               f"the row above them (first at line {table.lines[i]}, "
+               f"{table.frame[column].iloc[i]!r}); replayed in arrival order")
+    return np.argsort(arrival_s, kind="stable")
+
+
+def _rows_kept(arrival_s: np.ndarray, trace: TraceConfig, path: Path, *,
+               num_requests: int | None, duration_s: float | None) -> int:
+    """How many of the sorted rows ``arrival_s`` (s) are replayed: those before
+    ``duration_s``, then the first ``num_requests``.
+
+    Raises:
+        ScenarioError: no row before ``duration_s``; the kept rows span more than
+            :data:`~capsim.workload.trace.MAX_SPAN_S`; ``num_requests`` more than the rows
+            kept.
+    """
+    keep = len(arrival_s)
+    if duration_s is not None:
+        keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
+        if keep == 0:
+            raise ScenarioError(
+                f"no trace row arrives before duration_s={duration_s:g}",
+                file=str(path), path="workload.duration_s",
+            )
+    if keep and float(np.max(arrival_s[:keep])) > MAX_SPAN_S:
+        raise ScenarioError(
+            f"the rows arrive over {float(np.max(arrival_s[:keep])):.3g} s at rate_scale "
+            f"{trace.rate_scale:g}, beyond {MAX_SPAN_S:.0e} s (about 32 years) where the clock "
+            "cannot resolve an engine step; raise rate_scale",
+            file=str(path), path="workload.trace.rate_scale")
+    if num_requests is not None:
+        if num_requests > keep:
+            raise ScenarioError(
+                f"num_requests={num_requests} but the trace has only {keep} rows",
+                file=str(path), path="workload.num_requests",
+            )
+        keep = num_requests
+    return keep

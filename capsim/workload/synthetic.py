@@ -62,17 +62,26 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
     if workload.arrival.closed_loop:
         return closed_loop_trace(workload, seed, base_dir)
     arrival_ss, class_ss, length_ss = np.random.SeedSequence(seed).spawn(3)
-    class_weights = None
+    arrival_s, class_weights = _open_arrivals(workload, seed, np.random.default_rng(arrival_ss))
+    _check_arrivals(workload, arrival_s)
+    rows = _draw_rows(workload, arrival_s, class_ss, length_ss, base_dir, {}, class_weights)
+    return RequestTrace(class_names=workload.class_names,
+                        warmup_requests=workload.warmup_request_count, **rows)
+
+
+def _open_arrivals(workload: WorkloadConfig, seed: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Arrival times (s, shape ``(n,)``) of an open loop drawn from ``rng`` (stream 0), and
+    each request's class weights ``(n, C)`` when they change over time (else None)."""
     if workload.time_varying:
-        arrival_s, class_weights = _time_varying_arrivals(
-            workload, seed, np.random.default_rng(arrival_ss))
-    else:
-        arrival_s = sample_arrivals(
-            workload.arrival,
-            np.random.default_rng(arrival_ss),
-            num_requests=workload.num_requests,
-            duration_s=workload.duration_s,
-        )
+        return _time_varying_arrivals(workload, seed, rng)
+    return sample_arrivals(workload.arrival, rng, num_requests=workload.num_requests,
+                           duration_s=workload.duration_s), None
+
+
+def _check_arrivals(workload: WorkloadConfig, arrival_s: np.ndarray) -> None:
+    """Raise :class:`ScenarioError` when the arrivals ``arrival_s`` (s) span more than
+    :data:`~capsim.workload.trace.MAX_SPAN_S`, are none, or are all warm-up."""
     n = len(arrival_s)
     if n and float(np.max(arrival_s)) > MAX_SPAN_S:
         field = "num_requests" if workload.num_requests is not None else "duration_s"
@@ -92,9 +101,6 @@ def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrac
             f"all {n} requests arriving before duration_s={workload.duration_s:g} would be "
             f"warm-up; lower warmup_request_count or increase duration_s",
             path="workload.warmup_request_count")
-    rows = _draw_rows(workload, arrival_s, class_ss, length_ss, base_dir, {}, class_weights)
-    return RequestTrace(class_names=workload.class_names,
-                        warmup_requests=workload.warmup_request_count, **rows)
 
 
 def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
@@ -340,15 +346,25 @@ def sample_arrivals(
     """
     if (num_requests is None) == (duration_s is None):
         raise ValueError("give exactly one of num_requests or duration_s")
-    rate = arrival.rate_per_s
     if num_requests is not None:
-        _check_count(num_requests, "workload.num_requests")
-        if arrival.all_at_once:
-            return np.zeros(num_requests)
-        if arrival.process == "constant":
-            return np.arange(num_requests, dtype=np.float64) / rate
-        return np.cumsum(_interarrivals(arrival, rng, num_requests))
+        return _first_arrivals(arrival, rng, num_requests)
+    return _arrivals_before(arrival, rng, duration_s)
 
+
+def _first_arrivals(arrival: ArrivalConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    """The first ``n`` arrival times (s) of :func:`sample_arrivals`."""
+    _check_count(n, "workload.num_requests")
+    if arrival.all_at_once:
+        return np.zeros(n)
+    if arrival.process == "constant":
+        return np.arange(n, dtype=np.float64) / arrival.rate_per_s
+    return np.cumsum(_interarrivals(arrival, rng, n))
+
+
+def _arrivals_before(arrival: ArrivalConfig, rng: np.random.Generator,
+                     duration_s: float) -> np.ndarray:
+    """The arrival times (s) of :func:`sample_arrivals` in ``[0, duration_s)``."""
+    rate = arrival.rate_per_s
     expected = rate * duration_s
     _check_count(expected, "workload.duration_s")
     if arrival.process == "constant":

@@ -89,51 +89,14 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
             x = (w.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0
             if not same_load:
                 load_ax.plot(x, w.offered_rate_per_s, **style)
-            ax = fleet_axes[i]
-            ax.step(x, w.replicas_serving, where="mid", color=c, lw=1.4)
-            ax.fill_between(x, w.replicas_serving.fillna(0), step="mid", color=c, alpha=0.25,
-                            lw=0)
-            ax.set_ylim(0, max(most, 1.0) * 1.25)
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))   # whole replicas
-            ax.text(0.005, 0.95, variant, transform=ax.transAxes, ha="left", va="top",
-                    fontsize=8, color=c)
+            _draw_fleet(fleet_axes[i], x, w, variant, c, most)
             queue_ax.plot(x, w.queue_mean, **style)
             handles.append(itl_ax.plot(x, w.itl_p99_ms, label=variant, **style)[0])
-            # An infinite p99 ITL (demand, no token sent: every replica down) cannot be
-            # drawn as a value: a triangle at the panel's top edge marks the window.
-            dark = np.isinf(w.itl_p99_ms.to_numpy())
-            if dark.any():
-                itl_ax.plot(x[dark], np.full(dark.sum(), 0.97), "v", color=c, ms=6,
-                            transform=itl_ax.get_xaxis_transform(), clip_on=False)
-                no_token = True
-            # Violations: a band per variant along the top of the overlaid panels, and
-            # across that variant's own replicas panel.
-            bad = w.violation.to_numpy()
-            for start in w.window_start_s.to_numpy()[bad]:
-                span = (start / 3600.0, (start + WINDOW_S) / 3600.0)
-                for a in (load_ax, queue_ax, itl_ax):
-                    a.axvspan(*span, ymin=1 - (i + 1) / (n * 6), ymax=1 - i / (n * 6),
-                              color=c, alpha=0.5, lw=0)
-                itl_ax.axvspan(*span, color=c, alpha=0.06, lw=0)
-                ax.axvspan(*span, color=c, alpha=0.15, lw=0)
+            no_token |= _mark_no_token(itl_ax, x, w, c)
+            _shade_violations((load_ax, queue_ax, itl_ax), fleet_axes[i], w, i, n, c)
         if same_load:
-            first = frames[names[0]]
-            load_ax.plot((first.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0,
-                         first.offered_rate_per_s, color="#555",
-                         label="every variant (one trace)")
-            if n > 1:
-                load_ax.legend(loc="upper left", fontsize=8, frameon=False)
-        if "itl_p99_ms" in slo.targets:
-            itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
-        if any(f.violation.any() for f in frames.values()):
-            load_ax.text(1.0, 1.01, "bars at the top, shading: a variant's windows that "
-                         "broke a target", transform=load_ax.transAxes, ha="right",
-                         va="bottom", fontsize=7, color="#555")
-        if no_token:
-            itl_ax.text(0.995, 0.97, "▼ no token sent (every replica down): infinite p99",
-                        transform=itl_ax.transAxes, ha="right", va="top", fontsize=7,
-                        color="#555")
-        itl_ax.set_ylim(bottom=0)
+            _draw_one_load(load_ax, frames[names[0]], n)
+        _notes(load_ax, itl_ax, frames, slo, no_token)
         for ax, label in ((load_ax, "offered req/s"), (queue_ax, "requests waiting"),
                           (itl_ax, "p99 ITL (ms)")):
             ax.set_ylabel(label)
@@ -145,6 +108,72 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
         fig.legend(handles=handles, loc="outside upper left", fontsize=8, ncol=min(n, 4),
                    frameon=False)
         save(fig, path)
+
+
+def _draw_fleet(ax, x_h: np.ndarray, w: pd.DataFrame, variant: str, colour: str,
+                most: float) -> None:
+    """One variant's replicas-serving panel: its steps at window midpoints ``x_h`` (hours),
+    on a y scale shared by every variant (``most``: the largest count of any)."""
+    ax.step(x_h, w.replicas_serving, where="mid", color=colour, lw=1.4)
+    ax.fill_between(x_h, w.replicas_serving.fillna(0), step="mid", color=colour, alpha=0.25,
+                    lw=0)
+    ax.set_ylim(0, max(most, 1.0) * 1.25)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))   # whole replicas
+    ax.text(0.005, 0.95, variant, transform=ax.transAxes, ha="left", va="top",
+            fontsize=8, color=colour)
+
+
+def _mark_no_token(itl_ax, x_h: np.ndarray, w: pd.DataFrame, colour: str) -> bool:
+    """Mark the windows whose p99 ITL is infinite; True when there is one."""
+    # An infinite p99 ITL (demand, no token sent: every replica down) cannot be
+    # drawn as a value: a triangle at the panel's top edge marks the window.
+    dark = np.isinf(w.itl_p99_ms.to_numpy())
+    if not dark.any():
+        return False
+    itl_ax.plot(x_h[dark], np.full(dark.sum(), 0.97), "v", color=colour, ms=6,
+                transform=itl_ax.get_xaxis_transform(), clip_on=False)
+    return True
+
+
+def _shade_violations(overlaid: tuple, fleet_ax, w: pd.DataFrame, i: int, n: int,
+                      colour: str) -> None:
+    """Variant ``i`` of ``n``'s windows that broke a target: a band of its own along the
+    top of the ``overlaid`` panels (load, queue, ITL), the ITL panel lightly shaded, and
+    its own replicas panel shaded."""
+    itl_ax = overlaid[-1]
+    bad = w.violation.to_numpy()
+    for start in w.window_start_s.to_numpy()[bad]:
+        span = (start / 3600.0, (start + WINDOW_S) / 3600.0)
+        for a in overlaid:
+            a.axvspan(*span, ymin=1 - (i + 1) / (n * 6), ymax=1 - i / (n * 6),
+                      color=colour, alpha=0.5, lw=0)
+        itl_ax.axvspan(*span, color=colour, alpha=0.06, lw=0)
+        fleet_ax.axvspan(*span, color=colour, alpha=0.15, lw=0)
+
+
+def _draw_one_load(load_ax, first: pd.DataFrame, n: int) -> None:
+    """The offered load every variant shares (they replay one trace), as one grey line."""
+    load_ax.plot((first.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0,
+                 first.offered_rate_per_s, color="#555",
+                 label="every variant (one trace)")
+    if n > 1:
+        load_ax.legend(loc="upper left", fontsize=8, frameon=False)
+
+
+def _notes(load_ax, itl_ax, frames: dict[str, pd.DataFrame], slo: SloConfig,
+           no_token: bool) -> None:
+    """The p99 ITL target line, and the notes that explain the bars and the triangles."""
+    if "itl_p99_ms" in slo.targets:
+        itl_ax.axhline(slo.targets["itl_p99_ms"], color="#555", ls="--", lw=1)
+    if any(f.violation.any() for f in frames.values()):
+        load_ax.text(1.0, 1.01, "bars at the top, shading: a variant's windows that "
+                     "broke a target", transform=load_ax.transAxes, ha="right",
+                     va="bottom", fontsize=7, color="#555")
+    if no_token:
+        itl_ax.text(0.995, 0.97, "▼ no token sent (every replica down): infinite p99",
+                    transform=itl_ax.transAxes, ha="right", va="top", fontsize=7,
+                    color="#555")
+    itl_ax.set_ylim(bottom=0)
 
 
 def table(results: list[RunResult], frames: dict[str, pd.DataFrame],

@@ -38,33 +38,9 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
         fig = figure(12.0, 5.4)
         ax_cdf, ax_tail = fig.subplots(1, 2)
         dists = [itl_distribution(r) for r in results]
-        # One dash pattern per target, so two ITL targets can be told apart.
-        itl_targets = [(k, v) for k, v in slo.targets.items()
-                       if k.startswith("itl_") and k.endswith("_ms")]
-        refs = [(v, f"target {k} ≤ {v:g} ms", "#C0392B", dash)
-                for (k, v), dash in zip(itl_targets, ("--", (0, (6, 2, 1, 2)), (0, (1, 1.5)),
-                                                      (0, (8, 3))))]
-        refs.append((slo.stall_threshold_ms, f"stall threshold {slo.stall_threshold_ms:g} ms",
-                     "#7F7F7F", ":"))
-        variant_handles = []
-        for r, d in zip(results, dists):
-            c = colours[r.variant]
-            if d.empty:
-                variant_handles.append(Line2D([], [], color=c, lw=2,
-                                              label=f"{short(r.variant)} (no tokens)"))
-                continue
-            if d.markers["max"] == 0:       # static batching: replies arrive in one piece
-                variant_handles.append(Line2D([], [], color=c, lw=2, label=(
-                    f"{short(r.variant)}: every gap 0 ms, replies held until the batch "
-                    "ends (the wait is in TTFT)")))
-                continue
-            draw_cdf(ax_cdf, d, c)
-            draw_ccdf(ax_tail, d, c)
-            mark(ax_cdf, d, c, ("p50", "p99", "max"), cdf_y)
-            mark(ax_tail, d, c, ("p50", "p99", "p99.9", "max"), ccdf_y)
-            stalls = _stalls(r, slo.stall_threshold_ms)
-            variant_handles.append(Line2D([], [], color=c, lw=2, label=(
-                f"{short(r.variant)}: max {d.markers['max']:,.1f} ms, {_plural(stalls, 'stall')}")))
+        refs = _itl_references(slo)
+        variant_handles = [_draw_itl_variant(ax_cdf, ax_tail, r, d, colours[r.variant], slo)
+                           for r, d in zip(results, dists)]
         ref_handles = reference_lines(ax_cdf, refs)
         reference_lines(ax_tail, refs)
         lo, hi = x_limits(dists, [v for v, *_ in refs])
@@ -80,6 +56,39 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
         fig.legend(handles=variant_handles, loc="outside lower center",
                    ncol=min(len(variant_handles), 2) or 1, frameon=False)
         save(fig, path)
+
+
+def _itl_references(slo: SloConfig) -> list[tuple]:
+    """The vertical lines of the ITL charts, ``(ms, label, colour, dash)``: every ``itl_*_ms``
+    target, then the stall threshold."""
+    # One dash pattern per target, so two ITL targets can be told apart.
+    itl_targets = [(k, v) for k, v in slo.targets.items()
+                   if k.startswith("itl_") and k.endswith("_ms")]
+    refs = [(v, f"target {k} ≤ {v:g} ms", "#C0392B", dash)
+            for (k, v), dash in zip(itl_targets, ("--", (0, (6, 2, 1, 2)), (0, (1, 1.5)),
+                                                  (0, (8, 3))))]
+    refs.append((slo.stall_threshold_ms, f"stall threshold {slo.stall_threshold_ms:g} ms",
+                 "#7F7F7F", ":"))
+    return refs
+
+
+def _draw_itl_variant(ax_cdf, ax_tail, r: RunResult, d: Distribution, c: str,
+                      slo: SloConfig) -> Line2D:
+    """One variant's ITL CDF and tail with their markers; its legend entry (max ITL and
+    stalls, or why nothing is drawn: no tokens, or static batching's 0 ms gaps)."""
+    if d.empty:
+        return Line2D([], [], color=c, lw=2, label=f"{short(r.variant)} (no tokens)")
+    if d.markers["max"] == 0:       # static batching: replies arrive in one piece
+        return Line2D([], [], color=c, lw=2, label=(
+            f"{short(r.variant)}: every gap 0 ms, replies held until the batch "
+            "ends (the wait is in TTFT)"))
+    draw_cdf(ax_cdf, d, c)
+    draw_ccdf(ax_tail, d, c)
+    mark(ax_cdf, d, c, ("p50", "p99", "max"), cdf_y)
+    mark(ax_tail, d, c, ("p50", "p99", "p99.9", "max"), ccdf_y)
+    stalls = _stalls(r, slo.stall_threshold_ms)
+    return Line2D([], [], color=c, lw=2, label=(
+        f"{short(r.variant)}: max {d.markers['max']:,.1f} ms, {_plural(stalls, 'stall')}"))
 
 
 def _tail_axis(ax, dists: list[Distribution]) -> None:
@@ -165,40 +174,18 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
     a dashed red tick over their statistic's group; the legend gives each
     variant's stall count.
     """
-    stats = (("p50", "itl_p50_ms"), ("p99", "itl_p99_ms"), ("p99.9", "itl_p999_ms"),
-             ("max", "itl_max_ms"))
     n = max(len(rows), 1)
     width = 0.8 / n
     vertical = n > 3
     with matplotlib.rc_context(RC):
         fig = figure(min(16.0, max(9.0, 1.2 * n + 5.0)), 5.4)
         ax = fig.subplots()
-        x0 = np.arange(len(stats))
+        x0 = np.arange(len(_ITL_STATS))
         for i, row in enumerate(rows):
-            vals = np.array([getattr(row, key) for _, key in stats], np.float64)
-            pos = x0 - 0.4 + width * (i + 0.5)
-            label = (f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
-                     f"> {slo.stall_threshold_ms:g} ms")
-            if row.itl_max_ms == 0:      # static batching: the reply arrives in one piece
-                label = f"{short(row.variant)}: replies held until the batch ends, every gap 0 ms"
-            bars = ax.bar(pos, np.where(np.isnan(vals), 0, vals), width * 0.9,
-                          color=colours[row.variant], zorder=2, label=label)
-            ax.bar_label(bars, [bar_text(v) for v in vals], padding=2, zorder=4,
-                         fontsize=8, rotation=90 if vertical else 0,
-                         bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
-                               "alpha": 0.85})
-        ticks = []
-        for j, (name, key) in enumerate(stats):
-            ticks.append(f"ITL {name}")
-            if key in slo.targets:
-                v = slo.targets[key]
-                ax.hlines(v, j - 0.46, j + 0.46, colors="#C0392B", linestyles="--", lw=1.5,
-                          zorder=3)
-                ticks[-1] += f"\n(target ≤ {v:g} ms)"
-        finite = [getattr(r, k) for r in rows for _, k in stats
-                  if getattr(r, k) > 0 and not math.isnan(getattr(r, k))]
-        finite += [slo.targets[k] for _, k in stats if k in slo.targets]
-        lo, hi = min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5)
+            _itl_bars(ax, row, x0 - 0.4 + width * (i + 0.5), width, colours[row.variant], slo,
+                      vertical)
+        ticks = _itl_targets(ax, slo)
+        lo, hi = _itl_range(rows, slo, vertical)
         ax.set_ylim(lo, hi)             # first: with every request rejected no bar is > 0
         ax.set_yscale("log")
         ax.set_ylim(lo, hi)
@@ -208,11 +195,56 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         ax.set_ylabel("inter-token latency (ms, log scale)")
         ax.set_title("ITL percentiles and maximum per variant")
         handles, _ = ax.get_legend_handles_labels()
-        if any(k in slo.targets for _, k in stats):
+        if any(k in slo.targets for _, k in _ITL_STATS):
             handles.append(Line2D([], [], color="#C0392B", ls="--", lw=1.5, label="SLO target"))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 2),
                    frameon=False)
         save(fig, path)
+
+
+#: The groups of the ITL bar chart: (tick name, summary column).
+_ITL_STATS = (("p50", "itl_p50_ms"), ("p99", "itl_p99_ms"), ("p99.9", "itl_p999_ms"),
+              ("max", "itl_max_ms"))
+
+
+def _itl_bars(ax, row: SummaryRow, pos: np.ndarray, width: float, colour: str, slo: SloConfig,
+              vertical: bool) -> None:
+    """One variant's bar in each group at x positions ``pos``, each labelled with its ms
+    (turned upright when ``vertical``); the legend entry counts its stalls."""
+    vals = np.array([getattr(row, key) for _, key in _ITL_STATS], np.float64)
+    label = (f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
+             f"> {slo.stall_threshold_ms:g} ms")
+    if row.itl_max_ms == 0:      # static batching: the reply arrives in one piece
+        label = f"{short(row.variant)}: replies held until the batch ends, every gap 0 ms"
+    bars = ax.bar(pos, np.where(np.isnan(vals), 0, vals), width * 0.9,
+                  color=colour, zorder=2, label=label)
+    ax.bar_label(bars, [bar_text(v) for v in vals], padding=2, zorder=4,
+                 fontsize=8, rotation=90 if vertical else 0,
+                 bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
+                       "alpha": 0.85})
+
+
+def _itl_targets(ax, slo: SloConfig) -> list[str]:
+    """Each ``itl_*`` target as a dashed red tick over its group; the groups' tick labels
+    (naming the target)."""
+    ticks = []
+    for j, (name, key) in enumerate(_ITL_STATS):
+        ticks.append(f"ITL {name}")
+        if key in slo.targets:
+            v = slo.targets[key]
+            ax.hlines(v, j - 0.46, j + 0.46, colors="#C0392B", linestyles="--", lw=1.5,
+                      zorder=3)
+            ticks[-1] += f"\n(target ≤ {v:g} ms)"
+    return ticks
+
+
+def _itl_range(rows: list[SummaryRow], slo: SloConfig, vertical: bool) -> tuple[float, float]:
+    """(low, high) ms of the log y axis: every positive bar and target, with room above for
+    the labels (more when they stand upright)."""
+    finite = [getattr(r, k) for r in rows for _, k in _ITL_STATS
+              if getattr(r, k) > 0 and not math.isnan(getattr(r, k))]
+    finite += [slo.targets[k] for _, k in _ITL_STATS if k in slo.targets]
+    return min(finite, default=1.0) / 2.5, max(finite, default=10.0) * (5 if vertical else 2.5)
 
 
 def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: Path) -> None:

@@ -107,27 +107,58 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
     figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
     figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
-    split_table = None
-    if disagg.has_disagg(results):            # prefill/decode pools: P:D view + KV transfers
-        disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
-        disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
-        figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
-        split_table = disagg.table(all_rows, results, colours)
+    split_table = _split_view(d, results, all_rows, colours, figs)
+    pool_table = _pool_view(d, results, slo, class_slos, colours)
+    day_table = _day_view(d, results, day_frames, colours, slo, figs)
+    timelines = _timelines(d, results, colours, slo)
 
-    pool_table = None
-    if pools.has_pools(results):              # pooled fleets: per pool and fleet total
-        by_pool = pools.frame(results, slo, class_slos)
-        pools.write_csv(by_pool, d / pools.CSV)
-        pool_table = pools.table(by_pool, results, colours)
+    html = render(scenario_name=scenario_name, description=description,
+                  resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
+                  class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
+                  notes=notes, disagg=split_table, day=day_table, pools=pool_table)
+    (d / "index.html").write_text(html, encoding="utf-8")
 
-    day_table = None
-    if day.has_day(results):                  # time-varying load or fleet: the day view
-        frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
-        day.write_csv(frames_by_window, d / day.CSV)
-        day.plot(frames_by_window, colours, slo, d / day.FIG)
-        figs.insert(0, FigureRef(day.FIG, *day.CAPTION))
-        day_table = day.table(results, frames_by_window, colours)
 
+def _split_view(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
+                colours: dict[str, str], figs: list[FigureRef]) -> dict | None:
+    """Prefill/decode pools: the P:D and KV transfer figures (captions appended to
+    ``figs``) and the split table; None without a disaggregated variant."""
+    if not disagg.has_disagg(results):
+        return None
+    disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
+    disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
+    figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+    return disagg.table(all_rows, results, colours)
+
+
+def _pool_view(d: Path, results: list[RunResult], slo: SloConfig,
+               class_slos: dict[str, RequestSlo], colours: dict[str, str]) -> dict | None:
+    """Pooled fleets: ``pools.csv`` (per pool and fleet total) and its table; None without
+    a pooled variant."""
+    if not pools.has_pools(results):
+        return None
+    by_pool = pools.frame(results, slo, class_slos)
+    pools.write_csv(by_pool, d / pools.CSV)
+    return pools.table(by_pool, results, colours)
+
+
+def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFrame] | None,
+              colours: dict[str, str], slo: SloConfig, figs: list[FigureRef]) -> dict | None:
+    """Time-varying load or fleet: ``day.csv``, the day figure (first in ``figs``) and the
+    fleet table; None when no variant has day samples. ``day_frames``: the windows when
+    already computed."""
+    if not day.has_day(results):
+        return None
+    frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
+    day.write_csv(frames_by_window, d / day.CSV)
+    day.plot(frames_by_window, colours, slo, d / day.FIG)
+    figs.insert(0, FigureRef(day.FIG, *day.CAPTION))
+    return day.table(results, frames_by_window, colours)
+
+
+def _timelines(d: Path, results: list[RunResult], colours: dict[str, str],
+               slo: SloConfig) -> list[FigureRef]:
+    """One timeline figure per variant, their step-time panels on one scale."""
     slugs = unique_slugs(r.variant for r in results)
     timelines = []
     step_ms_range = timeline.step_time_range_ms(results)
@@ -136,9 +167,4 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
         timeline.plot_timeline(r, colours[r.variant], d / name, step_ms_range=step_ms_range,
                                stall_threshold_ms=slo.stall_threshold_ms)
         timelines.append(FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION))
-
-    html = render(scenario_name=scenario_name, description=description,
-                  resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
-                  class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
-                  notes=notes, disagg=split_table, day=day_table, pools=pool_table)
-    (d / "index.html").write_text(html, encoding="utf-8")
+    return timelines

@@ -201,59 +201,80 @@ def plot_timeline(result: RunResult, colour: str, path: Path, *,
         t_s = np.arange(n + 1) * width          # bin edges; each series repeats its last value
         per = _bin_text(width)
         # A bin's value is drawn from its start and held for its width ("steps-post").
-        if split:
-            disagg.draw_pool_tokens(ax_tok, tls, width, n, t_s, _pad, tokens_per_step)
-            ax_tok.set_title(f"Batch composition per pool: mean per engine step ({per} bins)",
-                             loc="left")
-        else:
-            pre, dec = tokens_per_step(tls, width, n)
-            ax_tok.stackplot(t_s, _pad(pre), _pad(dec), colors=[PREFILL, DECODE], step="post",
-                             alpha=0.85, labels=["prefill tokens / step", "decode tokens / step"])
-            ax_tok.set_ylabel("tokens per step")
-            ax_tok.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
-                             "replicas)", loc="left")
-            ax_tok.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
-
+        _draw_tokens(ax_tok, tls, width, n, t_s, split, per)
         _draw_step_times(ax_step, tls, width, n, t_s, colour, split, per,
                          step_ms_range or step_time_range_ms([result]), stall_threshold_ms)
-
-        _lines(ax_kv, t_s, _pad(kv_percent(result, tls, width, n)), tls, colour, "KV used")
-        ax_kv.set_ylim(0, 105)
-        ax_kv.axhline(100, color="#C0392B", lw=0.8, ls=":")
-        ax_kv.set_ylabel("KV cache used (%)")
-        ax_kv.set_title(f"KV-cache blocks in use, % of num_gpu_blocks (max per {per} bin)",
-                        loc="left")
-        ax_kv.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
-
-        running = _grid(tls, "running_max", width, n, "max")
-        queue = _grid(tls, "queue_len_max", width, n, "max")
-        ax_run = ax_q.twinx()       # running batch on its own scale, so a short queue stays visible
-        ax_run.fill_between(t_s, _pad(running.sum(axis=0)), step="post", color="#BBBBBB", alpha=0.5,
-                            lw=0)
-        ax_run.set_ylim(bottom=0)
-        ax_run.set_ylabel("running (Σ)", color="#666")
-        ax_run.tick_params(axis="y", colors="#666")
-        ax_run.grid(False)
-        ax_run.spines["right"].set_visible(True)
-        ax_q.set_zorder(ax_run.get_zorder() + 1)
-        ax_q.patch.set_visible(False)
-        _lines(ax_q, t_s, _pad(queue), tls, colour, "waiting")
-        ax_q.set_ylim(0, max(1.0, float(queue.max(initial=0))) * 1.15)
-        ax_q.set_ylabel("waiting requests")
-        ax_q.set_title(f"Waiting queue per replica and running batch (max per {per} bin)",
-                       loc="left")
-        handles, labels = ax_q.get_legend_handles_labels()
-        handles.append(Patch(color="#BBBBBB", alpha=0.5))
-        labels.append("running sequences (Σ replicas, right axis)")
-        ax_q.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
-        for ax in (ax_kv, ax_q):
-            for line in ax.get_lines():
-                line.set_drawstyle("steps-post")
+        _draw_kv(ax_kv, result, tls, width, n, t_s, colour, per)
+        _draw_queue(ax_q, tls, width, n, t_s, colour, per)
         if split:
             disagg.draw_link(axes[4], result, width, n, t_s, _pad)
         axes[-1].set_xlabel("simulated time (s)")
         axes[-1].set_xlim(0, n * width)
         save(fig, path)
+
+
+def _draw_tokens(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.ndarray,
+                 split: bool, per: str) -> None:
+    """Panel 1: mean prefill and decode tokens per engine step (stacked), per pool of a split."""
+    if split:
+        disagg.draw_pool_tokens(ax, tls, width, n, t_s, _pad, tokens_per_step)
+        ax.set_title(f"Batch composition per pool: mean per engine step ({per} bins)",
+                     loc="left")
+        return
+    pre, dec = tokens_per_step(tls, width, n)
+    ax.stackplot(t_s, _pad(pre), _pad(dec), colors=[PREFILL, DECODE], step="post",
+                 alpha=0.85, labels=["prefill tokens / step", "decode tokens / step"])
+    ax.set_ylabel("tokens per step")
+    ax.set_title(f"Batch composition: mean tokens per engine step ({per} bins, all "
+                 "replicas)", loc="left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
+
+
+def _draw_kv(ax, result: RunResult, tls: list[ReplicaTimeline], width: float, n: int,
+             t_s: np.ndarray, colour: str, per: str) -> None:
+    """Panel 3: KV blocks in use, % of num_gpu_blocks (max per bin), per replica."""
+    _lines(ax, t_s, _pad(kv_percent(result, tls, width, n)), tls, colour, "KV used")
+    ax.set_ylim(0, 105)
+    ax.axhline(100, color="#C0392B", lw=0.8, ls=":")
+    ax.set_ylabel("KV cache used (%)")
+    ax.set_title(f"KV-cache blocks in use, % of num_gpu_blocks (max per {per} bin)",
+                 loc="left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
+    _hold_each_bin(ax)
+
+
+def _draw_queue(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.ndarray,
+                colour: str, per: str) -> None:
+    """Panel 4: waiting queue (max per bin) per replica, and the running sequences (Σ over
+    replicas of the per-bin max) shaded on a right axis of their own."""
+    running = _grid(tls, "running_max", width, n, "max")
+    queue = _grid(tls, "queue_len_max", width, n, "max")
+    ax_run = ax.twinx()         # running batch on its own scale, so a short queue stays visible
+    ax_run.fill_between(t_s, _pad(running.sum(axis=0)), step="post", color="#BBBBBB", alpha=0.5,
+                        lw=0)
+    ax_run.set_ylim(bottom=0)
+    ax_run.set_ylabel("running (Σ)", color="#666")
+    ax_run.tick_params(axis="y", colors="#666")
+    ax_run.grid(False)
+    ax_run.spines["right"].set_visible(True)
+    ax.set_zorder(ax_run.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    _lines(ax, t_s, _pad(queue), tls, colour, "waiting")
+    ax.set_ylim(0, max(1.0, float(queue.max(initial=0))) * 1.15)
+    ax.set_ylabel("waiting requests")
+    ax.set_title(f"Waiting queue per replica and running batch (max per {per} bin)",
+                 loc="left")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Patch(color="#BBBBBB", alpha=0.5))
+    labels.append("running sequences (Σ replicas, right axis)")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
+    _hold_each_bin(ax)
+
+
+def _hold_each_bin(ax) -> None:
+    """Draw every line of ``ax`` "steps-post" (after its legend took the plain style)."""
+    for line in ax.get_lines():
+        line.set_drawstyle("steps-post")
 
 
 def _draw_step_times(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.ndarray,

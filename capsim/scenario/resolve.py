@@ -34,7 +34,8 @@ from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_
 from capsim.profiles.models import ModelShape, load_model, model_names
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup
-from capsim.profiles.quantization import load_quant_format, weight_layout
+from capsim.profiles.quantization import load_quant_format
+from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.paths import locate
@@ -458,7 +459,7 @@ def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSp
     """The chip must have the tensor cores each weight format computes on (datasheet), or
     the format a weight-only fallback; a model whose checkpoint records its formats
     (``weight_formats``) takes no other ``quantization`` (vLLM refuses it:
-    :func:`~capsim.profiles.quantization.weight_layout`). The error names
+    :func:`~capsim.profiles.weight_layout.weight_layout`). The error names
     ``engine.quantization`` (or ``engine.dtype`` for dtype fp8; ``model`` for the
     checkpoint's own formats), the variant's when it set it."""
     knob = "quantization" if engine.quantization is not None else "dtype"

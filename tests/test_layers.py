@@ -118,4 +118,4 @@ def test_the_reader_sees_imports_and_skips_annotation_only_ones(tmp_path):
                                    "if TYPE_CHECKING:\n    from capsim.report import run\n")
     assert _imports(tmp_path / "a.py") == {"capsim.cli.main", "capsim.cli.main.main"}
     assert sum(map(len, GRAPH.values())) > 300              # the real graph was read
-    assert "capsim.scenario.resolve" in GRAPH["capsim.engine.replica"]
+    assert "capsim.scenario.run_config" in GRAPH["capsim.engine.replica"]

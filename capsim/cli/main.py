@@ -176,7 +176,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
         overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.scenario.load import dump_resolved, load
-    from capsim.scenario.resolve import kv_log_lines
+    from capsim.scenario.describe import kv_log_lines
     from capsim.metrics.summary import summarize
     from capsim.profiles import trust
     from capsim.report.run import day
@@ -300,8 +300,7 @@ def _traces(loaded):
 @_set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     from capsim.scenario.load import load
-    from capsim.scenario.resolve import pool_lines, pool_log_lines
-    from capsim.scenario.resolve_pools import fleet_lines
+    from capsim.scenario.describe import fleet_lines, pool_lines, pool_log_lines
     from capsim.sim.simulate import rejections
 
     loaded = load(scenario, list(overrides))

@@ -41,23 +41,29 @@ def named(loader, name: str, path: Path, field: str):
 
 
 def in_named_file(exc: ScenarioError, path: Path, field: str) -> ScenarioError:
+    """``exc``, raised loading what the scenario's ``field`` names, placed as :func:`named`
+    says."""
     if exc.file and exc.file != str(path):
         return ScenarioError(f"{exc.message} ({field} of {path})", file=exc.file, path=exc.path)
     return exc.with_context(file=str(path), path=field)
 
 
 def load_model_at(value: str, scenario: Path) -> ModelShape:
+    """The model ``value`` names: a shipped name, or a config.json, its directory or a
+    model YAML relative to the ``scenario`` file."""
     return load_model(locate(value, scenario.parent, kind="model", shipped=model_names(),
                              what="a Hugging Face config.json, its directory or a model YAML",
                              dir_ok=True))
 
 
 def load_hardware_at(value: str, scenario: Path) -> HardwareProfile:
+    """The GPU profile ``value`` names: shipped, or a YAML relative to the scenario."""
     return load_hardware(locate(value, scenario.parent, kind="hardware",
                                 shipped=hardware_names(), what="a GPU profile YAML"))
 
 
 def load_engine_preset_at(value: str, scenario: Path) -> EnginePreset:
+    """The engine preset ``value`` names: shipped, or a YAML relative to the scenario."""
     return load_engine_preset(locate(value, scenario.parent, kind="engine preset",
                                      shipped=engine_preset_names(), what="an engine preset YAML"))
 

@@ -55,7 +55,7 @@ from capsim.metrics.summary import summarize
 from capsim.profiles.trust import FAMILIES
 from capsim.results.model import SummaryRow
 from capsim.scenario.load import LoadedScenario, load
-from capsim.scenario.resolve import Pool, RunConfig
+from capsim.scenario.run_config import Pool, RunConfig
 from capsim.sim.simulate import simulate
 from capsim.workload import TraceCache
 

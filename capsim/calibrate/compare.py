@@ -29,7 +29,7 @@ from capsim.calibrate.replay import Replay, replay
 from capsim.calibrate.serving import request_latencies, simulate_replay
 from capsim.metrics.summary import weighted_percentile
 from capsim.results.model import RunResult
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 
 #: Metric key → label, in table order.
 METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}

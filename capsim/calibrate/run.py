@@ -23,7 +23,7 @@ from capsim.calibrate.vidur import DEVICES, load_vidur
 from capsim.calibrate.readers import read_result
 from capsim.calibrate.replay import replay
 from capsim.calibrate.serving import fit_replay, request_latencies, simulate_replay
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import Calibration, ClassError, Derivation, HardwareProfile
 from capsim.profiles.models import ModelShape

@@ -29,7 +29,7 @@ from capsim.calibrate.measured import MeasuredRun
 from capsim.calibrate.replay import Replay
 from capsim.profiles.hardware import Curve, HardwareProfile
 from capsim.results.model import RunResult
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.sim.simulate import simulate
 
 

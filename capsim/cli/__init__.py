@@ -1,2 +1,3 @@
-"""The ``capsim`` command line (click): :mod:`.main` (run, validate, hardware, models,
-roofline, compare, calibrate) and :mod:`.sweep` (sweep, size)."""
+"""The ``capsim`` command line (click): :mod:`.main` (the group, the entry point) and one
+module per command (:mod:`.run`, :mod:`.validate`, :mod:`.sweep`, :mod:`.size`, …), with
+what they share in :mod:`.common`."""

@@ -78,7 +78,7 @@ from capsim.profiles.engines import HostOverhead, TpAllReduce
 from capsim.profiles.hardware import Curve, HardwareProfile, KernelEfficiency
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.quantization import weight_layout
+from capsim.profiles.weight_layout import weight_layout
 
 class StepCost(NamedTuple):
     """Cost of one engine step on one GPU of the tensor-parallel group.

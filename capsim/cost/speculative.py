@@ -47,7 +47,7 @@ class SpecPricer:
 
     Args:
         target: the target model's pricer (with the engine's host overhead).
-        draft: one draft pass's pricer (:meth:`capsim.scenario.resolve.Pool.draft_pricer`);
+        draft: one draft pass's pricer (:meth:`capsim.scenario.run_config.Pool.draft_pricer`);
             None for ngram.
         k: ``num_speculative_tokens`` (the drafter's passes per step).
     """

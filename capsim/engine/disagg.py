@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from capsim.scenario.resolve import Pool, RunConfig, pool_log_lines
+from capsim.scenario.describe import pool_log_lines
+from capsim.scenario.run_config import Pool, RunConfig
 from capsim.engine.clock import Environment
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica

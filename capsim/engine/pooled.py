@@ -51,8 +51,7 @@ from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.kv.blocks import blocks_needed
-from capsim.scenario.resolve import Pool
-from capsim.scenario.resolve_pools import PooledFleet
+from capsim.scenario.run_config import Pool, PooledFleet
 
 
 def colocated_reject_reason(req: Request, pool: Pool) -> str:

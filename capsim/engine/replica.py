@@ -33,7 +33,7 @@ from capsim.engine.request import Request
 from capsim.engine.scheduler import make_kv, make_scheduler
 from capsim.engine.step import Step
 from capsim.results.model import ReplicaStats
-from capsim.scenario.resolve import Pool
+from capsim.scenario.run_config import Pool
 
 
 class ReplicaHooks(Protocol):

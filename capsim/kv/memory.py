@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import MemoryRule, at_tp
 from capsim.profiles.models import ModelShape
-from capsim.profiles.quantization import QuantFormat, WeightLayout, weight_layout
+from capsim.profiles.quantization import QuantFormat
+from capsim.profiles.weight_layout import WeightLayout, weight_layout
 
 GIB = 2**30
 FP32_BYTES = 4
@@ -182,7 +183,7 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
             linears take the format's mean bytes per weight; everything else stays 16-bit.
             A model whose checkpoint stores its tensor groups in their own formats
             (``model.weight_formats``, gpt-oss) takes each group's
-            (:func:`~capsim.profiles.quantization.weight_layout`; ``quant`` must then be
+            (:func:`~capsim.profiles.weight_layout.weight_layout`; ``quant`` must then be
             the checkpoint's format or None).
 
     Raises:

@@ -20,7 +20,8 @@ A checkpoint may store its tensor groups (:data:`TENSOR_GROUPS`: attention, dens
 shared experts, routed experts) in different formats — gpt-oss keeps attention in bf16
 and its experts in MXFP4 (``quantization_config.modules_to_not_convert``). The model
 records them (``ModelShape.weight_formats``, read from its ``config.json``), and
-:func:`weight_layout` gives the format of each group for an engine's ``quantization``.
+:func:`capsim.profiles.weight_layout.weight_layout` gives the format of each group for an
+engine's ``quantization``.
 
 Public API:
     QuantFormat                 one format (pydantic)
@@ -28,7 +29,6 @@ Public API:
     quant_format_names() -> list[str]
     KEPT_16BIT                  the tensors no format quantizes
     TENSOR_GROUPS               the linear-layer groups a checkpoint may store apart
-    WeightLayout, weight_layout(model, quantization) -> WeightLayout
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from importlib import resources
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -56,9 +55,6 @@ KEPT_16BIT = ("embedding", "lm_head", "norms", "biases", "router")
 TENSOR_GROUPS = ("attention", "mlp", "experts")
 
 _FILE = ("data", "quantization", "formats.yaml")
-
-if TYPE_CHECKING:
-    from capsim.profiles.models import ModelShape
 
 
 class QuantFormat(StrictModel):
@@ -213,51 +209,3 @@ def load_quant_format(name: str) -> QuantFormat:
     if name not in formats:
         raise ScenarioError(f"unknown quantization {name!r}; valid: {', '.join(formats)}")
     return formats[name]
-
-
-@dataclass(frozen=True)
-class WeightLayout:
-    """The format of each linear-layer group (:data:`TENSOR_GROUPS`) of one engine's model.
-
-    ``grouped``: the model's checkpoint stores the groups apart (priced group by group);
-    False: one format for every linear (each attribute is the same format).
-    """
-
-    attention: QuantFormat
-    mlp: QuantFormat
-    experts: QuantFormat
-    grouped: bool = False
-
-    @property
-    def formats(self) -> dict[str, QuantFormat]:
-        return {"attention": self.attention, "mlp": self.mlp, "experts": self.experts}
-
-
-def weight_layout(model: "ModelShape", quantization: str | None) -> WeightLayout:
-    """Each group's format: the checkpoint's (``model.weight_formats``: groups it does not
-    name stay 16-bit) when the model records one, else ``quantization`` (or bf16) for
-    every linear.
-
-    As vLLM (``ModelConfig._verify_quantization``, vllm/config/model.py at v0.19.0): a
-    checkpoint's ``quant_method`` applies without ``--quantization``; a different
-    ``--quantization`` is refused ("Quantization method specified in the model config
-    (X) does not match the quantization method specified in the `quantization`
-    argument (Y)").
-
-    Raises:
-        ScenarioError: ``quantization`` is not the checkpoint's quantized format, or an
-            unknown format name.
-    """
-    ckpt = model.weight_formats
-    if not ckpt:
-        fmt = load_quant_format(quantization or "bf16")
-        return WeightLayout(fmt, fmt, fmt)
-    methods = sorted({f for f in ckpt.values() if load_quant_format(f).quantized})
-    if quantization is not None and quantization not in methods:
-        groups = ", ".join(f"{g} {f}" for g, f in ckpt.items())
-        raise ScenarioError(
-            f"quantization {quantization} does not match the checkpoint of {model.name} "
-            f"({groups}; the rest 16-bit): vLLM refuses a --quantization other than the "
-            f"config's quant_method; valid: {', '.join(methods) or 'none'}, or leave it unset")
-    return WeightLayout(*(load_quant_format(ckpt.get(g, "bf16")) for g in TENSOR_GROUPS),
-                        grouped=True)

@@ -81,11 +81,30 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         numbers under the new name (with a warning that ``sources`` is empty).
     """
     flops = "".join(f"  {k}: {_num(v)}\n" for k, v in base.peak_flops_per_s.items())
-    classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                           "elementwise", "fused_moe", "attention_decode_fp8",
-                           "fused_moe_mxfp4")
-               if getattr(base.efficiency, c) is not None]
-    head = _fields([
+    return f"""\
+# GPU profile {name}: a template from `capsim hardware --template {name} --from {base.name}`.
+# Replace each number by your GPU's (datasheet, or measured), then name this file in a
+# scenario: `hardware: {name}.yaml` (a path relative to the scenario file); `capsim validate
+# SCENARIO` checks it. Numbers may be written 989.4e12, 3.35E12, 192e9 or 4.28e-6.
+# capsim's conventions, as in every shipped profile: dense Tensor-Core peaks (a datasheet's
+# "with sparsity" figure is twice the dense one), bandwidths per GPU and per direction (half
+# a bidirectional figure), memory in bytes with the datasheet's "GB" read as GiB.
+{_hardware_head(name, base)}{flops}{_hardware_body(base)}{_custom_all_reduce(base)}\
+# Achieved / peak per operator class: {base.name}'s{' fitted' if base.calibration else ''} factors.
+# They carry over to a GPU of the same family; fit this GPU's own with `capsim calibrate
+# --hardware {name}.yaml --csv TIMINGS.csv --model M` (README: Calibration).
+efficiency:
+{_block(base.efficiency.model_dump(exclude_none=True), 2)}{_hardware_tail(base)}\
+# sources:   # where each number comes from: optional in your own profile (capsim warns
+#            # about the numbers without one): a datasheet URL, a measurement, 'estimate: why'
+#   peak_flops_per_s: https://...
+#   hbm_bandwidth_bytes_per_s: https://...
+{_derivation(base)}"""
+
+
+def _hardware_head(name: str, base: HardwareProfile) -> str:
+    """The template's names, platform and the ``peak_flops_per_s:`` key."""
+    return _fields([
         ("name", name, "names the profile in every table"),
         ("display_name", name, "free text"),
         ("platform", base.platform, "cuda (NVIDIA) or rocm (AMD): CUDA-only kernels are "
@@ -93,7 +112,11 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("peak_flops_per_s", "", "dense FLOP/s per dtype: bf16, fp16, fp8 (if it has FP8), int8, "
                                  "fp4 (Blackwell)"),
     ])
-    body = _fields([
+
+
+def _hardware_body(base: HardwareProfile) -> str:
+    """The template's memory, SMs and links."""
+    return _fields([
         ("hbm_bytes", str(base.hbm_bytes),
          f'{base.hbm_bytes / 2**30:g} GiB: a datasheet "80 GB" is 80 x 2**30 = 85899345920'),
         ("memory_total_gib", _num(base.memory_total_gib),
@@ -118,24 +141,40 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
         ("scale_out_link", base.scale_out_link or "null",
          "optional: link between nodes, one port per GPU (capsim/profiles/data/links)"),
     ])
-    tail = _fields([
+
+
+def _hardware_tail(base: HardwareProfile) -> str:
+    """The template's step overhead and price."""
+    return _fields([
         ("step_overhead_s", _num(base.step_overhead_s),
          "fixed time per engine step (an estimate until calibrated)"),
         ("price_per_gpu_hour_usd", _num(base.price_per_gpu_hour_usd),
          "what one GPU-hour costs you: $/h and $/M tokens in every table"),
     ])
-    custom_ar = ""
-    if base.custom_all_reduce is not None:
-        custom_ar = ("# optional: what an engine's own all-reduce kernels cost on the NVLink "
-                     f"({base.name}'s; null: engines\n# run NCCL's ring here too). One-shot: "
-                     "latency + (TP-1) x bytes / (NVLink BW x efficiency);\n# two-shot: latency "
-                     "+ 2(TP-1)/TP x bytes / (NVLink BW x efficiency)\ncustom_all_reduce:\n"
-                     + "".join(f"  {k}: {_num(v)}\n"
-                               for k, v in base.custom_all_reduce.model_dump().items()))
-    derivation = ""
-    if classes:
-        derivation = (
-            "# The efficiency entries are another GPU's measurements, not this one's:\n"
+
+
+def _custom_all_reduce(base: HardwareProfile) -> str:
+    """The commented ``custom_all_reduce:`` block of a base that has one, else ""."""
+    if base.custom_all_reduce is None:
+        return ""
+    return ("# optional: what an engine's own all-reduce kernels cost on the NVLink "
+            f"({base.name}'s; null: engines\n# run NCCL's ring here too). One-shot: "
+            "latency + (TP-1) x bytes / (NVLink BW x efficiency);\n# two-shot: latency "
+            "+ 2(TP-1)/TP x bytes / (NVLink BW x efficiency)\ncustom_all_reduce:\n"
+            + "".join(f"  {k}: {_num(v)}\n"
+                      for k, v in base.custom_all_reduce.model_dump().items()))
+
+
+def _derivation(base: HardwareProfile) -> str:
+    """The ``derivation:`` block marking ``base``'s efficiencies as carried over ("" when
+    it has none)."""
+    classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
+                           "elementwise", "fused_moe", "attention_decode_fp8",
+                           "fused_moe_mxfp4")
+               if getattr(base.efficiency, c) is not None]
+    if not classes:
+        return ""
+    return ("# The efficiency entries are another GPU's measurements, not this one's:\n"
             "derivation:\n"
             "  status: derived, uncalibrated\n"
             f"  from_profile: {base.name}\n"
@@ -143,25 +182,6 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
             f"  method: '{base.name} entries copied unchanged by capsim hardware --template; "
             "the roofline applies this GPU''s own peaks and bandwidths'\n"
             f"  date: '{datetime.date.today().isoformat()}'\n")
-    return f"""\
-# GPU profile {name}: a template from `capsim hardware --template {name} --from {base.name}`.
-# Replace each number by your GPU's (datasheet, or measured), then name this file in a
-# scenario: `hardware: {name}.yaml` (a path relative to the scenario file); `capsim validate
-# SCENARIO` checks it. Numbers may be written 989.4e12, 3.35E12, 192e9 or 4.28e-6.
-# capsim's conventions, as in every shipped profile: dense Tensor-Core peaks (a datasheet's
-# "with sparsity" figure is twice the dense one), bandwidths per GPU and per direction (half
-# a bidirectional figure), memory in bytes with the datasheet's "GB" read as GiB.
-{head}{flops}{body}{custom_ar}\
-# Achieved / peak per operator class: {base.name}'s{' fitted' if base.calibration else ''} factors.
-# They carry over to a GPU of the same family; fit this GPU's own with `capsim calibrate
-# --hardware {name}.yaml --csv TIMINGS.csv --model M` (README: Calibration).
-efficiency:
-{_block(base.efficiency.model_dump(exclude_none=True), 2)}{tail}\
-# sources:   # where each number comes from: optional in your own profile (capsim warns
-#            # about the numbers without one): a datasheet URL, a measurement, 'estimate: why'
-#   peak_flops_per_s: https://...
-#   hbm_bandwidth_bytes_per_s: https://...
-{derivation}"""
 
 
 def model_template(name: str, base: ModelShape) -> str:

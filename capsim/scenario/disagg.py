@@ -16,7 +16,7 @@ cache crosses ``link`` in between::
           layerwise_overlap: false
 
 Each pool is resolved like a co-located variant
-(:func:`capsim.scenario.resolve.resolve_variant`). Arrivals reach the prefill
+(:func:`capsim.scenario.resolve_colocated.resolve_colocated`). Arrivals reach the prefill
 pool through the variant's ``cluster.router``.
 """
 

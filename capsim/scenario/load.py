@@ -22,8 +22,10 @@ from capsim.profiles.links import link_names
 from capsim.profiles.models import model_names
 from capsim.scenario.overrides import apply_override, set_dotted
 from capsim.scenario.paths import absolute_paths
-from capsim.scenario.resolve import RunConfig, engine_label, resolve_variant
+from capsim.scenario.describe import engine_label
+from capsim.scenario.resolve import resolve_variant
 from capsim.scenario.resolve_pools import check_class_models, pooled_cluster, resolve_pooled
+from capsim.scenario.run_config import RunConfig
 from capsim.scenario.schema import Scenario, VariantSpec
 from capsim.scenario.slo import RequestSlo
 from capsim.scenario.validation import validate

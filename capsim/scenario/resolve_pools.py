@@ -1,117 +1,26 @@
 """Resolving a pooled variant (``cluster.pools``, :mod:`capsim.scenario.pools`): one
-:class:`FleetPool` per pool, the route rules and the model each class asks for.
+:class:`~capsim.scenario.run_config.FleetPool` per pool, the route rules and the model
+each class asks for.
 
-Each pool is resolved by :func:`~capsim.scenario.resolve.resolve_variant` as a co-located
-variant whose hardware, model, engine knobs and cluster are the variant's with the
-pool's on top, so every rule, default and memory check applies per pool; an error is
+Each pool is resolved by :func:`~capsim.scenario.resolve_colocated.resolve_colocated` as a
+co-located variant whose hardware, model, engine knobs and cluster are the variant's with
+the pool's on top, so every rule, default and memory check applies per pool; an error is
 re-pointed at the pool's YAML path (``cluster.pools.1.engine.max_num_seqs``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from capsim.common.errors import ScenarioError
-from capsim.common.labels import parallel_label
 from capsim.profiles.models import ModelShape
-from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.pool_knobs import engine_knob_path, pool_engine
 from capsim.scenario.pools import FleetPoolConfig
-from capsim.scenario.resolve import (ClusterConfig, Pool, RunConfig, _load_model, _merged,
-                                     _named, engine_knob_path, pool_engine, resolve_variant)
-from capsim.scenario.schema import Scenario, VariantSpec
-
-
-@dataclass(frozen=True)
-class FleetPool:
-    """One resolved pool: its replicas' :class:`Pool` (role ``colocated``), the model they
-    serve, and its own autoscaling / failures (None: a fixed pool that never fails)."""
-
-    name: str
-    pool: Pool
-    model: ModelShape
-    autoscaling: AutoscalingConfig | None = None
-    failures: FailuresConfig | None = None
-    provisioning_delay_s: float = 0.0
-
-    @property
-    def gpus_per_replica(self) -> int:
-        return self.pool.engine.gpus_per_replica
-
-    @property
-    def price_per_replica_hour_usd(self) -> float:
-        """One replica's GPUs at the profile's hourly price, $/h."""
-        return self.pool.hardware.price_per_gpu_hour_usd * self.gpus_per_replica
-
-
-@dataclass(frozen=True)
-class Route:
-    """A resolved route rule: requests of ``class_id`` (None: any) with at least
-    ``min_prompt_tokens`` prompt tokens (None: any) go to pool ``pool`` (an index)."""
-
-    class_id: int | None
-    min_prompt_tokens: int | None
-    pool: int
-    class_name: str | None = None
-
-    def matches(self, class_id: int, prompt_tokens: int) -> bool:
-        return ((self.class_id is None or self.class_id == class_id)
-                and (self.min_prompt_tokens is None or prompt_tokens >= self.min_prompt_tokens))
-
-
-@dataclass(frozen=True)
-class PooledFleet:
-    """The pools behind one router, how it routes, and what each request class asks for.
-
-    Attributes:
-        pools: the pools, in the scenario's order.
-        policy: ``least_outstanding_tokens``, ``round_robin`` or ``cost``.
-        routes: the route rules, first match wins.
-        class_models: the model name each class id asks for.
-        class_ttft_s: each class's per-request TTFT limit, s (None: none; ``cost`` routing
-            then takes the cheapest pool serving the model).
-    """
-
-    pools: tuple[FleetPool, ...]
-    policy: str
-    routes: tuple[Route, ...]
-    class_models: tuple[str, ...]
-    class_ttft_s: tuple[float | None, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.pools)
-
-    def required(self) -> set[str]:
-        """Pools that cannot be left out of a mix: a route names them, or they alone serve
-        a model some class asks for."""
-        out = {self.pools[r.pool].name for r in self.routes}
-        for model in set(self.class_models):
-            serving = [p.name for p in self.pools if p.model.name == model]
-            if len(serving) == 1:
-                out.add(serving[0])
-        return out
-
-    def with_counts(self, counts: dict[str, int]) -> "PooledFleet":
-        """``counts[name]`` replicas in pool ``name`` (others unchanged); a pool at 0 is left
-        out (route indices follow).
-
-        Raises:
-            ValueError: an unknown pool, a negative count, or leaving out a pool
-                :meth:`required` keeps.
-        """
-        unknown = set(counts) - set(self.names)
-        if unknown:
-            raise ValueError(f"no pool named {sorted(unknown)[0]!r}")
-        dropped = {n for n, c in counts.items() if c == 0}
-        if any(c < 0 for c in counts.values()) or dropped & self.required():
-            raise ValueError(f"pools {sorted(dropped & self.required())} must keep a replica")
-        kept = [replace(p, pool=replace(p.pool, num_replicas=counts.get(p.name,
-                                                                        p.pool.num_replicas)))
-                for p in self.pools if p.name not in dropped]
-        index = {p.name: i for i, p in enumerate(kept)}
-        routes = tuple(replace(r, pool=index[self.pools[r.pool].name]) for r in self.routes)
-        return replace(self, pools=tuple(kept), routes=routes)
+from capsim.scenario.profile_loading import load_model_at, named
+from capsim.scenario.resolve_colocated import resolve_colocated
+from capsim.scenario.run_config import FleetPool, PooledFleet, Route, RunConfig
+from capsim.scenario.schema import ClusterConfig, Scenario, VariantSpec
+from capsim.scenario.validation import merged
 
 
 def pooled_cluster(spec: Scenario, v: VariantSpec) -> bool:
@@ -138,7 +47,7 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
         raise ScenarioError("a variant is either a pooled fleet (cluster.pools) or a "
                             "prefill/decode split (disaggregation), not both; remove one",
                             file=str(path), path=f"{where}.disaggregation")
-    cluster = _merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
+    cluster = merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
 
     def at(key: str) -> str:
         return f"{where}.cluster.{key}" if where and key in v.cluster else f"cluster.{key}"
@@ -157,8 +66,8 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
     inner = "least_outstanding_tokens" if policy == "cost" else policy
     pools = tuple(_resolve_pool(spec, index, v, pc, inner, path, f"{at('pools')}.{i}")
                   for i, pc in enumerate(cluster.pools))
-    default_model = _named(lambda n: _load_model(n, path), v.model or spec.model, path,
-                           f"{where}.model" if v.model else "model")
+    default_model = named(lambda n: load_model_at(n, path), v.model or spec.model, path,
+                          f"{where}.model" if v.model else "model")
     class_models = _class_models(spec, pools, default_model, path)
     routes = _routes(spec, cluster, pools, class_models, path, at("route"))
     fleet = PooledFleet(pools=pools, policy=policy, routes=routes,
@@ -184,7 +93,7 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfi
         "hardware_overrides": {**v.hardware_overrides, **pc.hardware_overrides}, "set": {}})
     alone = spec.model_copy(update={"cluster": ClusterConfig(), "variants": [synth]})
     try:
-        run = resolve_variant(alone, index, synth, path)
+        run = resolve_colocated(alone, index, synth, path)
     except ScenarioError as exc:
         raise _pool_error(exc, index, v, pc, at, bool(spec.variants)) from None
     return FleetPool(name=pc.name, pool=run.pool(), model=run.model,
@@ -235,7 +144,7 @@ def _class_models(spec: Scenario, pools: tuple[FleetPool, ...], default: ModelSh
     for i, c in enumerate(classes or [None]):
         field = f"workload.classes.{i}.model" if c is not None else "model"
         if c is not None and c.model is not None:
-            name = _named(lambda n: _load_model(n, path), c.model, path, field).name
+            name = named(lambda n: load_model_at(n, path), c.model, path, field).name
             asked = f"model {name}"
         else:
             name = default.name
@@ -258,7 +167,7 @@ def check_class_models(spec: Scenario, run: RunConfig, path: Path) -> None:
         if c.model is None:
             continue
         field = f"workload.classes.{i}.model"
-        name = _named(lambda n: _load_model(n, path), c.model, path, field).name
+        name = named(lambda n: load_model_at(n, path), c.model, path, field).name
         if name != run.model.name:
             raise ScenarioError(f"asks for model {name}, which no pool serves; pools serve: "
                                 f"{run.model.name} (several models need cluster.pools)",
@@ -306,26 +215,3 @@ def _class_ttft_s(spec: Scenario) -> tuple[float | None, ...]:
         ms = (c.slo or {}).get("ttft_ms", base) if c is not None else base
         out.append(ms / 1e3 if ms is not None else None)
     return tuple(out)
-
-
-def fleet_lines(run: RunConfig) -> list[str]:
-    """What ``capsim validate`` prints for a pooled variant: the router and its rules, then
-    per pool its replicas, GPU, TP, engine, model and start-up lines."""
-    from capsim.scenario.resolve import pool_log_lines
-    f = run.fleet
-    rules = [" and ".join(([f"class {r.class_name}"] if r.class_name else [])
-                          + ([f"prompt >= {r.min_prompt_tokens}"] if r.min_prompt_tokens else []))
-             + f" → {f.pools[r.pool].name}" for r in f.routes]
-    out = [f"{run.variant}: {len(f.pools)} pools on {run.num_gpus} GPUs, router {f.policy}"
-           + (f", route: {'; '.join(rules)}" if rules else "")]
-    for fp in f.pools:
-        eng = fp.pool.engine
-        scaling = ", autoscaled" if fp.autoscaling is not None else ""
-        out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
-                   f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}, "
-                   f"model {fp.model.name}, engine "
-                   f"{fp.pool.engine_label}, max_num_seqs {eng.max_num_seqs}, "
-                   f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
-                   f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")
-        out += [f"    {line}" for line in pool_log_lines(fp.pool)]
-    return out

@@ -6,7 +6,7 @@ cluster, a workload, SLOs and a list of variants; each variant overrides
 engine/cluster/hardware fields. The workload, SLO, disaggregation and sweep
 sections have their own modules; :mod:`capsim.scenario.load` reads a file into
 these models and :mod:`capsim.scenario.resolve` turns each variant into a
-:class:`~capsim.scenario.resolve.RunConfig`.
+:class:`~capsim.scenario.run_config.RunConfig`.
 """
 
 from __future__ import annotations

@@ -15,13 +15,28 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import error_text, field_named, missing_text
+from capsim.common.schema import StrictModel, error_text, field_named, missing_text
 from capsim.scenario.schema import EngineConfig
 
 def validate(model: type[BaseModel], data: Any, path: Path, prefix: str = "") -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
+        raise one_line_error(exc, model, path, prefix) from None
+
+
+def merged(model: type[StrictModel], base: StrictModel, override: dict[str, Any], path: Path,
+           where: str, section: str, user_keys: set[str] | None = None):
+    """``override`` over the fields ``base`` set, validated; errors point at the variant's
+    field when it gave it (``user_keys``, default: ``override``'s keys), else the scenario's."""
+    data = {**base.model_dump(exclude_unset=True), **override}
+    variant_keys = set(override) if user_keys is None else user_keys
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        prefix = f"{where}.{section}" if where and field in variant_keys else section
         raise one_line_error(exc, model, path, prefix) from None
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 from capsim.engine.clock import Environment
 from capsim.engine.recorder import ItlRecorder
 from capsim.results.model import DaySamples
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 
 SAMPLE_S = 15.0
 """Sampling period, s: the autoscaler's default interval (Kubernetes HPA's sync period),

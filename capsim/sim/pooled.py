@@ -21,7 +21,8 @@ from capsim.engine.recorder import ItlRecorder
 from capsim.engine.pipeline import replica_class
 from capsim.engine.request import Request
 from capsim.results.model import PoolResult, RunResult
-from capsim.scenario.resolve import RunConfig, scheduler_label
+from capsim.scenario.describe import scheduler_label
+from capsim.scenario.run_config import RunConfig
 from capsim.sim.request_log import RequestLog
 from capsim.workload import RequestTrace
 

@@ -18,8 +18,9 @@ import simpy
 
 from capsim.engine.clock import Environment
 
-from capsim.scenario.resolve import (RunConfig, engine_label, kv_log_lines, pool_log_lines,
-                                     scheduler_label)
+from capsim.scenario.describe import (engine_label, kv_log_lines, pool_log_lines,
+                                      scheduler_label)
+from capsim.scenario.run_config import RunConfig
 from capsim.engine.disagg import DisaggCluster
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.fleet import Fleet, policy_label

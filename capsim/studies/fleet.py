@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capsim.scenario.load import LoadedScenario, load
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.common.errors import ScenarioError
 from capsim.profiles.hardware import hardware_names, load_hardware
 from capsim.scenario.paths import locate

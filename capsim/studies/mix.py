@@ -31,7 +31,7 @@ import pandas as pd
 from capsim.common.errors import ScenarioError
 from capsim.metrics.pools import pool_rows
 from capsim.scenario.load import LoadedScenario
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.parallel import Progress, Runner

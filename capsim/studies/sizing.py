@@ -31,7 +31,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from capsim.scenario.load import LoadedScenario
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation

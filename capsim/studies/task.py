@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from capsim.scenario.resolve import RunConfig
+from capsim.scenario.run_config import RunConfig
 from capsim.metrics.day import WINDOW_S, day_windows, violation_minutes
 from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check

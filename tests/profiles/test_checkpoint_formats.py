@@ -24,7 +24,8 @@ from capsim.profiles.engines import load_engine_preset
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.hf_config import checkpoint_formats
 from capsim.profiles.models import load_model
-from capsim.profiles.quantization import load_quant_format, weight_layout
+from capsim.profiles.quantization import load_quant_format
+from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.load import load
 
 GIB = 2**30

@@ -1,0 +1,44 @@
+"""``capsim engines``: the engine presets, their memory rule, scheduler, host
+overhead and defaults."""
+
+from __future__ import annotations
+
+
+import click
+
+from capsim.cli.common import listing, make_console
+
+
+@click.command(help="List the engine presets: version, memory rule, scheduler and defaults.")
+def engines() -> None:
+    from capsim.profiles.engines import engine_preset_names, load_engine_preset
+
+    table = listing("Engine presets (engine: {preset: NAME}; vllm-v1 when none is named)", [
+        ("engine", True), ("version", True), ("memory rule", True), ("scheduler", True),
+        ("host overhead", True), ("defaults", True)])
+    for name in engine_preset_names():
+        p = load_engine_preset(name)
+        defaults = ", ".join(f"{k} {v}" for k, v in p.defaults.items() if k != "scheduler")
+        for c in p.conditional_defaults:
+            when = ", ".join(f"{k} {v}" for k, v in c.when.model_dump(exclude_none=True).items())
+            defaults += f"; if {when}: " + ", ".join(f"{k} {v}" for k, v in c.set.items())
+        table.add_row(p.name, p.display_name, p.version,
+                      f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
+                      _host_text(p.host_overhead), defaults)
+    make_console().print(table)
+
+
+def _host_text(h) -> str:
+    """``1.05 ms/step, serial; 8.3 ms before scheduling``: the non-zero host terms."""
+    terms = [f"{v * 1e3:g} ms/{unit}" for v, unit in ((h.per_step_s, "step"),
+                                                       (h.per_seq_s, "sequence"),
+                                                       (h.per_prefill_token_s, "prompt token"),
+                                                       (h.per_extra_tp_worker_s,
+                                                        "step per TP worker beyond the first"))
+             if v]
+    overlap = h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s else "") \
+        + (" (engine.async_scheduling)" if h.async_scheduling_knob else "")
+    text = ", ".join([*terms, overlap])
+    if h.request_before_s:
+        text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
+    return text

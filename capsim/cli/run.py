@@ -1,0 +1,175 @@
+"""``capsim run``: simulate every variant of a scenario, print the tables, write the report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from capsim import __version__
+from capsim.common.errors import ScenarioError
+from capsim.cli.common import build_traces, make_console, scenario_arg, set_option
+
+
+@click.command(help="Simulate every variant of SCENARIO and write the HTML report.")
+@scenario_arg
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory [default: reports/<scenario name>].")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Variants simulated at once, one worker process each [default: one per "
+                   "CPU, at most one per variant]; 1 runs them one after the other in this "
+                   "process. The report is the same either way.")
+@set_option
+def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
+        overrides: tuple[str, ...]) -> None:
+    from capsim import report
+    from capsim.report.run import day
+    from capsim.scenario.load import dump_resolved, load
+
+    loaded = load(scenario, list(overrides), seed)
+    spec = loaded.spec
+    traces = build_traces(loaded)
+    out = out_dir or Path("reports") / spec.name
+    report.check_out_dir(out)
+    console = make_console()
+    sizes = sorted({len(t) for t in traces.traces.values()})
+    console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
+                  f"{len(loaded.runs)} variant(s), seed {spec.seed}")
+    workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
+    results, rows = _simulate(loaded, traces, workers, console)
+    frames = day.windows(results, spec.slo) if day.has_day(results) else None
+    index = report.write(out, scenario_name=spec.name, description=spec.description,
+                         resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
+                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
+                         day_frames=frames)
+    _print_outcome(console, loaded, results, rows, frames)
+    console.print(f"report: {index}")
+    _refuse_empty_variants(loaded, rows, index)
+
+
+def _simulate(loaded, traces, workers: int, console) -> tuple[list, list]:
+    """Every variant simulated under a progress display, after its start-up lines: (the
+    results, their summary rows), in the scenario's order."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from capsim.scenario.describe import kv_log_lines
+
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=console, transient=False) as bar:
+        for rc in loaded.runs:
+            for line in kv_log_lines(rc):
+                bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
+        if workers > 1:
+            return _simulate_in_processes(bar, loaded, traces, workers)
+        return _simulate_here(bar, loaded, traces)
+
+
+def _simulate_in_processes(bar, loaded, traces, workers: int) -> tuple[list, list]:
+    """The variants on ``workers`` processes, under one pulsing bar (no total until every
+    variant is done)."""
+    from capsim.studies.task import RunTask
+    from capsim.studies.variants import simulate_variants
+
+    spec = loaded.spec
+    results, rows = [], []
+    label = f"{len(loaded.runs)} variants, {workers} processes"
+    task = bar.add_task(f"{label}: 0 done", total=None)
+    tasks = [RunTask({"variant": rc.variant}, rc, traces.get(rc.workload, rc.seed),
+                     spec.slo, loaded.class_slos) for rc in loaded.runs]
+    for outcome in simulate_variants(tasks, workers, lambda d, t: bar.update(
+            task, description=f"{label}: {d} done", total=t if d == t else None,
+            completed=d)):
+        results.append(outcome.result)
+        rows.extend(outcome.rows)
+    return results, rows
+
+
+def _simulate_here(bar, loaded, traces) -> tuple[list, list]:
+    """The variants one after the other in this process, one bar each: requests done."""
+    from capsim.metrics.summary import summarize
+    from capsim.sim.simulate import simulate
+
+    spec = loaded.spec
+    results, rows = [], []
+    for rc in loaded.runs:
+        trace = traces.get(rc.workload, rc.seed)
+        task = bar.add_task(rc.variant, total=len(trace))
+        result = simulate(rc, trace, progress=lambda d, t, task=task:
+                          bar.update(task, completed=d))
+        results.append(result)
+        rows.extend(summarize(result, spec.slo, loaded.class_slos))
+    return results, rows
+
+
+def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
+    """The tables and lines after a run: summary, the day view, engines, how far to trust
+    it, rejections and skipped failures, the disaggregated split, the pools."""
+    from capsim.profiles import trust
+    from capsim.report.run.console import (day_table, day_verdict_lines, disagg_table,
+                                           pools_table, summary_table)
+    from capsim.report.run.html import skipped_failure_notes
+    from capsim.report.run.pools import trust_pairs
+
+    spec = loaded.spec
+    console.print(summary_table(rows, spec.slo))
+    if frames:
+        console.print(day_table(results, frames))
+        for line in day_verdict_lines(rows, frames, spec.slo):
+            console.print(f"[yellow]warning[/]: {line}")
+    for label, names in _by_engine(results).items():
+        console.print(f"engine {label}: {', '.join(names)}")
+    for line in trust.lines(trust_pairs(results)):
+        console.print(f"how far to trust it: {line}")
+    for line in [*_rejection_lines(results), *skipped_failure_notes(results)]:
+        console.print(f"[yellow]warning[/]: {line}")
+    split = disagg_table(rows)
+    if split is not None:
+        console.print(split)
+    by_pool = pools_table(results, spec.slo, loaded.class_slos)
+    if by_pool is not None:
+        console.print(by_pool)
+
+
+def _rejection_lines(results: list) -> list[str]:
+    """Per variant that rejected requests: how many, and the commonest reason."""
+    from capsim.sim.simulate import group_reasons
+
+    out = []
+    for r in results:
+        for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:
+            total = len(r.requests.reject_reason)
+            what = (f"every request rejected ({count:,} of {total:,})" if count == total
+                    else f"{count:,} of {total:,} requests rejected")
+            out.append(f"{r.variant}: {what}, e.g. {example}")
+    return out
+
+
+def _refuse_empty_variants(loaded, rows, index: Path) -> None:
+    """A variant that completed no request has no figure to compare: after the report is
+    written (it shows why), end with one error line naming each such variant and exit 2,
+    as for bad input — its configuration cannot serve this workload.
+
+    Raises:
+        ScenarioError: naming the variants (and their YAML paths) that finished nothing.
+    """
+    empty = [(i, r) for i, rc in enumerate(loaded.runs) for r in rows
+             if r.cls == "all" and r.variant == rc.variant and r.num_finished == 0]
+    if not empty:
+        return
+    what = "; ".join(f"{r.variant}: " + (f"all {r.num_requests:,} requests rejected"
+                                         if r.num_requests else "no measured request")
+                     for _, r in empty)
+    path = (f"variants.{empty[0][0]}" if loaded.spec.variants and len(empty) == 1 else None)
+    raise ScenarioError(f"{len(empty)} of {len(loaded.runs)} variant(s) completed no request "
+                        f"({what}); the report says why: {index}", file=str(loaded.path),
+                        path=path)
+
+
+def _by_engine(results) -> dict[str, list[str]]:
+    """Variant names by the engine preset they ran."""
+    out: dict[str, list[str]] = {}
+    for r in results:
+        out.setdefault(r.engine, []).append(r.variant)
+    return out

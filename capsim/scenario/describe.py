@@ -1,0 +1,94 @@
+"""What a resolved variant says about itself: its engine and scheduler labels and the
+start-up lines ``capsim run`` and ``capsim validate`` print (per pool, as its engine logs
+them), for a co-located, a disaggregated or a pooled variant.
+
+Public API:
+    pool_log_lines(pool), kv_log_lines(run)         start-up lines
+    engine_label(run), scheduler_label(pool)        labels in tables and reports
+    pool_lines(run), fleet_lines(run)               ``capsim validate``'s lines of a split, a fleet
+"""
+
+from __future__ import annotations
+
+from capsim.common.labels import parallel_label
+from capsim.scenario.run_config import Pool, RunConfig
+
+
+def pool_log_lines(pool: Pool) -> list[str]:
+    """A pool's start-up lines as its engine logs them (per GPU): the preset, weights,
+    the memory profile, the available KV memory, the KV cache size and concurrency; with
+    speculative decoding its method, k and expected tokens per step."""
+    lines = [f"engine {pool.engine_label}"]
+    if pool.spec is not None:
+        lines.append(pool.spec.log_line())
+    return [*lines, *pool.kv.memory.log_lines(), *pool.kv.log_lines(pool.engine.max_model_len)]
+
+
+def engine_label(run: RunConfig) -> str:
+    """The engine preset(s) of a variant, e.g. ``vllm-v1 (vLLM 0.19.0)``; a split whose
+    pools run different presets names both."""
+    labels = list(dict.fromkeys(p.engine_label for p in run.pools))
+    if len(labels) == 1:
+        return labels[0]
+    names = run.fleet.names if run.fleet is not None else [p.role for p in run.pools]
+    return ", ".join(f"{name} {p.engine_label}" for name, p in zip(names, run.pools))
+
+
+def scheduler_label(pool: Pool) -> str:
+    """``continuous+chunked(2048)``, ``static``, ``trtllm(GUARANTEED_NO_EVICT, 8192)``, …"""
+    eng = pool.engine
+    if eng.scheduler == "static":
+        return "static"
+    chunk = f"+chunked({eng.max_num_batched_tokens})" if eng.chunked else ""
+    if eng.scheduler == "trtllm":
+        return f"trtllm({eng.capacity_scheduler_policy}, {eng.max_num_batched_tokens}){chunk}"
+    return f"{eng.scheduler}{chunk}"
+
+
+def kv_log_lines(run: RunConfig) -> list[str]:
+    """A variant's start-up lines (:func:`pool_log_lines`); one set per pool (prefixed)
+    when disaggregated."""
+    if run.fleet is not None:
+        return [f"{fp.name}: {line}" for fp in run.fleet.pools for line in pool_log_lines(fp.pool)]
+    if not run.disaggregated:
+        return pool_log_lines(run.pool())
+    return [f"{p.role}: {line}" for p in run.pools for line in pool_log_lines(p)]
+
+
+def pool_lines(run: RunConfig) -> list[str]:
+    """What ``capsim validate`` prints for a disaggregated variant: split, link, each pool."""
+    d = run.transfer
+    out = [f"{run.variant}: {run.label} on {run.num_gpus} GPUs, KV over {d.link.name} "
+           f"({d.link.bandwidth_bytes_per_s / 1e9:,.0f} GB/s per GPU and direction, "
+           f"{d.link.latency_s * 1e6:,.0f} µs per transfer), decode router "
+           f"{d.router}" + (", layer-wise overlap" if d.layerwise_overlap else "")]
+    for pool in run.pools:
+        eng = pool.engine
+        out.append(f"  {pool.role}: {pool.num_replicas} × {pool.hardware.name} "
+                   f"TP{eng.tensor_parallel_size}, {'chunked' if eng.chunked else 'unchunked'}, "
+                   f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
+                   f"{eng.max_num_batched_tokens}")
+        out += [f"    {line}" for line in pool_log_lines(pool)]
+    return out
+
+
+def fleet_lines(run: RunConfig) -> list[str]:
+    """What ``capsim validate`` prints for a pooled variant: the router and its rules, then
+    per pool its replicas, GPU, TP, engine, model and start-up lines."""
+    f = run.fleet
+    rules = [" and ".join(([f"class {r.class_name}"] if r.class_name else [])
+                          + ([f"prompt >= {r.min_prompt_tokens}"] if r.min_prompt_tokens else []))
+             + f" → {f.pools[r.pool].name}" for r in f.routes]
+    out = [f"{run.variant}: {len(f.pools)} pools on {run.num_gpus} GPUs, router {f.policy}"
+           + (f", route: {'; '.join(rules)}" if rules else "")]
+    for fp in f.pools:
+        eng = fp.pool.engine
+        scaling = ", autoscaled" if fp.autoscaling is not None else ""
+        out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
+                   f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}, "
+                   f"model {fp.model.name}, engine "
+                   f"{fp.pool.engine_label}, max_num_seqs {eng.max_num_seqs}, "
+                   f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
+                   f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")
+        out += [f"    {line}" for line in pool_log_lines(fp.pool)]
+    return out

@@ -1,0 +1,310 @@
+"""The engine a variant runs: its preset loaded, the knobs merged and defaulted, the
+engine's own rules checked.
+
+The variant's ``engine:`` knobs go over the scenario's, over the preset's defaults on
+the GPU (:meth:`~capsim.profiles.engines.EnginePreset.defaults_for`), then
+:meth:`EngineConfig.resolved` fills the model-dependent ones. A knob of another engine,
+or a combination the engine refuses at start-up, is one error naming where the knob
+was given (the variant's field, else the scenario's).
+
+Public API:
+    resolve_engine(base, override, model, hw, path, where) -> (EngineConfig, EnginePreset)
+    check_engine_knobs(engine, preset, user, path, where, variant_keys)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from capsim.common.errors import ScenarioError
+from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
+from capsim.profiles.hardware import HardwareProfile
+from capsim.profiles.models import ModelShape
+from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
+from capsim.scenario.schema import EngineConfig
+from capsim.scenario.speculative import SERIAL_DRAFTERS
+from capsim.scenario.validation import merged
+
+GIB = 2**30
+
+
+def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelShape,
+                   hw: HardwareProfile, path: Path, where: str
+                   ) -> tuple[EngineConfig, EnginePreset]:
+    """The variant's engine knobs over the scenario's over the preset's defaults on ``hw``,
+    resolved (:meth:`EngineConfig.resolved`), and the preset.
+
+    Raises:
+        ScenarioError: an unknown preset, a knob of another engine or a combination the
+            engine refuses (:func:`check_engine_knobs`), naming where it was given.
+    """
+    user = {**base.model_dump(exclude_unset=True), **override}
+    name = user.get("preset", "vllm-v1")
+    at = f"{where}.engine" if where and "preset" in override else "engine"
+    preset = named(lambda n: load_engine_preset_at(n, path), name, path, f"{at}.preset")
+    check_preset_knobs(preset, name, path, f"{at}.preset")
+    knobs = {k: v for k, v in user.items() if k != "preset"}
+    defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
+    scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
+                       if k in EngineConfig.model_fields}
+    engine = merged(EngineConfig, EngineConfig(), {**scheduler_knobs, **defaults, **user}, path,
+                    where, "engine", user_keys=set(override))
+    check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    _check_marlin_platform(engine, model, hw, path, where, override)
+    if engine.enable_prefix_caching and _no_prefix_cache(engine):
+        # a default the scenario did not give (vLLM V1's, the schema's) does not apply
+        engine = engine.model_copy(update={"enable_prefix_caching": False})
+    engine = _resolved(engine, model, set(knobs), user, override, path, where)
+    _check_tgi_prefill_budget(engine, user, override, path, where)
+    return engine, preset
+
+
+def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,
+                           path: Path, where: str, override: dict[str, Any]) -> None:
+    """``moe_backend: marlin`` needs a CUDA GPU for a MoE model."""
+    if engine.moe_backend == "marlin" and hw.platform != "cuda" and model.is_moe:
+        # vLLM's Marlin MoE kernels are CUDA-only: MarlinExpertsBase._supports_current_device
+        # is is_cuda() and capability >= 8.0 (vllm/model_executor/layers/fused_moe/
+        # fused_marlin_moe.py at 00a130a0), so the MoE layer of --moe-backend marlin fails
+        # to build on ROCm (oracle/mxfp4.py select_mxfp4_moe_backend raises).
+        at = f"{where}.engine.moe_backend" if where and "moe_backend" in override \
+            else "engine.moe_backend"
+        raise ScenarioError(
+            f"vLLM's Marlin MoE kernels run on NVIDIA GPUs only (CUDA, compute capability "
+            f">= 8.0); hardware '{hw.name}' runs {hw.platform} (valid: auto)",
+            file=str(path), path=at)
+
+
+def _resolved(engine: EngineConfig, model: ModelShape, knobs: set[str], user: dict[str, Any],
+              override: dict[str, Any], path: Path, where: str) -> EngineConfig:
+    """:meth:`EngineConfig.resolved`; its error names where the knob it is about was given."""
+    try:
+        return engine.resolved(model, knobs)
+    except ValueError as exc:
+        # The message starts with the knob it is about; name where that knob was given.
+        key = str(exc).split(" ", 1)[0]
+        if where and key in override:
+            at = f"{where}.engine.{key}"
+        elif key in user:
+            at = f"engine.{key}"
+        else:
+            at = f"{where}.engine" if override else "engine"
+        raise ScenarioError(str(exc), file=str(path), path=at) from None
+
+
+def _check_tgi_prefill_budget(engine: EngineConfig, user: dict[str, Any],
+                              override: dict[str, Any], path: Path, where: str) -> None:
+    """TGI's prefill budget must hold one whole prompt of ``max_model_len - 1`` tokens."""
+    if engine.scheduler == "tgi" and engine.max_num_batched_tokens < engine.max_model_len - 1:
+        # TGI's launcher (launcher/src/main.rs at v2.1.0): max_batch_prefill_tokens must be
+        # >= max_input_tokens, which defaults to max_total_tokens - 1.
+        key = "max_num_batched_tokens" if "max_num_batched_tokens" in user else "max_model_len"
+        at = f"{where}.engine.{key}" if where and key in override else f"engine.{key}"
+        raise ScenarioError(
+            f"TGI refuses to start with max_num_batched_tokens (its max_batch_prefill_tokens) "
+            f"{engine.max_num_batched_tokens:,} below max_input_tokens = max_model_len - 1 = "
+            f"{engine.max_model_len - 1:,}: raise max_num_batched_tokens or lower max_model_len",
+            file=str(path), path=at)
+
+
+@dataclass(frozen=True)
+class _Given:
+    """Where a variant's engine knobs were given, to name it in an error.
+
+    Attributes:
+        path: the scenario file.
+        where: ``variants.<i>`` ("" when the file has no variants).
+        user: the knobs the scenario's or the variant's ``engine:`` gave.
+        variant_keys: the knobs the variant's ``engine:`` gave.
+    """
+
+    path: Path
+    where: str
+    user: set[str]
+    variant_keys: set[str]
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        """Raise ``message`` at the variant's field when the variant set ``key``; when the
+        scenario's ``engine:`` set it and the variant chose the preset, at the variant's
+        preset, saying which scenario-wide knob conflicts; else at the scenario's field.
+
+        Raises:
+            ScenarioError: always.
+        """
+        where, variant_keys = self.where, self.variant_keys
+        if where and key in variant_keys:
+            at = f"{where}.engine.{key}"
+        elif where and "preset" in variant_keys:
+            at = f"{where}.engine.preset"
+            message += f" (engine.{key} is set for the whole scenario: move it into the " \
+                       "variants that need it)"
+        else:
+            at = f"engine.{key}"
+        raise ScenarioError(message, file=str(self.path), path=at)
+
+
+def check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[str], path: Path,
+                       where: str, variant_keys: set[str]) -> None:
+    """Engine-specific knobs only with their engine; contradictory combinations refused.
+
+    ``user``: the knobs the scenario or the variant gave; ``variant_keys``: those the
+    variant gave. The error names the variant's field when the variant set it; when the
+    scenario's ``engine:`` set it and the variant chose the preset, it names the variant's
+    preset and says which scenario-wide knob conflicts (:meth:`_Given.fail`).
+
+    Raises:
+        ScenarioError: the first rule broken, in :data:`_KNOB_CHECKS` order.
+    """
+    given = _Given(path, where, user, variant_keys)
+    for check in _KNOB_CHECKS:
+        check(engine, preset, given)
+
+
+def _check_scheduler(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    policies = _preset_policies(preset)
+    if engine.scheduler not in policies:
+        given.fail("scheduler", f"engine preset '{preset.name}' runs scheduler "
+                                f"{preset.scheduler.policy}, not {engine.scheduler} "
+                                f"(valid: {', '.join(policies)})")
+
+
+def _check_memory_fraction(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """Each engine names its memory fraction its own way; only the preset's applies."""
+    fraction = preset.memory.fraction_knob
+    for knob in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction",
+                 "cuda_memory_fraction"):
+        if knob in given.user and knob != fraction:
+            given.fail(knob, f"{knob} is not a knob of engine preset '{preset.name}', which "
+                             f"sizes its KV cache with {fraction}")
+
+
+#: Engine knobs that belong to one scheduling policy / memory rule.
+_POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativeness": "sglang",
+                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi",
+                 "long_prefill_token_threshold": "continuous"}
+
+
+def _check_policy_knobs(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    for knob, policy in _POLICY_KNOBS.items():
+        if knob in given.user and engine.scheduler != policy:
+            given.fail(knob, f"{knob} belongs to the {policy} scheduler; this engine runs "
+                             f"scheduler: {engine.scheduler}")
+
+
+def _check_async_scheduling(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``async_scheduling`` only where the preset has the knob, and not with a drafter
+    vLLM runs serially."""
+    if engine.async_scheduling is not None and not preset.host_overhead.async_scheduling_knob:
+        valid = [n for n in engine_preset_names()
+                 if load_engine_preset(n).host_overhead.async_scheduling_knob]
+        given.fail("async_scheduling", f"engine preset '{preset.name}' has no async_scheduling "
+                                       f"knob (its host work is {preset.host_overhead.overlap} "
+                                       f"with the GPU step; valid with: {', '.join(valid)})")
+    if engine.async_scheduling and engine.speculative is not None \
+            and engine.speculative.method in SERIAL_DRAFTERS:
+        given.fail("async_scheduling", f"vLLM schedules asynchronously with EAGLE / MTP "
+                                       f"drafters only, not {engine.speculative.method} "
+                                       "(vllm/config/vllm.py); valid: false, or leave it unset")
+
+
+def _check_moe_backend(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    if engine.moe_backend != "auto" and preset.engine != "vllm":
+        given.fail("moe_backend", f"moe_backend is vLLM's --moe-backend; engine preset "
+                                  f"'{preset.name}' runs {preset.engine} (valid: auto)")
+
+
+def _check_multi_step(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``num_scheduler_steps`` > 1: vLLM 0.6's multi-step scheduling, without chunking."""
+    if engine.num_scheduler_steps <= 1:
+        return
+    if not preset.scheduler.knobs.get("multi_step_scheduling"):
+        given.fail("num_scheduler_steps", f"engine preset '{preset.name}' has no multi-step "
+                                          "scheduling (valid with: vllm-0.6, vllm-0.6.4)")
+    if engine.chunked:
+        given.fail("num_scheduler_steps", "multi-step scheduling runs without chunked prefill "
+                                          "(vLLM 0.6 refuses both); set "
+                                          "enable_chunked_prefill: false")
+
+
+def _check_long_prefill(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``long_prefill_token_threshold``: vLLM V1's, with chunked prefill."""
+    key = "long_prefill_token_threshold"
+    if key not in given.user or engine.scheduler != "continuous":
+        return
+    if key not in preset.scheduler.knobs:
+        valid = [n for n in engine_preset_names()
+                 if key in load_engine_preset(n).scheduler.knobs]
+        given.fail(key, f"engine preset '{preset.name}' has no long_prefill_token_threshold "
+                        f"(vLLM V1's; valid with: {', '.join(valid)})")
+    if not engine.chunked:
+        given.fail(key, "it caps the prompt chunk a request gets per step: set "
+                        "enable_chunked_prefill: true")
+
+
+def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """Swap preemption: a policy that preempts, on a preset that swaps (vLLM V0)."""
+    if engine.scheduler in ("trtllm", "tgi") and engine.preemption_mode == "swap":
+        given.fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's "
+                                      "whole KV at admission and never preempts; swap "
+                                      "preemption contradicts it (valid: recompute)")
+    if engine.preemption_mode == "swap" and not preset.scheduler.knobs.get("swap_preemption"):
+        given.fail("preemption_mode", f"engine preset '{preset.name}' preempts by recompute "
+                                      "only (swap to host memory: vLLM V0, presets vllm-0.6, "
+                                      "vllm-0.6.4)")
+
+
+def _check_tgi_chunking(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    if engine.scheduler == "tgi" and engine.enable_chunked_prefill:
+        given.fail("enable_chunked_prefill", "TGI 2.1 prefills whole prompts (chunked prefill "
+                                             "came with TGI 3.0); valid: false")
+
+
+def _check_kv_allocator(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    if engine.kv_allocator != "paged" and engine.scheduler not in ("continuous", "static"):
+        given.fail("kv_allocator", f"scheduler {engine.scheduler} runs on its engine's paged "
+                                   "KV cache; the contiguous layouts are vLLM-style baselines "
+                                   "(valid: paged)")
+
+
+def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``enable_prefix_caching: true`` given where the engine has no prefix cache; when
+    the variant chose the cause and the scenario set the knob, the variant's cause."""
+    reason = _no_prefix_cache(engine)
+    if reason and engine.enable_prefix_caching and "enable_prefix_caching" in given.user:
+        cause = "kv_allocator" if engine.kv_allocator != "paged" else "scheduler"
+        keys = given.variant_keys
+        if given.where and cause in keys and "enable_prefix_caching" not in keys:
+            given.fail(cause, f"{reason}, and engine.enable_prefix_caching: true is set for "
+                              "the whole scenario (move it into the variants that need it)")
+        given.fail("enable_prefix_caching", f"{reason}; valid: false")
+
+
+#: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
+_KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
+                _check_async_scheduling, _check_moe_backend, _check_multi_step,
+                _check_long_prefill, _check_preemption, _check_tgi_chunking,
+                _check_kv_allocator, _check_prefix_cache)
+
+
+def _no_prefix_cache(engine: EngineConfig) -> str:
+    """Why ``engine`` runs without a prefix cache whatever ``enable_prefix_caching`` says
+    ('' when it can have one): TGI 2.1 had none (the v3 router's radix allocator and
+    USE_PREFIX_CACHING came with TGI 2.3, huggingface/text-generation-inference 8deeaca and
+    b70ae09); static batching and the contiguous layouts are baselines without one."""
+    if engine.scheduler == "tgi":
+        return "TGI 2.1 has no prefix caching (it came with TGI 2.3's radix allocator)"
+    if engine.scheduler == "static":
+        return "static batching (scheduler static) runs without a prefix cache"
+    if engine.kv_allocator != "paged":
+        return (f"kv_allocator {engine.kv_allocator} has no prefix cache (it reuses paged "
+                "blocks)")
+    return ""
+
+
+def _preset_policies(preset: EnginePreset) -> tuple[str, ...]:
+    """The ``engine.scheduler`` values a preset can run: its own policy; a vLLM preset also
+    static batching (the baseline it is compared with)."""
+    own = preset.scheduler.policy
+    return (own, "static") if own == "continuous" else (own,)

@@ -1,0 +1,110 @@
+"""What a model and an engine ask of the GPUs: tensor parallelism that divides the
+heads and stays in one node, expert parallelism that divides the experts, a layer per
+pipeline stage, a packaged scale-out link, the tensor cores each weight format computes
+on. Each rule as vLLM enforces it at start-up; an error names the field that set it.
+
+Public API:
+    check_hardware_fit(model, hw, engine, spec, v, path, where)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capsim.common.errors import ScenarioError
+from capsim.cost.operators import check_tensor_parallel, pp_layer_partition
+from capsim.profiles.hardware import HardwareProfile
+from capsim.profiles.links import resolve_link
+from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import load_quant_format
+from capsim.profiles.weight_layout import weight_layout
+from capsim.scenario.profile_loading import named
+from capsim.scenario.schema import EngineConfig, Scenario, VariantSpec
+
+
+def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineConfig,
+                       spec: Scenario, v: VariantSpec, path: Path, where: str) -> None:
+    """Every rule of this module, in the order an error is looked for: the weight
+    formats' tensor cores, TP dividing the heads, EP, PP, the scale-out link, then TP
+    within one node (unless DP attention with EP spreads the experts beyond it).
+
+    Raises:
+        ScenarioError: naming the variant's field when the variant set it, else the
+            scenario's.
+    """
+    _check_weight_format(engine, hw, v, path, where, model)
+    tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
+                else "engine.tensor_parallel_size")
+    named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
+    _check_expert_parallel(model, engine, path, where, set(v.engine))
+    _check_pipeline_parallel(model, engine, path, where, set(v.engine))
+    _check_scale_out(hw, spec, v, path, where)
+    if not (engine.enable_dp_attention and engine.enable_expert_parallel):
+        named(lambda _: hw.check_tp_in_node(engine.tensor_parallel_size), "", path, tp_field)
+
+
+def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
+                           variant_keys: set[str]) -> None:
+    """Expert parallelism, DP attention and a routing skew need routed experts; EP needs
+    the replica's GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives
+    each EP rank num_experts / ep_size of them)."""
+    def at(key: str) -> str:
+        return f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+
+    for key in ("enable_expert_parallel", "enable_dp_attention", "moe_routing_skew"):
+        if getattr(engine, key) and not model.is_moe:
+            raise ScenarioError(f"{key} needs a mixture-of-experts model; {model.name} is dense",
+                                file=str(path), path=at(key))
+    tp = engine.tensor_parallel_size
+    if engine.enable_expert_parallel and model.num_experts % tp:
+        raise ScenarioError(
+            f"expert parallel size {tp} (tensor_parallel_size) must divide num_experts "
+            f"{model.num_experts} of {model.name}", file=str(path),
+            path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
+            else at("enable_expert_parallel"))
+
+
+def _check_pipeline_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
+                             variant_keys: set[str]) -> None:
+    """vLLM's rule: every stage holds at least one layer (``get_pp_indices``)."""
+    key = "pipeline_parallel_size"
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    named(lambda _: pp_layer_partition(model.num_hidden_layers, engine.pipeline_parallel_size),
+          "", path, at)
+
+
+def _check_scale_out(hw: HardwareProfile, spec: Scenario, v: VariantSpec, path: Path,
+                     where: str) -> None:
+    """The hardware's scale-out link must name a packaged link."""
+    if hw.scale_out_link is None:
+        return
+    key = "scale_out_link"
+    at = f"{where}.hardware_overrides.{key}" if key in v.hardware_overrides else \
+        f"hardware_overrides.{key}" if key in spec.hardware_overrides else \
+        (f"{where}.hardware" if v.hardware else "hardware")
+    named(resolve_link, hw.scale_out_link, path, at)
+
+
+def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSpec, path: Path,
+                         where: str, model: ModelShape | None = None) -> None:
+    """The chip must have the tensor cores each weight format computes on (datasheet), or
+    the format a weight-only fallback; a model whose checkpoint records its formats
+    (``weight_formats``) takes no other ``quantization`` (vLLM refuses it:
+    :func:`~capsim.profiles.weight_layout.weight_layout`). The error names
+    ``engine.quantization`` (or ``engine.dtype`` for dtype fp8; ``model`` for the
+    checkpoint's own formats), the variant's when it set it."""
+    knob = "quantization" if engine.quantization is not None else "dtype"
+    field = f"{where}.engine.{knob}" if where and knob in v.engine else f"engine.{knob}"
+    if model is not None and model.weight_formats:
+        layout = named(lambda _: weight_layout(model, engine.weight_format), "", path,
+                       field if engine.weight_format is not None else
+                       (f"{where}.model" if v.model else "model"))
+        at = field if engine.weight_format is not None else \
+            (f"{where}.model" if v.model else "model")
+        for fmt in {f.name: f for f in layout.formats.values()}.values():
+            named(lambda _: fmt.compute_dtype(hw), "", path, at)
+        return
+    if engine.weight_format is None:
+        return
+    fmt = load_quant_format(engine.weight_format)
+    named(lambda _: fmt.compute_dtype(hw), "", path, field)

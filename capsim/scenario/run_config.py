@@ -1,0 +1,310 @@
+"""What a resolved variant is: the frozen types ``sim.simulate`` runs.
+
+A variant of a scenario becomes one :class:`RunConfig`: its workload, model and
+:class:`Pool` s — ``(colocated,)``, ``(prefill, decode)`` joined by a :class:`KVTransfer`
+(DistServe, OSDI'24; Splitwise, ISCA'24), or one per pool of a :class:`PooledFleet`
+(``cluster.pools``). :mod:`capsim.scenario.resolve` makes them; nothing here reads a file.
+
+Public API:
+    Pool, KVTransfer, RunConfig        a pool of replicas, a KV link, a whole variant
+    FleetPool, Route, PooledFleet      a pooled fleet's pools, route rules and router
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from capsim.cost.pipeline import PipelinePricer
+from capsim.cost.pricer import StepPricer
+from capsim.kv.capacity import KVCapacity
+from capsim.profiles.engines import EnginePreset, HostOverhead
+from capsim.profiles.hardware import HardwareProfile
+from capsim.profiles.links import LinkProfile, resolve_link
+from capsim.profiles.models import ModelShape
+from capsim.profiles.quantization import load_quant_format
+from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.schema import EngineConfig
+from capsim.scenario.speculative import SERIAL_DRAFTERS, SpecDecoding
+from capsim.scenario.workload import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Identical replicas, each one tensor-parallel engine with its GPU, knobs and KV cache.
+
+    A co-located variant has one pool (``role`` ``colocated``); a disaggregated one a
+    ``prefill`` and a ``decode`` pool, each resolved with every rule, default and memory
+    check of a co-located variant.
+    """
+
+    role: str
+    hardware: HardwareProfile
+    engine: EngineConfig
+    kv: KVCapacity
+    num_replicas: int
+    preset: EnginePreset
+    spec: SpecDecoding | None = None     # engine.speculative, resolved (None: off)
+
+    @property
+    def host_overhead(self) -> HostOverhead:
+        """The preset's host terms with ``engine.async_scheduling`` applied. Left unset, a
+        vLLM V1 preset schedules asynchronously unless a draft-model or n-gram drafter runs
+        (vllm/config/vllm.py ``VllmConfig`` at v0.19.0: ``async_scheduling`` None is set
+        True unless the speculative method is not EAGLE / MTP)."""
+        knob = self.engine.async_scheduling
+        if knob is None and self.spec is not None and self.spec.method in SERIAL_DRAFTERS:
+            knob = False
+        return self.preset.host_overhead.resolved(knob)
+
+    @property
+    def engine_label(self) -> str:
+        """``vllm-v1 (vLLM 0.19.0)``, with ``, async scheduling off`` (or ``on``) where this
+        pool's host work does not overlap the GPU as its preset's does by default."""
+        overlap = self.host_overhead.overlap
+        if overlap == self.preset.host_overhead.overlap:
+            return self.preset.label
+        return f"{self.preset.label}, async scheduling {'on' if overlap == 'async' else 'off'}"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_replicas * self.engine.gpus_per_replica
+
+    def draft_pricer(self) -> StepPricer | None:
+        """The roofline of one draft pass (:mod:`capsim.profiles.speculative`): the
+        drafter's shape on this pool's GPUs, TP and dtypes, without the engine's host
+        overhead (the draft passes run inside the step); None without a GPU drafter."""
+        if self.spec is None or self.spec.draft is None:
+            return None
+        return StepPricer(self.spec.draft, self.hardware, self.engine.tensor_parallel_size,
+                          **self._pricer_kwargs(moe=self.spec.draft.is_moe))
+
+    def _pricer_kwargs(self, moe: bool = True) -> dict:
+        """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
+        :class:`StepPricer`; DP attention and expert parallelism only where ``moe``."""
+        eng = self.engine
+        return dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
+                    routing_skew=eng.moe_routing_skew,
+                    dp_attention=eng.enable_dp_attention and moe,
+                    expert_parallel=eng.enable_expert_parallel and moe,
+                    quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
+                    engine=self.preset.engine, moe_backend=eng.moe_backend)
+
+    def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
+        """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,
+        dtypes) with its engine's host overhead: a :class:`PipelinePricer` with
+        pipeline_parallel_size > 1."""
+        host = self.host_overhead.for_tensor_parallel(self.engine.tensor_parallel_size)
+        steps = self.engine.num_scheduler_steps
+        if steps > 1:          # scheduled once per window: its per-step work spread over it
+            host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
+                                           "per_seq_s": host.per_seq_s / steps})
+        eng = self.engine
+        scale_out = resolve_link(self.hardware.scale_out_link) \
+            if self.hardware.scale_out_link else None
+        kwargs = self._pricer_kwargs()
+        if eng.pipeline_parallel_size > 1:
+            return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,
+                                  eng.pipeline_parallel_size, host=host, scale_out=scale_out,
+                                  **kwargs)
+        return StepPricer(model, self.hardware, eng.tensor_parallel_size, host=host,
+                          scale_out=scale_out, **kwargs)
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The peak the layer matmuls run at (the quantization format's on this GPU); MFU
+        is measured against it."""
+        fmt = load_quant_format(self.engine.weight_format or "bf16")
+        return fmt.compute_dtype(self.hardware, "fp16" if self.engine.dtype == "fp16" else "bf16",
+                                 self.preset.engine)
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """How a disaggregated variant moves each prompt's KV cache from the prefill pool to
+    the decode pool: the link, the decode-side router, layer-wise overlap."""
+
+    link: LinkProfile
+    router: str
+    layerwise_overlap: bool
+
+
+@dataclass(frozen=True)
+class FleetPool:
+    """One resolved pool: its replicas' :class:`Pool` (role ``colocated``), the model they
+    serve, and its own autoscaling / failures (None: a fixed pool that never fails)."""
+
+    name: str
+    pool: Pool
+    model: ModelShape
+    autoscaling: AutoscalingConfig | None = None
+    failures: FailuresConfig | None = None
+    provisioning_delay_s: float = 0.0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.pool.engine.gpus_per_replica
+
+    @property
+    def price_per_replica_hour_usd(self) -> float:
+        """One replica's GPUs at the profile's hourly price, $/h."""
+        return self.pool.hardware.price_per_gpu_hour_usd * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class Route:
+    """A resolved route rule: requests of ``class_id`` (None: any) with at least
+    ``min_prompt_tokens`` prompt tokens (None: any) go to pool ``pool`` (an index)."""
+
+    class_id: int | None
+    min_prompt_tokens: int | None
+    pool: int
+    class_name: str | None = None
+
+    def matches(self, class_id: int, prompt_tokens: int) -> bool:
+        return ((self.class_id is None or self.class_id == class_id)
+                and (self.min_prompt_tokens is None or prompt_tokens >= self.min_prompt_tokens))
+
+
+@dataclass(frozen=True)
+class PooledFleet:
+    """The pools behind one router, how it routes, and what each request class asks for.
+
+    Attributes:
+        pools: the pools, in the scenario's order.
+        policy: ``least_outstanding_tokens``, ``round_robin`` or ``cost``.
+        routes: the route rules, first match wins.
+        class_models: the model name each class id asks for.
+        class_ttft_s: each class's per-request TTFT limit, s (None: none; ``cost`` routing
+            then takes the cheapest pool serving the model).
+    """
+
+    pools: tuple[FleetPool, ...]
+    policy: str
+    routes: tuple[Route, ...]
+    class_models: tuple[str, ...]
+    class_ttft_s: tuple[float | None, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.pools)
+
+    def required(self) -> set[str]:
+        """Pools that cannot be left out of a mix: a route names them, or they alone serve
+        a model some class asks for."""
+        out = {self.pools[r.pool].name for r in self.routes}
+        for model in set(self.class_models):
+            serving = [p.name for p in self.pools if p.model.name == model]
+            if len(serving) == 1:
+                out.add(serving[0])
+        return out
+
+    def with_counts(self, counts: dict[str, int]) -> "PooledFleet":
+        """``counts[name]`` replicas in pool ``name`` (others unchanged); a pool at 0 is left
+        out (route indices follow).
+
+        Raises:
+            ValueError: an unknown pool, a negative count, or leaving out a pool
+                :meth:`required` keeps.
+        """
+        unknown = set(counts) - set(self.names)
+        if unknown:
+            raise ValueError(f"no pool named {sorted(unknown)[0]!r}")
+        dropped = {n for n, c in counts.items() if c == 0}
+        if any(c < 0 for c in counts.values()) or dropped & self.required():
+            raise ValueError(f"pools {sorted(dropped & self.required())} must keep a replica")
+        kept = [replace(p, pool=replace(p.pool, num_replicas=counts.get(p.name,
+                                                                        p.pool.num_replicas)))
+                for p in self.pools if p.name not in dropped]
+        index = {p.name: i for i, p in enumerate(kept)}
+        routes = tuple(replace(r, pool=index[self.pools[r.pool].name]) for r in self.routes)
+        return replace(self, pools=tuple(kept), routes=routes)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One variant, fully resolved: everything ``sim.simulate`` needs besides the trace.
+
+    ``pools`` is ``(colocated,)`` or ``(prefill, decode)``; arrivals reach the first
+    pool's replicas through ``router`` (the scenario's ``cluster.router``); ``transfer``
+    is set exactly when the variant is disaggregated.
+    """
+
+    variant: str
+    description: str
+    seed: int
+    workload: WorkloadConfig
+    model: ModelShape
+    pools: tuple[Pool, ...]
+    router: str
+    transfer: KVTransfer | None = None
+    autoscaling: AutoscalingConfig | None = None   # cluster.autoscaling (scenario/fleet.py)
+    failures: FailuresConfig | None = None         # cluster.failures (scenario/fleet.py)
+    provisioning_delay_s: float = 0.0              # a new replica's start-up, s
+    fleet: PooledFleet | None = None               # cluster.pools (scenario/resolve_pools.py)
+    router_queue_timeout_s: float | None = None    # cluster.router_queue_timeout_s
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.transfer is not None
+
+    @property
+    def static_batching(self) -> bool:
+        """Some pool runs static batching: replies return whole (TPOT and ITL 0)."""
+        return any(p.engine.scheduler == "static" for p in self.pools)
+
+    @property
+    def pooled(self) -> bool:
+        """A heterogeneous / multi-model fleet (``cluster.pools``): ``pools`` holds one
+        :class:`Pool` per fleet pool, its ``role`` the pool's name."""
+        return self.fleet is not None
+
+    def pool(self, role: str = "colocated") -> Pool:
+        """The pool of ``role`` (``colocated``, ``prefill`` or ``decode``).
+
+        Raises:
+            KeyError: the variant has no such pool, or it is pooled (``cluster.pools``:
+                its pools are ``fleet.pools``).
+        """
+        if self.fleet is not None:
+            raise KeyError(f"variant {self.variant} has several pools (cluster.pools); "
+                           "read run.fleet.pools")
+        for p in self.pools:
+            if p.role == role:
+                return p
+        raise KeyError(f"variant {self.variant} has no {role} pool")
+
+    @property
+    def serving_pool(self) -> Pool:
+        """The pool that streams the replies: the only pool, or a split's decode pool
+        (sweep and sizing tables label a variant's hardware and TP by it)."""
+        return self.pools[-1]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pools)
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(p.num_replicas for p in self.pools)
+
+    @property
+    def label(self) -> str:
+        """``1P1D``-style name of a disaggregated split (replicas, not GPUs); "" co-located."""
+        if not self.disaggregated:
+            return ""
+        return f"{self.pool('prefill').num_replicas}P{self.pool('decode').num_replicas}D"
+
+    def with_hardware(self, hw: HardwareProfile) -> "RunConfig":
+        """This variant with every pool on ``hw``, KV sizes kept (a calibrated copy of the
+        same GPU's profile)."""
+        return replace(self, pools=tuple(replace(p, hardware=hw) for p in self.pools))
+
+    def with_replicas(self, num_replicas: int) -> "RunConfig":
+        """This co-located variant on ``num_replicas`` replicas (a sizing candidate)."""
+        return replace(self, pools=(replace(self.pool(), num_replicas=num_replicas),))
+
+    def with_pool_replicas(self, counts: dict[str, int]) -> "RunConfig":
+        """This pooled variant with ``counts[name]`` replicas in pool ``name`` (the others
+        as they are); a pool given 0 leaves the fleet (a sizing mix)."""
+        fleet = self.fleet.with_counts(counts)
+        return replace(self, fleet=fleet, pools=tuple(fp.pool for fp in fleet.pools))

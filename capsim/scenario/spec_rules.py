@@ -1,0 +1,63 @@
+"""``engine.speculative`` resolved for one co-located pool, with the rules of what it is
+modelled with (vLLM V1's continuous batching over paged KV; no pipeline parallelism,
+multi-step scheduling or replica failures) and the k + 1 tokens a verifying sequence
+takes from the step's budget.
+
+Public API:
+    speculative_decoding(spec, v, engine, cluster, model, path, where) -> SpecDecoding | None
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape
+from capsim.scenario.kv_sizing import kv_bytes_per_token
+from capsim.scenario.profile_loading import load_model_at, named
+from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
+from capsim.scenario.speculative import SpecDecoding, resolve_speculative
+
+
+def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
+                         cluster: ClusterConfig, model: ModelShape, path: Path,
+                         where: str) -> SpecDecoding | None:
+    """``engine.speculative`` resolved, or None. Modelled on vLLM V1's continuous batching
+    over paged KV in a co-located replica: other policies and layouts, pipeline
+    parallelism, a disaggregated pool and replica failures are refused (one line)."""
+    cfg = engine.speculative
+    if cfg is None:
+        return None
+    at = f"{where}.engine.speculative" if where and "speculative" in v.engine \
+        else "engine.speculative"
+    refusals = (
+        (engine.scheduler != "continuous" or engine.kv_allocator != "paged",
+         f"is modelled on vLLM V1's continuous batching over paged KV; this engine runs "
+         f"scheduler {engine.scheduler} with kv_allocator {engine.kv_allocator}"),
+        (engine.num_scheduler_steps > 1, "does not combine with num_scheduler_steps > 1"),
+        (engine.pipeline_parallel_size > 1, "is not modelled with pipeline_parallel_size > 1"),
+        (cluster.failures is not None,
+         "is not modelled with cluster.failures (a cut attempt's streamed chunks)"),
+    )
+    for refused, why in refusals:
+        if refused:
+            raise ScenarioError(f"speculative decoding {why}; remove engine.speculative "
+                                "or change that", file=str(path), path=at)
+    # A verifying sequence is scheduled k + 1 tokens (vLLM V1 scheduler.py): they must fit
+    # one step's token budget and the context window.
+    room = min(engine.max_num_batched_tokens, engine.max_model_len) - 1
+    if cfg.num_speculative_tokens > room:
+        raise ScenarioError(
+            f"num_speculative_tokens {cfg.num_speculative_tokens} does not fit: k + 1 tokens "
+            f"per sequence must fit max_num_batched_tokens ({engine.max_num_batched_tokens}) "
+            f"and max_model_len ({engine.max_model_len}); valid: 1 to {room}",
+            file=str(path), path=f"{at}.num_speculative_tokens")
+    try:
+        return resolve_speculative(
+            cfg, model, spec.workload.class_names, spec.seed,
+            lambda name: named(lambda n: load_model_at(n, path), name, path, f"{at}.model"),
+            lambda shape: kv_bytes_per_token(shape, engine), DTYPE_BYTES[engine.dtype],
+            engine.tensor_parallel_size)
+    except ValueError as exc:
+        field, message = exc.args
+        raise ScenarioError(message, file=str(path), path=f"{at}.{field}") from None

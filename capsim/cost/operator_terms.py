@@ -30,7 +30,7 @@ from capsim.cost.experts import ExpertPricer
 from capsim.cost.operators import (ACTIVATION_BYTES, Matmul, attention_work, dp_attention_work,
                                    elementwise_bytes_per_token, expert_work, keys_per_query,
                                    layer_matmuls, lm_head, windowed)
-from capsim.cost.terms import GEMM_TABLE_TOKENS, inverse_at, inverse_table
+from capsim.cost.terms import GEMM_TABLE_TOKENS, WorkTally, inverse_at, inverse_table
 from capsim.profiles.hardware import KernelEfficiency, OperatorRates
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import QuantFormat, WeightLayout
@@ -225,6 +225,38 @@ class OperatorTerms:
     def attn_inv(self, keys: int) -> float:
         """1 / e(keys per query) of the prefill-attention compute curve."""
         return inverse_at(self.ainv, self.rates.attention_prefill.compute_curve, keys)
+
+    # -- totals over many steps ---------------------------------------------------------
+
+    def work(self, tally: WorkTally) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
+        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms).
+
+        The routed experts' terms come from the tally's steps per token count (a tally
+        from the pricer's ``new_tally``). Not exact for MLA (prefill and decode pairs are summed
+        together and priced at the prefill rate) nor for windowed layers (the pairs are
+        uncapped): an upper bound there; nor with expert parallelism under a routing
+        skew, whose expert terms are the busiest rank's (× EP): an upper bound."""
+        a, lm = self.attn, self.lm
+        logits, logit_steps = (tally.logits, tally.logit_steps) if self.lm_on else (0, 0)
+        flops = (self.flops_per_token * tally.tokens + lm.flops_per_row * logits
+                 + a.flops_per_pair * tally.attn_pairs)
+        nbytes = (self.bytes_fixed * tally.steps + self.bytes_per_token * tally.tokens
+                  + lm.weight_bytes * logit_steps + lm.act_bytes_per_row * logits
+                  + a.kv_bytes_per_token * tally.kv_read_tokens
+                  + a.new_bytes_per_token * tally.tokens)
+        if self.experts is not None and tally.steps_by_tokens:
+            for n, steps in tally.steps_by_tokens.items():
+                f, b, _, _ = self.experts.terms(n)
+                flops, nbytes = flops + f * steps, nbytes + b * steps
+        return flops, nbytes
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Matmul weight bytes one GPU reads per step (layers + LM head; no embedding table)."""
+        experts = self.experts.weight_bytes if self.experts is not None else 0.0
+        lm = self.lm.weight_bytes if self.lm_on else 0.0
+        return sum(op.weight_bytes for op in self.matmuls) + lm + experts
 
     # -- the reference: each operator on its own ----------------------------------------
 

@@ -322,28 +322,10 @@ class StepPricer:
         return self.price(step, logits)
 
     def work(self, tally: WorkTally) -> tuple[float, float]:
-        """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``: equal to Σ of their
-        ``cost().flops`` / ``cost().bytes`` up to float rounding (the same linear terms).
-
-        The routed experts' terms come from the tally's steps per token count (a tally
-        from :meth:`new_tally`). Not exact for MLA (prefill and decode pairs are summed
-        together and priced at the prefill rate) nor for windowed layers (the pairs are
-        uncapped): an upper bound there; nor with expert parallelism under a routing
-        skew, whose expert terms are the busiest rank's (× EP): an upper bound."""
-        t = self.terms
-        a, lm = t.attn, t.lm
-        logits, logit_steps = (tally.logits, tally.logit_steps) if self._lm_on else (0, 0)
-        flops = (t.flops_per_token * tally.tokens + lm.flops_per_row * logits
-                 + a.flops_per_pair * tally.attn_pairs)
-        nbytes = (t.bytes_fixed * tally.steps + t.bytes_per_token * tally.tokens
-                  + lm.weight_bytes * logit_steps + lm.act_bytes_per_row * logits
-                  + a.kv_bytes_per_token * tally.kv_read_tokens
-                  + a.new_bytes_per_token * tally.tokens)
-        if t.experts is not None and tally.steps_by_tokens:
-            for n, steps in tally.steps_by_tokens.items():
-                f, b, _, _ = t.experts.terms(n)
-                flops, nbytes = flops + f * steps, nbytes + b * steps
-        return flops, nbytes
+        """(FLOPs, HBM bytes) per GPU of all the steps in ``tally``
+        (:meth:`~capsim.cost.operator_terms.OperatorTerms.work`): Σ of their
+        ``cost().flops`` / ``cost().bytes`` up to float rounding."""
+        return self.terms.work(tally)
 
     def new_tally(self) -> WorkTally:
         """A :class:`WorkTally` for this pricer's :meth:`work` (it keeps the steps per
@@ -386,10 +368,7 @@ class StepPricer:
     @property
     def weight_bytes_per_gpu(self) -> float:
         """Matmul weight bytes one GPU reads per step (layers + LM head; no embedding table)."""
-        t = self.terms
-        experts = t.experts.weight_bytes if t.experts is not None else 0.0
-        lm = t.lm.weight_bytes if self._lm_on else 0.0
-        return sum(op.weight_bytes for op in t.matmuls) + lm + experts
+        return self.terms.weight_bytes_per_gpu
 
     @property
     def ridge_flops_per_byte(self) -> float:

@@ -30,8 +30,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from capsim.cost.host import HostTime
 from capsim.cost.operators import ACTIVATION_BYTES, pp_layer_partition, stage_shape
-from capsim.cost.pricer import OperatorCost, StepCost, StepPricer, WorkTally
+from capsim.cost.pricer import StepPricer
+from capsim.cost.terms import ZERO_COST, OperatorCost, PricedStep, StepCost, WorkTally, step_input
 from capsim.profiles.engines import HostOverhead
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
@@ -105,10 +107,10 @@ class StageTimes(NamedTuple):
 
 class PipelinePricer:
     """Prices engine steps of a TP × PP replica: the same interface the engine uses of a
-    :class:`~capsim.cost.pricer.StepPricer` (``cost``, ``decode_costs``, ``work``,
+    :class:`~capsim.cost.pricer.StepPricer` (``price``, ``cost``, ``decode_costs``, ``work``,
     ``new_tally``, ``breakdown``, ``experts_hit``), one StepPricer per stage.
 
-    ``cost().seconds`` = Σ stage seconds (each without host overhead, the hardware's
+    ``price().seconds`` = Σ stage seconds (each without host overhead, the hardware's
     step overhead on the last stage only) + the handoffs (:func:`pp_transfer_terms`),
     then the engine's host overhead as :class:`StepPricer` applies it. FLOPs and bytes
     per GPU column (Σ over stages of one TP rank's): × TP gives the replica's.
@@ -149,73 +151,68 @@ class PipelinePricer:
         self._fixed_s, self._per_token_s = pp_transfer_terms(model, hw, tp, pp, scale_out)
         self._boundaries = pp_boundary_terms(model, hw, tp, pp, scale_out)
         # The host terms, applied once to the whole step (StepPricer's own formula).
-        self._host = StepPricer(model, quiet, tp, host=host) if host is not None else None
+        self._host = HostTime(host)
 
     def transfer_s(self, tokens: int) -> float:
         """Seconds of the PP − 1 handoffs of a step of ``tokens`` tokens."""
         return self._fixed_s + self._per_token_s * tokens
 
-    def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
-             prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
-             logits_seqs: int | None = None, prefill_seqs: int | None = None) -> StepCost:
-        """:meth:`StepPricer.cost` of the whole pipeline (same arguments)."""
-        n = prefill_tokens + decode_seqs
+    def price(self, step: PricedStep, logits_seqs: int) -> StepCost:
+        """:meth:`StepPricer.price` of the whole pipeline (same arguments; no speculative
+        width)."""
+        n = step.prefill_tokens + step.decode_seqs
         if n <= 0:
-            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
-        parts = [s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
-                        prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
-                        decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs)
-                 for s in self.stages]
+            return ZERO_COST
+        parts = [s.price(step, logits_seqs) for s in self.stages]
         seconds = 0.0
         for p in parts:
             seconds += p.seconds
         transfer = self._fixed_s + self._per_token_s * n
         seconds += transfer
         overhead = sum(p.overhead_s for p in parts)
-        if self._host is not None and self._host._host:
-            if prefill_seqs is None:
-                prefill_seqs = 1 if prefill_tokens else 0
+        if self._host.active:
             gpu_s = seconds
-            seconds = self._host._with_host(gpu_s, decode_seqs + prefill_seqs, prefill_tokens)
+            seconds = self._host.apply(gpu_s, step.decode_seqs + len(step.prefills),
+                                       step.prefill_tokens)
             overhead += seconds - gpu_s
         return StepCost(seconds, sum(p.flops for p in parts), sum(p.bytes for p in parts),
                         sum(p.compute_s for p in parts), sum(p.memory_s for p in parts),
                         sum(p.comm_s for p in parts) + transfer, overhead,
                         any(p.compute_bound for p in parts))
 
-    def stage_times(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
-                    prefill_kv_tokens: int = 0, decode_seqs: int = 0,
-                    decode_ctx_tokens: int = 0, logits_seqs: int | None = None,
-                    prefill_seqs: int | None = None) -> StageTimes:
+    def cost(self, *, prefill_tokens: int = 0, prefill_attn_pairs: float = 0.0,
+             prefill_kv_tokens: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0,
+             logits_seqs: int | None = None, prefill_seqs: int | None = None) -> StepCost:
+        """:meth:`StepPricer.cost` of the whole pipeline (same arguments)."""
+        step, logits = step_input(prefill_tokens, prefill_attn_pairs, prefill_kv_tokens,
+                                  decode_seqs, decode_ctx_tokens, logits_seqs, prefill_seqs)
+        return self.price(step, logits)
+
+    def stage_times(self, step: PricedStep, logits_seqs: int) -> StageTimes:
         """One batch's timing by resource, for batches in flight (:mod:`capsim.engine.pipeline`):
         each stage's GPU seconds (the hardware's step overhead on the last), each of the
         PP − 1 handoffs, the engine's host seconds for the batch, whether the preset
         overlaps them with the GPU (then ``residual_s`` follows the GPU) or runs them in
         series, and whether any stage is compute-bound (:class:`StageTimes`).
         Alone in the pipeline, host + Σ stage + Σ handoff (serial), or max(host, Σ) +
-        residual (overlapped), is :meth:`cost`'s seconds up to float rounding. Same
-        arguments as :meth:`cost`; an empty batch: all zeros."""
-        n = prefill_tokens + decode_seqs
+        residual (overlapped), is :meth:`price`'s seconds up to float rounding. Same
+        arguments as :meth:`price`; an empty batch: all zeros."""
+        n = step.prefill_tokens + step.decode_seqs
         pp = self.pipeline_parallel_size
         if n <= 0:
             return StageTimes([0.0] * pp, [0.0] * (pp - 1), 0.0, False, 0.0, False)
         stage_s, bound = [], False
         for s in self.stages:
-            c = s.cost(prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
-                       prefill_kv_tokens=prefill_kv_tokens, decode_seqs=decode_seqs,
-                       decode_ctx_tokens=decode_ctx_tokens, logits_seqs=logits_seqs)
+            c = s.price(step, logits_seqs)
             stage_s.append(c.seconds)
             bound = bound or c.compute_bound
         handoff_s = [fixed + per_token * n for fixed, per_token in self._boundaries]
         h = self._host
-        if h is None or not h._host:
+        if not h.active:
             return StageTimes(stage_s, handoff_s, 0.0, False, 0.0, bound)
-        if prefill_seqs is None:
-            prefill_seqs = 1 if prefill_tokens else 0
-        host_s = h._host_step_s + h._host_seq_s * (decode_seqs + prefill_seqs) \
-            + h._host_token_s * prefill_tokens
-        return StageTimes(stage_s, handoff_s, host_s, h._host_async,
-                          h._host_residual_s if h._host_async else 0.0, bound)
+        host_s = h.seconds(step.decode_seqs + len(step.prefills), step.prefill_tokens)
+        return StageTimes(stage_s, handoff_s, host_s, h.overlapped,
+                          h.residual_s if h.overlapped else 0.0, bound)
 
     def decode_costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
                      ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -230,8 +227,8 @@ class PipelinePricer:
                 bound = b.copy() if bound is None else bound | b
         n = np.repeat(np.array(seqs, dtype=np.float64), lengths)
         total = total + (self._fixed_s + self._per_token_s * n)
-        if self._host is not None and self._host._host:
-            total = self._host._with_host_array(total, n)
+        if self._host.active:
+            total = self._host.apply_array(total, n)
         return total, bound
 
     def new_tally(self) -> WorkTally:

@@ -11,7 +11,7 @@ vllm/v1/spec_decode/eagle.py at f7eef1b ``propose``):
   the prompts completing, and attention on the decode kernel with k + 1 causal queries
   per sequence (``Σ (k+1)·c + (k+1)(k+2)/2`` pairs over cached contexts c, each context
   read once), as vLLM's attention backends treat requests of up to 1 + k queries as
-  decodes (:meth:`~capsim.cost.pricer.StepPricer.cost_verify`). The engine's host terms
+  decodes (:meth:`~capsim.cost.pricer.StepPricer.price` with ``width`` k + 1). The engine's host terms
   count each decoding sequence once.
 - **Drafting** (the same step, after sampling): the drafter's first pass runs over all of
   the step's target tokens (vLLM's padded drafter batch: prompt chunks and verified
@@ -29,6 +29,7 @@ Public API:
 from __future__ import annotations
 
 from capsim.cost.pricer import StepCost, StepPricer
+from capsim.cost.terms import PricedStep
 
 
 def verify_aggregates(n: int, ctx_tokens: int, width: int) -> tuple[int, float, int]:
@@ -55,12 +56,11 @@ class SpecPricer:
     def __init__(self, target: StepPricer, draft: StepPricer | None, k: int):
         self.target, self.draft, self.k = target, draft, k
 
-    def cost(self, *, prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
-             prefill_seqs: int, prefill_done: int, decode_seqs: int, decode_ctx_tokens: int,
-             width: int) -> tuple[StepCost, tuple[int, int, int, int, int], float, float]:
-        """One step: prompt chunks (aggregates as :meth:`StepPricer.cost` takes them,
-        ``prefill_done`` of them completing their prompt) and ``decode_seqs`` sequences
-        verifying ``width`` tokens each (1 + the drafts scheduled).
+    def price(self, step: PricedStep, logits_seqs: int, width: int
+              ) -> tuple[StepCost, tuple[int, int, int, int, int], float, float]:
+        """One step: its prompt chunks (``logits_seqs − decode_seqs`` of them completing
+        their prompt) and ``step.decode_seqs`` sequences verifying ``width`` tokens each
+        (1 + the drafts scheduled).
 
         Returns:
             (cost, target work, draft FLOPs, draft bytes): the step's cost (target + draft
@@ -69,27 +69,23 @@ class SpecPricer:
             LM-head rows, attention pairs, KV tokens read, steps with logits), and the
             draft passes' FLOPs and HBM bytes per GPU.
         """
-        v, pairs_v, kv_v = verify_aggregates(decode_seqs, decode_ctx_tokens, width) \
+        decode_seqs, ctx = step.decode_seqs, step.decode_ctx_tokens
+        prefill_done = logits_seqs - decode_seqs         # prompts completing this step
+        v, pairs_v, kv_v = verify_aggregates(decode_seqs, ctx, width) \
             if decode_seqs else (0, 0.0, 0)
         logits = prefill_done + v
-        c = self.target.cost_verify(
-            prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
-            prefill_kv_tokens=prefill_kv_tokens, prefill_seqs=prefill_seqs,
-            logits_seqs=logits, verify_seqs=decode_seqs, verify_ctx_tokens=decode_ctx_tokens,
-            width=width)
-        tokens, pairs, kv = prefill_tokens + v, prefill_attn_pairs + pairs_v, prefill_kv_tokens + kv_v
+        c = self.target.price(step, logits, width)
+        tokens = step.prefill_tokens + v
+        pairs, kv = step.prefill_attn_pairs + pairs_v, step.prefill_kv_tokens + kv_v
         work = (tokens, logits, int(pairs), kv, 1 if logits else 0)
         if self.draft is None or tokens == 0:
             return c, work, 0.0, 0.0
         seqs = decode_seqs + prefill_done
         seconds, flops, nbytes = c.seconds, c.flops, c.bytes
         compute_s, memory_s, comm_s = c.compute_s, c.memory_s, c.comm_s
-        first = self.draft.cost_verify(
-            prefill_tokens=prefill_tokens, prefill_attn_pairs=prefill_attn_pairs,
-            prefill_kv_tokens=prefill_kv_tokens, prefill_seqs=prefill_seqs, logits_seqs=seqs,
-            verify_seqs=decode_seqs, verify_ctx_tokens=decode_ctx_tokens, width=width)
+        first = self.draft.price(step, seqs, width)
         later = [self.draft.cost(decode_seqs=seqs, logits_seqs=seqs,
-                                 decode_ctx_tokens=decode_ctx_tokens + j * seqs)
+                                 decode_ctx_tokens=ctx + j * seqs)
                  for j in range(1, self.k)] if seqs else []
         for d in [first, *later]:
             seconds += d.seconds - d.overhead_s

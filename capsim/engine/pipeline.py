@@ -79,13 +79,8 @@ class PipelinedReplica(Replica):
         """Price ``step``, place it on the stages and queue it."""
         now = self.env.now
         logits = step.logits_seqs
-        kwargs = dict(prefill_tokens=step.prefill_tokens,
-                      prefill_attn_pairs=step.prefill_attn_pairs,
-                      prefill_kv_tokens=step.prefill_kv_tokens, decode_seqs=step.decode_seqs,
-                      decode_ctx_tokens=step.decode_ctx_tokens, logits_seqs=logits,
-                      prefill_seqs=len(step.prefills))
         stage_s, handoff_s, host_s, host_async, residual_s, bound = \
-            self.pricer.stage_times(**kwargs)
+            self.pricer.stage_times(step, logits)
         if step.swap_bytes:                  # host↔GPU copies before the batch runs
             host_s += self._swap_s(step.swap_bytes)
         host_end = max(now, self._host_free) + host_s

@@ -263,12 +263,7 @@ class Replica:
     def _start_step(self, step: Step) -> simpy.Event:
         """Price ``step`` (noting a new KV peak) and return the timeout it takes."""
         logits = step.logits_seqs          # before complete() moves the prefills on
-        cost = self.pricer.cost(prefill_tokens=step.prefill_tokens,
-                                prefill_attn_pairs=step.prefill_attn_pairs,
-                                prefill_kv_tokens=step.prefill_kv_tokens,
-                                decode_seqs=step.decode_seqs,
-                                decode_ctx_tokens=step.decode_ctx_tokens, logits_seqs=logits,
-                                prefill_seqs=len(step.prefills))
+        cost = self.pricer.price(step, logits)
         used = self.alloc.num_used_blocks
         if used > self.peak_kv_used_blocks:
             self._note_kv_peak(used, step)
@@ -300,12 +295,8 @@ class Replica:
         """:meth:`_start_step` of a speculating replica: the verification of
         ``scheduler.width`` tokens per decoding sequence and the draft passes
         (:class:`~capsim.cost.speculative.SpecPricer`)."""
-        done = step.logits_seqs - step.decode_seqs     # prompts completing this step
-        cost, work, draft_flops, draft_bytes = self.spec_pricer.cost(
-            prefill_tokens=step.prefill_tokens, prefill_attn_pairs=step.prefill_attn_pairs,
-            prefill_kv_tokens=step.prefill_kv_tokens, prefill_seqs=len(step.prefills),
-            prefill_done=done, decode_seqs=step.decode_seqs,
-            decode_ctx_tokens=step.decode_ctx_tokens, width=self.scheduler.width)
+        cost, work, draft_flops, draft_bytes = self.spec_pricer.price(
+            step, step.logits_seqs, self.scheduler.width)
         used = self.alloc.num_used_blocks
         if used > self.peak_kv_used_blocks:
             self._note_kv_peak(used, step)

@@ -14,6 +14,7 @@ Public API:
     Curve, GemmCurve, KernelEfficiency   per-operator-class factors inside Efficiency
     Calibration              provenance and error figures of a calibrated profile
     Derivation               provenance of efficiencies derived (not fitted) from another profile
+    OperatorRates            the numbers one pricer reads, resolved once (HardwareProfile.operator_rates)
     load_hardware(name_or_path) -> HardwareProfile
     list_hardware() -> list[HardwareProfile]
     hardware_names() -> list[str]
@@ -21,6 +22,7 @@ Public API:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -212,6 +214,36 @@ class Efficiency(StrictModel):
         return self.kernel("attention_decode")
 
 
+@dataclass(frozen=True, slots=True)
+class OperatorRates:
+    """Everything a step pricer reads of a profile, resolved once for its dtypes and engine
+    (:meth:`HardwareProfile.operator_rates`): peaks in FLOP/s, bandwidth in bytes/s, the
+    GEMM curves (None: the scalar ``compute`` / ``memory`` factors) and each operator
+    class's :class:`KernelEfficiency`.
+
+    ``matmul_*``: the layer matmuls at their format's compute dtype; ``expert_*``: the
+    routed experts at theirs; ``lm_head_*``: the LM head, 16-bit in every format;
+    ``attention_peak_flops_per_s``: the bf16 (else fp16) peak attention runs at;
+    ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer).
+    """
+
+    hbm_bandwidth_bytes_per_s: float
+    compute: float
+    memory: float
+    matmul_peak_flops_per_s: float
+    expert_peak_flops_per_s: float
+    lm_head_peak_flops_per_s: float
+    attention_peak_flops_per_s: float
+    matmul_curve: GemmCurve | None
+    expert_curve: GemmCurve | None
+    lm_head_curve: GemmCurve | None
+    attention_prefill: KernelEfficiency
+    attention_decode: KernelEfficiency
+    elementwise: KernelEfficiency
+    fused_moe: KernelEfficiency | None
+    step_overhead_s: float
+
+
 class ErrorFigures(StrictModel):
     """Absolute percentage error of predicted vs measured times over ``n`` rows."""
 
@@ -388,6 +420,42 @@ class HardwareProfile(StrictModel):
             raise ScenarioError(
                 f"hardware '{self.name}' has no {dtype!r} peak; valid: {valid}"
             ) from None
+
+    def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
+                       kv_cache_dtype_bytes: int, engine: str | None = None,
+                       expert_format: str = "", moe_backend: str = "auto") -> OperatorRates:
+        """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
+
+        Args:
+            matmul_dtype, expert_dtype: the compute dtypes of the layer matmuls and of the
+                routed experts (:meth:`~capsim.profiles.quantization.QuantFormat.compute_dtype`).
+            model_dtype: the model's 16-bit dtype (``bf16`` / ``fp16``), the LM head's.
+            kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
+                ``engine``'s ``attention_decode_fp8`` entry where there is one).
+            engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
+
+        Raises:
+            ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
+                asked in the order matmul, attention, experts, LM head).
+        """
+        eff = self.efficiency
+        matmul_peak = self.peak_flops(matmul_dtype)
+        attention_peak = self.peak_flops("bf16" if "bf16" in self.peak_flops_per_s else "fp16")
+        expert_peak = matmul_peak if expert_dtype == matmul_dtype else self.peak_flops(expert_dtype)
+        return OperatorRates(
+            hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s,
+            compute=eff.compute, memory=eff.memory,
+            matmul_peak_flops_per_s=matmul_peak, expert_peak_flops_per_s=expert_peak,
+            lm_head_peak_flops_per_s=self.peak_flops(model_dtype),
+            attention_peak_flops_per_s=attention_peak,
+            matmul_curve=eff.matmul_curve(matmul_dtype),
+            expert_curve=eff.matmul_curve(expert_dtype),
+            lm_head_curve=eff.matmul_curve(model_dtype),
+            attention_prefill=eff.kernel("attention_prefill"),
+            attention_decode=eff.decode_attention(kv_cache_dtype_bytes, engine),
+            elementwise=eff.kernel("elementwise"),
+            fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
+            step_overhead_s=self.step_overhead_s)
 
     @property
     def memory_total_bytes(self) -> int:

@@ -196,8 +196,8 @@ def test_a_host_cost_per_extra_worker_fits_v0_rows_and_would_break_v1_tp8(repo_r
         def host(self, h):
             init_host(self, h)
             if self.tensor_parallel_size > 1 and (self.engine or "").startswith("vllm"):
-                self._host_step_s += HOST_PER_EXTRA_WORKER_S * (self.tensor_parallel_size - 1)
-                self._host = True
+                self.host.step_s += HOST_PER_EXTRA_WORKER_S * (self.tensor_parallel_size - 1)
+                self.host.active = True
         mp.setattr(StepPricer, "_init_host", host)
         patched = errors()
     for key, expected in PER_WORKER_EXPECTED.items():

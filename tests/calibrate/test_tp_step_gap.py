@@ -53,6 +53,7 @@ import pytest
 import yaml
 from scipy.optimize import brentq
 
+from capsim.cost.communication import Communication
 from capsim.cost.pricer import StepPricer
 from capsim.metrics.summary import summarize
 from capsim.profiles.engines import HostOverhead
@@ -108,12 +109,12 @@ def _patch(mp: pytest.MonkeyPatch, form: str, value: float) -> None:
         def host(self, h):
             init_host(self, h)
             if self.tensor_parallel_size > 1:
-                self._host_step_s += value
-                self._host = True
+                self.host.step_s += value
+                self.host.active = True
         mp.setattr(StepPricer, "_init_host", host)
     elif form == "all_reduce":
-        pieces = StepPricer._all_reduce_pieces
-        mp.setattr(StepPricer, "_all_reduce_pieces", lambda self, bw, lat: [
+        pieces = Communication.all_reduce_pieces
+        mp.setattr(Communication, "all_reduce_pieces", lambda self, bw, lat: [
             (limit, fixed + value, per_token) for limit, fixed, per_token in pieces(self, bw, lat)])
     elif form == "straggler":
         init_rates = StepPricer._init_rates

@@ -99,7 +99,7 @@ def test_without_an_fp8_curve_fp8_matmuls_use_the_gemm_curve_at_the_fp8_peak():
     assert fp8.seconds < bf16.seconds          # half the GEMM time, same curve
     # above the table (16,384 tokens) the same curve is read directly
     big = StepPricer(m, hw, 1, "fp8")
-    assert big._gemm_inv(20_000) == pytest.approx(1 / hw.efficiency.gemm_fp8.efficiency[-1])
+    assert big.terms.gemm_inv(20_000) == pytest.approx(1 / hw.efficiency.gemm_fp8.efficiency[-1])
 
 
 @pytest.mark.parametrize("hw", ["h100-sxm", "h200-sxm", "l40s"])

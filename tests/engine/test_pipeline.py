@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
+from capsim.cost.terms import step_input
 from capsim.engine.pipeline import PipelinedReplica
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import Request
@@ -147,7 +148,7 @@ def test_prefill_batches_stream_through_the_stages(tmp_path):
     pricer = rc.pool().pricer(rc.model)
     kw = dict(prefill_tokens=2048, prefill_attn_pairs=2048 * 2049 / 2, prefill_kv_tokens=2048,
               logits_seqs=1, prefill_seqs=1)
-    (s0, s1), (h,), host, overlapped, _, bound = pricer.stage_times(**kw)
+    (s0, s1), (h,), host, overlapped, _, bound = pricer.stage_times(*step_input(**kw))
     assert bound
     assert not overlapped and s0 > 0.05 and s1 > 0.05       # compute-bound prefill
     trip = host + s0 + h + s1

@@ -226,26 +226,3 @@ def test_every_method_runs_and_a_heavier_drafter_costs_more(tmp_path, method, ex
     assert sum(r.steps for r in spec.replicas) == sum(r.steps for r in base.replicas)
     low, high = {"ngram": (1.0, 1.15), "eagle3": (1.03, 1.4), "draft_model": (1.3, 2.2)}[method]
     assert low < ratio < high, ratio
-
-
-def test_verifying_one_token_prices_exactly_a_decode_step():
-    """StepPricer.cost_verify at width 1 is StepPricer.cost of the same decode step, bit
-    for bit, with prompt chunks alongside too (dense, MoE + MLA, windowed layers)."""
-    from capsim.cost.pricer import StepPricer
-    from capsim.profiles.engines import load_engine_preset
-    from capsim.profiles.hardware import load_hardware
-    from capsim.profiles.models import load_model
-    host = load_engine_preset("vllm-v1").host_overhead
-    for name, tp in (("llama-3.1-8b", 1), ("deepseek-v3", 8), ("gpt-oss-120b", 2)):
-        p = StepPricer(load_model(name), load_hardware("h200-sxm"), tp, host=host)
-        for prefill in (0, 700):
-            pairs = 700 * 300 + 700 * 701 / 2 if prefill else 0.0
-            kv = 1000 if prefill else 0
-            plain = p.cost(prefill_tokens=prefill, prefill_attn_pairs=pairs,
-                           prefill_kv_tokens=kv, decode_seqs=37, decode_ctx_tokens=51_234,
-                           logits_seqs=38, prefill_seqs=1 if prefill else 0)
-            verify = p.cost_verify(prefill_tokens=prefill, prefill_attn_pairs=pairs,
-                                   prefill_kv_tokens=kv, prefill_seqs=1 if prefill else 0,
-                                   logits_seqs=38, verify_seqs=37, verify_ctx_tokens=51_234,
-                                   width=1)
-            assert verify == plain, (name, prefill)

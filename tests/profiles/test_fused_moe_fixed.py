@@ -41,9 +41,9 @@ def _ideal(model: str, hw: str, tp: int, n: int, dtype: str = "bf16") -> tuple[f
     h = load_hardware(hw)
     h = h.model_copy(update={"efficiency": h.efficiency.model_copy(update={"fused_moe": None})})
     p = StepPricer(load_model(model), h, tp, weight_dtype=dtype)
-    _, _, c, m = p._expert_terms(n)
-    e = p._experts
-    g = p._expert_inv(int(n * e.top_k / p.experts_hit(n)))
+    _, _, c, m = p.terms.experts.terms(n)
+    e = p.terms.experts.work
+    g = p.terms.experts.inv(int(n * e.top_k / p.experts_hit(n)))
     return max(c, m) / g / e.layers * 1e6, g
 
 
@@ -70,8 +70,8 @@ def _fit(points, m_grid=np.arange(0.800, 1.0005, 0.001)):
 def _predict(hw: str, model: str, tp: int, n: int, dtype: str = "bf16") -> float:
     """capsim's µs for one MoE layer's routed experts (shipped profile)."""
     p = StepPricer(load_model(model), load_hardware(hw), tp, weight_dtype=dtype)
-    _, _, c, m = p._expert_terms(n)
-    return (max(c, m) + p._expert_launch_s) / p._experts.layers * 1e6
+    _, _, c, m = p.terms.experts.terms(n)
+    return (max(c, m) + p.terms.expert_launch_s) / p.terms.experts.work.layers * 1e6
 
 
 H100_SETS = [("mixtral-8x7b", "h100-sxm", 2, "bf16", MIXTRAL_BF16_TP2_H100_US),
@@ -125,8 +125,8 @@ def test_profile_without_entry_keeps_two_gemm_launches():
     hw = load_hardware("a100-80gb")
     assert hw.efficiency.fused_moe is None
     p = StepPricer(load_model("mixtral-8x7b"), hw, 2)
-    assert p._expert_launch_s == pytest.approx(2 * 32 * hw.efficiency.gemm.launch_s)
-    assert p._expert_inv(2) == pytest.approx(1 / 0.837, rel=0.001)   # the curve at 2 rows
+    assert p.terms.expert_launch_s == pytest.approx(2 * 32 * hw.efficiency.gemm.launch_s)
+    assert p.terms.experts.inv(2) == pytest.approx(1 / 0.837, rel=0.001)   # the curve at 2 rows
 
 
 #: SGLang's Triton fused_moe (vLLM's kernel), Qwen3-235B-A22B fp8 TP 8 on H200, default

@@ -127,7 +127,7 @@ def test_the_pricer_takes_the_entry_for_mxfp4_experts_of_its_engine(model, engin
     p = StepPricer(m, hw, 1, engine=engine, moe_backend=backend)
     expected = getattr(hw.efficiency, entry)
     kernel = expected["vllm"] if entry == "fused_moe_mxfp4" else expected
-    assert p._expert_launch_s == pytest.approx(m.moe_layers * kernel.launch_s)
+    assert p.terms.expert_launch_s == pytest.approx(m.moe_layers * kernel.launch_s)
 
 
 def test_an_unknown_moe_backend_is_refused():

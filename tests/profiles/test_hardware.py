@@ -282,3 +282,32 @@ def test_ring_all_reduce_with_profile_values_matches_vidur(name, sku, large_medi
           f"p90 {p90:.1f} %")
     assert median < large_median_pct
     assert p90 < large_p90_pct
+
+
+@pytest.mark.parametrize("name", hardware_names())
+def test_operator_rates_answer_every_question_of_a_pricer_at_once(name):
+    """HardwareProfile.operator_rates is the profile's per-operator questions asked once:
+    each field equals the question it replaces (fp8 KV under vLLM, MXFP4 experts)."""
+    hw = load_hardware(name)
+    eff = hw.efficiency
+    attn = "bf16" if "bf16" in hw.peak_flops_per_s else "fp16"
+    r = hw.operator_rates("bf16", "bf16", "bf16", 1, "vllm", "mxfp4", "auto")
+    assert r.matmul_peak_flops_per_s == r.expert_peak_flops_per_s == hw.peak_flops("bf16")
+    assert r.lm_head_peak_flops_per_s == hw.peak_flops("bf16")
+    assert r.attention_peak_flops_per_s == hw.peak_flops(attn)
+    assert r.hbm_bandwidth_bytes_per_s == hw.hbm_bandwidth_bytes_per_s
+    assert (r.compute, r.memory) == (eff.compute, eff.memory)
+    assert r.matmul_curve is r.expert_curve is r.lm_head_curve is eff.matmul_curve("bf16")
+    assert r.attention_prefill == eff.kernel("attention_prefill")
+    assert r.attention_decode == eff.decode_attention(1, "vllm")
+    assert r.elementwise == eff.kernel("elementwise")
+    assert r.fused_moe == eff.moe_kernel("mxfp4", "vllm", "auto")
+    assert r.step_overhead_s == hw.step_overhead_s
+    if "fp8" in hw.peak_flops_per_s:
+        fp8 = hw.operator_rates("fp8", "bf16", "bf16", 2)
+        assert fp8.matmul_peak_flops_per_s == hw.peak_flops("fp8")
+        assert fp8.matmul_curve is eff.matmul_curve("fp8")
+        assert fp8.expert_peak_flops_per_s == hw.peak_flops("bf16")
+    else:
+        with pytest.raises(ScenarioError, match="no 'fp8' peak"):
+            hw.operator_rates("fp8", "fp8", "bf16", 2)

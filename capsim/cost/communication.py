@@ -1,0 +1,161 @@
+"""A step's collective communication on one GPU: the tensor-parallel all-reduces, the
+logits gather and, with DP attention + expert parallelism, the MoE all-to-alls.
+
+Tensor-parallel all-reduces run the engine preset's algorithm
+(:class:`~capsim.profiles.engines.TpAllReduce`): NCCL's ring, the α-β model
+``2(TP−1)/TP × bytes / (link_bw × interconnect_eff) + 2(TP−1) × link_latency``
+(Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), or the engine's own
+one-shot / two-shot kernels below its size limits
+(:func:`~capsim.cost.operators.one_shot_all_reduce_s`, ``two_shot_all_reduce_s``; costs
+from the GPU profile's ``custom_all_reduce``). A message is the step's tokens × hidden ×
+2 bytes, so the algorithm changes at fixed token counts: the step's communication is
+piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
+not overlap TP collectives by default).
+
+Fast path and reference side by side: :class:`Communication` keeps the pieces as
+``(below_tokens, fixed_s, per_token_s)``, the first inlined by the pricer;
+:meth:`Communication.seconds` is the sum they stand for.
+
+Public API:
+    Communication, NO_LIMIT_TOKENS
+"""
+
+from __future__ import annotations
+
+from capsim.common.errors import ScenarioError
+from capsim.cost.operators import (ACTIVATION_BYTES, all_to_all_s, moe_all_to_all_bytes_per_token,
+                                   one_shot_all_reduce_s, ring_all_reduce_s, two_shot_all_reduce_s)
+from capsim.profiles.engines import TpAllReduce
+from capsim.profiles.hardware import HardwareProfile
+from capsim.profiles.links import LinkProfile
+from capsim.profiles.models import ModelShape
+
+#: "No token limit" for the all-reduce pieces.
+NO_LIMIT_TOKENS = 1 << 62
+
+
+class Communication:
+    """The collectives of one pricer's steps as piecewise-linear terms in the step's tokens.
+
+    ``fixed_s + per_token_s × n + per_logit_s × logits`` for ``n < split_tokens`` (the
+    first piece), then ``tail``'s ``(below_tokens, fixed_s, per_token_s)`` pieces; all
+    zero at TP 1.
+
+    Args:
+        model, hw, tensor_parallel_size: the shape, the GPU profile (its TP link and
+            ``custom_all_reduce``), the TP (= EP) group.
+        all_reduce: the preset's algorithm; None: NCCL's ring.
+        embedding, lm_head: whether the group runs the embedding's all-reduce and the
+            logits gather.
+        all_to_all: the MoE layers dispatch and combine by all-to-all (DP attention + EP)
+            instead of their two all-reduces each.
+        scale_out: the link between nodes (an EP group across nodes needs it).
+        ep_imbalance: the busiest EP rank's routing load over the mean (1.0: balanced).
+
+    Raises:
+        ScenarioError: ``all_to_all`` across nodes without ``scale_out``.
+    """
+
+    __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance",
+                 "split_tokens", "fixed_s", "per_token_s", "per_logit_s", "tail")
+
+    def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
+                 all_reduce: TpAllReduce | None = None, *, embedding: bool = True,
+                 lm_head: bool = True, all_to_all: bool = False,
+                 scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0) -> None:
+        self.model, self.hw, self.tp = model, hw, tensor_parallel_size
+        self.all_reduce, self.scale_out, self.ep_imbalance = all_reduce, scale_out, ep_imbalance
+        self.split_tokens, self.tail = NO_LIMIT_TOKENS, ()
+        tp, m = tensor_parallel_size, model
+        if tp == 1:
+            self.fixed_s = self.per_token_s = self.per_logit_s = 0.0
+            return
+        bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+        latency = hw.tp_link_latency_s
+        n_all_reduce = 2 * m.num_hidden_layers + (1 if embedding else 0)
+        if all_to_all:                   # the MoE layers dispatch and combine instead
+            n_all_reduce -= 2 * m.moe_layers
+        # + latency: the logits gather's; the all-to-alls added last (the float order
+        # of the ring-only sum before the presets had algorithms)
+        pieces = [(limit, n_all_reduce * fixed + latency, n_all_reduce * per_token)
+                  for limit, fixed, per_token in self.all_reduce_pieces(bw, latency)]
+        if all_to_all:
+            a2a_fixed, a2a_per_token = self.all_to_all_terms()
+            pieces = [(limit, fixed + a2a_fixed, per_token + a2a_per_token)
+                      for limit, fixed, per_token in pieces]
+        (self.split_tokens, self.fixed_s, self.per_token_s), *tail = pieces
+        self.tail = tuple(tail)
+        self.per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw \
+            if lm_head else 0.0
+
+    def all_reduce_pieces(self, ring_bw: float, ring_latency: float
+                          ) -> list[tuple[int, float, float]]:
+        """One all-reduce of a step's activations as ``(below_tokens, fixed_s,
+        per_token_s)`` pieces in token order, the last unlimited: the engine's one-shot
+        kernel, then its two-shot kernel, below their byte limits (``TpAllReduce``; a
+        message of n tokens is n × hidden × 2 bytes), then NCCL's ring. Only the ring
+        without a ``custom`` preset, a TP size its kernels lack, a group of more than 2
+        GPUs without NVLink, or a profile without ``custom_all_reduce`` costs."""
+        tp, hw = self.tp, self.hw
+        row = self.model.hidden_size * ACTIVATION_BYTES
+        ring = (NO_LIMIT_TOKENS, ring_all_reduce_s(0.0, tp, ring_bw, ring_latency),
+                ring_all_reduce_s(row, tp, ring_bw, 0.0))
+        ar, kernel = self.all_reduce, hw.custom_all_reduce
+        if (ar is None or ar.algorithm != "custom" or kernel is None
+                or tp not in ar.world_sizes or (tp > 2 and not hw.has_nvlink)):
+            return [ring]
+        link = hw.tp_link_bandwidth_bytes_per_s
+        max_tokens = -(-ar.max_bytes // row)            # fewest tokens of >= max_bytes
+        one_max = ar.one_shot_max_bytes[tp]
+        one_tokens = max_tokens if one_max is None else min(-(-one_max // row), max_tokens)
+        bw1 = link * kernel.one_shot_link_efficiency
+        bw2 = link * kernel.two_shot_link_efficiency
+        pieces = []
+        if one_tokens > 0:
+            pieces.append((one_tokens,
+                           one_shot_all_reduce_s(0.0, tp, bw1, kernel.one_shot_latency_s),
+                           one_shot_all_reduce_s(row, tp, bw1, 0.0)))
+        if max_tokens > one_tokens:
+            pieces.append((max_tokens,
+                           two_shot_all_reduce_s(0.0, tp, bw2, kernel.two_shot_latency_s),
+                           two_shot_all_reduce_s(row, tp, bw2, 0.0)))
+        return pieces + [ring]
+
+    def terms(self, n: int) -> tuple[float, float]:
+        """(fixed s, s per token) of a step's communication at ``n`` tokens."""
+        if n < self.split_tokens:
+            return self.fixed_s, self.per_token_s
+        for limit, fixed, per_token in self.tail:
+            if n < limit:
+                return fixed, per_token
+        raise AssertionError("the last all-reduce piece is unlimited")
+
+    def seconds(self, n: int, logits_seqs: int) -> float:
+        """A step's communication seconds at ``n`` tokens and ``logits_seqs`` LM-head rows
+        (the sum the pricer inlines)."""
+        fixed, per_token = self.terms(n)
+        return fixed + per_token * n + self.per_logit_s * logits_seqs
+
+    def all_to_all_terms(self) -> tuple[float, float]:
+        """(fixed s, s per token of the step) of the expert-parallel dispatch and combine
+        of every MoE layer (2 all-to-alls each): the latency, and the busiest rank's
+        bytes per token (:func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token` ×
+        the routing imbalance) over NVLink within a node and the scale-out link beyond.
+
+        Raises:
+            ScenarioError: the EP group spans nodes and no scale-out link was given.
+        """
+        m, hw, ep = self.model, self.hw, self.tp
+        g = hw.gpus_per_node
+        if g is not None and ep > g and self.scale_out is None:
+            raise ScenarioError(f"expert parallel size {ep} spans nodes of {g} GPUs: the "
+                                "pricer needs the scale-out link (hardware scale_out_link)")
+        out_bw, out_lat = (self.scale_out.bandwidth_bytes_per_s, self.scale_out.latency_s) \
+            if self.scale_out is not None else (0.0, 0.0)
+        bw = hw.tp_link_bandwidth_bytes_per_s * hw.efficiency.interconnect
+        args = (ep, g, bw, hw.tp_link_latency_s, out_bw, out_lat)
+        per_token = moe_all_to_all_bytes_per_token(m, ep) * self.ep_imbalance
+        fixed = all_to_all_s(0.0, *args)
+        per_token_s = all_to_all_s(per_token, *args) - fixed
+        n = 2 * m.moe_layers
+        return n * fixed, n * per_token_s

@@ -1,0 +1,171 @@
+"""The price of a run of decode-only steps, vectorised: one numpy pass where the engine's
+macro-steps (:mod:`capsim.engine.macro`) would otherwise price each step.
+
+A run is segments of steps with the same sequences n, the context growing by n per
+step. Every term of such a step but its decode attention depends on n alone (memoised
+per n by :meth:`DecodeRuns.terms`); attention is linear in the context. Two paths, both
+bit-for-bit :meth:`~capsim.cost.pricer.StepPricer.cost` of each step (same float
+operations in the same order; numpy does not fuse them, and the additions commute
+exactly): :meth:`DecodeRuns.general` prices both roofline sides of every step, the
+reference; the fast path of :meth:`DecodeRuns.costs` adds only the memory side once a
+margin check proves no step is compute-bound (tests/cost/test_decode_run.py holds both
+to ``cost``).
+
+Public API:
+    DecodeRuns
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from capsim.cost.communication import Communication
+from capsim.cost.host import HostTime
+
+#: (compute_s, memory_s, roof_s, flops, bytes) of a step of n tokens and ``logits`` LM-head
+#: rows without decode attention (the pricer's ``_before_decode_attention``).
+BaseTerms = Callable[[int, int, int, float, int], tuple[float, float, float, float, float]]
+
+
+class DecodeRuns:
+    """Prices decode runs for one :class:`~capsim.cost.pricer.StepPricer`.
+
+    Args:
+        base: the pricer's terms of everything but decode attention (:data:`BaseTerms`).
+        comm: its communication; ``lm_head``: whether it runs the LM head.
+        attn_d: decode attention's (compute s per pair, s per KV token read, s per new
+            token, launch s per step).
+        window: (fraction of layers windowed, window tokens); fraction 0: none.
+        overhead_s: the hardware's step overhead; ``host``: the engine's host terms.
+    """
+
+    __slots__ = ("_base", "_comm", "_lm_on", "_attn_d", "_window", "_win_frac",
+                 "_win_tokens", "_overhead_s", "_host", "_memo")
+
+    def __init__(self, base: BaseTerms, comm: Communication, lm_head: bool,
+                 attn_d: tuple[float, float, float, float], window: tuple[float, int],
+                 overhead_s: float, host: HostTime) -> None:
+        self._base, self._comm, self._lm_on, self._attn_d = base, comm, lm_head, attn_d
+        self._win_frac, self._win_tokens = window
+        self._window = self._win_frac > 0
+        self._overhead_s, self._host = overhead_s, host
+        self._memo: dict[int, tuple[float, ...]] = {}
+
+    def costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectorised :meth:`~capsim.cost.pricer.StepPricer.cost` of a run of decode-only
+        steps, in segments.
+
+        Args:
+            seqs: sequences decoding in each segment's steps (> 0).
+            ctx0: Σ context of each segment's first step; it grows by ``seqs[i]``
+                per step (every sequence appends one token).
+            lengths: steps in each segment (> 0); k = Σ lengths.
+
+        Returns:
+            (seconds, compute_bound): shape (k,) float64, bit-for-bit ``cost(decode_seqs=n,
+            decode_ctx_tokens=ctx, logits_seqs=n).seconds`` of each step; the (k,) bool
+            array of ``cost().compute_bound``, or None when no step is compute-bound.
+        """
+        c_pair, m_kv, m_new, launch = self._attn_d
+        if self._window or c_pair * (1 + 1e-6) > m_kv or not self._never_compute_bound(
+                seqs, ctx0):
+            return self.general(seqs, ctx0, lengths)
+        # The memory side always wins (max(c, m) is m): per segment its steps' constant
+        # terms, in the order cost() adds them, and its host term; one np.repeat spreads
+        # them over the steps (numpy calls, not the steps, are what a run's pricing costs).
+        rows = self._segment_rows(seqs, ctx0, lengths, m_new)
+        if len(seqs) == 1:
+            new_s, roof_s, comm_s, host_s, _, _ = (r[0] for r in rows)
+            n = seqs[0]
+            m = np.arange(ctx0[0], ctx0[0] + n * lengths[0], n, dtype=np.float64)
+        else:
+            # One array, one repeat (the method: no dispatch wrapper); the integers are exact
+            # in float64.
+            new_s, roof_s, comm_s, host_s, base, n = np.array(rows).repeat(lengths, axis=1)
+            m = np.arange(sum(lengths), dtype=np.float64)
+            m *= n
+            m += base                    # the context of each step, exactly
+        m *= m_kv
+        m += launch
+        m += new_s
+        m += roof_s
+        m += comm_s
+        m += self._overhead_s
+        h = self._host
+        if h.active:
+            if not h.overlapped:
+                m += host_s
+            else:
+                np.maximum(m, host_s, out=m)
+                m += h.residual_s
+        return m, None
+
+    def _segment_rows(self, seqs: list[int], ctx0: list[int], lengths: list[int],
+                      m_new: float) -> list[list[float]]:
+        """Per segment: (new-token s, roof s, comm s, host s, context base, n), where step
+        j of the run has context base + n·j (exact integers)."""
+        h = self._host
+        step_s, seq_s, token_s = h.step_s, h.seq_s, h.token_s
+        rows: list[list[float]] = [[], [], [], [], [], []]
+        a_new, a_roof, a_comm, a_host, a_base, a_seqs = rows
+        lo = 0
+        for n, c, length in zip(seqs, ctx0, lengths):
+            _, _, roof_s, comm_s, _ = self._memo[n]    # memoised by the margin check
+            a_new.append(m_new * n)
+            a_roof.append(roof_s)
+            a_comm.append(comm_s)
+            a_host.append(step_s + seq_s * n + token_s * 0 if h.active else 0.0)
+            a_base.append(c - n * lo)
+            a_seqs.append(n)
+            lo += length
+        return rows
+
+    def general(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`costs` where a step may be compute-bound (or layers are windowed):
+        both sides of every step, as ``cost()`` takes them."""
+        c_pair, m_kv, m_new, launch = self._attn_d
+        terms = [self.terms(n) for n in seqs]
+        ctx = np.concatenate([np.arange(c, c + n * m, n, dtype=np.float64)
+                              for n, c, m in zip(seqs, ctx0, lengths)])
+        compute_s, memory_s, roof_s, comm_s, n = np.array(
+            terms, dtype=np.float64).T.repeat(lengths, axis=1)
+        if self._window:         # the windowed layers' keys capped, as cost() caps them
+            ctx = ctx - self._win_frac * (ctx - np.minimum(ctx, n * self._win_tokens))
+        m = ctx * m_kv
+        m += launch
+        c = launch + c_pair * ctx
+        m += m_new * n
+        bound = (compute_s + c) > (memory_s + m)
+        gpu = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
+        if self._host.active:
+            gpu = self._host.apply_array(gpu, n)
+        return gpu, bound if bound.any() else None
+
+    def _never_compute_bound(self, seqs: list[int], ctx0: list[int]) -> bool:
+        """Whether no step of a decode run is compute-bound, with a margin far above
+        rounding: in each segment the memory side of its first step exceeds the compute
+        side by more than 1e-9 of itself, and it grows faster per context token (the
+        caller checked ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
+        memory-bound too."""
+        c_pair, m_kv, m_new, launch = self._attn_d
+        for n, c in zip(seqs, ctx0):
+            compute_s, memory_s, _, _, _ = self.terms(n)
+            mem = memory_s + launch + m_kv * c + m_new * n
+            if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
+                return False
+        return True
+
+    def terms(self, n: int) -> tuple[float, ...]:
+        """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``
+        sequences, all but its attention; memoised (they depend on n only)."""
+        terms = self._memo.get(n)
+        if terms is None:
+            fixed, per_token = self._comm.terms(n)
+            comm_s = fixed + per_token * n + self._comm.per_logit_s * n
+            compute_s, memory_s, roof_s, _, _ = self._base(n, n if self._lm_on else 0, 0, 0.0, 0)
+            terms = self._memo[n] = (compute_s, memory_s, roof_s, comm_s, n)
+        return terms

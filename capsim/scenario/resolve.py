@@ -32,6 +32,7 @@ from capsim.profiles.engines import (EnginePreset, HostOverhead, engine_preset_n
 from capsim.profiles.hardware import HardwareProfile, hardware_names, load_hardware
 from capsim.profiles.links import LinkNumbers, LinkProfile, link_names, resolve_link
 from capsim.profiles.models import ModelShape, load_model, model_names
+from capsim.profiles.policies import knob_policies, policy_capabilities
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup
 from capsim.profiles.quantization import load_quant_format, weight_layout
@@ -323,7 +324,7 @@ def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str
         ScenarioError: another scheduler, parallel sampling, or a closed loop.
     """
     at, which = _cluster_at("failures", where, v)
-    if engine.scheduler != "continuous":
+    if not policy_capabilities(engine.scheduler).failures:
         raise ScenarioError(f"replica failures are modelled for the continuous scheduler "
                             f"(vLLM), not {engine.scheduler}{which}", file=str(path), path=at)
     wl = spec.workload
@@ -379,7 +380,7 @@ def _speculative(spec: Scenario, v: VariantSpec, engine: EngineConfig, cluster: 
     at = f"{where}.engine.speculative" if where and "speculative" in v.engine \
         else "engine.speculative"
     refusals = (
-        (engine.scheduler != "continuous" or engine.kv_allocator != "paged",
+        (not policy_capabilities(engine.scheduler).speculative or engine.kv_allocator != "paged",
          f"is modelled on vLLM V1's continuous batching over paged KV; this engine runs "
          f"scheduler {engine.scheduler} with kv_allocator {engine.kv_allocator}"),
         (engine.num_scheduler_steps > 1, "does not combine with num_scheduler_steps > 1"),
@@ -570,10 +571,8 @@ def _engine(base: EngineConfig, override: dict[str, Any], model: ModelShape, hw:
     return engine, preset
 
 
-#: Engine knobs that belong to one scheduling policy / memory rule.
-_POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativeness": "sglang",
-                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi",
-                 "long_prefill_token_threshold": "continuous"}
+#: Engine knobs that belong to one scheduling policy (the policy table's ``knobs``).
+_POLICY_KNOBS = knob_policies()
 
 
 def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[str], path: Path,
@@ -648,10 +647,10 @@ def _check_engine_knobs(engine: EngineConfig, preset: EnginePreset, user: set[st
     if engine.preemption_mode == "swap" and not preset.scheduler.knobs.get("swap_preemption"):
         fail("preemption_mode", f"engine preset '{preset.name}' preempts by recompute only "
                                 "(swap to host memory: vLLM V0, presets vllm-0.6, vllm-0.6.4)")
-    if engine.scheduler == "tgi" and engine.enable_chunked_prefill:
-        fail("enable_chunked_prefill", "TGI 2.1 prefills whole prompts (chunked prefill came "
-                                       "with TGI 3.0); valid: false")
-    if engine.kv_allocator != "paged" and engine.scheduler not in ("continuous", "static"):
+    caps = policy_capabilities(engine.scheduler)
+    if caps.no_chunked_prefill and engine.enable_chunked_prefill:
+        fail("enable_chunked_prefill", caps.no_chunked_prefill)
+    if engine.kv_allocator != "paged" and not caps.contiguous_kv:
         fail("kv_allocator", f"scheduler {engine.scheduler} runs on its engine's paged KV "
                              "cache; the contiguous layouts are vLLM-style baselines (valid: "
                              "paged)")
@@ -668,11 +667,11 @@ def _no_prefix_cache(engine: EngineConfig) -> str:
     """Why ``engine`` runs without a prefix cache whatever ``enable_prefix_caching`` says
     ('' when it can have one): TGI 2.1 had none (the v3 router's radix allocator and
     USE_PREFIX_CACHING came with TGI 2.3, huggingface/text-generation-inference 8deeaca and
-    b70ae09); static batching and the contiguous layouts are baselines without one."""
-    if engine.scheduler == "tgi":
-        return "TGI 2.1 has no prefix caching (it came with TGI 2.3's radix allocator)"
-    if engine.scheduler == "static":
-        return "static batching (scheduler static) runs without a prefix cache"
+    b70ae09); static batching and the contiguous layouts are baselines without one (the
+    policy's reason: its row in :data:`capsim.profiles.policies.POLICY_TABLE`)."""
+    reason = policy_capabilities(engine.scheduler).no_prefix_cache
+    if reason:
+        return reason
     if engine.kv_allocator != "paged":
         return (f"kv_allocator {engine.kv_allocator} has no prefix cache (it reuses paged "
                 "blocks)")
@@ -774,7 +773,7 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
             "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "
             "assumes one stage per replica); valid: pipeline_parallel_size 1",
             file=str(path), path=knob_at("pipeline_parallel_size"))
-    if resolved.engine.scheduler != "continuous":
+    if role not in policy_capabilities(resolved.engine.scheduler).roles:
         key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
         raise ScenarioError(
             f"a disaggregated pool runs vLLM's continuous batching (capsim hands a request "

@@ -32,21 +32,22 @@ The decoding sequences live in a :class:`~capsim.engine.decode_set.DecodeSet`
 (implicit per-sequence counters, O(1) per step); one step and a macro-step run
 commit through the same :meth:`DecodeSet.advance` and take blocks through the
 same KV facade calls (:mod:`.runs`). Batches in flight under pipeline parallelism
-are :mod:`.lanes`; KV blocks and the prefix cache are the facade's
+are :mod:`.lanes`, swap preemption :mod:`.swap`, parallel sampling's forks
+:mod:`.sampling`; KV blocks and the prefix cache are the facade's
 (:class:`~capsim.kv.manager.KVCacheManager`): the policy never touches a block list.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 from capsim.engine.decode_set import DecodeSet
 from capsim.engine.recorder import ItlRecorder
-from capsim.engine.request import FINISHED, RUNNING, SWAPPED, WAITING, Request
+from capsim.engine.request import FINISHED, RUNNING, WAITING, Request
 from capsim.engine.scheduler.base import PolicyArgs, Scheduler
 from capsim.engine.scheduler.lanes import PipelineLanes
 from capsim.engine.scheduler.roles import TransferRoles
 from capsim.engine.scheduler.runs import DecodeRuns
+from capsim.engine.scheduler.sampling import ParallelSampling
+from capsim.engine.scheduler.swap import SwapPreemption
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.manager import KVCacheManager
@@ -55,7 +56,8 @@ from capsim.profiles.policies import policy_capabilities
 GIB = 2**30
 
 
-class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, Scheduler):
+class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreemption,
+                          ParallelSampling, Scheduler):
     """Iteration-level scheduler for one replica.
 
     Args:
@@ -185,28 +187,6 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, Scheduler):
             self.decoders.in_flight = True
         return step
 
-    def _swap_in(self) -> None:
-        """Bring swapped requests back, oldest first, while slots and blocks allow (vLLM v0)."""
-        kv, counters = self.kv, self.counters
-        while self.swapped and self.num_running < self.max_num_seqs:
-            req = self.swapped[0]
-            need = kv.blocks_to_allocate(req, req.num_computed)
-            if not kv.can_allocate(need):
-                break
-            self.swapped.popleft()
-            kv.grow(req, req.num_computed)
-            nbytes = req.num_computed * self.kv_bytes_per_token
-            self.swap_used_bytes -= nbytes
-            self.kv_tokens += req.num_computed
-            counters.swap_in_bytes += nbytes
-            self._swap_pending += nbytes
-            req.state = RUNNING
-            self.running[req.rid] = req
-            if req.num_generated and req.remaining_to_compute == 1:
-                self.decoders.join(req, req.last_token_s)
-            else:
-                self.prefilling[req.rid] = req
-
     def _schedule_chunked(self) -> Step:
         step = Step()
         budget = self.budget
@@ -294,43 +274,6 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, Scheduler):
         if bucket:
             self.kv.append_blocks(list(bucket.values()), self.decoders.shareable)
 
-    def _copy_on_write(self, samples: list[Request]) -> None:
-        """First write of forked samples into their shared partial last block (seed 000):
-        each writer copies while others still share the block; the last one left writes
-        in place (pack Q7: 4 samples of a 1,000-token prompt hold 63 + 3 blocks)."""
-        copy = self.kv.copy_on_write
-        for req in samples:
-            if req.dec_epoch0 >= 0:
-                copy(req)
-        samples.clear()
-
-    def _fork_samples(self, req: Request, now: float) -> None:
-        """Parallel sampling: n − 1 sibling sequences share the prompt's blocks (refcounts).
-
-        All n samples emit their first token at the end of the prefill; each then
-        decodes on its own. Siblings have the same output length as sample 0.
-        """
-        siblings = []
-        for _ in range(req.n - 1):
-            self._fork_id -= 1
-            f = Request(self._fork_id, req.class_id, req.arrival_s, req.prompt_tokens,
-                        req.output_tokens, req.segments[:-1])
-            f.group, f.samples_left, f.shareable = req, 0, req.shareable
-            f.num_computed, f.num_generated = req.num_computed, req.num_generated
-            f.first_scheduled_s, f.first_token_s, f.last_token_s = req.first_scheduled_s, now, now
-            f.replica, f.state, f.admit_order = req.replica, RUNNING, self._admitted
-            self._admitted += 1
-            self.kv.fork(req, f)
-            self.kv_tokens += f.num_computed    # shared tokens count once per sequence
-            self.running[f.rid] = f
-            siblings.append(f)
-        if req.num_generated == req.output_tokens:
-            return                                   # one-token replies: nothing to decode
-        if req.num_computed % self.bs:
-            self._cow_pending.extend(siblings + [req])
-        for f in siblings:
-            self.decoders.join(f, now)
-
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         """Blocks for a running prefill's next chunk; evicts newer prefills, else itself."""
         upto = req.num_computed + req.num_inflight + n
@@ -371,15 +314,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, Scheduler):
         counters.preemptions += 1
         self._preempted_now = True
         req.num_preemptions += 1
-        nbytes = req.num_computed * self.kv_bytes_per_token
-        if self.swap_space_bytes and self.swap_used_bytes + nbytes <= self.swap_space_bytes:
-            kv.free(req)
-            self.swap_used_bytes += nbytes
-            self.kv_tokens -= req.num_computed
-            counters.swap_out_bytes += nbytes
-            self._swap_pending += nbytes
-            req.state = SWAPPED
-            self.swapped.append(req)
+        if self.swap_space_bytes and self._swap_out(req):
             return
         if self.caching:                             # its recompute can find them again
             kv.cache_blocks(req, self._cached_at_preemption(req, decoding))

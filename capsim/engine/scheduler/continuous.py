@@ -113,7 +113,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.budget = max_num_batched_tokens
         self.chunked = chunked
         self.kv = self.make_kv(allocator)
-        self.bs = allocator.block_size
+        self.bs = self.kv.block_size
         self.caching = self.kv.enable_caching
         self.itl = itl
         self.num_classes = num_classes

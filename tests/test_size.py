@@ -33,10 +33,8 @@ _SPLIT = "being split (issue 28)"
 PENDING: dict[str, str] = {
     # modules over 800 lines
     # classes over 500 lines
-    "capsim.engine.scheduler.continuous.ContinuousScheduler": _SPLIT,
     # functions over 50 lines
     "capsim.sim.simulate.simulate": _SPLIT,
-    "capsim.engine.scheduler.sglang.SglangScheduler._prefill_batch": _SPLIT,
 }
 
 

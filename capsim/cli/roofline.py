@@ -140,9 +140,9 @@ def _keeps_batches_in_flight(preset) -> bool:
     """Whether the preset's scheduling policy keeps up to PP batches in flight under
     pipeline parallelism (vLLM's continuous batching; SGLang's, TensorRT-LLM's, TGI's and
     static batching run one at a time: :mod:`capsim.engine.pipeline`)."""
-    from capsim.engine.scheduler import POLICIES
+    from capsim.profiles.policies import policy_capabilities
 
-    return bool(getattr(POLICIES[preset.scheduler.policy], "pipelines", False))
+    return policy_capabilities(preset.scheduler.policy).pipelining
 
 
 def _reworded(exc: ScenarioError, words: tuple[tuple[str, str], ...]) -> ScenarioError:

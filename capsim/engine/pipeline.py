@@ -22,7 +22,7 @@ stage but holds neither stage (the send is asynchronous; its all-gather is price
 handoff).
 
 Macro-steps are off in such a replica (every batch is its own event). Policies that do
-not keep several batches in flight (``pipelines = False``: SGLang's, TensorRT-LLM's,
+not keep several batches in flight (``capabilities.pipelining`` False: SGLang's, TensorRT-LLM's,
 TGI's, the contiguous baselines, vLLM 0.6's multi-step windows) run one batch at a time
 as :class:`~capsim.engine.replica.Replica` does, priced as the sum of the stages.
 """
@@ -43,7 +43,7 @@ class PipelinedReplica(Replica):
         super().__init__(*args, **kwargs)
         sched = self.scheduler
         pp = self.pool_cfg.engine.pipeline_parallel_size
-        self.batches = pp if getattr(sched, "can_pipeline", lambda: False)() else 1
+        self.batches = pp if sched.can_pipeline() else 1
         if self.batches > 1:             # the batch queue composes batches ahead itself
             sched.enable_pipeline(self.batches)
             self.schedules_ahead = False

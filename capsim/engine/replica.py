@@ -317,7 +317,7 @@ class Replica:
         self.draft_hbm_bytes += draft_bytes
         tokens, logits, pairs, kv_read, logit_steps = work
         self.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
-                           sched.decoders.emitted_tokens,
+                           sched.emitted_tokens,
                            (1, tokens, logits, pairs, kv_read, logit_steps),
                            used, 0, 0, self.num_waiting)
         if self.hooks is not None:
@@ -366,7 +366,7 @@ class Replica:
         self._report_finished()
         sched = self.scheduler
         sched.sync()
-        return [*sched.running.values(), *sched.waiting, *getattr(sched, "swapped", ()),
+        return [*sched.running.values(), *sched.waiting, *sched.swapped,
                 *(req for _, req in self._late)]
 
     # ------------------------------------------------------------ KV peak
@@ -392,7 +392,7 @@ class Replica:
         self.table_entries_at_peak = self.scheduler.block_table_entries()
 
     def stats(self) -> ReplicaStats:
-        eng, sched = self.pool_cfg.engine, self.scheduler
+        eng, sched = self.pool_cfg.engine, self.scheduler.counters
         flops, hbm_bytes = self.pricer.work(self.work)
         if self.draft_flops:
             flops, hbm_bytes = flops + self.draft_flops, hbm_bytes + self.draft_hbm_bytes

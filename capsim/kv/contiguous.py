@@ -88,3 +88,59 @@ class ContiguousAllocator:
         if self._starts != [0] or self._sizes != [self.num_tokens]:
             raise KVInvariantError(f"{self.used_tokens} KV tokens still reserved "
                                    f"({len(self._starts)} holes)")
+
+
+class ContiguousKV:
+    """The contiguous layout as a scheduler sees it (the paged pool's facade is
+    :class:`capsim.kv.manager.KVCacheManager`): one reserved range per request, kept here
+    by request id, released when it finishes.
+
+    Args:
+        allocator: the replica's first-fit token space.
+    """
+
+    enable_caching = False
+    cache_on_allocate = False
+
+    def __init__(self, allocator: ContiguousAllocator):
+        self.allocator = allocator
+        self.block_size = allocator.block_size
+        self._ranges: dict[int, tuple[int, int]] = {}     # rid → (start, tokens)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.allocator.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.allocator.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.allocator.num_used_blocks
+
+    @property
+    def free_tokens(self) -> int:
+        return self.allocator.free_tokens
+
+    @property
+    def biggest_hole(self) -> int:
+        """The largest contiguous free range, tokens."""
+        return self.allocator.biggest_hole
+
+    def reserve_range(self, seq, num_tokens: int) -> bool:
+        """Reserve ``num_tokens`` contiguous slots for ``seq`` (first fit); False when no
+        hole is big enough (nothing taken)."""
+        start = self.allocator.reserve(num_tokens)
+        if start is None:
+            return False
+        self._ranges[seq.rid] = (start, num_tokens)
+        return True
+
+    def free(self, seq) -> None:
+        """Release ``seq``'s range."""
+        self.allocator.release(*self._ranges.pop(seq.rid))
+
+    def num_table_entries(self, seqs) -> int:
+        """No block tables in a contiguous layout."""
+        return 0

@@ -34,6 +34,7 @@ from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
 from capsim.profiles.hardware import EngineFamily
+from capsim.profiles.policies import POLICY_NAMES
 
 _FOLDER = "engines"
 
@@ -169,10 +170,14 @@ class ConditionalDefaults(StrictModel):
     set: dict[str, Any]
 
 
+#: The policies a preset can name: the policy table's, vLLM's first (as error messages list them).
+_PRESET_POLICIES = ("continuous",) + tuple(n for n in POLICY_NAMES if n != "continuous")
+
+
 class SchedulerPreset(StrictModel):
     """The engine's scheduling policy family and its own knobs (engine spelling)."""
 
-    policy: Literal["continuous", "static", "trtllm", "sglang", "tgi"]
+    policy: Literal[_PRESET_POLICIES]
     knobs: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -22,6 +22,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
+from capsim.profiles.policies import knob_policies, policy_capabilities
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS
@@ -180,10 +181,8 @@ def _check_memory_fraction(engine: EngineConfig, preset: EnginePreset, given: _G
                              f"sizes its KV cache with {fraction}")
 
 
-#: Engine knobs that belong to one scheduling policy / memory rule.
-_POLICY_KNOBS = {"capacity_scheduler_policy": "trtllm", "schedule_conservativeness": "sglang",
-                 "max_waiting_tokens": "tgi", "waiting_served_ratio": "tgi",
-                 "long_prefill_token_threshold": "continuous"}
+#: Engine knobs that belong to one scheduling policy (the policy table's ``knobs``).
+_POLICY_KNOBS = knob_policies()
 
 
 def _check_policy_knobs(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
@@ -255,14 +254,14 @@ def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given)
                                       "vllm-0.6.4)")
 
 
-def _check_tgi_chunking(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
-    if engine.scheduler == "tgi" and engine.enable_chunked_prefill:
-        given.fail("enable_chunked_prefill", "TGI 2.1 prefills whole prompts (chunked prefill "
-                                             "came with TGI 3.0); valid: false")
+def _check_chunking(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    reason = policy_capabilities(engine.scheduler).no_chunked_prefill
+    if reason and engine.enable_chunked_prefill:
+        given.fail("enable_chunked_prefill", reason)
 
 
 def _check_kv_allocator(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
-    if engine.kv_allocator != "paged" and engine.scheduler not in ("continuous", "static"):
+    if engine.kv_allocator != "paged" and not policy_capabilities(engine.scheduler).contiguous_kv:
         given.fail("kv_allocator", f"scheduler {engine.scheduler} runs on its engine's paged "
                                    "KV cache; the contiguous layouts are vLLM-style baselines "
                                    "(valid: paged)")
@@ -284,7 +283,7 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 #: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
                 _check_async_scheduling, _check_moe_backend, _check_multi_step,
-                _check_long_prefill, _check_preemption, _check_tgi_chunking,
+                _check_long_prefill, _check_preemption, _check_chunking,
                 _check_kv_allocator, _check_prefix_cache)
 
 
@@ -292,11 +291,11 @@ def _no_prefix_cache(engine: EngineConfig) -> str:
     """Why ``engine`` runs without a prefix cache whatever ``enable_prefix_caching`` says
     ('' when it can have one): TGI 2.1 had none (the v3 router's radix allocator and
     USE_PREFIX_CACHING came with TGI 2.3, huggingface/text-generation-inference 8deeaca and
-    b70ae09); static batching and the contiguous layouts are baselines without one."""
-    if engine.scheduler == "tgi":
-        return "TGI 2.1 has no prefix caching (it came with TGI 2.3's radix allocator)"
-    if engine.scheduler == "static":
-        return "static batching (scheduler static) runs without a prefix cache"
+    b70ae09); static batching and the contiguous layouts are baselines without one (the
+    policy's reason: its row in :data:`capsim.profiles.policies.POLICY_TABLE`)."""
+    reason = policy_capabilities(engine.scheduler).no_prefix_cache
+    if reason:
+        return reason
     if engine.kv_allocator != "paged":
         return (f"kv_allocator {engine.kv_allocator} has no prefix cache (it reuses paged "
                 "blocks)")

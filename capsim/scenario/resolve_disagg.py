@@ -17,6 +17,7 @@ from pathlib import Path
 
 from capsim.common.errors import ScenarioError
 from capsim.profiles.links import resolve_link
+from capsim.profiles.policies import policy_capabilities
 from capsim.scenario.disagg import ROLES, PoolConfig
 from capsim.scenario.pool_knobs import engine_knob_path, pool_engine
 from capsim.scenario.profile_loading import in_named_file, located_link
@@ -96,7 +97,7 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
             "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "
             "assumes one stage per replica); valid: pipeline_parallel_size 1",
             file=str(path), path=knob_at("pipeline_parallel_size"))
-    if resolved.engine.scheduler != "continuous":
+    if role not in policy_capabilities(resolved.engine.scheduler).roles:
         key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
         raise ScenarioError(
             f"a disaggregated pool runs vLLM's continuous batching (capsim hands a request "

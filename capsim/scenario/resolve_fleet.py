@@ -15,6 +15,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.models import ModelShape
 from capsim.profiles.startup import TERMS as STARTUP_TERMS
 from capsim.profiles.startup import load_startup
+from capsim.profiles.policies import policy_capabilities
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
 
 
@@ -59,7 +60,7 @@ def _check_failures(spec: Scenario, engine: EngineConfig, path: Path, where: str
         ScenarioError: another scheduler, parallel sampling, or a closed loop.
     """
     at, which = _cluster_at("failures", where, v)
-    if engine.scheduler != "continuous":
+    if not policy_capabilities(engine.scheduler).failures:
         raise ScenarioError(f"replica failures are modelled for the continuous scheduler "
                             f"(vLLM), not {engine.scheduler}{which}", file=str(path), path=at)
     wl = spec.workload

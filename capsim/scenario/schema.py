@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.models import ModelShape
+from capsim.profiles.policies import POLICY_NAMES
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
@@ -53,7 +54,7 @@ class EngineConfig(StrictModel):
     yaml_example: ClassVar[str] = "{preset: vllm-v1, max_num_seqs: 256, max_model_len: 8192}"
 
     preset: str = Field(default="vllm-v1", min_length=1)
-    scheduler: Literal["static", "continuous", "trtllm", "sglang", "tgi"] = "continuous"
+    scheduler: Literal[POLICY_NAMES] = "continuous"           # one per policy table row
     enable_chunked_prefill: Bool = True
     max_num_seqs: Int = Field(default=256, gt=0)
     max_num_batched_tokens: Int | None = Field(default=None, gt=0)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from capsim.common.errors import ScenarioError
 from capsim.profiles.models import ModelShape
+from capsim.profiles.policies import policy_capabilities
 from capsim.scenario.kv_sizing import kv_bytes_per_token
 from capsim.scenario.profile_loading import load_model_at, named
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
@@ -31,7 +32,7 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
     at = f"{where}.engine.speculative" if where and "speculative" in v.engine \
         else "engine.speculative"
     refusals = (
-        (engine.scheduler != "continuous" or engine.kv_allocator != "paged",
+        (not policy_capabilities(engine.scheduler).speculative or engine.kv_allocator != "paged",
          f"is modelled on vLLM V1's continuous batching over paged KV; this engine runs "
          f"scheduler {engine.scheduler} with kv_allocator {engine.kv_allocator}"),
         (engine.num_scheduler_steps > 1, "does not combine with num_scheduler_steps > 1"),

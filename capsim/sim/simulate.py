@@ -336,7 +336,7 @@ def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder
             raise InvariantError(f"replica {rep.index} still has queued or running requests")
         rep.alloc.check_all_free()
     # Speculative decoding streams several tokens in one chunk: one gap per chunk.
-    gaps = itl.total_gaps() + sum(getattr(rep.scheduler, "merged_tokens", 0)
+    gaps = itl.total_gaps() + sum(rep.scheduler.merged_tokens
                                   for rep in replicas)
     if gaps != log.gaps_expected:
         raise InvariantError(f"recorded {gaps} inter-token gaps; finished requests "

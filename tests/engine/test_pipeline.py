@@ -107,9 +107,9 @@ def test_preemption_never_picks_a_request_in_flight():
     a = _launch(sched, 0.0)
     assert [(r.rid, n) for r, n in a.prefills] == [(0, 8)]
     assert _launch(sched, 0.0) is None
-    assert sched.running[0].num_inflight == 8 and sched.preemptions == 0
+    assert sched.running[0].num_inflight == 8 and sched.counters.preemptions == 0
     sched.complete(a, 1.0)
-    assert _launch(sched, 1.0) is None and sched.preemptions == 1
+    assert _launch(sched, 1.0) is None and sched.counters.preemptions == 1
 
 
 # ------------------------------------------------------------------ the replica

@@ -75,10 +75,10 @@ def test_trtllm_reserves_prompt_plus_output_and_the_head_blocks_the_queue():
         assert batch(s) == ([], 1) and alloc.num_used_blocks == (17 if s.decode_seqs and
                                                                  a.state == RUNNING else 0)
         t += 1
-    assert sched.steps == 157 and b.state == c.state == WAITING
+    assert sched.counters.steps == 157 and b.state == c.state == WAITING
     assert batch(step(sched, t)) == ([(1, 50), (2, 10)], 0)       # 16 + 2 blocks
     assert alloc.num_used_blocks == blocks_needed(250, 16) + blocks_needed(20, 16)
-    assert sched.preemptions == 0
+    assert sched.counters.preemptions == 0
 
 
 def test_trtllm_chunked_context_is_first_come_first_served_in_chunk_units():
@@ -102,9 +102,9 @@ def test_trtllm_max_utilization_pauses_the_newest_and_recomputes_it():
     assert alloc.num_used_blocks == 4                             # prompt blocks only
     for t in range(1, 17):                                        # tokens 33..48: 3rd block
         assert batch(step(sched, float(t))) == ([], 2)
-    assert alloc.num_used_blocks == 6 and sched.preemptions == 0
+    assert alloc.num_used_blocks == 6 and sched.counters.preemptions == 0
     s = step(sched, 17.0)                                         # token 49 needs a 4th each
-    assert batch(s) == ([], 1) and sched.preemptions == 1
+    assert batch(s) == ([], 1) and sched.counters.preemptions == 1
     assert list(sched.waiting) == [b] and b.num_computed == 0 and b.num_generated == 17
     assert len(a.blocks) == 4 and alloc.num_used_blocks == 4
     # b must recompute 32 + 17 = 49 tokens (4 blocks); only 2 are free: it waits.
@@ -221,7 +221,7 @@ def test_sglang_retracts_the_fewest_generated_to_the_back_of_the_queue():
     w, = add(sched, (2, 16, 5), t=6.0)
     hog = alloc.allocate(alloc.num_free_blocks)                   # KV held elsewhere
     s = step(sched, 6.0)                                          # b's 17th token: no block
-    assert batch(s) == ([], 1) and sched.preemptions == 1
+    assert batch(s) == ([], 1) and sched.counters.preemptions == 1
     assert b.state == WAITING and list(sched.waiting) == [w, b]
     assert b.num_computed == 0 and b.num_generated == 1 and a.state == RUNNING
     assert sched.new_token_ratio == (5 + 20) / (100 + 1)
@@ -235,7 +235,7 @@ def test_sglang_retraction_ties_go_to_the_longest_prompt():
     step(sched, 0.0)
     hog = alloc.allocate(alloc.num_free_blocks)
     s = step(sched, 1.0)                                          # all three need a block
-    assert batch(s) == ([], 2) and sched.preemptions == 1
+    assert batch(s) == ([], 2) and sched.counters.preemptions == 1
     assert b.state == WAITING and a.state == c.state == RUNNING
     assert sched.new_token_ratio == (1 + 1 + 2 * 20) / (200 + 1)
     alloc.free(hog)
@@ -298,7 +298,7 @@ def test_tgi_reserves_prompt_plus_output_minus_one_and_never_preempts():
         assert batch(step(sched, t)) == ([], 1)
         assert alloc.num_used_blocks == (16 if a.state == RUNNING else 0)
         t += 1
-    assert b.state == c.state == WAITING and sched.preemptions == 0
+    assert b.state == c.state == WAITING and sched.counters.preemptions == 0
     assert batch(step(sched, t)) == ([(1, 50), (2, 10)], 0)
 
 

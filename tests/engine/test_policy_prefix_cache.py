@@ -63,7 +63,7 @@ def test_sglang_second_request_takes_the_cached_prefix_and_extends_the_rest():
     assert batch(s) == ([(1, 52)], 0)                  # prefill first: a's decode waits
     assert s.prefill_kv_tokens == 340                  # attends over the cached 288
     assert b.blocks[:18] == a.blocks[:18] and alloc.num_used_blocks == 22 + 4
-    assert (sched.prefix_hit_tokens, sched.prefix_queried_tokens) == (288, 680)
+    assert (sched.counters.prefix_hit_tokens, sched.counters.prefix_queried_tokens) == (288, 680)
     assert batch(step(sched, 2.0)) == ([], 2)
 
 
@@ -116,7 +116,7 @@ def test_sglang_full_pool_evicts_the_least_recently_freed_cached_blocks_first():
     assert alloc.num_evictions == 11
     shared(sched, 2, 300, 40, 5, t=2.0)
     assert batch(step(sched, 2.0)) == ([(2, 180)], 0)
-    assert sched.prefix_hit_tokens == 160
+    assert sched.counters.prefix_hit_tokens == 160
 
 
 def test_sglang_retracted_request_reuses_what_its_prefill_cached():
@@ -136,10 +136,10 @@ def test_sglang_retracted_request_reuses_what_its_prefill_cached():
     assert (b.num_generated, b.num_computed) == (9, 48) and b in sched.decoders.crossing().values()
     hog = alloc.allocate(alloc.num_free_blocks)           # KV held elsewhere
     s = step(sched, 14.0)
-    assert batch(s) == ([], 1) and sched.preemptions == 1 and b.state == WAITING
+    assert batch(s) == ([], 1) and sched.counters.preemptions == 1 and b.state == WAITING
     alloc.free(hog)
     assert batch(step(sched, 15.0)) == ([(1, 17)], 0)     # 40 + 9 − 32
-    assert sched.prefix_hit_tokens == 32 and a.state == RUNNING
+    assert sched.counters.prefix_hit_tokens == 32 and a.state == RUNNING
 
 
 # ------------------------------------------------------------------ TensorRT-LLM
@@ -159,7 +159,7 @@ def test_trtllm_second_request_reuses_the_stored_full_blocks_only():
     s = step(sched, 1.0)
     assert batch(s) == ([(1, 116)], 1)
     assert b.blocks[:62] == a.blocks[:62] and b.blocks[62] not in a.blocks
-    assert sched.prefix_hit_tokens == 1984
+    assert sched.counters.prefix_hit_tokens == 1984
 
 
 def test_trtllm_reservation_counts_reused_blocks_once_but_the_check_counts_them_all():

@@ -157,7 +157,7 @@ def test_preemption_evicts_the_newest_and_recomputes():
     run_steps(sched, 1, t0=1.0)               # both cross into block 3: 6 blocks used
     assert alloc.num_free_blocks == 0
     steps, t = run_steps(sched, 4, t0=2.0)    # next boundary: b is evicted so a can grow
-    assert sched.preemptions >= 1 and b.num_preemptions >= 1 and a.num_preemptions == 0
+    assert sched.counters.preemptions >= 1 and b.num_preemptions >= 1 and a.num_preemptions == 0
     run_steps(sched, 200, t0=t)
     assert a.state == FINISHED and b.state == FINISHED
     assert b.num_generated == 14 and a.finish_s < b.finish_s
@@ -195,9 +195,9 @@ def test_static_batch_useful_share_matches_pack_q1():
     for r in reqs:
         sched.add(r)
     steps, t = run_steps(sched, 2000)
-    assert sched.steps == 800
-    assert sched.slot_steps_useful == 1400 and sched.steps * 4 == 3200
-    assert sched.slot_steps_useful / (sched.steps * 4) == pytest.approx(0.4375)
+    assert sched.counters.steps == 800
+    assert sched.counters.slot_steps_useful == 1400 and sched.counters.steps * 4 == 3200
+    assert sched.counters.slot_steps_useful / (sched.counters.steps * 4) == pytest.approx(0.4375)
     assert all(r.finish_s == 800.0 for r in reqs)
     assert reqs[0].first_token_s == 800.0          # the reply is held until the batch ends
     assert sum(itl.count) == sum(n - 1 for n in [50, 150, 400, 800])
@@ -284,11 +284,11 @@ def test_swap_preemption_keeps_progress_and_charges_the_copy():
     sched.add(b)
     steps, t = run_steps(sched, 6)
     assert b.state == "swapped" and b.num_preemptions == 1
-    assert b.num_computed >= 8 and sched.swap_out_bytes == b.num_computed * 1000
+    assert b.num_computed >= 8 and sched.counters.swap_out_bytes == b.num_computed * 1000
     assert any(s.swap_bytes for s in steps if s)
     run_steps(sched, 100, t0=t)
     assert a.state == FINISHED and b.state == FINISHED and b.num_generated == 14
-    assert sched.recomputed_tokens == 0 and sched.swap_in_bytes == sched.swap_out_bytes
+    assert sched.counters.recomputed_tokens == 0 and sched.counters.swap_in_bytes == sched.counters.swap_out_bytes
     alloc.check_all_free()
 
 
@@ -301,7 +301,7 @@ def test_swap_falls_back_to_recompute_when_host_space_is_full():
     sched.add(a)
     sched.add(b)
     run_steps(sched, 200)
-    assert sched.preemptions >= 1 and sched.swap_out_bytes == 0 and sched.recomputed_tokens > 0
+    assert sched.counters.preemptions >= 1 and sched.counters.swap_out_bytes == 0 and sched.counters.recomputed_tokens > 0
     assert a.state == FINISHED and b.state == FINISHED
 
 

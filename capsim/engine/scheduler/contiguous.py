@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from capsim.engine.macro.plan import RunBlocks
 from capsim.engine.request import Request
+from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.step import Step
+from capsim.kv.contiguous import ContiguousAllocator, ContiguousKV
 
 
 class ContiguousScheduler(ContinuousScheduler):
@@ -18,16 +20,31 @@ class ContiguousScheduler(ContinuousScheduler):
     nothing grows afterwards, so nothing is preempted. The queue head waits when no
     hole fits, even if enough tokens are free in pieces: the first such moment is
     recorded (``first_blocked``: wanted, free, biggest hole) as the seed's demo prints it.
+    One batch at a time under pipeline parallelism (not modelled).
     """
 
-    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
+    grows_kv = False
 
     def __init__(self, *, reserve: str, max_model_len: int, **kwargs):
         super().__init__(**kwargs)
         self.reserve = reserve
         self.max_model_len = max_model_len
         self._blocked_rid = -1                     # counts requests, not attempts (admission_blocked)
-        self._reservation: dict[int, tuple[int, int]] = {}
+
+    def make_kv(self, allocator: ContiguousAllocator) -> ContiguousKV:
+        return ContiguousKV(allocator)
+
+    @classmethod
+    def from_engine(cls, args: PolicyArgs, **extra) -> ContiguousScheduler:
+        """The baseline ``engine.kv_allocator`` names (``contiguous_max_model_len`` /
+        ``contiguous_max_tokens``)."""
+        eng = args.engine
+        return cls(**cls.engine_kwargs(args), reserve=eng.kv_allocator.removeprefix("contiguous_"),
+                   max_model_len=eng.max_model_len,
+                   long_prefill_token_threshold=eng.long_prefill_token_threshold)
+
+    def can_pipeline(self) -> bool:
+        return False
 
     def _size(self, req: Request) -> int:
         if self.reserve == "max_model_len":
@@ -41,32 +58,26 @@ class ContiguousScheduler(ContinuousScheduler):
             if whole_prompts and todo > budget:
                 break
             size = self._size(req)
-            start = self.alloc.reserve(size)
-            if start is None:
+            if not self.kv.reserve_range(req, size):
                 self._note_blocked(req, size)
                 break
-            self._reservation[req.rid] = (start, size)
             n = min(todo, budget, self.chunk_cap)
             self._start(req, step, n)
             budget -= n
 
     def _note_blocked(self, req: Request, size: int) -> None:
+        counters = self.counters
         if req.rid != self._blocked_rid:          # count requests, not scheduling attempts
             self._blocked_rid = req.rid
-            self.admission_blocked += 1
-        if self.first_blocked is None:
-            self.first_blocked = (size, self.alloc.free_tokens, self.alloc.biggest_hole)
-
-    grows_kv = False
+            counters.admission_blocked += 1
+        if counters.first_blocked is None:
+            counters.first_blocked = (size, self.kv.free_tokens, self.kv.biggest_hole)
 
     def _grow_decoders(self) -> None:
         """Nothing to grow: the reservation already covers every future token."""
 
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
-        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0, first)
+        return RunBlocks(self.kv.num_used_blocks, m, self.bs, [], 0, first)
 
     def _reserve_prefill(self, req: Request, n: int) -> bool:
         return True
-
-    def _release_kv(self, req: Request) -> None:
-        self.alloc.release(*self._reservation.pop(req.rid))

@@ -64,9 +64,16 @@ from __future__ import annotations
 
 from capsim.engine.macro.plan import RunBlocks
 from capsim.engine.request import RUNNING
+from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.scheduler.own_policy import knob, own_policy_kwargs
 from capsim.engine.step import Step
-from capsim.kv.blocks import blocks_needed
+from capsim.profiles.policies import policy_capabilities
+
+
+#: SGLang's constants, read from the preset's ``scheduler.knobs``.
+SGLANG_KNOBS = ("init_new_token_ratio", "min_new_token_ratio_factor",
+                "new_token_ratio_decay_steps", "retract_decode_steps", "clip_max_new_tokens")
 
 
 class SglangScheduler(ContinuousScheduler):
@@ -96,8 +103,7 @@ class SglangScheduler(ContinuousScheduler):
     ``batch_is_full``: no admission is tried until a running request leaves).
     """
 
-    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
-
+    capabilities = policy_capabilities("sglang")
     registers_when_scheduled = False
 
     def __init__(self, *, schedule_conservativeness: float, init_new_token_ratio: float,
@@ -152,78 +158,60 @@ class SglangScheduler(ContinuousScheduler):
 
     def _prefill_batch(self, step: Step) -> None:
         """``PrefillAdder``: the chunked request's next chunk, then queue heads that fit."""
-        bs = page = self.bs
-        free = self.alloc.num_free_blocks * bs
-        total = self._running_charge() if self.decoders.size else 0.0
-        current = 0                             # PrefillBudget offsets of this pass
-        rem_input = self.budget
-        rem_chunk = self.budget if self.chunked else None
-        admitted = 0
-
-        def charge(n: int, max_new: int) -> None:
-            nonlocal total, current, rem_input, rem_chunk
-            ext = -(-n // page) * page
-            total += ext + page + max_new
-            current += ext + page
-            rem_input -= ext
-            if rem_chunk is not None:
-                rem_chunk -= ext
-
+        bs = self.bs
+        adder = _PrefillAdder(bs, self.kv.num_free_blocks * bs,
+                              self._running_charge() if self.decoders.size else 0.0,
+                              self.budget, self.budget if self.chunked else None)
         req = self._chunked
         if req is not None:                     # add_chunked_req
-            avail = min(rem_chunk, int(free - total))
+            avail = min(adder.rem_chunk, int(adder.free - adder.total))
             if avail <= 0:
-                avail = rem_chunk
+                avail = adder.rem_chunk
             n = min(req.remaining_to_compute, avail)
             last = n == req.remaining_to_compute
             if self._reserve_prefill(req, n):
                 step.add_prefill(req, n)
-                charge(n, min(req.output_tokens, self.clip) * req.n if last else 0)
-                admitted += 1
+                adder.charge(n, min(req.output_tokens, self.clip) * req.n if last else 0)
                 if last:
                     self._chunked = None
-        waiting = self.waiting
+        self._add_waiting(step, adder)
+
+    def _add_waiting(self, step: Step, adder: _PrefillAdder) -> None:
+        """``add_one_req`` for the queue heads in order, until one does not fit (then
+        ``batch_full`` says whether trying again before a request leaves is pointless)."""
+        waiting, kv, bs = self.waiting, self.kv, self.bs
         while waiting:
-            if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+            if adder.spent():
                 break                           # OTHER: this pass's token budget is spent
             req = waiting[0]
             if self.num_running + req.n > self.max_num_seqs:
                 self.batch_full = True          # no free request slot
                 break
-            hit = self._cached_prefix(req) if self.caching else ()
+            hit = kv.get_computed_blocks(req)
             cached = len(hit) * bs
-            locked = self.alloc.num_free_among(hit) * bs if hit else 0     # _lock_node
+            locked = kv.num_free_among(hit) * bs                        # _lock_node
             todo = req.remaining_to_compute - cached
             want = todo + min(max(req.output_tokens - req.num_generated, 0), self.clip) * req.n
-            fits = want + page < free - locked - total
-            idle = not self.running             # capsim: an idle engine takes the head anyway
-            if not fits and not idle:
-                self.batch_full = admitted > 0 or self.decoders.size > 0     # NO_TOKEN
+            fits = want + bs < adder.free - locked - adder.total
+            if not fits and self.running:       # capsim: an idle engine takes the head anyway
+                self.batch_full = adder.admitted > 0 or self.decoders.size > 0   # NO_TOKEN
                 break
-            ext = -(-todo // page) * page
-            if rem_chunk is None and admitted and ext >= rem_input:
-                break                           # OTHER: the first request may exceed the cap
-            max_new = min(req.output_tokens, self.clip) * req.n
-            n = todo
-            if rem_chunk is not None and ext > rem_chunk:
-                n = rem_chunk // page * page    # a new chunked request (one at a time)
-                max_new = 0
-                if n <= 0:
-                    break
-            need = blocks_needed(cached + n, bs) - len(hit)
-            if not self.alloc.can_allocate(need + locked // bs):
-                self.batch_full = admitted > 0 or self.decoders.size > 0
+            chunk = adder.chunk(todo, min(req.output_tokens, self.clip) * req.n)
+            if chunk is None:
+                break
+            n, max_new = chunk
+            if not kv.can_allocate(-(-(cached + n) // bs) - len(hit) + locked // bs):
+                self.batch_full = adder.admitted > 0 or self.decoders.size > 0
                 break
             if self.caching:
                 self._take_prefix(req, hit)
-                free -= locked                  # the prefix stays pinned by the request
-            req.blocks += self.alloc.allocate(need)
+                adder.free -= locked            # the prefix stays pinned by the request
+            kv.allocate_slots(req, cached + n)
             self._start(req, step, n)
             if n < todo:
                 self._chunked = req
-            charge(n, max_new)
-            admitted += 1
-            if free - total <= 0 or free - current <= 0:
+            adder.charge(n, max_new)
+            if adder.out_of_tokens():
                 self.batch_full = True          # NO_TOKEN for whoever is next
                 break
 
@@ -232,7 +220,7 @@ class SglangScheduler(ContinuousScheduler):
         """``update_running_batch``: blocks for the decode step's new tokens; retract if
         they are short, else decay the ratio by one step."""
         cow = self._cow_pending
-        if self.alloc.can_allocate(len(self.decoders.crossing()) + len(cow)):
+        if self.kv.can_allocate(len(self.decoders.crossing()) + len(cow)):
             self._decays += 1
         else:
             self._retract()
@@ -240,14 +228,14 @@ class SglangScheduler(ContinuousScheduler):
             self._copy_on_write(cow)
         bucket = self.decoders.crossing()
         if bucket:
-            self._give_blocks(list(bucket.values()))
+            self.kv.append_blocks(list(bucket.values()), self.decoders.shareable)
 
     def _retract(self) -> None:
         """``retract_decode``: retract in SGLang's order (at least one, keeping at least one)
         until the step's blocks fit. The ratio is then re-estimated over the requests left."""
         keep = self._retraction_order()
         first = True
-        while first or not self.alloc.can_allocate(len(self.decoders.crossing())
+        while first or not self.kv.can_allocate(len(self.decoders.crossing())
                                                     + len(self._cow_pending)):
             if len(keep) == 1:
                 break
@@ -279,10 +267,10 @@ class SglangScheduler(ContinuousScheduler):
         """Blocks for the chunked request's next chunk. The admission budget kept them free
         (no decode step runs between chunks); should they not be, decoders are retracted
         in SGLang's order."""
-        need = blocks_needed(req.num_computed + n, self.bs) - len(req.blocks)
-        if not self.alloc.can_allocate(need):
+        need = self.kv.blocks_to_allocate(req, req.num_computed + n)
+        if not self.kv.can_allocate(need):
             keep = self._retraction_order()
-            while keep and not self.alloc.can_allocate(need):
+            while keep and not self.kv.can_allocate(need):
                 self._retract_one(keep.pop())
         return super()._reserve_prefill(req, n)
 
@@ -297,7 +285,7 @@ class SglangScheduler(ContinuousScheduler):
         if self.caching:
             for req, n in step.prefills:
                 if req.shareable:
-                    self._register(req, req.num_computed + n)
+                    self.kv.cache_blocks(req, req.num_computed + n)
         super().complete(step, now)
 
     def _cached_at_preemption(self, req, decoding: bool) -> int:
@@ -314,3 +302,56 @@ class SglangScheduler(ContinuousScheduler):
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
         self._decays += m - first               # the ratio decays once per decode step
         return super().grow_for_run(m, first)
+
+
+class _PrefillAdder:
+    """One ``PrefillAdder`` pass's budgets (``mem_cache/prefill_budget.py``): tokens free
+    (``free``) against the running requests' charge plus this pass's (``total``), this
+    pass's offsets (``current``), the input and chunk budgets left, requests admitted."""
+
+    __slots__ = ("page", "free", "total", "current", "rem_input", "rem_chunk", "admitted")
+
+    def __init__(self, page: int, free: int, total: float, rem_input: int,
+                 rem_chunk: int | None):
+        self.page, self.free, self.total, self.current = page, free, total, 0
+        self.rem_input, self.rem_chunk, self.admitted = rem_input, rem_chunk, 0
+
+    def charge(self, n: int, max_new: int) -> None:
+        """``PrefillBudget.reserve``: ceil_page(n) + page + max_new tokens."""
+        page = self.page
+        ext = -(-n // page) * page
+        self.total += ext + page + max_new
+        self.current += ext + page
+        self.rem_input -= ext
+        if self.rem_chunk is not None:
+            self.rem_chunk -= ext
+        self.admitted += 1
+
+    def spent(self) -> bool:
+        """Whether this pass's input or chunk budget is spent."""
+        return self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0)
+
+    def out_of_tokens(self) -> bool:
+        """Whether the free tokens are spent (NO_TOKEN)."""
+        return self.free - self.total <= 0 or self.free - self.current <= 0
+
+    def chunk(self, todo: int, max_new: int) -> tuple[int, int] | None:
+        """(tokens, max_new charged) of a new request with ``todo`` tokens to extend: all
+        of them, or a chunk of whole pages when they exceed the chunk budget (one chunked
+        request at a time; its max_new is charged with its last chunk); None when it does
+        not fit (OTHER: without chunking only the first request may exceed the cap)."""
+        page = self.page
+        ext = -(-todo // page) * page
+        if self.rem_chunk is None and self.admitted and ext >= self.rem_input:
+            return None
+        if self.rem_chunk is not None and ext > self.rem_chunk:
+            n = self.rem_chunk // page * page
+            return (n, 0) if n > 0 else None
+        return todo, max_new
+
+
+def build(args: PolicyArgs) -> SglangScheduler:
+    """SGLang's policy from the engine config; its constants from the preset's knobs."""
+    common = own_policy_kwargs(args, SglangScheduler.engine_kwargs(args))
+    return SglangScheduler(schedule_conservativeness=knob(args, "schedule_conservativeness"),
+                           **{k: knob(args, k) for k in SGLANG_KNOBS}, **common)

@@ -26,10 +26,10 @@ What changes against :class:`~capsim.engine.scheduler.continuous.ContinuousSched
 
 from __future__ import annotations
 
+from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.spec_decode_set import SpecDecodeSet
 from capsim.engine.step import Step
-from capsim.kv.blocks import blocks_needed
 from capsim.scenario.speculative import SpecDecoding
 
 
@@ -52,37 +52,47 @@ class SpeculativeScheduler(ContinuousScheduler):
                                       spec.alpha_by_class, spec.seed)
         self.width = spec.k + 1
 
+    @classmethod
+    def from_engine(cls, args: PolicyArgs, **extra) -> SpeculativeScheduler:
+        """As :meth:`ContinuousScheduler.from_engine`, with ``args.spec``."""
+        return super().from_engine(args, spec=args.spec, **extra)
+
     @property
     def merged_tokens(self) -> int:
         """Tokens that arrived in a chunk after the chunk's first (no gap of their own)."""
         return self.decoders.merged_tokens
 
+    @property
+    def emitted_tokens(self) -> int:
+        """Decode tokens the step last completed emitted (1 + accepted drafts each)."""
+        return self.decoders.emitted_tokens
+
     def _grow_decoders(self) -> None:
         """Blocks for every decoder's 1 + k verified tokens and the lookahead slots;
         preempt the newest running request while they do not fit."""
-        dec, bs, alloc, cow = self.decoders, self.bs, self.alloc, self._cow_pending
+        dec, kv, cow = self.decoders, self.kv, self._cow_pending
         extra = self.spec.lookahead_tokens
         while True:
             n = dec.size
             if not n:
                 return
             width = min(self.spec.k + 1, self.budget // n)
-            needs = [(req, blocks_needed(min(req.num_computed + width + extra,
-                                             req.prompt_tokens + req.output_tokens), bs)
-                      - len(req.blocks)) for req in dec.members.values()]
-            total = sum(need for _, need in needs if need > 0)
-            if alloc.can_allocate(total + len(cow)) or not (total or cow):
+            needs = [(req, upto, kv.blocks_to_allocate(req, upto)) for req, upto in
+                     ((r, min(r.num_computed + width + extra, r.prompt_tokens + r.output_tokens))
+                      for r in dec.members.values())]
+            total = sum(need for _, _, need in needs if need > 0)
+            if kv.can_allocate(total + len(cow)) or not (total or cow):
                 break
             self._preempt(next(reversed(self.running.values())))
         self.width = width
         if cow:
             self._copy_on_write(cow)
-        register = self._register_now and dec.shareable
-        for req, need in needs:
+        register = kv.cache_on_allocate and dec.shareable
+        for req, upto, need in needs:
             if need > 0:
-                req.blocks.extend(alloc.allocate(need))
+                kv.grow(req, upto)
             if register and req.shareable:
-                self._register(req, req.num_computed)
+                kv.cache_blocks(req, req.num_computed)
 
     def _add_decodes(self, step: Step) -> int:
         n = self.decoders.size
@@ -94,8 +104,9 @@ class SpeculativeScheduler(ContinuousScheduler):
     def complete(self, step: Step, now: float) -> None:
         """Apply a finished step: the decoders' chunks (:meth:`SpecDecodeSet.advance_spec`),
         then the prompts that completed (first tokens), as the parent orders them."""
-        self.steps += 1
-        self.slot_steps_held += len(self.running)
+        counters = self.counters
+        counters.steps += 1
+        counters.slot_steps_held += len(self.running)
         tokens = step.prefill_tokens
         if step.decode_seqs:
             leavers = self.decoders.advance_spec(now, self.width)
@@ -111,7 +122,7 @@ class SpeculativeScheduler(ContinuousScheduler):
             if req.num_computed == req.num_tokens:
                 emitted += 1
                 self._emit_after_prefill(req, now)
-        self.slot_steps_useful += emitted
+        counters.slot_steps_useful += emitted
 
     def can_plan_run(self, step: Step) -> bool:
         """Never: acceptance is drawn per sequence and step (module docstring)."""

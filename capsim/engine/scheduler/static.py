@@ -23,20 +23,23 @@ from __future__ import annotations
 
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import FINISHED, RUNNING, Request
-from capsim.kv.blocks import blocks_needed
-from capsim.engine.scheduler.base import Scheduler
+from capsim.engine.scheduler.base import PolicyArgs, Scheduler
 from capsim.engine.step import Step
 from capsim.kv.allocator import BlockAllocator
+from capsim.kv.manager import KVCacheManager
+from capsim.profiles.policies import policy_capabilities
 
 
 class StaticScheduler(Scheduler):
     """Run-to-completion batches for one replica."""
 
+    capabilities = policy_capabilities("static")
+
     def __init__(self, *, max_num_seqs: int, allocator: BlockAllocator, num_classes: int,
                  itl: ItlRecorder):
         super().__init__()
         self.max_num_seqs = max_num_seqs
-        self.alloc = allocator
+        self.kv = KVCacheManager(allocator)
         self.itl = itl
         self.num_classes = num_classes
         self.batch: list[Request] = []          # members, by output length ascending
@@ -64,11 +67,11 @@ class StaticScheduler(Scheduler):
     def _form_batch(self, now: float) -> None:
         while self.waiting and len(self.batch) < self.max_num_seqs:
             req = self.waiting[0]
-            need = blocks_needed(req.total_tokens, self.alloc.block_size)
-            if not self.alloc.can_allocate(need):
+            kv = self.kv
+            if not kv.can_allocate(kv.blocks_to_allocate(req, req.total_tokens)):
                 break
             self.waiting.popleft()
-            req.blocks = self.alloc.allocate(need)
+            kv.grow(req, req.total_tokens)
             req.state = RUNNING
             req.first_scheduled_s = now
             req.admit_order = self._admitted
@@ -93,8 +96,8 @@ class StaticScheduler(Scheduler):
         return Step(decode_seqs=n, decode_ctx_tokens=n * ctx, emitting_decodes=self._active)
 
     def complete(self, step: Step, now: float) -> None:
-        self.steps += 1
-        self.slot_steps_held += len(self.batch)
+        self.counters.steps += 1
+        self.counters.slot_steps_held += len(self.batch)
         if step.prefills:
             self._complete_prefill(now)
         else:
@@ -109,11 +112,11 @@ class StaticScheduler(Scheduler):
             self._active_counts[req.class_id] += 1
         self._active = len(self.batch)
         self.kv_tokens = sum(r.prompt_tokens for r in self.batch)
-        self.slot_steps_useful += self._active
+        self.counters.slot_steps_useful += self._active
         self._retire_done()
 
     def _complete_decode(self, now: float) -> None:
-        self.slot_steps_useful += self._active
+        self.counters.slot_steps_useful += self._active
         self.kv_tokens += self._active
         self._decode_steps += 1
         self._retire_done()
@@ -140,8 +143,7 @@ class StaticScheduler(Scheduler):
             if req.output_tokens > 1:
                 req.note_gap(0.0)
                 held_gaps[req.class_id] += req.output_tokens - 1
-            self.alloc.free(req.blocks)
-            req.blocks = []
+            self.kv.free(req)
             req.state = FINISHED
             req.finish_s = now                 # the response returns with the batch
             del self.running[req.rid]
@@ -149,3 +151,15 @@ class StaticScheduler(Scheduler):
         self.finished.extend(self.batch)
         self.batch = []
         self.kv_tokens = 0
+
+
+def build(args: PolicyArgs) -> StaticScheduler:
+    """Static batching from the engine config (``max_num_seqs``).
+
+    Raises:
+        ValueError: a disaggregated pool's role (the scenario's resolution refuses it first).
+    """
+    if args.role not in StaticScheduler.capabilities.roles:
+        raise ValueError("static batching cannot be disaggregated")
+    return StaticScheduler(max_num_seqs=args.engine.max_num_seqs, allocator=args.allocator,
+                           num_classes=args.num_classes, itl=args.itl)

@@ -31,10 +31,13 @@ import numpy as np
 
 from capsim.engine.macro.plan import MIN_RUN_STEPS, RunPlan
 from capsim.engine.request import Request
+from capsim.engine.scheduler.base import PolicyArgs
+from capsim.engine.scheduler.own_policy import knob, own_policy_kwargs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.scheduler.upfront import UpFrontKV
 from capsim.engine.step import Step
 from capsim.kv.blocks import blocks_needed
+from capsim.profiles.policies import policy_capabilities
 
 
 class TgiScheduler(UpFrontKV, ContinuousScheduler):
@@ -58,9 +61,7 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
     b70ae09), and the scenario's resolution refuses ``enable_prefix_caching: true``.
     """
 
-    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
-
-    supports_prefix_caching = False
+    capabilities = policy_capabilities("tgi")
 
     def __init__(self, *, max_waiting_tokens: int, waiting_served_ratio: float, **kwargs):
         super().__init__(**kwargs)
@@ -113,7 +114,7 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
         if min_size is not None and len(waiting) < min_size:
             return -1
         prefill_budget = -(-self.budget // bs) * bs
-        free = self.alloc.num_free_blocks
+        free = self.kv.num_free_blocks
         token_budget = free * bs
         room = self.max_num_seqs - self.num_running
         prefill = decode = seqs = 0
@@ -155,3 +156,10 @@ class TgiScheduler(UpFrontKV, ContinuousScheduler):
         if self._quiet != math.inf:
             max_steps = min(max_steps, int(self._quiet))
         return super().plan_decode_run(step, max_steps, min_steps, horizon_steps)
+
+
+def build(args: PolicyArgs) -> TgiScheduler:
+    """TGI's policy from the engine config; its knobs from the engine or the preset."""
+    common = own_policy_kwargs(args, TgiScheduler.engine_kwargs(args))
+    return TgiScheduler(max_waiting_tokens=knob(args, "max_waiting_tokens"),
+                        waiting_served_ratio=knob(args, "waiting_served_ratio"), **common)

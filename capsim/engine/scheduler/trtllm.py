@@ -70,11 +70,13 @@ freed prompts cached than TensorRT-LLM when the pool is full.
 from __future__ import annotations
 
 from capsim.engine.request import RUNNING, Request
+from capsim.engine.scheduler.base import PolicyArgs
+from capsim.engine.scheduler.own_policy import own_policy_kwargs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
 from capsim.engine.scheduler.upfront import UpFrontKV
 from capsim.engine.step import Step
 from capsim.kv.blocks import blocks_needed
-from capsim.kv.prefix import extend_hashes
+from capsim.profiles.policies import policy_capabilities
 
 
 class InflightBatching(ContinuousScheduler):
@@ -97,8 +99,7 @@ class InflightBatching(ContinuousScheduler):
     its context has run, the whole sequence's when it ends or is paused.
     """
 
-    pipelines = False     # one batch in flight under pipeline parallelism (not modelled)
-
+    capabilities = policy_capabilities("trtllm")
     registers_when_scheduled = False
 
     def seq_blocks(self, req: Request) -> int:
@@ -109,7 +110,7 @@ class InflightBatching(ContinuousScheduler):
         return per_seq
 
     def take_reservation(self, req: Request, per_seq: int) -> None:
-        req.blocks += self.alloc.allocate(per_seq - len(req.blocks))   # reused blocks count once
+        self.kv.reserve(req, per_seq, per_seq, False)     # reused blocks count once
 
     def _schedule_chunked(self) -> Step:
         return self._schedule_inflight(chunk=True)
@@ -168,7 +169,7 @@ class InflightBatching(ContinuousScheduler):
         if n <= 0:
             return None
         blocks = self.seq_blocks(req)
-        if not self.alloc.can_allocate(self.group_blocks(req, blocks)):
+        if not self.kv.can_allocate(self.group_blocks(req, blocks)):
             return None
         return n, blocks
 
@@ -195,7 +196,7 @@ class InflightBatching(ContinuousScheduler):
                 break
             n, blocks = fits
             todo = req.remaining_to_compute
-            hit = self._cached_prefix(req)
+            hit = self.kv.get_computed_blocks(req)
             cached = len(hit) * bs
             # setPrepopulatedPromptLen: skip the reused tokens; a cut chunk ends on a block
             run = todo - cached if cached + n >= todo else (cached + n) // bs * bs - cached
@@ -210,10 +211,7 @@ class InflightBatching(ContinuousScheduler):
     def _next_stored_block(self, req: Request) -> int | None:
         """``findNewContextBlock``: the hash of ``req``'s first full block that is not in
         the cache (None: all are), which its context will store."""
-        full = req.num_tokens // self.bs
-        extend_hashes(req.hashes, req.segments, self.bs, full)
-        k = len(self.alloc.lookup(req.hashes[:full]))
-        return req.hashes[k] if k < full else None
+        return self.kv.first_uncached_hash(req)
 
     def complete(self, step: Step, now: float) -> None:
         """As :meth:`ContinuousScheduler.complete`; with block reuse, a context that ran its
@@ -222,7 +220,7 @@ class InflightBatching(ContinuousScheduler):
         if self.caching:
             for req, n in step.prefills:
                 if req.shareable and req.num_computed + n == req.num_tokens:
-                    self._register(req, req.num_tokens - 1)
+                    self.kv.cache_blocks(req, req.num_tokens - 1)
         super().complete(step, now)
 
 
@@ -252,6 +250,16 @@ class TrtllmScheduler(UpFrontKV, InflightBatching):
 
     def seq_blocks(self, req: Request) -> int:
         per = blocks_needed(req.prompt_tokens + req.output_tokens, self.bs)
-        if self.group_blocks(req, per) > self.alloc.num_blocks:
+        if self.group_blocks(req, per) > self.kv.num_blocks:
             per = blocks_needed(req.total_tokens, self.bs)
         return per
+
+
+def build(args: PolicyArgs) -> InflightBatching:
+    """TensorRT-LLM's policy from the engine config: ``capacity_scheduler_policy`` (the
+    engine's, else the preset's knob, else GUARANTEED_NO_EVICT) picks the class."""
+    common = own_policy_kwargs(args, InflightBatching.engine_kwargs(args))
+    policy = args.engine.capacity_scheduler_policy or (args.knobs or {}).get(
+        "capacity_scheduler_policy", "GUARANTEED_NO_EVICT")
+    cls = TrtllmMaxUtilizationScheduler if policy == "MAX_UTILIZATION" else TrtllmScheduler
+    return cls(**common)

@@ -24,10 +24,6 @@ class UpFrontKV:
 
     grows_kv = False
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self._sibling_blocks: dict[int, list[int]] = {}   # rid → blocks of its future samples
-
     def seq_blocks(self, req: Request) -> int:
         """Blocks one sequence of ``req`` reserves at admission."""
         raise NotImplementedError
@@ -38,31 +34,23 @@ class UpFrontKV:
         return per_seq + (req.n - 1) * (per_seq - req.prompt_tokens // self.bs)
 
     def take_reservation(self, req: Request, per_seq: int) -> None:
-        """Allocate :meth:`group_blocks`: ``req``'s own sequence's in ``req.blocks``, its
-        future siblings' aside until they are forked. Blocks ``req`` already holds (a reused
-        prefix, shared with whoever else holds them) count once: only the rest is new."""
-        have = len(req.blocks)
-        got = self.alloc.allocate(self.group_blocks(req, per_seq) - have)
-        req.blocks += got[:per_seq - have]
-        if req.n > 1:
-            self._sibling_blocks[req.rid] = got[per_seq - have:]
+        """Allocate :meth:`group_blocks`: ``req``'s own sequence's now, its future siblings'
+        aside until they are forked (:meth:`KVCacheManager.reserve`). Blocks ``req`` already
+        holds (a reused prefix, shared with whoever else holds them) count once: only the
+        rest is new."""
+        self.kv.reserve(req, per_seq, self.group_blocks(req, per_seq), req.n > 1)
 
     def _fork_samples(self, req: Request, now: float) -> None:
         """Fork as :class:`ContinuousScheduler` does, then give each sibling the blocks
         reserved for it: the prompt's full blocks stay shared, the rest are its own (no
         copy-on-write is left to do)."""
         super()._fork_samples(req, now)
-        spare = self._sibling_blocks.pop(req.rid)
-        shared = req.prompt_tokens // self.bs
-        per = len(spare) // (req.n - 1)
         siblings = [r for r in self.running.values() if r.group is req]
-        for k, sib in enumerate(siblings):
-            self.alloc.free(sib.blocks[shared:][::-1])
-            sib.blocks = sib.blocks[:shared] + spare[k * per:(k + 1) * per]
+        self.kv.fork_reserved(req, siblings, req.prompt_tokens // self.bs)
         self._cow_pending.clear()
 
     def _grow_decoders(self) -> None:
         """Nothing to grow: the reservation holds every future token."""
 
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
-        return RunBlocks(self.alloc.num_used_blocks, m, self.bs, [], 0, first)
+        return RunBlocks(self.kv.num_used_blocks, m, self.bs, [], 0, first)

@@ -1,0 +1,99 @@
+"""What each scheduling policy (``engine.scheduler``) can do, as data: one row per policy.
+
+The scenario's checks read these rows (a knob of another policy, a prefix cache, chunked
+prefill, a contiguous KV layout, a disaggregated pool, pipelining, speculative decoding,
+replica failures), ``capsim roofline`` reads ``pipelining``, and the engine finds each
+policy's class through ``module`` (``capsim/engine/scheduler/<module>.py``, whose
+``build`` makes the scheduler from the engine config). Adding a policy is that file and
+one row here. The rows live below the scenario layer so that its checks can read them
+without importing the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The disaggregation roles (``Pool.role``).
+ALL_ROLES = ("colocated", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class PolicyCapabilities:
+    """One scheduling policy's row.
+
+    Attributes:
+        name: the ``engine.scheduler`` value.
+        module: the module under ``capsim/engine/scheduler/`` whose ``build`` makes it.
+        knobs: engine knobs only this policy reads (refused with another policy).
+        no_prefix_cache: why the policy has no prefix cache ('' when it has one: the
+            allocator caches prefixes when ``enable_prefix_caching`` is on).
+        swap: whether it can preempt by swapping KV to host memory (``preemption_mode:
+            swap``, if the engine preset has it).
+        no_chunked_prefill: why ``enable_chunked_prefill: true`` is refused ('' when it is
+            accepted).
+        contiguous_kv: whether it runs over the contiguous KV layouts (the pre-paging
+            baselines, ``engine.kv_allocator``).
+        roles: the pool roles it can take (``prefill`` / ``decode``: a disaggregated pool).
+        pipelining: whether it keeps up to PP batches in flight under pipeline parallelism
+            (else one at a time, priced as the sum of the stages).
+        speculative: whether it models speculative decoding (``engine.speculative``).
+        failures: whether replica failures are modelled with it (``cluster.failures``).
+    """
+
+    name: str
+    module: str
+    knobs: tuple[str, ...] = ()
+    no_prefix_cache: str = ""
+    swap: bool = False
+    no_chunked_prefill: str = ""
+    contiguous_kv: bool = False
+    roles: tuple[str, ...] = ("colocated",)
+    pipelining: bool = False
+    speculative: bool = False
+    failures: bool = False
+
+    @property
+    def prefix_cache(self) -> bool:
+        """Whether the policy can run over a prefix-caching allocator."""
+        return not self.no_prefix_cache
+
+
+_ROWS = (
+    # TGI 2.1 had no prefix cache: the v3 router's radix allocator and USE_PREFIX_CACHING
+    # came with TGI 2.3 (huggingface/text-generation-inference 8deeaca and b70ae09).
+    PolicyCapabilities(
+        "static", "static", contiguous_kv=True,
+        no_prefix_cache="static batching (scheduler static) runs without a prefix cache"),
+    PolicyCapabilities(
+        "continuous", "vllm", knobs=("long_prefill_token_threshold",), swap=True,
+        contiguous_kv=True, roles=ALL_ROLES, pipelining=True, speculative=True,
+        failures=True),
+    PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",)),
+    PolicyCapabilities("sglang", "sglang", knobs=("schedule_conservativeness",)),
+    PolicyCapabilities(
+        "tgi", "tgi", knobs=("max_waiting_tokens", "waiting_served_ratio"),
+        no_prefix_cache="TGI 2.1 has no prefix caching (it came with TGI 2.3's radix "
+                        "allocator)",
+        no_chunked_prefill="TGI 2.1 prefills whole prompts (chunked prefill came with "
+                           "TGI 3.0); valid: false"),
+)
+
+#: ``engine.scheduler`` → its row, in the order the schema lists the values.
+POLICY_TABLE: dict[str, PolicyCapabilities] = {row.name: row for row in _ROWS}
+
+#: The ``engine.scheduler`` values.
+POLICY_NAMES: tuple[str, ...] = tuple(POLICY_TABLE)
+
+
+def policy_capabilities(name: str) -> PolicyCapabilities:
+    """The row of policy ``name``.
+
+    Raises:
+        KeyError: no such policy (the schema refuses it first).
+    """
+    return POLICY_TABLE[name]
+
+
+def knob_policies() -> dict[str, str]:
+    """Engine knob → the one policy that reads it."""
+    return {knob: row.name for row in _ROWS for knob in row.knobs}

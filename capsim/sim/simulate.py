@@ -358,7 +358,7 @@ def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list
         hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
-        timelines=[r.timeline.result() for r in replicas],
+        timelines=[r.account.timeline.result() for r in replicas],
         log=pool_log_lines(pool), engine=engine_label(run),
         preset="disaggregated" if run.disaggregated else pool.preset.name)
 
@@ -390,5 +390,5 @@ def _pooled_base(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas:
         hbm_bandwidth_per_gpu_bytes_per_s=per_gpu(lambda p: p.hardware.hbm_bandwidth_bytes_per_s),
         class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
         requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
-        timelines=[r.timeline.result() for r in replicas], log=kv_log_lines(run),
+        timelines=[r.account.timeline.result() for r in replicas], log=kv_log_lines(run),
         engine=engine_label(run), preset=joined(p.preset.name for p in pools))

@@ -7,9 +7,8 @@ its newline characters; a class's or function's lines run from its ``class``/``d
 here are qualified (``module.Class.method``).
 
 A class or module over its limit fails unless :data:`ALLOWED` names it with a reason; the
-function limit is a budget, not a list. :data:`PENDING` names what other branches of
-issue 28 are splitting: it is excused from every limit, and the lead empties it after
-merging them (an entry that no longer exceeds a limit fails, so the list cannot rot).
+function limit is a budget, not a list. An entry that no longer exceeds its limit fails,
+so the list cannot rot.
 """
 
 from __future__ import annotations
@@ -22,20 +21,11 @@ ROOT = Path(__file__).resolve().parents[1] / "capsim"
 CLASS_LINES = 500
 MODULE_LINES = 800
 FUNCTION_LINES = 50
-#: How many functions may exceed :data:`FUNCTION_LINES` outside :data:`PENDING`.
+#: How many functions may exceed :data:`FUNCTION_LINES`.
 LONG_FUNCTIONS = 10
 
 #: Classes and modules allowed over their limit for good, each with its reason.
 ALLOWED: dict[str, str] = {}
-
-_SPLIT = "being split (issue 28)"
-#: Offenders other branches of issue 28 are splitting; excused until their merge.
-PENDING: dict[str, str] = {
-    # modules over 800 lines
-    # classes over 500 lines
-    # functions over 50 lines
-    "capsim.sim.simulate.simulate": _SPLIT,
-}
 
 
 def _module(path: Path) -> str:
@@ -83,9 +73,8 @@ def _over(sizes: dict[str, int], limit: int) -> dict[str, int]:
 
 
 def _unexcused(sizes: dict[str, int], limit: int) -> dict[str, int]:
-    """What is over ``limit`` lines and named neither in :data:`ALLOWED` nor :data:`PENDING`."""
-    return {name: n for name, n in _over(sizes, limit).items()
-            if name not in ALLOWED and name not in PENDING}
+    """What is over ``limit`` lines and not named in :data:`ALLOWED`."""
+    return {name: n for name, n in _over(sizes, limit).items() if name not in ALLOWED}
 
 
 def test_no_module_over_800_lines():
@@ -106,19 +95,17 @@ def test_an_offender_not_listed_fails(monkeypatch):
 
 def test_at_most_10_functions_over_50_lines():
     over = _over(FUNCTIONS, FUNCTION_LINES)
-    counted = dict(sorted(((f, n) for f, n in over.items() if f not in PENDING),
-                          key=lambda item: -item[1]))
+    counted = dict(sorted(over.items(), key=lambda item: -item[1]))
     assert len(counted) <= LONG_FUNCTIONS, f"{len(counted)} functions over 50 lines: {counted}"
 
 
 def test_every_listed_name_still_needs_its_entry():
-    """An entry of :data:`ALLOWED` or :data:`PENDING` names something that exists and is
-    over its limit; one that was split or removed must leave the list."""
+    """An entry of :data:`ALLOWED` names something that exists and is over its limit; one
+    that was split or removed must leave the list."""
     over = (_over(MODULES, MODULE_LINES) | _over(CLASSES, CLASS_LINES)
             | _over(FUNCTIONS, FUNCTION_LINES))
     assert sorted(set(ALLOWED) - set(over)) == []
-    assert sorted(set(PENDING) - set(over)) == [], "split: take it off PENDING"
-    assert all(reason.strip() for reason in (ALLOWED | PENDING).values())
+    assert all(reason.strip() for reason in ALLOWED.values())
 
 
 def test_counts_agree_with_the_acceptance_check(tmp_path):

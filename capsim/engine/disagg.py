@@ -42,6 +42,7 @@ from typing import Callable
 from capsim.scenario.describe import pool_log_lines
 from capsim.scenario.run_config import Pool, RunConfig
 from capsim.engine.clock import Environment
+from capsim.engine.cluster import Reject, enter, pool_fields
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
@@ -148,19 +149,6 @@ class PoolMonitor:
         self._t = now
 
 
-class _Entry:
-    """What the arrival process routes to: submits to a prefill replica, then notes the queue."""
-
-    __slots__ = ("replica", "monitor")
-
-    def __init__(self, replica: Replica, monitor: PoolMonitor):
-        self.replica, self.monitor = replica, monitor
-
-    def submit(self, req: Request) -> None:
-        self.replica.submit(req)
-        self.monitor.touch()
-
-
 class _Hooks:
     """What the cluster observes on one replica (:class:`~capsim.engine.replica.ReplicaHooks`):
     busy / idle and queue changes (pool monitor, dispatch), handoffs after token 1 on the
@@ -210,7 +198,8 @@ class _Hooks:
 
 
 class DisaggCluster:
-    """The replicas, link and bookkeeping of one disaggregated run.
+    """The replicas, link and bookkeeping of one disaggregated run (a
+    :class:`~capsim.engine.cluster.Cluster`).
 
     Args:
         env: the simulation.
@@ -221,14 +210,19 @@ class DisaggCluster:
         on_finish: called once per finished request (either pool).
         macro_steps: decode replicas advance decode-only stretches in one event (same
             results; False is the step-by-step reference).
+        reject: ends a request the split could never serve (:func:`reject_reason`).
 
     ``replicas`` lists prefill replicas (indices 0..P−1) then decode replicas
-    (P..P+D−1); ``route()`` picks the prefill replica for an arrival.
+    (P..P+D−1); :meth:`admit` sends an arrival to the prefill replica the variant's
+    ``cluster.router`` picks.
     """
+
+    owns_end_s = False
+    held = 0    # none outside a replica: prefilled requests wait on their prefill replica
 
     def __init__(self, env: Environment, run: RunConfig, itl: ItlRecorder,
                  num_classes: int, on_finish: Callable[[Request], None],
-                 macro_steps: bool = True):
+                 macro_steps: bool = True, reject: Reject | None = None):
         d = run.transfer
         self.prefill_pool, self.decode_pool = run.pool("prefill"), run.pool("decode")
         self.macro_steps = macro_steps
@@ -250,6 +244,8 @@ class DisaggCluster:
         self.monitor = PoolMonitor(env, self.prefill, self.decode, self.pending)
         self._prefill_router = make_router(run.router, self.prefill)
         self._rr = 0
+        self.reject = reject
+        self._before_s = run.pools[0].preset.host_overhead.request_before_s
 
     def _pool(self, pool: Pool, indices: range, itl: ItlRecorder,
               num_classes: int) -> list[Replica]:
@@ -263,9 +259,23 @@ class DisaggCluster:
         return reps
 
     # ---------------------------------------------------------------- routing
-    def route(self) -> _Entry:
-        """The prefill replica for the next arrival (the variant's cluster.router)."""
-        return _Entry(self._prefill_router(), self.monitor)
+    @property
+    def serving(self) -> list[Replica]:
+        return self.replicas
+
+    def admit(self, req: Request) -> None:
+        """An arrival: rejected if the split could never serve it, else sent to a prefill
+        replica after the engine's server path."""
+        reason = reject_reason(req, self.run)
+        if reason:
+            self.reject(req, reason)
+            return
+        enter(self.env, req, self._before_s, self.submit)
+
+    def submit(self, req: Request) -> None:
+        """Hand ``req`` to the prefill replica the router picks now; note the queue."""
+        self._prefill_router().submit(req)
+        self.monitor.touch()
 
     def _decode_order(self) -> list[Replica]:
         """Decode replicas in the order the router tries them (``least_kv``: KV use and
@@ -383,6 +393,11 @@ class DisaggCluster:
         out += [f"replica {r.index} still has {len(r.scheduler.incoming)} reserved transfers"
                 for r in self.decode if r.scheduler.incoming]
         return out
+
+    def assemble(self, run: RunConfig, fields: dict) -> RunResult:
+        """The result as a co-located run's (:func:`~capsim.engine.cluster.pool_fields` of
+        the serving pool), completed with the pools' figures (:meth:`finish`)."""
+        return self.finish(RunResult(**fields, **pool_fields(run, run.serving_pool)))
 
     def finish(self, result: RunResult) -> RunResult:
         """Complete ``result`` (built as for a co-located run) with the pools' figures."""

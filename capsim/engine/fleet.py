@@ -52,10 +52,12 @@ from typing import Callable
 import numpy as np
 
 from capsim.engine.clock import Environment
+from capsim.engine.cluster import colocated_reject_reason, enter, pool_fields
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
-from capsim.results.model import ROUTER_TIMEOUT_REASON, FleetResult
+from capsim.results.model import ROUTER_TIMEOUT_REASON, FleetResult, RunResult
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.run_config import Pool, RunConfig
 
 
 def signal_value(signal: str, serving: list[Replica]) -> float:
@@ -129,6 +131,10 @@ class Fleet:
     """Replicas made by ``make_replica(index, on_finish)`` behind one router, scaled by
     ``cfg`` (None: a fixed count) and failing as ``failures`` says (None: never).
 
+    A run's whole cluster when its one co-located pool autoscales or fails
+    (:class:`~capsim.engine.cluster.Cluster`: it admits requests and assembles its part
+    of the result), or one pool of a :class:`~capsim.engine.pooled.PooledCluster`.
+
     Args:
         env: the simulation.
         cfg: the autoscaling section, or None.
@@ -139,7 +145,8 @@ class Fleet:
         seed: the run's seed (failure draws: ``SeedSequence(seed, spawn_key=(6,))``).
         make_replica: builds replica ``index`` reporting finishes to the callback given.
         on_finish: the run's finish callback.
-        on_lost: ``on_lost(req, reason)``: a request failed with its replica (``fail``).
+        on_lost: ``on_lost(req, reason)``: a request failed with its replica (``fail``),
+            timed out at the router, or (:meth:`admit`) could never be served.
         on_lost_gaps: ``on_lost_gaps(k)``: k inter-token gaps were streamed by attempts a
             failure cut short.
         done: whether every request has ended (the autoscaler then stops, nothing is
@@ -147,15 +154,21 @@ class Fleet:
         stream: the failure draws' spawn key (a pooled fleet gives each pool its own).
         queue_timeout_s: the longest a request is held while no replica serves, s; then
             ``on_lost(req, "timed out ...")`` (None: held until a replica serves).
+        pool: the pool the replicas belong to (what :meth:`admit` checks against and
+            :meth:`assemble` reports; None inside a pooled fleet, which does both itself).
     """
+
+    owns_end_s = True               # the result ends with the fleet's last request
 
     def __init__(self, env: Environment, cfg: AutoscalingConfig | None,
                  failures: FailuresConfig | None, initial: int, router: str, delay_s: float,
                  seed: int, make_replica: Callable[[int, Callable], Replica],
                  on_finish: Callable[[Request], None], on_lost: Callable[[Request, str], None],
                  on_lost_gaps: Callable[[int], None], done: Callable[[], bool],
-                 stream: tuple[int, ...] = (6,), queue_timeout_s: float | None = None):
+                 stream: tuple[int, ...] = (6,), queue_timeout_s: float | None = None,
+                 pool: Pool | None = None):
         self.env, self.cfg, self.failures_cfg, self.delay_s = env, cfg, failures, delay_s
+        self.pool, self.initial = pool, initial
         self.make_replica, self.on_finish, self.done = make_replica, on_finish, done
         self.on_lost, self.on_lost_gaps = on_lost, on_lost_gaps
         self.least = router == "least_outstanding_tokens"
@@ -193,6 +206,20 @@ class Fleet:
             env.process(self._failure_at(f.replica, f.at_s, f.repair_s))
 
     # ------------------------------------------------------------ routing
+    def admit(self, req: Request) -> None:
+        """A run's arrival: rejected (``on_lost``) if the pool's engine could never serve
+        it, else submitted after the engine's server path."""
+        reason = colocated_reject_reason(req, self.pool)
+        if reason:
+            self.on_lost(req, reason)
+            return
+        enter(self.env, req, self.pool.preset.host_overhead.request_before_s, self.submit)
+
+    @property
+    def held(self) -> int:
+        """Requests held while no replica serves."""
+        return len(self.pending)
+
     def submit(self, req: Request) -> None:
         """Hand ``req`` to a serving replica (round robin or least outstanding tokens); held
         while none serves (all failed), sent when one starts."""
@@ -227,9 +254,6 @@ class Fleet:
         self.num_timed_out += 1
         self.on_lost(req, f"{ROUTER_TIMEOUT_REASON} after {self.queue_timeout_s:g} s "
                           "(no replica serving; cluster.router_queue_timeout_s)")
-
-    def route(self) -> "Fleet":
-        return self
 
     # ------------------------------------------------------------ lifecycle
     def _start(self, requested_s: float) -> None:
@@ -393,6 +417,31 @@ class Fleet:
             self._drain(rep)
 
     # ------------------------------------------------------------ result
+    @property
+    def label(self) -> str:
+        """The report's one line for the fleet's policy (:func:`policy_label`, or
+        ``fixed, N replicas`` when only failures change it)."""
+        if self.cfg is not None:
+            return policy_label(self.cfg, self.delay_s)
+        return f"fixed, {self.initial} replicas"
+
+    def invariant_problems(self) -> list[str]:
+        return []
+
+    def assemble(self, run: RunConfig, fields: dict) -> RunResult:
+        """The run's result as a fixed pool's, with the fleet's history, the most replicas
+        that ever served, and its mean price per hour over the run (GPU-hours × price /
+        hours)."""
+        pool = self.pool
+        hw, tp = pool.hardware, pool.engine.tensor_parallel_size
+        history = self.result(self.label, tp, hw.price_per_gpu_hour_usd)
+        peak = max(history.serving)
+        hours = self.last_end_s / 3600.0
+        return RunResult(**fields, **pool_fields(run, run.serving_pool)).model_copy(update={
+            "fleet": history, "num_replicas": peak, "num_gpus": peak * tp,
+            "sim_end_s": self.last_end_s,       # not the last failure or repair timer
+            "price_per_hour_usd": history.cost_usd / hours if hours > 0 else 0.0})
+
     def result(self, policy: str, gpus_per_replica: int, price_per_gpu_hour_usd: float
                ) -> FleetResult:
         """The fleet's history; replicas still up stop at the last request's end, replicas

@@ -94,9 +94,9 @@ class PipelinedReplica(Replica):
             t = free[s] = start + secs
         if host_async:
             t = max(t, host_end) + residual_s
-        used = self.alloc.num_used_blocks
-        if used > self.peak_kv_used_blocks:
-            self._note_kv_peak(used, step)
+        used, account = self.alloc.num_used_blocks, self.account
+        if used > account.peak_kv_used_blocks:
+            account.note_kv_peak(used, step)
         self.scheduler.launch(step)
         self.busy = True
         self._queue.append((step, bound, used, logits, t, now))
@@ -104,24 +104,24 @@ class PipelinedReplica(Replica):
     def _land(self, batch: tuple) -> None:
         """The oldest batch left the last stage now: complete it and account it."""
         step, bound, used, logits, done_s, start_s = batch
-        sched, now = self.scheduler, self.env.now
+        sched, now, account = self.scheduler, self.env.now, self.account
         sched.complete(step, now)
         seconds = now - start_s                         # this batch's latency
         busy = now - max(start_s, self._last_done)      # time with a batch in flight
-        self.busy_s += busy
+        account.add_busy(busy, bound)
         self._last_done = now
         self._step_s = seconds
-        self.compute_bound_steps += bound
         self.busy = bool(self._queue)
         ctx = step.decode_ctx_tokens
         # The timeline's busy time is the time some batch was in flight (batches overlap),
         # its longest step a batch's latency.
-        tl = self.timeline
-        self.account_steps((now,), (seconds,), step.prefill_tokens, step.decode_seqs,
-                           (1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
-                            step.prefill_kv_tokens + ctx, 1 if logits else 0),
-                           used, 0, 0, len(sched.waiting),
-                           busy_s=tl.busy_in(int(now / tl.bin_s)) + busy)
+        tl = account.timeline
+        account.account_steps((now,), (seconds,), step.prefill_tokens, step.decode_seqs,
+                              (1, step.batch_tokens, logits,
+                               int(step.prefill_attn_pairs) + ctx, step.prefill_kv_tokens + ctx,
+                               1 if logits else 0),
+                              used, 0, 0, len(sched.waiting),
+                              busy_s=tl.busy_in(int(now / tl.bin_s)) + busy)
 
     def fail(self):
         """As :meth:`Replica.fail`; the batches in flight are lost with it."""

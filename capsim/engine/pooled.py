@@ -46,39 +46,14 @@ import numpy as np
 
 from capsim.cost.operators import attn_pairs
 from capsim.engine.clock import Environment
+from capsim.engine.cluster import Reject, colocated_reject_reason, enter
 from capsim.engine.fleet import Fleet
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
-from capsim.kv.blocks import blocks_needed
-from capsim.scenario.run_config import Pool, PooledFleet
-
-
-def colocated_reject_reason(req: Request, pool: Pool) -> str:
-    """Why a co-located pool's engine can never serve ``req`` ("" if it can): longer than
-    ``max_model_len``, a prompt over the token budget without chunked prefill, more KV
-    than the whole cache (or, contiguous layouts, a reservation larger than it)."""
-    eng = pool.engine
-    max_len = eng.max_model_len
-    if req.prompt_tokens + req.output_tokens > max_len:
-        return (f"prompt + output = {req.prompt_tokens + req.output_tokens} tokens "
-                f"exceeds max_model_len {max_len}")
-    if not eng.chunked and req.prompt_tokens > eng.max_num_batched_tokens:
-        return (f"its {req.prompt_tokens}-token prompt exceeds max_num_batched_tokens "
-                f"{eng.max_num_batched_tokens} without chunked prefill")
-    bs, blocks = eng.block_size, pool.kv.num_gpu_blocks
-    if eng.kv_allocator != "paged":
-        if req.n > 1:
-            return "parallel sampling (n > 1) needs the paged KV allocator"
-        want = max_len if eng.kv_allocator == "contiguous_max_model_len" else \
-            req.prompt_tokens + req.output_tokens
-        if want > blocks * bs:
-            return f"reserves {want} KV tokens; the whole cache has {blocks * bs}"
-    shared = req.prompt_tokens // bs              # full prompt blocks all samples share
-    need = shared + req.n * (blocks_needed(req.total_tokens, bs) - shared)
-    if need > blocks:
-        return f"needs {need} KV blocks; the whole cache has {blocks}"
-    return ""
+from capsim.results.model import PoolResult, RunResult
+from capsim.scenario.describe import engine_label, kv_log_lines, scheduler_label
+from capsim.scenario.run_config import Pool, PooledFleet, RunConfig
 
 
 class PoolItl:
@@ -99,7 +74,8 @@ class PoolItl:
 
 
 class PooledCluster:
-    """The pools of ``fleet`` as one :class:`Fleet` each, and the router in front.
+    """The pools of ``fleet`` as one :class:`Fleet` each, and the router in front (a
+    :class:`~capsim.engine.cluster.Cluster`).
 
     Args:
         env: the simulation.
@@ -110,11 +86,18 @@ class PooledCluster:
             by it).
         num_requests: rows of the trace (the routing log's length; grows for a closed loop).
         make_fleet: ``make_fleet(k, stream)`` builds pool k's :class:`Fleet`.
+        reject: ends a request no pool serving its model can serve.
+        itl_classes: ITL classes per pool (pool k's are recorded at ids shifted by k ×
+            this: :class:`PoolItl`).
     """
 
+    owns_end_s = False
+
     def __init__(self, env: Environment, fleet: PooledFleet, num_classes: int,
-                 num_requests: int, make_fleet: Callable[[int, tuple], Fleet]):
+                 num_requests: int, make_fleet: Callable[[int, tuple], Fleet],
+                 reject: Reject, itl_classes: int):
         self.env, self.cfg, self.num_classes = env, fleet, num_classes
+        self.reject, self.itl_classes = reject, itl_classes
         self.fleets = [make_fleet(k, (6,) if k == 0 else (6, k))
                        for k in range(len(fleet.pools))]
         self.pool_of = np.full(num_requests, -1, dtype=np.int16)
@@ -127,23 +110,19 @@ class PooledCluster:
                                 key=lambda k: fleet.pools[k].price_per_replica_hour_usd)
 
     # ------------------------------------------------------------ admission
-    def admit(self, req: Request, reject: Callable[[str], None]) -> None:
+    def admit(self, req: Request) -> None:
         """Route ``req`` (it arrives now): reject it with the reason when no pool serving
         its model can, else hand it to the chosen pool after that pool's server path."""
         k, reason = self.choose(req)
         if k < 0:
-            reject(reason)
+            self.reject(req, reason)
             return
         if req.rid >= len(self.pool_of):
             self.pool_of = np.concatenate([self.pool_of, np.full(
                 max(req.rid + 1, 2 * len(self.pool_of)) - len(self.pool_of), -1, np.int16)])
         self.pool_of[req.rid] = k
-        before_s = self.cfg.pools[k].pool.preset.host_overhead.request_before_s
-        fleet = self.fleets[k]
-        if before_s > 0:
-            self.env.timeout(before_s).callbacks.append(lambda _: fleet.submit(req))
-        else:
-            fleet.submit(req)
+        enter(self.env, req, self.cfg.pools[k].pool.preset.host_overhead.request_before_s,
+              self.fleets[k].submit)
 
     def choose(self, req: Request) -> tuple[int, str]:
         """(pool index, "") for ``req``, or (-1, why no pool can serve it)."""
@@ -219,6 +198,93 @@ class PooledCluster:
     @property
     def held(self) -> int:
         return sum(len(f.pending) for f in self.fleets)
+
+    # ------------------------------------------------------------ result
+    def invariant_problems(self) -> list[str]:
+        return []
+
+    def assemble(self, run: RunConfig, fields: dict) -> RunResult:
+        """The run's result: labels of every pool joined (one pool: exactly a single
+        fleet's), peaks per GPU as the GPU-weighted mean of the pools' (so MFU / MBU
+        divide by the fleet's summed peak), then its pools (:meth:`_with_pools`)."""
+        pools = [fp.pool for fp in run.fleet.pools]
+        gpus = [p.num_gpus for p in pools]
+        total = max(sum(gpus), 1)
+
+        def per_gpu(value) -> float:
+            if len(pools) == 1:             # exactly the one pool's figure
+                return value(pools[0])
+            return sum(value(p) * g for p, g in zip(pools, gpus)) / total
+
+        def joined(values) -> str:
+            return "+".join(dict.fromkeys(values))
+
+        base = RunResult(
+            **fields, scheduler=joined(scheduler_label(p) for p in pools),
+            hardware=joined(p.hardware.name for p in pools),
+            model=joined(fp.model.name for fp in run.fleet.pools),
+            price_per_hour_usd=sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
+            peak_flops_per_gpu=per_gpu(lambda p: p.hardware.peak_flops(p.matmul_dtype)),
+            hbm_bandwidth_per_gpu_bytes_per_s=per_gpu(
+                lambda p: p.hardware.hbm_bandwidth_bytes_per_s),
+            log=kv_log_lines(run), engine=engine_label(run),
+            preset=joined(p.preset.name for p in pools))
+        return self._with_pools(base, run)
+
+    def _with_pools(self, result: RunResult, run: RunConfig) -> RunResult:
+        """``result`` with its pools: per pool a :class:`PoolResult` (an autoscaled or
+        failing pool's fleet history and mean price), requests' and ITL runs' pool indices,
+        replicas labelled by pool name; fleet totals (replicas, GPUs, price per hour) summed
+        over pools."""
+        pools, names = [], []
+        n = len(result.requests.request_id)
+        pool_of = self.pool_of[:n]
+        routed = np.bincount(pool_of[pool_of >= 0], minlength=len(self.fleets))
+        for k, (fp, fleet) in enumerate(zip(run.fleet.pools, self.fleets)):
+            pool, gpr = fp.pool, fp.gpus_per_replica
+            price_gpu = pool.hardware.price_per_gpu_hour_usd
+            history, replicas, price = None, pool.num_replicas, price_gpu * pool.num_gpus
+            if _changes(fp):
+                history = fleet.result(fleet.label, gpr, price_gpu)
+                replicas = max(history.serving)
+                hours = fleet.last_end_s / 3600.0
+                price = history.cost_usd / hours if hours > 0 else 0.0
+            names += [fp.name] * len(fleet.replicas)
+            eng = pool.engine
+            pools.append(PoolResult(
+                name=fp.name, model=fp.model.name, hardware=pool.hardware.name,
+                tensor_parallel_size=eng.tensor_parallel_size,
+                pipeline_parallel_size=eng.pipeline_parallel_size, gpus_per_replica=gpr,
+                engine=pool.engine_label, preset=pool.preset.name,
+                scheduler=scheduler_label(pool), num_replicas=replicas,
+                num_gpus=replicas * gpr, price_per_gpu_hour_usd=price_gpu,
+                price_per_hour_usd=price,
+                peak_flops_per_gpu=pool.hardware.peak_flops(pool.matmul_dtype),
+                hbm_bandwidth_per_gpu_bytes_per_s=pool.hardware.hbm_bandwidth_bytes_per_s,
+                routed_requests=int(routed[k]), fleet=history))
+        update = {"pools": pools,
+                  "requests": result.requests.model_copy(
+                      update={"pool": pool_of.astype(np.int16)}),
+                  "replicas": [s.model_copy(update={"pool": name})
+                               for s, name in zip(result.replicas, names)],
+                  "timelines": [t.model_copy(update={"pool": name})
+                                for t, name in zip(result.timelines, names)]}
+        if len(pools) > 1:
+            ids, itl_classes = np.asarray(result.itl.class_id), self.itl_classes
+            update["itl"] = result.itl.model_copy(update={
+                "class_id": (ids % itl_classes).astype(ids.dtype),
+                "pool": (ids // itl_classes).astype(np.int16)})
+        if any(_changes(fp) for fp in run.fleet.pools):
+            update.update(num_replicas=sum(p.num_replicas for p in pools),
+                          num_gpus=sum(p.num_gpus for p in pools),
+                          price_per_hour_usd=sum(p.price_per_hour_usd for p in pools),
+                          sim_end_s=max(f.last_end_s for f in self.fleets))
+        return result.model_copy(update=update)
+
+
+def _changes(fp) -> bool:
+    """Whether pool ``fp`` autoscales or fails (then it has a fleet history)."""
+    return fp.autoscaling is not None or fp.failures is not None
 
 
 def _prefill_rate(pool: Pool, model) -> float:

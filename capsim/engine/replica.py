@@ -5,8 +5,11 @@ The loop is DESIGN.md's step model: schedule → price with the roofline →
 an event that the next submitted request triggers; it never busy-polls.
 Decode-only stretches are advanced in one event (a macro-step:
 :mod:`capsim.engine.macro`), in co-located replicas and in a disaggregated
-variant's decode pool alike; one step and a run are accounted by the same
-:meth:`Replica.account_steps`.
+variant's decode pool alike. What a replica has done (busy time, tokens, work, the KV
+peak, the timeline) has one owner, its :class:`~capsim.engine.account.ReplicaAccount`:
+one step through ``account_one``, a run's segments through ``account_steps``. The
+decode runner gets that account and the replica's parts (clock, scheduler, allocator,
+pricer, held requests), not the replica.
 
 In a disaggregated variant (:mod:`capsim.engine.disagg`) the cluster watches a
 replica through one :class:`ReplicaHooks` object: schedules (busy / idle, queue
@@ -17,16 +20,17 @@ whether prefilled requests wait for room.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from itertools import chain
 from typing import Callable, Protocol
 
 import simpy
 
-from capsim.cost.pricer import StepPricer, WorkTally
+from capsim.cost.pricer import StepPricer
 from capsim.cost.speculative import SpecPricer
+from capsim.engine.account import ReplicaAccount
 from capsim.engine.clock import Environment
-from capsim.engine.macro.plan import MIN_RUN_STEPS, RunBlocks, RunPlan
+from capsim.engine.held import HeldRequests
+from capsim.engine.macro.plan import MIN_RUN_STEPS, RunPlan
 from capsim.engine.macro.runner import DecodeRunner
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
@@ -86,29 +90,24 @@ class Replica:
         if pool.spec is not None:       # speculative steps: priced and accounted their own way
             self.spec_pricer = SpecPricer(pricer, pool.draft_pricer(), pool.spec.k)
             self._start_step, self._complete_step = self._start_spec_step, self._complete_spec_step
-        self.runner = DecodeRunner(self)
-        self.timeline = TimelineRecorder(index, pool.role, timeline_bin_s)
+        self.account = ReplicaAccount(self.scheduler, pricer.new_tally(),
+                                      TimelineRecorder(index, pool.role, timeline_bin_s))
+        # An async engine composes the next step while this one runs: requests submitted
+        # meanwhile (submit time, request) wait here for the step after it.
+        self.schedules_ahead = pool.host_overhead.overlap == "async"
+        self._held = HeldRequests(self.scheduler.add)
+        self._late = self._held.items   # the same list for the replica's life
+        self.runner = DecodeRunner(env, self.scheduler, self.alloc, pricer, self.account,
+                                   self._held)
         self.on_finish = on_finish
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._step_s = 0.0              # the last step's duration
         self._in_step: tuple = ()       # (cost, KV blocks used, LM-head rows, seconds) of the step in progress
         self.busy = False               # running a step now (kept while hooked)
-        self.busy_s = 0.0
-        self.work = pricer.new_tally()  # FLOPs and bytes follow from it (StepPricer.work)
-        self.draft_flops = self.draft_hbm_bytes = 0.0   # speculative decoding's draft passes
-        self.compute_bound_steps = 0
-        self.prefill_tokens = 0
-        self.decode_tokens = 0
-        self.peak_kv_used_blocks = 0
-        self.kv_written_at_peak = 0
-        self.table_entries_at_peak = 0
         self._wake: simpy.Event | None = None
-        # An async engine composes the next step while this one runs: requests submitted
-        # meanwhile (submit time, request) wait here for the step after it.
-        self.schedules_ahead = pool.host_overhead.overlap == "async"
-        self._late: list[tuple[float, Request]] = []
         self.failed = False             # failed (engine/fleet.py): its loop ends, state is dropped
+        self._may_plan = False          # the step just scheduled may start a decode run
         self._process = env.process(self._loop())
 
     # ------------------------------------------------------------ inputs
@@ -118,10 +117,7 @@ class Replica:
         (what ``least_outstanding_tokens`` routing compares). Inside a decode run that
         goes on through finishes, those whose step ended by now count as finished, as
         they would step by step."""
-        run = self.runner.run
-        if run is None or not run.done_times:
-            return self._outstanding
-        return self._outstanding - run.done_tokens[bisect_right(run.done_times, self.env.now)]
+        return self._outstanding - self.runner.finished_tokens(self.env.now)
 
     @outstanding_tokens.setter
     def outstanding_tokens(self, value: int) -> None:
@@ -180,37 +176,47 @@ class Replica:
 
     # ------------------------------------------------------------ the loop
     def _loop(self):
-        sched, hooks, runner = self.scheduler, self.hooks, self.runner
+        """schedule → (a decode run | one step: price → timeout → complete) → report."""
+        schedule, plan_run = self._schedule, self._plan
+        start, complete, report = self._start_step, self._complete_step, self._report
+        while True:
+            step = schedule()
+            if step is None:                             # nothing runnable
+                yield from self._idle()
+                continue
+            plan = plan_run(step) if self._may_plan else None
+            if plan is None:
+                yield start(step)                        # price → timeout
+                if self.failed:                          # the step died with the replica
+                    return
+                complete(step)                           # → complete
+            else:
+                yield from self._decode_run(plan, step)  # a decode run in one event
+                if self.failed:
+                    return
+            report()                                     # finishes, then the hooks
+
+    def _schedule(self) -> Step | None:
+        """The next step (the hooks told of it), after which the requests held during the
+        step that just ended join the queue (:meth:`_release_held`); with no step but some
+        joined, schedule again. None: nothing to run. Sets :attr:`_may_plan`: a decode
+        run is not tried while arrivals come faster than a few steps apart, nor while
+        requests just queued wait to be scheduled in the next steps."""
+        sched, hooks, late = self.scheduler, self.hooks, self._late
         while True:
             queued = len(sched.waiting)
             step = sched.schedule(self.env.now)
             if hooks is not None:
                 hooks.scheduled(step is not None, len(sched.waiting) != queued)
-            late = bool(self._late)
-            if late:
-                self._release_late(step is None)
-            if step is None:
-                if not late:
-                    yield from self._idle()
-                continue
-            # Runs are not tried while arrivals come faster than a few steps apart, nor
-            # while submitted requests wait to be scheduled in the next steps.
-            plan = self._plan(step) if not late and \
-                runner.arrival_gap_s > MIN_RUN_STEPS * self._step_s else None
-            if plan is None:
-                yield self._start_step(step)             # price → timeout
-                if self.failed:                          # the step died with the replica
-                    return
-                self._complete_step(step)                # → complete
-            else:
-                yield from self._decode_run(plan, step)
-                if self.failed:
-                    return
-            self._report_finished()
-            if hooks is not None:
-                hooks.changed()
+            if not late:
+                self._may_plan = self.runner.arrival_gap_s > MIN_RUN_STEPS * self._step_s
+                return step
+            self._release_held(step is None)
+            if step is not None:
+                self._may_plan = False
+                return step
 
-    def _release_late(self, idle: bool) -> None:
+    def _release_held(self, idle: bool) -> None:
         """Hand the scheduler the requests submitted during the step that just ended (vLLM
         V1 ``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py at v0.19.0; SGLang's
         ``Scheduler.event_loop_overlap``; TensorRT-LLM's ``PyExecutor._executor_loop_overlap``:
@@ -218,20 +224,7 @@ class Replica:
         as that step ended (a closed-loop client's next request) arrives after the engine
         composed the step after it, so it waits one step more, unless nothing runs
         (``idle``)."""
-        self.release_late_before(math.inf if idle else self.env.now)
-
-    def release_late_before(self, t_s: float) -> None:
-        """Hand the scheduler the requests submitted during a step before ``t_s`` (a step
-        end: :meth:`_release_late`; a decode run that went on through the step after the
-        one a request was submitted in: :meth:`DecodeRunner.advance
-        <capsim.engine.macro.runner.DecodeRunner.advance>`), in submission order."""
-        late, keep, add = self._late, [], self.scheduler.add
-        for t, req in late:
-            if t < t_s:
-                add(req)
-            else:
-                keep.append((t, req))
-        self._late = keep
+        self._held.release_before(math.inf if idle else self.env.now)
 
     def _idle(self):
         """Wait for new work (:meth:`wake`); never busy-polls."""
@@ -253,20 +246,21 @@ class Replica:
         """Advance ``plan`` in one event (:meth:`DecodeRunner.advance`). Its first step's
         KV peak is noted now, as :meth:`_start_step` would: a transfer reserved while it
         runs adds to the tokens held before the run commits it."""
-        used = self.alloc.num_used_blocks
-        if used > self.peak_kv_used_blocks:
-            self._note_kv_peak(used, step)
-        first_end_s, self._step_s = yield from self.runner.advance(plan)
-        if self.hooks is not None:
-            self.hooks.ran(first_end_s)
+        used, account = self.alloc.num_used_blocks, self.account
+        if used > account.peak_kv_used_blocks:
+            account.note_kv_peak(used, step)
+        hooks = self.hooks
+        first_end_s, self._step_s = yield from self.runner.advance(plan, hooks is not None)
+        if hooks is not None:
+            hooks.ran(first_end_s)
 
     def _start_step(self, step: Step) -> simpy.Event:
         """Price ``step`` (noting a new KV peak) and return the timeout it takes."""
         logits = step.logits_seqs          # before complete() moves the prefills on
         cost = self.pricer.price(step, logits)
-        used = self.alloc.num_used_blocks
-        if used > self.peak_kv_used_blocks:
-            self._note_kv_peak(used, step)
+        used, account = self.alloc.num_used_blocks, self.account
+        if used > account.peak_kv_used_blocks:
+            account.note_kv_peak(used, step)
         seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
         self._step_s = seconds
         self._in_step = (cost, used, logits, seconds)
@@ -275,19 +269,10 @@ class Replica:
     def _complete_step(self, step: Step) -> None:
         """Complete the step :meth:`_start_step` priced and account it."""
         cost, used, logits, seconds = self._in_step
-        sched = self.scheduler
-        sched.complete(step, self.env.now)
-        self.busy_s += seconds
-        self.compute_bound_steps += cost.compute_bound
-        ctx = step.decode_ctx_tokens
-        # account_steps of this one step, inlined (the step loop's hot path)
-        prefill, decode = step.prefill_tokens, step.decode_seqs
-        self.prefill_tokens += prefill
-        self.decode_tokens += decode
-        self.work.add(1, step.batch_tokens, logits, int(step.prefill_attn_pairs) + ctx,
-                      step.prefill_kv_tokens + ctx, 1 if logits else 0)
-        self.timeline.record_step(self.env.now, seconds, prefill, decode, used,
-                                  self.num_waiting, sched.num_running)
+        sched, now = self.scheduler, self.env.now
+        sched.complete(step, now)
+        self.account.account_one(step, now, seconds, cost.compute_bound, logits, used,
+                                 len(sched.waiting) + len(self._late))
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)
 
@@ -297,9 +282,9 @@ class Replica:
         (:class:`~capsim.cost.speculative.SpecPricer`)."""
         cost, work, draft_flops, draft_bytes = self.spec_pricer.price(
             step, step.logits_seqs, self.scheduler.width)
-        used = self.alloc.num_used_blocks
-        if used > self.peak_kv_used_blocks:
-            self._note_kv_peak(used, step)
+        used, account = self.alloc.num_used_blocks, self.account
+        if used > account.peak_kv_used_blocks:
+            account.note_kv_peak(used, step)
         seconds = cost.seconds + (self._swap_s(step.swap_bytes) if step.swap_bytes else 0.0)
         self._step_s = seconds
         self._in_step = (cost, used, (work, draft_flops, draft_bytes), seconds)
@@ -309,35 +294,23 @@ class Replica:
         """:meth:`_complete_step` of a speculating replica: the target's work as priced, the
         tokens the decoders emitted as the step's decode tokens."""
         cost, used, (work, draft_flops, draft_bytes), seconds = self._in_step
-        sched = self.scheduler
+        sched, account = self.scheduler, self.account
         sched.complete(step, self.env.now)
-        self.busy_s += seconds
-        self.compute_bound_steps += cost.compute_bound
-        self.draft_flops += draft_flops
-        self.draft_hbm_bytes += draft_bytes
+        account.add_busy(seconds, cost.compute_bound)
+        account.add_draft(draft_flops, draft_bytes)
         tokens, logits, pairs, kv_read, logit_steps = work
-        self.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
-                           sched.emitted_tokens,
-                           (1, tokens, logits, pairs, kv_read, logit_steps),
-                           used, 0, 0, self.num_waiting)
+        account.account_steps((self.env.now,), (seconds,), step.prefill_tokens,
+                              sched.emitted_tokens,
+                              (1, tokens, logits, pairs, kv_read, logit_steps),
+                              used, 0, 0, self.num_waiting)
         if self.hooks is not None:
             self.hooks.stepped(step, cost.seconds)
 
-    def account_steps(self, ends_s, secs_s, prefill_tokens: int, decode_seqs: int,
-                      work: tuple[int, int, int, int, int, int],
-                      kv_used_blocks: Callable[[int], int] | int, queue0: int, running0: int,
-                      last_queue: int, busy_s: float | None = None) -> None:
-        """Account m ≥ 1 completed steps (one, or a decode run's segment) that ended at
-        ``ends_s`` and took ``secs_s``, each computing ``prefill_tokens`` +
-        ``decode_seqs`` tokens: tokens, work (:meth:`WorkTally.add`'s arguments) and the
-        timeline (:meth:`TimelineRecorder.record`: ``queue0`` / ``running0`` seen by all
-        steps but the last, which saw ``last_queue`` and the running batch now)."""
-        m = len(ends_s)
-        self.prefill_tokens += prefill_tokens * m
-        self.decode_tokens += decode_seqs * m
-        self.work.add(*work)
-        self.timeline.record(ends_s, secs_s, prefill_tokens, decode_seqs, kv_used_blocks,
-                             queue0, running0, last_queue, self.scheduler.num_running, busy_s)
+    def _report(self) -> None:
+        """After a step or run: report its finishes, then tell the hooks."""
+        self._report_finished()
+        if self.hooks is not None:
+            self.hooks.changed()
 
     def _report_finished(self) -> None:
         sched = self.scheduler
@@ -359,53 +332,28 @@ class Replica:
         the fleet to retry or fail. The loop ends at its next wake-up; the scheduler and
         KV cache are left as they are (the replica is gone)."""
         self.failed = True
-        if self.runner.run is not None:
-            self.runner.sync()
-            self.runner.run = None
-            self.runner.waiting = False
+        self.runner.abort()
         self._report_finished()
         sched = self.scheduler
         sched.sync()
         return [*sched.running.values(), *sched.waiting, *sched.swapped,
                 *(req for _, req in self._late)]
 
-    # ------------------------------------------------------------ KV peak
-    def note_run_peak(self, blocks: RunBlocks, n: int) -> None:
-        """The step loop's KV-peak check over a decode run (before it is committed): the
-        last new peak is the first step that reaches the run's highest block count
-        (``blocks``: non-decreasing)."""
-        top = blocks.at(blocks.m - 1)
-        if top <= self.peak_kv_used_blocks:
-            return
-        j = blocks.first_reaching(top)
-        self.peak_kv_used_blocks = top
-        self.kv_written_at_peak = self.scheduler.kv_tokens + n * (j + 1)
-        # Nothing is allocated after the peak step j, so the tables then hold what they hold now.
-        self.table_entries_at_peak = self.scheduler.block_table_entries()
-
-    def _note_kv_peak(self, used_blocks: int, step: Step) -> None:
-        """At a new KV peak (blocks held for the step about to run): tokens written by then
-        and block-table entries (seed 000's block-size sweep reports waste and table entries
-        at peak). O(running), only at new peaks."""
-        self.peak_kv_used_blocks = used_blocks
-        self.kv_written_at_peak = self.scheduler.kv_tokens + step.batch_tokens
-        self.table_entries_at_peak = self.scheduler.block_table_entries()
-
     def stats(self) -> ReplicaStats:
-        eng, sched = self.pool_cfg.engine, self.scheduler.counters
-        flops, hbm_bytes = self.pricer.work(self.work)
-        if self.draft_flops:
-            flops, hbm_bytes = flops + self.draft_flops, hbm_bytes + self.draft_hbm_bytes
+        eng, sched, acct = self.pool_cfg.engine, self.scheduler.counters, self.account
+        flops, hbm_bytes = self.pricer.work(acct.work)
+        if acct.draft_flops:
+            flops, hbm_bytes = flops + acct.draft_flops, hbm_bytes + acct.draft_hbm_bytes
         tp = eng.tensor_parallel_size
         return ReplicaStats(
             replica=self.index, pool=self.pool, hardware=self.pool_cfg.hardware.name,
             tensor_parallel_size=eng.tensor_parallel_size,
             num_gpu_blocks=self.alloc.num_blocks, block_size=eng.block_size,
             kv_cache_tokens=self.alloc.num_blocks * eng.block_size, steps=sched.steps,
-            busy_s=self.busy_s, flops=flops * tp, hbm_bytes=hbm_bytes * tp,
-            compute_bound_steps=self.compute_bound_steps, prefill_tokens=self.prefill_tokens,
-            decode_tokens=self.decode_tokens, preemptions=sched.preemptions,
-            peak_kv_used_blocks=self.peak_kv_used_blocks,
+            busy_s=acct.busy_s, flops=flops * tp, hbm_bytes=hbm_bytes * tp,
+            compute_bound_steps=acct.compute_bound_steps, prefill_tokens=acct.prefill_tokens,
+            decode_tokens=acct.decode_tokens, preemptions=sched.preemptions,
+            peak_kv_used_blocks=acct.peak_kv_used_blocks,
             slot_steps_held=sched.slot_steps_held, slot_steps_useful=sched.slot_steps_useful,
             slot_capacity=sched.steps * eng.max_num_seqs,
             recomputed_tokens=sched.recomputed_tokens,
@@ -415,8 +363,8 @@ class Replica:
             prefix_queried_blocks=sched.prefix_queried_blocks,
             prefix_hit_blocks=sched.prefix_hit_blocks,
             prefix_evictions=self.alloc.num_evictions,
-            kv_written_tokens_at_peak=self.kv_written_at_peak,
-            block_table_entries_at_peak=self.table_entries_at_peak,
-            peak_running=max(self.timeline.bins["running_max"], default=0),
+            kv_written_tokens_at_peak=acct.kv_written_at_peak,
+            block_table_entries_at_peak=acct.table_entries_at_peak,
+            peak_running=max(acct.timeline.bins["running_max"], default=0),
             admission_blocked=sched.admission_blocked,
             first_blocked=list(sched.first_blocked or []))

@@ -4,6 +4,12 @@ Returns a :class:`~capsim.results.model.RunResult`. Every run checks its invaria
 (DESIGN.md "Conventions"): each request finished or was rejected with a
 reason, each finished request produced exactly its output tokens, every
 replica drained and every KV block is back on its free list.
+
+The run is three parts: the requests' side (:class:`~capsim.sim.traffic.Traffic`), the
+topology (a :class:`~capsim.engine.cluster.Cluster`, built by
+:func:`~capsim.sim.topology.build_cluster`, which also assembles its part of the result)
+and, for runs whose load or fleet changes over time, the day view's sampler
+(:mod:`capsim.sim.day`).
 """
 
 from __future__ import annotations
@@ -11,34 +17,23 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
-import simpy
 
 from capsim.engine.clock import Environment
 
-from capsim.scenario.describe import (engine_label, kv_log_lines, pool_log_lines,
-                                      scheduler_label)
 from capsim.scenario.run_config import RunConfig
-from capsim.engine.disagg import DisaggCluster
+from capsim.engine.cluster import Cluster, colocated_reject_reason
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
-from capsim.engine.fleet import Fleet, policy_label
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
-from capsim.engine.pipeline import replica_class
-from capsim.engine.replica import Replica
-from capsim.engine.request import REJECTED, Request
-from capsim.engine.router import make_router
-from capsim.engine.pooled import PooledCluster, colocated_reject_reason
-from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
-from capsim.sim.day import DaySampler, wants_day_view
-from capsim.sim.pooled import make_pooled, pooled_result
+from capsim.engine.request import Request
+from capsim.sim.day import day_sampler
 from capsim.sim.request_log import RequestLog
-from capsim.sim.request_source import RequestSource
+from capsim.sim.topology import Wiring, build_cluster
+from capsim.sim.traffic import Progress, Traffic
 from capsim.results.model import ItlRuns, RunResult, TransferRecords
 from capsim.workload import RequestTrace
-
-Progress = Callable[[int, int], None]
 
 
 class InvariantError(RuntimeError):
@@ -78,112 +73,24 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     num_classes = len(trace.class_names)
     itl_classes = 2 * num_classes if trace.warmup_requests else num_classes
     itl = ItlRecorder(itl_classes * (len(run.fleet.pools) if run.fleet is not None else 1))
-    source = RequestSource(trace)
-    log = RequestLog(len(trace))
-    loop = trace.closed_loop
-    total = len(trace)
-    tick = max(1, total // 200)
-
-    def on_finish(req: Request) -> None:
-        log.record(req)
-        if progress is not None and log.written % tick == 0:
-            progress(_done(log.written, total, loop, env.now), total)
-        if sender is not None:
-            sender.ended(req)
-        rejected = req.state == REJECTED
-        for child in source.next_turns(req):
-            env.process(_next_turn(env, child, rejected, trace, admit))
-
-    cluster = None                       # prefill/decode pools + KV link (engine/disagg.py)
-    fleet = None                         # an autoscaled pool (engine/fleet.py)
-    pooled = None                        # several pools behind one router (engine/pooled.py)
-    if run.fleet is not None:
-        pooled = make_pooled(env, run, trace, itl, itl_classes, on_finish, log,
-                             lambda req, why: _reject(req, why, env.now, on_finish),
-                             macro_steps, TimelineRecorder.start_width_s(_last_arrival_s(trace)),
-                             lambda: log.written >= total)
-        replicas, route = pooled.replicas, pooled
-    elif run.disaggregated:
-        cluster = DisaggCluster(env, run, itl, itl_classes, on_finish,
-                                macro_steps=macro_steps)
-        replicas, route = cluster.replicas, cluster.route
-    else:
-        pool = run.pool()
-        pricer = pool.pricer(run.model)
-        bin_s = TimelineRecorder.start_width_s(_last_arrival_s(trace))
-        make = replica_class(pool)           # PipelinedReplica when PP > 1
-        if run.autoscaling is None and run.failures is None:
-            replicas = [make(env, i, pool, pricer, itl, itl_classes, on_finish,
-                             macro_steps=macro_steps, timeline_bin_s=bin_s)
-                        for i in range(pool.num_replicas)]
-            route = make_router(run.router, replicas)
-        else:
-            fleet = Fleet(env, run.autoscaling, run.failures, pool.num_replicas, run.router,
-                          run.provisioning_delay_s, run.seed,
-                          lambda i, fin: make(env, i, pool, pricer, itl, itl_classes, fin,
-                                              macro_steps=macro_steps, timeline_bin_s=bin_s),
-                          on_finish, lambda req, why: _reject(req, why, env.now, on_finish),
-                          log.add_lost_gaps, lambda: log.written >= total,
-                          queue_timeout_s=run.router_queue_timeout_s)
-            replicas, route = fleet.replicas, fleet.route
-    admit = _Admission(env, route, run, on_finish, log, trace.warmup_requests, num_classes)
-    sampler = None                       # the day view's samples (sim/day.py)
-    if loop is None and not run.disaggregated and not trace.warmup_requests \
-            and wants_day_view(run):
-        serving, held, every = \
-            ((lambda: fleet.serving), (lambda: len(fleet.pending)), lambda: fleet.replicas) \
-            if fleet else ((lambda: pooled.serving), (lambda: pooled.held),
-                           lambda: pooled.replicas) if pooled else \
-            ((lambda: replicas), (lambda: 0), lambda: replicas)
-        sampler = DaySampler(env, itl, serving, held, lambda: log.written >= total, every)
-    sender = None
-    if loop is None:
-        env.process(_arrivals(env, source, admit))
-    else:
-        sender = ClosedLoopSender(env, source, log, admit)
-        for rep in replicas:
-            rep.hooks = EveryFinishObserved(rep.hooks)
-        env.process(sender.start())
+    traffic = Traffic(env, trace, progress)
+    cluster = build_cluster(run, Wiring(
+        env=env, itl=itl, itl_classes=itl_classes, on_finish=traffic.on_finish,
+        reject=traffic.reject, on_lost_gaps=traffic.log.add_lost_gaps, done=traffic.done,
+        num_classes=num_classes, num_requests=len(trace), macro_steps=macro_steps,
+        bin_s=TimelineRecorder.start_width_s(_last_arrival_s(trace))))
+    sampler = day_sampler(env, run, trace, itl, cluster, traffic.done)
+    traffic.start(cluster)
     env.run()
-    if pooled is not None:               # pools' fleets may have grown
-        replicas = pooled.replicas
-    if sender is not None:               # the rows it sent (all, unless stopped by time)
-        log.truncate(sender.sent)
-        trace = source.trace.head(sender.sent)
-    _check_invariants(log, replicas, itl)
-    problems = cluster.invariant_problems() if cluster is not None else []
-    if problems:
-        raise InvariantError(problems[0])
+    trace = traffic.sent_trace()
+    _check_invariants(traffic.log, cluster, itl)
     if progress is not None:
-        progress(total, total)
-    result = _result(run, trace, log, replicas, itl, env.now, time.perf_counter() - wall0)
-    result = result if cluster is None else cluster.finish(result)
-    if pooled is not None:
-        result = pooled_result(result, run, pooled, itl_classes)
-    if fleet is not None:
-        result = _with_fleet(result, run, fleet)
+        progress(traffic.total, traffic.total)
+    result = cluster.assemble(run, _shared_fields(run, trace, traffic.log, cluster, itl,
+                                                  env.now, time.perf_counter() - wall0))
     if sampler is not None:
-        update = {"day": sampler.result()}
-        if fleet is None:                # the run ended with its last request, not a sample
-            update["sim_end_s"] = float(np.nanmax(result.requests.finish_s, initial=0.0))
-        result = result.model_copy(update=update)
+        result = sampler.add_to(result)
     return _without_warmup(result, num_classes) if trace.warmup_requests else result
-
-
-def _with_fleet(result: RunResult, run: RunConfig, fleet: Fleet) -> RunResult:
-    """An autoscaled run's result: its fleet history, the most replicas that ever served,
-    and the fleet's mean price per hour over the run (GPU-hours × price / hours)."""
-    pool = run.pool()
-    hw, tp = pool.hardware, pool.engine.tensor_parallel_size
-    policy = policy_label(run.autoscaling, run.provisioning_delay_s) \
-        if run.autoscaling is not None else f"fixed, {run.pool().num_replicas} replicas"
-    history = fleet.result(policy, tp, hw.price_per_gpu_hour_usd)
-    peak = max(history.serving)
-    hours = fleet.last_end_s / 3600.0
-    return result.model_copy(update={
-        "fleet": history, "num_replicas": peak, "num_gpus": peak * tp,
-        "sim_end_s": fleet.last_end_s,       # not the last failure or repair timer
-        "price_per_hour_usd": history.cost_usd / hours if hours > 0 else 0.0})
 
 
 def _last_arrival_s(trace: RequestTrace) -> float:
@@ -193,14 +100,6 @@ def _last_arrival_s(trace: RequestTrace) -> float:
         stop = trace.closed_loop.stop_s
         return stop if stop != math.inf else 0.0
     return float(np.nanmax(trace.arrival_s)) if len(trace) else 0.0
-
-
-def _done(written: int, total: int, loop, now: float) -> int:
-    """Progress: requests ended, or for a closed loop bounded by time, its time elapsed
-    (as a share of ``total``)."""
-    if loop is None or loop.stop_s == math.inf:
-        return written
-    return min(total, int(total * now / loop.stop_s))
 
 
 def _without_warmup(result: RunResult, num_classes: int) -> RunResult:
@@ -218,19 +117,6 @@ def _without_warmup(result: RunResult, num_classes: int) -> RunResult:
                                          for k in TransferRecords.model_fields})
         update["disagg"] = result.disagg.model_copy(update={"transfers": transfers})
     return result.model_copy(update=update)
-
-
-def _next_turn(env: simpy.Environment, req: Request, parent_rejected: bool, trace: RequestTrace,
-               admit: "_Admission"):
-    """A conversation's next turn arrives ``think_s`` after the previous reply completes
-    (rejected at once if the previous turn was rejected)."""
-    if parent_rejected:
-        _reject(req, "the previous turn of its conversation was rejected", env.now,
-                admit.on_finish)
-        return
-    yield env.timeout(float(trace.think_s[req.rid]))
-    req.arrival_s = env.now
-    admit(req)
 
 
 def rejections(run: RunConfig, trace: RequestTrace) -> list[tuple[int, str]]:
@@ -264,71 +150,15 @@ def reject_reason(req: Request, run: RunConfig) -> str:
     return colocated_reject_reason(req, run.pool())
 
 
-def _arrivals(env: simpy.Environment, source: RequestSource, admit: "_Admission"):
-    """First turns, in trace order, each built and admitted at its arrival time."""
-    roots = source.roots
-    for k in range(len(roots)):
-        req = source.root(roots.item(k))
-        delay = req.arrival_s - env.now
-        if delay > 0:
-            yield env.timeout(delay)
-        admit(req)
-
-
-class _Admission:
-    """Sends an arriving request to the cluster (``route``), or rejects it at once when
-    the engine could never serve it (:func:`reject_reason`, :func:`_admit`). The first ``warmup``
-    requests through here are marked as warm-up: logged as such, their class id shifted
-    by ``num_classes`` (their ITL runs are recorded apart)."""
-
-    __slots__ = ("env", "route", "run", "on_finish", "log", "warmup_left", "num_classes")
-
-    def __init__(self, env: simpy.Environment, route, run: RunConfig, on_finish,
-                 log: RequestLog, warmup: int, num_classes: int):
-        self.env, self.route, self.run, self.on_finish, self.log = env, route, run, on_finish, log
-        self.warmup_left, self.num_classes = warmup, num_classes
-
-    def __call__(self, req: Request) -> None:
-        if self.warmup_left:
-            self.warmup_left -= 1
-            req.class_id += self.num_classes
-            self.log.mark_warmup(req.rid)
-        _admit(self.env, req, self.route, self.run, self.on_finish)
-
-
-def _admit(env: simpy.Environment, req: Request, route, run: RunConfig, on_finish) -> None:
-    """Reject a request no replica can serve; else route it to a replica once the engine's
-    server path (``request_before_s``: HTTP, tokenization, wake-up) has passed (a pooled
-    fleet: :meth:`PooledCluster.admit` picks the pool first)."""
-    if isinstance(route, PooledCluster):
-        route.admit(req, lambda why: _reject(req, why, req.arrival_s, on_finish))
-        return
-    reason = reject_reason(req, run)
-    if reason:
-        _reject(req, reason, req.arrival_s, on_finish)
-        return
-    before_s = run.pools[0].preset.host_overhead.request_before_s    # the pool it enters
-    if before_s > 0:
-        env.timeout(before_s).callbacks.append(lambda _: route().submit(req))
-    else:
-        route().submit(req)
-
-
-def _reject(req: Request, reason: str, now: float, on_finish) -> None:
-    if req.arrival_s != req.arrival_s:          # a later turn that never arrived
-        req.arrival_s = now
-    req.state = REJECTED
-    req.reject_reason = reason
-    on_finish(req)
-
-
-def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder) -> None:
+def _check_invariants(log: RequestLog, cluster: Cluster, itl: ItlRecorder) -> None:
     """Every request ended once, finished ones with all their tokens (checked as they
     ended); replicas drained, every KV block free; ITL gaps (plus the tokens that shared
-    a streamed chunk, under speculative decoding) = what finished requests imply."""
+    a streamed chunk, under speculative decoding) = what finished requests imply; and
+    the cluster's own conservation (a disaggregated split's transfers)."""
     problems = log.problems()
     if problems:
         raise InvariantError(problems[0])
+    replicas = cluster.replicas
     for rep in replicas:
         if rep.failed:                  # its state died with it (engine/fleet.py)
             continue
@@ -341,55 +171,19 @@ def _check_invariants(log: RequestLog, replicas: list[Replica], itl: ItlRecorder
     if gaps != log.gaps_expected:
         raise InvariantError(f"recorded {gaps} inter-token gaps; finished requests "
                              f"imply {log.gaps_expected}")
+    problems = cluster.invariant_problems()
+    if problems:
+        raise InvariantError(problems[0])
 
 
-def _result(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
-            itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
-    """The run's result; a disaggregated split's pool-level fields (scheduler, hardware,
-    price, peaks, log) are then replaced by :meth:`DisaggCluster.finish`."""
-    if run.fleet is not None:
-        return _pooled_base(run, trace, log, replicas, itl, end_s, wall_s)
-    pool = run.serving_pool
-    hw = pool.hardware
-    return RunResult(
-        variant=run.variant, seed=run.seed, scheduler=scheduler_label(pool),
-        num_replicas=run.num_replicas, num_gpus=run.num_gpus, hardware=hw.name,
-        model=run.model.name, price_per_hour_usd=hw.price_per_gpu_hour_usd * run.num_gpus,
-        peak_flops_per_gpu=hw.peak_flops(pool.matmul_dtype),
-        hbm_bandwidth_per_gpu_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
-        class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
-        requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
-        timelines=[r.timeline.result() for r in replicas],
-        log=pool_log_lines(pool), engine=engine_label(run),
-        preset="disaggregated" if run.disaggregated else pool.preset.name)
-
-
-def _pooled_base(run: RunConfig, trace: RequestTrace, log: RequestLog, replicas: list[Replica],
-                 itl: ItlRecorder, end_s: float, wall_s: float) -> RunResult:
-    """A pooled run's result before :func:`~capsim.sim.pooled.pooled_result` adds the pools:
-    labels of every pool joined (one pool: exactly a single fleet's), peaks per GPU as the
-    GPU-weighted mean of the pools' (so MFU / MBU divide by the fleet's summed peak)."""
-    pools = [fp.pool for fp in run.fleet.pools]
-    gpus = [p.num_gpus for p in pools]
-    total = max(sum(gpus), 1)
-
-    def per_gpu(value) -> float:
-        if len(pools) == 1:             # exactly the one pool's figure
-            return value(pools[0])
-        return sum(value(p) * g for p, g in zip(pools, gpus)) / total
-
-    def joined(values) -> str:
-        return "+".join(dict.fromkeys(values))
-
-    return RunResult(
-        variant=run.variant, seed=run.seed, scheduler=joined(scheduler_label(p) for p in pools),
-        num_replicas=run.num_replicas, num_gpus=run.num_gpus,
-        hardware=joined(p.hardware.name for p in pools),
-        model=joined(fp.model.name for fp in run.fleet.pools),
-        price_per_hour_usd=sum(p.hardware.price_per_gpu_hour_usd * p.num_gpus for p in pools),
-        peak_flops_per_gpu=per_gpu(lambda p: p.hardware.peak_flops(p.matmul_dtype)),
-        hbm_bandwidth_per_gpu_bytes_per_s=per_gpu(lambda p: p.hardware.hbm_bandwidth_bytes_per_s),
-        class_names=list(trace.class_names), sim_end_s=end_s, wall_s=wall_s,
-        requests=log.records(trace), itl=itl.result(), replicas=[r.stats() for r in replicas],
-        timelines=[r.timeline.result() for r in replicas], log=kv_log_lines(run),
-        engine=engine_label(run), preset=joined(p.preset.name for p in pools))
+def _shared_fields(run: RunConfig, trace: RequestTrace, log: RequestLog, cluster: Cluster,
+                   itl: ItlRecorder, end_s: float, wall_s: float) -> dict:
+    """The result's fields every topology shares (:meth:`Cluster.assemble
+    <capsim.engine.cluster.Cluster.assemble>` adds its own)."""
+    replicas = cluster.replicas
+    return dict(
+        variant=run.variant, seed=run.seed, num_replicas=run.num_replicas,
+        num_gpus=run.num_gpus, class_names=list(trace.class_names), sim_end_s=end_s,
+        wall_s=wall_s, requests=log.records(trace), itl=itl.result(),
+        replicas=[r.stats() for r in replicas],
+        timelines=[r.account.timeline.result() for r in replicas])

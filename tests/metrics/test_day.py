@@ -89,8 +89,8 @@ def test_sampling_changes_no_result(day, monkeypatch, tmp_path, write_scenario):
     run = ls.runs[0]
     trace = build(run.workload, run.seed, ls.base_dir)
     step = simulate(run, trace, macro_steps=False)
-    import capsim.sim.simulate as sim_module
-    monkeypatch.setattr(sim_module, "wants_day_view", lambda _run: False)
+    import capsim.sim.day as day_module
+    monkeypatch.setattr(day_module, "wants_day_view", lambda _run: False)
     plain = simulate(run, trace)
     assert plain.day is None
     for other in (plain, step):

@@ -233,10 +233,11 @@ def small_run(scenario, trace_of):
 
 def test_a_request_that_never_ends_breaks_the_run(small_run, monkeypatch):
     import capsim.sim.simulate as sim
+    from capsim.sim.traffic import Traffic
     run, trace = small_run
-    admit = sim._admit
-    monkeypatch.setattr(sim, "_admit",
-                        lambda env, req, *a: None if req.rid == 1 else admit(env, req, *a))
+    admit = Traffic.admit
+    monkeypatch.setattr(Traffic, "admit",
+                        lambda self, req: None if req.rid == 1 else admit(self, req))
     with pytest.raises(sim.InvariantError,
                        match=r"request 1 neither finished nor rejected \(2 of 3 requests ended\)"):
         simulate(run, trace)

@@ -9,9 +9,13 @@ after the step in progress, exactly where the step-by-step loop would first see 
 or, for a request an engine that schedules ahead holds back to the step after next,
 after the step that follows (still decoding as planned). Segments (the batch shrinking
 at a finish) are then committed in order, each as the step loop would commit its
-steps (:meth:`Replica.account_steps <capsim.engine.replica.Replica.account_steps>`).
-A disaggregated cluster reading the replica mid-run first commits what has happened
-by then (:meth:`DecodeRunner.sync`).
+steps (:meth:`ReplicaAccount.account_steps
+<capsim.engine.account.ReplicaAccount.account_steps>`). A disaggregated cluster reading
+the replica mid-run first commits what has happened by then (:meth:`DecodeRunner.sync`).
+
+The runner works on the replica's parts, not on the replica: its clock, scheduler, KV
+allocator, pricer, accounting (:class:`~capsim.engine.account.ReplicaAccount`) and the
+requests it holds for a later step (:class:`~capsim.engine.held.HeldRequests`).
 """
 
 from __future__ import annotations
@@ -19,15 +23,16 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from capsim.cost.pricer import StepPricer
+from capsim.engine.account import ReplicaAccount
+from capsim.engine.clock import Environment
+from capsim.engine.held import HeldRequests
 from capsim.engine.macro.plan import RunBlocks, RunPlan
-
-if TYPE_CHECKING:
-    from capsim.engine.replica import Replica
+from capsim.engine.scheduler.base import Scheduler
 
 # How far a run first plans through finishes, in mean gaps between arrivals at its
 # replica: an arrival cuts most runs before (P = 1 − e^−2 for Poisson arrivals), and one
@@ -93,12 +98,25 @@ class DecodeRunner:
     tries no run while arrivals come faster than ``MIN_RUN_STEPS`` steps (it would be
     cut at once), and a run plans through finishes only about as far as the next
     arrival (:meth:`horizon_steps`).
+
+    Args:
+        env: the simulation's clock.
+        scheduler: the replica's scheduler (plans, extends and commits runs).
+        alloc: its KV allocator (``num_used_blocks``: blocks in use).
+        pricer: its roofline (``decode_costs``: a run's step seconds).
+        account: its accounting (committed steps, busy time, KV peak, timeline).
+        held: requests held for the step after the one in progress (an engine that
+            schedules ahead).
     """
 
-    def __init__(self, replica: Replica):
-        self.replica = replica
+    def __init__(self, env: Environment, scheduler: Scheduler, alloc,
+                 pricer: StepPricer, account: ReplicaAccount, held: HeldRequests):
+        self.env, self.scheduler, self.alloc, self.pricer = env, scheduler, alloc, pricer
+        self.account, self.held = account, held
         self.run: _Run | None = None    # the decode run in progress, until committed
         self.waiting = False            # waiting out a run an arrival may cut short
+        self.failed = False             # the replica failed (:meth:`abort`)
+        self._hooked = False            # a cluster watches the replica (runs cut as it ran)
         self._end: simpy.Event | None = None    # the event the replica's process waits for
         self.arrival_gap_s = math.inf
         self._last_arrival_s = math.nan
@@ -118,7 +136,7 @@ class DecodeRunner:
 
     def arrived(self, now: float, late: bool = False) -> None:
         """New work at ``now`` (``late``: a request held back for the step after next,
-        ``Replica._late``): end the run in progress (:meth:`cut`); update the arrival-gap
+        :class:`~capsim.engine.held.HeldRequests`): end the run in progress (:meth:`cut`); update the arrival-gap
         EMA."""
         self.cut(late)
         gap, self._last_arrival_s = now - self._last_arrival_s, now
@@ -135,13 +153,13 @@ class DecodeRunner:
         if not self.waiting:
             return
         self.waiting = False
-        run, rep = self.run, self.replica
-        env, k = rep.env, run.plan.ends[-1]
+        run, env = self.run, self.env
+        k = run.plan.ends[-1]
         now = env.now
         if now >= run.clock[k]:             # submitted as the run ends: it ends there
             return
         m = run.step_at(now) + 1            # the run ends with the step in progress
-        if late and m < k and rep.hooks is None:
+        if late and m < k and not self._hooked:
             m = min(k, self._late_run_end(run, now))
         # An open plan waits until two steps before its end (then plans on), so m <= k
         # here is where the whole run would be cut: it ends there too.
@@ -157,61 +175,60 @@ class DecodeRunner:
             self.cut()
 
     # ------------------------------------------------------------ running
-    def advance(self, plan: RunPlan):
+    def advance(self, plan: RunPlan, hooked: bool):
         """Advance ``plan`` (its first step just scheduled) with one SimPy event, or one
         per extension of an open plan (:meth:`_extend`); a generator for the replica's
-        process. Returns (as ``yield from``'s value) the end time of step 0 and the
-        duration of the last step committed."""
-        rep = self.replica
-        env, timeline = rep.env, rep.timeline
+        process. ``hooked``: a cluster watches the replica (:class:`ReplicaHooks
+        <capsim.engine.replica.ReplicaHooks>`). Returns (as ``yield from``'s value) the
+        end time of step 0 and the duration of the last step committed."""
+        env, account = self.env, self.account
+        timeline = account.timeline
         ends = plan.ends
         k = ends[-1]
         lengths = [b - a for a, b in zip([0, *ends], ends)]
-        secs, bound = rep.pricer.decode_costs(plan.seqs, plan.ctx0, lengths)
+        secs, bound = self.pricer.decode_costs(plan.seqs, plan.ctx0, lengths)
         now = env.now
         bin_now = timeline.bin_of(now)
         rows = 3 if bound is None else 4
-        acc = _cumulated((now, rep.busy_s, timeline.busy_in(bin_now), 0.0)[:rows], secs,
+        acc = _cumulated((now, account.busy_s, timeline.busy_in(bin_now), 0.0)[:rows], secs,
                          bound)
         self.run = run = _Run(plan, acc, secs, bin_now, timeline.bin_s,
-                              len(rep.scheduler.waiting), rep.alloc.num_used_blocks)
-        self.waiting = True
+                              len(self.scheduler.waiting), self.alloc.num_used_blocks)
+        self.waiting, self._hooked = True, hooked
         while True:
             # An open plan wakes two steps before its end to plan further: an arrival
             # until then cuts it where it would cut the whole run (:meth:`cut`).
             k = plan.ends[-1]
             self._end = env.timeout_at(float(run.clock[k if plan.more is None else k - 2]))
             yield self._end             # or the earlier end :meth:`cut` moved the wait to
-            if rep.failed or not self.waiting or plan.more is None:
+            if self.failed or not self.waiting or plan.more is None:
                 break
             self._extend(run)
         acc = run.acc
         m = run.end
-        if rep.failed:              # the replica failed mid-run: the steps it committed count
+        if self.failed:             # the replica failed mid-run: the steps it committed count
             m = run.done
         else:
             self.waiting = False
             self._commit(m, last=True)
             self.run = None
-            if m > 1 and rep._late:     # queued at a step end inside the run (a late arrival)
-                rep.release_late_before(float(run.clock[m - 1]))
-        rep.busy_s = float(acc[1, m])
-        if len(acc) > 3:
-            rep.compute_bound_steps += int(acc[3, m])
-        return (math.nan, 0.0) if rep.failed else (float(run.clock[1]), float(run.secs[m - 1]))
+            if m > 1 and self.held.items:   # queued at a step end inside the run (late)
+                self.held.release_before(float(run.clock[m - 1]))
+        account.end_run(float(acc[1, m]), int(acc[3, m]) if len(acc) > 3 else 0)
+        return (math.nan, 0.0) if self.failed else (float(run.clock[1]), float(run.secs[m - 1]))
 
     def _extend(self, run: _Run) -> None:
         """Plan an open run on to twice its length (:func:`~capsim.engine.macro.plan.extend_run`;
         a reader may have committed part of it: :meth:`sync`) and price the new segments,
         their clock going on from the run's (the same sums in the same order as one
         ``cumsum`` of the whole)."""
-        rep, plan = self.replica, run.plan
+        plan = run.plan
         i, k = len(plan.ends), plan.ends[-1]
-        rep.scheduler.extend_decode_run(plan, 2 * k, run.done)
+        self.scheduler.extend_decode_run(plan, 2 * k, run.done)
         if len(plan.ends) == i:
             return
         ends = plan.ends[i - 1:]
-        secs, bound = rep.pricer.decode_costs(plan.seqs[i:], plan.ctx0[i:],
+        secs, bound = self.pricer.decode_costs(plan.seqs[i:], plan.ctx0[i:],
                                               [b - a for a, b in zip(ends, ends[1:])])
         old = run.acc[:, :k + 1]
         if bound is not None and len(old) == 3:     # the compute-bound row starts here
@@ -225,7 +242,7 @@ class DecodeRunner:
     @staticmethod
     def _late_run_end(run: _Run, t_s: float) -> int:
         """Where a run cut by a request submitted at ``t_s`` to an engine that schedules
-        ahead (:meth:`Replica._release_late <capsim.engine.replica.Replica._release_late>`)
+        ahead (:meth:`Replica._release_held <capsim.engine.replica.Replica._release_held>`)
         ends: step by step, the step starting at the first step end after ``t_s`` was
         composed before the request was queued (it decodes as planned); the step after it
         is the first that may admit it. So the run goes on through that step, one event
@@ -237,13 +254,13 @@ class DecodeRunner:
         step loop would; ``last``: step m − 1 is the run's last (it saw the waiting queue
         as it is now). Earlier steps saw the queue as it was when the run began, plus the
         requests submitted to an engine that schedules ahead by their end (held back to a
-        later step: ``Replica._late``; at a tie the submission counts, as when the run ends
-        there)."""
-        run, late = self.run, self.replica._late
+        later step: :class:`~capsim.engine.held.HeldRequests`; at a tie the submission
+        counts, as when the run ends there)."""
+        run, late = self.run, self.held.items
         if late:
             times = [t for t, _ in late]
             i = max(run.done, run.step_at(times[0]))    # the first step that saw one queued
-            clock, bin_of = run.clock, self.replica.timeline.bin_of
+            clock, bin_of = run.clock, self.account.timeline.bin_of
             while i < m - 1 or (i < m and not last):
                 end = float(clock[i + 1])
                 # A step ending in the bin of the next one needs no queue of its own: the
@@ -252,7 +269,8 @@ class DecodeRunner:
                     self._commit_to(i + 1, run.queue0 + bisect_right(times, end))
                 i += 1
         if m > run.done:
-            self._commit_to(m, self.replica.num_waiting if last else run.queue0)
+            self._commit_to(m, len(self.scheduler.waiting) + len(late) if last
+                            else run.queue0)
 
     def _commit_to(self, m: int, last_queue: int) -> None:
         """Commit steps ``done..m − 1`` (m > done), step m − 1 having seen ``last_queue``
@@ -262,7 +280,7 @@ class DecodeRunner:
         <capsim.engine.recorder.TimelineRecorder.add_in_bin>`)."""
         run = self.run
         plan, lo, seg_start = run.plan, run.done, 0
-        timeline = self.replica.timeline
+        timeline = self.account.timeline
         one_bin: list[tuple[int, int, int, int, int]] | None = [] if (
             timeline.bin_s == run.bin_s and run.bin_now < timeline.max_bins
             and timeline.bin_of(float(run.clock[m])) == run.bin_now) else None
@@ -292,8 +310,8 @@ class DecodeRunner:
         largest KV blocks, queue and batch its steps saw, as :meth:`TimelineRecorder.record
         <capsim.engine.recorder.TimelineRecorder.record>` takes them) is appended there
         for the caller to record, else recorded now."""
-        rep = self.replica
-        sched, timeline = rep.scheduler, rep.timeline
+        sched, account = self.scheduler, self.account
+        timeline = account.timeline
         m = stop - start
         running0 = sched.num_running
         if start < run.grown:                    # its blocks were taken before
@@ -301,12 +319,11 @@ class DecodeRunner:
             blocks.used0 = run.used_blocks
         else:
             blocks = sched.grow_for_run(m, 0)
-        rep.note_run_peak(blocks, n)      # a peak already noted (a synced step's) is kept
+        account.note_run_peak(blocks, n)  # a peak already noted (a synced step's) is kept
         sched.commit_decode_run(run.clock[start:stop + 1])
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
         if one_bin is not None:
-            rep.decode_tokens += n * m
-            rep.work.add(m, n * m, n * m, ctx, ctx, m)
+            account.add_decode(n * m, (m, n * m, n * m, ctx, ctx, m))
             running = sched.num_running
             one_bin.append((m, n * m, blocks.at(m - 1),
                             max(run.queue0, last_queue) if m > 1 else last_queue,
@@ -315,7 +332,7 @@ class DecodeRunner:
         ends = run.clock[start + 1:stop + 1]
         # Steps ending in the bin the run started in: their busy time is the run's sum.
         in_first_bin = timeline.bin_of(ends[0]) == run.bin_now and timeline.bin_s == run.bin_s
-        rep.account_steps(
+        account.account_steps(
             ends, run.secs[start:stop], 0, n, (m, n * m, n * m, ctx, ctx, m),
             blocks.at if m > 1 else blocks.at(0), run.queue0, running0,
             last_queue,
@@ -330,14 +347,13 @@ class DecodeRunner:
         run = self.run
         if run is None:
             return
-        rep = self.replica
-        j = run.step_at(rep.env.now)
+        j = run.step_at(self.env.now)
         self._commit(j, last=False)
         if run.grown <= j:
             seg = bisect_right(run.plan.ends, j)
-            rep.note_run_peak(rep.scheduler.grow_for_run(1, 0), run.plan.seqs[seg])
+            self.account.note_run_peak(self.scheduler.grow_for_run(1, 0), run.plan.seqs[seg])
             run.grown = j + 1
-            run.used_blocks = rep.alloc.num_used_blocks
+            run.used_blocks = self.alloc.num_used_blocks
 
     def kv_load(self) -> tuple[int, int] | None:
         """(KV blocks in use, running sequences) as of now inside a run, in closed form
@@ -346,15 +362,34 @@ class DecodeRunner:
         run = self.run
         if run is None:
             return None
-        rep = self.replica
-        j = run.step_at(rep.env.now)
+        sched = self.scheduler
+        j = run.step_at(self.env.now)
         ends = run.plan.ends
         if j < ends[bisect_right(ends, run.done)]:    # no finish since step `done`
             first = max(run.grown, run.done)
-            taken = rep.scheduler.decode_blocks_ahead(first - run.done, j + 1 - first)
-            return rep.alloc.num_used_blocks + taken, rep.scheduler.num_running
+            taken = sched.decode_blocks_ahead(first - run.done, j + 1 - first)
+            return self.alloc.num_used_blocks + taken, sched.num_running
         self.sync()
-        return rep.alloc.num_used_blocks, rep.scheduler.num_running
+        return self.alloc.num_used_blocks, sched.num_running
+
+    def finished_tokens(self, now: float) -> int:
+        """Prompt + output tokens of the requests whose step in the run in progress ended by
+        ``now`` (not yet reported: the run commits its finishes at its end); 0 outside a
+        run."""
+        run = self.run
+        if run is None or not run.done_times:
+            return 0
+        return run.done_tokens[bisect_right(run.done_times, now)]
+
+    def abort(self) -> None:
+        """The replica fails now: commit the run in progress up to now (its finishes are
+        then reported by the replica) and drop the rest; a run being advanced ends at its
+        next wake-up with the steps committed."""
+        self.failed = True
+        if self.run is not None:
+            self.sync()
+            self.run = None
+            self.waiting = False
 
 
 __all__ = ["DecodeRunner", "RunBlocks"]

@@ -21,7 +21,7 @@ from capsim.cli.common import (as_option, make_console, option_error, pick_varia
 @click.option("--vidur-device", help="Vidur compute folder (a100, h100) [default: from --hardware].")
 @click.option("--vidur-network", help="Vidur network folder (a100_dgx, ...) [default: from --hardware].")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Plain CSV of measured operators (see README: Calibration).")
+              help="Plain CSV of measured operators (see docs/calibration.md).")
 @click.option("--model", "model_name", help="Model the --csv operators were measured on.")
 @click.option("--from", "--vllm-bench", "result", type=click.Path(dir_okay=False, path_type=Path),
               help="A benchmark result: vllm bench serve --save-result --save-detailed JSON, "

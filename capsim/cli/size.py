@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 @click.option("--trust-edge", type=click.Choice(EDGES), default="none", show_default=True,
               help="Size against the pessimistic edge of capsim's measured error for each "
                    "option's engine preset and GPU: SLO bounds tightened by the median or max "
-                   "|error| of the fidelity benchmark (README, 'How far to trust it').")
+                   "|error| of the fidelity benchmark (docs/fidelity.md, 'How far to trust it').")
 @executor_options
 @set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,

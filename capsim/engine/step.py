@@ -13,8 +13,8 @@ class Step:
 
     ``prefills`` holds (request, tokens computed this step); a request's earlier chunks
     may still be in the pipeline (``Request.num_inflight``, pipeline parallelism). The aggregate
-    fields are exactly what :meth:`capsim.cost.pricer.StepPricer.cost` takes, so
-    pricing a step is O(1) in the batch size.
+    fields are exactly what :meth:`capsim.cost.pricer.StepPricer.price` reads (a
+    :class:`~capsim.cost.terms.PricedStep`), so pricing a step is O(1) in the batch size.
     """
 
     prefills: list[tuple[Request, int]] = field(default_factory=list)

@@ -92,7 +92,7 @@ def hardware_template(name: str, base: HardwareProfile) -> str:
 {_hardware_head(name, base)}{flops}{_hardware_body(base)}{_custom_all_reduce(base)}\
 # Achieved / peak per operator class: {base.name}'s{' fitted' if base.calibration else ''} factors.
 # They carry over to a GPU of the same family; fit this GPU's own with `capsim calibrate
-# --hardware {name}.yaml --csv TIMINGS.csv --model M` (README: Calibration).
+# --hardware {name}.yaml --csv TIMINGS.csv --model M` (docs/calibration.md).
 efficiency:
 {_block(base.efficiency.model_dump(exclude_none=True), 2)}{_hardware_tail(base)}\
 # sources:   # where each number comes from: optional in your own profile (capsim warns

@@ -235,7 +235,7 @@ def trust_notes(result: SizingResult) -> list[str]:
     return [f"Sized against the pessimistic edge of capsim's measured error "
             f"(--trust-edge {result.trust_edge}): every SLO bound is moved by the "
             f"{result.trust_edge} |error| of the option's engine preset on its GPU "
-            f"(README, 'How far to trust it')."] + moved
+            f"(docs/fidelity.md, 'How far to trust it')."] + moved
 
 
 def sizing_headline(result: SizingResult) -> str:

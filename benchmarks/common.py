@@ -81,13 +81,13 @@ def child(job: dict) -> dict:
 
     sim.Environment = CountingEnvironment                # count the events the run schedules
     state_peak = [0]
-    build_result = sim._result
+    shared_fields = sim._shared_fields
 
-    def _result(*args, **kwargs):                        # the run is over: note its peak
+    def _shared_fields(*args, **kwargs):                 # the run is over: note its peak
         state_peak[0] = _peak_rss_bytes()
-        return build_result(*args, **kwargs)
+        return shared_fields(*args, **kwargs)
 
-    sim._result = _result
+    sim._shared_fields = _shared_fields
     loaded = load(ROOT / job["scenario"], job["sets"])
     run = loaded.runs[job.get("variant", 0)]
     trace = workload.build(run.workload, run.seed, loaded.base_dir)

@@ -139,8 +139,9 @@ def _run(fidelity_module_args: list[str], tmp_path, split_text: str | None = Non
         folder.mkdir(parents=True)
         (folder / profile[0]).write_text(profile[1])
         patch.append(f"m.PROFILE_DATA = pathlib.Path({str(tmp_path / 'data')!r})")
+    bench = str(REPO / "benchmarks" / "fidelity.py")
     code = ("import importlib.util, pathlib, sys\n"
-            f"spec = importlib.util.spec_from_file_location('fid', {str(REPO / 'benchmarks/fidelity.py')!r})\n"
+            f"spec = importlib.util.spec_from_file_location('fid', {bench!r})\n"
             "m = importlib.util.module_from_spec(spec); sys.modules['fid'] = m\n"
             "spec.loader.exec_module(m)\n" + "\n".join(patch) + "\n"
             f"sys.argv = ['fidelity.py', *{fidelity_module_args!r}]\nm.main()\n")
@@ -153,12 +154,13 @@ ONE_CASE = ["--case", "kv_vllm0190_h100_llama31_8b_tp1_kvfp8"]
 
 
 def test_a_case_in_both_fit_and_test_is_one_line_and_exit_2(tmp_path, case_ids):
-    both = SPLIT.replace("test:\n", "test:\n  - kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect\n")
+    rtx = "kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect"           # a fit case
+    both = SPLIT.replace("test:\n", f"test:\n  - {rtx}\n")
     out = _run(ONE_CASE, tmp_path, split_text=both)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1
-    assert f"{tmp_path / 'split.yaml'}: test[0]: kv_vllm_issue10517_rtx3090_llama31_8b_maxlen_effect " \
-           "is already listed under fit: a case is fit or test, not both" in out.stderr
+    assert (f"{tmp_path / 'split.yaml'}: test[0]: {rtx} is already listed under fit: a case "
+            "is fit or test, not both") in out.stderr
 
 
 def test_an_unknown_or_missing_case_in_the_split_is_exit_2(tmp_path, case_ids):
@@ -212,3 +214,18 @@ def test_the_last_line_is_the_median_over_test_rows_only(fidelity):
                                             (0.801, "above 80 %"), (1.0, "above 80 %")])
 def test_load_bands(fidelity, fraction, band):
     assert fidelity.band_of(fraction) == band
+
+
+def test_a_supplementary_case_repeating_a_shared_id_is_exit_2(fidelity, case_ids, monkeypatch,
+                                                              tmp_path, capsys):
+    """Keep one copy: the supplementary set may not repeat a shared case's id."""
+    dup = tmp_path / "supplementary_cases.yaml"
+    dup.write_text("- {id: load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8, "
+                   "kind: load_latency_throughput, collected: project}\n")
+    monkeypatch.setattr(fidelity, "SUPPLEMENTARY_YAML", dup)
+    with pytest.raises(SystemExit) as exit_:
+        fidelity.read_cases()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert f"{dup}: [0].id: 'load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8' is already " \
+           "a case (keep one copy)" in err

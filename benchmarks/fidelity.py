@@ -8,10 +8,21 @@ Usage (from the repository root, capsim importable):
 The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
 never copied; without it the script exits 2) and the project-collected supplementary cases of
 ``benchmarks/fidelity/supplementary_cases.yaml`` (same schema, ``collected: project``; vLLM V1
-serving runs and tensor-parallel rows the shared set lacks; held out, never fitted: a quantity a profile value was later
-fitted to is predicted but not scored, listed with the gaps, :attr:`Entry.fitted`). Supplementary rows are printed in a
-section of their own and count in the per-kind summaries and the trust table, marked as
-project-collected. Each case has a row in :data:`ENTRIES`: its
+serving runs and tensor-parallel rows the shared set lacks; a case id appears once in the two
+files). Supplementary rows are printed apart and count in the per-kind summaries and the trust
+table, marked as project-collected.
+
+The fit/test protocol: ``benchmarks/fidelity/fit_test_split.yaml`` assigns every case to
+``fit`` (a shipped constant was fitted to it; its header gives the rule) or ``test``; the
+profiles' ``fitted_to:`` name only ``fit`` cases (:func:`check_fitted_to`). Test rows and fit
+rows are printed apart, and per trust family their median |error| per engine family and per
+load band (:func:`load_fraction`: a serving row's rate over capsim's saturation throughput of
+the configuration; below 50 %, 50-80 %, above 80 %); the last line is
+``fidelity (test rows): TTFT a %, TPOT/ITL b %, E2EL c %, throughput d %, KV e %`` (median
+|error| over the test rows, :func:`headline`). A quantity a profile value was fitted to within
+a case is also predicted but not scored, listed with the gaps (:attr:`Entry.fitted`).
+
+Each case has a row in :data:`ENTRIES`: its
 scenario file in ``benchmarks/fidelity/`` (``supplementary/`` for the supplementary cases;
 named after the case id; the header says how the case was expressed and what was assumed) and a predictor that turns capsim's output into
 the case's measured quantities:
@@ -31,12 +42,16 @@ then per kind the count, median and max |error| (and per kv_capacity quantity th
 signed error), then what capsim cannot express, one line each. ``--markdown`` prints the
 summaries as GitHub markdown instead (per kind, per memory term, per case); ``--json PATH``
 also writes every quantity, the summaries and the gaps as JSON; ``--trust PATH`` writes the
-per engine preset × GPU error table every capsim run shows (:func:`trust_table`). Exit 0.
+per engine preset × GPU error table every capsim run shows (:func:`trust_table`). Exit 0;
+exit 2 with one line naming the file and the key for a split that lists a case twice, in both
+lists, in neither or that is no measured case, a ``fitted_to`` naming an unknown or ``test``
+case, or a supplementary case repeating an id.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -56,6 +71,7 @@ from capsim.profiles.trust import FAMILIES
 from capsim.results.model import SummaryRow
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.run_config import Pool, RunConfig
+from capsim.scenario.workload import ArrivalConfig
 from capsim.sim.simulate import simulate
 from capsim.workload import TraceCache
 
@@ -63,6 +79,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES_YAML = ROOT.parent / "shared" / "reference" / "measured" / "cases.yaml"
 SCENARIOS = ROOT / "benchmarks" / "fidelity"
 SUPPLEMENTARY_YAML = SCENARIOS / "supplementary_cases.yaml"
+#: Every measured case → ``fit`` (a shipped constant was fitted to it) or ``test``.
+SPLIT_YAML = SCENARIOS / "fit_test_split.yaml"
+FIT, TEST = "fit", "test"
+#: The profiles whose ``fitted_to:`` name the cases their constants were fitted to.
+PROFILE_DATA = ROOT / "capsim" / "profiles" / "data"
 #: ``collected`` of a case from the shared reference set / from SUPPLEMENTARY_YAML.
 SHARED, PROJECT = "shared", "project"
 KINDS = ("kv_capacity", "load_latency_throughput", "kernel_step_timing")
@@ -306,15 +327,70 @@ def serving(points: Callable[[dict], list[Point]],
     return predict
 
 
+#: (scenario file, variant) → its summary row, so a variant is simulated once per
+#: :func:`evaluate` (which empties it: a caller may change the model between calls).
+_SIMULATED: dict[tuple[str, str], SummaryRow] = {}
+
+
 def summary_rows(loaded: LoadedScenario, variants: list[str]) -> dict[str, SummaryRow]:
     """Simulate the named variants of ``loaded`` once each; their summary rows (all requests)."""
     traces = TraceCache(loaded.base_dir, str(loaded.path))
     rows = {}
     for run in loaded.runs:
         if run.variant in variants:
-            result = simulate(run, traces.get(run.workload, run.seed))
-            rows[run.variant] = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
+            key = (str(loaded.path), run.variant)
+            if key not in _SIMULATED:
+                result = simulate(run, traces.get(run.workload, run.seed))
+                _SIMULATED[key] = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
+            rows[run.variant] = _SIMULATED[key]
     return rows
+
+
+# -- load bands ----------------------------------------------------------------------------
+
+#: A serving row's load: the variant's request rate ÷ the configuration's saturation
+#: throughput (below 0.5, 0.5-0.8, above 0.8); rows of no load (start-up memory, fixed-batch
+#: and per-operator timings) are NO_LOAD.
+BANDS = ("below 50 %", "50-80 %", "above 80 %")
+NO_LOAD = "no load (start-up, fixed batch)"
+#: Open-loop rates at or above this are "all at once" (the scenarios write 1e9 req/s).
+ALL_AT_ONCE_RATE = 1e6
+
+
+def _all_at_once(run: RunConfig, traces: TraceCache) -> bool:
+    arrival = run.workload.arrival
+    if arrival is None:                                    # a replayed trace: its own times
+        return float(traces.get(run.workload, run.seed).arrival_s.max()) == 0.0
+    return not arrival.closed_loop and (arrival.rate_per_s or 0.0) >= ALL_AT_ONCE_RATE
+
+
+def load_fraction(loaded: LoadedScenario, run: RunConfig) -> float:
+    """The variant's offered load ÷ the configuration's saturation throughput, in requests/s.
+
+    The saturation throughput is capsim's: the same variant with every request of its workload
+    arriving at once (constant arrivals at 1e9 req/s). The offered load is the Poisson /
+    constant rate of an open loop; a closed loop offers what it achieves (capsim's request
+    throughput of the variant). A variant whose requests all arrive at once is the saturation
+    run itself: 1. Measured figures are not used."""
+    traces = TraceCache(loaded.base_dir, str(loaded.path))
+    if _all_at_once(run, traces):
+        return 1.0
+    key = (str(loaded.path), f"{run.variant} (saturation)")
+    if key not in _SIMULATED:
+        workload = run.workload.model_copy(
+            update={"arrival": ArrivalConfig(process="constant", rate_per_s=1e9)})
+        saturated = dataclasses.replace(run, workload=workload)
+        result = simulate(saturated, traces.get(workload, run.seed))
+        _SIMULATED[key] = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
+    capacity = _SIMULATED[key].request_throughput_per_s
+    arrival = run.workload.arrival
+    offered = (summary_rows(loaded, [run.variant])[run.variant].request_throughput_per_s
+               if arrival.closed_loop else arrival.rate_per_s)
+    return offered / capacity
+
+
+def band_of(fraction: float) -> str:
+    return BANDS[0] if fraction < 0.5 else BANDS[1] if fraction <= 0.8 else BANDS[2]
 
 
 # -- kernel_step_timing: Vidur per-operator GEMMs -------------------------------------------
@@ -327,13 +403,25 @@ VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj",
 def vidur_linear_ops(case: dict, loaded: LoadedScenario) -> list[Compared]:
     """Per-layer GEMM time vs tokens in the step (ms): capsim's roofline breakdown of a step of
     N tokens, each matmul divided by its execution count (layers), against Vidur's medians."""
-    run = loaded.runs[0]
+    return _vidur_rows(case["measured"]["rows"], loaded.runs[0], "")
+
+
+def vidur_tables(case: dict, loaded: LoadedScenario) -> list[Compared]:
+    """:func:`vidur_linear_ops` for a case of several tables (every measured key holding a
+    list of rows), each predicted by the scenario variant of the key's name (also its label;
+    at TP > 1 the pricer's matmuls are one GPU's shard, as Vidur's rows)."""
+    runs = {run.variant: run for run in loaded.runs}
+    return [c for key, rows in case["measured"].items() if isinstance(rows, list)
+            for c in _vidur_rows(rows, runs[key], key)]
+
+
+def _vidur_rows(rows: list[dict], run: RunConfig, label: str) -> list[Compared]:
     pricer: StepPricer = run.pool().pricer(run.model)
     out = []
-    for row in case["measured"]["rows"]:
+    for row in rows:
         n = row["num_tokens"]
         ops = {op.name: op.seconds / op.count * 1e3 for op in pricer.breakdown(prefill_tokens=n)}
-        out += [Compared(f"{vidur}_ms@{n}", row[vidur], ops[ours], run.variant)
+        out += [Compared(f"{label} {vidur}_ms@{n}".strip(), row[vidur], ops[ours], run.variant)
                 for vidur, ours in VIDUR_OPS.items()]
     return out
 
@@ -403,9 +491,12 @@ def _nim_concurrency(m: dict) -> list[Point]:
 
 
 def _trtllm_grid(m: dict) -> list[Point]:
-    return [Point(f"{gpu}-{isl_osl.replace('/', '-')}", {"output_tput_tok_s": tok_s},
-                  f"{gpu} {isl_osl}")
-            for gpu in ("h100", "h200") for isl_osl, tok_s in m[f"{gpu}_tp1_fp8"].items()]
+    """Every ``<gpu>_tp<N>_fp8`` table of ISL/OSL → total output tok/s; variant
+    <gpu>-<isl>-<osl>."""
+    return [Point(f"{key.split('_')[0]}-{isl_osl.replace('/', '-')}", {"output_tput_tok_s": tok_s},
+                  f"{key.split('_')[0]} {isl_osl}")
+            for key, table in m.items() if key.endswith("_fp8")
+            for isl_osl, tok_s in table.items()]
 
 
 def _batch_latency(m: dict) -> list[Point]:
@@ -478,11 +569,49 @@ def _c1(m: dict) -> list[Point]:
     return [Point("c1", m["c1"], "c=1")]
 
 
+def _pp2(m: dict) -> list[Point]:
+    """The pipeline-parallel start-up log without its "Available KV cache memory" line, which is
+    the other stage's (:data:`PP_OTHER_STAGE`)."""
+    return [Point("default", {k: v for k, v in m.items() if k != "log_available_kv"})]
+
+
+def _benchmark_serving_json(m: dict) -> list[Point]:
+    """A vLLM benchmark_serving.py result (``ttft_ms`` / ``tpot_ms`` / ``itl_ms`` as
+    {mean, median, ...}) read into the summary's keys; variant rate_inf."""
+    fields = {"request_throughput_req_s": m["request_throughput_req_s"],
+              "output_token_throughput_tok_s": m["output_throughput_tok_s"],
+              "input_tput_tok_s": m["input_throughput_tok_s"]}
+    for name in ("ttft", "tpot", "itl"):
+        for stat in ("median", "mean"):
+            if f"{stat}_{name}_ms" in SUMMARY_FIELDS:
+                fields[f"{stat}_{name}_ms"] = m[f"{name}_ms"][stat]
+    return [Point("rate_inf", fields)]
+
+
+def _perfbench_serving_and_throughput(m: dict) -> list[Point]:
+    """The serving row (variant serving_llama70B_tp4_qps_1) and each offline
+    ``throughput_<model>_req_s`` row (variant throughput_<model>)."""
+    points = [Point("serving_llama70B_tp4_qps_1", m["serving_llama70B_tp4_sharegpt_qps_1"],
+                    "serving 70B TP4 qps 1")]
+    for key, value in m.items():
+        if key.startswith("throughput_"):
+            variant = key.removesuffix("_req_s")
+            points.append(Point(variant, {"tput_req_s": value}, variant.replace("_", " ")))
+    return points
+
+
 NO_STD = "capsim's summary has means and percentiles, no standard deviation"
 UNSTATED_WORKLOAD = ("the throughput tests' workload (dataset, prompt count, lengths) is not "
                      "stated in the case")
 SKIP_SLIDING_WINDOW = ("fp8 KV on the full-attention layers only (--kv-cache-dtype-skip-layers "
                       "sliding_window): capsim has one KV dtype per model")
+PP_OTHER_STAGE = ("the log's one \"Available KV cache memory\" line (66.54 GiB) is the stage "
+                  "that does not bind; the token count is the other stage's (the case's notes), "
+                  "which capsim's pool is: not comparable")
+P99_OF_200 = ("the benchmark scores medians, means and throughputs (SUMMARY_FIELDS); a p99 of "
+              "200 requests is their second-largest")
+PEAK_DURING_RUN = ("a peak seen while the benchmark ran (free-form, per GPU), not a start-up "
+                   "term")
 ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norms, RoPE, "
                "SiLU-mul, adds); the case omits post_attention_layernorm, so no group sum")
 
@@ -565,21 +694,41 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1": Entry(
         "supplementary/load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1.yaml",
         serving(_c1)),
-    # Held-out tensor-parallel timing (issue 14): the perf-benchmark test on an H200, vLLM PR
-    # 9856's TP 2 batch, and the 70B TP 4 H100 rows of the README behind the shared
-    # SGLang 0.3 / vLLM 0.6 A100 cases.
+    # Held-out tensor-parallel timing (issue 14): the perf-benchmark test on an H200 and vLLM PR
+    # 9856's TP 2 batch.
     "step_vllm_perfbench_latency_bs8_in32_out128_h200": Entry(
         "supplementary/step_vllm_perfbench_latency_bs8_in32_out128_h200.yaml",
         serving(_batch_latency)),
     "step_vllm_pr9856_a100_llama31_8b_tp2_bs8_in128_out256": Entry(
         "supplementary/step_vllm_pr9856_a100_llama31_8b_tp2_bs8_in128_out256.yaml",
         serving(_labelled({"latency_llama8B_tp2": "llama8B_tp2"}))),
-    "load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8": Entry(
-        "supplementary/load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8.yaml",
-        serving(_rps_points)),
-    "load_vllm060_h100_llama31_70b_tp4_sharegpt_rps4_rps8_multistep10": Entry(
-        "supplementary/load_vllm060_h100_llama31_70b_tp4_sharegpt_rps4_rps8_multistep10.yaml",
+    # Shared cases added on 2026-12-06 (the first two were supplementary cases before).
+    "load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8": Entry(
+        "load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8.yaml", serving(_rps_points)),
+    "load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10": Entry(
+        "load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10.yaml",
         serving(_rps_points, derived={"median_itl_ms": lambda r, _: 10 * r.tpot_p50_ms})),
+    "kernel_vidur_a100_llama3_8b_and_h100_a100_llama2_70b_tp4_linear_ops": Entry(
+        "kernel_vidur_a100_llama3_8b_and_h100_a100_llama2_70b_tp4_linear_ops.yaml", vidur_tables),
+    "load_lambda_vllm054_1xh100_mistral7b_sharegpt320_rate_inf": Entry(
+        "load_lambda_vllm054_1xh100_mistral7b_sharegpt320_rate_inf.yaml",
+        serving(_benchmark_serving_json),
+        (("std_ttft_ms, std_tpot_ms, std_itl_ms", NO_STD),)),
+    "kv_vllm_pr2031_a100_llama2_70b_tp4": Entry(
+        "kv_vllm_pr2031_a100_llama2_70b_tp4.yaml",
+        kv_capacity(_labelled({"gpu_blocks_current_main": "main_dec2023",
+                               "gpu_blocks_with_pr2031": "pr2031"})),
+        (("peak_memory_observed_on_main", PEAK_DURING_RUN),)),
+    "tput_trtllm_v10_h100_fp8_llama33_70b_tp2_isl_osl_grid": Entry(
+        "tput_trtllm_v10_h100_fp8_llama33_70b_tp2_isl_osl_grid.yaml", serving(_trtllm_grid)),
+    "kv_vllm0190_h100_llama31_8b_tp4_bf16": Entry(
+        "kv_vllm0190_h100_llama31_8b_tp4_bf16.yaml", kv_capacity(_one)),
+    "kv_vllm0190_h100_llama31_8b_pp2_bf16": Entry(
+        "kv_vllm0190_h100_llama31_8b_pp2_bf16.yaml", kv_capacity(_pp2),
+        (("log_available_kv", PP_OTHER_STAGE),)),
+    "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput": Entry(
+        "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput.yaml",
+        serving(_perfbench_serving_and_throughput), (("p99_ttft_ms", P99_OF_200),)),
 }
 
 
@@ -598,6 +747,9 @@ class Row:
     preset: str             # the engine preset and GPU profile of the variant that predicted it
     hardware: str
     collected: str = SHARED  # SHARED (the reference set) or PROJECT (supplementary_cases.yaml)
+    split: str = TEST        # FIT or TEST (SPLIT_YAML)
+    engine: str = ""         # the preset's engine family (vllm, sglang, trtllm, tgi)
+    band: str = NO_LOAD      # a serving row's load band (BANDS), else NO_LOAD
 
     @property
     def error_pct(self) -> float:
@@ -615,25 +767,140 @@ class Gap:
     reason: str
 
 
+class BadInput(Exception):
+    """A protocol file that cannot be read as the benchmark needs it: printed as one line
+    naming the file and the key, exit 2."""
+
+    def __init__(self, file: Path, key: str, what: str):
+        super().__init__(f"{file}: {key}: {what}")
+
+
 def read_cases() -> list[dict]:
     """The measured cases: the shared reference set, then the project's supplementary cases
     (each marked ``collected: project``). Exit 2 with one line when the shared reference is
-    absent or a supplementary case is not marked as the project's."""
+    absent, a supplementary case is not marked as the project's or repeats a case id."""
     if not CASES_YAML.is_file():
         print(f"error: {CASES_YAML} not found: the fidelity benchmark reads the measured cases "
               "from ../shared/reference/measured/ next to this checkout", file=sys.stderr)
         sys.exit(2)
     supplementary = load_yaml(SUPPLEMENTARY_YAML.read_text())
+    shared = load_yaml(CASES_YAML.read_text())
+    seen = {case["id"] for case in shared}
     for i, case in enumerate(supplementary):
         if case.get("collected") != PROJECT:
             print(f"error: {SUPPLEMENTARY_YAML}: [{i}].collected must be {PROJECT!r} (got "
                   f"{case.get('collected')!r})", file=sys.stderr)
             sys.exit(2)
-    return [*load_yaml(CASES_YAML.read_text()), *supplementary]
+        if case.get("id") in seen:
+            print(f"error: {SUPPLEMENTARY_YAML}: [{i}].id: {case['id']!r} is already a case "
+                  "(keep one copy)", file=sys.stderr)
+            sys.exit(2)
+        seen.add(case.get("id"))
+    return [*shared, *supplementary]
 
 
-def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
-    """Predict every case: its rows, and the parts no scenario expresses."""
+def read_split(case_ids: list[str], path: Path | None = None) -> dict[str, str]:
+    """``fit_test_split.yaml``: case id → FIT or TEST, every case of ``case_ids`` exactly once.
+
+    Raises:
+        BadInput: not a mapping of the two lists, a case in both or twice, an id that is no
+            measured case, or a measured case in neither list.
+    """
+    path = path or SPLIT_YAML
+    doc = load_yaml(path.read_text())
+    if not isinstance(doc, dict) or set(doc) != {FIT, TEST}:
+        raise BadInput(path, "(top level)", f"a mapping of exactly {FIT}: and {TEST}: (lists "
+                       f"of case ids), got {sorted(doc) if isinstance(doc, dict) else doc!r}")
+    known = set(case_ids)
+    split: dict[str, str] = {}
+    for which in (FIT, TEST):
+        if not isinstance(doc[which], list):
+            raise BadInput(path, which, f"a list of case ids, got {doc[which]!r}")
+        for i, case in enumerate(doc[which]):
+            key = f"{which}[{i}]"
+            if not isinstance(case, str):
+                raise BadInput(path, key, f"a case id, got {case!r}")
+            if case in split:
+                raise BadInput(path, key, f"{case} is already listed under {split[case]}"
+                               + (": a case is fit or test, not both" if split[case] != which
+                                  else ""))
+            if case not in known:
+                raise BadInput(path, key, f"{case} is not a measured case ({CASES_YAML.name} "
+                               f"or {SUPPLEMENTARY_YAML.name})")
+            split[case] = which
+    missing = [c for c in case_ids if c not in split]
+    if missing:
+        raise BadInput(path, FIT + " / " + TEST, f"{len(missing)} measured case(s) in neither "
+                       f"list: {', '.join(missing)}")
+    return split
+
+
+def profile_fitted_to(data: Path | None = None) -> list[tuple[Path, str, list[Any]]]:
+    """Every ``fitted_to:`` entry of the profiles under ``data``: (file, constant, what it was
+    fitted to)."""
+    out = []
+    for path in sorted((data or PROFILE_DATA).glob("*/*.yaml")):
+        doc = load_yaml(path.read_text())
+        fitted = doc.get("fitted_to") if isinstance(doc, dict) else None
+        if fitted is None:
+            continue
+        if not isinstance(fitted, dict):
+            raise BadInput(path, "fitted_to", f"a mapping of constant -> case ids, got {fitted!r}")
+        out += [(path, key, items) for key, items in fitted.items()]
+    return out
+
+
+def check_fitted_to(split: Mapping[str, str], data: Path | None = None) -> None:
+    """Every case a profile's constant was fitted to is a measured case and ``fit``; every
+    fitted constant is a ``sources:`` key of its file.
+
+    Raises:
+        BadInput: the first constant that breaks it.
+    """
+    for path, key, items in profile_fitted_to(data):
+        where = f"fitted_to.{key}"
+        doc = load_yaml(path.read_text())
+        if key not in (doc.get("sources") or {}):
+            raise BadInput(path, where, f"{key} has no entry in sources:")
+        if not isinstance(items, list) or not items:
+            raise BadInput(path, where, f"a non-empty list of case ids or {{external: "
+                           f"source}}, got {items!r}")
+        for item in items:
+            if isinstance(item, dict) and set(item) == {"external"}:
+                continue
+            if not isinstance(item, str):
+                raise BadInput(path, where, f"a case id or {{external: source}}, got {item!r}")
+            if item not in split:
+                raise BadInput(path, where, f"{item} is not a measured case")
+            if split[item] != FIT:
+                raise BadInput(path, where, f"{item} is a {split[item]} case in {SPLIT_YAML.name}:"
+                               " a constant fitted to it makes it fit")
+
+
+#: Words of a ``sources:`` entry that say its value was fitted (after :data:`NOT_FITTED`
+#: phrases are removed).
+FITTED_WORDS = re.compile(r"\bfit(?:ted|s)?\b|\bcalibrated\b", re.IGNORECASE)
+NOT_FITTED = re.compile(r"uncalibrated|to be calibrated|calibrate against|not fitted",
+                        re.IGNORECASE)
+#: What follows these in a ``sources:`` entry names the cases it was checked on, not fitted to.
+HELD_OUT = re.compile(r"held[ -]out|checked against", re.IGNORECASE)
+
+
+def needs_fitted_to(source: str, case_ids: list[str]) -> tuple[bool, set[str]]:
+    """Whether a ``sources:`` entry says its value was fitted (FITTED_WORDS), and the cases it
+    names before any "held out" / "checked against" (the data its value was taken from)."""
+    fitted = bool(FITTED_WORDS.search(NOT_FITTED.sub("", source)))
+    head = HELD_OUT.split(source, maxsplit=1)[0]
+    return fitted, {c for c in case_ids if re.search(rf"\b{re.escape(c)}\b", head)}
+
+
+def evaluate(cases: list[dict], split: Mapping[str, str] | None = None,
+             bands: bool = False) -> tuple[list[Row], list[Gap]]:
+    """Predict every case: its rows (each marked fit or test by ``split``, default
+    :func:`read_split`; with ``bands``, serving rows with their load band, which simulates
+    each serving variant's saturation run too), and the parts no scenario expresses."""
+    split = split if split is not None else read_split([c["id"] for c in read_cases()])
+    _SIMULATED.clear()
     rows: list[Row] = []
     gaps: list[Gap] = []
     for case in cases:
@@ -645,6 +912,7 @@ def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
         if entry.scenario is None:
             continue
         loaded = load(SCENARIOS / entry.scenario)
+        runs = {run.variant: run for run in loaded.runs}
         pools = {run.variant: run.pool() for run in loaded.runs}
         fitted = dict(entry.fitted)
         compared = entry.predict(case, loaded)
@@ -652,9 +920,13 @@ def evaluate(cases: list[dict]) -> tuple[list[Row], list[Gap]]:
                      f"{fmt(c.measured)}, capsim {fmt(c.predicted)} "
                      f"({(c.predicted - c.measured) / c.measured * 100:+.1f} %)")
                  for c in compared if c.variant in fitted]
+        band = {v: band_of(load_fraction(loaded, runs[v]))
+                for v in dict.fromkeys(c.variant for c in compared)
+                if bands and case["kind"] == "load_latency_throughput"}
         rows += [Row(case["id"], case["kind"], c.name, c.measured, c.predicted,
                      pools[c.variant].preset.name, pools[c.variant].hardware.name,
-                     case.get("collected", SHARED))
+                     case.get("collected", SHARED), split[case["id"]],
+                     pools[c.variant].preset.engine, band.get(c.variant, NO_LOAD))
                  for c in compared if c.variant not in fitted]
     return rows, gaps
 
@@ -795,24 +1067,110 @@ TRUST_HEADER = """\
 
 
 SUPPLEMENTARY_TITLE = ("supplementary cases (project-collected, benchmarks/fidelity/"
-                       "supplementary_cases.yaml; held out, never fitted)")
+                       "supplementary_cases.yaml)")
+TEST_TITLE = (f"test rows (cases no shipped constant was fitted to; {SPLIT_YAML.name})")
+FIT_TITLE = (f"fit rows (cases a shipped constant was fitted to, in-sample; {SPLIT_YAML.name})")
+
+
+def protocol(rows: list[Row]) -> dict[str, Any]:
+    """The fit/test protocol's figures: per split (test, fit), the cases and quantities, and
+    per trust family the count and median |error| % over all its rows, per engine family and
+    per load band (BANDS, then NO_LOAD)."""
+    scored = [r for r in rows if not math.isnan(r.predicted) and family(r)]
+
+    def cells(subset: list[Row]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for f in FAMILIES:
+            errors = [abs(r.error_pct) for r in subset if family(r) == f]
+            if errors:
+                out[f] = {"n": len(errors), "median_abs_err_pct": statistics.median(errors)}
+        return out
+
+    result = {}
+    for split in (TEST, FIT):
+        part = [r for r in scored if r.split == split]
+        result[split] = {
+            "cases": len({r.case for r in rows if r.split == split}),
+            "quantities": len(part),
+            "all": cells(part),
+            "engine": {e: cells([r for r in part if r.engine == e])
+                       for e in sorted({r.engine for r in part})},
+            "band": {b: cells([r for r in part if r.band == b])
+                     for b in (*BANDS, NO_LOAD) if any(r.band == b for r in part)},
+        }
+    return result
+
+
+def headline(rows: list[Row]) -> str:
+    """The benchmark's last line: median |error| per trust family over the test rows."""
+    cells = protocol(rows)[TEST]["all"]
+    return "fidelity (test rows): " + ", ".join(
+        f"{FAMILIES[f].replace('KV capacity', 'KV')} "
+        + (f"{cells[f]['median_abs_err_pct']:.1f} %" if f in cells else "n/a")
+        for f in FAMILIES)
+
+
+def print_protocol(rows: list[Row]) -> None:
+    summary = protocol(rows)
+
+    def cell(c: dict[str, Any], f: str) -> str:
+        return (f"{c[f]['median_abs_err_pct']:5.1f}% ({c[f]['n']})" if f in c else "   -").ljust(14)
+
+    print(f"\nfit/test protocol ({SPLIT_YAML.relative_to(ROOT)}): median |error| (quantities) "
+          "per trust family; load = rate / capsim's saturation throughput of the configuration")
+    for split in (TEST, FIT):
+        s = summary[split]
+        print(f"  {split} rows: {s['cases']} cases, {s['quantities']} quantities")
+        print("    " + " " * 32 + "".join(FAMILIES[f].ljust(14) for f in FAMILIES))
+        print("    " + "all".ljust(32) + "".join(cell(s["all"], f) for f in FAMILIES))
+        for name, group in (("engine", s["engine"]), ("band", s["band"])):
+            for key, c in group.items():
+                label = (f"engine {key}" if name == "engine" else key if key == NO_LOAD
+                         else f"load {key}")
+                print("    " + label.ljust(32) + "".join(cell(c, f) for f in FAMILIES))
+
+
+def print_protocol_markdown(rows: list[Row]) -> None:
+    summary = protocol(rows)
+
+    def cell(c: dict[str, Any], f: str) -> str:
+        return f"{c[f]['median_abs_err_pct']:.1f} % ({c[f]['n']})" if f in c else "–"
+
+    for split in (TEST, FIT):
+        s = summary[split]
+        print(f"\n**{split} rows** ({s['cases']} cases, {s['quantities']} quantities): median "
+              "\\|error\\| (quantities)\n")
+        print("| | " + " | ".join(FAMILIES.values()) + " |")
+        print("|---|" + "---:|" * len(FAMILIES))
+        print("| all | " + " | ".join(cell(s["all"], f) for f in FAMILIES) + " |")
+        for key, c in s["engine"].items():
+            print(f"| engine {key} | " + " | ".join(cell(c, f) for f in FAMILIES) + " |")
+        for key, c in s["band"].items():
+            label = key if key == NO_LOAD else f"load {key}"
+            print(f"| {label} | " + " | ".join(cell(c, f) for f in FAMILIES) + " |")
 
 
 def print_rows(rows: list[Row]) -> None:
-    """One line per quantity: the shared reference set, then the supplementary cases."""
+    """One line per quantity: the test rows, then the fit rows; in each the shared reference
+    set, then the supplementary cases. A serving row shows its load band."""
     width = max((len(r.case) for r in rows), default=4)
     qwidth = max((len(r.quantity) for r in rows), default=8)
-    for collected in (SHARED, PROJECT):
-        part = [r for r in rows if r.collected == collected]
-        if not part:
+    for split, title in ((TEST, TEST_TITLE), (FIT, FIT_TITLE)):
+        if not any(r.split == split for r in rows):
             continue
-        if collected == PROJECT:
-            print(f"\n{SUPPLEMENTARY_TITLE}:")
-        print(f"{'case':<{width}}  {'quantity':<{qwidth}}  {'measured':>12}  {'predicted':>12}  "
-              f"{'error':>8}")
-        for r in part:
-            print(f"{r.case:<{width}}  {r.quantity:<{qwidth}}  {fmt(r.measured):>12}  "
-                  f"{fmt(r.predicted):>12}  {fmt_err(r):>8}")
+        print(f"\n{title}:")
+        for collected in (SHARED, PROJECT):
+            part = [r for r in rows if r.collected == collected and r.split == split]
+            if not part:
+                continue
+            if collected == PROJECT:
+                print(f"  {SUPPLEMENTARY_TITLE}:")
+            print(f"{'case':<{width}}  {'quantity':<{qwidth}}  {'measured':>12}  "
+                  f"{'predicted':>12}  {'error':>8}  load")
+            for r in part:
+                print(f"{r.case:<{width}}  {r.quantity:<{qwidth}}  {fmt(r.measured):>12}  "
+                      f"{fmt(r.predicted):>12}  {fmt_err(r):>8}  "
+                      f"{'' if r.band == NO_LOAD else r.band}".rstrip())
 
 
 def print_summary(summary: dict[str, list[dict[str, Any]]], gaps: list[Gap]) -> None:
@@ -909,7 +1267,7 @@ def main() -> None:
                         help="also write the per preset x GPU error table capsim shows with "
                              "every run (capsim/profiles/data/trust.yaml); all cases only")
     args = parser.parse_args()
-    cases = read_cases()
+    cases = all_cases = read_cases()
     if args.case and args.case not in {c["id"] for c in cases}:
         parser.error(f"no case {args.case!r} in {CASES_YAML} or {SUPPLEMENTARY_YAML}")
     cases = [c for c in cases if (not args.kind or c["kind"] == args.kind)
@@ -924,21 +1282,36 @@ def main() -> None:
             setattr(args, option, path.resolve())
             if not path.resolve().parent.is_dir():
                 parser.error(f"--{option} {path}: no directory {path.resolve().parent}")
-    rows, gaps = evaluate(cases)
+    try:
+        split = read_split([c["id"] for c in all_cases])
+        check_fitted_to(split)
+        for case_id, entry in ENTRIES.items():
+            if entry.fitted and split.get(case_id) != FIT:
+                raise BadInput(SPLIT_YAML, case_id, "benchmarks/fidelity.py's entry lists "
+                               "fitted quantities: the case is fit")
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rows, gaps = evaluate(cases, split, bands=True)
     summary = summaries(rows)
     if args.markdown:
         print_markdown(summary, gaps, rows)
+        print_protocol_markdown(rows)
     else:
         print_rows(rows)
         print_summary(summary, gaps)
+        print_protocol(rows)
     if args.json:
         args.json.write_text(json.dumps({
             "quantities": [finite({**asdict(r), "error_pct": r.error_pct}) for r in rows],
             "summary": {k: [finite(s) for s in v] for k, v in summary.items()},
             "not_expressible": [asdict(g) for g in gaps],
+            "protocol": protocol(rows),
+            "headline": headline(rows),
         }, indent=1) + "\n")
     if args.trust:
         args.trust.write_text(TRUST_HEADER + yaml.safe_dump(trust_table(rows), sort_keys=False))
+    print(("\n" if not args.markdown else "\n") + headline(rows))
 
 
 if __name__ == "__main__":

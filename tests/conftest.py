@@ -10,6 +10,7 @@ the tests as fixtures.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +40,16 @@ def scenarios_dir() -> Path:
 
 
 def shared_or_skip(relative: str, what: str) -> Path:
-    """``../shared/RELATIVE``, or skip the test (with where it was looked for) if absent."""
+    """``../shared/RELATIVE``, or skip the test (with where it was looked for) if absent; in CI
+    (``CI=true``) a test that cannot find it fails instead, so the fidelity and reference tests
+    never pass there by skipping."""
     path = SHARED / relative
     if not path.exists():
-        pytest.skip(f"{what} not found at {path} (../shared absent)")
+        message = f"{what} not found at {path} (../shared absent)"
+        if os.environ.get("CI", "").strip().lower() == "true":
+            pytest.fail(f"{message}; CI=true: a test that needs ../shared fails instead of "
+                        "skipping", pytrace=False)
+        pytest.skip(message)
     return path
 
 

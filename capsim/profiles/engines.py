@@ -31,8 +31,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.schema import Bool, Int, StrictModel
-from capsim.profiles.files import (is_path, packaged_file, packaged_names, read_yaml_mapping,
-                                   scenario_error_from_validation)
+from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
+                                   read_yaml_mapping, scenario_error_from_validation)
 from capsim.profiles.hardware import EngineFamily
 from capsim.profiles.policies import POLICY_NAMES
 
@@ -276,6 +276,7 @@ class EnginePreset(StrictModel):
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     sources: dict[str, str] = Field(min_length=1)
+    fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""
 
     def defaults_for(self, hardware_name: str, memory_total_gib: float,

@@ -13,6 +13,7 @@ Public API:
     read_yaml_mapping(path) -> dict
     scenario_error_from_validation(exc, file) -> ScenarioError
     check_sources(missing, path, shipped, what)
+    FittedTo: the ``fitted_to:`` mapping of a profile
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -33,6 +34,12 @@ from capsim.common.schema import _model_in, annotation_at, error_text, missing_t
 from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 log = logging.getLogger(__name__)
+
+FittedTo = dict[str, list[str | dict[Literal["external"], str]]]
+"""A profile's ``fitted_to:``: each fitted constant (its ``sources`` key) → what it was fitted
+to: measured case ids (benchmarks/fidelity/fit_test_split.yaml assigns each to ``fit`` or
+``test``) or ``{external: <source>}`` for data with no case id (a kernel benchmark, a blog
+figure). Read by the tests of the fit/test protocol only; capsim does not use it."""
 
 
 def _folder(folder: str) -> Any:

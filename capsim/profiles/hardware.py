@@ -30,8 +30,9 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Float, Int, StrictModel
-from capsim.profiles.files import (check_sources, is_path, packaged_file, packaged_names,
-                                   read_yaml_mapping, scenario_error_from_validation)
+from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
+                                   packaged_names, read_yaml_mapping,
+                                   scenario_error_from_validation)
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for (``fp4``: the
 #: NVFP4 / MXFP4 block-scaled rate of Blackwell's tensor cores).
@@ -363,6 +364,7 @@ class HardwareProfile(StrictModel):
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
     sources: dict[str, str] = Field(default_factory=dict)
+    fitted_to: FittedTo = Field(default_factory=dict)
     calibration: Calibration | None = None
     derivation: Derivation | None = None
     notes: str = ""

@@ -47,6 +47,8 @@ from capsim.profiles.engines import HostOverhead, load_engine_preset
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.models import load_model
 
+from conftest import shared_or_skip
+
 _spec = importlib.util.spec_from_file_location(
     "capsim_test_tp_step_gap", Path(__file__).with_name("test_tp_step_gap.py"))
 _gap = importlib.util.module_from_spec(_spec)
@@ -172,8 +174,7 @@ def test_a_host_cost_per_extra_worker_fits_v0_rows_and_would_break_v1_tp8(repo_r
     gpt-oss-120b TP 8 on the H100 (async: 5.1 ms of host against a 3.9 ms step) +67 % high,
     which is why V1 presets leave it 0 (V1 workers prepare their own inputs from one
     shared-memory message: vLLM PR 9856)."""
-    if not (repo_root.parent / "shared/reference/measured/cases.yaml").is_file():
-        pytest.skip("../shared/reference/measured/cases.yaml absent")
+    shared_or_skip("reference/measured/cases.yaml", "the measured cases")
     spec = importlib.util.spec_from_file_location("capsim_fidelity_tp_series",
                                                   repo_root / "benchmarks/fidelity.py")
     fidelity = importlib.util.module_from_spec(spec)

@@ -61,6 +61,8 @@ from capsim.scenario.load import load
 from capsim.sim.simulate import simulate
 from capsim.workload import TraceCache
 
+from conftest import shared_or_skip
+
 PERF = "step_vllm_perfbench_latency_bs8_in32_out128_"
 #: Every fidelity case with a TP > 1 variant.
 TP_CASES = (f"{PERF}a100", f"{PERF}h100",
@@ -91,8 +93,7 @@ EXTERNAL = {
 @pytest.fixture(scope="module")
 def fidelity(repo_root):
     """benchmarks/fidelity.py as a module (it reads ../shared/reference/measured)."""
-    if not (repo_root.parent / "shared/reference/measured/cases.yaml").is_file():
-        pytest.skip("../shared/reference/measured/cases.yaml absent")
+    shared_or_skip("reference/measured/cases.yaml", "the measured cases")
     spec = importlib.util.spec_from_file_location("capsim_fidelity_bench",
                                                   repo_root / "benchmarks/fidelity.py")
     module = importlib.util.module_from_spec(spec)

@@ -507,12 +507,12 @@ def test_run_writes_the_report_and_set_overrides(tmp_path, run_cli, write_scenar
     assert resolved["capsim_version"]
     assert "GPU KV cache size:" in out
     # How far to trust it (issue 'Fidelity II'): the terminal and the report name the
-    # preset x GPU's measured cases (vLLM 0.19 on H100: kv_vllm0190_*, the H100
-    # benchmark_latency case and the 4 project-collected H100 serving cases of
+    # preset x GPU's measured cases (vLLM 0.19 on H100: the 7 kv_vllm0190_h100_* start-ups
+    # and the 4 project-collected H100 serving cases of
     # benchmarks/fidelity/supplementary_cases.yaml) from capsim/profiles/data/trust.yaml.
     from capsim.profiles.trust import coverage
     line = coverage("vllm-v1", "h100-sxm").text()
-    assert ("how far to trust it: vllm-v1 on h100-sxm: median |error| over 9 measured case(s), "
+    assert ("how far to trust it: vllm-v1 on h100-sxm: median |error| over 11 measured case(s), "
             "4 project-collected") in out
     assert line in (out_dir / "index.html").read_text()
 

@@ -18,10 +18,11 @@ def test_a_hardware_template_loads_with_its_base_numbers(tmp_path, run_cli, base
     text = out.read_text()
     assert text.count("\n# ") >= 10                        # commented for the reader
     got, want = load_hardware(str(out)), load_hardware(base)
-    assert (got.name, got.display_name, got.sources, got.calibration) == (
-        "my-gpu", "my-gpu", {}, None)
+    assert (got.name, got.display_name, got.sources, got.fitted_to, got.calibration) == (
+        "my-gpu", "my-gpu", {}, {}, None)            # nothing of the user's GPU was fitted
     same = {"name": want.name, "display_name": want.display_name, "sources": want.sources,
-            "calibration": want.calibration, "derivation": want.derivation, "notes": want.notes}
+            "fitted_to": want.fitted_to, "calibration": want.calibration,
+            "derivation": want.derivation, "notes": want.notes}
     assert got.model_copy(update=same) == want             # every number exactly the base's
     assert got.derivation.from_profile == base and got.derivation.status == \
         "derived, uncalibrated"

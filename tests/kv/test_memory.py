@@ -3,8 +3,9 @@
 Every figure is a line of a public vLLM 0.19.0 start-up log on an H100 80GB
 (torch total 79.19 GiB, gpu_memory_utilization 0.95, max_num_batched_tokens
 8192, max_num_seqs 1024), quoted in ../shared/reference/measured/cases.yaml
-under the case id each test names. Targets (issue "Fidelity I"): tokens and
-blocks within 2 %, every memory term within 0.15 GiB. The vllm-v1 preset's two
+under the case id each test names. The tolerances are the README's claims (Fidelity
+section): tokens, blocks and concurrency within 0.1 % for vLLM 0.19 (0.5 % for the RTX
+3090's vLLM 0.6.4), every memory term within 0.15 GiB. The vllm-v1 preset's two
 fitted constants come from the Llama-3.1-8B TP1 and TP2 logs; the Qwen2.5-7B and
 Llama-3.3-70B tests are held out.
 """
@@ -36,12 +37,17 @@ def pool(write_scenario, tmp_path):
     return make
 
 
-def check(pool, *, tokens: int, blocks: int | None = None, **gib: float) -> None:
-    """Tokens (and blocks) within 2 %, each logged GiB term within 0.15 GiB."""
+#: The README's KV-capacity claims: vLLM 0.19 within 0.1 %, the RTX 3090 within 0.5 %.
+VLLM_019_REL, RTX3090_REL = 0.001, 0.005
+
+
+def check(pool, *, tokens: int, blocks: int | None = None, rel: float = VLLM_019_REL,
+          **gib: float) -> None:
+    """Tokens (and blocks) within ``rel``, each logged GiB term within 0.15 GiB."""
     kv = pool.kv
-    assert kv.num_tokens == pytest.approx(tokens, rel=0.02)
+    assert kv.num_tokens == pytest.approx(tokens, rel=rel)
     if blocks is not None:
-        assert kv.num_gpu_blocks == pytest.approx(blocks, rel=0.02)
+        assert kv.num_gpu_blocks == pytest.approx(blocks, rel=rel)
     terms = kv.memory.gib()
     for name, logged in gib.items():
         assert terms[name] == pytest.approx(logged, abs=0.15), name
@@ -56,9 +62,9 @@ def test_llama31_8b_tp1(pool):
     check(p, tokens=476_016, blocks=29_751, weights=14.99, activation_peak=1.89,
           non_torch=0.25, available_kv=58.11, budget=75.23)
     assert p.engine.max_num_seqs == 1024 and p.engine.max_num_batched_tokens == 8192
-    assert p.kv.max_concurrency(8192) == pytest.approx(58.11, rel=0.02)
+    assert p.kv.max_concurrency(8192) == pytest.approx(58.11, rel=VLLM_019_REL)
     # The sweep of the same case: the pool does not depend on max_model_len.
-    assert p.kv.max_concurrency(32768) == pytest.approx(14.53, rel=0.02)
+    assert p.kv.max_concurrency(32768) == pytest.approx(14.53, rel=VLLM_019_REL)
 
 
 def test_llama31_8b_tp2(pool):
@@ -212,7 +218,7 @@ def test_rtx3090_v0_pool_counts_that_gpus_cuda_context(write_scenario, tmp_path,
                                      "prompt_tokens": {"dist": "fixed", "value": 8},
                                      "output_tokens": {"dist": "fixed", "value": 8}}]}}
     p = load(write_scenario(tmp_path, doc)).runs[0].pool()
-    check(p, tokens=blocks * 16, blocks=blocks, non_torch=0.35,
+    check(p, tokens=blocks * 16, blocks=blocks, rel=RTX3090_REL, non_torch=0.35,
           available_kv={20000: 3.81, 29000: 2.89}[max_model_len])
 
 

@@ -37,7 +37,8 @@ def test_shipped_table_is_what_the_fidelity_benchmark_prints_today(monkeypatch):
 
 
 def test_a_measured_pair_reads_its_own_cases():
-    """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 5 of them) and the 4
+    """vLLM 0.19 start-up logs on H100 (kv_vllm0190_* cases, 7 of them: TP 1 / 2 / 4, PP 2,
+    fp8 KV, Qwen2.5-7B, Llama-3.3-70B FP8) and the 4
     project-collected H100 serving cases of benchmarks/fidelity/supplementary_cases.yaml
     (the vLLM blog's FP8 KV-cache post, 2026-04-22: 3; InferenceX issue 828's gpt-oss-120b
     TP 8 sweep, vLLM 0.15.1: 1). The H100 benchmark_latency case is vLLM V0 of October 2024
@@ -45,7 +46,7 @@ def test_a_measured_pair_reads_its_own_cases():
     cov = trust.coverage("vllm-v1", "h100-sxm")
     assert cov.measured
     assert "step_vllm_perfbench_latency_bs8_in32_out128_h100" not in cov.case_ids
-    assert sum(c.startswith("kv_vllm0190_h100") for c in cov.case_ids) == 5
+    assert sum(c.startswith("kv_vllm0190_h100") for c in cov.case_ids) == 7
     assert cov.project_case_ids == (
         "load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep",
         "load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len",
@@ -54,16 +55,19 @@ def test_a_measured_pair_reads_its_own_cases():
     assert set(cov.project_case_ids) <= set(cov.case_ids)
     assert set(cov.families) == {"ttft", "tpot_itl", "throughput", "kv_capacity"}
     assert cov.families["kv_capacity"].max_abs_err_pct <= 0.3      # issue 'Fidelity I': 0.3 %
-    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 9 measured case(s), "
+    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 11 measured case(s), "
                                  "4 project-collected: TTFT ±")
-    # The shared set alone: vLLM V0 on the H100 has its benchmark_latency case and a start-up
-    # log, so TTFT is not measured there; the line says so and gives the all-cases figure.
+    # The shared set alone: vLLM V0 on the H100 has its benchmark_latency case, a start-up log
+    # and the perf-benchmark's 70B TP 4 serving / throughput rows (no TPOT or ITL: the stored
+    # page cut them off), so TPOT/ITL is not measured there; the line says so and gives the
+    # all-cases figure.
     v0 = trust.coverage("vllm-0.6.4", "h100-sxm")
     assert v0.case_ids == ("kv_vllm_pr10511_llama3_8b_memory_breakdown",
+                           "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput",
                            "step_vllm_perfbench_latency_bs8_in32_out128_h100")
     assert v0.project_case_ids == () and "project-collected" not in v0.text()
-    all_ttft = trust.coverage("nobody", "nothing").families["ttft"].median_abs_err_pct
-    assert f"not measured here, all cases: TTFT ±{all_ttft:.1f} %" in v0.text()
+    all_itl = trust.coverage("nobody", "nothing").families["tpot_itl"].median_abs_err_pct
+    assert f"not measured here, all cases: TPOT/ITL ±{all_itl:.1f} %" in v0.text()
 
 
 def test_an_unmeasured_pair_is_uncalibrated_and_falls_back_to_all_cases():
@@ -95,7 +99,7 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 11
+    assert len(supplementary) == 9
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()

@@ -27,8 +27,10 @@ class PolicyCapabilities:
         knobs: engine knobs only this policy reads (refused with another policy).
         no_prefix_cache: why the policy has no prefix cache ('' when it has one: the
             allocator caches prefixes when ``enable_prefix_caching`` is on).
-        swap: whether it can preempt by swapping KV to host memory (``preemption_mode:
-            swap``, if the engine preset has it).
+        chunking: whether it can split a prompt over steps (``enable_chunked_prefill``
+            takes effect: vLLM's, SGLang's and TensorRT-LLM's chunked prefill).
+        no_swap: why ``preemption_mode: swap`` contradicts the policy ('' when the engine
+            preset decides: swap needs a preset that swaps, vLLM V0's).
         no_chunked_prefill: why ``enable_chunked_prefill: true`` is refused ('' when it is
             accepted).
         contiguous_kv: whether it runs over the contiguous KV layouts (the pre-paging
@@ -44,7 +46,8 @@ class PolicyCapabilities:
     module: str
     knobs: tuple[str, ...] = ()
     no_prefix_cache: str = ""
-    swap: bool = False
+    chunking: bool = False
+    no_swap: str = ""
     no_chunked_prefill: str = ""
     contiguous_kv: bool = False
     roles: tuple[str, ...] = ("colocated",)
@@ -58,6 +61,9 @@ class PolicyCapabilities:
         return not self.no_prefix_cache
 
 
+_RESERVES = ("reserves each request's whole KV at admission and never preempts; swap "
+             "preemption contradicts it (valid: recompute)")
+
 _ROWS = (
     # TGI 2.1 had no prefix cache: the v3 router's radix allocator and USE_PREFIX_CACHING
     # came with TGI 2.3 (huggingface/text-generation-inference 8deeaca and b70ae09).
@@ -65,13 +71,14 @@ _ROWS = (
         "static", "static", contiguous_kv=True,
         no_prefix_cache="static batching (scheduler static) runs without a prefix cache"),
     PolicyCapabilities(
-        "continuous", "vllm", knobs=("long_prefill_token_threshold",), swap=True,
+        "continuous", "vllm", knobs=("long_prefill_token_threshold",), chunking=True,
         contiguous_kv=True, roles=ALL_ROLES, pipelining=True, speculative=True,
         failures=True),
-    PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",)),
-    PolicyCapabilities("sglang", "sglang", knobs=("schedule_conservativeness",)),
+    PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",), chunking=True,
+                       no_swap=_RESERVES),
+    PolicyCapabilities("sglang", "sglang", knobs=("schedule_conservativeness",), chunking=True),
     PolicyCapabilities(
-        "tgi", "tgi", knobs=("max_waiting_tokens", "waiting_served_ratio"),
+        "tgi", "tgi", knobs=("max_waiting_tokens", "waiting_served_ratio"), no_swap=_RESERVES,
         no_prefix_cache="TGI 2.1 has no prefix caching (it came with TGI 2.3's radix "
                         "allocator)",
         no_chunked_prefill="TGI 2.1 prefills whole prompts (chunked prefill came with "

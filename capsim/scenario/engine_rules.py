@@ -244,10 +244,9 @@ def _check_long_prefill(engine: EngineConfig, preset: EnginePreset, given: _Give
 
 def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """Swap preemption: a policy that preempts, on a preset that swaps (vLLM V0)."""
-    if engine.scheduler in ("trtllm", "tgi") and engine.preemption_mode == "swap":
-        given.fail("preemption_mode", f"scheduler {engine.scheduler} reserves each request's "
-                                      "whole KV at admission and never preempts; swap "
-                                      "preemption contradicts it (valid: recompute)")
+    no_swap = policy_capabilities(engine.scheduler).no_swap
+    if no_swap and engine.preemption_mode == "swap":
+        given.fail("preemption_mode", f"scheduler {engine.scheduler} {no_swap}")
     if engine.preemption_mode == "swap" and not preset.scheduler.knobs.get("swap_preemption"):
         given.fail("preemption_mode", f"engine preset '{preset.name}' preempts by recompute "
                                       "only (swap to host memory: vLLM V0, presets vllm-0.6, "

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.models import ModelShape
-from capsim.profiles.policies import POLICY_NAMES
+from capsim.profiles.policies import POLICY_NAMES, policy_capabilities
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
@@ -177,7 +177,7 @@ class EngineConfig(StrictModel):
     @property
     def chunked(self) -> bool:
         """Prompts may be split over steps (vLLM's and SGLang's chunked prefill)."""
-        return self.scheduler in ("continuous", "sglang", "trtllm") and self.enable_chunked_prefill
+        return self.enable_chunked_prefill and policy_capabilities(self.scheduler).chunking
 
     def resolved(self, model: ModelShape, user_set: set[str] = frozenset()) -> "EngineConfig":
         """Fill model-dependent defaults and check the cross-field rules vLLM enforces.

@@ -60,3 +60,16 @@ def test_each_built_scheduler_declares_its_row(name):
         else:
             with pytest.raises(ValueError):
                 make_scheduler(eng, alloc, 0, 1, ItlRecorder(), role=role, knobs=KNOBS.get(name))
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_chunked_prefill_takes_effect_where_the_row_says(name):
+    """``EngineConfig.chunked`` reads the row: vLLM's, SGLang's and TensorRT-LLM's policies
+    split prompts; static batching and TGI 2.1 prefill them whole."""
+    eng = EngineConfig(scheduler=name, enable_chunked_prefill=True)
+    assert eng.chunked is (name in ("continuous", "sglang", "trtllm"))
+    assert EngineConfig(scheduler=name, enable_chunked_prefill=False).chunked is False
+
+
+def test_swap_is_refused_by_the_policies_that_reserve_whole_requests():
+    assert {n for n, row in POLICY_TABLE.items() if row.no_swap} == {"trtllm", "tgi"}

@@ -25,7 +25,7 @@ from capsim.cost.communication import Communication
 from capsim.cost.host import HostTime
 
 #: (compute_s, memory_s, roof_s, flops, bytes) of a step of n tokens and ``logits`` LM-head
-#: rows without decode attention (the pricer's ``_before_decode_attention``).
+#: rows without decode attention (:meth:`~capsim.cost.operator_terms.OperatorTerms.base`).
 BaseTerms = Callable[[int, int, int, float, int], tuple[float, float, float, float, float]]
 
 

@@ -1,8 +1,8 @@
 """A pool of co-located replicas that grows and shrinks with the load (``cluster.autoscaling``)
 and whose replicas fail and are repaired (``cluster.failures``).
 
-:class:`Fleet` stands where the router stands in a fixed cluster (``route()`` returns
-it; its ``submit`` picks a serving replica) and runs the autoscaler as one SimPy
+:class:`Fleet` is the run's :class:`~capsim.engine.cluster.Cluster` where a fixed pool
+would be (its ``admit`` / ``submit`` picks a serving replica) and runs the autoscaler as one SimPy
 process: every ``interval_s`` it reads the signal off the serving replicas
 (:func:`desired_replicas`, Kubernetes HPA's rule, see :mod:`capsim.scenario.fleet`)
 and

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from capsim.kv.allocator import KVInvariantError
+from capsim.kv.manager import PoolCapacity
 
 
 class ContiguousAllocator:
@@ -90,7 +91,7 @@ class ContiguousAllocator:
                                    f"({len(self._starts)} holes)")
 
 
-class ContiguousKV:
+class ContiguousKV(PoolCapacity):
     """The contiguous layout as a scheduler sees it (the paged pool's facade is
     :class:`capsim.kv.manager.KVCacheManager`): one reserved range per request, kept here
     by request id, released when it finishes.
@@ -106,18 +107,6 @@ class ContiguousKV:
         self.allocator = allocator
         self.block_size = allocator.block_size
         self._ranges: dict[int, tuple[int, int]] = {}     # rid → (start, tokens)
-
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.allocator.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.allocator.num_used_blocks
 
     @property
     def free_tokens(self) -> int:

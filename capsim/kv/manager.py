@@ -45,7 +45,28 @@ class KVSequence(Protocol):
     def num_tokens(self) -> int: ...
 
 
-class KVCacheManager:
+class PoolCapacity:
+    """The pool's block counts, read through a facade (its ``allocator``): what the
+    paged :class:`KVCacheManager` and the contiguous
+    :class:`~capsim.kv.contiguous.ContiguousKV` both answer."""
+
+    __slots__ = ()
+
+    @property
+    def num_blocks(self) -> int:
+        return self.allocator.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks free now (paged: cached ones included, taking them evicts)."""
+        return self.allocator.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.allocator.num_used_blocks
+
+
+class KVCacheManager(PoolCapacity):
     """One replica's paged KV cache as its scheduler sees it.
 
     Args:
@@ -74,19 +95,6 @@ class KVCacheManager:
         self._spare: dict[int, list[int]] = {}   # rid → blocks reserved for its future samples
 
     # ------------------------------------------------------------ capacity
-    @property
-    def num_blocks(self) -> int:
-        return self.allocator.num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks on the free queue (cached ones included: taking them evicts)."""
-        return self.allocator.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.allocator.num_used_blocks
-
     def blocks_to_allocate(self, seq: KVSequence, upto_tokens: int) -> int:
         """Fresh blocks ``seq`` needs to hold ``upto_tokens`` tokens (≤ 0: none)."""
         return -(-upto_tokens // self.block_size) - len(seq.blocks)

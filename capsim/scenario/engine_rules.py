@@ -220,7 +220,8 @@ def _check_multi_step(engine: EngineConfig, preset: EnginePreset, given: _Given)
         return
     if not preset.scheduler.knobs.get("multi_step_scheduling"):
         given.fail("num_scheduler_steps", f"engine preset '{preset.name}' has no multi-step "
-                                          "scheduling (valid with: vllm-0.6, vllm-0.6.4)")
+                                          "scheduling (valid with: "
+                                          f"{_presets_with_knob('multi_step_scheduling')})")
     if engine.chunked:
         given.fail("num_scheduler_steps", "multi-step scheduling runs without chunked prefill "
                                           "(vLLM 0.6 refuses both); set "
@@ -233,10 +234,8 @@ def _check_long_prefill(engine: EngineConfig, preset: EnginePreset, given: _Give
     if key not in given.user or engine.scheduler != "continuous":
         return
     if key not in preset.scheduler.knobs:
-        valid = [n for n in engine_preset_names()
-                 if key in load_engine_preset(n).scheduler.knobs]
         given.fail(key, f"engine preset '{preset.name}' has no long_prefill_token_threshold "
-                        f"(vLLM V1's; valid with: {', '.join(valid)})")
+                        f"(vLLM V1's; valid with: {_presets_with_knob(key)})")
     if not engine.chunked:
         given.fail(key, "it caps the prompt chunk a request gets per step: set "
                         "enable_chunked_prefill: true")
@@ -249,8 +248,14 @@ def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given)
         given.fail("preemption_mode", f"scheduler {engine.scheduler} {no_swap}")
     if engine.preemption_mode == "swap" and not preset.scheduler.knobs.get("swap_preemption"):
         given.fail("preemption_mode", f"engine preset '{preset.name}' preempts by recompute "
-                                      "only (swap to host memory: vLLM V0, presets vllm-0.6, "
-                                      "vllm-0.6.4)")
+                                      "only (swap to host memory: vLLM V0, presets "
+                                      f"{_presets_with_knob('swap_preemption')})")
+
+
+def _presets_with_knob(knob: str) -> str:
+    """The shipped engine presets whose scheduler has ``knob`` (not set false), comma-separated."""
+    return ", ".join(n for n in engine_preset_names()
+                     if load_engine_preset(n).scheduler.knobs.get(knob, False) is not False)
 
 
 def _check_chunking(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:

@@ -1029,8 +1029,10 @@ def family(row: Row) -> str | None:
 
 
 def trust_table(rows: list[Row]) -> dict[str, Any]:
-    """capsim/profiles/data/trust.yaml: per (engine preset, GPU) and over all cases, the
-    error statistics of each family (only predicted quantities; see capsim.profiles.trust)."""
+    """capsim/profiles/data/trust.yaml: per (engine preset, GPU), the error statistics of each
+    family over its cases (``fit_case_ids`` names those a shipped constant was fitted to), and
+    over the test rows of all cases (``all_cases``: the figure for a configuration capsim has
+    not seen; only predicted quantities; see capsim.profiles.trust)."""
     scored = [r for r in rows if family(r) and not math.isnan(r.predicted)]
 
     def families(subset: list[Row]) -> dict[str, dict[str, Any]]:
@@ -1048,17 +1050,20 @@ def trust_table(rows: list[Row]) -> dict[str, Any]:
     def pair(p: str, h: str) -> dict[str, Any]:
         subset = [r for r in scored if (r.preset, r.hardware) == (p, h)]
         project = sorted({r.case for r in subset if r.collected == PROJECT})
+        fitted = sorted({r.case for r in subset if r.split == FIT})
         return {"preset": p, "hardware": h, "case_ids": sorted({r.case for r in subset}),
                 **({"project_case_ids": project} if project else {}),
+                **({"fit_case_ids": fitted} if fitted else {}),
                 "families": families(subset)}
 
-    return {"all_cases": families(scored),
+    return {"all_cases": families([r for r in scored if r.split == TEST]),
             "coverage": [pair(p, h) for p, h in sorted({(r.preset, r.hardware) for r in scored})]}
 
 
 TRUST_HEADER = """\
 # How far to trust capsim per engine preset x GPU profile: the fidelity benchmark's error
-# per family of figures (capsim/profiles/trust.py says how it is read).
+# per family of figures (capsim/profiles/trust.py says how it is read). all_cases: the test rows
+# only (cases no shipped constant was fitted to); per pair: all its cases, fit_case_ids in-sample.
 # GENERATED, do not edit: python benchmarks/fidelity.py --trust capsim/profiles/data/trust.yaml
 # from ../shared/reference/measured/cases.yaml and the project-collected supplementary cases of
 # benchmarks/fidelity/supplementary_cases.yaml (counted alike; project_case_ids names them);

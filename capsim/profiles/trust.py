@@ -14,8 +14,11 @@ together, the error of capsim's prediction per *family* of figures:
 
 Each family holds ``n`` (quantities compared), ``cases`` (measured cases they come from),
 ``median_abs_err_pct``, ``max_abs_err_pct`` and ``median_err_pct`` (signed: capsim's bias;
-error = (predicted − measured) / measured × 100). A preset × GPU without a measured case is
-*uncalibrated*; :func:`coverage` then falls back to the all-cases figures and says so.
+error = (predicted − measured) / measured × 100). ``all_cases`` holds the *test* rows only
+(cases no shipped constant was fitted to: benchmarks/fidelity/fit_test_split.yaml), the error
+on configurations capsim was not fitted to; a pair's entry holds all its cases and names those
+in-sample (``fit_case_ids``). A preset × GPU without a measured case is *uncalibrated*;
+:func:`coverage` then falls back to the held-out all-cases figures and says so.
 Cases the project collected itself (``benchmarks/fidelity/supplementary_cases.yaml``: vLLM V1
 serving runs the shared set lacks; held out) count alike; an entry's ``project_case_ids``
 names them and :meth:`Coverage.text` says how many there are.
@@ -75,6 +78,7 @@ class Coverage:
         case_ids: the measured cases of this preset × GPU (empty when uncalibrated).
         families: family → :class:`FamilyError` (only the families measured).
         project_case_ids: those of ``case_ids`` the project collected (supplementary cases).
+        fit_case_ids: those of ``case_ids`` a shipped constant was fitted to (in-sample).
     """
 
     preset: str
@@ -83,6 +87,7 @@ class Coverage:
     case_ids: tuple[str, ...] = ()
     families: dict[str, FamilyError] = field(default_factory=dict)
     project_case_ids: tuple[str, ...] = ()
+    fit_case_ids: tuple[str, ...] = ()
 
     def edge_pct(self, family: str, edge: Edge) -> float:
         """|error| % assumed for ``family`` at ``edge``; a family with no measurement here
@@ -92,7 +97,7 @@ class Coverage:
 
     def text(self) -> str:
         """One line for the terminal and the report, e.g. ``vllm-v1 on a100-80gb: measured
-        (1 case): E2EL ±3.6 % (n 2); not measured here, all cases: TTFT ±7.3 %, …`` — the
+        (1 case): E2EL ±3.6 % (n 2); not measured here, held-out cases: TTFT ±7.3 %, …`` — the
         median |error| of each family (python benchmarks/fidelity.py)."""
         here = ", ".join(f"{FAMILIES[f]} ±{e.median_abs_err_pct:.1f} % (n {e.n})"
                          for f, e in self.families.items())
@@ -100,12 +105,14 @@ class Coverage:
                               for f, e in _all_cases().items() if f not in self.families)
         if not self.measured:
             return (f"{self.preset} on {self.hardware}: no measured case, uncalibrated; "
-                    f"median |error| over all measured cases: {here}")
+                    f"median |error| over all held-out (test) cases: {here}")
         project = (f", {len(self.project_case_ids)} project-collected"
                    if self.project_case_ids else "")
+        fitted = (f", {len(self.fit_case_ids)} fitted to (in-sample)"
+                  if self.fit_case_ids else "")
         line = (f"{self.preset} on {self.hardware}: median |error| over "
-                f"{len(self.case_ids)} measured case(s){project}: {here}")
-        return line + (f"; not measured here, all cases: {elsewhere}" if elsewhere else "")
+                f"{len(self.case_ids)} measured case(s){project}{fitted}: {here}")
+        return line + (f"; not measured here, held-out cases: {elsewhere}" if elsewhere else "")
 
 
 def lines(pairs: Iterable[tuple[str, str]]) -> list[str]:
@@ -136,5 +143,6 @@ def coverage(preset: str, hardware: str) -> Coverage:
         if entry["preset"] == preset and entry["hardware"] == hardware:
             return Coverage(preset, hardware, True, tuple(entry["case_ids"]),
                             _families(entry["families"]),
-                            tuple(entry.get("project_case_ids", ())))
+                            tuple(entry.get("project_case_ids", ())),
+                            tuple(entry.get("fit_case_ids", ())))
     return Coverage(preset, hardware, False, (), _all_cases())

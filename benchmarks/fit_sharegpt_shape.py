@@ -8,10 +8,12 @@ of each marginal (lengths at fixed probabilities, interpolated in ln tokens) joi
 Gaussian copula with the table's Spearman rank correlation; a drawn pair outside the filter
 is drawn again, as the benchmark skips it (capsim/workload/shapes.py).
 
-Input: a ``vllm bench serve --save-result`` JSON of a ShareGPT run (its per-request
-``input_lens`` and ``output_lens``; see the YAML's ``sources`` for the one shipped)::
+Input: ``vllm bench serve --save-result`` JSONs of ShareGPT runs over the same prompts (one
+seed and tokenizer: equal ``input_lens``), by different models; a reply ends at EOS or at the
+dataset reply's length (``max_tokens``), so the longest of a request's replies is the best
+lower bound of the dataset reply's length (see the YAML's ``sources`` for the ones shipped)::
 
-    python benchmarks/fit_sharegpt_shape.py RESULT.json [--output-mean TOKENS]
+    python benchmarks/fit_sharegpt_shape.py RESULT.json [RESULT.json ...] [--output-mean TOKENS]
 
 ``--output-mean`` scales the output quantiles so that their mean is TOKENS (the published
 mean of the dataset's completions; the YAML says which). It prints the ``quantiles``,
@@ -78,16 +80,21 @@ def report(shape: WorkloadShape, prompt: np.ndarray, output: np.ndarray,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("result_json", help="a vllm bench serve --save-result JSON on ShareGPT")
+    ap.add_argument("result_json", nargs="+",
+                    help="vllm bench serve --save-result JSONs on ShareGPT, same prompts")
     ap.add_argument("--output-mean", type=float, default=None,
                     help="scale the output quantiles to this mean, tokens")
     args = ap.parse_args(argv)
-    with open(args.result_json, encoding="utf-8") as f:
-        doc = json.load(f)
-    prompt = np.asarray(doc["input_lens"], dtype=np.float64)
-    output = np.asarray(doc["output_lens"], dtype=np.float64)
-    if prompt.shape != output.shape or not len(prompt):
-        sys.exit("input_lens and output_lens must be non-empty and of one length")
+    prompt, output = None, None
+    for path in args.result_json:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        p = np.asarray(doc["input_lens"], dtype=np.float64)
+        o = np.asarray(doc["output_lens"], dtype=np.float64)
+        if p.shape != o.shape or not len(p) or (prompt is not None and
+                                                   not np.array_equal(p, prompt)):
+            sys.exit(f"{path}: input_lens must equal the first file's, one output per input")
+        prompt, output = p, o if output is None else np.maximum(output, o)
     tables = fit(prompt, output, args.output_mean)
     shape = WorkloadShape(name="fit", filter=FILTER, **{k: v for k, v in tables.items()
                                                         if k != "output_scale"})

@@ -16,7 +16,10 @@ lower bound of the dataset reply's length (see the YAML's ``sources`` for the on
     python benchmarks/fit_sharegpt_shape.py RESULT.json [RESULT.json ...] [--output-mean TOKENS]
 
 ``--output-mean`` scales the output quantiles so that their mean is TOKENS (the published
-mean of the dataset's completions; the YAML says which). It prints the ``quantiles``,
+mean of the dataset's completions; the YAML says which). ``--output-lognormal MEAN MEDIAN``
+instead replaces the output table by a log-normal's quantiles whose draw (with the prompt
+table, the copula and the filter) has that mean and median, for published figures from a
+larger sample than the table's. It prints the ``quantiles``,
 ``prompt_tokens``, ``output_tokens``, ``rank_correlation`` and ``fit`` blocks of the shipped
 file as YAML: KS distances and means of a seeded draw of the shape against the table.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -63,6 +67,23 @@ def fit(prompt: np.ndarray, output: np.ndarray, output_mean: float | None) -> di
             "output_scale": round(scale, 4)}
 
 
+def lognormal_table(shape: WorkloadShape, mean: float, median: float) -> list[float]:
+    """Output quantiles of a log-normal (ends: the filter's bounds, 3.5 and 2044.5 tokens)
+    calibrated so that a seeded draw of the shape has output ``mean`` and ``median``."""
+    f = shape.filter
+    inner = [stats.norm.ppf(q) for q in PROBABILITIES[1:-1]]
+    mu, sigma = math.log(median), math.sqrt(2.0 * math.log(mean / median))
+    for _ in range(40):
+        values = [f.min_tokens - 0.5, *(math.exp(mu + sigma * z) for z in inner),
+                  f.max_total_tokens - f.min_tokens + 0.5]
+        trial = shape.model_copy(update={"output_tokens": values})
+        _, o = draw_pairs(trial, CHECK_DRAWS, np.random.default_rng(CHECK_SEED))
+        got_mean, got_median = float(o.mean()), float(np.median(o))
+        mu += math.log(median / got_median)
+        sigma *= math.sqrt(math.log(mean / median) / math.log(got_mean / got_median))
+    return [round(v, 1) for v in values]
+
+
 def report(shape: WorkloadShape, prompt: np.ndarray, output: np.ndarray,
            replied: np.ndarray) -> dict:
     """The fit's errors: KS distance per marginal, rank correlation and means of a seeded
@@ -84,6 +105,9 @@ def main(argv=None) -> int:
                     help="vllm bench serve --save-result JSONs on ShareGPT, same prompts")
     ap.add_argument("--output-mean", type=float, default=None,
                     help="scale the output quantiles to this mean, tokens")
+    ap.add_argument("--output-lognormal", type=float, nargs=2, default=None,
+                    metavar=("MEAN", "MEDIAN"),
+                    help="output quantiles of a log-normal drawn to this mean and median")
     args = ap.parse_args(argv)
     prompt, output = None, None
     for path in args.result_json:
@@ -100,7 +124,19 @@ def main(argv=None) -> int:
                                                         if k != "output_scale"})
     replied = output >= FILTER["min_tokens"]
     scaled = output * tables["output_scale"]
-    print(yaml.safe_dump({**tables, "fit": report(shape, prompt, scaled, replied)}, sort_keys=False,
+    fit_block = report(shape, prompt, scaled, replied)
+    if args.output_lognormal is not None:
+        tables["output_tokens"] = lognormal_table(shape, *args.output_lognormal)
+        shape = shape.model_copy(update={"output_tokens": tables["output_tokens"]})
+        _, o = draw_pairs(shape, CHECK_DRAWS, np.random.default_rng(CHECK_SEED))
+        p_, _ = draw_pairs(shape, CHECK_DRAWS, np.random.default_rng(CHECK_SEED))
+        fit_block.update(ks_output_vs_table=round(float(stats.ks_2samp(scaled[replied], o)
+                                                        .statistic), 3),
+                         mean_output_shape=round(float(o.mean()), 1),
+                         median_output_shape=float(np.median(o)),
+                         mean_prompt_shape=round(float(p_.mean()), 1))
+        del fit_block["ks_output"]
+    print(yaml.safe_dump({**tables, "fit": fit_block}, sort_keys=False,
                          default_flow_style=None, width=100), end="")
     return 0
 

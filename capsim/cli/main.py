@@ -1,5 +1,5 @@
-"""The ``capsim`` command line: run | validate | hardware | engines | models | roofline |
-sweep | size | compare | calibrate, one module each, registered on the click group here.
+"""The ``capsim`` command line: run | validate | hardware | engines | models | shapes |
+roofline | sweep | size | compare | calibrate, one module each, registered on the click group here.
 
 User mistakes (:class:`~capsim.common.errors.ScenarioError`) print one line on
 stderr and exit with code 2, without a traceback. Warnings the layers below log on the
@@ -22,6 +22,7 @@ from capsim.cli.hardware import hardware
 from capsim.cli.models import models
 from capsim.cli.roofline import roofline
 from capsim.cli.run import run
+from capsim.cli.shapes import shapes
 from capsim.cli.size import size
 from capsim.cli.sweep import sweep
 from capsim.cli.validate import validate
@@ -75,6 +76,6 @@ def cli() -> None:
     pass
 
 
-for _command in (run, validate, hardware, engines, models, roofline, sweep, size, compare,
-                 calibrate):
+for _command in (run, validate, hardware, engines, models, shapes, roofline, sweep, size,
+                 compare, calibrate):
     cli.add_command(_command)

@@ -42,6 +42,7 @@ from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.schema import MAX_TOKENS, Float, Int, StrictModel, check_tag
+from capsim.profiles.shapes import shape_names
 from capsim.scenario.load_shape import Bursts, Schedule
 
 # --------------------------------------------------------------------------
@@ -268,8 +269,20 @@ class Conversation(StrictModel):
     think_time_s: float = Field(default=5.0, ge=0, description="mean pause between turns, s")
 
 
+def _check_shape(name: Any) -> Any:
+    """A shipped workload shape's name (:func:`capsim.profiles.shapes.shape_names`)."""
+    if isinstance(name, str):
+        names = shape_names()
+        if name not in names:
+            raise ValueError(f"unknown workload shape {name!r}; valid: {', '.join(names)}")
+    return name
+
+
 class RequestClass(StrictModel):
-    """One request class: its share of traffic and its token-length distributions."""
+    """One request class: its share of traffic and its token lengths, either two
+    distributions (``prompt_tokens`` and ``output_tokens``) or a shipped ``shape`` naming a
+    public dataset's lengths (``shape: sharegpt``, drawn jointly by
+    :mod:`capsim.workload.shapes`; ``capsim models --shapes`` lists them)."""
 
     # in error messages
     yaml_example: ClassVar[str] = (
@@ -278,8 +291,12 @@ class RequestClass(StrictModel):
 
     name: str = Field(min_length=1)
     weight: float = Field(gt=0, description="relative share; normalised over classes")
-    prompt_tokens: LengthDist
-    output_tokens: LengthDist
+    prompt_tokens: Optional[LengthDist] = None
+    output_tokens: Optional[LengthDist] = None
+    shape: Annotated[Optional[str], BeforeValidator(_check_shape)] = Field(
+        default=None, min_length=1,
+        description="a shipped workload shape (prompt and output lengths of a public "
+                    "dataset) instead of prompt_tokens and output_tokens")
     shared_prefix: Optional[SharedPrefix] = None
     conversation: Optional[Conversation] = None
     n: Int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
@@ -295,6 +312,18 @@ class RequestClass(StrictModel):
                                   "times the workload's")
     bursts: Optional[Bursts] = Field(
         default=None, description="this class's random rate factor, times the workload's")
+
+    @model_validator(mode="after")
+    def _check_lengths(self):
+        given = [k for k in ("prompt_tokens", "output_tokens") if getattr(self, k) is not None]
+        if self.shape is not None and given:
+            raise ValueError(f"give either shape ({self.shape}) or prompt_tokens and "
+                             f"output_tokens, not both; remove {' and '.join(given)}")
+        if self.shape is None and len(given) < 2:
+            missing = [k for k in ("prompt_tokens", "output_tokens") if k not in given]
+            raise ValueError(f"missing {' and '.join(missing)}: give prompt_tokens and "
+                             "output_tokens, or a shape such as shape: sharegpt")
+        return self
 
     @property
     def time_varying(self) -> bool:

@@ -33,11 +33,14 @@ from capsim.scenario.workload import (
     FixedDist,
     LognormalDist,
     NormalDist,
+    RequestClass,
     UniformDist,
     WorkloadConfig,
 )
 from capsim.workload.rate import class_rates, warp
+from capsim.profiles.shapes import load_shape
 from capsim.workload.replay import load_empirical
+from capsim.workload.shapes import draw_pairs
 from capsim.workload.trace import MAX_REQUESTS, MAX_SPAN_S, ClosedLoop, RequestTrace
 
 def generate(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
@@ -131,10 +134,9 @@ def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
         where = f"workload.classes.{i}"
         prompt_rng = np.random.default_rng(prompt_ss)
         output_rng = np.random.default_rng(output_ss)
-        prompt[rows] = sample_lengths(cls.prompt_tokens, len(rows), prompt_rng, base_dir=base_dir,
-                                      yaml_path=f"{where}.prompt_tokens", empirical=empirical)
-        output[rows] = sample_lengths(cls.output_tokens, len(rows), output_rng, base_dir=base_dir,
-                                      yaml_path=f"{where}.output_tokens", empirical=empirical)
+        prompt[rows], output[rows] = class_lengths(cls, len(rows), prompt_rng, output_rng,
+                                                   base_dir=base_dir, where=where,
+                                                   empirical=empirical)
         if cls.shared_prefix is not None:
             _apply_prefix(cls.shared_prefix, i, rows, np.random.default_rng(prefix_ss),
                           prompt, prefix_id, prefix_tokens)
@@ -268,8 +270,8 @@ class _Turns:
         output_of = trace["output_tokens"].copy()
         while len(parents):
             k = len(parents)
-            new_user = self._lengths(self.cls.prompt_tokens, self.prompt_rng, k, "prompt_tokens")
-            out = self._lengths(self.cls.output_tokens, self.output_rng, k, "output_tokens")
+            new_user, out = class_lengths(self.cls, k, self.prompt_rng, self.output_rng,
+                                          base_dir=self.base_dir, where=self.where)
             prompt = prompt_of[parents] + output_of[parents] + new_user
             idx = np.arange(total, total + k)
             new = dict(arrival_s=np.full(k, np.nan), prompt_tokens=prompt, output_tokens=out,
@@ -438,6 +440,25 @@ def choose_classes(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.
     cdf /= cdf[-1]
     cdf[-1] = 1.0  # uniforms are < 1, so every draw lands on a valid class
     return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int32)
+
+
+def class_lengths(cls: RequestClass, n: int, prompt_rng: np.random.Generator,
+                  output_rng: np.random.Generator, *, base_dir: Path, where: str,
+                  empirical: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` prompt and output lengths (int64, shape ``(n,)`` each) of request class ``cls``
+    (its YAML path ``where``): from its ``shape``, jointly, from ``prompt_rng`` alone
+    (:func:`capsim.workload.shapes.draw_pairs`); else each from its distribution and its own
+    stream (:func:`sample_lengths`).
+
+    Raises:
+        ScenarioError: as :func:`sample_lengths`.
+    """
+    if cls.shape is not None:
+        return draw_pairs(load_shape(cls.shape), n, prompt_rng)
+    return (sample_lengths(cls.prompt_tokens, n, prompt_rng, base_dir=base_dir,
+                           yaml_path=f"{where}.prompt_tokens", empirical=empirical),
+            sample_lengths(cls.output_tokens, n, output_rng, base_dir=base_dir,
+                           yaml_path=f"{where}.output_tokens", empirical=empirical))
 
 
 def _round_clip(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:

@@ -40,7 +40,7 @@ SCENARIO = {
     # no prefix caching; Meta-Llama-3-8B's context 8192.
     "engine": {"preset": "vllm-0.5", "max_model_len": 8192},
     "workload": {"num_requests": 500, "arrival": {"process": "constant", "rate_per_s": 1.0e9},
-                 "classes": [{"name": "sharegpt", "weight": 1, "prompt_tokens": {"dist": "lognormal", "mean": 202, "sigma": 1.0, "min": 4, "max": 1024}, "output_tokens": {"dist": "lognormal", "mean": 179, "sigma": 1.0, "min": 4, "max": 2044}}]},
+                 "classes": [{"name": "sharegpt", "weight": 1, "shape": "sharegpt"}]},
 }
 
 

@@ -22,6 +22,9 @@ def engines() -> None:
         for c in p.conditional_defaults:
             when = ", ".join(f"{k} {v}" for k, v in c.when.model_dump(exclude_none=True).items())
             defaults += f"; if {when}: " + ", ".join(f"{k} {v}" for k, v in c.set.items())
+        if p.dataset_tuning is not None:
+            defaults += ("; max_num_seqs, max_num_batched_tokens, max_model_len from the "
+                         "workload's lengths and the GPUs (trtllm-bench's estimate)")
         table.add_row(p.name, p.display_name, p.version,
                       f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
                       _host_text(p.host_overhead), defaults)

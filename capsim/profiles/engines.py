@@ -14,6 +14,9 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
   (:class:`HostOverhead`), each term with its source.
 - ``tp_all_reduce``: which all-reduce the engine runs for tensor-parallel layers at which
   message size (:class:`TpAllReduce`; default NCCL's ring).
+- ``dataset_tuning``: a benchmark front end that picks the batch limits from the dataset
+  (``trtllm-bench``: :class:`~capsim.profiles.bench_tuning.DatasetTuning`), applied by
+  :mod:`capsim.scenario.bench_settings` to the knobs the scenario leaves unset.
 
 A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
 
@@ -31,6 +34,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.schema import Bool, Int, StrictModel
+from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
 from capsim.profiles.hardware import EngineFamily
@@ -275,6 +279,7 @@ class EnginePreset(StrictModel):
     scheduler: SchedulerPreset
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
+    dataset_tuning: DatasetTuning | None = None
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""

@@ -2,13 +2,14 @@
 engine's own rules checked.
 
 The variant's ``engine:`` knobs go over the scenario's, over the preset's defaults on
-the GPU (:meth:`~capsim.profiles.engines.EnginePreset.defaults_for`), then
-:meth:`EngineConfig.resolved` fills the model-dependent ones. A knob of another engine,
+the GPU (:meth:`~capsim.profiles.engines.EnginePreset.defaults_for`) and, for a preset that
+picks its batch limits from the dataset, over those (:mod:`capsim.scenario.bench_settings`),
+then :meth:`EngineConfig.resolved` fills the model-dependent ones. A knob of another engine,
 or a combination the engine refuses at start-up, is one error naming where the knob
 was given (the variant's field, else the scenario's).
 
 Public API:
-    resolve_engine(base, override, model, hw, path, where) -> (EngineConfig, EnginePreset)
+    resolve_engine(base, override, model, hw, path, where, workload) -> (EngineConfig, EnginePreset)
     check_engine_knobs(engine, preset, user, path, where, variant_keys)
 """
 
@@ -23,19 +24,22 @@ from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engi
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import knob_policies, policy_capabilities
+from capsim.scenario.bench_settings import tuned_knobs
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS
 from capsim.scenario.validation import merged
+from capsim.scenario.workload import WorkloadConfig
 
 GIB = 2**30
 
 
 def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelShape,
-                   hw: HardwareProfile, path: Path, where: str
-                   ) -> tuple[EngineConfig, EnginePreset]:
-    """The variant's engine knobs over the scenario's over the preset's defaults on ``hw``,
-    resolved (:meth:`EngineConfig.resolved`), and the preset.
+                   hw: HardwareProfile, path: Path, where: str,
+                   workload: WorkloadConfig) -> tuple[EngineConfig, EnginePreset]:
+    """The variant's engine knobs over the scenario's over the preset's defaults on ``hw``
+    (and the batch limits a ``dataset_tuning`` preset picks for ``workload``), resolved
+    (:meth:`EngineConfig.resolved`), and the preset.
 
     Raises:
         ScenarioError: an unknown preset, a knob of another engine or a combination the
@@ -52,6 +56,12 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
                        if k in EngineConfig.model_fields}
     engine = merged(EngineConfig, EngineConfig(), {**scheduler_knobs, **defaults, **user}, path,
                     where, "engine", user_keys=set(override))
+    if preset.dataset_tuning is not None:
+        tuned = tuned_knobs(preset, engine, model, hw, workload, set(knobs), path,
+                            f"{at}.preset")
+        engine = merged(EngineConfig, EngineConfig(),
+                        {**scheduler_knobs, **defaults, **tuned, **user}, path, where,
+                        "engine", user_keys=set(override))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
     _check_marlin_platform(engine, model, hw, path, where, override)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):

@@ -43,7 +43,8 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
     hw = named(lambda name: load_hardware_at(name, path), v.hardware or spec.hardware, path,
                f"{where}.hardware" if v.hardware else "hardware")
     hw = with_hardware_overrides(hw, spec.hardware_overrides, v.hardware_overrides, path, where)
-    engine, preset = resolve_engine(spec.engine, v.engine, model, hw, path, where)
+    engine, preset = resolve_engine(spec.engine, v.engine, model, hw, path, where,
+                                    spec.workload)
     cluster = merged(ClusterConfig, spec.cluster, v.cluster, path, where, "cluster")
     check_hardware_fit(model, hw, engine, spec, v, path, where)
     spec_dec = speculative_decoding(spec, v, engine, cluster, model, path, where)

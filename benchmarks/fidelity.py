@@ -309,11 +309,10 @@ def closed_loop_tok_s(row: SummaryRow, run: RunConfig) -> float:
     return arrival.users * tokens_per_request / (row.e2el_mean_ms / 1e3 + arrival.think_s)
 
 
-def serving(points: Callable[[dict], list[Point]],
-            derived: Mapping[str, SummaryField] | None = None) -> Predictor:
+def serving(points: Callable[[dict], list[Point]]) -> Predictor:
     """Predictor of a simulated case: each point's variant is simulated once and its summary
-    row read through :data:`SUMMARY_FIELDS` (``derived`` overrides some keys for this case)."""
-    fields = {**SUMMARY_FIELDS, **(derived or {})}
+    row read through :data:`SUMMARY_FIELDS`, the figures capsim prints (no per-case stand-in)."""
+    fields = SUMMARY_FIELDS
 
     def predict(case: dict, loaded: LoadedScenario) -> list[Compared]:
         pts = points(case["measured"])
@@ -642,8 +641,8 @@ ENTRIES: dict[str, Entry] = {
         "load_sglang030_a100_llama31_8b_sharegpt_rps4_rps8.yaml", serving(_rps_points)),
     "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10": Entry(
         "load_vllm060_a100_llama31_8b_sharegpt_rps4_rps8_multistep10.yaml",
-        # Tokens stream in bursts of --num-scheduler-steps 10: the median gap ~= 10 x TPOT.
-        serving(_rps_points, derived={"median_itl_ms": lambda r, _: 10 * r.tpot_p50_ms})),
+        # capsim streams a --num-scheduler-steps window as one chunk: its ITL is per chunk.
+        serving(_rps_points)),
     "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep": Entry(
         "load_nim180_2xh100_llama33_70b_fp8_tp2_isl5000_osl500_concurrency_sweep.yaml",
         serving(_nim_concurrency)),
@@ -707,7 +706,7 @@ ENTRIES: dict[str, Entry] = {
         "load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8.yaml", serving(_rps_points)),
     "load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10": Entry(
         "load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10.yaml",
-        serving(_rps_points, derived={"median_itl_ms": lambda r, _: 10 * r.tpot_p50_ms})),
+        serving(_rps_points)),
     "kernel_vidur_a100_llama3_8b_and_h100_a100_llama2_70b_tp4_linear_ops": Entry(
         "kernel_vidur_a100_llama3_8b_and_h100_a100_llama2_70b_tp4_linear_ops.yaml", vidur_tables),
     "load_lambda_vllm054_1xh100_mistral7b_sharegpt320_rate_inf": Entry(

@@ -49,6 +49,9 @@ class DecodeSet:
     """
 
     trim_epochs = 1 << 16  # epochs' end times kept before forgetting the unneeded ones
+    merged_tokens = 0      # tokens streamed after a chunk's first: every token is its own chunk
+    buffered_tokens = 0    # tokens computed, not yet streamed: none, each streams at its step
+    window_end = True      # every step streams (multi-step windows: only a window's last)
 
     def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder):
         self.bs = block_size

@@ -45,7 +45,7 @@ from capsim.engine.clock import Environment
 from capsim.engine.cluster import Reject, enter, pool_fields
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.replica import Replica
-from capsim.engine.request import Request
+from capsim.engine.request import FINISHED, Request
 from capsim.engine.router import make_router
 from capsim.kv.blocks import blocks_needed
 from capsim.engine.transfer import KVLink
@@ -174,15 +174,31 @@ class _Hooks:
     def stepped(self, step, step_s: float) -> None:
         rep = self.replica
         if self.awaiting and step.decode_seqs:
-            for req, preemptions in self.awaiting:
-                if req.num_preemptions == preemptions:     # it decoded in this step
-                    self.cluster._second_token(req, rep.env.now)
-            self.awaiting.clear()
+            if rep.scheduler.streamed:
+                for req, preemptions in self.awaiting:
+                    if req.num_preemptions == preemptions:     # it decoded in this step
+                        self.cluster._second_token(req, rep.env.now)
+                self.awaiting.clear()
+            else:                  # inside a multi-step window: only a finish streams
+                self._window_step(rep.env.now)
         handoff = rep.scheduler.handoff
         if handoff:
             for req in handoff:
                 self.cluster._handoff(rep, req, step_s)
             handoff.clear()
+
+    def _window_step(self, now: float) -> None:
+        """A step inside a multi-step window: token 2 reaches the client of a request that
+        finished in it; the others wait for the window's end (a preempted one drops out)."""
+        keep = []
+        for req, preemptions in self.awaiting:
+            if req.num_preemptions != preemptions:
+                continue
+            if req.state == FINISHED:
+                self.cluster._second_token(req, now)
+            else:
+                keep.append((req, preemptions))
+        self.awaiting[:] = keep
 
     def ran(self, first_end_s: float) -> None:
         if self.awaiting:                       # joined decoders emitted token 2 in step 0

@@ -350,7 +350,9 @@ class Fleet:
         else:
             self.serving.remove(rep)
         in_flight = rep.fail()
-        self.on_lost_gaps(sum(max(0, r.num_generated - 1) for r in in_flight))
+        # Streamed gaps only: tokens of an unfinished multi-step window never left.
+        self.on_lost_gaps(sum(max(0, r.num_generated - 1) for r in in_flight)
+                          - rep.scheduler.buffered_tokens)
         self.stopped[rep.index] = now + repair_s
         self.failure_log.append((rep.index, now, now + repair_s))
         self.down += 1

@@ -59,11 +59,17 @@ class Pool:
     @property
     def engine_label(self) -> str:
         """``vllm-v1 (vLLM 0.19.0)``, with ``, async scheduling off`` (or ``on``) where this
-        pool's host work does not overlap the GPU as its preset's does by default."""
+        pool's host work does not overlap the GPU as its preset's does by default, and with
+        multi-step scheduling ``, num_scheduler_steps 10 (ITL per chunk of up to 10
+        tokens)``: its tokens stream once per window, so its ITL is per chunk."""
+        label = self.preset.label
         overlap = self.host_overhead.overlap
-        if overlap == self.preset.host_overhead.overlap:
-            return self.preset.label
-        return f"{self.preset.label}, async scheduling {'on' if overlap == 'async' else 'off'}"
+        if overlap != self.preset.host_overhead.overlap:
+            label += f", async scheduling {'on' if overlap == 'async' else 'off'}"
+        steps = self.engine.num_scheduler_steps
+        if steps > 1:
+            label += f", num_scheduler_steps {steps} (ITL per chunk of up to {steps} tokens)"
+        return label
 
     @property
     def num_gpus(self) -> int:

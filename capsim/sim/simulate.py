@@ -153,7 +153,8 @@ def reject_reason(req: Request, run: RunConfig) -> str:
 def _check_invariants(log: RequestLog, cluster: Cluster, itl: ItlRecorder) -> None:
     """Every request ended once, finished ones with all their tokens (checked as they
     ended); replicas drained, every KV block free; ITL gaps (plus the tokens that shared
-    a streamed chunk, under speculative decoding) = what finished requests imply; and
+    a streamed chunk, under speculative decoding or multi-step scheduling) = what finished
+    requests imply; and
     the cluster's own conservation (a disaggregated split's transfers)."""
     problems = log.problems()
     if problems:
@@ -165,7 +166,8 @@ def _check_invariants(log: RequestLog, cluster: Cluster, itl: ItlRecorder) -> No
         if rep.scheduler.has_work():
             raise InvariantError(f"replica {rep.index} still has queued or running requests")
         rep.alloc.check_all_free()
-    # Speculative decoding streams several tokens in one chunk: one gap per chunk.
+    # Speculative decoding and multi-step windows stream several tokens in one chunk: one
+    # gap per chunk.
     gaps = itl.total_gaps() + sum(rep.scheduler.merged_tokens
                                   for rep in replicas)
     if gaps != log.gaps_expected:

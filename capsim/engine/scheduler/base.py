@@ -20,6 +20,8 @@ Optional capabilities have defaults here (what a policy can do is data as well:
 - **batches in flight** (pipeline parallelism): :meth:`~Scheduler.can_pipeline` is False
   by default.
 - **speculative decoding**: ``width`` is 1 and ``merged_tokens`` 0 by default.
+- **multi-step windows** (tokens streamed once per window): ``merged_tokens`` and
+  ``buffered_tokens`` are 0 by default.
 
 KV blocks are the KV facade's (``kv``: :class:`capsim.kv.manager.KVCacheManager`, or
 :class:`capsim.kv.contiguous.ContiguousKV`); a policy never touches a block list.
@@ -174,7 +176,19 @@ class Scheduler(ABC):
     @property
     def merged_tokens(self) -> int:
         """Tokens that arrived in a chunk after the chunk's first (no ITL gap of their own;
-        speculative decoding only, else 0)."""
+        speculative decoding and multi-step windows only, else 0)."""
+        return 0
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the step last completed streamed its decoders' tokens to their clients
+        (False inside a multi-step window, where only a finishing request's do)."""
+        return True
+
+    @property
+    def buffered_tokens(self) -> int:
+        """Tokens computed but not yet streamed to their clients (multi-step windows only,
+        else 0); a failure loses them."""
         return 0
 
     @property

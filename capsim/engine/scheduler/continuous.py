@@ -49,6 +49,7 @@ from capsim.engine.scheduler.runs import DecodeRuns
 from capsim.engine.scheduler.sampling import ParallelSampling
 from capsim.engine.scheduler.swap import SwapPreemption
 from capsim.engine.step import Step
+from capsim.engine.window_decode_set import WindowDecodeSet
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.manager import KVCacheManager
 from capsim.profiles.policies import policy_capabilities
@@ -75,7 +76,9 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             decode step starts a window, the next ``num_scheduler_steps − 1`` steps decode
             the same batch without consulting the queue, so a new prompt waits for the
             window to end (vllm/engine/llm_engine.py ``_has_remaining_steps`` at v0.6.0,
-            32e7db2). Such windows are stepped one by one (no decode runs).
+            32e7db2). Such windows are stepped one by one (no decode runs), and each
+            request's tokens of a window stream as one chunk at its end
+            (:class:`~capsim.engine.window_decode_set.WindowDecodeSet`).
         long_prefill_token_threshold: vLLM V1's cap on the prompt tokens one request is
             given in a step, a partial prefill's next chunk as a waiting request's first
             (``num_new_tokens = threshold`` when it exceeds it, before the budget's
@@ -118,7 +121,9 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.itl = itl
         self.num_classes = num_classes
         self.prefilling: dict[int, Request] = {}   # running, still computing prompt tokens
-        self.decoders = DecodeSet(self.bs, num_classes, itl)
+        # Multi-step windows stream each request's tokens once per window.
+        self.decoders = (WindowDecodeSet if num_scheduler_steps > 1 else DecodeSet)(
+            self.bs, num_classes, itl)
         self._admitted = 0
         self._now = 0.0
         self._preempted_now = False
@@ -166,6 +171,21 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         if self._lanes is not None:
             return sum(lane.size for lane in self._lanes)
         return self.decoders.size
+
+    @property
+    def merged_tokens(self) -> int:
+        """Tokens streamed in a chunk after the chunk's first (multi-step windows)."""
+        return self.decoders.merged_tokens
+
+    @property
+    def streamed(self) -> bool:
+        """False for a step inside a multi-step window (not its last)."""
+        return self.decoders.window_end
+
+    @property
+    def buffered_tokens(self) -> int:
+        """Tokens computed in the current multi-step window, not yet streamed."""
+        return self.decoders.buffered_tokens
 
     # -------------------------------------------------------------- schedule
     def schedule(self, now: float = 0.0) -> Step | None:
@@ -219,6 +239,8 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         if self.decoders.size:
             self._window_left = self._window_left - 1 if in_window \
                 else self.num_scheduler_steps - 1
+            if self.num_scheduler_steps > 1:
+                self.decoders.window_end = not self._window_left
             self._grow_decoders()
             self._add_decodes(step)
         return step

@@ -49,7 +49,7 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
         ax_cdf.set_ylim(0, 1.04)
         ax_cdf.yaxis.set_major_formatter(PERCENT)
         ax_cdf.set_ylabel("share of gaps ≤ x")
-        ax_cdf.set_title("ITL CDF (all token gaps, pooled)")
+        ax_cdf.set_title("ITL CDF (a gap per streamed chunk, pooled)")
         _tail_axis(ax_tail, dists)
         ax_cdf.legend(handles=marker_handles(("p50", "p99", "max")) + ref_handles,
                       loc="best", title="markers / lines", framealpha=0.9)

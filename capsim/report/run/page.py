@@ -25,7 +25,10 @@ from capsim.scenario.slo import RequestSlo, SloConfig
 _CAPTIONS = {
     "itl_cdf.png": (
         "Inter-token latency distribution",
-        "Left: share of all token gaps at or below x (log ms). Right: the tail, share of gaps at or "
+        "Left: share of all token gaps at or below x (log ms), one gap per streamed chunk as "
+        "vllm bench serve records ITL (a chunk is one token, except speculative decoding's "
+        "accepted drafts and a multi-step window's tokens, which arrive together). Right: the "
+        "tail, share of gaps at or "
         "above x on a log scale; the dash-dot lines at 1 % and 0.1 % are where p99 and p99.9 stop "
         "looking. Markers: ○ p50, △ p99, ◇ p99.9, ★ max. p99 can hide rare long stalls (e.g. a "
         "long prefill freezing every decode) — compare the ★ max and the stall counts in the "

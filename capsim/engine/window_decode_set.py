@@ -1,0 +1,136 @@
+"""The decoding sequences of a vLLM 0.6 replica under multi-step scheduling: a token per
+step, streamed once per window.
+
+With ``--num-scheduler-steps N`` vLLM 0.6 runs N decode steps per scheduler call and
+hands a request's tokens to its client once per window (vLLM v0.6.0, commit 32e7db2):
+
+- ``vllm/engine/llm_engine.py`` ``step`` (and ``async_llm_engine.py`` ``step_async``):
+  while ``_has_remaining_steps`` is true after a step, the step returns the cleared
+  ``ctx.request_outputs`` ("Multi-step case"): nothing is streamed. Only after a
+  window's last step is its output queued with ``is_last_step`` True;
+- ``vllm/worker/multi_step_model_runner.py`` ``execute_model`` returns the cached
+  outputs of all N steps at the window's last step (``_final_process_outputs``); with
+  async output processing (the default with CUDA graphs) the earlier steps' outputs are
+  processed during the window with ``is_last_step`` False (``_async_process_outputs``);
+- ``_process_model_outputs``: with ``is_last_step`` False the tokens are appended to the
+  sequences (``vllm/engine/output_processor/multi_step.py``) but no ``RequestOutput`` is
+  made except for requests that finished in that step, which go out at once
+  (``process_request_outputs_callback``); with ``is_last_step`` True every scheduled
+  request gets one ``RequestOutput`` holding all its new tokens;
+- ``vllm/entrypoints/openai/serving_completion.py`` / ``serving_chat.py`` send one SSE
+  message per ``RequestOutput`` with the tokens since the last one (``delta_token_ids``).
+
+So a request's tokens of a window reach the client as one chunk at the window's end, and
+a request that finishes inside a window gets its last chunk at the step of its last
+token. ``vllm bench serve`` records one ITL per chunk received (see
+:mod:`capsim.engine.spec_decode_set`); TPOT stays (E2EL − TTFT) / (output − 1).
+
+Here, as for speculative decoding, a chunk adds ONE gap per request, whatever it carried,
+and the tokens after a chunk's first are counted in ``merged_tokens`` (the run's
+invariant adds them back). Epochs, buckets, finishes and KV growth are the parent's:
+every member still computes one token per step. The scheduler says which step ends a
+window (``window_end``, set when it schedules the step). Per step: O(1) (a window's
+emission: O(classes)); per leaving member: O(log windows).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+
+from capsim.engine.decode_set import DecodeSet
+from capsim.engine.recorder import ItlRecorder
+from capsim.engine.request import Request
+
+
+class WindowDecodeSet(DecodeSet):
+    """:class:`DecodeSet` whose members stream their tokens once per multi-step window.
+
+    Args: as :class:`DecodeSet`.
+
+    Attributes:
+        window_end: whether the step being committed ends a window (the scheduler sets
+            it when it schedules the step).
+        merged_tokens: Σ (tokens − 1) over the chunks streamed so far (tokens without a
+            gap of their own).
+        buffered_tokens: tokens the members computed since their last chunk (not yet
+            streamed; a failure loses them).
+    """
+
+    def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder):
+        super().__init__(block_size, num_classes, itl)
+        self.window_end = True
+        self.merged_tokens = 0
+        self.buffered_tokens = 0
+        self._emits = array("q")      # epochs (step indices) whose end streamed a chunk
+        self._last_emit = -1          # the latest of them (-1: none yet)
+
+    def advance(self, clock_s) -> list[Request]:
+        """Commit one decode step (``clock_s`` = (start, end); multi-step scheduling plans
+        no decode runs): every member computes a token; at a window's end each streams the
+        tokens since its last chunk as one chunk, one gap each (cohort gaps as
+        :meth:`DecodeSet.advance` records them). Returns the members whose last token it
+        was, already out of the set (their last chunk streamed)."""
+        if len(clock_s) != 2:
+            raise ValueError("multi-step scheduling commits one step at a time")
+        now = clock_s[1]
+        self.buffered_tokens += self.size
+        if self.window_end:
+            had = self._cohort_t == self._cohort_t          # a chunk was streamed before
+            gap = now - self._cohort_t if had else math.nan
+            if had:
+                self.itl.add(gap, self._cohort)
+            if self._pending:
+                self._merge_pending(now)
+            self.merged_tokens += self.buffered_tokens - self.size
+            self.buffered_tokens = 0
+            self._cohort_t = now
+            self._emits.append(self.epoch)
+            self._last_emit = self.epoch
+        else:
+            gap = 0.0                  # no chunk ends here (never the longest gap)
+        self._epoch_end.append(now)
+        self._epoch_gap.append(gap)
+        self.epoch += 1
+        heap = self.finish_heap
+        if (heap and heap[0][0] <= self.epoch) or len(self._epoch_end) >= self._trim_at:
+            return self._finished()
+        return []
+
+    def _note_leaving(self, req: Request, steps: int) -> None:
+        """``req`` leaves (finish or preemption): tokens it computed since its last chunk
+        stream now, as one chunk at its last token; its gaps since joining are noted on it
+        (the first chunk's, the longest of the window chunks', the last one's) and it
+        leaves its cohort or pending group."""
+        base, e0 = self._epoch_base, req.dec_epoch0
+        in_cohort = self._last_emit >= e0                  # streamed a window chunk here
+        last_s = self._cohort_t if in_cohort else req.last_token_s
+        if in_cohort:
+            first = self._emits[bisect_left(self._emits, e0)]
+            req.note_gap(self._epoch_end[first - base] - req.last_token_s)
+            if self._last_emit > first:
+                req.note_gap(self._max_gap(first + 1 - base, self._last_emit + 1 - base))
+            self._cohort[req.class_id] -= 1
+        else:
+            self._pending[req.last_token_s][req.class_id] -= 1
+        unsent = self.epoch - max(e0, self._last_emit + 1)
+        if unsent > 0:                                     # its last chunk, cut mid-window
+            end_s = self._epoch_end[self.epoch - 1 - base]
+            gap = end_s - last_s
+            self.itl.add_one(gap, req.class_id)
+            req.note_gap(gap)
+            self.merged_tokens += unsent - 1
+            self.buffered_tokens -= unsent
+            last_s = end_s
+        req.last_token_s = last_s
+        req.dec_epoch0 = -1
+        req.dec_version += 1
+
+    def _trim(self) -> None:
+        """:meth:`DecodeSet._trim`, and the window ends before the kept epochs (every
+        member's first chunk is at or after its join)."""
+        super()._trim()
+        cut = bisect_left(self._emits, self._epoch_base)
+        if cut:
+            del self._emits[:cut]

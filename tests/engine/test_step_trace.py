@@ -45,8 +45,8 @@ def _same_run(traced, plain) -> None:
 
 @pytest.mark.parametrize("scenario,overrides", CASES)
 def test_tracing_changes_no_figure(scenario, overrides, scenarios_dir):
-    """A window in the middle of the run (20 % to 50 % of it): the replicas step one by one until its end, then
-    take decode runs again; every record equals the untraced run's (which takes decode runs
+    """A window in the middle of the run (20 % to 50 % of it): the replicas step one by one
+    until its end, then take decode runs again; every record equals the untraced run's (which takes decode runs
     from the start)."""
     loaded = load(scenarios_dir / scenario, overrides)
     for rc in loaded.runs:

@@ -1,7 +1,8 @@
 """trace_<variant>.json: a run's ``--trace-events`` window as a Chrome / Perfetto trace.
 
-The Trace Event Format (Google's "Trace Event Format" document, the JSON object form
-``{"traceEvents": [...]}``), which ui.perfetto.dev and chrome://tracing open. Times are
+The Trace Event Format (the document catapult's docs/trace-event-format.md points to:
+docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU), in its JSON object
+form ``{"traceEvents": [...]}``, which ui.perfetto.dev and chrome://tracing open. Times are
 simulated microseconds from t = 0 (``ts``, ``dur``). One process (``pid``) per replica,
 named "replica K · <pool>", one thread (``tid``) per batch slot (0, or each of a
 pipeline-parallel replica's batches in flight); pid 1, "requests", holds the rejections.
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from capsim.report.style import unique_slugs
-from capsim.results.model import FINISHED, RunResult, StepTrace
+from capsim.results.model import REJECTED, RunResult, StepTrace
 
 #: The process of events that belong to no replica (rejections).
 REQUESTS_PID = 1
@@ -128,9 +129,7 @@ def _rejections(result: RunResult, trace: StepTrace) -> list[dict]:
     r = result.requests
     status = np.asarray(r.status)
     out = []
-    for i in np.flatnonzero(status != FINISHED).tolist():
-        if r.reject_reason[i] == "":          # warm-up requests that finished
-            continue
+    for i in np.flatnonzero(status == REJECTED).tolist():
         end = float(r.finish_s[i])
         t = end if math.isfinite(end) else float(r.arrival_s[i])
         if not _inside(trace, t):

@@ -242,3 +242,40 @@ def checkpoint_text(m) -> str:
         if fmt != "bf16":
             by.setdefault(fmt, []).append(group)
     return "; ".join(f"{fmt} {', '.join(groups)}" for fmt, groups in by.items())
+
+
+class PercentileList(click.ParamType):
+    """``--percentiles 50,90,99,99.9``: comma-separated percentiles, each 0..100, none
+    repeated (vLLM's ``--metric-percentiles``); a tuple of floats in the order given."""
+
+    name = "P,P,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        example = "give numbers from 0 to 100 separated by commas, e.g. 50,90,99,99.9"
+        if not text:
+            self.fail(f"empty; {example}", param, ctx)
+        out: list[float] = []
+        for part in text.split(","):
+            try:
+                q = float(part.strip())
+            except ValueError:
+                self.fail(f"{part.strip()!r} is not a number; {example}", param, ctx)
+            if not 0 <= q <= 100:             # NaN fails too
+                self.fail(f"{part.strip()} is not a percentile; {example}", param, ctx)
+            if q in out:
+                self.fail(f"{part.strip()} is given twice; {example}", param, ctx)
+            out.append(q)
+        return tuple(out)
+
+
+def percentiles_option(f):
+    """``--percentiles P,P,...`` of ``capsim run``, ``sweep`` and ``size``."""
+    return click.option(
+        "--percentiles", type=PercentileList(), default=None,
+        help="Latency percentiles to report, vLLM's --metric-percentiles, e.g. 50,90,99,99.9: "
+             "summary.csv gains p50_ttft_ms … p99.9_e2el_ms (vLLM's names; TTFT, TPOT, ITL, "
+             "E2EL) and the tables show them [default: the usual columns; results.json: "
+             "50,90,99,99.9].")(f)

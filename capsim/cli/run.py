@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -9,7 +10,30 @@ import click
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
-from capsim.cli.common import build_traces, make_console, scenario_arg, set_option
+from capsim.cli.common import (build_traces, make_console, percentiles_option, scenario_arg,
+                               set_option)
+
+
+class TraceWindow(click.ParamType):
+    """``--trace-events START:END``: a window of simulated seconds, 0 <= START < END."""
+
+    name = "START:END"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        valid = "give START:END in simulated seconds with 0 <= START < END, e.g. 0:30"
+        start, sep, end = text.partition(":")
+        try:
+            window = (float(start), float(end)) if sep else None
+        except ValueError:
+            window = None
+        if window is None or not all(map(math.isfinite, window)):
+            self.fail(f"{text!r} is not a window; {valid}", param, ctx)
+        if window[0] < 0 or window[1] <= window[0]:
+            self.fail(f"{text}: {valid}", param, ctx)
+        return window
 
 
 @click.command(help="Simulate every variant of SCENARIO and write the HTML report.")
@@ -21,8 +45,15 @@ from capsim.cli.common import build_traces, make_console, scenario_arg, set_opti
               help="Variants simulated at once, one worker process each [default: one per "
                    "CPU, at most one per variant]; 1 runs them one after the other in this "
                    "process. The report is the same either way.")
+@percentiles_option
+@click.option("--trace-events", "trace_window", type=TraceWindow(), default=None,
+              help="Write trace_<variant>.json beside the report: every replica's engine "
+                   "steps between START and END simulated seconds (kind, batch, prefill and "
+                   "decode tokens, KV use, preemptions, KV transfers) as a Chrome / Perfetto "
+                   "trace for ui.perfetto.dev. The replicas run step by step until END.")
 @set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
+        percentiles: tuple[float, ...] | None, trace_window: tuple[float, float] | None,
         overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.report.run import day
@@ -38,20 +69,24 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
-    results, rows = _simulate(loaded, traces, workers, console)
+    extra = {"percentiles": percentiles or (), "trace_window": trace_window}
+    results, rows = _simulate(loaded, traces, workers, console, extra)
     frames = day.windows(results, spec.slo) if day.has_day(results) else None
     index = report.write(out, scenario_name=spec.name, description=spec.description,
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
-                         day_frames=frames)
-    _print_outcome(console, loaded, results, rows, frames)
+                         day_frames=frames, percentiles=percentiles,
+                         workloads={rc.variant: rc.workload for rc in loaded.runs},
+                         version=__version__)
+    _print_outcome(console, loaded, results, rows, frames, percentiles)
     console.print(f"report: {index}")
     _refuse_empty_variants(loaded, rows, index)
 
 
-def _simulate(loaded, traces, workers: int, console) -> tuple[list, list]:
+def _simulate(loaded, traces, workers: int, console, extra: dict) -> tuple[list, list]:
     """Every variant simulated under a progress display, after its start-up lines: (the
-    results, their summary rows), in the scenario's order."""
+    results, their summary rows), in the scenario's order. ``extra``: ``percentiles`` and
+    ``trace_window`` (:class:`~capsim.studies.task.RunTask`'s)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from capsim.scenario.describe import kv_log_lines
@@ -62,11 +97,11 @@ def _simulate(loaded, traces, workers: int, console) -> tuple[list, list]:
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
         if workers > 1:
-            return _simulate_in_processes(bar, loaded, traces, workers)
-        return _simulate_here(bar, loaded, traces)
+            return _simulate_in_processes(bar, loaded, traces, workers, extra)
+        return _simulate_here(bar, loaded, traces, extra)
 
 
-def _simulate_in_processes(bar, loaded, traces, workers: int) -> tuple[list, list]:
+def _simulate_in_processes(bar, loaded, traces, workers: int, extra: dict) -> tuple[list, list]:
     """The variants on ``workers`` processes, under one pulsing bar (no total until every
     variant is done)."""
     from capsim.studies.task import RunTask
@@ -77,7 +112,7 @@ def _simulate_in_processes(bar, loaded, traces, workers: int) -> tuple[list, lis
     label = f"{len(loaded.runs)} variants, {workers} processes"
     task = bar.add_task(f"{label}: 0 done", total=None)
     tasks = [RunTask({"variant": rc.variant}, rc, traces.get(rc.workload, rc.seed),
-                     spec.slo, loaded.class_slos) for rc in loaded.runs]
+                     spec.slo, loaded.class_slos, **extra) for rc in loaded.runs]
     for outcome in simulate_variants(tasks, workers, lambda d, t: bar.update(
             task, description=f"{label}: {d} done", total=t if d == t else None,
             completed=d)):
@@ -86,7 +121,7 @@ def _simulate_in_processes(bar, loaded, traces, workers: int) -> tuple[list, lis
     return results, rows
 
 
-def _simulate_here(bar, loaded, traces) -> tuple[list, list]:
+def _simulate_here(bar, loaded, traces, extra: dict) -> tuple[list, list]:
     """The variants one after the other in this process, one bar each: requests done."""
     from capsim.metrics.summary import summarize
     from capsim.sim.simulate import simulate
@@ -97,13 +132,14 @@ def _simulate_here(bar, loaded, traces) -> tuple[list, list]:
         trace = traces.get(rc.workload, rc.seed)
         task = bar.add_task(rc.variant, total=len(trace))
         result = simulate(rc, trace, progress=lambda d, t, task=task:
-                          bar.update(task, completed=d))
+                          bar.update(task, completed=d), trace_window=extra["trace_window"])
         results.append(result)
-        rows.extend(summarize(result, spec.slo, loaded.class_slos))
+        rows.extend(summarize(result, spec.slo, loaded.class_slos, extra["percentiles"]))
     return results, rows
 
 
-def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
+def _print_outcome(console, loaded, results: list, rows: list, frames,
+                   percentiles: tuple[float, ...] | None = None) -> None:
     """The tables and lines after a run: summary, the day view, engines, how far to trust
     it, rejections and skipped failures, the disaggregated split, the pools."""
     from capsim.profiles import trust
@@ -113,7 +149,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
     from capsim.report.run.pools import trust_pairs
 
     spec = loaded.spec
-    console.print(summary_table(rows, spec.slo))
+    console.print(summary_table(rows, spec.slo, percentiles))
     if frames:
         console.print(day_table(results, frames))
         for line in day_verdict_lines(rows, frames, spec.slo):

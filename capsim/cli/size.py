@@ -17,8 +17,8 @@ import click
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
-from capsim.cli.common import (executor_options, executor_spec, make_console, scenario_arg,
-                               set_option, progress_bar)
+from capsim.cli.common import (executor_options, executor_spec, make_console,
+                               percentiles_option, scenario_arg, set_option, progress_bar)
 from capsim.profiles.trust import EDGES
 
 if TYPE_CHECKING:
@@ -46,12 +46,13 @@ if TYPE_CHECKING:
                    "option's engine preset and GPU: SLO bounds tightened by the median or max "
                    "|error| of the fidelity benchmark (docs/fidelity.md, 'How far to trust it').")
 @executor_options
+@percentiles_option
 @set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
          headroom: int, out_dir: Path | None, seed: int | None, trust_edge: str,
          num_seeds: int | None,
          workers: int | None, executor: str, scheduler: str | None,
-         overrides: tuple[str, ...]) -> None:
+         percentiles: tuple[float, ...] | None, overrides: tuple[str, ...]) -> None:
     for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
         if value is not None and value < 1:
             raise ScenarioError(f"{name} must be >= 1, got {value}")
@@ -67,13 +68,14 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     run_size(make_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
              num_seeds=num_seeds, max_gpus=max_gpus, headroom=headroom,
              executor=executor_spec(executor, workers, scheduler), overrides=list(overrides),
-             trust_edge=trust_edge)
+             trust_edge=trust_edge, percentiles=percentiles or ())
 
 
 def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int | None, *,
              rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
              max_gpus: int | None, executor: ExecutorSpec, overrides: list[str],
-             trust_edge: str = "none", headroom: int = 0) -> Path:
+             trust_edge: str = "none", headroom: int = 0,
+             percentiles: tuple[float, ...] = ()) -> Path:
     """``capsim size``: search every fleet option, print the ranked table, write the report.
 
     Raises:
@@ -92,9 +94,10 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     if any(rc.fleet is not None for rc in base.runs):
         return _run_mix(console, base, scenario, out_dir, rate_per_s=rate_per_s, gpus=gpus,
                         num_seeds=num_seeds, max_gpus=max_gpus, executor=executor,
-                        trust_edge=trust_edge, headroom=headroom)
+                        trust_edge=trust_edge, headroom=headroom, percentiles=percentiles)
     plan = sizing.plan(base, overrides, rate_per_s=rate_per_s, gpus=gpus, num_seeds=num_seeds,
-                       max_gpus=max_gpus, trust_edge=trust_edge, headroom=headroom)
+                       max_gpus=max_gpus, trust_edge=trust_edge, headroom=headroom,
+                       percentiles=percentiles)
     out = out_dir or Path("reports") / f"{base.spec.name}-size"
     check_out_dir(out)                  # before any run: a bad -o wastes no simulation
     live = sum(o.run is not None for o in plan.options)
@@ -120,7 +123,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
 def _run_mix(console: Console, base, scenario: Path, out_dir: Path | None, *,
              rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
              max_gpus: int | None, executor: ExecutorSpec, trust_edge: str,
-             headroom: int) -> Path:
+             headroom: int, percentiles: tuple[float, ...] = ()) -> Path:
     """``capsim size`` on pooled fleets: the cheapest mix of pool replicas per variant
     (:mod:`capsim.studies.mix`).
 
@@ -143,6 +146,7 @@ def _run_mix(console: Console, base, scenario: Path, out_dir: Path | None, *,
                                 "capsim size finds the cheapest mix at a rate (--rate)",
                                 file=str(scenario))
     plan = mix.plan_mix(base, rate_per_s=rate_per_s, max_gpus=max_gpus, num_seeds=num_seeds)
+    plan.percentiles = percentiles          # summary.csv's --percentiles columns
     out = out_dir or Path("reports") / f"{base.spec.name}-size"
     check_out_dir(out)
     console.print(f"[bold]{base.spec.name}[/]: cheapest mix of {len(plan.runs)} pooled "

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 from capsim import __version__
-from capsim.cli.common import (executor_options, executor_spec, make_console, scenario_arg,
-                               set_option, progress_bar)
+from capsim.cli.common import (executor_options, executor_spec, make_console,
+                               percentiles_option, scenario_arg, set_option, progress_bar)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,13 +30,14 @@ if TYPE_CHECKING:
               help="Report directory [default: reports/<scenario name>-sweep].")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed (replication 0).")
 @executor_options
+@percentiles_option
 @set_option
 def sweep(scenario: Path, out_dir: Path | None, seed: int | None, num_seeds: int | None,
           workers: int | None, executor: str, scheduler: str | None,
-          overrides: tuple[str, ...]) -> None:
+          percentiles: tuple[float, ...] | None, overrides: tuple[str, ...]) -> None:
     spec = executor_spec(executor, workers, scheduler)
     run_sweep(make_console(), scenario, out_dir, seed, 1 if num_seeds is None else num_seeds, spec,
-              list(overrides))
+              list(overrides), percentiles or ())
 
 
 #: Columns of the configuration table left out of the terminal (they stay in the report).
@@ -44,8 +45,10 @@ _BRIEF_DROP = ("$/h", "out tok/s", "goodput", "ITL p50 ms", "stalls")
 
 
 def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int | None,
-              num_seeds: int, executor: ExecutorSpec, overrides: list[str]) -> Path:
-    """``capsim sweep``: plan, run every point × variant × seed, print, write the report."""
+              num_seeds: int, executor: ExecutorSpec, overrides: list[str],
+              percentiles: tuple[float, ...] = ()) -> Path:
+    """``capsim sweep``: plan, run every point × variant × seed, print, write the report
+    (``percentiles``: ``--percentiles`` columns in summary.csv, points.csv and the tables)."""
     from capsim.report import check_out_dir
     from capsim.scenario.load import dump_resolved
     from capsim.studies import sweep
@@ -66,7 +69,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
                   f"{len(plan.base.runs)} variant(s) × {len(seeds)} seed(s) = {total} runs{same} "
                   f"on {executor.describe()}")
     with open_runner(executor) as runner, progress_bar(console, "sweep") as progress:
-        result = sweep.run(plan, seeds, runner, progress)
+        result = sweep.run(plan, seeds, runner, progress, percentiles)
     index = write_sweep(out, result, resolved_yaml=dump_resolved(plan.base, __version__, spec.seed),
                         executor=executor.describe())
     labels = display_labels(result)

@@ -24,7 +24,14 @@ import simpy
 
 
 class Environment(simpy.Environment):
-    """:class:`simpy.Environment` plus :meth:`timeout_at`."""
+    """:class:`simpy.Environment` plus :meth:`timeout_at`.
+
+    Attributes:
+        step_trace: the run's :class:`~capsim.engine.step_trace.StepTracer` with
+            ``--trace-events`` (read once by each replica as it is built), else None.
+    """
+
+    step_trace = None
 
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)

@@ -90,8 +90,10 @@ class Replica:
         if pool.spec is not None:       # speculative steps: priced and accounted their own way
             self.spec_pricer = SpecPricer(pricer, pool.draft_pricer(), pool.spec.k)
             self._start_step, self._complete_step = self._start_spec_step, self._complete_spec_step
-        self.account = ReplicaAccount(self.scheduler, pricer.new_tally(),
-                                      TimelineRecorder(index, pool.role, timeline_bin_s))
+        tracer = getattr(env, "step_trace", None)    # --trace-events (engine/step_trace.py)
+        timeline = (TimelineRecorder(index, pool.role, timeline_bin_s) if tracer is None
+                    else tracer.timeline(self, timeline_bin_s))
+        self.account = ReplicaAccount(self.scheduler, pricer.new_tally(), timeline)
         # An async engine composes the next step while this one runs: requests submitted
         # meanwhile (submit time, request) wait here for the step after it.
         self.schedules_ahead = pool.host_overhead.overlap == "async"

@@ -39,6 +39,41 @@ from capsim.sim.request_log import WARMUP
 
 _NAN = float("nan")
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+#: ``vllm bench serve``'s latency metrics (its ``--percentile-metrics`` names), in its order.
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def percentile_key(q: float, metric: str) -> str:
+    """vLLM's name of the q-th percentile of ``metric`` in ms: ``p99_itl_ms``,
+    ``p99.9_itl_ms`` (``process_one_metric`` in vllm/benchmarks/serve.py at 009e6d4: a
+    whole q without its ".0")."""
+    word = str(int(q)) if int(q) == q else str(q)
+    return f"p{word}_{metric}_ms"
+
+
+def percentile_columns(done: pd.DataFrame, gaps_s: np.ndarray, counts: np.ndarray,
+                       qs: tuple[float, ...]) -> dict[str, float]:
+    """The ``--percentiles`` columns of a summary row: for each of
+    :data:`LATENCY_METRICS`, each q of ``qs`` (0..100) under :func:`percentile_key`, ms.
+
+    Args:
+        done: :func:`request_frame` rows of the finished requests (``ttft_ms``,
+            ``tpot_ms``, ``e2el_ms``; NaN TPOT of one-token replies left out).
+        gaps_s, counts: the ITL runs, sorted by gap (:func:`sorted_runs`), counts > 0.
+    Returns:
+        {} when ``qs`` is empty; NaN where there is no value."""
+    out: dict[str, float] = {}
+    if not qs:
+        return out
+    for metric in LATENCY_METRICS:
+        if metric == "itl":
+            values = _sorted_percentiles(gaps_s, counts, qs, scale=1e3)
+        else:
+            x = done[f"{metric}_ms"].to_numpy(dtype=np.float64)
+            x = x[~np.isnan(x)]
+            values = np.percentile(x, qs).tolist() if len(x) else [_NAN] * len(qs)
+        out.update((percentile_key(q, metric), float(v)) for q, v in zip(qs, values))
+    return out
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -256,11 +291,13 @@ def _good_mask(df: pd.DataFrame, slo: RequestSlo | None,
 
 
 def summarize(result: RunResult, slo: SloConfig,
-              class_slos: dict[str, RequestSlo] | None = None) -> list[SummaryRow]:
+              class_slos: dict[str, RequestSlo] | None = None,
+              percentiles: tuple[float, ...] = ()) -> list[SummaryRow]:
     """Summary rows for a run: one for all requests (cls "all"), then one per class.
 
     Run-level SLO targets are checked on every row; rows of classes with no
-    requests are omitted.
+    requests are omitted. ``percentiles`` (``--percentiles``, each 0..100) fill each
+    row's :attr:`SummaryRow.percentiles` (:func:`percentile_columns`).
     """
     df = request_frame(result, slo, class_slos)
     itl = result.itl
@@ -270,12 +307,13 @@ def summarize(result: RunResult, slo: SloConfig,
     span_s = _span_s(df)
     run_span_s = _run_span_s(result) if _warmup_mask(result) is not None else span_s
     shared = _shared_stats(result, run_span_s)
-    rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared)]
+    rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared, percentiles)]
     for cid, name in enumerate(result.class_names):
         sub = df[df["cls"] == name]
         if len(sub) and len(result.class_names) > 1:
             mask = run_cls == cid
-            rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared))
+            rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared,
+                             percentiles))
     if result.disagg is not None:
         rows = [r.model_copy(update=disagg_columns(result, r.cls, run_span_s)) for r in rows]
     return rows
@@ -414,7 +452,8 @@ def _exact_sum_ms(gaps_s: np.ndarray, counts: np.ndarray, chunk: int = 1 << 16) 
 
 
 def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts: np.ndarray,
-         span_s: float, slo: SloConfig, shared: dict[str, float]) -> SummaryRow:
+         span_s: float, slo: SloConfig, shared: dict[str, float],
+         percentiles: tuple[float, ...] = ()) -> SummaryRow:
     done = df[df["status"] == FINISHED]
     out_tokens = float((done["output_tokens"] * done["n"]).sum())   # every sample's tokens
     total_tokens = out_tokens + float(done["prompt_tokens"].sum())
@@ -442,9 +481,14 @@ def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts
         per_hour / tok_per_hour * 1e6 if cls == "all" and tok_per_hour > 0 else _NAN)
     failed = failed_targets(values, slo.targets)
     return SummaryRow(variant=result.variant, cls=cls, slo_pass=not failed,
-                      slo_failed="; ".join(failed), **values)
+                      slo_failed="; ".join(failed), **values,
+                      percentiles=percentile_columns(done, *_nonempty(gaps, counts), percentiles)
+                      if percentiles else {})
 
 
 def summary_frame(rows: list[SummaryRow]) -> pd.DataFrame:
-    """summary.csv's table: one row per variant × class."""
-    return pd.DataFrame([r.model_dump() for r in rows])
+    """summary.csv's table: one row per variant × class; the ``--percentiles`` columns
+    (:attr:`SummaryRow.percentiles`) last, when asked for."""
+    df = pd.DataFrame([r.model_dump() for r in rows])
+    extra = pd.DataFrame([r.percentiles for r in rows])
+    return pd.concat([df, extra], axis=1) if len(extra.columns) else df

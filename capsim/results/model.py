@@ -297,6 +297,53 @@ class DaySamples(_Result):
     serving: list[int]
 
 
+class TracedSteps(ColumnModel, _Result):
+    """The engine steps of a ``--trace-events`` window, column-wise (length S, in the
+    order the steps ended on each replica; :mod:`capsim.engine.step_trace`).
+
+    Step ``i`` ran on ``StepTrace.replicas[replica[i]]`` from ``start_s`` to ``end_s``
+    (absolute simulated seconds; a pipelined batch: launch to leaving the last stage), in
+    batch slot ``lane`` (0 unless several batches of a pipeline-parallel replica are in
+    flight), computing ``prefill_tokens`` prompt tokens and ``decode_tokens`` decode
+    tokens (emitted tokens under speculative decoding) with ``kv_used_blocks`` KV blocks
+    held; after it ``running`` sequences were running and ``queue`` requests waiting;
+    ``preemptions``: preemptions its scheduling made.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    replica: IntColumn
+    lane: IntColumn
+    start_s: FloatColumn
+    end_s: FloatColumn
+    prefill_tokens: IntColumn
+    decode_tokens: IntColumn
+    running: IntColumn
+    queue: IntColumn
+    kv_used_blocks: IntColumn
+    preemptions: IntColumn
+
+
+class TracedReplica(_Result):
+    """A replica of a step trace: its index in its pool's fleet, role and KV blocks."""
+
+    replica: int
+    pool: str                          # "colocated", "prefill" or "decode"
+    pool_name: str = ""                # a pooled fleet's pool (cluster.pools), else ""
+    num_gpu_blocks: int
+
+
+class StepTrace(_Result):
+    """``--trace-events START:END``: every replica's engine steps that overlap the window
+    ``[start_s, end_s]`` of simulated seconds (a report writes them as a Chrome / Perfetto
+    trace)."""
+
+    start_s: float
+    end_s: float
+    replicas: list[TracedReplica]
+    steps: TracedSteps
+
+
 class RunResult(_Result):
     """Everything one variant's run produced."""
 
@@ -324,6 +371,7 @@ class RunResult(_Result):
     fleet: FleetResult | None = None   # an autoscaled or failing fleet only
     day: DaySamples | None = None      # time-varying load, autoscaling or failures only
     pools: list[PoolResult] | None = None   # a pooled fleet (cluster.pools) only
+    step_trace: StepTrace | None = None     # --trace-events only
 
 
 class SummaryRow(_Result):
@@ -404,3 +452,18 @@ class SummaryRow(_Result):
     kv_link_util_frac: float = float("nan")      # busiest port: bytes ÷ (capacity × span)
     stranded_prefill_frac: float = float("nan")  # idle prefill GPU-s while decode saturated ÷ (prefill GPUs × span)
     stranded_decode_frac: float = float("nan")   # idle decode GPU-s while prefill saturated ÷ (decode GPUs × span)
+    # ``--percentiles``: vLLM-named percentile columns ("p99.9_itl_ms" → ms), in the order
+    # asked for; empty by default. Left out of ``model_dump`` so summary.csv, pools.csv and
+    # the sweep CSV keep their columns unless asked (summary_frame appends them).
+    percentiles: dict[str, float] = Field(default_factory=dict, exclude=True)
+
+    def value(self, key: str) -> float | int | str:
+        """The column ``key``: a field, or a ``--percentiles`` column ("p99.9_itl_ms").
+
+        Raises:
+            KeyError: neither."""
+        if key in self.percentiles:
+            return self.percentiles[key]
+        if key in type(self).model_fields:
+            return getattr(self, key)
+        raise KeyError(key)

@@ -28,6 +28,7 @@ from capsim.engine.cluster import Cluster, colocated_reject_reason
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
+from capsim.engine.step_trace import StepTracer
 from capsim.sim.day import day_sampler
 from capsim.sim.request_log import RequestLog
 from capsim.sim.topology import Wiring, build_cluster
@@ -41,7 +42,8 @@ class InvariantError(RuntimeError):
 
 
 def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = None,
-             macro_steps: bool = True) -> RunResult:
+             macro_steps: bool = True,
+             trace_window: tuple[float, float] | None = None) -> RunResult:
     """Simulate one variant over the trace.
 
     Requests exist as objects only while in flight: first turns are built when
@@ -63,6 +65,9 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         progress: called as ``progress(done, total)`` while requests complete.
         macro_steps: advance decode-only stretches in one event (same results; False
             runs every engine step as its own event, the reference path).
+        trace_window: ``(start_s, end_s)``, ``--trace-events``: the result's
+            ``step_trace`` holds every replica's engine steps overlapping that window of
+            simulated seconds (:mod:`capsim.engine.step_trace`; same results).
 
     Raises:
         InvariantError: if a conservation invariant fails at the end.
@@ -70,6 +75,8 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     """
     wall0 = time.perf_counter()
     env = Environment()
+    if trace_window is not None:
+        env.step_trace = StepTracer(*trace_window)
     num_classes = len(trace.class_names)
     itl_classes = 2 * num_classes if trace.warmup_requests else num_classes
     itl = ItlRecorder(itl_classes * (len(run.fleet.pools) if run.fleet is not None else 1))
@@ -90,6 +97,9 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
                                                   env.now, time.perf_counter() - wall0))
     if sampler is not None:
         result = sampler.add_to(result)
+    if env.step_trace is not None:
+        names = {id(p.pool): p.name for p in run.fleet.pools} if run.fleet is not None else {}
+        result = result.model_copy(update={"step_trace": env.step_trace.result(names)})
     return _without_warmup(result, num_classes) if trace.warmup_requests else result
 
 

@@ -116,6 +116,7 @@ class MixPlan:
     seeds: list[int]
     traces: TraceCache
     batch: int = 4          # mixes per round: fixed, so every backend runs the same mixes
+    percentiles: tuple[float, ...] = ()   # --percentiles: the runs' summary columns
 
     def workload_at(self, wl: WorkloadConfig) -> WorkloadConfig:
         """``wl`` offering the plan's rate (the synthetic rate, or a trace's ``rate_scale``)."""
@@ -257,7 +258,8 @@ class _Evaluator:
                   **{f"replicas.{n}": c for n, c in zip(names, mix)},
                   "offered_rate_per_s": self.p.rate_per_s, "replication": rep, "seed": seed}
         return RunTask(labels, run, self.p.traces.get(self.trace_wl, seed),
-                       self.p.base.spec.slo, self.p.base.class_slos)
+                       self.p.base.spec.slo, self.p.base.class_slos,
+                       percentiles=self.p.percentiles)
 
 
 def _label(names: tuple[str, ...], mix: Mix) -> str:

@@ -165,6 +165,7 @@ class SizingPlan:
         """The SLOs option ``key`` is judged by (the scenario's, or moved to the edge)."""
         return self.slos[key]
     headroom: int = 0                # N+k: replicas down while the SLOs must still hold
+    percentiles: tuple[float, ...] = ()   # --percentiles: the runs' summary columns
 
     def workload_at(self, wl: WorkloadConfig, rate_per_s: float) -> WorkloadConfig:
         """``wl`` offering ``rate_per_s``: the synthetic rate, or a trace's ``rate_scale``."""
@@ -180,7 +181,7 @@ class SizingPlan:
 def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None = None,
          gpus: int | None = None, num_seeds: int | None = None,
          max_gpus: int | None = None, trust_edge: Edge = "none",
-         headroom: int = 0) -> SizingPlan:
+         headroom: int = 0, percentiles: tuple[float, ...] = ()) -> SizingPlan:
     """Combine the CLI options with the ``sizing:`` section and check the question.
 
     Arguments given here override ``sizing:``; ``gpus`` switches to the
@@ -188,7 +189,8 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     moved to that edge of the measured error of its engine preset on its GPU
     (:mod:`capsim.studies.trust_edge`). ``headroom`` K (N+k sizing): the SLOs must hold
     with K replicas down for the whole window sized for (the peak): a candidate of N
-    replicas is run on N − K, and the answer counts all N.
+    replicas is run on N − K, and the answer counts all N. ``percentiles``
+    (``--percentiles``): every run's summary rows get those columns.
 
     Raises:
         ScenarioError: a closed loop or all-at-once arrivals (no rate to search); no
@@ -210,7 +212,8 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                    gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
                    seeds=[spec.seed + r for r in range(seeds_k)],
                    rate_tolerance=sizing.rate_tolerance if sizing else 0.02,
-                   traces=TraceCache(base.base_dir, str(base.path)), trust_edge=trust_edge)
+                   traces=TraceCache(base.base_dir, str(base.path)), trust_edge=trust_edge,
+                   percentiles=percentiles)
     p.rate_per_s = _start_rate(p, rate_per_s)
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None,
@@ -398,7 +401,8 @@ class _Evaluator:
                   "tensor_parallel_size": opt.tensor_parallel_size, "num_replicas": replicas,
                   "offered_rate_per_s": rate, "replication": rep, "seed": seed}
         edged = self.p.slo(key)
-        return RunTask(labels, run, trace, edged.slo, edged.class_slos)
+        return RunTask(labels, run, trace, edged.slo, edged.class_slos,
+                       percentiles=self.p.percentiles)
 
 
 def _lockstep(searches: dict[tuple, Generator], ev: _Evaluator) -> dict[tuple, Any]:

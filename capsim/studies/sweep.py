@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,10 @@ def replication_seeds(base_seed: int, num_seeds: int) -> list[int]:
     return [base_seed + r for r in range(num_seeds)]
 
 
-def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -> list[RunTask]:
-    """Every point × variant × replication as a task (point-major order).
+def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None,
+          percentiles: tuple[float, ...] = ()) -> list[RunTask]:
+    """Every point × variant × replication as a task (point-major order); ``percentiles``:
+    ``--percentiles`` (each task's summary rows get those columns).
 
     Raises:
         ScenarioError: a trace cannot be built (e.g. no request arrives).
@@ -179,7 +182,8 @@ def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -
                           "num_replicas": rc.num_replicas, "offered_rate_per_s": rate,
                           "replication": rep, "seed": seed}
                 out.append(RunTask(labels=labels, run=replace(rc, seed=seed), trace=trace,
-                                   slo=loaded.spec.slo, class_slos=loaded.class_slos))
+                                   slo=loaded.spec.slo, class_slos=loaded.class_slos,
+                                   percentiles=percentiles))
     return out
 
 
@@ -244,18 +248,29 @@ def config_columns(swept: list[str]) -> list[str]:
     return cols
 
 
+def metric_columns(runs: pd.DataFrame) -> list[str]:
+    """The columns averaged over replications: :data:`METRICS` and the runs'
+    ``--percentiles`` columns (``p99.9_itl_ms``)."""
+    return list(METRICS) + [c for c in runs.columns if PERCENTILE_COLUMN.fullmatch(c)]
+
+
+#: A ``--percentiles`` column: vLLM's name of a latency percentile in ms.
+PERCENTILE_COLUMN = re.compile(r"p[0-9.e+-]+_(ttft|tpot|itl|e2el)_ms")
+
+
 def run(sweep: SweepPlan, seeds: list[int], runner: Runner,
-        progress: Progress | None = None) -> SweepResult:
-    """Simulate every point × variant × replication and aggregate over replications.
+        progress: Progress | None = None, percentiles: tuple[float, ...] = ()) -> SweepResult:
+    """Simulate every point × variant × replication and aggregate over replications;
+    ``percentiles``: ``--percentiles`` columns in the runs and points.
 
     Raises:
         ScenarioError: a trace cannot be built (before any run starts).
     """
-    work = tasks(sweep, seeds)
+    work = tasks(sweep, seeds, percentiles=percentiles)
     unique, index = dedupe(work)
     done = runner.map(execute, unique, progress, weights=[expected_cost(t) for t in unique])
     outcomes = [replace(done[i], labels=t.labels) for t, i in zip(work, index)]
     runs = outcomes_frame(outcomes)
     totals = runs[runs["cls"] == "all"]
-    points = aggregate(totals, config_columns(list(sweep.grid)), list(METRICS))
+    points = aggregate(totals, config_columns(list(sweep.grid)), metric_columns(totals))
     return SweepResult(plan=sweep, seeds=list(seeds), runs=runs, points=points)

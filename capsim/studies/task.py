@@ -38,6 +38,10 @@ class RunTask:
         run: the resolved variant (its ``seed`` is the trace's seed).
         trace: the requests, shared by every task of the same load level and seed.
         slo, class_slos: the scenario's SLOs, for goodput and the target verdict.
+        percentiles: ``--percentiles``: the summary rows' vLLM-named percentile columns
+            (:attr:`SummaryRow.percentiles <capsim.results.model.SummaryRow.percentiles>`).
+        trace_window: ``--trace-events``: the window of simulated seconds whose engine
+            steps the result keeps (``capsim run`` only: a sweep returns no result).
     """
 
     labels: dict[str, Any]
@@ -45,6 +49,8 @@ class RunTask:
     trace: RequestTrace
     slo: SloConfig
     class_slos: dict[str, RequestSlo] = field(default_factory=dict)
+    percentiles: tuple[float, ...] = ()
+    trace_window: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ def execute(task: RunTask) -> RunOutcome:
     result = simulate(task.run, task.trace)
     little = _little(result)
     windows = day_windows(result, task.slo) if result.day is not None else None
-    return RunOutcome(labels=dict(task.labels), rows=summarize(result, task.slo, task.class_slos),
+    return RunOutcome(labels=dict(task.labels),
+                      rows=summarize(result, task.slo, task.class_slos, task.percentiles),
                       sim_end_s=result.sim_end_s, wall_s=result.wall_s,
                       mean_in_system=little.mean_in_system,
                       arrival_rate_per_s=little.arrival_rate_per_s,
@@ -118,11 +125,12 @@ def outcomes_frame(outcomes: list[RunOutcome], all_classes: bool = True) -> pd.D
     """One row per outcome × class (only ``cls == "all"`` unless ``all_classes``).
 
     Columns: the label keys (in first-seen order), the
-    :class:`~capsim.results.model.SummaryRow` fields, then :data:`RUN_COLUMNS`.
+    :class:`~capsim.results.model.SummaryRow` fields (and its ``--percentiles`` columns),
+    then :data:`RUN_COLUMNS`.
     """
     records = []
     for o in outcomes:
         extra = {k: getattr(o, k) for k in RUN_COLUMNS}
         for row in (o.rows if all_classes else o.rows[:1]):
-            records.append({**o.labels, **row.model_dump(), **extra})
+            records.append({**o.labels, **row.model_dump(), **row.percentiles, **extra})
     return pd.DataFrame(records)

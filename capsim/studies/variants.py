@@ -51,8 +51,8 @@ def simulate_variant(task: RunTask) -> VariantOutcome:
     logger, collect = logging.getLogger(LOGGER), _Collect()
     logger.addHandler(collect)
     try:
-        result = simulate(task.run, task.trace)
-        rows = summarize(result, task.slo, task.class_slos)
+        result = simulate(task.run, task.trace, trace_window=task.trace_window)
+        rows = summarize(result, task.slo, task.class_slos, task.percentiles)
     finally:
         logger.removeHandler(collect)
     return VariantOutcome(result, rows, collect.messages)

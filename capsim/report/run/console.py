@@ -35,14 +35,16 @@ def _groups(cols: list[Column]) -> list[list[Column]]:
 _STYLE = {"pass": "green", "fail": "bold red"}
 
 
-def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
+def summary_table(rows: list[SummaryRow], slo: SloConfig,
+                  percentiles: tuple[float, ...] | None = None) -> FoldedTable:
     """One line per variant: GPUs, req/s, out tok/s, goodput %, TTFT p99, TPOT p50,
-    ITL p50/p99/max (ms), stalls, preemptions, rejected and the SLO verdict.
+    ITL p50/p99/max (ms), stalls, preemptions, rejected and the SLO verdict; with
+    ``percentiles`` (``--percentiles``) TTFT, TPOT and ITL at each of them.
 
     Cells bounded by an SLO target are green (met) or red (missed); a stall
     count above zero is yellow when no target bounds it.
     """
-    cols = console_columns(slo)
+    cols = console_columns(slo, percentiles)
     table = FoldedTable("capsim summary (latencies in ms)", [FoldColumn("variant", text=True)],
                         [[FoldColumn(_header(c)) for c in g] for g in _groups(cols)]
                         + [[FoldColumn("SLO", text=True)]])
@@ -51,7 +53,7 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
             continue
         cells = []
         for c in cols:
-            value = getattr(row, c.key)
+            value = row.value(c.key)
             style = _STYLE.get(target_status(c.key, value, slo) or "", "")
             if not style and c.key == "itl_stalls" and value > 0:
                 style = "yellow"

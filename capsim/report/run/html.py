@@ -37,7 +37,7 @@ def config_line(r: RunResult) -> str:
 def _cells(row: SummaryRow, cols: list[Column], slo: SloConfig) -> list[dict]:
     cells = []
     for c in cols:
-        value = getattr(row, c.key)
+        value = row.value(c.key)
         status = target_status(c.key, value, slo)
         css = status or ""
         if c.key == "itl_stalls" and status is None and value > 0:
@@ -56,11 +56,13 @@ def _verdict(row: SummaryRow, slo: SloConfig) -> dict:
             "failed": failed_list(row)}
 
 
-def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str]) -> dict:
+def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str],
+          percentiles: tuple[float, ...] | None = None) -> dict:
     """Header groups, columns (with target bounds) and formatted rows for the template; the
-    latency columns first. ``blocks`` cut the columns into the stacked tables that fit the
-    page (:func:`capsim.report.run.table.blocks`); the verdict sits in the first."""
-    cols = latency_first(verdict_columns(slo))
+    latency columns first (at ``percentiles`` when given: ``--percentiles``). ``blocks``
+    cut the columns into the stacked tables that fit the page
+    (:func:`capsim.report.run.table.blocks`); the verdict sits in the first."""
+    cols = latency_first(verdict_columns(slo, percentiles))
     return {
         "blocks": blocks(cols, breaks=("Fleet",)),
         "groups": header_groups(cols),
@@ -153,8 +155,13 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
            class_slos: dict[str, RequestSlo], colours: dict[str, str],
            figures: list[FigureRef], timelines: list[FigureRef], notes: list[str],
            disagg: dict | None = None, day: dict | None = None,
-           pools: dict | None = None) -> str:
+           pools: dict | None = None, percentiles: tuple[float, ...] | None = None,
+           files: list[str] | None = None) -> str:
     """The full index.html text. All strings are autoescaped by jinja2.
+
+    ``percentiles``: the latency percentiles of the verdict tables (``--percentiles``; None:
+    the default columns); ``files``: extra files of the report to link (results.json, the
+    step traces).
 
     ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None;
     ``day``: the fleet table of the day view (:func:`capsim.report.run.day.table`), or None;
@@ -174,8 +181,8 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
                    "wall_s": f"{r.wall_s:,.1f}"} for r in results],
         slo_lines=slo_lines(slo, class_slos),
         trust=trust.lines(trust_pairs(results)),
-        verdict=table(all_rows, slo, colours),
-        by_class=table(class_rows, slo, colours) if class_rows else None,
+        verdict=table(all_rows, slo, colours, percentiles),
+        by_class=table(class_rows, slo, colours, percentiles) if class_rows else None,
         alerts=tail_alerts(all_rows, slo),
         rejections=rejection_alerts(results, rows),
         kv=kv_table(all_rows, colours),
@@ -186,4 +193,5 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
         day=day,
         pools=pools,
         resolved_yaml=resolved_yaml,
+        files=files or [],
     )

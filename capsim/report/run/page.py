@@ -16,11 +16,13 @@ import pandas as pd
 from capsim.metrics.summary import request_frame, summary_frame
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
-from capsim.report.run import day, disagg, figures, pools, timeline
+from capsim.metrics.summary import PERCENTILES
+from capsim.report.run import day, disagg, figures, pools, results_json, step_trace, timeline
 from capsim.report.run.html import render
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
+from capsim.scenario.workload import WorkloadConfig
 
 _CAPTIONS = {
     "itl_cdf.png": (
@@ -62,8 +64,12 @@ _TIMELINE_CAPTION = (
 def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml: str,
           results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
           class_slos: dict[str, RequestSlo], notes: list[str] | None = None,
-          day_frames: dict[str, pd.DataFrame] | None = None) -> Path:
-    """Write index.html + PNGs + summary.csv + requests.csv + scenario.resolved.yaml into out_dir.
+          day_frames: dict[str, pd.DataFrame] | None = None,
+          percentiles: tuple[float, ...] | None = None,
+          workloads: dict[str, WorkloadConfig] | None = None, version: str = "") -> Path:
+    """Write index.html + PNGs + summary.csv + requests.csv + results.json +
+    scenario.resolved.yaml into out_dir (and trace_<variant>.json for each result with a
+    step trace: ``--trace-events``).
 
     Args:
         out_dir: report directory; replaced as a whole (a previous report there is
@@ -76,6 +82,12 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         notes: extra lines shown under the header (warnings, assumptions).
         day_frames: the day windows of the variants with day samples
             (:func:`capsim.report.run.day.windows`), when the caller has them already.
+        percentiles: ``--percentiles``: results.json's percentiles and the tables'
+            latency columns (None: results.json at :data:`~capsim.metrics.summary.PERCENTILES`,
+            the tables' default columns).
+        workloads: each variant's workload (results.json's ``request_rate``,
+            ``burstiness``, ``max_concurrency``).
+        version: capsim's version, written in results.json.
 
     Returns:
         Path of ``out_dir / "index.html"``.
@@ -88,14 +100,16 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
     out_dir = write_atomically(out_dir, lambda d: _build(
         d, scenario_name=scenario_name, description=description, resolved_yaml=resolved_yaml,
         results=results, rows=rows, slo=slo, class_slos=class_slos, notes=notes,
-        day_frames=day_frames))
+        day_frames=day_frames, percentiles=percentiles, workloads=workloads or {},
+        version=version))
     return out_dir / "index.html"
 
 
 def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], notes: list[str],
-           day_frames: dict[str, pd.DataFrame] | None) -> None:
+           day_frames: dict[str, pd.DataFrame] | None, percentiles: tuple[float, ...] | None,
+           workloads: dict[str, WorkloadConfig], version: str) -> None:
     """Write every file of the report into the (empty) directory ``d``."""
     colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
     frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
@@ -103,6 +117,11 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     requests = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
     requests.to_csv(d / "requests.csv", index=False)
     (d / "scenario.resolved.yaml").write_text(resolved_yaml, encoding="utf-8")
+    results_json.write(d / results_json.FILE, results_json.document(
+        scenario_name=scenario_name, version=version, results=results, rows=rows,
+        frames=frames, slo=slo, class_slos=class_slos,
+        percentiles=PERCENTILES if percentiles is None else percentiles, workloads=workloads))
+    files = [results_json.FILE, *step_trace.write_all(d, results)]
 
     all_rows = [r for r in rows if r.cls == "all"]
     figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
@@ -118,7 +137,8 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
                   class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
-                  notes=notes, disagg=split_table, day=day_table, pools=pool_table)
+                  notes=notes, disagg=split_table, day=day_table, pools=pool_table,
+                  percentiles=percentiles, files=files)
     (d / "index.html").write_text(html, encoding="utf-8")
 
 

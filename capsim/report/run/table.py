@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from capsim.metrics.summary import percentile_key
 from capsim.report.cells import fmt
 from capsim.results.model import SummaryRow
 from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
@@ -101,9 +102,25 @@ def latency_first(cols: list[Column]) -> list[Column]:
             + [c for c in cols if c.group not in LATENCY_GROUPS])
 
 
-def verdict_columns(slo: SloConfig) -> list[Column]:
-    """Columns of the HTML verdict table, plus one column per SLO target not already shown."""
+def verdict_columns(slo: SloConfig, percentiles: tuple[float, ...] | None = None) -> list[Column]:
+    """Columns of the HTML verdict table, plus one column per SLO target not already shown.
+    ``percentiles`` (``--percentiles``): the TTFT, TPOT, ITL and E2EL groups show those
+    (:func:`latency_columns`) instead of their default ones."""
     stall = f"stalls >{fmt(slo.stall_threshold_ms, 'num')} ms"
+    if percentiles is None:
+        latency = [
+            Column("ttft_p50_ms", "p50", "TTFT ms", "ms"),
+            Column("ttft_p99_ms", "p99", "TTFT ms", "ms"),
+            Column("tpot_p50_ms", "p50", "TPOT ms", "ms"),
+            Column("tpot_p99_ms", "p99", "TPOT ms", "ms"),
+            Column("itl_p50_ms", "p50", "ITL ms", "ms"),
+            Column("itl_p99_ms", "p99", "ITL ms", "ms"),
+            Column("itl_p999_ms", "p99.9", "ITL ms", "ms"),
+        ]
+        e2el = [Column("e2el_p99_ms", "p99", "E2EL ms", "ms")]
+    else:
+        latency = [c for m in ("ttft", "tpot", "itl") for c in latency_columns(m, percentiles)]
+        e2el = latency_columns("e2el", percentiles)
     cols = [
         Column("num_gpus", "GPUs", "Fleet", "int"),
         Column("cost_per_hour_usd", "$/h", "Fleet", "usd"),
@@ -111,16 +128,10 @@ def verdict_columns(slo: SloConfig) -> list[Column]:
         Column("output_throughput_tok_per_s", "out tok/s", "Throughput", "tok"),
         Column("goodput_req_per_s", "goodput req/s", "Throughput", "rate"),
         Column("goodput_fraction", "goodput", "Throughput", "frac"),
-        Column("ttft_p50_ms", "p50", "TTFT ms", "ms"),
-        Column("ttft_p99_ms", "p99", "TTFT ms", "ms"),
-        Column("tpot_p50_ms", "p50", "TPOT ms", "ms"),
-        Column("tpot_p99_ms", "p99", "TPOT ms", "ms"),
-        Column("itl_p50_ms", "p50", "ITL ms", "ms"),
-        Column("itl_p99_ms", "p99", "ITL ms", "ms"),
-        Column("itl_p999_ms", "p99.9", "ITL ms", "ms"),
+        *latency,
         Column("itl_max_ms", "max", "ITL ms", "ms"),
         Column("itl_stalls", stall, "ITL ms", "int"),
-        Column("e2el_p99_ms", "p99", "E2EL ms", "ms"),
+        *e2el,
         Column("preemptions", "preempt", "Engine", "int"),
         Column("num_rejected", "rejected", "Engine", "int"),
         Column("kv_peak_frac", "KV peak", "Utilisation", "frac"),
@@ -135,6 +146,24 @@ def verdict_columns(slo: SloConfig) -> list[Column]:
         if key not in shown:
             cols.append(Column(key, _auto_label(key), "Other targets", _auto_kind(key)))
     return cols
+
+
+def latency_columns(metric: str, percentiles: tuple[float, ...]) -> list[Column]:
+    """One column per percentile of ``metric`` (ttft, tpot, itl, e2el), labelled "p99.9":
+    the summary's own column where it has one (``itl_p999_ms``: an SLO target bounds it
+    and colours it), else the ``--percentiles`` column (``p99.9_tpot_ms``)."""
+    group = f"{metric.upper()} ms"
+    cols = []
+    for q in percentiles:
+        vllm = percentile_key(q, metric)                        # p99.9_itl_ms
+        own = f"{metric}_{_OWN_SUFFIX[q]}_ms" if q in _OWN_SUFFIX else ""    # itl_p999_ms
+        key = own if own in SummaryRow.model_fields else vllm
+        cols.append(Column(key, vllm.split("_", 1)[0], group, "ms"))
+    return cols
+
+
+#: The percentiles summary.csv has columns of (``ttft_p999_ms``: 99.9).
+_OWN_SUFFIX = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999"}
 
 
 def kv_columns() -> list[Column]:
@@ -181,13 +210,19 @@ DISAGG_COLUMNS = [
 ]
 
 
-def console_columns(slo: SloConfig) -> list[Column]:
-    """The shorter column set of the terminal summary (brief: fits 160 characters)."""
-    keep = ("num_gpus", "request_throughput_per_s", "output_throughput_tok_per_s",
-            "goodput_fraction", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms",
-            "itl_max_ms", "itl_stalls", "preemptions", "num_rejected")
-    by_key = {c.key: c for c in verdict_columns(slo)}
-    return [by_key[k] for k in keep]
+def console_columns(slo: SloConfig, percentiles: tuple[float, ...] | None = None
+                    ) -> list[Column]:
+    """The shorter column set of the terminal summary (brief: fits 160 characters); with
+    ``percentiles`` (``--percentiles``) TTFT, TPOT and ITL at each of them."""
+    head = ("num_gpus", "request_throughput_per_s", "output_throughput_tok_per_s",
+            "goodput_fraction")
+    tail = ("itl_max_ms", "itl_stalls", "preemptions", "num_rejected")
+    by_key = {c.key: c for c in verdict_columns(slo, percentiles)}
+    if percentiles is None:
+        middle = ["ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms"]
+    else:
+        middle = [c.key for m in ("ttft", "tpot", "itl") for c in latency_columns(m, percentiles)]
+    return [by_key[k] for k in (*head, *middle, *tail)]
 
 
 def _auto_label(key: str) -> str:

@@ -37,7 +37,7 @@ from capsim.report.sweep.figures import (COST, CURVE_METRICS, Series, plot_laten
                                          plot_pareto)
 from capsim.report.sweep.tables import Table, cheapest_table, points_table, sizing_table
 from capsim.studies.sizing import SizingResult, rows_frame
-from capsim.studies.sweep import METRICS, RATE_KEYS, SweepResult, config_columns
+from capsim.studies.sweep import RATE_KEYS, SweepResult, config_columns, metric_columns
 from capsim.scenario.slo import SloConfig
 
 def curves_caption(x_label: str) -> str:
@@ -187,7 +187,7 @@ def sizing_points(result: SizingResult) -> pd.DataFrame:
     """Every evaluated configuration of a sizing search, averaged over its replications."""
     totals = result.runs[result.runs["cls"] == "all"]
     by = ["variant", "hardware", "tensor_parallel_size", "num_replicas", "offered_rate_per_s"]
-    return aggregate(totals, by, list(METRICS))
+    return aggregate(totals, by, metric_columns(totals))
 
 
 def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, executor: str,

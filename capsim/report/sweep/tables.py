@@ -16,6 +16,7 @@ from capsim.studies.cheapest import COST_TIE_FRAC, Choice, cheapest
 from capsim.studies.confidence import CI_SUFFIX
 from capsim.report.cells import fmt, target_status
 from capsim.studies.sizing import SizingResult, SizingRow
+from capsim.studies.sweep import PERCENTILE_COLUMN
 from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
 
 
@@ -67,9 +68,11 @@ def _verdict(row: pd.Series, slo: SloConfig) -> Cell:
 
 
 def points_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfig) -> Table:
-    """One row per configuration: its labels, GPUs, $/h, the metrics (± CI) and the verdict."""
-    metrics = list(POINT_METRICS) + [(k, k, "num") for k in slo.targets
-                                     if k not in {m for m, _, _ in POINT_METRICS}]
+    """One row per configuration: its labels, GPUs, $/h, the metrics (± CI) and the verdict.
+    With ``--percentiles`` columns in ``points`` (``p99.9_itl_ms``), TTFT and ITL are shown at
+    those percentiles instead of TTFT p99 and ITL p50 / p99."""
+    metrics = _point_metrics(points)
+    metrics += [(k, k, "num") for k in slo.targets if k not in {m for m, _, _ in metrics}]
     t = Table(columns=[*label_columns, "GPUs", "$/h", *[m[1] for m in metrics], "SLO"],
               left=len(label_columns))
     for _, row in points.iterrows():
@@ -80,6 +83,19 @@ def points_table(points: pd.DataFrame, label_columns: list[str], slo: SloConfig)
         cells.append(_verdict(row, slo))
         t.rows.append(cells)
     return t
+
+
+def _point_metrics(points: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """:data:`POINT_METRICS`, its TTFT and ITL percentiles replaced by the ``--percentiles``
+    columns of ``points`` when it has any (in their order)."""
+    asked = [c for c in points.columns if PERCENTILE_COLUMN.fullmatch(c)]
+    if not asked:
+        return list(POINT_METRICS)
+    latency = [(c, f"{c.split('_')[1].upper()} {c.split('_')[0]} ms", "ms") for metric in
+               ("ttft", "itl") for c in asked if c.split("_")[1] == metric]
+    out = [m for m in POINT_METRICS if m[0] not in ("ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]
+    at = next(i for i, m in enumerate(out) if m[0] == "itl_max_ms")
+    return out[:at] + latency + out[at:]
 
 
 def _label(value) -> str:

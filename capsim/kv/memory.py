@@ -23,7 +23,8 @@ an engine's :class:`~capsim.profiles.engines.MemoryRule`:
 - **non-torch** memory charged to the budget (NCCL buffers at TP ≥ 2) and, for
   engines that count it, the CUDA context (:func:`cuda_context_bytes`: a per-build base
   plus the driver's local-memory reservation, SMs × resident threads per SM × stack bytes
-  per thread, so it differs by GPU).
+  per thread, so it differs by GPU); for vLLM <= 0.2.5 at TP ≥ 2 also the profile run's
+  all-reduce outputs the caching allocator still holds (:func:`held_all_reduce_bytes`).
 - **CUDA graphs** (:func:`cudagraph_count` graphs × layers × the preset's MiB per layer per
   graph): captured after the pool is sized, beside the budget, unless the engine version
   takes its estimate out of the budget (vLLM >= 0.21). What lives beside the budget (the
@@ -61,7 +62,8 @@ class MemoryTerms:
             [``worker requested memory``].
         weight_bytes: [``Model loading took``].
         activation_peak_bytes: [``torch peak memory increase``].
-        non_torch_bytes: non-torch memory charged to the budget
+        non_torch_bytes: non-torch memory charged to the budget (and, vLLM <= 0.2.5,
+            the all-reduce outputs the allocator holds: :func:`held_all_reduce_bytes`)
             [``non-torch forward increase memory``].
         cudagraph_bytes: CUDA-graph memory charged to the budget (0 when the
             engine captures graphs after sizing the pool).
@@ -386,6 +388,32 @@ def cuda_context_bytes(rule: MemoryRule, num_sms: int | None,
     return int(rule.cuda_context_base_gib * GIB) + local
 
 
+def held_all_reduce_bytes(model: ModelShape, rule: MemoryRule, tp: int,
+                          max_num_batched_tokens: int, embedding: bool = True) -> int:
+    """The profile run's all-reduce outputs still reserved when the profiler reads free
+    memory, one GPU (bytes); 0 unless ``rule.held_all_reduce_outputs`` and TP ≥ 2.
+
+    (2 × layers + 1) × T × hidden × dtype bytes, T = ``max_num_batched_tokens``: one
+    forward's tensor-parallel all-reduces, each of a [T, hidden] tensor — the attention and
+    MLP output projections of every layer (``RowParallelLinear`` with ``reduce_results``)
+    and the vocabulary-parallel embedding (first pipeline stage only, ``embedding``)
+    (vllm/model_executor/layers/linear.py, vocab_parallel_embedding.py, models/llama.py in
+    the v0.2.5 wheel). ``torch.distributed.all_reduce`` records its tensor on the NCCL
+    stream (``recordStream`` unless ``TORCH_NCCL_AVOID_RECORD_STREAMS``), so the caching
+    allocator reuses a freed block only after the GPU has run that all-reduce; the CPU
+    enqueues the whole forward ahead of the GPU, so every block stays out of reach and the
+    allocator reserves new memory for the next (vLLM issue 2150, found while measuring PR
+    2031; fixed in v0.2.6 by PR 2151, which sets ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` in
+    vllm/worker/worker.py). v0.2.5's profiler reads ``total − free`` after the run, which
+    counts that reserved memory. A lower bound: segments the held blocks strand (a freed
+    gate/up buffer split to serve a held output) are not counted.
+    """
+    if not rule.held_all_reduce_outputs or tp < 2:
+        return 0
+    reduces = 2 * model.num_hidden_layers + (1 if embedding else 0)
+    return reduces * max_num_batched_tokens * model.hidden_size * model.dtype_bytes
+
+
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
     """vLLM 0.19's default CUDA-graph batch sizes (``vllm/config/vllm.py``
     ``_set_cudagraph_sizes`` at v0.19.0): [1, 2, 4] + multiples of 8 below 256 + multiples of
@@ -442,7 +470,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
                              embedding, lm_head, quant)
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
                               lm_head, expert_parallel)
-    n = int(rule.non_torch_gib_at(tp) * GIB)
+    n = int(rule.non_torch_gib_at(tp) * GIB) + held_all_reduce_bytes(
+        model, rule, tp, max_num_batched_tokens, embedding)
     ctx = cuda_context_bytes(rule, num_sms, max_threads_per_sm)
     if rule.context_in_budget:
         n += ctx

@@ -62,8 +62,10 @@ class MemoryRule(StrictModel):
 
     - ``vllm_v1`` (vLLM 0.10-0.19 ``gpu_worker.determine_available_memory``):
       KV = ceil(total × gpu_memory_utilization) − W − A − N_increase(TP) [− graphs];
-    - ``vllm_v0`` (vLLM 0.5-0.6 ``worker.determine_num_available_blocks``):
-      KV = total × gpu_memory_utilization − W − A − N (``profiler`` says which N);
+    - ``vllm_v0`` (vLLM 0.2.5-0.6 ``worker.determine_num_available_blocks``, 0.2.5's
+      ``profile_num_available_blocks``): KV = total × gpu_memory_utilization − W − A − N
+      (N: ``non_torch_gib``, the context where ``context_in_budget``, the all-reduce outputs
+      where ``held_all_reduce_outputs``);
     - ``sglang`` (``profile_max_num_token``): KV = f × (total − context) − W, f =
       ``mem_fraction_static`` (activations and graphs live in the rest);
     - ``trtllm`` (PyTorch backend ``KvCacheCreator``): KV = free_gpu_memory_fraction ×
@@ -127,6 +129,13 @@ class MemoryRule(StrictModel):
     #: The estimate is taken out of the KV budget (vLLM >= 0.21 by default,
     #: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); else the graphs live beside the budget.
     cudagraph_in_budget: Bool = False
+    #: The profile run's tensor-parallel all-reduce outputs stay reserved by PyTorch's caching
+    #: allocator until the run ends, and the profiler counts reserved memory (vLLM <= 0.2.5:
+    #: ``torch.distributed.all_reduce`` records its tensor on the NCCL stream, so a freed block
+    #: is reused only after the GPU has run that all-reduce, while the CPU is a forward ahead).
+    #: At TP >= 2 it charges every all-reduce of one forward to the budget
+    #: (:func:`capsim.kv.memory.held_all_reduce_bytes`).
+    held_all_reduce_outputs: Bool = False
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":

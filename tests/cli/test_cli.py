@@ -84,8 +84,8 @@ BAD = [
      "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
-                                "sglang-0.3, tgi, trtllm, trtllm-bench, vllm-0.21, vllm-0.5, "
-                                "vllm-0.6, vllm-0.6.4, vllm-v1"),
+                                "sglang-0.3, tgi, trtllm, trtllm-bench, vllm-0.2.5, vllm-0.21, "
+                                "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
     ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
                                         "a knob of engine preset 'vllm-v1'"),

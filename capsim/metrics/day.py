@@ -38,8 +38,8 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     """One row per window from t = 0 to the last arrival (columns: ``window_start_s``,
     ``offered_rate_per_s``, ``replicas_serving``, ``queue_mean``, ``running_mean``,
     ``itl_p99_ms``,
-    ``ttft_p99_ms``, ``rejected`` (requests arriving in the window that were rejected, for
-    any reason), ``violation``). Requires ``result.day``.
+    ``ttft_p99_ms``, ``violation``, ``rejected``: requests arriving in the window that were
+    rejected, for any reason). Requires ``result.day``.
 
     Raises:
         ValueError: the result has no day samples.
@@ -69,11 +69,10 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
                           "replicas_serving": serving, "queue_mean": queue,
                           "running_mean": running,
-                          "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99,
-                          "rejected": np.bincount(np.minimum(
-                              (arrival[rejected] // window_s).astype(int), n - 1),
-                              minlength=n)[:n]})
+                          "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
     frame["violation"] = _violations(frame, slo)
+    frame["rejected"] = np.bincount(np.minimum((arrival[rejected] // window_s).astype(int),
+                                               n - 1), minlength=n)[:n]
     return frame
 
 

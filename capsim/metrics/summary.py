@@ -468,11 +468,12 @@ def rejection_kinds(row: SummaryRow) -> str:
 
 
 def without_unused_reject_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` without the :data:`REJECT_COLUMNS` that are 0 (or empty) in every row: a
-    table shows the kinds of rejection its runs had, and a run that rejected nothing keeps
-    the columns it always had."""
+    """``frame`` without the :data:`REJECT_COLUMNS` that are 0 (or empty) in every row, nor
+    their ``_ci95`` companions (a sweep's points): a table shows the kinds of rejection its
+    runs had, and a run that rejected nothing keeps the columns it always had."""
     unused = [c for c in REJECT_COLUMNS if c in frame.columns
               and not (frame[c].fillna(0) != 0).any()]
+    unused += [f"{c}_ci95" for c in unused if f"{c}_ci95" in frame.columns]
     return frame.drop(columns=unused)
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from capsim.scenario.run_config import RunConfig
 from capsim.metrics.day import WINDOW_S, day_windows, violation_minutes
-from capsim.metrics.summary import summarize, without_unused_reject_columns
+from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check
 from capsim.results.model import FINISHED, RunResult, SummaryRow
 from capsim.sim.simulate import simulate
@@ -118,12 +118,11 @@ def outcomes_frame(outcomes: list[RunOutcome], all_classes: bool = True) -> pd.D
     """One row per outcome × class (only ``cls == "all"`` unless ``all_classes``).
 
     Columns: the label keys (in first-seen order), the
-    :class:`~capsim.results.model.SummaryRow` fields (``rejected_<kind>``: the kinds some
-    run had), then :data:`RUN_COLUMNS`.
+    :class:`~capsim.results.model.SummaryRow` fields, then :data:`RUN_COLUMNS`.
     """
     records = []
     for o in outcomes:
         extra = {k: getattr(o, k) for k in RUN_COLUMNS}
         for row in (o.rows if all_classes else o.rows[:1]):
             records.append({**o.labels, **row.model_dump(), **extra})
-    return without_unused_reject_columns(pd.DataFrame(records))
+    return pd.DataFrame(records)

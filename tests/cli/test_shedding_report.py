@@ -27,3 +27,15 @@ def test_shed_requests_are_counted_in_every_table(tmp_path, run_cli, scenarios_d
     assert line in out
     html = (out_dir / "index.html").read_text()
     assert f"that finished. By kind: queue_full {shed:,}." in html
+
+
+def test_validate_says_where_requests_are_shed(run_cli, scenarios_dir):
+    code, out, _ = run_cli(["validate", str(scenarios_dir / "kv_allocators.yaml"), "--set",
+                            "cluster.router_rate_limit={rate_per_s: 20, burst: 40}"])
+    assert code == 0
+    assert ("  paged: 1 × a100-80gb TP1, continuous chunked, max_num_seqs 512, "
+            "max_num_batched_tokens 8192, sheds beyond 16 waiting per replica; 20/s, burst 40 "
+            "at the router\n") in out
+    code, out, _ = run_cli(["validate", str(scenarios_dir / "hetero_fleet.yaml"), "--set",
+                            "cluster.router_max_queued_requests=64"])
+    assert code == 0 and "sheds beyond 64 waiting at the router" in out

@@ -158,7 +158,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
         console.print(f"engine {label}: {', '.join(names)}")
     for line in trust.lines(trust_pairs(results)):
         console.print(f"how far to trust it: {line}")
-    for line in [*_rejection_lines(results), *skipped_failure_notes(results)]:
+    for line in [*_rejection_lines(results, rows), *skipped_failure_notes(results)]:
         console.print(f"[yellow]warning[/]: {line}")
     split = disagg_table(rows)
     if split is not None:
@@ -168,17 +168,20 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
         console.print(by_pool)
 
 
-def _rejection_lines(results: list) -> list[str]:
-    """Per variant that rejected requests: how many, and the commonest reason."""
+def _rejection_lines(results: list, rows: list) -> list[str]:
+    """Per variant that rejected requests: how many, by kind, and the commonest reason."""
+    from capsim.metrics.summary import rejection_kinds
     from capsim.sim.simulate import group_reasons
 
+    kinds = {row.variant: rejection_kinds(row) for row in rows if row.cls == "all"}
     out = []
     for r in results:
         for count, example in group_reasons(r.requests.reject_reason.tolist())[:1]:
             total = len(r.requests.reject_reason)
             what = (f"every request rejected ({count:,} of {total:,})" if count == total
                     else f"{count:,} of {total:,} requests rejected")
-            out.append(f"{r.variant}: {what}, e.g. {example}")
+            by_kind = f"; by kind: {kinds[r.variant]}" if kinds.get(r.variant) else ""
+            out.append(f"{r.variant}: {what}, e.g. {example}{by_kind}")
     return out
 
 

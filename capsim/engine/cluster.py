@@ -12,7 +12,8 @@ assemble its part of the result. Four topologies implement it:
 
 The rules the co-located ones share are here too: :func:`colocated_reject_reason` (what
 an engine can never serve), :func:`enter` (the engine's server path before a request
-reaches a replica) and :func:`pool_fields` (a pool's labels and peaks in the result).
+reaches a replica), :func:`hand_to` (a replica takes a request, or its request limits
+turn it away) and :func:`pool_fields` (a pool's labels and peaks in the result).
 """
 
 from __future__ import annotations
@@ -76,6 +77,18 @@ def enter(env: Environment, req: Request, before_s: float,
         env.timeout(before_s).callbacks.append(lambda _: submit(req))
     else:
         submit(req)
+
+
+def hand_to(rep: Replica, req: Request, reject: Reject) -> None:
+    """Submit ``req`` to ``rep``, or, when that engine turns it away now (its own request
+    limits, :meth:`Replica.refusal`), reject it at once with the reason (the replica noted
+    as the one that refused it)."""
+    reason = rep.refusal()
+    if reason:
+        req.replica = rep.index
+        reject(req, reason)
+    else:
+        rep.submit(req)
 
 
 def colocated_reject_reason(req: Request, pool: Pool) -> str:
@@ -153,8 +166,8 @@ class FixedPool:
         enter(self.env, req, self._before_s, self.submit)
 
     def submit(self, req: Request) -> None:
-        """Hand ``req`` to the replica the router picks now."""
-        self._route().submit(req)
+        """Hand ``req`` to the replica the router picks now (:func:`hand_to`)."""
+        hand_to(self._route(), req, self.reject)
 
     def invariant_problems(self) -> list[str]:
         return []

@@ -52,7 +52,7 @@ from typing import Callable
 import numpy as np
 
 from capsim.engine.clock import Environment
-from capsim.engine.cluster import colocated_reject_reason, enter, pool_fields
+from capsim.engine.cluster import colocated_reject_reason, enter, hand_to, pool_fields
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.results.model import ROUTER_TIMEOUT_REASON, FleetResult, RunResult
@@ -221,8 +221,9 @@ class Fleet:
         return len(self.pending)
 
     def submit(self, req: Request) -> None:
-        """Hand ``req`` to a serving replica (round robin or least outstanding tokens); held
-        while none serves (all failed), sent when one starts."""
+        """Hand ``req`` to a serving replica (round robin or least outstanding tokens; its
+        request limits may turn it away: :func:`hand_to`); held while none serves (all
+        failed), sent when one starts."""
         serving = self.serving
         if not serving:
             self.pending.append(req)
@@ -237,7 +238,7 @@ class Fleet:
         else:
             rep = serving[self._rr % len(serving)]
             self._rr += 1
-        rep.submit(req)
+        hand_to(rep, req, self.on_lost)
 
     def _time_out(self, req: Request, hold: int) -> None:
         """``req`` has waited ``queue_timeout_s`` at the router: if this hold of it is still

@@ -36,7 +36,7 @@ from capsim.engine.recorder import ItlRecorder, TimelineRecorder
 from capsim.engine.request import Request
 from capsim.engine.scheduler import make_kv, make_scheduler
 from capsim.engine.step import Step
-from capsim.results.model import ReplicaStats
+from capsim.results.model import QUEUE_FULL, ReplicaStats
 from capsim.scenario.run_config import Pool
 
 
@@ -104,6 +104,10 @@ class Replica:
         self.on_finish = on_finish
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
+        self._inflight = 0              # requests submitted here and not reported finished
+        # The engine's own request limits (None: none; Replica.refusal)
+        self.max_waiting = pool.engine.max_waiting_requests
+        self.max_inflight = pool.engine.max_inflight_requests
         self._step_s = 0.0              # the last step's duration
         self._in_step: tuple = ()       # (cost, KV blocks used, LM-head rows, seconds) of the step in progress
         self.busy = False               # running a step now (kept while hooked)
@@ -135,9 +139,32 @@ class Replica:
         """The requests :attr:`num_waiting` counts, queue first."""
         return chain(self.scheduler.waiting, (req for _, req in self._late))
 
+    @property
+    def num_inflight(self) -> int:
+        """Requests submitted here and not finished by now, queued or running (what TGI's
+        ``max_concurrent_requests`` counts)."""
+        return self._inflight - self.runner.finished_count(self.env.now)
+
+    def refusal(self) -> str:
+        """Why this engine turns away a request submitted now ("" if it takes it): its
+        waiting queue already holds ``engine.max_waiting_requests`` (SGLang's
+        ``_abort_on_queued_limit``: ``len(waiting_queue) + 1 > max_queued_requests``), or
+        ``engine.max_inflight_requests`` requests are queued or running here (TGI's
+        semaphore of ``max_concurrent_requests`` permits). The reason starts ``queue_full:``."""
+        limit = self.max_waiting
+        if limit is not None and self.num_waiting >= limit:
+            return (f"{QUEUE_FULL}: {self.num_waiting} requests wait at replica {self.index} "
+                    f"(engine.max_waiting_requests {limit})")
+        limit = self.max_inflight
+        if limit is not None and self.num_inflight >= limit:
+            return (f"{QUEUE_FULL}: {self.num_inflight} requests in flight at replica "
+                    f"{self.index} (engine.max_inflight_requests {limit})")
+        return ""
+
     def submit(self, req: Request) -> None:
         now = self.env.now
         req.replica = self.index
+        self._inflight += 1
         self._outstanding += req.prompt_tokens + req.output_tokens
         if self.schedules_ahead and self._wake is None:     # a step is in progress
             self._late.append((now, req))
@@ -149,6 +176,7 @@ class Replica:
 
     def admit_transferred(self, req: Request) -> None:
         """Decode role: ``req``'s KV has arrived; it decodes from the next scheduled step."""
+        self._inflight += 1
         self.runner.arrived(self.env.now)
         self.scheduler.admit_transfer(req)
         self.wake()
@@ -317,6 +345,7 @@ class Replica:
     def _report_finished(self) -> None:
         sched = self.scheduler
         if sched.finished:
+            self._inflight -= len(sched.finished)
             for req in sched.finished:
                 self._outstanding -= req.prompt_tokens + req.output_tokens
                 self.on_finish(req)

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.summary import weighted_percentile
-from capsim.results.model import FINISHED, REJECTED, ROUTER_TIMEOUT_REASON, RunResult
+from capsim.results.model import (FINISHED, QUEUE_FULL, REJECTED, ROUTER_TIMEOUT_REASON,
+                                  RunResult)
 from capsim.scenario.slo import SloConfig
 
 WINDOW_S = 300.0
@@ -37,7 +38,8 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     """One row per window from t = 0 to the last arrival (columns: ``window_start_s``,
     ``offered_rate_per_s``, ``replicas_serving``, ``queue_mean``, ``running_mean``,
     ``itl_p99_ms``,
-    ``ttft_p99_ms``, ``violation``). Requires ``result.day``.
+    ``ttft_p99_ms``, ``violation``, ``rejected``: requests arriving in the window that were
+    rejected, for any reason). Requires ``result.day``.
 
     Raises:
         ValueError: the result has no day samples.
@@ -63,11 +65,14 @@ def day_windows(result: RunResult, slo: SloConfig, window_s: float = WINDOW_S) -
     demand = (offered > 0) | (np.nan_to_num(queue) > 0) | (np.nan_to_num(running) > 0)
     itl = _itl_p99_ms(result, times, edges, demand & ~sent_first)
     ttft_p99 = _ttft_p99_ms(result, arrival, first_token, window_s, n)
+    rejected = np.asarray(rec.status) == REJECTED
     frame = pd.DataFrame({"window_start_s": edges[:-1], "offered_rate_per_s": offered,
                           "replicas_serving": serving, "queue_mean": queue,
                           "running_mean": running,
                           "itl_p99_ms": itl, "ttft_p99_ms": ttft_p99})
     frame["violation"] = _violations(frame, slo)
+    frame["rejected"] = np.bincount(np.minimum((arrival[rejected] // window_s).astype(int),
+                                               n - 1), minlength=n)[:n]
     return frame
 
 
@@ -95,11 +100,13 @@ def _ttft_p99_ms(result: RunResult, arrival: np.ndarray, first_token: np.ndarray
     status = np.asarray(rec.status)
     done = status == FINISHED
     # Rejected after routing: lost with a failed replica, or timed out at the router while
-    # none served (admission rejects before routing).
+    # none served (admission rejects before routing; a request shed by a replica's limit got
+    # an immediate error, not a slow first token: it is in the window's rejected count).
     rejected = status == REJECTED
-    timed_out = rejected & np.char.startswith(np.asarray(rec.reject_reason).astype(str),
-                                              ROUTER_TIMEOUT_REASON)
-    lost = rejected & ((np.asarray(rec.replica) >= 0) | timed_out)
+    reasons = np.asarray(rec.reject_reason).astype(str)
+    timed_out = rejected & np.char.startswith(reasons, ROUTER_TIMEOUT_REASON)
+    shed = rejected & np.char.startswith(reasons, QUEUE_FULL + ":")
+    lost = rejected & ~shed & ((np.asarray(rec.replica) >= 0) | timed_out)
     ttft = (first_token - arrival)[done] * 1e3
     kw = np.minimum((arrival[done] // window_s).astype(int), n - 1)
     kl = np.bincount(np.minimum((arrival[lost] // window_s).astype(int), n - 1), minlength=n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from capsim.metrics.summary import summarize
+from capsim.metrics.summary import summarize, without_unused_reject_columns
 from capsim.results.model import ItlRuns, RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
 
@@ -84,7 +84,7 @@ def pools_frame(results: list[RunResult], slo: SloConfig,
             rows.append({"pool": "fleet", "hardware": r.hardware, "model": r.model,
                          "tensor_parallel_size": None, "pipeline_parallel_size": None,
                          "num_replicas": r.num_replicas, **row.model_dump()})
-    df = pd.DataFrame(rows)
+    df = without_unused_reject_columns(pd.DataFrame(rows))
     ints = [c for c in df.columns if c in _INT_COLUMNS]
     return df.astype({c: "Int64" for c in ints})
 

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.disagg import disagg_columns, transfer_frame
-from capsim.results.model import FINISHED, RunResult, SummaryRow
+from capsim.results.model import FINISHED, REJECT_KINDS, RunResult, SummaryRow, reject_kind
 from capsim.scenario.slo import RequestSlo, SloConfig, failed_targets
 from capsim.sim.request_log import WARMUP
 
@@ -462,6 +462,7 @@ def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts
         "num_requests": len(df),
         "num_finished": len(done),
         "num_rejected": len(df) - len(done),
+        **_rejected_by_kind(df),
         **_stats("ttft", done["ttft_ms"].to_numpy(), ("mean", "p50", "p90", "p99", "p999", "max")),
         **_stats("tpot", done["tpot_ms"].to_numpy(), ("mean", "p50", "p90", "p99")),
         **_itl_stats(gaps, counts, slo.stall_threshold_ms),
@@ -486,9 +487,41 @@ def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts
                       if percentiles else {})
 
 
+def _rejected_by_kind(df: pd.DataFrame) -> dict[str, int]:
+    """``rejected_<kind>``: the requests of ``df`` rejected for each kind of reason
+    (:func:`~capsim.results.model.reject_kind`)."""
+    counts = dict.fromkeys(REJECT_KINDS, 0)
+    for reason in df.loc[df["status"] != FINISHED, "reject_reason"]:
+        counts[reject_kind(reason)] += 1
+    return {f"rejected_{kind}": n for kind, n in counts.items()}
+
+
+#: SummaryRow's per-kind rejection columns (``rejected_never_fits``, ...).
+REJECT_COLUMNS = tuple(f"rejected_{kind}" for kind in REJECT_KINDS)
+
+
+def rejection_kinds(row: SummaryRow) -> str:
+    """The row's rejections by kind, commonest first (ties in :data:`REJECT_KINDS`'
+    order), e.g. ``queue_full 310, never_fits 2``; "" when it rejected none."""
+    counts = [(getattr(row, f"rejected_{kind}"), kind) for kind in REJECT_KINDS]
+    ranked = sorted((c for c in counts if c[0]), key=lambda c: -c[0])
+    return ", ".join(f"{kind} {n:,}" for n, kind in ranked)
+
+
+def without_unused_reject_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the :data:`REJECT_COLUMNS` that are 0 (or empty) in every row, nor
+    their ``_ci95`` companions (a sweep's points): a table shows the kinds of rejection its
+    runs had, and a run that rejected nothing keeps the columns it always had."""
+    unused = [c for c in REJECT_COLUMNS if c in frame.columns
+              and not (frame[c].fillna(0) != 0).any()]
+    unused += [f"{c}_ci95" for c in unused if f"{c}_ci95" in frame.columns]
+    return frame.drop(columns=unused)
+
+
 def summary_frame(rows: list[SummaryRow]) -> pd.DataFrame:
-    """summary.csv's table: one row per variant × class; the ``--percentiles`` columns
-    (:attr:`SummaryRow.percentiles`) last, when asked for."""
-    df = pd.DataFrame([r.model_dump() for r in rows])
+    """summary.csv's table: one row per variant × class (the ``rejected_<kind>`` columns of
+    the kinds that occurred only); the ``--percentiles`` columns (:attr:`SummaryRow.percentiles`)
+    last, when asked for."""
+    df = without_unused_reject_columns(pd.DataFrame([r.model_dump() for r in rows]))
     extra = pd.DataFrame([r.percentiles for r in rows])
     return pd.concat([df, extra], axis=1) if len(extra.columns) else df

@@ -194,6 +194,32 @@ class SchedulerPreset(StrictModel):
     knobs: dict[str, Any] = Field(default_factory=dict)
 
 
+class Admission(StrictModel):
+    """The engine's own limits on the requests it accepts, under the engine's own names
+    (each ``None``: no limit). A request over a limit is rejected at once (``queue_full``);
+    the scenario's ``engine.max_inflight_requests`` / ``engine.max_waiting_requests`` set
+    the same limits under capsim's names (:meth:`knobs`).
+
+    - ``max_concurrent_requests`` (TGI's router, ``--max-concurrent-requests``): a
+      semaphore of that many permits, one taken by each request until its reply ends
+      (queued or running); ``try_acquire`` failing is ``InferError::Overloaded``, HTTP 429
+      (router/src/infer/mod.rs, router/src/server.rs at v2.1.0).
+    - ``max_queued_requests`` (SGLang's ``--max-queued-requests``): a request that finds
+      the waiting queue holding that many is aborted, HTTP 503 "The request queue is
+      full." (``Scheduler._abort_on_queued_limit``, python/sglang/srt/managers/scheduler.py).
+    """
+
+    max_concurrent_requests: Int | None = Field(default=None, gt=0)
+    max_queued_requests: Int | None = Field(default=None, gt=0)
+
+    def knobs(self) -> dict[str, int]:
+        """The limits set, as the scenario's engine knobs: requests in flight
+        (``max_inflight_requests``) and waiting (``max_waiting_requests``)."""
+        out = {"max_inflight_requests": self.max_concurrent_requests,
+               "max_waiting_requests": self.max_queued_requests}
+        return {k: v for k, v in out.items() if v is not None}
+
+
 class HostOverhead(StrictModel):
     """The engine's CPU work around the GPU (:mod:`capsim.cost.pricer` adds it to each step).
 
@@ -286,6 +312,7 @@ class EnginePreset(StrictModel):
     conditional_defaults: list[ConditionalDefaults] = Field(default_factory=list)
     memory: MemoryRule
     scheduler: SchedulerPreset
+    admission: Admission = Field(default_factory=Admission)
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     dataset_tuning: DatasetTuning | None = None
@@ -296,8 +323,9 @@ class EnginePreset(StrictModel):
     def defaults_for(self, hardware_name: str, memory_total_gib: float,
                      knobs: dict[str, Any]) -> dict[str, Any]:
         """The engine knobs this preset sets on that GPU, given the ones the scenario set
-        (``knobs``; conditions on a knob see the scenario's value, else the default)."""
-        out = dict(self.defaults)
+        (``knobs``; conditions on a knob see the scenario's value, else the default); the
+        engine's request limits (``admission``) among them."""
+        out = {**self.admission.knobs(), **self.defaults}
         seen = {**out, **knobs}
         for cond in self.conditional_defaults:
             if cond.when.holds(hardware_name, memory_total_gib, seen):

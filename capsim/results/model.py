@@ -22,6 +22,39 @@ REJECTED = "rejected"
 #: never answered, a TTFT of infinity for the day view (not a request refused on arrival).
 ROUTER_TIMEOUT_REASON = "timed out at the router"
 
+#: How the reason of a request turned away by a limit begins: a waiting queue (or the
+#: requests in flight) at its limit (``engine.max_waiting_requests``,
+#: ``engine.max_inflight_requests``, ``cluster.router_max_queued_requests``), or the
+#: router's token bucket empty (``cluster.router_rate_limit``). Such a request got an
+#: immediate error (the gateway's HTTP 429, the engine's 503), not a slow reply.
+QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
+
+#: Every kind of rejection, in the order summary.csv's ``rejected_<kind>`` columns follow
+#: ``num_rejected``: ``never_fits`` (no replica could ever serve it: longer than
+#: ``max_model_len``, more KV than the whole cache, ...), ``queue_full`` and
+#: ``rate_limited`` (shed: :data:`QUEUE_FULL`, :data:`RATE_LIMITED`), ``lost`` (its replica
+#: failed, ``cluster.failures``), ``timed_out`` (held at the router while no replica
+#: served, :data:`ROUTER_TIMEOUT_REASON`), ``previous_turn`` (a later turn of a
+#: conversation whose earlier turn was rejected).
+REJECT_KINDS = ("never_fits", QUEUE_FULL, RATE_LIMITED, "lost", "timed_out", "previous_turn")
+
+# How the reasons of the kinds other than never_fits begin (engine/fleet.py's failure,
+# sim/traffic.py's later turn); never_fits is every other reason.
+_REASON_STARTS = ((QUEUE_FULL + ":", QUEUE_FULL), (RATE_LIMITED + ":", RATE_LIMITED),
+                  ("its replica ", "lost"), (ROUTER_TIMEOUT_REASON, "timed_out"),
+                  ("the previous turn of its conversation", "previous_turn"))
+
+
+def reject_kind(reason: str) -> str:
+    """The kind (one of :data:`REJECT_KINDS`) of a rejected request's ``reject_reason``;
+    "" for a request not rejected (an empty reason)."""
+    if not reason:
+        return ""
+    for start, kind in _REASON_STARTS:
+        if reason.startswith(start):
+            return kind
+    return "never_fits"
+
 
 class _Result(BaseModel):
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
@@ -386,6 +419,14 @@ class SummaryRow(_Result):
     num_requests: int
     num_finished: int
     num_rejected: int
+    # num_rejected by kind (REJECT_KINDS); summary.csv keeps the columns of the kinds that
+    # occurred (metrics.summary.without_unused_reject_columns)
+    rejected_never_fits: int = 0
+    rejected_queue_full: int = 0
+    rejected_rate_limited: int = 0
+    rejected_lost: int = 0
+    rejected_timed_out: int = 0
+    rejected_previous_turn: int = 0
     ttft_mean_ms: float
     ttft_p50_ms: float
     ttft_p90_ms: float

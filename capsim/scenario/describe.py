@@ -6,9 +6,12 @@ Public API:
     pool_log_lines(pool), kv_log_lines(run)         start-up lines
     engine_label(run), scheduler_label(pool)        labels in tables and reports
     pool_lines(run), fleet_lines(run)               ``capsim validate``'s lines of a split, a fleet
+    limits_text(run, pool)                          the request limits in those lines
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from capsim.common.labels import parallel_label
 from capsim.scenario.run_config import Pool, RunConfig
@@ -55,13 +58,32 @@ def kv_log_lines(run: RunConfig) -> list[str]:
     return [f"{p.role}: {line}" for p in run.pools for line in pool_log_lines(p)]
 
 
+def limits_text(run: RunConfig, pool: Pool | None = None) -> str:
+    """``, sheds beyond 16 waiting per replica; 20/s, burst 40 at the router``: the request
+    limits of ``pool``'s replicas (None: none) and of ``run``'s router, for ``capsim
+    validate``'s lines; "" when there are none."""
+    eng = pool.engine if pool is not None else None
+    parts = []
+    if eng is not None and eng.max_waiting_requests is not None:
+        parts.append(f"{eng.max_waiting_requests} waiting per replica")
+    if eng is not None and eng.max_inflight_requests is not None:
+        parts.append(f"{eng.max_inflight_requests} in flight per replica")
+    if run.router_max_queued_requests is not None:
+        parts.append(f"{run.router_max_queued_requests} waiting at the router")
+    if run.router_rate_limit is not None:
+        parts.append(f"{run.router_rate_limit.rate_per_s:g}/s, burst "
+                     f"{run.router_rate_limit.burst} at the router")
+    return f", sheds beyond {'; '.join(parts)}" if parts else ""
+
+
 def pool_lines(run: RunConfig) -> list[str]:
     """What ``capsim validate`` prints for a disaggregated variant: split, link, each pool."""
     d = run.transfer
     out = [f"{run.variant}: {run.label} on {run.num_gpus} GPUs, KV over {d.link.name} "
            f"({d.link.bandwidth_bytes_per_s / 1e9:,.0f} GB/s per GPU and direction, "
            f"{d.link.latency_s * 1e6:,.0f} µs per transfer), decode router "
-           f"{d.router}" + (", layer-wise overlap" if d.layerwise_overlap else "")]
+           f"{d.router}" + (", layer-wise overlap" if d.layerwise_overlap else "")
+           + limits_text(run)]
     for pool in run.pools:
         eng = pool.engine
         out.append(f"  {pool.role}: {pool.num_replicas} × {pool.hardware.name} "
@@ -80,7 +102,7 @@ def fleet_lines(run: RunConfig) -> list[str]:
                           + ([f"prompt >= {r.min_prompt_tokens}"] if r.min_prompt_tokens else []))
              + f" → {f.pools[r.pool].name}" for r in f.routes]
     out = [f"{run.variant}: {len(f.pools)} pools on {run.num_gpus} GPUs, router {f.policy}"
-           + (f", route: {'; '.join(rules)}" if rules else "")]
+           + (f", route: {'; '.join(rules)}" if rules else "") + limits_text(run)]
     for fp in f.pools:
         eng = fp.pool.engine
         scaling = ", autoscaled" if fp.autoscaling is not None else ""
@@ -89,6 +111,8 @@ def fleet_lines(run: RunConfig) -> list[str]:
                    f"model {fp.model.name}, engine "
                    f"{fp.pool.engine_label}, max_num_seqs {eng.max_num_seqs}, "
                    f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
-                   f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}")
+                   f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}"
+                   + limits_text(replace(run, router_max_queued_requests=None,
+                                         router_rate_limit=None), fp.pool))
         out += [f"    {line}" for line in pool_log_lines(fp.pool)]
     return out

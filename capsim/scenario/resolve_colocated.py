@@ -58,6 +58,8 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
                                  spec_dec),),
                      router=cluster.router, autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling,
-                     router_queue_timeout_s=cluster.router_queue_timeout_s)
+                     router_queue_timeout_s=cluster.router_queue_timeout_s,
+                     router_max_queued_requests=cluster.router_max_queued_requests,
+                     router_rate_limit=cluster.router_rate_limit)
 
 

@@ -92,6 +92,12 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
             "speculative decoding is not modelled in a disaggregated pool; remove "
             "engine.speculative from this variant", file=str(path),
             path=knob_at("speculative"))
+    for key in ("max_waiting_requests", "max_inflight_requests"):
+        if getattr(resolved.engine, key) is not None:
+            raise ScenarioError(
+                f"a replica's request limit ({key}) is not modelled in a disaggregated pool; "
+                "limit the requests at the router instead (cluster.router_max_queued_requests, "
+                "cluster.router_rate_limit)", file=str(path), path=knob_at(key))
     if resolved.engine.pipeline_parallel_size > 1:
         raise ScenarioError(
             "pipeline parallelism is not modelled in a disaggregated pool (the KV handoff "

@@ -75,7 +75,9 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=pools[0].model,
                      pools=tuple(p.pool for p in pools), router=policy, fleet=fleet,
-                     router_queue_timeout_s=cluster.router_queue_timeout_s)
+                     router_queue_timeout_s=cluster.router_queue_timeout_s,
+                     router_max_queued_requests=cluster.router_max_queued_requests,
+                     router_rate_limit=cluster.router_rate_limit)
 
 
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,

@@ -22,6 +22,7 @@ from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile, resolve_link
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import load_quant_format
+from capsim.scenario.admission import RateLimitConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS, SpecDecoding
@@ -248,6 +249,8 @@ class RunConfig:
     provisioning_delay_s: float = 0.0              # a new replica's start-up, s
     fleet: PooledFleet | None = None               # cluster.pools (scenario/resolve_pools.py)
     router_queue_timeout_s: float | None = None    # cluster.router_queue_timeout_s
+    router_max_queued_requests: int | None = None  # cluster.router_max_queued_requests
+    router_rate_limit: RateLimitConfig | None = None   # cluster.router_rate_limit
 
     @property
     def disaggregated(self) -> bool:

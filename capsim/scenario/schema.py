@@ -19,6 +19,7 @@ from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES, policy_capabilities
 from capsim.profiles.quantization import quant_format_names
+from capsim.scenario.admission import RateLimitConfig
 from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
@@ -120,6 +121,15 @@ class EngineConfig(StrictModel):
     # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only,
     # NVIDIA GPUs only (Marlin is CUDA-only; refused on a profile with platform: rocm).
     moe_backend: Literal["auto", "marlin"] = "auto"
+    # Load shedding by the engine (capsim's names; a preset's admission: section gives the
+    # engine's own): a request submitted to a replica whose waiting queue already holds
+    # max_waiting_requests (SGLang --max-queued-requests), or that has
+    # max_inflight_requests queued or running (TGI --max-concurrent-requests, 128 by
+    # default), is rejected at once (queue_full). None: no limit (vLLM 0.19 has none).
+    max_waiting_requests: Int | None = Field(
+        default=None, gt=0, description="requests a replica's waiting queue may hold")
+    max_inflight_requests: Int | None = Field(
+        default=None, gt=0, description="requests a replica may hold, queued or running")
     # TGI (scheduler: tgi)
     max_waiting_tokens: Int | None = Field(default=None, gt=0)
     waiting_served_ratio: float | None = Field(default=None, ge=0)
@@ -236,6 +246,13 @@ class ClusterConfig(StrictModel):
     router_queue_timeout_s: float | None = Field(
         default=None, gt=0, description="seconds a request may wait at the router while no "
                                         "replica serves; then it fails (timed out)")
+    # Load shedding at the router (scenario/admission.py), rejected at once (the gateway's
+    # HTTP 429): an arrival that finds this many requests waiting behind the router (in
+    # the replicas' queues, or held at the router) is rejected (queue_full); a token
+    # bucket of rate_per_s and burst (rate_limited). None: no limit.
+    router_max_queued_requests: Int | None = Field(
+        default=None, gt=0, description="requests that may wait behind the router")
+    router_rate_limit: RateLimitConfig | None = None
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None
     # Replica failures and repairs (scenario/fleet.py).

@@ -27,6 +27,7 @@ from capsim.scenario.run_config import RunConfig
 from capsim.engine.cluster import Cluster, colocated_reject_reason
 from capsim.engine.disagg import reject_reason as disagg_reject_reason
 from capsim.engine.recorder import ItlRecorder, TimelineRecorder
+from capsim.engine.router import make_gate
 from capsim.engine.request import Request
 from capsim.engine.step_trace import StepTracer
 from capsim.sim.day import day_sampler
@@ -87,7 +88,7 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
         num_classes=num_classes, num_requests=len(trace), macro_steps=macro_steps,
         bin_s=TimelineRecorder.start_width_s(_last_arrival_s(trace))))
     sampler = day_sampler(env, run, trace, itl, cluster, traffic.done)
-    traffic.start(cluster)
+    traffic.start(cluster, make_gate(run))
     env.run()
     trace = traffic.sent_trace()
     _check_invariants(traffic.log, cluster, itl)

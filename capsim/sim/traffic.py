@@ -17,6 +17,7 @@ import simpy
 
 from capsim.engine.cluster import Cluster
 from capsim.engine.request import REJECTED, Request
+from capsim.engine.router import RouterGate
 from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
@@ -37,6 +38,8 @@ class Traffic:
         log: the run's :class:`RequestLog`.
         sender: a closed loop's :class:`ClosedLoopSender` (None: open loop).
         cluster: where admitted requests go (set by :meth:`start`).
+        gate: the router's limits each arrival passes first (None: none; set by
+            :meth:`start`).
     """
 
     def __init__(self, env: simpy.Environment, trace: RequestTrace, progress: Progress | None):
@@ -48,16 +51,17 @@ class Traffic:
         self.warmup_left, self.num_classes = trace.warmup_requests, len(trace.class_names)
         self.sender: ClosedLoopSender | None = None
         self.cluster: Cluster | None = None
+        self.gate: RouterGate | None = None
 
     def done(self) -> bool:
         """Whether every request has ended."""
         return self.log.written >= self.total
 
-    def start(self, cluster: Cluster) -> None:
-        """Send requests to ``cluster`` from t = 0: first turns at their ``arrival_s``, or a
-        closed loop's first rows (its replicas then observe every finish:
-        :class:`EveryFinishObserved`)."""
-        self.cluster = cluster
+    def start(self, cluster: Cluster, gate: RouterGate | None = None) -> None:
+        """Send requests to ``cluster`` from t = 0, through the router's limits ``gate``:
+        first turns at their ``arrival_s``, or a closed loop's first rows (its replicas then
+        observe every finish: :class:`EveryFinishObserved`)."""
+        self.cluster, self.gate = cluster, gate
         if self.trace.closed_loop is None:
             self.env.process(self._arrivals())
             return
@@ -87,14 +91,25 @@ class Traffic:
             self.admit(req)
 
     def admit(self, req: Request) -> None:
-        """Send an arriving request to the cluster; the first ``warmup_requests`` through
-        here are marked as warm-up: logged as such, their class id shifted by the number
-        of classes (their ITL runs are recorded apart)."""
+        """Send an arriving request to the cluster, unless the router's limits turn it away
+        (rejected at once); the first ``warmup_requests`` through here are marked as
+        warm-up: logged as such, their class id shifted by the number of classes (their ITL
+        runs are recorded apart)."""
         if self.warmup_left:
             self.warmup_left -= 1
             req.class_id += self.num_classes
             self.log.mark_warmup(req.rid)
-        self.cluster.admit(req)
+        gate, cluster = self.gate, self.cluster
+        if gate is None:
+            cluster.admit(req)
+            return
+        now = self.env.now
+        reason = gate.refusal(now, cluster.serving, cluster.held)
+        if reason:
+            self.reject(req, reason)
+            return
+        cluster.admit(req)
+        gate.passed(now, req)
 
     def _next_turn(self, req: Request, parent_rejected: bool):
         """A conversation's next turn arrives ``think_s`` after the previous reply completes

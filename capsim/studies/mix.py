@@ -60,6 +60,7 @@ class PoolAnswer:
     price_per_hour_usd: float
     # The pool's own figures in the answer's run on the first seed (metrics.pools).
     num_requests: int = 0
+    num_rejected: int = 0               # of num_requests (any reason: SummaryRow.num_rejected)
     ttft_p99_ms: float = math.nan
     itl_p99_ms: float = math.nan
     cost_per_million_output_tokens_usd: float = math.nan
@@ -309,7 +310,7 @@ def _with_pool_figures(p: MixPlan, run: RunConfig, answer: MixAnswer) -> MixAnsw
     rows = {name: row for name, row in pool_rows(result, p.base.spec.slo, p.base.class_slos)
             if row.cls == "all"}
     pools = [replace(a, num_requests=rows[a.name].num_requests,
-                     ttft_p99_ms=rows[a.name].ttft_p99_ms, itl_p99_ms=rows[a.name].itl_p99_ms,
+                     num_rejected=rows[a.name].num_rejected, ttft_p99_ms=rows[a.name].ttft_p99_ms, itl_p99_ms=rows[a.name].itl_p99_ms,
                      cost_per_million_output_tokens_usd=rows[a.name].
                      cost_per_million_output_tokens_usd) if a.name in rows else a
              for a in answer.pools]
@@ -367,7 +368,7 @@ def _not_met(run: RunConfig, ev: _Evaluator) -> MixAnswer:
 
 #: sizing.csv's integer columns, some empty on a pool's row or on the total's.
 _INT_COLUMNS = ("tensor_parallel_size", "pipeline_parallel_size", "num_replicas", "num_gpus",
-                "num_requests", "evaluations")
+                "num_requests", "num_rejected", "evaluations")
 
 
 def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
@@ -385,7 +386,8 @@ def answers_frame(answers: list[MixAnswer]) -> pd.DataFrame:
                          "cost_per_hour_usd": p.price_per_hour_usd,
                          "cost_per_million_output_tokens_usd":
                              p.cost_per_million_output_tokens_usd,
-                         "num_requests": p.num_requests, "ttft_p99_ms": p.ttft_p99_ms,
+                         "num_requests": p.num_requests, "num_rejected": p.num_rejected,
+                         "ttft_p99_ms": p.ttft_p99_ms,
                          "itl_p99_ms": p.itl_p99_ms})
         rows.append({"variant": a.variant, "status": a.status, "pool": "total",
                      "num_replicas": sum(p.num_replicas for p in a.pools),

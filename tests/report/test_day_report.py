@@ -45,7 +45,7 @@ def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_sce
     day = pd.read_csv(out / "day.csv")
     assert list(day.columns) == ["variant", "window_start_s", "offered_rate_per_s",
                                  "replicas_serving", "queue_mean", "running_mean", "itl_p99_ms",
-                                 "ttft_p99_ms", "violation"]
+                                 "ttft_p99_ms", "violation", "rejected"]
     assert set(day.variant) == {"fixed", "autoscaled", "failing"}
     assert (day.groupby("variant").size() == 4).all()            # 1,200 s in 5-minute windows
     fixed = day[day.variant == "fixed"]

@@ -48,7 +48,25 @@ def test_contiguous_wastes_and_fragments_paged_does_not(layouts):
     # Internal waste at peak: reservations vs at most one partial block per sequence.
     assert paged.kv_internal_waste_tokens < 16 * paged.peak_running
     assert full.kv_internal_waste_tokens > 10 * paged.kv_internal_waste_tokens
-    assert paged.ttft_p99_ms < own.ttft_p99_ms < full.ttft_p99_ms
+    # The queue each replica may hold (16) caps the contiguous layouts' waits: they pay in
+    # requests shed, not in first tokens (next test); paged is the fastest still.
+    assert paged.ttft_p99_ms < min(own.ttft_p99_ms, full.ttft_p99_ms)
+
+
+def test_the_layouts_shed_what_they_cannot_place_as_seed_000_demo_2_does(layouts):
+    """Seed 000 demo 2, admitted / rejected of 400: 90 / 310 (reserve max_model_len),
+    305 / 95 (reserve max_new_tokens), 400 / 0 (paged). With a replica that sheds a
+    request finding 16 waiting (engine.max_waiting_requests): paged sheds none, reserve
+    max_tokens about the seed's 95, reserve max_model_len the most (fewer than the seed's
+    310: its 40 short batches decode faster per step here, the seed counts steps)."""
+    rows = {v: row for v, (row, _) in layouts.items()}
+    for row in rows.values():
+        assert row.num_finished + row.num_rejected == 400
+        assert row.rejected_queue_full == row.num_rejected          # shed, nothing else
+    assert rows["paged"].num_rejected == 0
+    assert 70 <= rows["reserve-max_tokens"].num_rejected <= 120
+    assert rows["reserve-max_model_len"].num_rejected > 2 * rows["reserve-max_tokens"].num_rejected
+    assert rows["reserve-max_model_len"].num_finished < 400 // 2
 
 
 def test_block_size_sweep_trades_table_entries_for_waste(scenarios_dir):

@@ -121,7 +121,7 @@ def test_capsim_size_on_a_pooled_fleet_writes_the_mix(tmp_path, run_cli, mix_sce
     # (evaluations) leaves them empty: 1, not 1.0.
     text = pd.read_csv(out / "sizing.csv", dtype=str, keep_default_na=False)
     ints = ["tensor_parallel_size", "pipeline_parallel_size", "num_replicas", "num_gpus",
-            "num_requests", "evaluations"]
+            "num_requests", "num_rejected", "evaluations"]
     assert list(text.tensor_parallel_size) == ["1", "1", ""]
     assert text.evaluations[0] == "" and int(text.evaluations[2]) >= 1
     assert all(v.isdigit() for c in ints for v in text[c] if v), text[ints]

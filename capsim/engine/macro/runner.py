@@ -381,6 +381,17 @@ class DecodeRunner:
             return 0
         return run.done_tokens[bisect_right(run.done_times, now)]
 
+    def finished_count(self, now: float) -> int:
+        """Requests whose step in the run in progress ended by ``now`` (not yet reported,
+        as :meth:`finished_tokens`); 0 outside a run. Each segment boundary is a finish
+        that shrinks the batch by its sequences, one per request: a run stops at the finish
+        of a forked sample instead (:func:`~capsim.engine.macro.plan.plan_run`)."""
+        run = self.run
+        if run is None or not run.done_times:
+            return 0
+        seqs = run.plan.seqs
+        return seqs[0] - seqs[bisect_right(run.done_times, now)]
+
     def abort(self) -> None:
         """The replica fails now: commit the run in progress up to now (its finishes are
         then reported by the replica) and drop the rest; a run being advanced ends at its

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 
 import capsim
+from capsim.metrics.summary import rejection_kinds
 from capsim.profiles import trust
 from capsim.report.cells import fmt, target_status
 from capsim.report.pages import FigureRef, environment, slo_lines
@@ -128,8 +129,8 @@ def skipped_failure_notes(results: list[RunResult]) -> list[str]:
 
 def rejection_alerts(results: list[RunResult], rows: list[SummaryRow]) -> list[str]:
     """One sentence per variant that rejected requests (its measured ``cls == "all"`` row's
-    counts and the most common reason); a variant that finished none is said to have no
-    figures at all."""
+    counts, by kind, and the most common reason); a variant that finished none is said to
+    have no figures at all."""
     by_variant = {r.variant: r for r in rows if r.cls == "all"}
     out = []
     for result in results:
@@ -138,15 +139,16 @@ def rejection_alerts(results: list[RunResult], rows: list[SummaryRow]) -> list[s
             continue
         reasons = group_reasons(list(result.requests.reject_reason))
         example = f", e.g. {reasons[0][1]}" if reasons else ""
+        kinds = f" By kind: {rejection_kinds(row)}." if row.num_rejected else ""
         if row.num_finished == 0:
             what = (f"every request was rejected ({row.num_rejected:,} of {row.num_requests:,})"
                     f"{example}" if row.num_requests else "no measured request (all are warm-up)")
             out.append(f"{result.variant}: {what} — it completed no request, so it has no "
-                       "latency, throughput or cost figure.")
+                       f"latency, throughput or cost figure.{kinds}")
         elif row.num_rejected:
             out.append(f"{result.variant}: {row.num_rejected:,} of {row.num_requests:,} requests "
                        f"rejected{example}; its latencies cover the {row.num_finished:,} that "
-                       "finished.")
+                       f"finished.{kinds}")
     return out
 
 

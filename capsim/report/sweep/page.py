@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 import capsim
+from capsim.metrics.summary import without_unused_reject_columns
 from capsim.profiles import trust
 from capsim.studies.confidence import aggregate
 from capsim.report.outdir import write_atomically
@@ -262,7 +263,7 @@ def sizing_headline(result: SizingResult) -> str:
 def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:
     def build(d: Path) -> None:
         for name, frame in tables.items():
-            frame.to_csv(d / name, index=False)
+            without_unused_reject_columns(frame).to_csv(d / name, index=False)
         (d / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
         figures(d)
         html = environment().get_template("sweep.html").render(page=page)

@@ -49,9 +49,9 @@ def test_a_worker_s_warnings_are_logged_again_here(tmp_path, write_scenario, mon
                      loaded.spec.slo) for rc in loaded.runs[:2]]
     real = variants.simulate
 
-    def warning_simulate(run, trace):
+    def warning_simulate(run, trace, **options):     # options: trace_window
         logging.getLogger("capsim.sim").warning("odd thing in %s", run.variant)
-        return real(run, trace)
+        return real(run, trace, **options)
 
     monkeypatch.setattr(variants, "simulate", warning_simulate)
     outcome = variants.simulate_variant(tasks[0])

@@ -21,9 +21,12 @@ from capsim.cli.common import build_traces, make_console, scenario_arg, set_opti
               help="Variants simulated at once, one worker process each [default: one per "
                    "CPU, at most one per variant]; 1 runs them one after the other in this "
                    "process. The report is the same either way.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print each variant's vLLM-style start-up lines (KV cache size, "
+                   "memory) before simulating; the report keeps them either way.")
 @set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
-        overrides: tuple[str, ...]) -> None:
+        verbose: bool, overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.report.run import day
     from capsim.scenario.load import dump_resolved, load
@@ -38,19 +41,23 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
-    results, rows = _simulate(loaded, traces, workers, console)
+    results, rows = _simulate(loaded, traces, workers, console, verbose)
     frames = day.windows(results, spec.slo) if day.has_day(results) else None
     index = report.write(out, scenario_name=spec.name, description=spec.description,
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
                          day_frames=frames)
     _print_outcome(console, loaded, results, rows, frames)
+    if not verbose:
+        console.print("[dim]engine start-up lines: capsim run -v, or the report's "
+                      "\"Engine start-up logs\"[/]")
     console.print(f"report: {index}")
     _refuse_empty_variants(loaded, rows, index)
 
 
-def _simulate(loaded, traces, workers: int, console) -> tuple[list, list]:
-    """Every variant simulated under a progress display, after its start-up lines: (the
+def _simulate(loaded, traces, workers: int, console, verbose: bool) -> tuple[list, list]:
+    """Every variant simulated under a progress display, after its start-up lines when
+    ``verbose`` (the first screen is the results, not ~10 log lines per variant): (the
     results, their summary rows), in the scenario's order."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -58,7 +65,7 @@ def _simulate(loaded, traces, workers: int, console) -> tuple[list, list]:
 
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
-        for rc in loaded.runs:
+        for rc in loaded.runs if verbose else ():
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
         if workers > 1:
@@ -111,6 +118,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
                                            pools_table, summary_table)
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
+    from capsim.report.terminal import Prose
 
     spec = loaded.spec
     console.print(summary_table(rows, spec.slo))
@@ -121,7 +129,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
     for line in trust.lines(trust_pairs(results)):
-        console.print(f"how far to trust it: {line}")
+        console.print(Prose(f"how far to trust it: {line}"))
     for line in [*_rejection_lines(results), *skipped_failure_notes(results)]:
         console.print(f"[yellow]warning[/]: {line}")
     split = disagg_table(rows)

@@ -86,8 +86,9 @@ def _notes(c, measured, rc, loaded, chosen: bool) -> list[str]:
                      f"{rc.variant!r} (choose with --variant).")
     if rc.static_batching:
         notes.append(f"Variant {rc.variant!r} runs static batching, which returns each reply "
-                     "whole: its TPOT and ITL are 0 by construction (-100 %); its TTFT and E2E "
-                     "compare, or choose a streaming --variant.")
+                     "whole: its TPOT is 0 by construction (-100 %) and its ITL n/a (held "
+                     "replies: no gap reaches the client); its TTFT and E2E compare, or choose "
+                     "a streaming --variant.")
     if c.replay.dropped:
         notes.append(f"{c.replay.dropped:,} request(s) not replayed: no prompt length, no "
                      "output token or no send time (failed before the server answered).")

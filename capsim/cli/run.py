@@ -115,13 +115,17 @@ def _print_outcome(console, loaded, results: list, rows: list, frames) -> None:
     it, rejections and skipped failures, the disaggregated split, the pools."""
     from capsim.profiles import trust
     from capsim.report.run.console import (day_table, day_verdict_lines, disagg_table,
-                                           pools_table, summary_table)
+                                           held_reply_lines, pools_table, summary_table)
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
+    from capsim.report.run.table import held_variants
     from capsim.report.terminal import Prose
 
     spec = loaded.spec
-    console.print(summary_table(rows, spec.slo))
+    held = held_variants(results)
+    console.print(summary_table(rows, spec.slo, held))
+    for line in held_reply_lines(rows, held):
+        console.print(Prose(f"note: {line}"))
     if frames:
         console.print(day_table(results, frames))
         for line in day_verdict_lines(rows, frames, spec.slo):

@@ -98,7 +98,12 @@ def test_a_static_batching_variant_is_said(tmp_path, write_scenario, run_cli):
                                str(write_scenario(tmp_path, doc)), "-o", str(tmp_path / "s")])
     assert code == 0
     assert "Variant 'static' runs static batching" in stdout
-    assert "TPOT and ITL are 0 by construction" in stdout
+    assert "TPOT is 0 by construction (-100 %) and its ITL n/a (held replies" in stdout
+    # No simulated gap: the ITL rows have none (issue 31 item 9), TPOT is 0 ms.
+    summary = pd.read_csv(tmp_path / "s" / "summary.csv")
+    itl = summary[summary.metric == "itl"]
+    assert (itl.n_simulated == 0).all() and itl.simulated_ms.isna().all()
+    assert (summary[summary.metric == "tpot"].simulated_ms == 0).all()
 
 
 def test_rejected_requests_are_counted(tmp_path, scenario, run_cli):

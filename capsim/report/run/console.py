@@ -12,10 +12,12 @@ from itertools import groupby
 from rich.text import Text
 
 from capsim.report.cells import fmt, target_status
-from capsim.report.run.table import DISAGG_COLUMNS, Column, console_columns, failed_list
+from capsim.metrics.summary import HELD_TEXT
+from capsim.report.run.table import (DISAGG_COLUMNS, Column, console_columns, failed_list,
+                                     held_cell)
 from capsim.report.terminal import FoldColumn, FoldedTable
 from capsim.results.model import SummaryRow
-from capsim.scenario.slo import SloConfig
+from capsim.scenario.slo import SloConfig, quantity_text
 
 #: Header groups that share one folded table when they fit (latencies together).
 _FOLD_GROUP = {"Fleet": "Throughput", "TTFT ms": "Latency", "TPOT ms": "Latency"}
@@ -35,12 +37,16 @@ def _groups(cols: list[Column]) -> list[list[Column]]:
 _STYLE = {"pass": "green", "fail": "bold red"}
 
 
-def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
+def summary_table(rows: list[SummaryRow], slo: SloConfig,
+                  held: frozenset[str] = frozenset()) -> FoldedTable:
     """One line per variant: GPUs, req/s, out tok/s, goodput %, TTFT p99, TPOT p50,
     ITL p50/p99/max (ms), stalls, preemptions, rejected and the SLO verdict.
 
     Cells bounded by an SLO target are green (met) or red (missed); a stall
-    count above zero is yellow when no target bounds it.
+    count above zero is yellow when no target bounds it. The ITL of a variant in
+    ``held`` (replies held whole: :func:`~capsim.report.run.table.held_variants`) reads
+    "n/a", red where a target bounds it (the verdict fails it), never green;
+    :func:`held_reply_lines` says why under the table.
     """
     cols = console_columns(slo)
     table = FoldedTable("capsim summary (latencies in ms)", [FoldColumn("variant", text=True)],
@@ -53,6 +59,9 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
         for c in cols:
             value = getattr(row, c.key)
             style = _STYLE.get(target_status(c.key, value, slo) or "", "")
+            if held_cell(row, c.key, held):
+                cells.append(Text("n/a", style=style or "dim"))
+                continue
             if not style and c.key == "itl_stalls" and value > 0:
                 style = "yellow"
             if c.key in ("itl_max_ms", "itl_stalls"):
@@ -60,6 +69,16 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig) -> FoldedTable:
             cells.append(Text(fmt(value, c.kind), style=style))
         table.add_row(Text(row.variant), *cells, _verdict(row, slo))
     return table
+
+
+def held_reply_lines(rows: list[SummaryRow], held: frozenset[str]) -> list[str]:
+    """One line per variant whose replies are held whole (static batching): why its ITL
+    reads n/a and where its wait shows instead (TTFT = E2EL)."""
+    return [f"{r.variant}: ITL {HELD_TEXT}: static batching returns each reply whole when "
+            f"its batch ends, so no gap between tokens reaches the client; the wait is in "
+            f"TTFT = E2EL (p99 {quantity_text('ttft_p99_ms', r.ttft_p99_ms)}), and TPOT is 0 "
+            "by vLLM's formula"
+            for r in rows if r.cls == "all" and r.variant in held]
 
 
 # The report's disaggregation columns a terminal has room for.

@@ -18,6 +18,7 @@ from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
 from capsim.report.run import day, disagg, figures, pools, timeline
 from capsim.report.run.html import render
+from capsim.report.run.table import held_variants
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
@@ -103,7 +104,7 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
 
     all_rows = [r for r in rows if r.cls == "all"]
     figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
-    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png")
+    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
     figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
     figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
     figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]

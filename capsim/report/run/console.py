@@ -123,7 +123,7 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
     # column made the fold check pack more beside it than the terminal holds.
     heads = [FoldColumn("policy", justify="left")] + \
         [FoldColumn(c.replace(" ", "\n", 1)) for c in day.COLUMNS[1:]]
-    out = FoldedTable("the day (5-minute windows; cost of the whole run)",
+    out = FoldedTable(f"the day ({day.windows_text(frames)} windows; cost of the whole run)",
                       [FoldColumn("variant", text=True)],
                       [heads[:1], heads[1:4], heads[4:8], heads[8:11], heads[11:]])
     for row in table["rows"]:
@@ -134,9 +134,9 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
 
 def day_verdict_lines(rows: list[SummaryRow], frames: dict, slo: SloConfig) -> list[str]:
     """A line for each variant that meets the run-level targets over the whole run (PASS)
-    while some of its 5-minute windows broke them: the verdict is the whole run's
+    while some of its day-view windows broke them: the verdict is the whole run's
     percentiles, and a bad hour can hide in a day's."""
-    from capsim.metrics.day import violation_minutes
+    from capsim.metrics.day import violation_minutes, window_label
 
     out = []
     for row in rows:
@@ -146,8 +146,9 @@ def day_verdict_lines(rows: list[SummaryRow], frames: dict, slo: SloConfig) -> l
         minutes = violation_minutes(frame)
         if minutes > 0:
             n = int(frame["violation"].sum())
+            label = window_label(float(frame["window_s"].iloc[0]))
             out.append(f"{row.variant}: PASS over the whole run, but its p99 ITL or TTFT broke "
-                       f"the target in {n} of its 5-minute windows ({minutes:g} minutes; "
+                       f"the target in {n} of its {label} windows ({minutes:g} minutes; "
                        "day.csv)")
     return out
 

@@ -153,7 +153,7 @@ def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFr
     frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
     day.write_csv(frames_by_window, d / day.CSV)
     day.plot(frames_by_window, colours, slo, d / day.FIG)
-    figs.insert(0, FigureRef(day.FIG, *day.CAPTION))
+    figs.insert(0, FigureRef(day.FIG, *day.caption(frames_by_window)))
     return day.table(results, frames_by_window, colours)
 
 

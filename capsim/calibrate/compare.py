@@ -27,7 +27,7 @@ import pandas as pd
 from capsim.calibrate.measured import MeasuredRun
 from capsim.calibrate.replay import Replay, replay
 from capsim.calibrate.serving import request_latencies, simulate_replay
-from capsim.metrics.summary import weighted_percentile
+from capsim.metrics.summary import held_runs, weighted_percentile
 from capsim.results.model import RunResult
 from capsim.scenario.run_config import RunConfig
 
@@ -110,7 +110,9 @@ def _samples(run: MeasuredRun, rep: Replay, result: RunResult,
     rows = rep.rows[keep]
     two = keep & (rep.trace.output_tokens > 1)
     itl = result.itl
-    cls = np.asarray(itl.class_id, np.int64) == 0
+    # Held replies (static batching) show the client no gap: no simulated ITL, as in the
+    # run report (capsim.metrics.summary.held_runs).
+    cls = (np.asarray(itl.class_id, np.int64) == 0) & ~held_runs(result)
     measured_itl = run.itl_of(rows)
     return {
         "ttft": (Samples(run.ttft_s[rows]), Samples(sim_ttft[keep])),

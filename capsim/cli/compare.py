@@ -10,7 +10,28 @@ import click
 from capsim import __version__
 from capsim.common.errors import ScenarioError
 from capsim.cli.common import (make_console, pick_variant, run_option, scenario_arg,
-                               set_option, variant_option)
+                               set_option)
+
+
+def choose_variant(loaded, name: str | None):
+    """The variant to replay: ``--variant NAME``, or the scenario's only one.
+
+    A result file does not say how its server was configured (``vllm bench serve``,
+    SGLang, GuideLLM, AIPerf and genai-perf save the client's settings: rate,
+    concurrency, model name; not ``max_num_seqs`` or chunked prefill), so with several
+    variants none is guessed: the first was rag_mix's ``static``, whose TPOT read -100 %
+    against any streaming server.
+
+    Raises:
+        ScenarioError: several variants and no ``--variant`` (naming them), or an unknown
+            name.
+    """
+    if name is None and len(loaded.runs) > 1:
+        names = ", ".join(rc.variant for rc in loaded.runs)
+        raise ScenarioError(f"the scenario has {len(loaded.runs)} variants and a result file "
+                            f"does not say which the server ran: choose one with --variant "
+                            f"(valid: {names})", file=str(loaded.path))
+    return pick_variant(loaded, name)
 
 
 @click.command(help="Replay a benchmark client's measured requests through a scenario variant; "
@@ -21,7 +42,9 @@ from capsim.cli.common import (make_console, pick_variant, run_option, scenario_
 @scenario_arg
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Report directory [default: reports/compare-<result file name>].")
-@variant_option
+@click.option("--variant", help="Scenario variant to simulate; required when the scenario "
+                                 "has several (a result file does not say which the server "
+                                 "ran).")
 @run_option
 @click.option("--seed", type=click.IntRange(min=0),
               help="Seed of re-drawn arrivals (finite-rate runs without send times) "
@@ -37,8 +60,9 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
     from capsim.scenario.load import dump_resolved, load
 
     loaded = load(scenario, list(overrides), seed)
-    rc = pick_variant(loaded, variant)
-    measured = read_result(result, run_index)
+    named = pick_variant(loaded, variant) if variant is not None else None
+    measured = read_result(result, run_index)      # a bad file is said before a missing choice
+    rc = named or choose_variant(loaded, None)
     out = out_dir or Path("reports") / f"compare-{slug(result.stem)}"
     report.check_out_dir(out)
     console = make_console()
@@ -48,7 +72,7 @@ def compare(result: Path, scenario: Path, out_dir: Path | None, variant: str | N
                   f"simulating variant [bold]{rc.variant}[/] of {loaded.spec.name}")
     c = run_compare(rc, measured, seed=loaded.spec.seed)
     _refuse_nothing_to_compare(c, rc, loaded, result)
-    notes = _notes(c, measured, rc, loaded, chosen=variant is not None)
+    notes = _notes(c, measured, rc)
     index = write(out, c, scenario_name=loaded.spec.name,
                   resolved_yaml=dump_resolved(loaded, __version__, loaded.spec.seed), notes=notes)
     console.print(c.replay.note)
@@ -77,17 +101,15 @@ def _refuse_nothing_to_compare(c, rc, loaded, result: Path) -> None:
                             file=str(result))
 
 
-def _notes(c, measured, rc, loaded, chosen: bool) -> list[str]:
-    """The reader's notes: the result reader's, then which variant ran, static batching,
-    requests not replayed and requests the simulated engine rejected."""
+def _notes(c, measured, rc) -> list[str]:
+    """The reader's notes: the result reader's, then static batching, requests not
+    replayed and requests the simulated engine rejected."""
     notes = list(measured.notes)
-    if not chosen and len(loaded.runs) > 1:
-        notes.append(f"The scenario has {len(loaded.runs)} variants; simulated the first, "
-                     f"{rc.variant!r} (choose with --variant).")
     if rc.static_batching:
         notes.append(f"Variant {rc.variant!r} runs static batching, which returns each reply "
-                     "whole: its TPOT and ITL are 0 by construction (-100 %); its TTFT and E2E "
-                     "compare, or choose a streaming --variant.")
+                     "whole: its TPOT is 0 by construction (-100 %) and its ITL n/a (held "
+                     "replies: no gap reaches the client); its TTFT and E2E compare, or choose "
+                     "a streaming --variant.")
     if c.replay.dropped:
         notes.append(f"{c.replay.dropped:,} request(s) not replayed: no prompt length, no "
                      "output token or no send time (failed before the server answered).")

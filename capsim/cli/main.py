@@ -76,6 +76,22 @@ def cli() -> None:
     pass
 
 
-for _command in (run, validate, hardware, engines, models, shapes, roofline, sweep, size,
-                 compare, calibrate):
+#: Each command's line in ``capsim --help``: whole at 80 columns (click cut the first
+#: sentence of the longer helps to "..."); ``capsim COMMAND --help`` has the full text.
+SHORT_HELP = {
+    run: "Simulate every variant; print the summary, write the report.",
+    validate: "Check a scenario without running it (schema, memory, trace).",
+    hardware: "List the GPU profiles, or write a template for your own.",
+    engines: "List the engine presets: version, memory rule, scheduler.",
+    models: "List the model presets, or write a template for your own.",
+    shapes: "List the workload shapes a class can draw (sharegpt, ...).",
+    roofline: "Price one engine step with the roofline, per operator.",
+    sweep: "Run the scenario's sweep grid; write the sweep report.",
+    size: "Fewest GPUs meeting every SLO target, or the most rate N take.",
+    compare: "Replay a benchmark result file; measured vs simulated.",
+    calibrate: "Fit a GPU profile's efficiencies to measured timings.",
+}
+
+for _command, _short in SHORT_HELP.items():
+    _command.short_help = _short
     cli.add_command(_command)

@@ -51,10 +51,13 @@ class TraceWindow(click.ParamType):
                    "steps between START and END simulated seconds (kind, batch, prefill and "
                    "decode tokens, KV use, preemptions, KV transfers) as a Chrome / Perfetto "
                    "trace for ui.perfetto.dev. The replicas run step by step until END.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print each variant's vLLM-style start-up lines (KV cache size, "
+                   "memory) before simulating; the report keeps them either way.")
 @set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
         percentiles: tuple[float, ...] | None, trace_window: tuple[float, float] | None,
-        overrides: tuple[str, ...]) -> None:
+        verbose: bool, overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.report.run import day
     from capsim.scenario.load import dump_resolved, load
@@ -70,7 +73,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
     workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
     extra = {"percentiles": percentiles or (), "trace_window": trace_window}
-    results, rows = _simulate(loaded, traces, workers, console, extra)
+    results, rows = _simulate(loaded, traces, workers, console, extra, verbose)
     frames = day.windows(results, spec.slo) if day.has_day(results) else None
     index = report.write(out, scenario_name=spec.name, description=spec.description,
                          resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
@@ -79,12 +82,17 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
                          workloads={rc.variant: rc.workload for rc in loaded.runs},
                          version=__version__)
     _print_outcome(console, loaded, results, rows, frames, percentiles)
+    if not verbose:
+        console.print("[dim]engine start-up lines: capsim run -v, or the report's "
+                      "\"Engine start-up logs\"[/]")
     console.print(f"report: {index}")
     _refuse_empty_variants(loaded, rows, index)
 
 
-def _simulate(loaded, traces, workers: int, console, extra: dict) -> tuple[list, list]:
-    """Every variant simulated under a progress display, after its start-up lines: (the
+def _simulate(loaded, traces, workers: int, console, extra: dict,
+              verbose: bool) -> tuple[list, list]:
+    """Every variant simulated under a progress display, after its start-up lines when
+    ``verbose`` (the first screen is the results, not ~10 log lines per variant): (the
     results, their summary rows), in the scenario's order. ``extra``: ``percentiles`` and
     ``trace_window`` (:class:`~capsim.studies.task.RunTask`'s)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -93,7 +101,7 @@ def _simulate(loaded, traces, workers: int, console, extra: dict) -> tuple[list,
 
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
-        for rc in loaded.runs:
+        for rc in loaded.runs if verbose else ():
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")
         if workers > 1:
@@ -144,12 +152,17 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
     it, rejections and skipped failures, the disaggregated split, the pools."""
     from capsim.profiles import trust
     from capsim.report.run.console import (day_table, day_verdict_lines, disagg_table,
-                                           pools_table, summary_table)
+                                           held_reply_lines, pools_table, summary_table)
     from capsim.report.run.html import skipped_failure_notes
     from capsim.report.run.pools import trust_pairs
+    from capsim.report.run.table import held_variants
+    from capsim.report.terminal import Prose
 
     spec = loaded.spec
-    console.print(summary_table(rows, spec.slo, percentiles))
+    held = held_variants(results)
+    console.print(summary_table(rows, spec.slo, percentiles, held))
+    for line in held_reply_lines(rows, held):
+        console.print(Prose(f"note: {line}"))
     if frames:
         console.print(day_table(results, frames))
         for line in day_verdict_lines(rows, frames, spec.slo):
@@ -157,7 +170,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
     for line in trust.lines(trust_pairs(results)):
-        console.print(f"how far to trust it: {line}")
+        console.print(Prose(f"how far to trust it: {line}"))
     for line in [*_rejection_lines(results, rows), *skipped_failure_notes(results)]:
         console.print(f"[yellow]warning[/]: {line}")
     split = disagg_table(rows)

@@ -54,6 +54,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     from capsim.studies import sweep
     from capsim.studies.parallel import open_runner
     from capsim.report.sweep.page import display_labels, sweep_trust_lines, write_sweep
+    from capsim.report.terminal import Prose
     from capsim.report.sweep.console import rich_table
     from capsim.report.sweep.tables import cheapest_table, points_table
 
@@ -81,6 +82,6 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
         console.print(rich_table(cheapest, "cheapest configuration meeting every SLO target, "
                                            "per load level"))
     for line in sweep_trust_lines(result):
-        console.print(line[0].lower() + line[1:])
+        console.print(Prose(line[0].lower() + line[1:]))
     console.print(f"report: {index}")
     return index

@@ -426,7 +426,7 @@ class Fleet:
         ``fixed, N replicas`` when only failures change it)."""
         if self.cfg is not None:
             return policy_label(self.cfg, self.delay_s)
-        return f"fixed, {self.initial} replicas"
+        return f"fixed, {self.initial} replica{'' if self.initial == 1 else 's'}"
 
     def invariant_problems(self) -> list[str]:
         return []

@@ -7,7 +7,12 @@ DESIGN.md "Metrics":
 - TPOT per request = (E2EL − TTFT) / (output_tokens − 1), requests with one
   output token excluded;
 - ITL = every gap between consecutive tokens of a request, pooled over all
-  requests (recorded as weighted runs, see :class:`capsim.results.model.ItlRuns`);
+  requests (recorded as weighted runs, see :class:`capsim.results.model.ItlRuns`); a
+  reply held whole until its batch ends (static batching) reaches the client in one
+  piece, so none of its gaps is seen: as ``vllm bench serve`` adds no ITL for a reply in
+  one chunk, its runs count in no ITL column, which are NaN ("n/a (held replies)") when
+  every reply is held; its ``max_itl_ms`` is NaN too (TPOT stays (E2EL − TTFT) ÷
+  (output − 1) = 0, vLLM's formula);
 - throughput over first arrival → last completion;
 - goodput = requests/s meeting every per-request SLO.
 
@@ -33,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.disagg import disagg_columns, transfer_frame
+from capsim.profiles.policies import label_holds_replies
 from capsim.results.model import FINISHED, REJECT_KINDS, RunResult, SummaryRow, reject_kind
 from capsim.scenario.slo import RequestSlo, SloConfig, failed_targets
 from capsim.sim.request_log import WARMUP
@@ -256,7 +262,8 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
     df["e2el_ms"] = (finish - arrival) * 1e3
     with np.errstate(invalid="ignore", divide="ignore"):
         df["tpot_ms"] = np.where(out > 1, (finish - first) * 1e3 / (out - 1), _NAN)
-    df["max_itl_ms"] = np.asarray(r.max_itl_s, dtype=np.float64) * 1e3
+    df["max_itl_ms"] = np.where(held_requests(result), _NAN,
+                                np.asarray(r.max_itl_s, dtype=np.float64) * 1e3)
     df["good"] = _good_mask(df, slo, class_slos or {})
     warmup = _warmup_mask(result)
     if warmup is not None:
@@ -264,6 +271,30 @@ def request_frame(result: RunResult, slo: SloConfig | None = None,
     if result.disagg is not None:
         df = df.merge(transfer_frame(result), on="request_id", how="left")
     return df
+
+
+#: What a target on an ITL column of replies held whole reads (no gap was seen).
+HELD_TEXT = "n/a (held replies)"
+
+
+def held_requests(result: RunResult) -> np.ndarray | bool:
+    """Which requests were served by a pool that holds each reply whole until its batch
+    ends (``PolicyCapabilities.holds_replies``): a bool per request for a pooled fleet
+    (one not routed: False), else one bool for the run."""
+    if result.pools:
+        held = np.asarray([label_holds_replies(p.scheduler) for p in result.pools] + [False])
+        return held[np.asarray(result.requests.pool, dtype=np.int64)]   # -1: not routed
+    return label_holds_replies(result.scheduler)
+
+
+def held_runs(result: RunResult) -> np.ndarray:
+    """Which ITL runs are the gaps of held replies (bool, shape (R,)): none reaches the
+    client as a gap (see the module docstring)."""
+    itl = result.itl
+    if result.pools and len(itl.pool):
+        held = np.asarray([label_holds_replies(p.scheduler) for p in result.pools])
+        return held[np.asarray(itl.pool, dtype=np.int64)]
+    return np.full(len(itl.gap_s), label_holds_replies(result.scheduler))
 
 
 def _warmup_mask(result: RunResult) -> np.ndarray | None:
@@ -301,19 +332,23 @@ def summarize(result: RunResult, slo: SloConfig,
     """
     df = request_frame(result, slo, class_slos)
     itl = result.itl
+    # Held replies' gaps never reach the client: left out (their count set to 0).
+    held = held_runs(result)
+    counts = np.where(held, 0, np.asarray(itl.count)) if held.any() else itl.count
     # Once for all rows: each class's runs stay sorted (see _itl_stats).
-    gaps, counts, run_cls = sorted_runs(*_nonempty(itl.gap_s, itl.count, itl.class_id),
+    gaps, counts, run_cls = sorted_runs(*_nonempty(itl.gap_s, counts, itl.class_id),
                                         max(len(result.class_names), 1))
+    missing = dict.fromkeys(ITL_COLUMNS, HELD_TEXT) if held.any() else None
     span_s = _span_s(df)
     run_span_s = _run_span_s(result) if _warmup_mask(result) is not None else span_s
     shared = _shared_stats(result, run_span_s)
-    rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared, percentiles)]
+    rows = [_row(result, "all", df, gaps, counts, span_s, slo, shared, percentiles, missing)]
     for cid, name in enumerate(result.class_names):
         sub = df[df["cls"] == name]
         if len(sub) and len(result.class_names) > 1:
             mask = run_cls == cid
             rows.append(_row(result, name, sub, gaps[mask], counts[mask], span_s, slo, shared,
-                             percentiles))
+                             percentiles, missing))
     if result.disagg is not None:
         rows = [r.model_copy(update=disagg_columns(result, r.cls, run_span_s)) for r in rows]
     return rows
@@ -451,9 +486,18 @@ def _exact_sum_ms(gaps_s: np.ndarray, counts: np.ndarray, chunk: int = 1 << 16) 
                                          for i in range(0, len(gaps_s), chunk)))
 
 
+#: The summary's ITL columns (NaN for a run whose every reply is held whole).
+ITL_COLUMNS = ("itl_mean_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "itl_p999_ms",
+               "itl_max_ms")
+
+
 def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts: np.ndarray,
          span_s: float, slo: SloConfig, shared: dict[str, float],
-         percentiles: tuple[float, ...] = ()) -> SummaryRow:
+         percentiles: tuple[float, ...] = (),
+         missing: dict[str, str] | None = None) -> SummaryRow:
+    """One summary row; ``percentiles``: the extra ``--percentiles`` columns; ``missing``:
+    what a failed target on a NaN column reads, by column (held replies' ITL), else
+    "no data"."""
     done = df[df["status"] == FINISHED]
     out_tokens = float((done["output_tokens"] * done["n"]).sum())   # every sample's tokens
     total_tokens = out_tokens + float(done["prompt_tokens"].sum())
@@ -480,7 +524,7 @@ def _row(result: RunResult, cls: str, df: pd.DataFrame, gaps: np.ndarray, counts
     # The fleet's price is shared by all classes: per-token cost only for the total.
     values["cost_per_million_output_tokens_usd"] = (
         per_hour / tok_per_hour * 1e6 if cls == "all" and tok_per_hour > 0 else _NAN)
-    failed = failed_targets(values, slo.targets)
+    failed = failed_targets(values, slo.targets, missing)
     return SummaryRow(variant=result.variant, cls=cls, slo_pass=not failed,
                       slo_failed="; ".join(failed), **values,
                       percentiles=percentile_columns(done, *_nonempty(gaps, counts), percentiles)

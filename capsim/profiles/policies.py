@@ -11,6 +11,7 @@ without importing the engine.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 #: The disaggregation roles (``Pool.role``).
@@ -40,6 +41,9 @@ class PolicyCapabilities:
             (else one at a time, priced as the sum of the stages).
         speculative: whether it models speculative decoding (``engine.speculative``).
         failures: whether replica failures are modelled with it (``cluster.failures``).
+        holds_replies: whether a reply reaches the client whole when its batch ends
+            rather than streamed token by token (static batching, seed 002 Q1): no gap
+            between its tokens is seen, so its ITL is n/a and its wait is all in TTFT.
     """
 
     name: str
@@ -54,6 +58,7 @@ class PolicyCapabilities:
     pipelining: bool = False
     speculative: bool = False
     failures: bool = False
+    holds_replies: bool = False
 
     @property
     def prefix_cache(self) -> bool:
@@ -68,7 +73,7 @@ _ROWS = (
     # TGI 2.1 had no prefix cache: the v3 router's radix allocator and USE_PREFIX_CACHING
     # came with TGI 2.3 (huggingface/text-generation-inference 8deeaca and b70ae09).
     PolicyCapabilities(
-        "static", "static", contiguous_kv=True,
+        "static", "static", contiguous_kv=True, holds_replies=True,
         no_prefix_cache="static batching (scheduler static) runs without a prefix cache"),
     PolicyCapabilities(
         "continuous", "vllm", knobs=("long_prefill_token_threshold",), chunking=True,
@@ -99,6 +104,15 @@ def policy_capabilities(name: str) -> PolicyCapabilities:
         KeyError: no such policy (the schema refuses it first).
     """
     return POLICY_TABLE[name]
+
+
+def label_holds_replies(label: str) -> bool:
+    """Whether a run's scheduler label (``static``, ``continuous+chunked(2048)``, a pooled
+    fleet's ``static+continuous``: :func:`capsim.scenario.describe.scheduler_label`) runs
+    only policies that hold each reply whole (:attr:`PolicyCapabilities.holds_replies`)."""
+    names = [re.split(r"[(]", part)[0] for part in re.split(r"\+(?![^(]*\))", label)]
+    rows = [POLICY_TABLE.get(n) for n in names if n in POLICY_TABLE]
+    return bool(rows) and all(r.holds_replies for r in rows)
 
 
 def knob_policies() -> dict[str, str]:

@@ -182,3 +182,48 @@ def _break_name(cell: Text | str, cap: int) -> Text:
     for line in lines:
         line.rstrip()
     return Text("\n").join(lines)
+
+
+# Where a line of prose must not break: before "%" ("6.5 %"), before "±" ("TTFT ±6.5"),
+# before or inside a short parenthesis ("% (n 57)"): a figure stays with its unit and count.
+_NO_BREAK = re.compile(r" (?=%|±)| (?=\([^()]{1,14}\))|(?<=\()[^()]{1,14}(?=\))")
+
+
+@dataclass(frozen=True)
+class Prose:
+    """A paragraph wrapped to the console at spaces between tokens, never inside one
+    (``±6.5 % (n 57)`` stays on one line; rich alone broke it after ``±6.5``); lines after
+    the first are indented by ``indent`` columns. A token wider than the console stays
+    whole (the terminal folds it)."""
+
+    text: str
+    indent: int = 2
+
+    def lines(self, width: int) -> list[str]:
+        """The paragraph as lines of at most ``width`` columns (but for overlong tokens)."""
+        return wrap_prose(self.text, width, self.indent)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.lines(options.max_width):
+            yield Text(line, no_wrap=True, overflow="ignore")
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(1, options.max_width)
+
+
+def wrap_prose(text: str, width: int, indent: int = 2) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken only at spaces
+    :data:`_NO_BREAK` allows, lines after the first indented by ``indent``."""
+    glue = "\x00"                  # a space that may not break, restored below
+    kept = _NO_BREAK.sub(lambda m: m.group(0).replace(" ", glue), text)
+    lines: list[str] = []
+    current = ""
+    for token in kept.split(" "):
+        lead = " " * indent if lines else ""
+        if current and len(lead) + len(current) + 1 + len(token) > width:
+            lines.append(lead + current)
+            current = token
+        else:
+            current = f"{current} {token}" if current else token
+    lines.append((" " * indent if lines else "") + current)
+    return [line.replace(glue, " ") for line in lines]

@@ -313,7 +313,8 @@ class PoolResult(_Result):
 
 class DaySamples(_Result):
     """The fleet sampled every ``sample_s`` (a run with time-varying load, autoscaling or
-    failures), for the day view (:mod:`capsim.metrics.day`).
+    failures), for the day view (:mod:`capsim.metrics.day`); less often once a run outlasts
+    its arrivals (:func:`capsim.sim.day.sample_period_s`: ``times_s`` says when).
 
     ``itl_runs[i]``: ITL runs recorded by ``times_s[i]`` (the result's ITL runs in
     ``[itl_runs[i], itl_runs[i + 1])`` were recorded between two samples; a decode run's

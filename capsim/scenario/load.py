@@ -8,6 +8,7 @@ path of the field.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,11 @@ from capsim.scenario.resolve import resolve_variant
 from capsim.scenario.resolve_pools import check_class_models, pooled_cluster, resolve_pooled
 from capsim.scenario.run_config import RunConfig
 from capsim.scenario.schema import Scenario, VariantSpec
-from capsim.scenario.slo import RequestSlo
+from capsim.scenario.slo import RequestSlo, unbounded_wait_warning
 from capsim.scenario.validation import validate
+
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class LoadedScenario:
@@ -68,8 +72,13 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
         raw["seed"] = seed
     spec = validate(Scenario, raw, path)
     runs = tuple(_resolve(raw, spec, i, v, path) for i, v in enumerate(_variants(spec)))
-    return LoadedScenario(spec=spec, path=path, runs=runs,
-                          class_slos=_class_slos(spec, path), resolved=raw)
+    class_slos = _class_slos(spec, path)
+    warning = unbounded_wait_warning(spec.slo, class_slos,
+                                     [rc.variant for rc in runs if rc.static_batching])
+    if warning:
+        log.warning("%s: %s", path, warning)
+    return LoadedScenario(spec=spec, path=path, runs=runs, class_slos=class_slos,
+                          resolved=raw)
 
 
 def _variants(spec: Scenario) -> list[VariantSpec]:

@@ -69,22 +69,60 @@ class SloConfig(RequestSlo):
         return targets
 
 
-def failed_targets(values: dict[str, float], targets: dict[str, float]) -> list[str]:
+def failed_targets(values: dict[str, float], targets: dict[str, float],
+                   missing: dict[str, str] | None = None) -> list[str]:
     """Describe every target that ``values`` (a summary row) misses, readably with units.
 
     Returns e.g. ``["TTFT p99 496.5 s > 3 s", "goodput 0.1 % < 90 %"]``; empty when all
-    are met. A NaN value (no data, e.g. no request finished) fails its target.
+    are met. A NaN value (no data, e.g. no request finished) fails its target: "TTFT p99
+    no data > 3 s", or, for a column ``missing`` names, its reason instead ("ITL p99 n/a
+    (held replies)": static batching's replies show no gap to bound).
     """
     failed = []
     for name, bound in targets.items():
         value = values[name]
         upper = name in UPPER_BOUND_TARGETS
         ok = value <= bound if upper else value >= bound   # NaN compares False → fails
-        if not ok:
-            op = ">" if upper else "<"
-            shown = "no data" if value != value else quantity_text(name, value)
-            failed.append(f"{target_label(name)} {shown} {op} {quantity_text(name, bound)}")
+        if ok:
+            continue
+        if value != value and missing and name in missing:
+            failed.append(f"{target_label(name)} {missing[name]}")
+            continue
+        op = ">" if upper else "<"
+        shown = "no data" if value != value else quantity_text(name, value)
+        failed.append(f"{target_label(name)} {shown} {op} {quantity_text(name, bound)}")
     return failed
+
+
+#: Targets that bound the wait for a reply: its TTFT or E2EL.
+_WAIT_PREFIXES = ("ttft_", "e2el_")
+_GOODPUT_TARGETS = ("goodput_fraction", "goodput_req_per_s")
+
+
+def unbounded_wait_warning(slo: SloConfig, class_slos: dict[str, RequestSlo],
+                           held: list[str]) -> str | None:
+    """The warning for variants ``held`` (static batching: each reply held whole until its
+    batch ends) under targets that bound neither TTFT nor E2EL, else None.
+
+    Such a variant's ITL is n/a and its TPOT 0, so targets on them, on stalls, throughput or
+    cost say nothing of the wait its users see (rag_mix's static variant: TTFT p99 54 s). A
+    wait is bounded by a ``ttft_*`` / ``e2el_*`` target, or by a goodput target over
+    per-request ``ttft_ms`` / ``e2el_ms`` limits (the scenario's or a class's). No targets:
+    no verdict, no warning.
+    """
+    if not held or not slo.targets:
+        return None
+    if any(name.startswith(_WAIT_PREFIXES) for name in slo.targets):
+        return None
+    limits = [slo, *class_slos.values()]
+    if any(t in slo.targets for t in _GOODPUT_TARGETS) and any(
+            lim.ttft_ms is not None or lim.e2el_ms is not None for lim in limits):
+        return None
+    names = ", ".join(held)
+    return (f"{'variants' if len(held) > 1 else 'variant'} {names}: static batching holds "
+            "each reply whole until its batch ends (ITL n/a, TPOT 0), and slo.targets bound "
+            "neither TTFT nor E2EL, so its verdict says nothing of the wait its users see; "
+            "add a target such as slo.targets.ttft_p99_ms")
 
 
 _LABELS = {"itl_stalls": "ITL stalls", "num_rejected": "rejected", "preemptions": "preemptions",

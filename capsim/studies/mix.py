@@ -358,7 +358,8 @@ def _binding(run: RunConfig, ev: _Evaluator, best: Mix) -> MixAnswer:
 def _not_met(run: RunConfig, ev: _Evaluator) -> MixAnswer:
     best_mix, e = max(ev.done.items(), key=lambda kv: (kv[1].pass_runs, kv[1].binding().margin_frac))
     failed = [s for s in e.target_stats() if s.margin_frac < 0]
-    what = "; ".join(f"{s.name} {s.worst:.4g} vs {s.bound:g}" for s in failed)
+    what = "; ".join(f"{s.name} {'no data' if math.isnan(s.worst) else f'{s.worst:.4g}'} "
+                     f"vs {s.bound:g}" for s in failed)
     return MixAnswer(variant=run.variant, status="not met", pools=_pools(run, best_mix),
                      cost_per_hour_usd=mix_cost_per_hour(run, best_mix),
                      evaluations=len(ev.done),

@@ -104,7 +104,7 @@ class SizingRow:
     evaluations: int = 0
     trust: str = ""
     headroom_replicas: int = 0      # N+k: replicas added to those that met the SLOs
-    # N+k with k replicas down, over the day view's 5-minute windows (NaN: steady load):
+    # N+k with k replicas down, over the day view's windows (NaN: steady load):
     violation_min_with_headroom: float = math.nan     # the answer: N − k serving
     violation_min_without_headroom: float = math.nan  # N − k bought, k down: N − 2k serving
     pipeline_parallel_size: int = 1
@@ -593,12 +593,18 @@ def _figures(e: Evaluation, binding: str | None = "") -> dict[str, Any]:
 
 def _not_met(p: SizingPlan, best: Evaluation) -> str:
     failed = [s for s in best.target_stats() if s.margin_frac < 0]
-    what = "; ".join(f"{s.name} {s.worst:.4g} vs {s.bound:g}" for s in failed)
+    what = "; ".join(f"{s.name} {'no data' if math.isnan(s.worst) else f'{s.worst:.4g}'} "
+                     f"vs {s.bound:g}" for s in failed)
     where = (f"within max_gpus = {p.max_gpus}" if p.mode == "gpus"
              else f"at any rate down to {p.rate_per_s / RATE_RANGE:.3g} req/s")
     runs = f", {best.pass_runs}/{len(best.outcomes)} seeds pass" if len(best.outcomes) > 1 else ""
     return (f"cannot meet the SLO targets {where}; best found: "
-            f"{best.outcomes[0].total.num_gpus} GPUs at {best.rate_per_s:.3g} req/s{runs}: {what}")
+            f"{_gpus(best.outcomes[0].total.num_gpus)} at {best.rate_per_s:.3g} req/s{runs}: "
+            f"{what}")
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
 
 
 def _within_noise(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer,

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.scenario.run_config import RunConfig
-from capsim.metrics.day import WINDOW_S, day_windows, violation_minutes
+from capsim.metrics.day import day_windows, violation_minutes
 from capsim.metrics.summary import summarize
 from capsim.studies.queueing import little_check
 from capsim.results.model import FINISHED, RunResult, SummaryRow
@@ -66,7 +66,7 @@ class RunOutcome:
         mean_in_system, arrival_rate_per_s, mean_time_in_system_s: Little's
             law ``L = λ W`` measured on the finished requests
             (:func:`capsim.studies.queueing.little_check`).
-        violation_minutes: minutes of 5-minute windows that broke a ``slo.targets``
+        violation_minutes: minutes of day-view windows that broke a ``slo.targets``
             bound (:func:`capsim.metrics.day.violation_minutes`); NaN for a run without
             a day view (steady load, fixed fleet).
         day_minutes: the day view's length, every window's minutes (NaN without one).
@@ -106,7 +106,7 @@ def execute(task: RunTask) -> RunOutcome:
                       violation_minutes=float("nan") if windows is None
                       else violation_minutes(windows),
                       day_minutes=float("nan") if windows is None
-                      else len(windows) * WINDOW_S / 60.0)
+                      else float(windows.window_s.sum()) / 60.0)
 
 
 def _little(result: RunResult):

@@ -412,7 +412,7 @@ CLI_BAD = [
     ('run {S}/missing.yaml -o {W}/o3',
      'error: missing.yaml: cannot read scenario: No such file or directory'),
     ('run {S}/rag_mix.yaml --bogus -o {W}/o4',
-     "error: No such option '--bogus'. Did you mean '--out'?"),
+     "error: No such option '--bogus'. (Did you mean one of: '--out', '--verbose'?)"),
     ('run {S}/rag_mix.yaml -o {S}/rag_mix.yaml',
      "error: Invalid value for '-o' / '--out': Directory '"),
     ('size {S}/size_chat_h100_vs_a100.yaml --rate -5 -o {W}/o5',

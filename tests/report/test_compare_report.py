@@ -28,6 +28,10 @@ SCENARIO = {
 }
 
 
+#: The variant the tests replay (the scenario has two: compare asks which).
+CHUNKED = ["--variant", "chunked"]
+
+
 @pytest.fixture
 def scenario(tmp_path, write_scenario):
     return write_scenario(tmp_path, SCENARIO)
@@ -39,7 +43,8 @@ def test_compare_writes_the_page_and_prints_the_table(tmp_path, scenario, run_cl
     doc["model_id"] = "<b>x&y</b>"                     # the page escapes what the file says
     result = tmp_path / "vllm_bench_serve.json"
     result.write_text(json.dumps(doc))
-    code, stdout, stderr = run_cli(["compare", str(result), str(scenario), "-o", str(out)])
+    code, stdout, stderr = run_cli(["compare", str(result), str(scenario), "-o", str(out),
+                                    "--variant", "chunked"])
     assert code == 0, stderr
     assert {p.name for p in out.iterdir()} == {"index.html", "summary.csv", "requests.csv",
                                                "compare_cdf.png", "scenario.resolved.yaml"}
@@ -48,7 +53,7 @@ def test_compare_writes_the_page_and_prints_the_table(tmp_path, scenario, run_cl
                   "simulated", "error"):
         assert label in stdout
     assert "closed loop" in stdout                  # --max-concurrency 2, send times saved
-    assert "2 variants; simulated the first, 'chunked'" in stdout
+    assert "simulating variant chunked of lab" in stdout
 
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == ["metric", "stat", "measured_ms", "simulated_ms",
@@ -82,9 +87,28 @@ def test_guidellm_has_no_measured_itl_and_a_chosen_run(tmp_path, scenario, run_c
     assert "no measured ITL distribution" in (out / "index.html").read_text()
 
 
+def test_several_variants_need_variant(tmp_path, scenario, run_cli):
+    """Issue 31 item 11: with several variants compare simulated the first (rag_mix's
+    static, TPOT -100 % "by construction"); a result file does not say how the server was
+    configured, so it asks: one line naming the variants, exit 2, nothing written."""
+    out = tmp_path / "c"
+    code, stdout, err = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"),
+                                 str(scenario), "-o", str(out)])
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    assert err == (f"error: {scenario}: the scenario has 2 variants and a result file does "
+                   "not say which the server ran: choose one with --variant (valid: chunked, "
+                   "small)\n")
+    assert not out.exists()
+    code, _, err = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"),
+                            str(scenario), "-o", str(out), "--variant", "big"])
+    assert code == 2 and "--variant 'big': no such variant; valid: chunked, small" in err
+    # One variant: no need to name it (test_a_static_batching_variant_is_said).
+
+
 def test_redrawn_arrivals_are_said(tmp_path, scenario, run_cli):
     code, stdout, _ = run_cli(["compare", str(FIXTURES / "sglang_bench_serving.jsonl"),
-                               str(scenario), "--run", "1", "-o", str(tmp_path / "s")])
+                               str(scenario), "--run", "1", "--variant", "chunked",
+                               "-o", str(tmp_path / "s")])
     assert code == 0
     assert "cannot be replayed" in stdout and "compare distributions, not single" in stdout
 
@@ -98,7 +122,12 @@ def test_a_static_batching_variant_is_said(tmp_path, write_scenario, run_cli):
                                str(write_scenario(tmp_path, doc)), "-o", str(tmp_path / "s")])
     assert code == 0
     assert "Variant 'static' runs static batching" in stdout
-    assert "TPOT and ITL are 0 by construction" in stdout
+    assert "TPOT is 0 by construction (-100 %) and its ITL n/a (held replies" in stdout
+    # No simulated gap: the ITL rows have none (issue 31 item 9), TPOT is 0 ms.
+    summary = pd.read_csv(tmp_path / "s" / "summary.csv")
+    itl = summary[summary.metric == "itl"]
+    assert (itl.n_simulated == 0).all() and itl.simulated_ms.isna().all()
+    assert (summary[summary.metric == "tpot"].simulated_ms == 0).all()
 
 
 def test_rejected_requests_are_counted(tmp_path, scenario, run_cli):
@@ -113,14 +142,14 @@ def test_out_dir_rules_are_those_of_capsim_run(tmp_path, scenario, run_cli, monk
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
-    code, _, stderr = run_cli(["compare", result, str(scenario), "-o", str(busy)])
+    code, _, stderr = run_cli(["compare", result, str(scenario), "-o", str(busy), *CHUNKED])
     assert code == 2 and "is not a capsim report" in stderr and stderr.count("\n") == 1
     assert (busy / "notes.txt").read_text() == "keep me"
     earlier = tmp_path / "earlier"
-    assert run_cli(["compare", result, str(scenario), "-o", str(earlier)])[0] == 0
-    assert run_cli(["compare", result, str(scenario), "-o", str(earlier)])[0] == 0
+    assert run_cli(["compare", result, str(scenario), "-o", str(earlier), *CHUNKED])[0] == 0
+    assert run_cli(["compare", result, str(scenario), "-o", str(earlier), *CHUNKED])[0] == 0
     monkeypatch.chdir(tmp_path)
-    assert run_cli(["compare", result, str(scenario)])[0] == 0
+    assert run_cli(["compare", result, str(scenario), *CHUNKED])[0] == 0
     assert (tmp_path / "reports" / "compare-vllm-bench-serve" / "index.html").exists()
 
 
@@ -138,7 +167,8 @@ def test_out_dir_rules_are_those_of_capsim_run(tmp_path, scenario, run_cli, monk
 def test_bad_input_exits_2_with_one_line(tmp_path, scenario, run_cli, args, message):
     (tmp_path / "empty.json").write_text("{}")
     args = [a.format(fixtures=FIXTURES, tmp=tmp_path) for a in args]
-    code, _, stderr = run_cli(["compare", args[0], str(scenario), *args[1:],
+    variant = [] if "--variant" in args else CHUNKED
+    code, _, stderr = run_cli(["compare", args[0], str(scenario), *args[1:], *variant,
                                "-o", str(tmp_path / "out")])
     assert code == 2 and message in stderr and stderr.startswith("error: ")
     assert stderr.count("\n") == 1 and "Traceback" not in stderr
@@ -173,7 +203,8 @@ def test_a_malformed_or_unusable_result_exits_2_with_one_line(tmp_path, scenario
     doc = json.loads((FIXTURES / "vllm_bench_serve.json").read_text())
     result = tmp_path / "r.json"
     result.write_text(json.dumps({**doc, **change}))
-    code, _, stderr = run_cli(["compare", str(result), str(scenario), "-o", str(tmp_path / "out")])
+    code, _, stderr = run_cli(["compare", str(result), str(scenario), "-o", str(tmp_path / "out"),
+                               *CHUNKED])
     assert code == 2 and stderr == f"error: {result}: {message}\n"
     assert not (tmp_path / "out").exists()
 
@@ -188,7 +219,7 @@ def test_a_field_of_the_wrong_shape_anywhere_in_a_result_is_one_line(tmp_path, s
         raise TypeError("'int' object is not iterable")
     monkeypatch.setattr(serving_bench, "_columns", trip)
     code, _, stderr = run_cli(["compare", str(FIXTURES / "vllm_bench_serve.json"), str(scenario),
-                               "-o", str(tmp_path / "out")])
+                               "-o", str(tmp_path / "out"), *CHUNKED])
     assert code == 2 and stderr == (
         f"error: {FIXTURES / 'vllm_bench_serve.json'}: vllm bench serve result: not laid out as "
         "vllm bench serve writes it (TypeError: 'int' object is not iterable)\n")

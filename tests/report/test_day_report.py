@@ -43,15 +43,20 @@ def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_sce
     code, stdout, err = run_cli(["run", str(path), "-o", str(out)])
     assert code == 0, err
     day = pd.read_csv(out / "day.csv")
-    assert list(day.columns) == ["variant", "window_start_s", "offered_rate_per_s",
+    assert list(day.columns) == ["variant", "window_start_s", "window_s", "offered_rate_per_s",
                                  "replicas_serving", "queue_mean", "running_mean", "itl_p99_ms",
                                  "ttft_p99_ms", "violation", "rejected"]
     assert set(day.variant) == {"fixed", "autoscaled", "failing"}
-    assert (day.groupby("variant").size() == 4).all()            # 1,200 s in 5-minute windows
+    # 20 minutes of arrivals: 1-minute windows (at least 12, issue 31 item 10), to the end.
+    assert (day.groupby("variant").size() >= 20).all()
+    assert (day.groupby("variant").window_s.apply(lambda w: (w.iloc[:-1] == 60).all())).all()
     fixed = day[day.variant == "fixed"]
     assert (fixed.replicas_serving == 2).all()
-    failing = day[day.variant == "failing"].reset_index()
-    assert failing.replicas_serving[1] < 2 and failing.replicas_serving[0] == 2
+    failing = day[day.variant == "failing"].set_index("window_start_s")
+    # replica 0 down from 450 s to 750 s: half of the windows around it, all between
+    assert failing.replicas_serving[360.0] == 2 and 1 < failing.replicas_serving[420.0] < 2
+    assert (failing.replicas_serving[480.0:660.0] == 1).all()
+    assert 1 < failing.replicas_serving[720.0] < 2 and failing.replicas_serving[780.0] == 2
     auto = day[day.variant == "autoscaled"]
     assert auto.replicas_serving.max() > 1
     assert (out / "day.png").stat().st_size > 10_000
@@ -60,13 +65,15 @@ def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_sce
     assert 'href="day.csv"' in html and "violation min" in html
     # The terminal prints the same fleet table, and a PASS that hides violation minutes.
     summary = pd.read_csv(out / "summary.csv").query("cls == 'all'").set_index("variant")
-    minutes = day.groupby("variant").violation.sum() * 5
-    assert "the day (5-minute windows; cost of the whole run)" in stdout
+    bad = day.groupby("variant").violation.sum()
+    assert "the day (1-minute windows; cost of the whole run)" in stdout
+    assert "Per 1-minute window: offered load" in html
+    assert "Violation minutes: the 1-minute windows whose" in " ".join(html.split())
     for variant in ("fixed", "autoscaled", "failing"):
         said = (f"{variant}: PASS over the whole run, but its p99 ITL or TTFT broke the "
-                f"target in {minutes[variant] / 5:g} of its 5-minute windows")
+                f"target in {bad[variant]:g} of its 1-minute windows")
         assert (said in " ".join(stdout.split())) == bool(summary.slo_pass[variant]
-                                                           and minutes[variant] > 0)
+                                                           and bad[variant] > 0)
 
 
 def test_a_pass_over_the_day_with_bad_windows_is_said():
@@ -80,9 +87,10 @@ def test_a_pass_over_the_day_with_bad_windows_is_said():
 
     rows = [SimpleNamespace(variant=v, cls="all", slo_pass=ok)     # the fields it reads
             for v, ok in (("a", True), ("b", True), ("c", False))]
-    frames = {"a": pd.DataFrame({"violation": [False, True, True, False]}),
-              "b": pd.DataFrame({"violation": [False] * 4}),
-              "c": pd.DataFrame({"violation": [True] * 4})}
+    frames = {"a": pd.DataFrame({"window_s": [300.0] * 4,
+                                 "violation": [False, True, True, False]}),
+              "b": pd.DataFrame({"window_s": [300.0] * 4, "violation": [False] * 4}),
+              "c": pd.DataFrame({"window_s": [300.0] * 4, "violation": [True] * 4})}
     slo = SloConfig(targets={"itl_p99_ms": 50})
     assert day_verdict_lines(rows, frames, slo) == [
         "a: PASS over the whole run, but its p99 ITL or TTFT broke the target in 2 of its "
@@ -176,7 +184,8 @@ def test_day_figure_gives_each_variant_its_own_replicas_panel(tmp_path, monkeypa
     from capsim.scenario.slo import SloConfig
 
     starts = np.arange(6) * 300.0
-    frame = pd.DataFrame({"window_start_s": starts, "offered_rate_per_s": [1.0] * 6,
+    frame = pd.DataFrame({"window_start_s": starts, "window_s": [300.0] * 6,
+                          "offered_rate_per_s": [1.0] * 6,
                           "replicas_serving": [2.0] * 6, "queue_mean": [0.0] * 6,
                           "running_mean": [3.0] * 6, "itl_p99_ms": [10.0] * 6,
                           "ttft_p99_ms": [200.0] * 6, "violation": [False] * 6})
@@ -203,7 +212,7 @@ def test_day_figure_marks_windows_where_no_token_was_sent(tmp_path, monkeypatch)
     import capsim.report.run.day as day_module
     from capsim.scenario.slo import SloConfig
 
-    frame = pd.DataFrame({"window_start_s": np.arange(4) * 300.0,
+    frame = pd.DataFrame({"window_start_s": np.arange(4) * 300.0, "window_s": [300.0] * 4,
                           "offered_rate_per_s": [1.0] * 4, "replicas_serving": [1.0, 0, 0, 1],
                           "queue_mean": [0.0, 5, 9, 0], "running_mean": [3.0, 0, 0, 3],
                           "itl_p99_ms": [10.0, np.inf, np.inf, 30.0],
@@ -215,5 +224,7 @@ def test_day_figure_marks_windows_where_no_token_was_sent(tmp_path, monkeypatch)
                     tmp_path / "day.png")
     itl_ax = drawn["fig"].axes[-1]
     marks = [line for line in itl_ax.lines if line.get_marker() == "v"]
-    assert len(marks) == 1 and list(marks[0].get_xdata()) == [450 / 3600, 750 / 3600]
+    # a 20-minute run: minutes on the x axis
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [450 / 60, 750 / 60]
+    assert itl_ax.get_xlabel() == "minute of the run"
     assert any("no token sent" in t.get_text() for t in itl_ax.texts)

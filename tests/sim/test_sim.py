@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +104,9 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, sched):
     """Issue 16 item 4: each request's TPOT is the mean of its own gaps, so it can never exceed
     its max ITL, and E2EL = TTFT + Σ gaps. Static batching holds every reply until the batch
     ends (seed 002 Q1: the 50-token user "can't leave until the batch finishes"): TTFT = E2EL,
-    TPOT 0, max ITL 0, every pooled gap 0 — the batch's wait is in TTFT and E2EL alike."""
+    TPOT 0, every recorded gap 0 — the batch's wait is in TTFT and E2EL alike; no gap reaches
+    the client, so its ITL figures and max ITL are n/a (NaN, issue 31 item 9), as vllm bench
+    serve records no ITL for a reply in one chunk."""
     path = scenario(engine={"scheduler": sched, "max_num_seqs": 16, "max_model_len": 8192})
     loaded = load(path)
     trace = build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
@@ -110,7 +114,8 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, sched):
     df = request_frame(result)
     done = df[(df["status"] == "finished") & (df["output_tokens"] > 1)]
     assert len(done) > 150
-    assert (done["tpot_ms"] <= done["max_itl_ms"] + 1e-9).all()
+    if sched != "static":
+        assert (done["tpot_ms"] <= done["max_itl_ms"] + 1e-9).all()
     row = summarize(result, loaded.spec.slo)[0]
     gaps_ms = np.asarray(result.itl.gap_s) * 1e3
     counts = np.asarray(result.itl.count, np.int64)
@@ -119,8 +124,10 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, sched):
         float((gaps_ms * counts).sum()), rel=1e-9)
     if sched == "static":
         assert (done["ttft_ms"] == done["e2el_ms"]).all()
-        assert (done["tpot_ms"] == 0).all() and (done["max_itl_ms"] == 0).all()
-        assert row.itl_max_ms == 0 and row.tpot_p50_ms == 0 and row.itl_stalls == 0
+        assert (done["tpot_ms"] == 0).all() and done["max_itl_ms"].isna().all()
+        assert (gaps_ms == 0).all()
+        assert math.isnan(row.itl_max_ms) and math.isnan(row.itl_p99_ms)
+        assert row.tpot_p50_ms == 0 and row.itl_stalls == 0
         assert row.ttft_p50_ms == row.e2el_p50_ms > 1000     # the batch's wait, seen up front
     else:
         assert row.ttft_p50_ms < row.e2el_p50_ms

@@ -423,7 +423,7 @@ def test_a_sized_count_outside_the_autoscaler_bounds_is_said():
 
 def test_headroom_reports_violation_minutes_with_and_without_it(tmp_path, write_scenario):
     """Issue 17: N+1 sizing over a load that surges: with one replica down, the answer
-    (N − 1 serving) breaks the targets for fewer 5-minute windows than the plain answer
+    (N − 1 serving) breaks the targets for fewer day-view windows than the plain answer
     would (N − 2 serving); both figures in the row, its note and sizing.csv."""
     doc = with_(workload={**DOC["workload"], "num_requests": None, "duration_s": 900,
                           "schedule": {"kind": "piecewise", "step_s": 300,
@@ -436,8 +436,8 @@ def test_headroom_reports_violation_minutes_with_and_without_it(tmp_path, write_
     row = res.rows[0]
     assert row.status == "met" and row.headroom_replicas == 1
     spare, none = row.violation_min_with_headroom, row.violation_min_without_headroom
-    assert spare % 5 == 0 and none % 5 == 0               # whole 5-minute windows
-    assert spare < none
+    # A 15-minute run has 1-minute windows (issue 31 item 10), the last 30–90 s long.
+    assert 0 <= spare < none <= 15.0 + 1e-9
     assert (f"SLO-violation minutes with 1 down: {spare:g} with the headroom, "
             f"{none:g} without it") in row.note
     frame = sizing.rows_frame(res.rows)

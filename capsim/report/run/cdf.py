@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsim.metrics.summary import sorted_runs, weighted_percentiles
+from capsim.metrics.summary import held_runs, sorted_runs, weighted_percentiles
 from capsim.results.model import RunResult
 
 QUANTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -90,6 +90,9 @@ def distribution(values_ms: np.ndarray, counts: np.ndarray | None = None,
 
 
 def itl_distribution(result: RunResult) -> Distribution:
-    """ITL distribution (ms) of one run from its weighted gap runs."""
+    """ITL distribution (ms) of one run from its weighted gap runs, held replies' left out
+    as in the summary (:func:`capsim.metrics.summary.held_runs`: no gap reaches the
+    client); empty when every reply is held."""
+    counts = np.asarray(result.itl.count, np.int64)
     return distribution(np.asarray(result.itl.gap_s, np.float64) * 1e3,
-                        np.asarray(result.itl.count, np.int64))
+                        np.where(held_runs(result), 0, counts))

@@ -12,10 +12,12 @@ from itertools import groupby
 from rich.text import Text
 
 from capsim.report.cells import fmt, target_status
-from capsim.report.run.table import DISAGG_COLUMNS, Column, console_columns, failed_list
+from capsim.metrics.summary import HELD_TEXT
+from capsim.report.run.table import (DISAGG_COLUMNS, Column, console_columns, failed_list,
+                                     held_cell)
 from capsim.report.terminal import FoldColumn, FoldedTable
 from capsim.results.model import SummaryRow
-from capsim.scenario.slo import SloConfig
+from capsim.scenario.slo import SloConfig, quantity_text
 
 #: Header groups that share one folded table when they fit (latencies together).
 _FOLD_GROUP = {"Fleet": "Throughput", "TTFT ms": "Latency", "TPOT ms": "Latency"}
@@ -36,13 +38,17 @@ _STYLE = {"pass": "green", "fail": "bold red"}
 
 
 def summary_table(rows: list[SummaryRow], slo: SloConfig,
-                  percentiles: tuple[float, ...] | None = None) -> FoldedTable:
+                  percentiles: tuple[float, ...] | None = None,
+                  held: frozenset[str] = frozenset()) -> FoldedTable:
     """One line per variant: GPUs, req/s, out tok/s, goodput %, TTFT p99, TPOT p50,
     ITL p50/p99/max (ms), stalls, preemptions, rejected and the SLO verdict; with
     ``percentiles`` (``--percentiles``) TTFT, TPOT and ITL at each of them.
 
     Cells bounded by an SLO target are green (met) or red (missed); a stall
-    count above zero is yellow when no target bounds it.
+    count above zero is yellow when no target bounds it. The ITL of a variant in
+    ``held`` (replies held whole: :func:`~capsim.report.run.table.held_variants`) reads
+    "n/a", red where a target bounds it (the verdict fails it), never green;
+    :func:`held_reply_lines` says why under the table.
     """
     cols = console_columns(slo, percentiles)
     table = FoldedTable("capsim summary (latencies in ms)", [FoldColumn("variant", text=True)],
@@ -55,6 +61,9 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig,
         for c in cols:
             value = row.value(c.key)
             style = _STYLE.get(target_status(c.key, value, slo) or "", "")
+            if held_cell(row, c.key, held):
+                cells.append(Text("n/a", style=style or "dim"))
+                continue
             if not style and c.key == "itl_stalls" and value > 0:
                 style = "yellow"
             if c.key in ("itl_max_ms", "itl_stalls"):
@@ -62,6 +71,16 @@ def summary_table(rows: list[SummaryRow], slo: SloConfig,
             cells.append(Text(fmt(value, c.kind), style=style))
         table.add_row(Text(row.variant), *cells, _verdict(row, slo))
     return table
+
+
+def held_reply_lines(rows: list[SummaryRow], held: frozenset[str]) -> list[str]:
+    """One line per variant whose replies are held whole (static batching): why its ITL
+    reads n/a and where its wait shows instead (TTFT = E2EL)."""
+    return [f"{r.variant}: ITL {HELD_TEXT}: static batching returns each reply whole when "
+            f"its batch ends, so no gap between tokens reaches the client; the wait is in "
+            f"TTFT = E2EL (p99 {quantity_text('ttft_p99_ms', r.ttft_p99_ms)}), and TPOT is 0 "
+            "by vLLM's formula"
+            for r in rows if r.cls == "all" and r.variant in held]
 
 
 # The report's disaggregation columns a terminal has room for.
@@ -106,7 +125,7 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
     # column made the fold check pack more beside it than the terminal holds.
     heads = [FoldColumn("policy", justify="left")] + \
         [FoldColumn(c.replace(" ", "\n", 1)) for c in day.COLUMNS[1:]]
-    out = FoldedTable("the day (5-minute windows; cost of the whole run)",
+    out = FoldedTable(f"the day ({day.windows_text(frames)} windows; cost of the whole run)",
                       [FoldColumn("variant", text=True)],
                       [heads[:1], heads[1:4], heads[4:8], heads[8:11], heads[11:]])
     for row in table["rows"]:
@@ -117,9 +136,9 @@ def day_table(results: list, frames: dict) -> FoldedTable | None:
 
 def day_verdict_lines(rows: list[SummaryRow], frames: dict, slo: SloConfig) -> list[str]:
     """A line for each variant that meets the run-level targets over the whole run (PASS)
-    while some of its 5-minute windows broke them: the verdict is the whole run's
+    while some of its day-view windows broke them: the verdict is the whole run's
     percentiles, and a bad hour can hide in a day's."""
-    from capsim.metrics.day import violation_minutes
+    from capsim.metrics.day import violation_minutes, window_label
 
     out = []
     for row in rows:
@@ -129,8 +148,9 @@ def day_verdict_lines(rows: list[SummaryRow], frames: dict, slo: SloConfig) -> l
         minutes = violation_minutes(frame)
         if minutes > 0:
             n = int(frame["violation"].sum())
+            label = window_label(float(frame["window_s"].iloc[0]))
             out.append(f"{row.variant}: PASS over the whole run, but its p99 ITL or TTFT broke "
-                       f"the target in {n} of its 5-minute windows ({minutes:g} minutes; "
+                       f"the target in {n} of its {label} windows ({minutes:g} minutes; "
                        "day.csv)")
     return out
 

@@ -1,6 +1,7 @@
-"""The day view of the run report: offered rate, replicas, queue and p99 ITL per
-5-minute window (:mod:`capsim.metrics.day`), windows that broke a target shaded, and
-the fleet table (GPU-hours, cost of the day, $/M tokens, violation minutes, failures).
+"""The day view of the run report: offered rate, replicas, queue and p99 ITL per window
+(5 minutes, shorter for a run under an hour: :mod:`capsim.metrics.day`), windows that
+broke a target shaded, and the fleet table (GPU-hours, cost of the day, $/M tokens,
+violation minutes, failures).
 
 Drawn when at least one variant has day samples (time-varying load, autoscaling or
 failures); ``day.csv`` holds every windowed figure of every such variant.
@@ -16,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
-from capsim.metrics.day import WINDOW_S, day_cost, day_windows, violation_minutes
+from capsim.metrics.day import day_cost, day_windows, violation_minutes, window_label
 from capsim.report.cells import fmt
 from capsim.report.plotting import figure, save
 from capsim.report.style import RC
@@ -27,7 +28,7 @@ FIG = "day.png"
 CSV = "day.csv"
 CAPTION = (
     "Day view",
-    "Per 5-minute window: offered load (requests arriving per second; one grey line when "
+    "Per {window} window: offered load (requests arriving per second; one grey line when "
     "every variant replays the same trace), replicas serving (one panel per variant: an "
     "autoscaled fleet's steps, a failure's dip), requests waiting (mean of 15-s samples) "
     "and p99 inter-token latency (ms; grey dashed: the itl_p99_ms target; a triangle at the "
@@ -44,6 +45,18 @@ UTILISATION_NOTE = (
 
 def has_day(results: list[RunResult]) -> bool:
     return any(r.day is not None for r in results)
+
+
+def windows_text(frames: dict[str, pd.DataFrame]) -> str:
+    """The windows' length for people ("5-minute", "1-second"; "1-second / 5-minute"
+    when the variants' runs differ in length)."""
+    lengths = dict.fromkeys(float(f.window_s.iloc[0]) for f in frames.values() if len(f))
+    return " / ".join(window_label(w) for w in lengths) or window_label(300.0)
+
+
+def caption(frames: dict[str, pd.DataFrame]) -> tuple[str, str]:
+    """The day figure's title and caption, naming the windows' length."""
+    return CAPTION[0], CAPTION[1].format(window=windows_text(frames))
 
 
 def windows(results: list[RunResult], slo: SloConfig) -> dict[str, pd.DataFrame]:
@@ -75,6 +88,7 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
                                    frames[names[0]].offered_rate_per_s.to_numpy(),
                                    equal_nan=True) for v in names)
     ratios = [1.0, *([0.42] * n), 1.0, 1.2]
+    unit, unit_s = _time_unit(frames)
     with matplotlib.rc_context(RC):
         fig = figure(10.0, 6.9 + 0.55 * n)
         axes = fig.subplots(len(ratios), 1, sharex=True, gridspec_kw={"height_ratios": ratios})
@@ -86,16 +100,16 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
             w, c = frames[variant], colours.get(variant, "#777")
             style = {"color": c, "ls": _STYLES[i % len(_STYLES)],
                      "lw": 2.4 - 1.2 * i / max(n - 1, 1)}
-            x = (w.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0
+            x = (w.window_start_s.to_numpy() + w.window_s.to_numpy() / 2) / unit_s
             if not same_load:
                 load_ax.plot(x, w.offered_rate_per_s, **style)
             _draw_fleet(fleet_axes[i], x, w, variant, c, most)
             queue_ax.plot(x, w.queue_mean, **style)
             handles.append(itl_ax.plot(x, w.itl_p99_ms, label=variant, **style)[0])
             no_token |= _mark_no_token(itl_ax, x, w, c)
-            _shade_violations((load_ax, queue_ax, itl_ax), fleet_axes[i], w, i, n, c)
+            _shade_violations((load_ax, queue_ax, itl_ax), fleet_axes[i], w, i, n, c, unit_s)
         if same_load:
-            _draw_one_load(load_ax, frames[names[0]], n)
+            _draw_one_load(load_ax, frames[names[0]], n, unit_s)
         _notes(load_ax, itl_ax, frames, slo, no_token)
         for ax, label in ((load_ax, "offered req/s"), (queue_ax, "requests waiting"),
                           (itl_ax, "p99 ITL (ms)")):
@@ -103,16 +117,27 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
         for ax in axes:
             ax.grid(alpha=0.3)
         fleet_axes[n // 2].set_ylabel("replicas serving")
-        itl_ax.set_xlabel("hour of the run")
+        itl_ax.set_xlabel(f"{unit} of the run")
         # Above the panels: inside the first, the legend hid the curves' start.
         fig.legend(handles=handles, loc="outside upper left", fontsize=8, ncol=min(n, 4),
                    frameon=False)
         save(fig, path)
 
 
+def _time_unit(frames: dict[str, pd.DataFrame]) -> tuple[str, float]:
+    """The x axis's unit for the longest run: (name, seconds): seconds up to 10 minutes,
+    minutes up to 3 hours, else hours."""
+    end = max((float(f.window_start_s.iloc[-1] + f.window_s.iloc[-1])
+               for f in frames.values() if len(f)), default=0.0)
+    if end <= 600.0:
+        return "second", 1.0
+    return ("minute", 60.0) if end <= 3 * 3600.0 else ("hour", 3600.0)
+
+
 def _draw_fleet(ax, x_h: np.ndarray, w: pd.DataFrame, variant: str, colour: str,
                 most: float) -> None:
-    """One variant's replicas-serving panel: its steps at window midpoints ``x_h`` (hours),
+    """One variant's replicas-serving panel: its steps at window midpoints ``x_h`` (the
+    x axis's unit),
     on a y scale shared by every variant (``most``: the largest count of any)."""
     ax.step(x_h, w.replicas_serving, where="mid", color=colour, lw=1.4)
     ax.fill_between(x_h, w.replicas_serving.fillna(0), step="mid", color=colour, alpha=0.25,
@@ -136,14 +161,14 @@ def _mark_no_token(itl_ax, x_h: np.ndarray, w: pd.DataFrame, colour: str) -> boo
 
 
 def _shade_violations(overlaid: tuple, fleet_ax, w: pd.DataFrame, i: int, n: int,
-                      colour: str) -> None:
+                      colour: str, unit_s: float) -> None:
     """Variant ``i`` of ``n``'s windows that broke a target: a band of its own along the
     top of the ``overlaid`` panels (load, queue, ITL), the ITL panel lightly shaded, and
-    its own replicas panel shaded."""
+    its own replicas panel shaded; x in units of ``unit_s`` seconds."""
     itl_ax = overlaid[-1]
-    bad = w.violation.to_numpy()
-    for start in w.window_start_s.to_numpy()[bad]:
-        span = (start / 3600.0, (start + WINDOW_S) / 3600.0)
+    bad = w.violation.to_numpy(dtype=bool)
+    for start, length in zip(w.window_start_s.to_numpy()[bad], w.window_s.to_numpy()[bad]):
+        span = (start / unit_s, (start + length) / unit_s)
         for a in overlaid:
             a.axvspan(*span, ymin=1 - (i + 1) / (n * 6), ymax=1 - i / (n * 6),
                       color=colour, alpha=0.5, lw=0)
@@ -151,9 +176,9 @@ def _shade_violations(overlaid: tuple, fleet_ax, w: pd.DataFrame, i: int, n: int
         fleet_ax.axvspan(*span, color=colour, alpha=0.15, lw=0)
 
 
-def _draw_one_load(load_ax, first: pd.DataFrame, n: int) -> None:
+def _draw_one_load(load_ax, first: pd.DataFrame, n: int, unit_s: float) -> None:
     """The offered load every variant shares (they replay one trace), as one grey line."""
-    load_ax.plot((first.window_start_s.to_numpy() + WINDOW_S / 2) / 3600.0,
+    load_ax.plot((first.window_start_s.to_numpy() + first.window_s.to_numpy() / 2) / unit_s,
                  first.offered_rate_per_s, color="#555",
                  label="every variant (one trace)")
     if n > 1:
@@ -202,4 +227,4 @@ def table(results: list[RunResult], frames: dict[str, pd.DataFrame],
               {"name": "SLO", "span": 1}]
     return {"groups": groups, "columns": COLUMNS, "rows": body,
             "blocks": [{"groups": groups, "start": 0, "stop": len(COLUMNS)}],
-            "note": UTILISATION_NOTE}
+            "note": UTILISATION_NOTE, "window": windows_text(frames)}

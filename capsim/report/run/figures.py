@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from capsim.profiles.policies import label_holds_replies
 from capsim.report.cells import fmt
 from capsim.report.plotting import (PERCENT, PLAIN, bar_text, ccdf_y, cdf_y, draw_ccdf, draw_cdf,
                                     figure, log_axis, mark, marker_handles, ms_axis,
@@ -75,13 +76,13 @@ def _itl_references(slo: SloConfig) -> list[tuple]:
 def _draw_itl_variant(ax_cdf, ax_tail, r: RunResult, d: Distribution, c: str,
                       slo: SloConfig) -> Line2D:
     """One variant's ITL CDF and tail with their markers; its legend entry (max ITL and
-    stalls, or why nothing is drawn: no tokens, or static batching's 0 ms gaps)."""
+    stalls, or why nothing is drawn: static batching's held replies, or no tokens)."""
+    if d.empty and label_holds_replies(r.scheduler):   # replies arrive in one piece
+        return Line2D([], [], color=c, lw=2, label=(
+            f"{short(r.variant)}: ITL n/a, replies held until the batch ends "
+            "(the wait is in TTFT)"))
     if d.empty:
         return Line2D([], [], color=c, lw=2, label=f"{short(r.variant)} (no tokens)")
-    if d.markers["max"] == 0:       # static batching: replies arrive in one piece
-        return Line2D([], [], color=c, lw=2, label=(
-            f"{short(r.variant)}: every gap 0 ms, replies held until the batch "
-            "ends (the wait is in TTFT)"))
     draw_cdf(ax_cdf, d, c)
     draw_ccdf(ax_tail, d, c)
     mark(ax_cdf, d, c, ("p50", "p99", "max"), cdf_y)
@@ -167,12 +168,12 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
 
 
 def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfig,
-                  path: Path) -> None:
+                  path: Path, held: frozenset[str] = frozenset()) -> None:
     """Grouped bars per statistic (p50, p99, p99.9, max ITL), one bar per variant; log y, ms.
 
     ``rows``: the ``cls == "all"`` summary rows. ``itl_*`` targets are drawn as
     a dashed red tick over their statistic's group; the legend gives each
-    variant's stall count.
+    variant's stall count, or that a variant in ``held`` holds its replies (ITL n/a).
     """
     n = max(len(rows), 1)
     width = 0.8 / n
@@ -183,7 +184,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         x0 = np.arange(len(_ITL_STATS))
         for i, row in enumerate(rows):
             _itl_bars(ax, row, x0 - 0.4 + width * (i + 0.5), width, colours[row.variant], slo,
-                      vertical)
+                      vertical, held)
         ticks = _itl_targets(ax, slo)
         lo, hi = _itl_range(rows, slo, vertical)
         ax.set_ylim(lo, hi)             # first: with every request rejected no bar is > 0
@@ -208,17 +209,19 @@ _ITL_STATS = (("p50", "itl_p50_ms"), ("p99", "itl_p99_ms"), ("p99.9", "itl_p999_
 
 
 def _itl_bars(ax, row: SummaryRow, pos: np.ndarray, width: float, colour: str, slo: SloConfig,
-              vertical: bool) -> None:
+              vertical: bool, held: frozenset[str]) -> None:
     """One variant's bar in each group at x positions ``pos``, each labelled with its ms
-    (turned upright when ``vertical``); the legend entry counts its stalls."""
+    (turned upright when ``vertical``); the legend entry counts its stalls, or says its
+    replies are held (a variant in ``held``: no bar, "n/a")."""
     vals = np.array([getattr(row, key) for _, key in _ITL_STATS], np.float64)
     label = (f"{short(row.variant)}: {_plural(row.itl_stalls, 'stall')} "
              f"> {slo.stall_threshold_ms:g} ms")
-    if row.itl_max_ms == 0:      # static batching: the reply arrives in one piece
-        label = f"{short(row.variant)}: replies held until the batch ends, every gap 0 ms"
+    if row.variant in held:      # static batching: the reply arrives in one piece
+        label = f"{short(row.variant)}: ITL n/a, replies held until the batch ends"
     bars = ax.bar(pos, np.where(np.isnan(vals), 0, vals), width * 0.9,
                   color=colour, zorder=2, label=label)
-    ax.bar_label(bars, [bar_text(v) for v in vals], padding=2, zorder=4,
+    ax.bar_label(bars, ["n/a" if row.variant in held and np.isnan(v) else bar_text(v)
+                        for v in vals], padding=2, zorder=4,
                  fontsize=8, rotation=90 if vertical else 0,
                  bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
                        "alpha": 0.85})

@@ -15,8 +15,10 @@ from capsim.profiles import trust
 from capsim.report.cells import fmt, target_status
 from capsim.report.pages import FigureRef, environment, slo_lines
 from capsim.report.run.pools import trust_pairs
-from capsim.report.run.table import (Column, blocks, failed_list, header_groups, kv_columns,
-                                     latency_first, target_text, verdict_columns)
+from capsim.metrics.summary import HELD_TEXT
+from capsim.report.run.table import (Column, blocks, failed_list, header_groups, held_cell,
+                                     held_variants, kv_columns, latency_first, target_text,
+                                     verdict_columns)
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
 from capsim.sim.simulate import group_reasons
@@ -35,17 +37,22 @@ def config_line(r: RunResult) -> str:
             f" · model {r.model}{engine} · scheduler {r.scheduler}{pool}")
 
 
-def _cells(row: SummaryRow, cols: list[Column], slo: SloConfig) -> list[dict]:
+def _cells(row: SummaryRow, cols: list[Column], slo: SloConfig,
+           held: frozenset[str] = frozenset()) -> list[dict]:
     cells = []
     for c in cols:
         value = row.value(c.key)
         status = target_status(c.key, value, slo)
+        title = f"{c.key} {target_text(c.key, slo, c.kind)}".strip()
+        if held_cell(row, c.key, held):      # no gap seen: failed where a target bounds it
+            cells.append({"text": HELD_TEXT, "css": f"{'fail' if status else 'na'} held",
+                          "title": title})
+            continue
         css = status or ""
         if c.key == "itl_stalls" and status is None and value > 0:
             css = "warn"
         if c.key in ("itl_max_ms", "itl_stalls"):
             css += " em"
-        title = f"{c.key} {target_text(c.key, slo, c.kind)}".strip()
         cells.append({"text": fmt(value, c.kind), "css": css.strip(), "title": title})
     return cells
 
@@ -58,11 +65,13 @@ def _verdict(row: SummaryRow, slo: SloConfig) -> dict:
 
 
 def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str],
-          percentiles: tuple[float, ...] | None = None) -> dict:
+          percentiles: tuple[float, ...] | None = None,
+          held: frozenset[str] = frozenset()) -> dict:
     """Header groups, columns (with target bounds) and formatted rows for the template; the
     latency columns first (at ``percentiles`` when given: ``--percentiles``). ``blocks``
     cut the columns into the stacked tables that fit the page
-    (:func:`capsim.report.run.table.blocks`); the verdict sits in the first."""
+    (:func:`capsim.report.run.table.blocks`); the verdict sits in the first. The ITL
+    cells of a variant in ``held`` read "n/a (held replies)"."""
     cols = latency_first(verdict_columns(slo, percentiles))
     return {
         "blocks": blocks(cols, breaks=("Fleet",)),
@@ -71,7 +80,8 @@ def table(rows: list[SummaryRow], slo: SloConfig, colours: dict[str, str],
                     for c in cols],
         "has_targets": any(c.key in slo.targets for c in cols),
         "rows": [{"variant": r.variant, "cls": r.cls, "colour": colours.get(r.variant, "#777"),
-                  "cells": _cells(r, cols, slo), "verdict": _verdict(r, slo)} for r in rows],
+                  "cells": _cells(r, cols, slo, held), "verdict": _verdict(r, slo)}
+                 for r in rows],
     }
 
 
@@ -104,10 +114,14 @@ def tail_alerts(rows: list[SummaryRow], slo: SloConfig) -> list[str]:
 
 def held_reply_notes(results: list[RunResult]) -> list[str]:
     """One sentence per static-batching variant: its replies arrive in one piece when the
-    batch ends (seed 002 Q1), so its TTFT equals E2EL and its ITL and TPOT are 0."""
-    return [f"{r.variant}: static batching returns every reply in one piece when its batch "
-            "ends, so TTFT = E2EL (the wait for the batch) and ITL and TPOT are 0."
-            for r in results if r.scheduler == "static"]
+    batch ends (seed 002 Q1), so its TTFT equals E2EL, no gap between tokens reaches the
+    client (ITL n/a, as ``vllm bench serve`` records no ITL for a one-chunk reply) and its
+    TPOT is 0 by vLLM's formula."""
+    return [f"{v}: static batching returns every reply in one piece when its batch ends, "
+            "so TTFT = E2EL (the wait for the batch), its ITL is n/a (no gap between tokens "
+            "reaches the client, as vllm bench serve records none for a reply in one chunk) "
+            "and its TPOT 0 ((E2EL − TTFT) ÷ (tokens − 1), vLLM's formula)."
+            for v in held_variants(results)]
 
 
 def skipped_failure_notes(results: list[RunResult]) -> list[str]:
@@ -183,8 +197,9 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
                    "wall_s": f"{r.wall_s:,.1f}"} for r in results],
         slo_lines=slo_lines(slo, class_slos),
         trust=trust.lines(trust_pairs(results)),
-        verdict=table(all_rows, slo, colours, percentiles),
-        by_class=table(class_rows, slo, colours, percentiles) if class_rows else None,
+        verdict=table(all_rows, slo, colours, percentiles, held_variants(results)),
+        by_class=(table(class_rows, slo, colours, percentiles, held_variants(results))
+                  if class_rows else None),
         alerts=tail_alerts(all_rows, slo),
         rejections=rejection_alerts(results, rows),
         kv=kv_table(all_rows, colours),

@@ -19,6 +19,7 @@ from capsim.report.pages import FigureRef
 from capsim.metrics.summary import PERCENTILES
 from capsim.report.run import day, disagg, figures, pools, results_json, step_trace, timeline
 from capsim.report.run.html import render
+from capsim.report.run.table import held_variants
 from capsim.report.style import unique_slugs, variant_colours
 from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
@@ -125,7 +126,7 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
 
     all_rows = [r for r in rows if r.cls == "all"]
     figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
-    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png")
+    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
     figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
     figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
     figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
@@ -175,7 +176,7 @@ def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFr
     frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
     day.write_csv(frames_by_window, d / day.CSV)
     day.plot(frames_by_window, colours, slo, d / day.FIG)
-    figs.insert(0, FigureRef(day.FIG, *day.CAPTION))
+    figs.insert(0, FigureRef(day.FIG, *day.caption(frames_by_window)))
     return day.table(results, frames_by_window, colours)
 
 

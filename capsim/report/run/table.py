@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capsim.metrics.summary import percentile_key
+import math
+
+from capsim.metrics.summary import ITL_COLUMNS, percentile_key
+from capsim.profiles.policies import label_holds_replies
 from capsim.report.cells import fmt
-from capsim.results.model import SummaryRow
+from capsim.results.model import RunResult, SummaryRow
 from capsim.scenario.slo import UPPER_BOUND_TARGETS, SloConfig
 
 
@@ -253,3 +256,16 @@ def target_text(key: str, slo: SloConfig, kind: str) -> str:
 def failed_list(row: SummaryRow) -> list[str]:
     """The row's failed targets, one string each (from ``SummaryRow.slo_failed``)."""
     return [s for s in row.slo_failed.split("; ") if s]
+
+
+def held_variants(results: list[RunResult]) -> frozenset[str]:
+    """The variants whose every reply is held whole until its batch ends (static
+    batching): their ITL columns are NaN, shown "n/a (held replies)"."""
+    return frozenset(r.variant for r in results if label_holds_replies(r.scheduler))
+
+
+def held_cell(row: SummaryRow, key: str, held: frozenset[str]) -> bool:
+    """Whether ``row``'s ``key`` cell is an ITL figure of held replies (NaN: no gap seen),
+    to be shown as :data:`~capsim.metrics.summary.HELD_TEXT`, never coloured as passing."""
+    is_itl = key in ITL_COLUMNS or key.endswith("_itl_ms")     # p99.9_itl_ms: --percentiles
+    return row.variant in held and is_itl and math.isnan(row.value(key))

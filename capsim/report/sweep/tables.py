@@ -189,6 +189,8 @@ def _kind(target: str) -> str:
 def _value(v: float, kind: str) -> str:
     """A target's value: a fraction as a percentage, else 4 significant digits with
     thousands separators (53,840 rather than 5.384e+04)."""
+    if math.isnan(v):              # no data (none finished; static batching's ITL)
+        return "no data"
     if kind == "frac":
         return fmt(v, "frac")
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"

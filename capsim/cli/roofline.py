@@ -3,8 +3,6 @@ operator (TP, PP, EP, DP attention, a weight format, an engine preset's all-redu
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from capsim.common.errors import ScenarioError
@@ -91,9 +89,9 @@ def _check_step_options(prefill_tokens: int, decode_batch: int, context: int,
     if decode_batch and not context:
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
-    if not math.isfinite(routing_skew):          # click's FloatRange lets nan and inf by
-        raise ScenarioError(f"--routing-skew must be a finite number >= 0 (the Zipf exponent "
-                            f"of expert popularity; 0: uniform), got {routing_skew}")
+    from capsim.cost.experts import check_routing_skew
+
+    check_routing_skew(routing_skew, "--routing-skew")
 
 
 def _check_parallelism(model, hw, tp: int, pp: int, expert_parallel: bool,

@@ -1136,9 +1136,11 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
      "error: --hardware: unknown hardware 'h900'; valid: a100-40gb, "),
     # click's FloatRange(min=0) lets nan and inf through: the table was all nan.
     (["--model", "mixtral-8x7b", "--routing-skew", "nan"],
-     "error: --routing-skew must be a finite number >= 0 (the Zipf exponent of expert "
-     "popularity; 0: uniform), got nan\n"),
+     "error: --routing-skew must be in [0, 100] (the Zipf exponent of expert popularity: 0 "
+     "routes uniformly, 100 sends every token to the same top_k experts), got nan\n"),
     (["--model", "mixtral-8x7b", "--routing-skew", "inf"], "got inf\n"),
+    # Issue 31: 1e9 ended in a NaN traceback; beyond 100 the routing no longer changes.
+    (["--model", "mixtral-8x7b", "--routing-skew", "1e9"], "must be in [0, 100] (the Zipf "),
     # A routing skew on a dense model skewed nothing and was accepted without a word.
     (["--model", "llama-3.1-8b", "--routing-skew", "0.5"],
      "error: --routing-skew needs a mixture-of-experts model; llama-3.1-8b is dense\n"),

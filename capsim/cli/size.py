@@ -52,9 +52,13 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
          num_seeds: int | None,
          workers: int | None, executor: str, scheduler: str | None,
          overrides: tuple[str, ...]) -> None:
-    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
+    from capsim.scenario.sweep import check_num_seeds
+
+    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus)):
         if value is not None and value < 1:
             raise ScenarioError(f"{name} must be >= 1, got {value}")
+    if num_seeds is not None:
+        check_num_seeds(num_seeds)
     if rate_per_s is not None and not (rate_per_s > 0 and math.isfinite(rate_per_s)):
         raise ScenarioError(f"--rate must be a finite number > 0 requests/s, got "
                             f"{rate_per_s:g}")

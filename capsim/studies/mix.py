@@ -30,6 +30,7 @@ import pandas as pd
 
 from capsim.common.errors import ScenarioError
 from capsim.metrics.pools import pool_rows
+from capsim.scenario.sweep import check_num_seeds
 from capsim.scenario.load import LoadedScenario
 from capsim.scenario.run_config import RunConfig
 from capsim.scenario.workload import WorkloadConfig
@@ -165,6 +166,7 @@ def plan_mix(base: LoadedScenario, *, rate_per_s: float | None = None,
                             path="workload.arrival")
     sizing = spec.sizing
     seeds_k = num_seeds or (sizing.seeds if sizing else 1)
+    check_num_seeds(seeds_k)
     traces = TraceCache(base.base_dir, path)
     rate = rate_per_s or (sizing.rate_per_s if sizing else None)
     if rate is None:

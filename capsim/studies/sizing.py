@@ -32,6 +32,7 @@ import pandas as pd
 
 from capsim.scenario.load import LoadedScenario
 from capsim.scenario.run_config import RunConfig
+from capsim.scenario.sweep import check_num_seeds
 from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
@@ -204,8 +205,7 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                             file=path, path="slo.targets")
     gpus = gpus if gpus is not None else (sizing.gpus if sizing else None)
     seeds_k = num_seeds or (sizing.seeds if sizing else 1)
-    if seeds_k < 1:
-        raise ScenarioError(f"--seeds must be >= 1, got {seeds_k}")
+    check_num_seeds(seeds_k)
     p = SizingPlan(base=base, options=[], mode="rate" if gpus else "gpus", rate_per_s=0.0,
                    gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
                    seeds=[spec.seed + r for r in range(seeds_k)],

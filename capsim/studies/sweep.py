@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pandas as pd
 
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.schema import Scenario
+from capsim.scenario.sweep import MAX_RUNS, check_num_seeds
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.confidence import aggregate
 from capsim.common.errors import ScenarioError
@@ -154,10 +156,30 @@ def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
 
 
 def replication_seeds(base_seed: int, num_seeds: int) -> list[int]:
-    """Seeds of ``num_seeds`` independent replications: base, base + 1, ..."""
-    if num_seeds < 1:
-        raise ScenarioError(f"--seeds must be >= 1, got {num_seeds}")
+    """Seeds of ``num_seeds`` independent replications: base, base + 1, ...
+
+    Raises:
+        ScenarioError: ``num_seeds`` outside 1..MAX_SEEDS.
+    """
+    check_num_seeds(num_seeds)
     return [base_seed + r for r in range(num_seeds)]
+
+
+def check_run_count(base: LoadedScenario, num_seeds: int) -> None:
+    """Refuse a sweep of more than :data:`~capsim.scenario.sweep.MAX_RUNS` simulations
+    (grid points × variants × seeds) before its points are resolved, with the count.
+
+    Raises:
+        ScenarioError: naming ``sweep`` and the count.
+    """
+    points = math.prod(len(values) for values in (base.spec.sweep or {}).values())
+    total = points * len(base.runs) * num_seeds
+    if total > MAX_RUNS:
+        raise ScenarioError(
+            f"{points:,} point(s) × {len(base.runs):,} variant(s) × {num_seeds:,} seed(s) = "
+            f"{total:,} runs, more than {MAX_RUNS:,} (a one-minute scenario's {MAX_RUNS:,} "
+            "runs are a week of one CPU); sweep fewer values or seeds",
+            file=str(base.path), path="sweep")
 
 
 def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None) -> list[RunTask]:

@@ -17,8 +17,8 @@ import click
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
-from capsim.cli.common import (executor_options, executor_spec, make_console, scenario_arg,
-                               set_option, progress_bar)
+from capsim.cli.common import (build_traces, executor_options, executor_spec, make_console,
+                               scenario_arg, set_option, progress_bar)
 from capsim.profiles.trust import EDGES
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     from capsim.report.sweep.tables import sizing_table
 
     base = load(scenario, overrides, seed)
+    build_traces(base)           # a fleet's work checked, as capsim run and validate do
     if any(rc.fleet is not None for rc in base.runs):
         return _run_mix(console, base, scenario, out_dir, rate_per_s=rate_per_s, gpus=gpus,
                         num_seeds=num_seeds, max_gpus=max_gpus, executor=executor,

@@ -49,6 +49,7 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     from capsim.report import check_out_dir
     from capsim.scenario.load import dump_resolved, load
     from capsim.scenario.sweep import check_num_seeds
+    from capsim.workload import TraceCache
     from capsim.studies import sweep
     from capsim.studies.parallel import open_runner
     from capsim.report.sweep.page import display_labels, sweep_trust_lines, write_sweep
@@ -59,7 +60,9 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     sweep.check_run_count(load(scenario, overrides, seed), num_seeds)
     plan = sweep.plan(scenario, overrides, seed)
     seeds = sweep.replication_seeds(plan.base.spec.seed, num_seeds)
-    unique, _ = sweep.dedupe(sweep.tasks(plan, seeds))  # builds the traces: fails before running
+    traces = TraceCache(plan.base.base_dir, str(plan.base.path))
+    unique, _ = sweep.dedupe(sweep.tasks(plan, seeds, traces))  # fails before running
+    sweep.check_work(plan, seeds, traces)     # a fleet's work, as capsim run refuses it
     spec = plan.base.spec
     total = plan.num_runs_per_seed * len(seeds)
     same = f" ({total - len(unique)} identical to another, run once)" if len(unique) < total else ""

@@ -26,6 +26,7 @@ import pandas as pd
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.schema import Scenario
 from capsim.scenario.sweep import MAX_RUNS, check_num_seeds
+from capsim.sim import budget
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.confidence import aggregate
 from capsim.common.errors import ScenarioError
@@ -133,11 +134,31 @@ def _load_point(base: LoadedScenario, point: SweepPoint, overrides: list[str],
     try:
         return load(base.path, overrides + point.overrides, seed)
     except ScenarioError as exc:
-        swept = next((k for k in point.values if exc.path and (exc.path == k or
-                                                              exc.path.startswith(k + "."))), None)
-        where = f"sweep.{swept}" if swept else exc.path
-        raise ScenarioError(f"{exc.message} (sweep point {point.label})", file=exc.file,
-                            path=where) from None
+        raise _point_error(exc, point) from None
+
+
+def _point_error(exc: ScenarioError, point: SweepPoint) -> ScenarioError:
+    """``exc`` of one point: at ``sweep.<key>`` when a swept field caused it, with the
+    point's values."""
+    swept = next((k for k in point.values if exc.path and (exc.path == k or
+                                                          exc.path.startswith(k + "."))), None)
+    where = f"sweep.{swept}" if swept else exc.path
+    return ScenarioError(f"{exc.message} (sweep point {point.label})", file=exc.file,
+                         path=where)
+
+
+def check_work(sweep: SweepPlan, seeds: list[int], cache: TraceCache) -> None:
+    """Every point's fleets within the work a run may take, on each seed's trace
+    (:func:`capsim.sim.budget.check_work`), as ``capsim run`` checks one.
+
+    Raises:
+        ScenarioError: the first point refused, at ``sweep.<key>`` when a swept value did it.
+    """
+    for point, loaded in sweep.points:
+        try:
+            budget.check_work(loaded, cache, seeds)
+        except ScenarioError as exc:
+            raise _point_error(exc, point) from None
 
 
 def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:

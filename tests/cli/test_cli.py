@@ -1040,14 +1040,14 @@ def test_roofline_prices_a_weight_format(run_cli):
 
 
 def test_validate_names_the_weight_format_and_its_matmul_peak(tmp_path, run_cli, write_scenario):
-    """MXFP4 on an H100 runs weight-only (bf16 matmuls); AWQ weights load as 5.37 GiB
+    """GPTQ on an H100 runs weight-only (bf16 matmuls); AWQ weights load as 5.37 GiB
     (tests/profiles/test_quantization.py: 5,727,854,592 B + vLLM's RoPE cache)."""
-    doc = with_(GOOD, "variants.1.engine", {"quantization": "mxfp4"})
+    doc = with_(GOOD, "variants.1.engine", {"quantization": "gptq"})
     doc = with_(doc, "variants.0.engine", {"quantization": "awq"})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
     assert "a: 1 × h100-sxm TP1, awq weights (bf16 matmuls), continuous chunked" in out
-    assert "b: 1 × h100-sxm TP1, mxfp4 weights (bf16 matmuls), continuous chunked" in out
+    assert "b: 1 × h100-sxm TP1, gptq weights (bf16 matmuls), continuous chunked" in out
     assert "Model loading took 5.37 GiB memory" in out
 
 

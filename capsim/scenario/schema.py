@@ -15,7 +15,7 @@ from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, Bool, Int, StrictModel
 from capsim.cost.experts import MAX_ROUTING_SKEW, ROUTING_SKEW_RANGE
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES, policy_capabilities
@@ -242,7 +242,8 @@ class ClusterConfig(StrictModel):
     # replica serves (vLLM itself has no queue timeout). Only a fleet with cluster.failures
     # (or pools with them) ever holds requests at the router.
     router_queue_timeout_s: float | None = Field(
-        default=None, gt=0, description="seconds a request may wait at the router while no "
+        default=None, gt=0, le=MAX_SECONDS,
+        description="seconds a request may wait at the router while no "
                                         "replica serves; then it fails (timed out)")
     # A fleet that scales with the load (scenario/fleet.py); num_replicas serve at t = 0.
     autoscaling: AutoscalingConfig | None = None

@@ -17,6 +17,11 @@ context 1, the pool's fastest, :func:`~capsim.studies.fleet.slo_floors_ms`'s ITL
   :data:`MAX_EXPECTED_ATTEMPTS`. Past it the run never ends (``mtbf_s`` 1 ms ran until
   the kernel killed a 12 GB worker).
 
+And the results it would hold: about :data:`RESULT_BYTES_PER_REQUEST` per request
+simulated (docs/speed.md: one run of 1,000,000 requests peaked at 840 MiB with its result,
+0.86 KiB a request, at about 270 µs of CPU each), every variant's for ``capsim run`` (it
+keeps them all for the report), at most :data:`MAX_RESULT_BYTES`.
+
 Public API:
     check_work(loaded, traces)                   every variant of a loaded scenario
     check_run_work(run, trace, at)               one run; ``at(key)`` names a fleet field
@@ -36,21 +41,47 @@ from capsim.workload import RequestTrace
 #: (several µs of Python); 10 million are a few minutes of CPU, a day at 10 ms.
 MAX_AUTOSCALER_TICKS = 10_000_000
 
+#: Memory a simulated request takes until the report is written, bytes (docs/speed.md,
+#: the 1,000,000-request run: 840 MiB with its result).
+RESULT_BYTES_PER_REQUEST = 0.86 * 1024
+
+#: Most memory the results of one command may take (a 16 GiB machine's): 19.5 million
+#: requests, about 1.5 hours of CPU at docs/speed.md's rate.
+MAX_RESULT_BYTES = 16 * 2**30
+
 #: Most times, on average, the longest request may be sent again after failures
 #: (``in_flight: retry``): e^(S / mtbf_s) ≤ 100, i.e. its replica lasts at least S / 4.6.
 MAX_EXPECTED_ATTEMPTS = 100
 
 
-def check_work(loaded, traces, seeds: list[int] | None = None) -> None:
+def check_work(loaded, traces, seeds: list[int] | None = None, together: bool = True) -> None:
     """:func:`check_run_work` for every variant of ``loaded`` (a
     :class:`~capsim.scenario.load.LoadedScenario`) on its trace in ``traces`` (a
     :class:`~capsim.workload.TraceCache`) for each of ``seeds`` (default: the variant's
-    own), naming each fleet field where it was written.
+    own), naming each fleet field where it was written; and the results' memory, of every
+    variant ``together`` (``capsim run`` keeps them all) or of each run alone (a sweep's
+    workers return summaries).
 
     Raises:
         ScenarioError: naming the scenario file and the field's YAML path.
     """
     spec = loaded.spec
+    sizes = [len(traces.get(rc.workload, seed)) for rc in loaded.runs
+             for seed in seeds or [rc.seed]]
+    requests = sum(sizes) if together else max(sizes)
+    if requests * RESULT_BYTES_PER_REQUEST > MAX_RESULT_BYTES:
+        wl = spec.workload
+        key = "trace" if wl.trace is not None else \
+            "duration_s" if wl.duration_s is not None else "num_requests"
+        what = f"{len(sizes)} variant(s)' {requests:,} requests" if together and \
+            len(sizes) > 1 else f"{requests:,} requests"
+        raise ScenarioError(
+            f"{what} would hold about {requests * RESULT_BYTES_PER_REQUEST / 2**30:,.0f} GiB "
+            f"of results ({RESULT_BYTES_PER_REQUEST / 1024:.2f} KiB a request), more than "
+            f"{MAX_RESULT_BYTES / 2**30:.0f} GiB; valid here: at most "
+            f"{int(MAX_RESULT_BYTES / RESULT_BYTES_PER_REQUEST):,} requests in all: lower "
+            "duration_s, num_requests or rate_per_s, or run fewer variants at once",
+            file=str(loaded.path), path=f"workload.{key}")
     for i, rc in enumerate(loaded.runs):
         where = f"variants.{i}" if spec.variants else ""
         v = spec.variants[i] if spec.variants else None

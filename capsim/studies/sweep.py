@@ -156,7 +156,7 @@ def check_work(sweep: SweepPlan, seeds: list[int], cache: TraceCache) -> None:
     """
     for point, loaded in sweep.points:
         try:
-            budget.check_work(loaded, cache, seeds)
+            budget.check_work(loaded, cache, seeds, together=False)
         except ScenarioError as exc:
             raise _point_error(exc, point) from None
 

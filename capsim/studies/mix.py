@@ -180,7 +180,10 @@ def plan_mix(base: LoadedScenario, *, rate_per_s: float | None = None,
                 raise ScenarioError(f"pool {fp.name} needs {fp.gpus_per_replica} GPUs per "
                                     f"replica, more than max_gpus {p.max_gpus}", file=path,
                                     path="sizing.max_gpus")
-        _mixes(rc, p.max_gpus)                # refuses a search too large to enumerate
+        try:
+            _mixes(rc, p.max_gpus)            # refuses a search too large to enumerate
+        except ScenarioError as exc:
+            raise exc.with_context(file=path) from None
     return p
 
 

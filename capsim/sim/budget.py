@@ -1,5 +1,5 @@
-"""The work a run's fleet would take, estimated before it starts: refuse what would run for
-hours or exhaust memory, with the estimate and the field that causes it.
+"""The work a run would take, estimated before it starts: refuse what would run for hours
+or exhaust memory, with the estimate and the field that causes it.
 
 A run lasts at least ``T``: until its last open-loop arrival, and at least as long as its
 longest reply takes alone (its output tokens × one decode step of a single sequence at
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 from typing import Callable
+
+import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
@@ -66,22 +68,8 @@ def check_work(loaded, traces, seeds: list[int] | None = None, together: bool = 
         ScenarioError: naming the scenario file and the field's YAML path.
     """
     spec = loaded.spec
-    sizes = [len(traces.get(rc.workload, seed)) for rc in loaded.runs
-             for seed in seeds or [rc.seed]]
-    requests = sum(sizes) if together else max(sizes)
-    if requests * RESULT_BYTES_PER_REQUEST > MAX_RESULT_BYTES:
-        wl = spec.workload
-        key = "trace" if wl.trace is not None else \
-            "duration_s" if wl.duration_s is not None else "num_requests"
-        what = f"{len(sizes)} variant(s)' {requests:,} requests" if together and \
-            len(sizes) > 1 else f"{requests:,} requests"
-        raise ScenarioError(
-            f"{what} would hold about {requests * RESULT_BYTES_PER_REQUEST / 2**30:,.0f} GiB "
-            f"of results ({RESULT_BYTES_PER_REQUEST / 1024:.2f} KiB a request), more than "
-            f"{MAX_RESULT_BYTES / 2**30:.0f} GiB; valid here: at most "
-            f"{int(MAX_RESULT_BYTES / RESULT_BYTES_PER_REQUEST):,} requests in all: lower "
-            "duration_s, num_requests or rate_per_s, or run fewer variants at once",
-            file=str(loaded.path), path=f"workload.{key}")
+    _check_memory(loaded, [len(traces.get(rc.workload, seed)) for rc in loaded.runs
+                           for seed in seeds or [rc.seed]], together)
     for i, rc in enumerate(loaded.runs):
         where = f"variants.{i}" if spec.variants else ""
         v = spec.variants[i] if spec.variants else None
@@ -96,6 +84,30 @@ def check_work(loaded, traces, seeds: list[int] | None = None, together: bool = 
             except ScenarioError as exc:
                 raise ScenarioError(exc.message, file=str(loaded.path),
                                     path=exc.path) from None
+
+
+def _check_memory(loaded, sizes: list[int], together: bool) -> None:
+    """The results of runs of ``sizes`` requests, all at once (``together``) or the largest
+    alone, within :data:`MAX_RESULT_BYTES`.
+
+    Raises:
+        ScenarioError: naming the workload field that sets the request count.
+    """
+    requests = sum(sizes) if together else max(sizes)
+    if requests * RESULT_BYTES_PER_REQUEST <= MAX_RESULT_BYTES:
+        return
+    wl = loaded.spec.workload
+    key = "trace" if wl.trace is not None else \
+        "duration_s" if wl.duration_s is not None else "num_requests"
+    what = f"{len(sizes)} variant(s)' {requests:,} requests" if together and len(sizes) > 1 \
+        else f"{requests:,} requests"
+    raise ScenarioError(
+        f"{what} would hold about {requests * RESULT_BYTES_PER_REQUEST / 2**30:,.0f} GiB of "
+        f"results ({RESULT_BYTES_PER_REQUEST / 1024:.2f} KiB a request), more than "
+        f"{MAX_RESULT_BYTES / 2**30:.0f} GiB; valid here: at most "
+        f"{int(MAX_RESULT_BYTES / RESULT_BYTES_PER_REQUEST):,} requests in all: lower "
+        "duration_s, num_requests or rate_per_s, or run fewer variants at once",
+        file=str(loaded.path), path=f"workload.{key}")
 
 
 def check_run_work(run: RunConfig, trace: RequestTrace, at: Callable[[str], str]) -> None:
@@ -137,7 +149,7 @@ def _last_arrival_s(trace: RequestTrace) -> float:
     """The last open-loop arrival, s (0 for a closed loop: its sends depend on the run)."""
     if trace.closed_loop is not None:
         return 0.0
-    return float(trace.arrival_s.max())
+    return float(np.nanmax(trace.arrival_s))    # a conversation's later turns: NaN
 
 
 def _longest_reply_s(run: RunConfig, trace: RequestTrace) -> float:

@@ -122,3 +122,12 @@ def test_shipped_fleets_are_far_within_the_limits(scenarios_dir):
     path = scenarios_dir / "day_in_the_life.yaml"
     loaded = load(path)
     check_work(loaded, TraceCache(loaded.base_dir, str(path)))
+
+
+def test_conversations_later_turns_do_not_hide_the_span(tmp_path, run_cli, write_scenario):
+    """Later turns arrive after their previous reply (NaN in the trace's arrival column):
+    the span is the last first turn's arrival, not NaN (which passed every check)."""
+    doc = _doc({"autoscaling": {**AUTOSCALED, "interval_s": 1e-6}})
+    doc["workload"]["classes"][0]["conversation"] = {"turns": {"dist": "fixed", "value": 3}}
+    code, _, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
+    assert code == 2 and "interval_s 1e-06 would tick the autoscaler at least" in err

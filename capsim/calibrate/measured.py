@@ -25,7 +25,9 @@ Public API:
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,8 @@ import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,20 +123,42 @@ class MeasuredRun:
 def load_documents(path: str | Path) -> list[Any]:
     """The JSON values in ``path``: one for a JSON file, one per non-empty line for JSON lines.
 
+    Every reader of a result (``capsim compare``, ``capsim calibrate --from``) reads it
+    here, so a file one accepts the other accepts. Text that is not UTF-8 where it should
+    be is read, not refused, each bad byte as U+FFFD (a model name in Latin-1 in a file
+    otherwise JSON), with a warning; so is a JSON escape of half a surrogate pair
+    (``"\\udcff"``, what Python writes for a byte it could not decode), which cannot
+    be written back as UTF-8: ``capsim compare`` failed writing its report with a
+    UnicodeEncodeError after ``calibrate --from`` had read the same file.
+
     Raises:
-        ScenarioError: unreadable file, or text that is neither JSON nor JSON lines
-            (naming the first bad line).
+        ScenarioError: unreadable file, bytes that are not JSON text at all, or text
+            that is neither JSON nor JSON lines (naming the first bad line).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise ScenarioError("not a text file (expected JSON or JSON lines)",
-                            file=str(path)) from None
+    try:
+        text, bad = data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        text, bad = data.decode("utf-8", errors="replace"), exc
+    docs = _parse_documents(text, path, binary=bad is not None)
+    if bad is not None:
+        log.warning(f"{path}: bytes that are not UTF-8 (the first, 0x{data[bad.start]:02x}, "
+                    f"at offset {bad.start}) read as U+FFFD")
+    return _without_lone_surrogates(docs) if "\\ud" in text.lower() else docs
+
+
+def _parse_documents(text: str, path: str | Path, binary: bool) -> list[Any]:
+    """:func:`load_documents` of decoded text; ``binary``: it was not UTF-8, so a parse
+    error says the file is not JSON text at all."""
+    not_text = ScenarioError("not a text file (expected JSON or JSON lines)", file=str(path))
     try:
         return [json.loads(text)]
     except json.JSONDecodeError as exc:
+        if binary and exc.msg != "Extra data":
+            raise not_text from None
         if exc.msg != "Extra data":
             raise ScenarioError(f"malformed JSON: {exc}", file=str(path)) from None
     except RecursionError:       # json's decoder recurses once per nesting level
@@ -143,12 +169,29 @@ def load_documents(path: str | Path) -> list[Any]:
             try:
                 docs.append(json.loads(line))
             except json.JSONDecodeError as exc:
+                if binary:
+                    raise not_text from None
                 raise ScenarioError(f"line {number}: malformed JSON line: {exc}",
                                     file=str(path)) from None
             except RecursionError:
                 raise ScenarioError(f"line {number}: malformed JSON line: nested too deep to "
                                     "read", file=str(path)) from None
     return docs
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every surrogate code point in its strings (keys too) as U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v)
+                for k, v in value.items()}
+    return value
 
 
 def missing_fields(path: str | Path, label: str, fields: Iterable[str], hint: str,

@@ -107,12 +107,16 @@ def _set_error(exc: ScenarioError, scenario: Path | None, overrides: tuple[str, 
 
 def build_traces(loaded):
     """Every variant's trace (a :class:`~capsim.workload.TraceCache`), built before
-    anything runs: one per distinct workload."""
+    anything runs: one per distinct workload; then the work each variant's fleet would
+    take is checked on it (:func:`capsim.sim.budget.check_work`), so ``capsim run`` and
+    ``capsim validate`` refuse the same runs."""
+    from capsim.sim.budget import check_work
     from capsim.workload import TraceCache
 
     traces = TraceCache(loaded.base_dir, str(loaded.path))
     for rc in loaded.runs:
         traces.get(rc.workload, rc.seed)
+    check_work(loaded, traces)
     return traces
 
 

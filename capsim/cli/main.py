@@ -2,7 +2,8 @@
 roofline | sweep | size | compare | calibrate, one module each, registered on the click group here.
 
 User mistakes (:class:`~capsim.common.errors.ScenarioError`) print one line on
-stderr and exit with code 2, without a traceback. Warnings the layers below log on the
+stderr and exit with code 2, without a traceback. SIGTERM and SIGINT end worker processes
+and print one line, exit 143 / 130 (:mod:`capsim.cli.stop`). Warnings the layers below log on the
 ``capsim`` logger (a profile without sources, trace rows adjusted) print as
 ``warning: …`` on stderr, each once per command.
 """
@@ -24,6 +25,7 @@ from capsim.cli.roofline import roofline
 from capsim.cli.run import run
 from capsim.cli.shapes import shapes
 from capsim.cli.size import size
+from capsim.cli.stop import Stopped, stop_on_signals
 from capsim.cli.sweep import sweep
 from capsim.cli.validate import validate
 from capsim.common.errors import ScenarioError
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     logger, handler = logging.getLogger("capsim"), _WarningLines()
     logger.addHandler(handler)
     try:
-        _main(argv)
+        with stop_on_signals():
+            _main(argv)
+    except Stopped as stop:                 # SIGTERM / SIGINT, workers already ended
+        click.echo(stop.line, err=True)
+        sys.exit(stop.exit_code)
     finally:
         logger.removeHandler(handler)
 

@@ -3,8 +3,6 @@ operator (TP, PP, EP, DP attention, a weight format, an engine preset's all-redu
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from capsim.common.errors import ScenarioError
@@ -57,6 +55,7 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
     with as_option("--hardware"):
         hw = load_hardware(hw_name)
     _check_step_options(prefill_tokens, decode_batch, context, routing_skew)
+    _check_step_size(model, prefill_tokens, decode_batch, context)
     _check_parallelism(model, hw, tp, pp, expert_parallel, dp_attention)
     with as_option("--preset"):
         preset = load_engine_preset(preset_name)
@@ -91,9 +90,30 @@ def _check_step_options(prefill_tokens: int, decode_batch: int, context: int,
     if decode_batch and not context:
         raise ScenarioError(f"--decode-batch {decode_batch} needs --context C: the tokens each "
                             "decoding sequence attends over (>= 1)")
-    if not math.isfinite(routing_skew):          # click's FloatRange lets nan and inf by
-        raise ScenarioError(f"--routing-skew must be a finite number >= 0 (the Zipf exponent "
-                            f"of expert popularity; 0: uniform), got {routing_skew}")
+    from capsim.cost.experts import check_routing_skew
+
+    check_routing_skew(routing_skew, "--routing-skew")
+
+
+def _check_step_size(model, prefill_tokens: int, decode_batch: int, context: int) -> None:
+    """A step a server could run: each decoding sequence's context within the model's
+    positions (vLLM refuses a max_model_len beyond them), token counts within
+    ``MAX_TOKENS`` (a step of 1e11 tokens printed a table and a "does not fit" warning).
+
+    Raises:
+        ScenarioError: naming the option and its valid range.
+    """
+    from capsim.common.schema import MAX_TOKENS
+
+    if context > model.max_position_embeddings:
+        raise ScenarioError(f"--context {context:,} exceeds {model.name}'s "
+                            f"max_position_embeddings {model.max_position_embeddings:,}; valid: "
+                            f"1 to {model.max_position_embeddings:,}")
+    for option, value in (("--prefill-tokens", prefill_tokens), ("--decode-batch", decode_batch),
+                          ("--decode-batch × --context", decode_batch * context)):
+        if value > MAX_TOKENS:
+            raise ScenarioError(f"{option} {value:,} is more tokens than one step can hold; "
+                                f"valid: at most {MAX_TOKENS:,}")
 
 
 def _check_parallelism(model, hw, tp: int, pp: int, expert_parallel: bool,

@@ -17,7 +17,7 @@ import click
 
 from capsim import __version__
 from capsim.common.errors import ScenarioError
-from capsim.cli.common import (executor_options, executor_spec, make_console,
+from capsim.cli.common import (build_traces, executor_options, executor_spec, make_console,
                                percentiles_option, scenario_arg, set_option, progress_bar)
 from capsim.profiles.trust import EDGES
 
@@ -53,9 +53,13 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
          num_seeds: int | None,
          workers: int | None, executor: str, scheduler: str | None,
          percentiles: tuple[float, ...] | None, overrides: tuple[str, ...]) -> None:
-    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus), ("--seeds", num_seeds)):
+    from capsim.scenario.sweep import check_num_seeds
+
+    for name, value in (("--gpus", gpus), ("--max-gpus", max_gpus)):
         if value is not None and value < 1:
             raise ScenarioError(f"{name} must be >= 1, got {value}")
+    if num_seeds is not None:
+        check_num_seeds(num_seeds)
     if rate_per_s is not None and not (rate_per_s > 0 and math.isfinite(rate_per_s)):
         raise ScenarioError(f"--rate must be a finite number > 0 requests/s, got "
                             f"{rate_per_s:g}")
@@ -91,6 +95,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     from capsim.report.sweep.tables import sizing_table
 
     base = load(scenario, overrides, seed)
+    build_traces(base)           # a fleet's work checked, as capsim run and validate do
     if any(rc.fleet is not None for rc in base.runs):
         return _run_mix(console, base, scenario, out_dir, rate_per_s=rate_per_s, gpus=gpus,
                         num_seeds=num_seeds, max_gpus=max_gpus, executor=executor,

@@ -50,7 +50,9 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     """``capsim sweep``: plan, run every point × variant × seed, print, write the report
     (``percentiles``: ``--percentiles`` columns in summary.csv, points.csv and the tables)."""
     from capsim.report import check_out_dir
-    from capsim.scenario.load import dump_resolved
+    from capsim.scenario.load import dump_resolved, load
+    from capsim.scenario.sweep import check_num_seeds
+    from capsim.workload import TraceCache
     from capsim.studies import sweep
     from capsim.studies.parallel import open_runner
     from capsim.report.sweep.page import display_labels, sweep_trust_lines, write_sweep
@@ -58,9 +60,13 @@ def run_sweep(console: Console, scenario: Path, out_dir: Path | None, seed: int 
     from capsim.report.sweep.console import rich_table
     from capsim.report.sweep.tables import cheapest_table, points_table
 
+    check_num_seeds(num_seeds)           # before the grid's points are resolved
+    sweep.check_run_count(load(scenario, overrides, seed), num_seeds)
     plan = sweep.plan(scenario, overrides, seed)
     seeds = sweep.replication_seeds(plan.base.spec.seed, num_seeds)
-    unique, _ = sweep.dedupe(sweep.tasks(plan, seeds))  # builds the traces: fails before running
+    traces = TraceCache(plan.base.base_dir, str(plan.base.path))
+    unique, _ = sweep.dedupe(sweep.tasks(plan, seeds, traces))  # fails before running
+    sweep.check_work(plan, seeds, traces)     # a fleet's work, as capsim run refuses it
     spec = plan.base.spec
     total = plan.num_runs_per_seed * len(seeds)
     same = f" ({total - len(unique)} identical to another, run once)" if len(unique) < total else ""

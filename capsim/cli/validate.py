@@ -86,16 +86,20 @@ def _refuse_all_rejected(loaded, traces, rejected: list[list[tuple[int, str]]]) 
 
 def _check_sweep_and_sizing(loaded, overrides: list[str]) -> int:
     """Every point of the ``sweep:`` grid loads (:func:`capsim.studies.sweep.plan`) and
-    every ``sizing.hardware`` names a GPU profile; the number of sweep points (0: none).
+    its fleets' work is within a run's (on the scenario's seed), and every
+    ``sizing.hardware`` names a GPU profile; the number of sweep points (0: none).
 
     Raises:
         ScenarioError: as ``capsim sweep`` / ``capsim size`` would, naming the field.
     """
     from capsim.studies.fleet import check_hardware_names
-    from capsim.studies.sweep import plan
+    from capsim.studies.sweep import check_work, plan
+    from capsim.workload import TraceCache
 
     if loaded.spec.sizing is not None:
         check_hardware_names(loaded, loaded.spec.sizing.hardware)
     if not loaded.spec.sweep:
         return 0
-    return len(plan(loaded.path, overrides).points)
+    sweep = plan(loaded.path, overrides)
+    check_work(sweep, [loaded.spec.seed], TraceCache(loaded.base_dir, str(loaded.path)))
+    return len(sweep.points)

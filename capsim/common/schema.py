@@ -17,6 +17,12 @@ trace cell) may hold: far beyond any model's context (the longest shipped, Llama
 has 10,485,760 positions), and every such count and their sums stay exact in int64 (a
 larger YAML integer or CSV cell would overflow numpy's int64 or lose digits as float)."""
 
+MAX_SECONDS = 1e9
+"""The longest time a scenario may give (an arrival, a failure's time or repair, a start-up
+delay, a window), seconds: about 32 years. float64 seconds there still resolve 0.12 µs,
+far below an engine step; at 1e300 s a step added to the clock vanished and a run waiting
+for a replica repaired then never ended."""
+
 Bool = Annotated[bool, Strict()]
 """A boolean field that takes only YAML's ``true`` / ``false``: pydantic's lax ``'yes'``,
 ``'false'``, ``1`` and ``0`` are refused (a quoted ``'false'`` would otherwise be echoed into
@@ -320,6 +326,8 @@ def _pydantic_text(error: dict[str, Any]) -> str:
         key, op = _BOUNDS[error["type"]]
         bound = error["ctx"][key]
         msg = f"must be {op} {bound:g}" if isinstance(bound, float) else f"must be {op} {bound}"
+        if key == "le" and bound == MAX_SECONDS:
+            msg += " s (about 32 years: beyond it the simulated clock no longer resolves a step)"
     elif error["type"] == "finite_number":
         msg = "must be a finite number"
     if "input" in error and not isinstance(error["input"], (dict, list)) \

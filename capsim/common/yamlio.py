@@ -19,6 +19,12 @@ package to it). It is PyYAML's safe loader with three changes:
 - **Nesting deeper than** :data:`MAX_NESTING` **refused**: PyYAML builds nested nodes
   recursively and a few hundred levels exhaust Python's stack (``RecursionError``, not
   a YAML error).
+- **Aliases that expand past** :data:`MAX_ALIAS_VALUES` **refused**, and recursive ones
+  (``&a [*a]``): PyYAML shares an anchored value among its aliases, but everything that
+  reads the document afterwards (validation, an error's echo of a bad value,
+  ``scenario.resolved.yaml``) walks it expanded, so nine nested anchors of nine aliases
+  each (a "billion laughs" document, 1 KB of text) stand for 387 million values and ran
+  for hours. The check walks the composed nodes once, each shared node counted once.
 
 Text is parsed by libyaml (PyYAML's C parser, ten times faster than the pure-Python
 one) with the same resolvers and constructors; anything it does not read cleanly —
@@ -41,6 +47,12 @@ from yaml.error import MarkedYAMLError
 #: distribution's list); PyYAML 6's recursive composer hits Python's default
 #: recursion limit (1,000 frames) between 400 and 500 levels (measured).
 MAX_NESTING = 100
+
+#: Most values (scalars, mappings and sequences) aliases may add to a document beyond
+#: those written in it. A scenario reuses a section by anchor (``engine: *base`` in each
+#: of a few dozen variants, a 24-factor schedule) for hundreds; 100,000 still lets a
+#: 1,440-factor per-minute schedule be aliased by 60 variants.
+MAX_ALIAS_VALUES = 100_000
 
 #: Exponent-notation numbers YAML 1.1 leaves as strings (YAML 1.2 core schema floats with
 #: an exponent); the forms 1.1 already reads (``1.5e+3``) match too and read the same.
@@ -108,18 +120,99 @@ def load_yaml(text: str) -> Any:
 
     Raises:
         yaml.YAMLError: malformed YAML, a repeated key ("duplicate key 'x'", with the line
-            of the second one), a number out of float range, or mappings and sequences
-            nested deeper than :data:`MAX_NESTING` (with the line where they do);
+            of the second one), a number out of float range, mappings and sequences
+            nested deeper than :data:`MAX_NESTING` (with the line where they do), a
+            recursive alias or aliases expanding past :data:`MAX_ALIAS_VALUES`;
             :func:`describe_yaml_error` makes it one line.
     """
     if _CLoader is not None and not yaml.reader.Reader.NON_PRINTABLE.search(text):
         try:
             if _max_depth(text, yaml.CSafeLoader) <= MAX_NESTING:
-                return yaml.load(text, Loader=_CLoader)
+                return _load(text, _CLoader)
         except yaml.YAMLError:
             pass                          # read again below: PyYAML's own error and mark
     _check_nesting(text)
-    return yaml.load(text, Loader=_Loader)
+    return _load(text, _Loader)
+
+
+def _load(text: str, loader_class: type) -> Any:
+    """``yaml.load`` in its two halves, the aliases checked between them: the node graph
+    composed (an alias is the anchored node itself, shared), then constructed."""
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a recursive alias, or aliases adding more than :data:`MAX_ALIAS_VALUES`
+    values to what is written (the values the document stands for, expanded, minus its
+    distinct nodes). Iterative, each distinct node visited once: O(nodes written).
+
+    Raises:
+        yaml.YAMLError: at the value whose aliases expand too far (the top-level key, or
+            the deepest key holding most of the expansion), naming its path.
+    """
+    size: dict[int, int] = {}              # id(node) -> values it stands for, expanded
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise MarkedYAMLError(problem="a recursive alias (an anchored value that "
+                                          "contains an alias of itself)",
+                                  problem_mark=node.start_mark)
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    added = size[id(root)] - len(size)
+    if added > MAX_ALIAS_VALUES:
+        node, path = _heaviest(root, size)
+        raise MarkedYAMLError(
+            problem=f"{path + ': ' if path else ''}aliases expand this to "
+                    f"{size[id(node)]:,} values, {added:,} more than written (at most "
+                    f"{MAX_ALIAS_VALUES:,} may come from aliases); write the values out or "
+                    "alias less",
+            problem_mark=node.start_mark)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    """A node's values (a mapping's keys and values)."""
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _heaviest(root: yaml.Node, size: dict[int, int]) -> tuple[yaml.Node, str]:
+    """The node to blame for an expansion, and its dotted path: from the root, down into
+    the child that holds more than half of the expansion while there is one."""
+    node, path = root, []
+    while True:
+        if isinstance(node, yaml.MappingNode):
+            items = [(str(k.value), v) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            items = [(str(i), v) for i, v in enumerate(node.value)]
+        else:
+            break
+        step = next(((name, child) for name, child in items
+                     if 2 * size[id(child)] > size[id(node)]), None)
+        if step is None:
+            break
+        path.append(step[0])
+        node = step[1]
+    return node, ".".join(path)
 
 
 def _check_nesting(text: str) -> None:

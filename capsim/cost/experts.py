@@ -27,16 +27,39 @@ from capsim.profiles.hardware import OperatorRates
 from capsim.profiles.models import ModelShape
 
 
+MAX_ROUTING_SKEW = 100.0
+"""The largest ``moe_routing_skew`` (Zipf exponent of expert popularity): at 100 every
+packaged MoE model (top_k 1 to 8 of 8 to 256 experts) sends all but 1e-6 of its (token,
+expert) picks to its ``top_k`` most popular experts (``tests/cost/test_moe_cost.py``
+checks each): a larger skew prices the same deterministic routing (``1e9`` ended in a
+NaN traceback)."""
+
+
+#: What a valid skew is, after the field's or option's name.
+ROUTING_SKEW_RANGE = (f"must be in [0, {MAX_ROUTING_SKEW:g}] (the Zipf exponent of expert "
+                      f"popularity: 0 routes uniformly, {MAX_ROUTING_SKEW:g} sends every token "
+                      "to the same top_k experts)")
+
+
+def check_routing_skew(routing_skew: float, name: str = "moe_routing_skew") -> None:
+    """A finite skew in ``[0, MAX_ROUTING_SKEW]``.
+
+    Raises:
+        ScenarioError: naming ``name`` (the field or option) and the valid range.
+    """
+    if not 0.0 <= routing_skew <= MAX_ROUTING_SKEW:       # NaN fails both
+        raise ScenarioError(f"{name} {ROUTING_SKEW_RANGE}, got {routing_skew:g}")
+
+
 def check_moe_options(model: ModelShape, tp: int, routing_skew: float, dp_attention: bool,
                       expert_parallel: bool) -> None:
     """Refuse MoE options the model cannot take.
 
     Raises:
-        ScenarioError: a negative routing skew; a skew, DP attention or expert parallelism
-            on a dense model; EP (= TP) not dividing the experts.
+        ScenarioError: a routing skew outside [0, MAX_ROUTING_SKEW]; a skew, DP attention
+            or expert parallelism on a dense model; EP (= TP) not dividing the experts.
     """
-    if routing_skew < 0:
-        raise ScenarioError(f"moe_routing_skew must be >= 0, got {routing_skew}")
+    check_routing_skew(routing_skew)
     dense = (f"a mixture-of-experts model; {model.name} is dense")
     if routing_skew and not model.is_moe:
         raise ScenarioError(f"moe_routing_skew needs {dense}")

@@ -204,18 +204,25 @@ def expected_experts_hit(tokens: float, num_experts: int, top_k: int,
 
 
 def _skewed_marginals(num_experts: int, top_k: int, skew: float) -> np.ndarray:
-    """Per-expert selection probabilities ∝ i^(−skew), Σ = k, none above 1 (the excess
-    of a capped expert is spread over the others in proportion)."""
-    w = np.arange(1, num_experts + 1, dtype=float) ** (-skew)
+    """Per-expert selection probabilities ∝ i^(−skew), Σ = k, none above 1: an expert
+    whose share would pass 1 is picked by every token (1) and the rest of the k picks
+    are spread over the experts not yet capped, in proportion, until none passes 1 (at
+    most k rounds; a capped expert stays capped — spreading over it again left shares
+    above 1 from skew ~3 on)."""
+    ranks = np.arange(1, num_experts + 1, dtype=float)
+    w = ranks ** (-skew)
     q = top_k * w / w.sum()
-    for _ in range(num_experts):
+    capped = np.zeros(num_experts, dtype=bool)
+    while True:
         over = q > 1.0
         if not over.any():
-            break
-        free = ~over
-        q[free] += (q[over].sum() - over.sum()) * w[free] / w[free].sum()
-        q[over] = 1.0
-    return q
+            return q
+        capped |= over
+        q[capped] = 1.0
+        free = ~capped
+        if free.any():   # weights relative to the most popular free expert: no 0 / 0
+            w = (ranks[free] / ranks[free][0]) ** (-skew)
+            q[free] = (top_k - capped.sum()) * w / w.sum()
 
 
 def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, float]]:

@@ -186,14 +186,17 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
             A model whose checkpoint stores its tensor groups in their own formats
             (``model.weight_formats``, gpt-oss) takes each group's
             (:func:`~capsim.profiles.weight_layout.weight_layout`; ``quant`` must then be
-            the checkpoint's format or None).
+            the checkpoint's format or None), as does a format of some groups only (MXFP4:
+            the experts).
 
     Raises:
-        ScenarioError: ``quant`` is not the format of ``model``'s checkpoint.
+        ScenarioError: ``quant`` is not the format of ``model``'s checkpoint, or
+            quantizes no group of it (MXFP4 on a dense model).
     """
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
-    if model.weight_formats:
-        layout = weight_layout(model, quant.name if quant is not None else None)
+    layout = weight_layout(model, quant.name if quant is not None else None) \
+        if model.weight_formats or quant is not None else None
+    if layout is not None and layout.grouped:   # the checkpoint's groups, or MXFP4's experts
         if model.is_moe or model.is_mla or model.attention_sinks:
             return _grouped_moe_weight_bytes_per_gpu(model, tp, layout, rope_cache,
                                                      dp_attention, embedding, lm_head)

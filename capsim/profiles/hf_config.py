@@ -4,8 +4,7 @@ One reader per family of ``model_type``, each following the family's modeling co
 ``transformers`` (and vLLM's ``vllm/model_executor/models/<family>.py``, which reads the
 same keys):
 
-- dense: ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (and any config without expert
-  or MLA keys, read as a Llama-like shape, as before);
+- dense: ``llama``, ``mistral``, ``qwen2``, ``qwen3``;
 - ``mixtral``: ``num_local_experts`` experts of ``intermediate_size`` on every layer;
 - ``qwen2_moe`` / ``qwen3_moe``: ``num_experts`` of ``moe_intermediate_size``, a shared
   expert of ``shared_expert_intermediate_size`` with a sigmoid gate (Qwen2-MoE), MoE
@@ -24,6 +23,12 @@ same keys):
   (``attention_chunk_size``) on the RoPE layers (``no_rope_layers[i] == 1``; the NoPE
   layers attend globally).
 
+Any other ``model_type`` (``mamba``, ``gemma``, ``phi3``, …), or none, is refused naming
+it and these: its layers are not the gated-MLP transformer capsim prices (a state-space
+model has no attention and no KV cache), and pricing it as a Llama would be wrong without
+a word. An MoE family's expert count must be at least 1 (``num_local_experts: 0`` would
+price a Mixtral as dense).
+
 Any family: a ``quantization_config`` whose ``quant_method`` capsim has a format for
 (:data:`QUANT_METHODS`) becomes ``weight_formats``, the format of each tensor group
 (attention, dense MLP / shared experts, routed experts) the checkpoint stores quantized:
@@ -34,7 +39,8 @@ are MXFP4. Another ``quant_method`` (compressed-tensors, bitsandbytes, …) is n
 
 Public API:
     shape_fields(config, file=None) -> dict
-    MOE_MODEL_TYPES, DENSE_MODEL_TYPES, QUANT_METHODS
+    MOE_MODEL_TYPES, DENSE_MODEL_TYPES, MODEL_TYPES, QUANT_METHODS
+    unknown_model_type(model_type) -> str | None
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from capsim.common.errors import ScenarioError
+from capsim.profiles.quantization import load_quant_format
 
 #: Dense families read as they always were (Llama-like shapes).
 DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -50,6 +57,9 @@ DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 #: Families with experts or MLA that capsim reads (this module's readers).
 MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
                    "gpt_oss", "llama4", "llama4_text")
+
+#: Every ``model_type`` capsim prices.
+MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 
 #: Keys whose presence with a value > 1 marks a mixture-of-experts config.
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -114,6 +124,9 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
         config = config["text_config"]
     model_type = config.get("model_type")
+    problem = unknown_model_type(model_type)
+    if problem is not None:
+        raise ScenarioError(problem, file=file, path="model_type")
     special = _is_moe(config) or config.get("kv_lora_rank")
     if special and model_type not in MOE_MODEL_TYPES:
         raise ScenarioError(
@@ -133,6 +146,10 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
         data["model_type"] = model_type
         _READERS[model_type](config, data, file)
     formats = checkpoint_formats(config.get("quantization_config"), moe=_is_moe(config))
+    groups = _method_groups(config)
+    if groups and not _is_moe(config) and not {"attention", "mlp"} & set(groups):
+        raise ScenarioError(_dense_quant_text(config), file=file,
+                            path="quantization_config.quant_method")
     moe_layers = data.get("num_moe_layers", data.get("num_hidden_layers", 0))
     if "num_experts" in data and moe_layers == data.get("num_hidden_layers") \
             and not data.get("shared_expert_intermediate_size"):
@@ -140,6 +157,35 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
     if formats:
         data["weight_formats"] = formats
     return data
+
+
+def unknown_model_type(model_type: Any) -> str | None:
+    """Why ``model_type`` is not one capsim prices (None when it is)."""
+    if model_type in MODEL_TYPES:
+        return None
+    what = "no model_type (transformers' AutoConfig needs one)" if model_type is None \
+        else f"model_type {model_type!r}"
+    return (f"{what} is not a model capsim prices: it models decoder-only transformers "
+            f"with attention and gated MLPs of model_type {', '.join(DENSE_MODEL_TYPES)} "
+            f"(dense) and {', '.join(MOE_MODEL_TYPES)} (experts or MLA)")
+
+
+def _method_groups(config: dict[str, Any]) -> tuple[str, ...]:
+    """The tensor groups the config's ``quant_method`` stores quantized (() without one
+    capsim has a format for)."""
+    quant = config.get("quantization_config")
+    fmt = QUANT_METHODS.get(str(quant.get("quant_method", "")).lower()) \
+        if isinstance(quant, dict) else None
+    return load_quant_format(fmt).groups if fmt is not None else ()
+
+
+def _dense_quant_text(config: dict[str, Any]) -> str:
+    method = config["quantization_config"].get("quant_method")
+    return (f"quant_method {method} stores only a mixture-of-experts model's "
+            f"{' and '.join(_method_groups(config))} quantized (vLLM's {method} method leaves "
+            f"linear layers 16-bit), and this {config.get('model_type')} config has none: "
+            "capsim cannot price its weights; give a checkpoint in a format vLLM runs on "
+            f"dense layers ({', '.join(m for m in QUANT_METHODS if m != method)})")
 
 
 def checkpoint_formats(quant: Any, moe: bool = True) -> dict[str, str]:
@@ -164,18 +210,30 @@ def checkpoint_formats(quant: Any, moe: bool = True) -> dict[str, str]:
                    for p in skip)
 
     groups = ("attention", "mlp", "experts") if moe else ("attention", "mlp")
-    return {g: fmt for g in groups if not any(kept(m) for m in _GROUP_MODULES[g])}
+    stored = load_quant_format(fmt).groups          # MXFP4: the experts only
+    return {g: fmt for g in groups
+            if g in stored and not any(kept(m) for m in _GROUP_MODULES[g])}
+
+
+def _experts(config: dict[str, Any], key: str, file: str | None) -> int:
+    """The routed experts of an MoE family: at least 1 (0 would price it as dense)."""
+    n = _int(config, key, file)
+    if n < 1:
+        raise ScenarioError(f"must be >= 1 for model_type {config.get('model_type')}, a "
+                            f"mixture-of-experts family (got {n}; 0 experts would price it as "
+                            "a dense model)", file=file, path=key)
+    return n
 
 
 def _mixtral(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
-    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts"] = _experts(config, "num_local_experts", file)
     data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
     data["moe_intermediate_size"] = _int(config, "intermediate_size", file)
 
 
 def _qwen_moe(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
     layers = _int(config, "num_hidden_layers", file)
-    data["num_experts"] = _int(config, "num_experts", file)
+    data["num_experts"] = _experts(config, "num_experts", file)
     data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
     data["moe_intermediate_size"] = _int(config, "moe_intermediate_size", file)
     shared = config.get("shared_expert_intermediate_size") or 0
@@ -210,7 +268,7 @@ def _deepseek(config: dict[str, Any], data: dict[str, Any], file: str | None) ->
 
 
 def _gpt_oss(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
-    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts"] = _experts(config, "num_local_experts", file)
     data["num_experts_per_tok"] = config.get("num_experts_per_tok") or _int(
         config, "experts_per_token", file)
     data["moe_intermediate_size"] = _int(config, "intermediate_size", file)
@@ -224,7 +282,7 @@ def _gpt_oss(config: dict[str, Any], data: dict[str, Any], file: str | None) -> 
 
 def _llama4(config: dict[str, Any], data: dict[str, Any], file: str | None) -> None:
     layers = _int(config, "num_hidden_layers", file)
-    data["num_experts"] = _int(config, "num_local_experts", file)
+    data["num_experts"] = _experts(config, "num_local_experts", file)
     data["num_experts_per_tok"] = _int(config, "num_experts_per_tok", file)
     expert = _int(config, "intermediate_size", file)
     data["moe_intermediate_size"] = data["shared_expert_intermediate_size"] = expert

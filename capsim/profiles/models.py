@@ -27,10 +27,10 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError, read_text
-from capsim.profiles.hf_config import shape_fields
+from capsim.profiles.hf_config import shape_fields, unknown_model_type
 from capsim.profiles.files import (packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
-from capsim.profiles.quantization import TENSOR_GROUPS, quant_format_names
+from capsim.profiles.quantization import TENSOR_GROUPS, load_quant_format, quant_format_names
 from capsim.common.schema import Bool, Int, StrictModel
 
 _FOLDER = "models"
@@ -145,6 +145,33 @@ class ModelShape(StrictModel):
             if fmt not in names:
                 raise ValueError(f"weight_formats.{group}: unknown format {fmt!r}; valid: "
                                  f"{', '.join(names)}")
+            if group == "experts" and not self.is_moe:
+                raise ValueError("weight_formats.experts: a dense model (num_experts 0) has "
+                                 "no routed experts")
+            if group not in load_quant_format(fmt).groups:
+                raise ValueError(f"weight_formats.{group}: {fmt} stores only "
+                                 f"{', '.join(load_quant_format(fmt).groups)} (vLLM's {fmt} "
+                                 f"method leaves the other layers 16-bit)")
+        return self._check_kind()
+
+    def _check_kind(self) -> "ModelShape":
+        """A ``model_type`` capsim prices, and an even rotary dimension."""
+        problem = unknown_model_type(self.model_type) if self.model_type else None
+        if problem is not None:
+            raise ValueError(problem)
+        # RoPE rotates the two halves of each head: transformers' rotate_half splits at
+        # head_dim // 2 and LlamaRotaryEmbedding makes ceil(head_dim / 2) frequencies, so an
+        # odd width cannot be rotated (huggingface/transformers at 002272831fba,
+        # src/transformers/models/llama/modeling_llama.py); MLA rotates qk_rope_head_dim.
+        rope, what = ((self.qk_rope_head_dim, "qk_rope_head_dim") if self.is_mla
+                      else (self.head_dim, "head_dim"))
+        if rope % 2:
+            derived = (f" (hidden_size {self.hidden_size} / num_attention_heads "
+                       f"{self.num_attention_heads})" if what == "head_dim"
+                       and rope * self.num_attention_heads == self.hidden_size else "")
+            raise ValueError(f"{what} {rope}{derived} is odd: rotary position embeddings "
+                             "rotate each head's two halves, so it must be even; correct "
+                             "hidden_size or num_attention_heads, or give head_dim")
         return self
 
     @property

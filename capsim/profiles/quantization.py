@@ -79,6 +79,8 @@ class QuantFormat(StrictModel):
         engine_compute: per engine family, the dtype the engine's kernels multiply in
             where it is not ``compute`` (vLLM runs MXFP4 with 16-bit activations even where
             the GPU has FP4 tensor cores); ``bf16`` means the model's 16-bit dtype.
+        groups: the tensor groups (:data:`TENSOR_GROUPS`) an engine stores in this format;
+            the others stay 16-bit (MXFP4: the routed experts only).
         sources: where each of these comes from.
     """
 
@@ -96,6 +98,8 @@ class QuantFormat(StrictModel):
     curve: Literal["gemm", "gemm_fp8"] = "gemm"
     weight_only_fallback: Bool = False
     engine_compute: dict[str, Literal["bf16", "fp8", "int8", "fp4"]] = Field(default_factory=dict)
+    groups: tuple[Literal["attention", "mlp", "experts"], ...] = Field(TENSOR_GROUPS,
+                                                                       min_length=1)
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -35,7 +35,7 @@ from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, Int, StrictModel
 
 #: Most replicas one run simulates: each holds its own KV pool in memory (an 8B model on an
 #: H100 costs ~1.6 MB of block tables per replica: 10,000 replicas took 15.9 GB), and 1,024
@@ -48,12 +48,13 @@ class Provisioning(StrictModel):
     or the whole delay with ``delay_s``."""
 
     profile: str = Field(default="vllm-v1", min_length=1)
-    delay_s: Optional[float] = Field(default=None, ge=0, description="the whole delay, s")
+    delay_s: Optional[float] = Field(default=None, ge=0, le=MAX_SECONDS,
+                                     description="the whole delay, s")
     storage_bandwidth_bytes_per_s: Optional[float] = Field(default=None, gt=0)
-    process_start_s: Optional[float] = Field(default=None, ge=0)
-    engine_init_s: Optional[float] = Field(default=None, ge=0)
-    cuda_graph_capture_s: Optional[float] = Field(default=None, ge=0)
-    node_provision_s: Optional[float] = Field(default=None, ge=0)
+    process_start_s: Optional[float] = Field(default=None, ge=0, le=MAX_SECONDS)
+    engine_init_s: Optional[float] = Field(default=None, ge=0, le=MAX_SECONDS)
+    cuda_graph_capture_s: Optional[float] = Field(default=None, ge=0, le=MAX_SECONDS)
+    node_provision_s: Optional[float] = Field(default=None, ge=0, le=MAX_SECONDS)
 
     @model_validator(mode="after")
     def _whole_or_terms(self):
@@ -71,7 +72,7 @@ class ReplicaSchedule(StrictModel):
 
     yaml_example: ClassVar[str] = "{step_s: 3600, replicas: [1, 1, 2, 3]}"   # in error messages
 
-    step_s: float = Field(default=3600.0, gt=0)
+    step_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     replicas: list[Int] = Field(min_length=1)
 
 
@@ -90,8 +91,8 @@ class AutoscalingConfig(StrictModel):
                                         "or KV fraction (kv_use, <= 1)")
     min_replicas: Int = Field(default=1, ge=1)
     max_replicas: Int = Field(ge=1, le=MAX_REPLICAS)
-    interval_s: float = Field(default=15.0, gt=0)
-    scale_down_cooldown_s: float = Field(default=300.0, ge=0)
+    interval_s: float = Field(default=15.0, gt=0, le=MAX_SECONDS)
+    scale_down_cooldown_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     schedule: Optional[ReplicaSchedule] = None
     provisioning: Provisioning = Field(default_factory=Provisioning)
@@ -129,8 +130,8 @@ class FailureAt(StrictModel):
     yaml_example: ClassVar[str] = "{replica: 0, at_s: 72000, repair_s: 1800}"   # in error messages
 
     replica: Int = Field(ge=0, description="the replica's index")
-    at_s: float = Field(ge=0, description="when it fails, s")
-    repair_s: float = Field(gt=0, description="how long until it serves again, s")
+    at_s: float = Field(ge=0, le=MAX_SECONDS, description="when it fails, s")
+    repair_s: float = Field(gt=0, le=MAX_SECONDS, description="how long until it serves again, s")
 
 
 class FailuresConfig(StrictModel):
@@ -148,9 +149,10 @@ class FailuresConfig(StrictModel):
         "{at: [{replica: 0, at_s: 72000, repair_s: 1800}], in_flight: retry}")
 
     at: list[FailureAt] = Field(default_factory=list)
-    mtbf_s: Optional[float] = Field(default=None, gt=0, description="mean time between "
-                                                                    "failures per replica, s")
-    mttr_s: Optional[float] = Field(default=None, gt=0, description="mean time to repair, s")
+    mtbf_s: Optional[float] = Field(default=None, gt=0, le=MAX_SECONDS,
+                                    description="mean time between failures per replica, s")
+    mttr_s: Optional[float] = Field(default=None, gt=0, le=MAX_SECONDS,
+                                    description="mean time to repair, s")
     in_flight: Literal["retry", "fail"] = "retry"
 
     @model_validator(mode="after")

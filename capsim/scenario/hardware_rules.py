@@ -17,7 +17,7 @@ from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import load_quant_format
-from capsim.profiles.weight_layout import weight_layout
+from capsim.profiles.weight_layout import check_format_groups, weight_layout
 from capsim.scenario.profile_loading import named
 from capsim.scenario.schema import EngineConfig, Scenario, VariantSpec
 
@@ -107,4 +107,6 @@ def _check_weight_format(engine: EngineConfig, hw: HardwareProfile, v: VariantSp
     if engine.weight_format is None:
         return
     fmt = load_quant_format(engine.weight_format)
+    if model is not None:            # a format of some groups only (MXFP4: the experts)
+        named(lambda _: check_format_groups(model, fmt), "", path, field)
     named(lambda _: fmt.compute_dtype(hw), "", path, field)

@@ -144,9 +144,14 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                 f"kv_cache_memory_gib {engine.kv_cache_memory_gib:g} per GPU exceeds the "
                 f"{terms.available_kv_bytes / GIB:.2f} GiB left after weights and activations",
                 file=str(path), path=field_of("engine.kv_cache_memory_gib"))
-        kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=int(kv_bytes)),
-                             tensor_parallel_size=tp, kv_bytes_per_token=kv.kv_bytes_per_token,
-                             block_size=engine.block_size)
+        try:
+            kv = pool_from_terms(dataclasses.replace(terms, available_kv_bytes=int(kv_bytes)),
+                                 tensor_parallel_size=tp,
+                                 kv_bytes_per_token=kv.kv_bytes_per_token,
+                                 block_size=engine.block_size)
+        except ScenarioError as exc:     # less than one block (kv_cache_memory_gib: 1e-9)
+            raise exc.with_context(file=str(path),
+                                   path=field_of("engine.kv_cache_memory_gib")) from None
     return kv
 
 

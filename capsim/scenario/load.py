@@ -30,6 +30,7 @@ from capsim.scenario.run_config import RunConfig
 from capsim.scenario.schema import Scenario, VariantSpec
 from capsim.scenario.slo import RequestSlo, unbounded_wait_warning
 from capsim.scenario.validation import validate
+from capsim.scenario.workload import check_rate_pieces
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,10 @@ def _resolve(raw: dict[str, Any], spec: Scenario, index: int, v: VariantSpec,
     (``variants.<i>.set.engine.preset``), not the scenario's field it replaced."""
     try:
         seen = _variant_scenario(raw, spec, index, v, path)
+        try:
+            check_rate_pieces(seen.workload)
+        except ScenarioError as exc:
+            raise exc.with_context(file=str(path)) from None
         if pooled_cluster(seen, v):
             return resolve_pooled(seen, index, v, path)
         run = resolve_variant(seen, index, v, path)

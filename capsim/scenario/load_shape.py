@@ -37,9 +37,36 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from capsim.common.schema import Float, StrictModel, check_tag
+from capsim.common.schema import MAX_SECONDS, Float, StrictModel, check_tag
 
 SECONDS_PER_DAY = 86400.0
+
+#: Most pieces a rate factor may have over the run (a year in 30-second pieces): each is a
+#: pair of floats for every request class, and a burst chain draws its pieces one by one
+#: in Python (about 10^5 a second); a ``step_s`` of 1e-9 asked for 6e10 (a MemoryError),
+#: an ``on_s`` of 1e-9 never ended.
+MAX_RATE_PIECES = 1_000_000
+
+
+def pieces_problem(shape, horizon_s: float) -> tuple[str, str] | None:
+    """(the key to name, why) when ``shape`` (a schedule or bursts) would cut a run of
+    about ``horizon_s`` seconds into more than :data:`MAX_RATE_PIECES` pieces; else None."""
+    if isinstance(shape, PiecewiseSchedule):
+        key, length = "step_s", shape.step_s
+    elif isinstance(shape, DiurnalSchedule):
+        key, length = "resolution_s", shape.resolution_s
+    elif isinstance(shape, OnOffBursts):
+        key, length = "on_s", (shape.on_s + shape.off_s) / 2
+    else:
+        key, length = "states", sum(s.mean_s for s in shape.states) / len(shape.states)
+    pieces = horizon_s / length
+    if pieces <= MAX_RATE_PIECES:
+        return None
+    what = f"{key} {getattr(shape, key):g}" if key != "states" else \
+        f"states' mean holding time {length:g} s"
+    return key, (f"{what} cuts the run's ~{horizon_s:,.4g} s into ~{pieces:,.3g} pieces, more "
+                 f"than {MAX_RATE_PIECES:,}; valid here: pieces of >= "
+                 f"{horizon_s / MAX_RATE_PIECES:.3g} s")
 
 
 def _check_factors(factors: list[float]) -> list[float]:
@@ -55,7 +82,8 @@ class PiecewiseSchedule(StrictModel):
     """Factor ``factors[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating."""
 
     kind: Literal["piecewise"]
-    step_s: float = Field(default=3600.0, gt=0, description="length of each piece, s")
+    step_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS,
+                          description="length of each piece, s")
     factors: list[Annotated[Float, Field(ge=0)]] = Field(
         min_length=1, description="rate factor of each piece, >= 0")
 
@@ -80,8 +108,8 @@ class DiurnalSchedule(StrictModel):
     peak: float = Field(default=1.0, gt=0, description="factor at peak_hour")
     trough: float = Field(ge=0, description="factor half a period from the peak")
     peak_hour: float = Field(ge=0, lt=24, description="hour of the peak, [0, 24)")
-    period_s: float = Field(default=SECONDS_PER_DAY, gt=0)
-    resolution_s: float = Field(default=60.0, gt=0,
+    period_s: float = Field(default=SECONDS_PER_DAY, gt=0, le=MAX_SECONDS)
+    resolution_s: float = Field(default=60.0, gt=0, le=MAX_SECONDS,
                                 description="the factor is held constant over pieces this long")
 
     @model_validator(mode="after")
@@ -115,8 +143,8 @@ class OnOffBursts(StrictModel):
     yaml_example: ClassVar[str] = "{kind: on_off, on_s: 60, off_s: 600, factor: 3}"
 
     kind: Literal["on_off"]
-    on_s: float = Field(gt=0, description="mean length of a burst, s")
-    off_s: float = Field(gt=0, description="mean time between bursts, s")
+    on_s: float = Field(gt=0, le=MAX_SECONDS, description="mean length of a burst, s")
+    off_s: float = Field(gt=0, le=MAX_SECONDS, description="mean time between bursts, s")
     factor: float = Field(gt=0, description="rate factor during a burst")
 
     def chain(self) -> tuple[list[float], list[float], list[list[float]]]:
@@ -128,7 +156,7 @@ class BurstState(StrictModel):
     """One state of a Markov-modulated arrival rate."""
 
     factor: float = Field(ge=0, description="rate factor in this state")
-    mean_s: float = Field(gt=0, description="mean holding time, s (exponential)")
+    mean_s: float = Field(gt=0, le=MAX_SECONDS, description="mean holding time, s (exponential)")
 
 
 class MarkovBursts(StrictModel):

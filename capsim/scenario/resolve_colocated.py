@@ -10,12 +10,15 @@ variant's pools and a pooled fleet's pools are each resolved here too.
 
 Public API:
     resolve_colocated(spec, index, v, path) -> RunConfig
+    check_priced(pool, model, path, at)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from capsim.common.errors import ScenarioError
+from capsim.profiles.models import ModelShape
 from capsim.scenario.engine_rules import resolve_engine
 from capsim.scenario.hardware_rules import check_hardware_fit
 from capsim.scenario.kv_sizing import memory_path, replica_kv_capacity
@@ -52,10 +55,10 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
                              lambda *fields: memory_path(spec, v, where, fields), spec_dec)
     check_fleet(cluster, set(v.cluster), path, where)
     scaling = provisioning_delay_s(cluster, spec, engine, model, path, where, v)
+    pool = Pool("colocated", hw, engine, kv, cluster.num_replicas, preset, spec_dec)
+    check_priced(pool, model, path, f"{where}.engine" if where and v.engine else "engine")
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
-                     workload=spec.workload, model=model,
-                     pools=(Pool("colocated", hw, engine, kv, cluster.num_replicas, preset,
-                                 spec_dec),),
+                     workload=spec.workload, model=model, pools=(pool,),
                      router=cluster.router, autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling,
                      router_queue_timeout_s=cluster.router_queue_timeout_s,
@@ -63,3 +66,21 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
                      router_rate_limit=cluster.router_rate_limit)
 
 
+
+
+def check_priced(pool: Pool, model: ModelShape, path: Path, at: str) -> None:
+    """Build the pool's step pricers (the target's and a drafter's) as the run will: what
+    the cost model refuses is refused here, so ``capsim validate`` refuses what ``capsim
+    run`` would (an MTP drafter's all-to-all across nodes passed validate and failed the
+    run).
+
+    Raises:
+        ScenarioError: the pricer's own, naming ``at`` unless it names a field already.
+    """
+    try:
+        pool.pricer(model)
+        pool.draft_pricer()
+    except ScenarioError as exc:
+        if exc.file is not None:
+            raise
+        raise ScenarioError(exc.message, file=str(path), path=exc.path or at) from None

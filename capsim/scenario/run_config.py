@@ -83,7 +83,14 @@ class Pool:
         if self.spec is None or self.spec.draft is None:
             return None
         return StepPricer(self.spec.draft, self.hardware, self.engine.tensor_parallel_size,
+                          scale_out=self._scale_out(),
                           **self._pricer_kwargs(moe=self.spec.draft.is_moe))
+
+    def _scale_out(self) -> LinkProfile | None:
+        """The link between nodes an expert-parallel all-to-all crosses beyond one node
+        (the target's and an MoE drafter's alike: DeepSeek's MTP layer is MoE)."""
+        link = self.hardware.scale_out_link
+        return resolve_link(link) if link else None
 
     def _pricer_kwargs(self, moe: bool = True) -> dict:
         """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
@@ -106,8 +113,7 @@ class Pool:
             host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
                                            "per_seq_s": host.per_seq_s / steps})
         eng = self.engine
-        scale_out = resolve_link(self.hardware.scale_out_link) \
-            if self.hardware.scale_out_link else None
+        scale_out = self._scale_out()
         kwargs = self._pricer_kwargs()
         if eng.pipeline_parallel_size > 1:
             return PipelinePricer(model, self.hardware, eng.tensor_parallel_size,

@@ -15,7 +15,8 @@ from typing import ClassVar, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, Bool, Int, StrictModel
+from capsim.cost.experts import MAX_ROUTING_SKEW, ROUTING_SKEW_RANGE
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES, policy_capabilities
 from capsim.profiles.quantization import quant_format_names
@@ -106,7 +107,7 @@ class EngineConfig(StrictModel):
     async_scheduling: Bool | None = None
     # Mixture-of-experts routing skew (capsim's own knob, not an engine's): Zipf exponent
     # of expert popularity; 0 routes uniformly (capsim.cost.operators.expected_experts_hit).
-    moe_routing_skew: float = Field(default=0.0, ge=0)
+    moe_routing_skew: float = 0.0
     # Expert parallelism (vLLM --enable-expert-parallel): the replica's
     # tensor_parallel_size GPUs hold num_experts / tensor_parallel_size whole experts each
     # instead of a 1/TP slice of every expert. Data-parallel attention (SGLang
@@ -142,6 +143,13 @@ class EngineConfig(StrictModel):
         if v & (v - 1):
             raise ValueError(f"block_size must be a power of two (vLLM's paged-attention "
                              f"kernels use 8, 16, 32, ...), got {v}")
+        return v
+
+    @field_validator("moe_routing_skew")
+    @classmethod
+    def _skew_in_range(cls, v: float) -> float:
+        if not 0.0 <= v <= MAX_ROUTING_SKEW:
+            raise ValueError(ROUTING_SKEW_RANGE)
         return v
 
     @field_validator("quantization")
@@ -244,7 +252,8 @@ class ClusterConfig(StrictModel):
     # replica serves (vLLM itself has no queue timeout). Only a fleet with cluster.failures
     # (or pools with them) ever holds requests at the router.
     router_queue_timeout_s: float | None = Field(
-        default=None, gt=0, description="seconds a request may wait at the router while no "
+        default=None, gt=0, le=MAX_SECONDS,
+        description="seconds a request may wait at the router while no "
                                         "replica serves; then it fails (timed out)")
     # Load shedding at the router (scenario/admission.py), rejected at once (the gateway's
     # HTTP 429): an arrival that finds this many requests waiting behind the router (in

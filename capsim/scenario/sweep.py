@@ -20,11 +20,40 @@ YAML path.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Annotated, Any, Optional
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from capsim.common.errors import ScenarioError
 from capsim.common.schema import Int, StrictModel
+
+#: Most replications (``--seeds K``, ``sizing.seeds``): a 95 % confidence interval's
+#: half-width shrinks as 1/√K, to 1/32 of one trace's spread at 1,000; far more only
+#: multiplies the runs (``--seeds 1000000000`` built a list of a billion seeds and ended
+#: in a MemoryError).
+MAX_SEEDS = 1000
+
+#: Most points a ``sweep:`` grid may hold (the product of its lists' lengths): every point
+#: is loaded and resolved before the first run (about 0.1 s each), and each is run once per
+#: variant and seed.
+MAX_SWEEP_POINTS = 1000
+
+#: Most simulations one ``capsim sweep`` may start (points × variants × seeds): a
+#: one-minute scenario's 10,000 runs are about a week of one CPU.
+MAX_RUNS = 10_000
+
+
+def check_num_seeds(k: int) -> None:
+    """``--seeds K`` within ``1..MAX_SEEDS``.
+
+    Raises:
+        ScenarioError: naming ``--seeds`` and the valid range.
+    """
+    if not 1 <= k <= MAX_SEEDS:
+        raise ScenarioError(f"--seeds must be in 1..{MAX_SEEDS:,} (independent traces per "
+                            f"configuration), got {k:,}")
+
 
 #: Top-level keys a sweep may not vary: the sections that describe the sweep
 #: itself, and the seed (replications come from ``--seeds K``).
@@ -58,6 +87,12 @@ def _check_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
     if not grid:
         raise ValueError("empty sweep: give at least one dotted field and its values, "
                          "e.g. workload.arrival.rate_per_s: [2, 4, 8]")
+    points = math.prod(len(values) for values in grid.values())
+    if points > MAX_SWEEP_POINTS:
+        sizes = " × ".join(f"{len(v):,}" for v in grid.values())
+        raise ValueError(f"the grid has {sizes} = {points:,} points, more than "
+                         f"{MAX_SWEEP_POINTS:,} (each is resolved before the first run and "
+                         "run once per variant and seed); sweep fewer values")
     for key in grid:
         parts = key.split(".")
         if any(not p.strip() for p in parts):
@@ -104,5 +139,5 @@ class SizingConfig(StrictModel):
     pipeline_parallel_size: Optional[list[Annotated[Int, Field(gt=0)]]] = Field(
         default=None, min_length=1)
     max_gpus: Int = Field(default=64, gt=0)
-    seeds: Int = Field(default=1, ge=1, le=1000)
+    seeds: Int = Field(default=1, ge=1, le=MAX_SEEDS)
     rate_tolerance: float = Field(default=0.02, gt=0, lt=1)

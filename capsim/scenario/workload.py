@@ -41,9 +41,10 @@ from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from capsim.common.schema import MAX_TOKENS, Float, Int, StrictModel, check_tag
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import MAX_SECONDS, MAX_TOKENS, Float, Int, StrictModel, check_tag
 from capsim.profiles.shapes import shape_names
-from capsim.scenario.load_shape import Bursts, Schedule
+from capsim.scenario.load_shape import Bursts, Schedule, pieces_problem
 
 # --------------------------------------------------------------------------
 # Length distributions (discriminated on ``dist``)
@@ -153,6 +154,14 @@ CLOSED_LOOP = "concurrency"
 """The closed loop: a fixed number of requests in flight."""
 
 
+MAX_GAMMA_CV = 100.0
+"""The largest ``cv`` of gamma inter-arrival times: the gaps are Gamma(k = 1/cv²), and at
+cv = 100 (k = 1e-4, vLLM bench's ``--burstiness`` 1e-4) P(gap < 1e-9 of the mean) ≈
+1 − k·ln 1e9 ≈ 0.998: nearly every request arrives at one of a handful of instants, which
+``rate_per_s: .inf`` says plainly; far beyond, k underflows (``cv: 1e300`` was an
+OverflowError traceback)."""
+
+
 class ArrivalConfig(StrictModel):
     """How synthetic requests (or a closed loop's trace rows) are sent.
 
@@ -182,12 +191,13 @@ class ArrivalConfig(StrictModel):
         default=None, gt=0, allow_inf_nan=True,
         description="open loop: mean arrival rate, requests/s (.inf: all at t = 0)")
     cv: Optional[float] = Field(
-        default=None, gt=0, description="gamma only: CV of inter-arrival times"
+        default=None, gt=0, le=MAX_GAMMA_CV, description="gamma only: CV of inter-arrival times"
     )
     users: Optional[Int] = Field(
         default=None, gt=0, description="concurrency only: requests in flight")
     think_time_s: Optional[float] = Field(
-        default=None, ge=0, description="concurrency only: pause between a request's end "
+        default=None, ge=0, le=MAX_SECONDS,
+        description="concurrency only: pause between a request's end "
                                         "and the next request, s")
 
     @field_validator("rate_per_s", mode="before")
@@ -257,6 +267,13 @@ class SharedPrefix(StrictModel):
     num_templates: Int = Field(default=1, gt=0)
 
 
+MAX_TURNS = 1000
+"""Most turns a conversation may have: turn T's prompt holds every earlier prompt and reply,
+so at 1,000 turns of even 100 tokens each it is 200,000 tokens, past every packaged
+model's context; the generator adds one turn to every live conversation per pass (10^7
+turns never ended)."""
+
+
 class Conversation(StrictModel):
     """Multi-turn conversations: each turn's prompt is the previous prompt +
     reply + new user tokens (``prompt_tokens`` samples the new user tokens).
@@ -266,7 +283,17 @@ class Conversation(StrictModel):
     """
 
     turns: LengthDist = Field(description="turns per conversation, >= 1")
-    think_time_s: float = Field(default=5.0, ge=0, description="mean pause between turns, s")
+    think_time_s: float = Field(default=5.0, ge=0, le=MAX_SECONDS,
+                                description="mean pause between turns, s")
+
+    @field_validator("turns")
+    @classmethod
+    def _at_most_max_turns(cls, turns: LengthDist) -> LengthDist:
+        most = getattr(turns, "value", None) or getattr(turns, "max", None)
+        if most is not None and most > MAX_TURNS:
+            raise ValueError(f"at most {MAX_TURNS:,} turns per conversation (turn T's prompt "
+                             f"holds the T - 1 turns before it), got up to {most:,}")
+        return turns
 
 
 def _check_shape(name: Any) -> Any:
@@ -411,7 +438,7 @@ class WorkloadConfig(StrictModel):
     """
 
     num_requests: Optional[Int] = Field(default=None, gt=0)
-    duration_s: Optional[float] = Field(default=None, gt=0)
+    duration_s: Optional[float] = Field(default=None, gt=0, le=MAX_SECONDS)
     warmup_request_count: Int = Field(
         default=0, ge=0, description="first requests sent that no metric counts")
     arrival: Optional[ArrivalConfig] = None
@@ -524,3 +551,27 @@ class WorkloadConfig(StrictModel):
         if self.trace is not None:
             return (self.trace.class_name,)
         return tuple(c.name for c in self.classes)
+
+
+def check_rate_pieces(workload: WorkloadConfig) -> None:
+    """A synthetic workload's schedules and bursts cut the run into at most
+    :data:`~capsim.scenario.load_shape.MAX_RATE_PIECES` pieces (the run's length:
+    ``duration_s``, or ``num_requests`` at ``rate_per_s``).
+
+    Raises:
+        ScenarioError: naming the shape's field (``workload.schedule.step_s``, …).
+    """
+    arrival = workload.arrival
+    rate = arrival.rate_per_s if arrival is not None else None
+    horizon = workload.duration_s or (
+        workload.num_requests / rate if workload.num_requests and rate and math.isfinite(rate)
+        else None)
+    if horizon is None or workload.trace is not None:
+        return
+    shapes = [(key, getattr(workload, key)) for key in ("schedule", "bursts")]
+    shapes += [(f"classes.{i}.{key}", getattr(c, key)) for i, c in
+               enumerate(workload.classes or ()) for key in ("schedule", "bursts")]
+    for where, shape in shapes:
+        problem = pieces_problem(shape, horizon) if shape is not None else None
+        if problem is not None:
+            raise ScenarioError(problem[1], path=f"workload.{where}.{problem[0]}")

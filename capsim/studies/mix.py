@@ -30,6 +30,7 @@ import pandas as pd
 
 from capsim.common.errors import ScenarioError
 from capsim.metrics.pools import pool_rows
+from capsim.scenario.sweep import check_num_seeds
 from capsim.scenario.load import LoadedScenario
 from capsim.scenario.run_config import RunConfig
 from capsim.scenario.workload import WorkloadConfig
@@ -167,6 +168,7 @@ def plan_mix(base: LoadedScenario, *, rate_per_s: float | None = None,
                             path="workload.arrival")
     sizing = spec.sizing
     seeds_k = num_seeds or (sizing.seeds if sizing else 1)
+    check_num_seeds(seeds_k)
     traces = TraceCache(base.base_dir, path)
     rate = rate_per_s or (sizing.rate_per_s if sizing else None)
     if rate is None:
@@ -180,7 +182,10 @@ def plan_mix(base: LoadedScenario, *, rate_per_s: float | None = None,
                 raise ScenarioError(f"pool {fp.name} needs {fp.gpus_per_replica} GPUs per "
                                     f"replica, more than max_gpus {p.max_gpus}", file=path,
                                     path="sizing.max_gpus")
-        _mixes(rc, p.max_gpus)                # refuses a search too large to enumerate
+        try:
+            _mixes(rc, p.max_gpus)            # refuses a search too large to enumerate
+        except ScenarioError as exc:
+            raise exc.with_context(file=path) from None
     return p
 
 

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import shutil
+import signal
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -162,7 +167,7 @@ def open_runner(spec: ExecutorSpec) -> Iterator[Runner]:
         yield _SerialRunner()
     elif spec.backend == "process":
         pool = ProcessPoolExecutor(max_workers=spec.num_workers, mp_context=_mp_context(),
-                                   initializer=one_blas_thread)
+                                   initializer=_worker_init)
         try:
             yield _PoolRunner(pool)
         except BaseException:
@@ -175,13 +180,31 @@ def open_runner(spec: ExecutorSpec) -> Iterator[Runner]:
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool whose caller gave up (Ctrl-C, a task's error): pending tasks cancelled,
-    running ones killed — ``shutdown(wait=True)`` would wait for each running simulation
-    to end (a day's: a minute). Python 3.14's ``terminate_workers`` does this; before it,
-    the pool's worker processes are only reachable through ``_processes``."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    """Stop a pool whose caller gave up (Ctrl-C, SIGTERM, a task's error): pending tasks
+    cancelled, running ones killed — ``shutdown(wait=True)`` would wait for each running
+    simulation to end (a day's: a minute) — and the forkserver they were forked from
+    stopped (the next pool starts another). Python 3.14's ``terminate_workers`` does the
+    first; before it, the pool's worker processes are only reachable through
+    ``_processes``, and the forkserver through ``_stop``, the method CPython's own tests
+    stop it with."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in workers:
         proc.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.join(timeout=5)
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    if server is not None and hasattr(server, "_stop"):
+        server._stop()
+
+
+def _worker_init() -> None:
+    """A pool worker: one BLAS thread (:func:`one_blas_thread`) and Ctrl-C ignored — the
+    terminal sends SIGINT to the whole foreground process group, and the parent, which
+    gets it too, ends the workers (:func:`_stop_now`) without each printing a
+    KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    one_blas_thread()
 
 
 def one_blas_thread() -> None:
@@ -208,7 +231,7 @@ def _mp_context():
 @contextmanager
 def _dask_client(spec: ExecutorSpec):
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise ScenarioError("the Dask executor needs dask.distributed: "
                             "pip install 'capsim[dask]'") from None
@@ -221,7 +244,56 @@ def _dask_client(spec: ExecutorSpec):
         with client:
             yield client
         return
-    with LocalCluster(n_workers=spec.num_workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
+    with _local_cluster(spec.num_workers) as client:
         yield client
+
+
+@contextmanager
+def _local_cluster(workers: int):
+    """A :class:`distributed.LocalCluster` of ``workers`` processes and its client, for
+    one command:
+
+    - its workers spill to a private temporary folder removed at the end (Dask's default,
+      ``<tmp>/dask-scratch-space``, stayed behind after every sweep);
+    - its worker processes start with SIGINT ignored (children keep an ignored signal),
+      so Ctrl-C reaches only this process, which closes the cluster: each worker and
+      nanny printed its own KeyboardInterrupt traceback (~45 lines);
+    - Dask's own loggers are silenced while a stopped command tears it down.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    scratch = tempfile.mkdtemp(prefix="capsim-dask-")
+    try:
+        with dask.config.set({"temporary-directory": scratch}), _sigint_ignored_by_children():
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   local_directory=scratch)
+        try:
+            with Client(cluster) as client:
+                yield client
+        except BaseException:
+            _silence_dask()                   # the teardown's warnings are not news
+            raise
+        finally:
+            cluster.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _sigint_ignored_by_children():
+    """SIGINT ignored while child processes start (main thread only), restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _silence_dask() -> None:
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)

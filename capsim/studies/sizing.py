@@ -32,6 +32,8 @@ import pandas as pd
 
 from capsim.scenario.load import LoadedScenario
 from capsim.scenario.run_config import RunConfig
+from capsim.scenario.fleet import MAX_REPLICAS
+from capsim.scenario.sweep import check_num_seeds
 from capsim.scenario.workload import WorkloadConfig
 from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
@@ -206,8 +208,7 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                             file=path, path="slo.targets")
     gpus = gpus if gpus is not None else (sizing.gpus if sizing else None)
     seeds_k = num_seeds or (sizing.seeds if sizing else 1)
-    if seeds_k < 1:
-        raise ScenarioError(f"--seeds must be >= 1, got {seeds_k}")
+    check_num_seeds(seeds_k)
     p = SizingPlan(base=base, options=[], mode="rate" if gpus else "gpus", rate_per_s=0.0,
                    gpus=gpus, max_gpus=max_gpus or (sizing.max_gpus if sizing else 64),
                    seeds=[spec.seed + r for r in range(seeds_k)],
@@ -218,6 +219,7 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None,
                             sizing.pipeline_parallel_size if sizing else None)
+    _check_replica_bound(p, options)
     p.headroom = _check_headroom(headroom, p, options)
     _check_rate_ceiling(p, options, rate_per_s is not None)
     p.options = _check_options(p, options)
@@ -225,6 +227,27 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
                                coverage(o.run.pool().preset.name, o.hardware), trust_edge)
               for o in p.options if o.run is not None}
     return p
+
+
+def _check_replica_bound(p: SizingPlan, options: list[FleetOption]) -> None:
+    """The fleets searched hold at most :data:`~capsim.scenario.fleet.MAX_REPLICAS`
+    replicas (the most one run simulates): ``--gpus N`` (its fleet) or the search bound
+    ``max_gpus`` (the largest fleet the search may try) over each option's GPUs per
+    replica. ``--gpus 1000000000`` simulated fleets of a billion replicas.
+
+    Raises:
+        ScenarioError: naming the option or field and its largest valid value.
+    """
+    gpus, what = (p.gpus, "--gpus") if p.mode == "rate" else (p.max_gpus, "max_gpus")
+    for opt in options:
+        replicas = gpus // opt.gpus_per_replica
+        if replicas > MAX_REPLICAS:
+            raise ScenarioError(
+                f"{what} {gpus:,} makes up to {replicas:,} replicas of "
+                f"{shape_label(opt.tensor_parallel_size, opt.pipeline_parallel_size)} "
+                f"({opt.variant}), more than the {MAX_REPLICAS:,} one run simulates; valid: "
+                f"{what} <= {MAX_REPLICAS * opt.gpus_per_replica:,}", file=str(p.base.path),
+                path="sizing.max_gpus" if what == "max_gpus" else None)
 
 
 def _check_headroom(k: int, p: SizingPlan, options: list[FleetOption]) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ import pandas as pd
 
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.schema import Scenario
+from capsim.scenario.sweep import MAX_RUNS, check_num_seeds
+from capsim.sim import budget
 from capsim.scenario.workload import WorkloadConfig
 from capsim.studies.confidence import aggregate
 from capsim.common.errors import ScenarioError
@@ -132,11 +135,31 @@ def _load_point(base: LoadedScenario, point: SweepPoint, overrides: list[str],
     try:
         return load(base.path, overrides + point.overrides, seed)
     except ScenarioError as exc:
-        swept = next((k for k in point.values if exc.path and (exc.path == k or
-                                                              exc.path.startswith(k + "."))), None)
-        where = f"sweep.{swept}" if swept else exc.path
-        raise ScenarioError(f"{exc.message} (sweep point {point.label})", file=exc.file,
-                            path=where) from None
+        raise _point_error(exc, point) from None
+
+
+def _point_error(exc: ScenarioError, point: SweepPoint) -> ScenarioError:
+    """``exc`` of one point: at ``sweep.<key>`` when a swept field caused it, with the
+    point's values."""
+    swept = next((k for k in point.values if exc.path and (exc.path == k or
+                                                          exc.path.startswith(k + "."))), None)
+    where = f"sweep.{swept}" if swept else exc.path
+    return ScenarioError(f"{exc.message} (sweep point {point.label})", file=exc.file,
+                         path=where)
+
+
+def check_work(sweep: SweepPlan, seeds: list[int], cache: TraceCache) -> None:
+    """Every point's fleets within the work a run may take, on each seed's trace
+    (:func:`capsim.sim.budget.check_work`), as ``capsim run`` checks one.
+
+    Raises:
+        ScenarioError: the first point refused, at ``sweep.<key>`` when a swept value did it.
+    """
+    for point, loaded in sweep.points:
+        try:
+            budget.check_work(loaded, cache, seeds, together=False)
+        except ScenarioError as exc:
+            raise _point_error(exc, point) from None
 
 
 def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
@@ -155,10 +178,30 @@ def offered_rate_per_s(wl: WorkloadConfig, trace: RequestTrace) -> float:
 
 
 def replication_seeds(base_seed: int, num_seeds: int) -> list[int]:
-    """Seeds of ``num_seeds`` independent replications: base, base + 1, ..."""
-    if num_seeds < 1:
-        raise ScenarioError(f"--seeds must be >= 1, got {num_seeds}")
+    """Seeds of ``num_seeds`` independent replications: base, base + 1, ...
+
+    Raises:
+        ScenarioError: ``num_seeds`` outside 1..MAX_SEEDS.
+    """
+    check_num_seeds(num_seeds)
     return [base_seed + r for r in range(num_seeds)]
+
+
+def check_run_count(base: LoadedScenario, num_seeds: int) -> None:
+    """Refuse a sweep of more than :data:`~capsim.scenario.sweep.MAX_RUNS` simulations
+    (grid points × variants × seeds) before its points are resolved, with the count.
+
+    Raises:
+        ScenarioError: naming ``sweep`` and the count.
+    """
+    points = math.prod(len(values) for values in (base.spec.sweep or {}).values())
+    total = points * len(base.runs) * num_seeds
+    if total > MAX_RUNS:
+        raise ScenarioError(
+            f"{points:,} point(s) × {len(base.runs):,} variant(s) × {num_seeds:,} seed(s) = "
+            f"{total:,} runs, more than {MAX_RUNS:,} (a one-minute scenario's {MAX_RUNS:,} "
+            "runs are a week of one CPU); sweep fewer values or seeds",
+            file=str(base.path), path="sweep")
 
 
 def tasks(sweep: SweepPlan, seeds: list[int], cache: TraceCache | None = None,

@@ -17,13 +17,15 @@ from typing import Callable
 
 import numpy as np
 
+from capsim.common.schema import MAX_SECONDS
+
 MAX_REQUESTS = 50_000_000
 """Upper bound on generated requests: a typo in ``duration_s`` must not eat all RAM."""
 
-MAX_SPAN_S = 1e9
-"""Latest arrival, seconds (about 32 years): float64 seconds there still resolve 0.12 µs,
-far below an engine step; at ``rate_per_s: 1e-300`` (arrivals near 1e300 s) a step added
-to the clock vanished and every latency read 0."""
+MAX_SPAN_S = MAX_SECONDS
+"""Latest arrival, seconds (about 32 years, the longest time a scenario may give): float64
+seconds there still resolve 0.12 µs, far below an engine step; at ``rate_per_s: 1e-300``
+(arrivals near 1e300 s) a step added to the clock vanished and every latency read 0."""
 
 
 def _frozen_column(values: np.ndarray, dtype: type, name: str) -> np.ndarray:

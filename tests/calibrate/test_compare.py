@@ -80,3 +80,28 @@ def test_summary_stats_are_numpy_percentiles_also_when_weighted():
         assert got[stat] == pytest.approx(want, rel=1e-12)
     assert all(np.isnan(v) for v in summary_stats(None).values())
     assert summary_stats(Samples(np.array([np.nan, 0.002])))["p50"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("insert", [b"\xff", b"\\udcff"])
+def test_a_result_with_a_byte_that_is_not_utf8_is_read_alike_by_compare_and_calibrate(
+        tmp_path, run_cli, bench_scenario, repo_root, insert):
+    """Issue 31: a model id with one stray byte — raw (0xff), or as the JSON escape of half
+    a surrogate pair that Python writes for an undecodable byte — crashed capsim compare
+    (UnicodeEncodeError writing its report) while calibrate --from read the file. Both read
+    through load_documents: the byte becomes U+FFFD (a raw one with a warning), both write
+    their report."""
+    src = (repo_root / "tests/calibrate/fixtures/vllm_bench_serve.json").read_bytes()
+    at = src.index(b'"meta-llama/Llama-3.1-8B-Instruct"') + 1
+    path = tmp_path / "result.json"
+    path.write_bytes(src[:at] + insert + src[at:])
+    code, _, err = run_cli(["compare", str(path), str(bench_scenario), "-o",
+                            str(tmp_path / "cmp")])
+    assert code == 0, err
+    assert "Traceback" not in err and "\ufffdmeta-llama" in \
+        (tmp_path / "cmp" / "index.html").read_text(encoding="utf-8")
+    warned = f"warning: {path}: bytes that are not UTF-8 (the first, 0xff, at offset {at}) " \
+             "read as U+FFFD\n"
+    assert err == (warned if insert == b"\xff" else "")
+    code, _, err = run_cli(["calibrate", "--hardware", "h100-sxm", "--from", str(path),
+                            "--scenario", str(bench_scenario), "-o", str(tmp_path / "cal")])
+    assert code == 0 and "Traceback" not in err

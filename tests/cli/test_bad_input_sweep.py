@@ -390,7 +390,7 @@ CLI_BAD = [
      'error: rag_mix.yaml: sweep: no sweep: section; add one, e.g. sweep: '
      '{workload.arrival.rate_per_s: [2, 4, 8]}'),
     ('sweep {S}/rag_mix_chunk_sweep.yaml --seeds 0 -o {W}/o24',
-     'error: --seeds must be >= 1, got 0'),
+     'error: --seeds must be in 1..1,000 (independent traces per configuration), got 0'),
     ('size {S}/size_chat_h100_vs_a100.yaml --executor threads -o {W}/o25',
      "error: Invalid value for '--executor': 'threads' is not one of 'process', 'serial', "
      "'dask'."),
@@ -426,7 +426,7 @@ CLI_BAD = [
     ('size {S}/size_chat_h100_vs_a100.yaml --headroom -1 -o {W}/o9',
      'error: size_chat_h100_vs_a100.yaml: --headroom must be >= 0 replicas, got -1'),
     ('size {S}/size_chat_h100_vs_a100.yaml --seeds 0 -o {W}/o10',
-     'error: --seeds must be >= 1, got 0'),
+     'error: --seeds must be in 1..1,000 (independent traces per configuration), got 0'),
     ('size {S}/size_chat_h100_vs_a100.yaml --workers 0 -o {W}/o11',
      'error: --workers must be >= 1, got 0'),
     ('size {S}/size_chat_h100_vs_a100.yaml --trust-edge worst -o {W}/o12',

@@ -1042,14 +1042,14 @@ def test_roofline_prices_a_weight_format(run_cli):
 
 
 def test_validate_names_the_weight_format_and_its_matmul_peak(tmp_path, run_cli, write_scenario):
-    """MXFP4 on an H100 runs weight-only (bf16 matmuls); AWQ weights load as 5.37 GiB
+    """GPTQ on an H100 runs weight-only (bf16 matmuls); AWQ weights load as 5.37 GiB
     (tests/profiles/test_quantization.py: 5,727,854,592 B + vLLM's RoPE cache)."""
-    doc = with_(GOOD, "variants.1.engine", {"quantization": "mxfp4"})
+    doc = with_(GOOD, "variants.1.engine", {"quantization": "gptq"})
     doc = with_(doc, "variants.0.engine", {"quantization": "awq"})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0
     assert "a: 1 × h100-sxm TP1, awq weights (bf16 matmuls), continuous chunked" in out
-    assert "b: 1 × h100-sxm TP1, mxfp4 weights (bf16 matmuls), continuous chunked" in out
+    assert "b: 1 × h100-sxm TP1, gptq weights (bf16 matmuls), continuous chunked" in out
     assert "Model loading took 5.37 GiB memory" in out
 
 
@@ -1138,9 +1138,11 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
      "error: --hardware: unknown hardware 'h900'; valid: a100-40gb, "),
     # click's FloatRange(min=0) lets nan and inf through: the table was all nan.
     (["--model", "mixtral-8x7b", "--routing-skew", "nan"],
-     "error: --routing-skew must be a finite number >= 0 (the Zipf exponent of expert "
-     "popularity; 0: uniform), got nan\n"),
+     "error: --routing-skew must be in [0, 100] (the Zipf exponent of expert popularity: 0 "
+     "routes uniformly, 100 sends every token to the same top_k experts), got nan\n"),
     (["--model", "mixtral-8x7b", "--routing-skew", "inf"], "got inf\n"),
+    # Issue 31: 1e9 ended in a NaN traceback; beyond 100 the routing no longer changes.
+    (["--model", "mixtral-8x7b", "--routing-skew", "1e9"], "must be in [0, 100] (the Zipf "),
     # A routing skew on a dense model skewed nothing and was accepted without a word.
     (["--model", "llama-3.1-8b", "--routing-skew", "0.5"],
      "error: --routing-skew needs a mixture-of-experts model; llama-3.1-8b is dense\n"),

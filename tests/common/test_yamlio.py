@@ -128,3 +128,46 @@ def test_every_yaml_read_goes_through_load_yaml():
                  if p.name != "yamlio.py"
                  and re.search(r"yaml\.(safe_load|load|full_load|unsafe_load)\b", p.read_text())]
     assert offenders == []
+
+
+def _laughs(levels: int) -> str:
+    """A "billion laughs" value: ``levels`` nested anchors of nine aliases each."""
+    text = '&a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'
+    for k in range(1, levels):
+        text = f"&a{k} [{text}" + f",*a{k - 1}" * 8 + "]"
+    return text
+
+
+def test_an_alias_bomb_is_refused_at_its_key_before_anything_walks_it():
+    # Issue 31: nine levels in description: stand for 435 million values; every reader of
+    # the document (validation, the error's echo of the value) walked them for minutes.
+    with pytest.raises(yaml.YAMLError) as exc:
+        load_yaml(f"name: x\ndescription: {_laughs(9)}\n")
+    assert str(exc.value.problem).startswith(
+        "description: aliases expand this to 435,848,050 values, 435,848,032 more than "
+        "written (at most 100,000 may come from aliases)")
+    assert (exc.value.problem_mark.line, exc.value.problem_mark.column) == (1, 13)
+
+
+def test_aliases_within_the_budget_load_shared_and_merged():
+    # Five levels: 9**5 + ... = 66,430 values from 18 written, under the 100,000 budget.
+    doc = load_yaml(f"a: {_laughs(5)}\nbase: &b {{x: 1}}\nv: [{{<<: *b, y: 2}}, *b]\n")
+    assert len(doc["a"]) == 9 and doc["a"][0][0][0][0][0] == "lol"
+    assert doc["v"] == [{"x": 1, "y": 2}, {"x": 1}]
+    with pytest.raises(yaml.YAMLError, match="a: aliases expand this to 597,871 values"):
+        load_yaml(f"a: {_laughs(6)}\n")
+
+
+def test_a_recursive_alias_is_refused():
+    with pytest.raises(yaml.YAMLError, match="a recursive alias"):
+        load_yaml("a: &x [1, *x]\n")
+
+
+def test_an_alias_bomb_in_a_scenario_is_one_line_in_seconds(tmp_path, run_cli):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: x\nmodel: llama-3.1-8b\ndescription: {_laughs(9)}\n")
+    code, out, err = run_cli(["validate", str(path)])
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {path}: invalid YAML at line 3, column 14: description: "
+                          "aliases expand this to 435,848,050 values")
+    assert err.count("\n") == 1

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capsim.cost.describe import describe_step
-from capsim.cost.operators import attn_pairs, expected_experts_hit
+from capsim.cost.experts import MAX_ROUTING_SKEW
+from capsim.cost.operators import _skewed_marginals, attn_pairs, expected_experts_hit
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.hardware import load_hardware
-from capsim.profiles.models import load_model
+from capsim.profiles.models import load_model, model_names
 
 H100 = load_hardware("h100-sxm")
 
@@ -63,6 +64,31 @@ def test_routing_skew_hits_fewer_experts():
     mild, strong = (expected_experts_hit(64, 256, 8, routing_skew=s) for s in (0.5, 1.2))
     assert strong < mild < uniform
     assert expected_experts_hit(10**6, 256, 8, routing_skew=1.2) == pytest.approx(256.0)
+
+
+@pytest.mark.parametrize("experts,top_k", [(256, 8), (128, 8), (32, 4), (8, 2), (16, 1),
+                                           (8, 8)])
+@pytest.mark.parametrize("skew", [0.5, 1.0, 3.0, 4.0, 32.0, 100.0])
+def test_skewed_popularities_are_probabilities_summing_to_top_k(experts, top_k, skew):
+    """Each expert is picked by a token with probability <= 1 and a token picks top_k of
+    them; a capped expert stays capped (spreading the excess over it again left 128-of-8
+    experts at 1.50 at skew 4 and 6.998 at 32, and 1e9 ended in NaN)."""
+    q = _skewed_marginals(experts, top_k, skew)
+    assert q.max() <= 1.0 and q.min() >= 0.0
+    assert q.sum() == pytest.approx(top_k, rel=1e-12)
+    assert np.all(np.diff(q) <= 0)                     # Zipf order kept
+
+
+def test_the_skew_bound_is_where_routing_is_deterministic_for_every_packaged_moe():
+    """MAX_ROUTING_SKEW's docstring: at 100 every packaged MoE model sends all but 1e-6 of
+    its picks to its top_k most popular experts, so a larger skew prices the same step."""
+    moe = [m for m in map(load_model, model_names()) if m.is_moe]
+    assert len(moe) >= 7
+    for m in moe:
+        q = _skewed_marginals(m.num_experts, m.num_experts_per_tok, MAX_ROUTING_SKEW)
+        assert q[m.num_experts_per_tok:].sum() / m.num_experts_per_tok < 1e-6, m.name
+    # One step further the figures of the step no longer move (DeepSeek-V3, 64 tokens).
+    assert expected_experts_hit(64, 256, 8, MAX_ROUTING_SKEW) == pytest.approx(8.0, abs=1e-3)
 
 
 # -- the routed experts in a step -------------------------------------------------------------

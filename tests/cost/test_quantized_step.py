@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from capsim.common.errors import ScenarioError
 from capsim.cost.operators import attn_pairs
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.hardware import load_hardware
@@ -23,7 +24,7 @@ def ops(pricer: StepPricer, **step) -> dict:
     return {op.name: op for op in pricer.breakdown(**step)}
 
 
-@pytest.mark.parametrize("fmt", ["awq", "gptq", "fp8_block", "int8", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["awq", "gptq", "fp8_block", "int8"])   # MXFP4: experts only
 def test_layer_weight_bytes_are_the_formats_and_the_lm_head_stays_bf16(fmt):
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     bf16 = ops(StepPricer(m, hw), decode_seqs=1, decode_ctx_tokens=100)
@@ -78,11 +79,17 @@ def test_nvfp4_on_b200_runs_the_layer_gemms_at_the_fp4_peak():
     assert b["lm_head"].compute_s == a["lm_head"].compute_s
 
 
-def test_mxfp4_on_hopper_is_weight_only():
-    m = load_model("llama-3.1-8b")
+def test_mxfp4_experts_on_hopper_are_weight_only_and_attention_stays_16_bit():
+    """vLLM's Mxfp4Config quantizes the fused-MoE experts only (formats.yaml mxfp4 groups):
+    attention and dense layers keep the bf16 peak; the experts run weight-only on the H100
+    and on FP4 tensor cores on the B200 (no engine named: the format's own compute)."""
+    m = load_model("qwen3-30b-a3b")
     h100, b200 = load_hardware("h100-sxm"), load_hardware("b200")
-    assert StepPricer(m, h100, quantization="mxfp4").matmul_dtype == "bf16"
-    assert StepPricer(m, b200, quantization="mxfp4").matmul_dtype == "fp4"
+    on_h100, on_b200 = (StepPricer(m, hw, quantization="mxfp4") for hw in (h100, b200))
+    assert (on_h100.matmul_dtype, on_h100.expert_dtype) == ("bf16", "bf16")
+    assert (on_b200.matmul_dtype, on_b200.expert_dtype) == ("bf16", "fp4")
+    with pytest.raises(ScenarioError, match="llama-3.1-8b is dense, so nothing would be "):
+        StepPricer(load_model("llama-3.1-8b"), h100, quantization="mxfp4")
 
 
 def test_legacy_fp8_dtype_is_fp8_channel():

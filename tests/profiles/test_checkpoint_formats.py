@@ -62,10 +62,13 @@ def test_gpt_oss_120b_on_one_h100_holds_kv_after_its_60_gib():
 
 
 def test_quantization_config_becomes_formats_by_group():
-    """gpt-oss's list keeps attention 16-bit and quantizes the experts; DeepSeek-V3's fp8
-    config (128 × 128 blocks) quantizes every group; a method capsim has no format for
-    (compressed-tensors) records nothing (engine.quantization decides)."""
-    assert checkpoint_formats(GPT_OSS_QUANT) == {"mlp": "mxfp4", "experts": "mxfp4"}
+    """gpt-oss's list keeps attention 16-bit and quantizes the experts (MXFP4 is experts
+    only in vLLM: formats.yaml mxfp4 groups, so a dense MLP it would not name stays 16-bit
+    too); DeepSeek-V3's fp8 config (128 × 128 blocks) quantizes every group; a method
+    capsim has no format for (compressed-tensors) records nothing (engine.quantization
+    decides)."""
+    assert checkpoint_formats(GPT_OSS_QUANT) == {"experts": "mxfp4"}
+    assert checkpoint_formats({"quant_method": "mxfp4"}) == {"experts": "mxfp4"}
     assert checkpoint_formats({"quant_method": "fp8", "fmt": "e4m3",
                                "weight_block_size": [128, 128]}) == {
         "attention": "fp8_block", "mlp": "fp8_block", "experts": "fp8_block"}

@@ -13,7 +13,9 @@ import json
 import pytest
 
 from capsim.common.errors import ScenarioError
-from capsim.profiles.models import ModelShape, list_models, load_model, model_names
+from capsim.profiles.hf_config import MODEL_TYPES
+from capsim.profiles.models import (ModelShape, list_models, load_model, model_from_hf_config,
+                                    model_names)
 
 KIB = 2**10
 
@@ -223,3 +225,60 @@ def test_a_lax_boolean_in_a_config_is_refused(tmp_path, value):
     msg = str(exc.value)
     assert "\n" not in msg and str(path) in msg and "tie_word_embeddings" in msg
     assert "expected true or false" in msg
+
+
+# -- issue 31: models capsim cannot price are refused, naming the field -----------------
+
+
+@pytest.mark.parametrize("edit, path, message", [
+    # A state-space model has no attention and no KV cache: it was priced as a Llama.
+    ({"model_type": "mamba"}, "model_type",
+     "model_type 'mamba' is not a model capsim prices: it models decoder-only transformers "
+     "with attention and gated MLPs of model_type llama, mistral, qwen2, qwen3 (dense) and "
+     "mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4, llama4_text "
+     "(experts or MLA)"),
+    ({"model_type": None}, "model_type",
+     "no model_type (transformers' AutoConfig needs one) is not a model capsim prices"),
+    # A Mixtral without experts loaded as dense.
+    ({"model_type": "mixtral", "num_local_experts": 0, "num_experts_per_tok": 2},
+     "num_local_experts", "must be >= 1 for model_type mixtral, a mixture-of-experts family "
+     "(got 0; 0 experts would price it as a dense model)"),
+    # vLLM's Mxfp4Config quantizes fused-MoE layers only (formats.yaml mxfp4 groups).
+    ({"model_type": "llama", "quantization_config": {"quant_method": "mxfp4"}},
+     "quantization_config.quant_method",
+     "quant_method mxfp4 stores only a mixture-of-experts model's experts quantized (vLLM's "
+     "mxfp4 method leaves linear layers 16-bit), and this llama config has none"),
+])
+def test_a_config_capsim_cannot_price_is_refused_naming_the_field(tmp_path, edit, path,
+                                                                  message):
+    config = {**QWEN_CONFIG, **edit}
+    config = {k: v for k, v in config.items() if v is not None}
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(config))
+    with pytest.raises(ScenarioError) as err:
+        load_model(str(file))
+    assert (err.value.file, err.value.path) == (str(file), path)
+    assert err.value.message.startswith(message)
+
+
+def test_an_odd_head_dim_cannot_be_rotated():
+    """hidden_size 4000 over 32 heads is head_dim 125 (no remainder: 4,100 / 32 is refused
+    by test_cli's remainder test): RoPE rotates each head's two halves (transformers'
+    rotate_half at head_dim // 2 against ceil(head_dim / 2) frequencies), so 125 cannot
+    be a RoPE model's head; 128 given explicitly is fine."""
+    base = {**QWEN_CONFIG, "model_type": "llama", "hidden_size": 4000,
+            "num_attention_heads": 32, "num_key_value_heads": 8}
+    with pytest.raises(ScenarioError, match=r"head_dim 125 \(hidden_size 4000 / "
+                                            r"num_attention_heads 32\) is odd: rotary"):
+        model_from_hf_config(base, name="odd")
+    assert model_from_hf_config({**base, "head_dim": 128}, name="even").head_dim == 128
+
+
+def test_a_preset_file_names_a_model_type_capsim_prices(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nmodel_type: mamba\nhidden_size: 64\nintermediate_size: 128\n"
+                    "num_hidden_layers: 2\nnum_attention_heads: 4\nnum_key_value_heads: 4\n"
+                    "vocab_size: 10\nmax_position_embeddings: 64\n")
+    with pytest.raises(ScenarioError, match="model_type 'mamba' is not a model capsim prices"):
+        load_model(str(path))
+    assert all(load_model(n).model_type in ("", *MODEL_TYPES) for n in model_names())

@@ -68,7 +68,7 @@ def test_llama_3_1_8b_fp8_per_tensor_matches_the_public_checkpoint():
 
 
 @pytest.mark.parametrize("name, per_weight", [
-    ("gptq", 0.5 + 2 / 128), ("nvfp4", 0.5 + 1 / 16), ("mxfp4", 0.5 + 1 / 32),
+    ("gptq", 0.5 + 2 / 128), ("nvfp4", 0.5 + 1 / 16),
     ("fp8_block", None), ("int8", None),
 ])
 def test_weight_bytes_of_each_format_on_llama_3_1_8b(name, per_weight):
@@ -82,6 +82,20 @@ def test_weight_bytes_of_each_format_on_llama_3_1_8b(name, per_weight):
         assert w == LLAMA8B_LINEAR + 4 * 32 * (6144 + 4096 + 28672 + 4096) + LLAMA8B_16BIT
     else:
         assert w == LLAMA8B_LINEAR * per_weight + LLAMA8B_16BIT
+
+
+def test_mxfp4_stores_only_the_experts_and_a_dense_model_is_refused():
+    """vLLM's Mxfp4Config quantizes FusedMoE layers only (linear layers fall back to
+    UnquantizedLinearMethod: vllm/model_executor/layers/quantization/mxfp4.py at 007d5005,
+    formats.yaml mxfp4 groups). Issue 31: a dense Llama's linears were priced at 4 bits."""
+    with pytest.raises(ScenarioError, match="quantization mxfp4 stores only a mixture-of-"
+                                            "experts model's experts in mxfp4"):
+        weight_bytes_per_gpu(load_model("llama-3.1-8b"), 1, 2, quant=load_quant_format("mxfp4"))
+    moe = load_model("qwen3-30b-a3b")
+    bf16 = weight_bytes_per_gpu(moe, 1, 2)
+    mx = weight_bytes_per_gpu(moe, 1, 2, quant=load_quant_format("mxfp4"))
+    experts = moe.moe_layers * moe.num_experts * moe.expert_params     # every layer MoE
+    assert bf16 - mx == pytest.approx(experts * (2 - (0.5 + 1 / 32)), rel=1e-9)
 
 
 def test_tensor_parallel_shards_the_quantized_layers_and_the_vocabulary():

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from capsim.kv.memory import weight_bytes_per_gpu
+from capsim.profiles.links import load_link
 from capsim.profiles.models import load_model
 from capsim.scenario.load import load
 
@@ -69,3 +70,26 @@ def test_gpt_oss_kv_counts_only_the_full_attention_layers(tmp_path):
            "variants": [{"name": "tp4"}]}
     kv = _load(tmp_path, doc)["tp4"].kv
     assert kv.kv_bytes_per_token == 18 * 2 * 8 * 64 * 2 == 36_864
+
+
+def test_an_mtp_drafter_on_two_nodes_prices_its_all_to_all_over_the_scale_out_link(
+        tmp_path, run_cli):
+    """Issue 31: DeepSeek-V3 on 16 H200s (EP 16 with DP attention) with MTP passed capsim
+    validate and capsim run refused it ("expert parallel size 16 spans nodes of 8 GPUs:
+    the pricer needs the scale-out link"): the MTP layer is MoE and its pricer was built
+    without the profile's InfiniBand NDR link. Both pricers now cross it, and resolving a
+    variant builds them, so validate refuses whatever the run's pricers would."""
+    doc = {**DOC, "engine": {"tensor_parallel_size": 16, "max_model_len": 4096,
+                             "enable_expert_parallel": True, "enable_dp_attention": True,
+                             "speculative": {"method": "mtp", "num_speculative_tokens": 1,
+                                             "acceptance_rate": 0.8}},
+           "variants": [{"name": "mtp16"}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    pool = load(path).runs[0].pool()
+    target, draft = pool.pricer(load_model("deepseek-v3")), pool.draft_pricer()
+    link = load_link("infiniband-ndr")
+    for pricer in (target, draft):
+        assert pricer.comm.scale_out.bandwidth_bytes_per_s == link.bandwidth_bytes_per_s
+    code, out, _ = run_cli(["validate", str(path)])
+    assert code == 0 and "1 × h200-sxm TP16 EP DP-attention" in out

@@ -37,7 +37,7 @@ def project(tmp_path, monkeypatch) -> Path:
     shape = yaml.safe_load((DATA / "models/llama-3.1-8b.yaml").read_text())
     (root / "models/llama8b").mkdir(parents=True)
     (root / "models/llama8b/config.json").write_text(json.dumps(
-        {k: v for k, v in shape.items() if k not in ("name", "source")}))
+        {"model_type": "llama", **{k: v for k, v in shape.items() if k not in ("name", "source")}}))
     (root / "traces").mkdir()
     (root / "traces/t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                        "2023-11-16 18:15:46.6805900,64,8\n"

@@ -30,7 +30,8 @@ def test_awq_weights_leave_more_kv_cache(scenarios_dir):
 
 
 def test_mxfp4_on_hopper_runs_weight_only_and_fp8_block_on_fp8_cores(scenarios_dir):
-    assert _pool(scenarios_dir, "engine.quantization=mxfp4")[1].matmul_dtype == "bf16"
+    assert _pool(scenarios_dir, "engine.quantization=mxfp4", "model=qwen3-30b-a3b",
+                 "engine.max_model_len=8192")[1].matmul_dtype == "bf16"
     assert _pool(scenarios_dir, "engine.quantization=fp8_block")[1].matmul_dtype == "fp8"
     assert _pool(scenarios_dir, "engine.quantization=nvfp4",
                  "hardware=b200")[1].matmul_dtype == "fp4"

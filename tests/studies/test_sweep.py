@@ -219,7 +219,8 @@ def test_bad_executor_options_are_one_line(tmp_path, run_cli, write_scenario):
     code, _, err = run_cli(["sweep", str(path), "--workers", "0"])
     assert code == 2 and err == "error: --workers must be >= 1, got 0\n"
     code, _, err = run_cli(["sweep", str(path), "--seeds", "0"])
-    assert code == 2 and err == "error: --seeds must be >= 1, got 0\n"
+    assert code == 2 and err == ("error: --seeds must be in 1..1,000 (independent traces per "
+                                  "configuration), got 0\n")
 
 
 def test_shipped_sweep_scenario_plans(tmp_path, scenarios_dir):
@@ -266,3 +267,26 @@ def test_progress_counts_every_finished_run():
         runner.map(time.sleep, [0.0, 0.4, 0.8], lambda done, total: calls.append((done, total)))
     assert calls[0] == (1, 3) and calls[-1] == (3, 3)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_a_billion_seeds_or_a_week_of_runs_is_refused_before_anything_is_built(
+        tmp_path, run_cli, scenarios_dir):
+    # Issue 31: --seeds 1000000000 built a list of a billion seeds (MemoryError).
+    chunk = scenarios_dir / "rag_mix_chunk_sweep.yaml"
+    code, _, err = run_cli(["sweep", str(chunk), "--seeds", "1000000000", "-o",
+                            str(tmp_path / "o")])
+    assert (code, err) == (2, "error: --seeds must be in 1..1,000 (independent traces per "
+                              "configuration), got 1,000,000,000\n")
+    code, _, err = run_cli(["sweep", str(chunk), "--seeds", "1000", "-o", str(tmp_path / "o")])
+    assert code == 2 and err == (
+        f"error: {chunk}: sweep: 20 point(s) × 2 variant(s) × 1,000 seed(s) = 40,000 runs, "
+        "more than 10,000 (a one-minute scenario's 10,000 runs are a week of one CPU); sweep "
+        "fewer values or seeds\n")
+    grid = '{"engine.max_num_seqs": %s, "workload.arrival.rate_per_s": %s}' % (
+        list(range(1, 41)), list(range(1, 31)))
+    code, _, err = run_cli(["validate", str(chunk), "--set", f"sweep={grid}"])
+    assert code == 2 and err == (
+        "error: --set sweep: the grid has 40 × 30 = 1,200 points, more than 1,000 (each is "
+        "resolved before the first run and run once per variant and seed); sweep fewer "
+        "values\n")
+    assert not (tmp_path / "o").exists()

@@ -90,7 +90,7 @@ SHORT_HELP = {
     hardware: "List the GPU profiles, or write a template for your own.",
     engines: "List the engine presets: version, memory rule, scheduler.",
     models: "List the model presets, or write a template for your own.",
-    shapes: "List the workload shapes a class can draw (sharegpt, ...).",
+    shapes: "List the workload shapes (sharegpt) a request class can draw.",
     roofline: "Price one engine step with the roofline, per operator.",
     sweep: "Run the scenario's sweep grid; write the sweep report.",
     size: "Fewest GPUs meeting every SLO target, or the most rate N take.",

@@ -96,7 +96,7 @@ def test_terminal_cells_of_held_itl_are_never_green():
                      slo_failed="ITL p99 n/a (held replies)",
                      **{**fields, **dict.fromkeys(ITL, math.nan)})
     slo = SloConfig(targets={"itl_p99_ms": 60, "itl_max_ms": 150})
-    cells = summary_table([row], slo, frozenset({"static"})).rows[0]
+    cells = summary_table([row], slo, held=frozenset({"static"})).rows[0]
     itl = cells[7:10]                                    # after variant … TTFT p99, TPOT p50
     assert [c.plain for c in itl] == ["n/a"] * 3
     # ITL p99 and max are bounded: red, as the verdict fails them; ITL p50 is not: dim.

@@ -162,6 +162,13 @@ def test_aiperf_statistics_files_point_to_the_records(name):
     assert "holds statistics only" in message and "profile_export.jsonl (AIPerf)" in message
 
 
+def test_aiperf_summary_without_its_input_config_still_points_to_the_records(tmp_path):
+    doc = json.loads((AIPERF_RUN / "profile_export_aiperf.json").read_text())
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(doc["records"]))            # the statistics alone
+    assert "holds statistics only" in _error(path)
+
+
 # -- vllm bench serve: SemiAnalysisAI/InferenceX @ 24b02df5 -----------------------------
 
 def test_inferencex_vllm_result_holds_statistics_only():

@@ -82,7 +82,7 @@ def detect(docs: list[Any], path: str | Path) -> ResultFormat:
         count = f"{len(variants)} variant(s)" if isinstance(variants, list) else "variants"
         raise ScenarioError(f"a capsim run report's results.json ({count}): {SIMULATED}",
                             file=str(path))
-    if isinstance(first, dict) and "input_config" in first:
+    if isinstance(first, dict) and ("input_config" in first or _statistics_summary(first)):
         raise ScenarioError(
             "a genai-perf / AIPerf summary (profile_export_genai_perf.json / "
             "profile_export_aiperf.json) holds statistics only: missing per-request records; "
@@ -138,6 +138,13 @@ def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
         raise ScenarioError(f"{fmt.label} result{where}: not laid out as {fmt.label} writes it "
                             f"({type(exc).__name__}: {' '.join(str(exc).split())})",
                             file=str(path)) from None
+
+
+def _statistics_summary(doc: dict) -> bool:
+    """A genai-perf / AIPerf summary without its ``input_config``: metrics as objects of
+    statistics (``{"time_to_first_token": {"unit": "ms", "avg": …, "p99": …}}``)."""
+    return any(isinstance(doc.get(k), dict) and "avg" in doc[k]
+               for k in ("time_to_first_token", "request_latency", "ttft"))
 
 
 def _first_line(path: str | Path) -> str:

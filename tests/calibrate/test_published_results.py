@@ -220,6 +220,14 @@ def test_guidellm_trimmed_report_is_refused_saying_so(name):
             "request lists hold: sampled or trimmed)") in message
 
 
+def test_a_scenario_given_as_the_result_is_said_to_be_one(tmp_path, write_scenario):
+    """YAML is read now (GuideLLM's report), so a scenario in the result's place parses:
+    it is named for what it is, not 'malformed JSON'."""
+    path = write_scenario(tmp_path, {"name": "s", "model": "llama-3.1-8b",
+                                     "workload": {"num_requests": 1}})
+    assert "a capsim scenario, not a benchmark result" in _error(path)
+
+
 def test_a_malformed_yaml_report_is_one_line(tmp_path):
     path = tmp_path / "benchmarks.yaml"
     path.write_text("benchmarks: [\n  {a: 1\n")

@@ -77,6 +77,12 @@ def detect(docs: list[Any], path: str | Path) -> ResultFormat:
     for test, fmt in _TESTS:
         if test(first):
             return fmt
+    if isinstance(first, dict) and "workload" in first and ("model" in first
+                                                             or "hardware" in first):
+        raise ScenarioError("a capsim scenario, not a benchmark result: the measured run's "
+                            "file goes here, the scenario in its own argument (capsim compare "
+                            "RESULT SCENARIO; capsim calibrate --from RESULT --scenario "
+                            "SCENARIO)", file=str(path))
     if isinstance(first, dict) and "capsim_results" in first:
         variants = first.get("variants")
         count = f"{len(variants)} variant(s)" if isinstance(variants, list) else "variants"

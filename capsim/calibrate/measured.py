@@ -35,10 +35,17 @@ from typing import Any
 
 import numpy as np
 
+import yaml
+
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
+from capsim.common.yamlio import describe_yaml_error, load_yaml
 
 log = logging.getLogger(__name__)
+
+#: Suffixes of a result written as YAML (GuideLLM's ``benchmarks.yaml``), read as YAML;
+#: every other file is JSON or JSON lines.
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ class MeasuredRun:
 
 
 def load_documents(path: str | Path) -> list[Any]:
-    """The JSON values in ``path``: one for a JSON file, one per non-empty line for JSON lines.
+    """The JSON values in ``path``: one for a JSON file, one per non-empty line for JSON lines,
+    one for a ``.yaml`` / ``.yml`` file (GuideLLM writes its report as either).
 
     Every reader of a result (``capsim compare``, ``capsim calibrate --from``) reads it
     here, so a file one accepts the other accepts. Text that is not UTF-8 where it should
@@ -132,8 +140,9 @@ def load_documents(path: str | Path) -> list[Any]:
     UnicodeEncodeError after ``calibrate --from`` had read the same file.
 
     Raises:
-        ScenarioError: unreadable file, bytes that are not JSON text at all, or text
-            that is neither JSON nor JSON lines (naming the first bad line).
+        ScenarioError: unreadable file, bytes that are not JSON text at all, text
+            that is neither JSON nor JSON lines (naming the first bad line), or malformed
+            YAML in a ``.yaml`` file.
     """
     try:
         data = Path(path).read_bytes()
@@ -143,11 +152,26 @@ def load_documents(path: str | Path) -> list[Any]:
         text, bad = data.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         text, bad = data.decode("utf-8", errors="replace"), exc
-    docs = _parse_documents(text, path, binary=bad is not None)
+    docs = (_parse_yaml(text, path) if Path(path).suffix.lower() in YAML_SUFFIXES
+            else _parse_documents(text, path, binary=bad is not None))
     if bad is not None:
         log.warning(f"{path}: bytes that are not UTF-8 (the first, 0x{data[bad.start]:02x}, "
                     f"at offset {bad.start}) read as U+FFFD")
     return _without_lone_surrogates(docs) if "\\ud" in text.lower() else docs
+
+
+def _parse_yaml(text: str, path: str | Path) -> list[Any]:
+    """A YAML report (GuideLLM's ``--output-path F.yaml``) as one document; none when empty.
+
+    Raises:
+        ScenarioError: malformed YAML, with its line and column.
+    """
+    try:
+        doc = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"malformed YAML {describe_yaml_error(exc)}",
+                            file=str(path)) from None
+    return [] if doc is None else [doc]
 
 
 def _parse_documents(text: str, path: str | Path, binary: bool) -> list[Any]:

@@ -25,9 +25,9 @@ from capsim.cli.common import (as_option, make_console, option_error, pick_varia
 @click.option("--model", "model_name", help="Model the --csv operators were measured on.")
 @click.option("--from", "--vllm-bench", "result", type=click.Path(dir_okay=False, path_type=Path),
               help="A benchmark result: vllm bench serve --save-result --save-detailed JSON, "
-                   "sglang.bench_serving --output-details JSONL, GuideLLM report JSON, AIPerf "
-                   "profile_export.jsonl or genai-perf profile_export.json (format detected; "
-                   "--vllm-bench is the old name).")
+                   "sglang.bench_serving --output-details JSONL, GuideLLM report JSON or YAML, "
+                   "AIPerf profile_export.jsonl or genai-perf profile_export.json (format "
+                   "detected; --vllm-bench is the old name).")
 @click.option("--scenario", type=click.Path(dir_okay=False, path_type=Path),
               help="Scenario whose variant's engine the --from server ran.")
 @variant_option

@@ -471,7 +471,7 @@ CLI_BAD = [
     ('compare {W}/nope.json {S}/rag_mix.yaml -o {W}/o14',
      'error: nope.json: cannot read file: No such file or directory'),
     ('compare {S}/rag_mix.yaml {S}/rag_mix.yaml -o {W}/o15',
-     'error: rag_mix.yaml: malformed JSON: Expecting value: line 1 column 1 (char 0)'),
+     'error: rag_mix.yaml: a capsim scenario, not a benchmark result: the measured run'),
     ('compare {W} {S}/rag_mix.yaml -o {W}/o16',
      "error: Invalid value for 'RESULT': File '"),
     ('calibrate --hardware h900 -o {W}/o17',

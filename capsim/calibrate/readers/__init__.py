@@ -6,15 +6,20 @@ from the content.
   per-request lists ``input_lens`` / ``ttfts`` / ``itls``;
 - ``sglang-bench`` — ``python -m sglang.bench_serving --output-file F --output-details``
   JSON lines: ``total_output_tokens_retokenized``, ``mean_e2e_latency_ms``, …;
-- ``guidellm`` — ``guidellm benchmark --output-path F.json``: a ``benchmarks`` list;
+- ``guidellm`` — ``guidellm benchmark --output-path F.json`` (or ``F.yaml``): a
+  ``benchmarks`` list;
 - ``aiperf`` — AIPerf ``profile_export.jsonl``: lines with ``metadata.request_start_ns``
-  and ``metrics``;
+  (earlier builds: ``timestamp_ns``) and ``metrics``;
 - ``genai-perf`` — genai-perf ``profile_export.json``: an ``experiments`` list.
 
 Each reader module cites the tool's source file and commit it follows. The summaries
 genai-perf and AIPerf write next to their per-request files
-(``profile_export_genai_perf.json``, ``profile_export_aiperf.json``) hold statistics
-only and are refused with a pointer to the per-request file.
+(``profile_export_genai_perf.json`` / ``.csv``, ``profile_export_aiperf.json`` /
+``.csv``) hold statistics only and are refused with a pointer to the per-request file;
+so is a vLLM / SGLang result saved without its per-request lists (the clients'
+default), quoting the statistics it does hold. A capsim ``results.json`` (``capsim
+run``'s, vLLM's key names) is refused as simulated, not measured. Every reader was tried
+on result files published by others (tests/calibrate/fixtures/published/README.md).
 
 Public API:
     FORMATS, detect, read_result
@@ -30,7 +35,7 @@ from capsim.calibrate.readers.aiperf import AIPERF, is_aiperf_record
 from capsim.calibrate.readers.base import ResultFormat
 from capsim.calibrate.readers.genai_perf import GENAI_PERF, is_genai_perf_export
 from capsim.calibrate.readers.guidellm import GUIDELLM, is_guidellm
-from capsim.calibrate.readers.serving_bench import SGLANG, VLLM, is_sglang, is_vllm
+from capsim.calibrate.readers.serving_bench import SGLANG, SIMULATED, VLLM, is_sglang, is_vllm
 from capsim.common.errors import ScenarioError
 
 FORMATS: tuple[ResultFormat, ...] = (VLLM, SGLANG, GUIDELLM, AIPERF, GENAI_PERF)
@@ -43,6 +48,11 @@ EXPECTED = ("expected a vllm bench serve --save-result JSON (model_id, input_len
             "itls, total_output_tokens_retokenized, …), a GuideLLM report (benchmarks), an "
             "AIPerf profile_export.jsonl (metadata.request_start_ns, metrics) or a genai-perf "
             "profile_export.json (experiments)")
+
+
+#: The first cell of the statistics CSV genai-perf and AIPerf write next to their
+#: per-request files (``profile_export_genai_perf.csv``, ``profile_export_aiperf.csv``).
+CSV_HEADER = "Metric,"
 
 
 def _keys(doc: Any) -> str:
@@ -67,7 +77,18 @@ def detect(docs: list[Any], path: str | Path) -> ResultFormat:
     for test, fmt in _TESTS:
         if test(first):
             return fmt
-    if isinstance(first, dict) and "input_config" in first:
+    if isinstance(first, dict) and "workload" in first and ("model" in first
+                                                             or "hardware" in first):
+        raise ScenarioError("a capsim scenario, not a benchmark result: the measured run's "
+                            "file goes here, the scenario in its own argument (capsim compare "
+                            "RESULT SCENARIO; capsim calibrate --from RESULT --scenario "
+                            "SCENARIO)", file=str(path))
+    if isinstance(first, dict) and "capsim_results" in first:
+        variants = first.get("variants")
+        count = f"{len(variants)} variant(s)" if isinstance(variants, list) else "variants"
+        raise ScenarioError(f"a capsim run report's results.json ({count}): {SIMULATED}",
+                            file=str(path))
+    if isinstance(first, dict) and ("input_config" in first or _statistics_summary(first)):
         raise ScenarioError(
             "a genai-perf / AIPerf summary (profile_export_genai_perf.json / "
             "profile_export_aiperf.json) holds statistics only: missing per-request records; "
@@ -90,7 +111,16 @@ def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
             how to get them), a field of the wrong type or shape, several runs and no
             ``run``, ``run`` out of range.
     """
-    docs = load_documents(path)
+    try:
+        docs = load_documents(path)
+    except ScenarioError:
+        if _first_line(path).startswith(CSV_HEADER):
+            raise ScenarioError(
+                "a genai-perf / AIPerf statistics CSV (profile_export_genai_perf.csv / "
+                "profile_export_aiperf.csv) holds statistics only: missing per-request "
+                "records; give the profile_export.json (genai-perf) or profile_export.jsonl "
+                "(AIPerf) from the same artifacts directory", file=str(path)) from None
+        raise
     fmt = detect(docs, path)
     runs = fmt.runs(docs)
     if not runs:
@@ -114,3 +144,19 @@ def read_result(path: str | Path, run: int | None = None) -> MeasuredRun:
         raise ScenarioError(f"{fmt.label} result{where}: not laid out as {fmt.label} writes it "
                             f"({type(exc).__name__}: {' '.join(str(exc).split())})",
                             file=str(path)) from None
+
+
+def _statistics_summary(doc: dict) -> bool:
+    """A genai-perf / AIPerf summary without its ``input_config``: metrics as objects of
+    statistics (``{"time_to_first_token": {"unit": "ms", "avg": …, "p99": …}}``)."""
+    return any(isinstance(doc.get(k), dict) and "avg" in doc[k]
+               for k in ("time_to_first_token", "request_latency", "ttft"))
+
+
+def _first_line(path: str | Path) -> str:
+    """The file's first line (at most 256 characters), "" when unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline(256)
+    except OSError:
+        return ""

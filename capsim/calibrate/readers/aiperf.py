@@ -14,6 +14,14 @@ commit db4f6397d11ee2d4cfbb41f70b2327315163dcf0. Each line::
                  "inter_chunk_latency": {"value": [...], "unit": "ms"}, ...},
      "error": null | {"code", "type", "message"}}
 
+Earlier builds (ai-dynamo/aiperf 7c31f57933ad8a452db7737d05dba2b29cd6bf8c, 2025-10-03,
+before "Add per-record metrics export" #325) wrote the same records under other names,
+read as their successors: ``metadata.timestamp_ns`` ("wall clock timestamp of the
+request start time") for ``request_start_ns``, ``metadata.credit_phase`` for
+``benchmark_phase``, the metric ``ttft`` for ``time_to_first_token``; they save no
+``request_end_ns`` (the end is start + ``request_latency``) and no ``was_cancelled`` (a
+cancelled request carries an ``error``).
+
 Metric values are in their display unit (the ``unit`` string; ms for times). A failed
 record carries only ``error_isl``. ``time_to_first_token`` and ``inter_chunk_latency``
 exist for streaming runs only. Records of another ``benchmark_phase`` than
@@ -44,10 +52,26 @@ NEEDED = ("input_sequence_length", "output_sequence_length", "time_to_first_toke
 SUMMARY = "profile_export_aiperf.json"
 
 
+#: Names of earlier builds (7c31f579, module docstring) → today's.
+ALIASES = {"timestamp_ns": "request_start_ns", "credit_phase": "benchmark_phase",
+           "ttft": "time_to_first_token"}
+
+
 def is_aiperf_record(doc: Any) -> bool:
-    """One line of an AIPerf ``profile_export.jsonl``."""
+    """One line of an AIPerf ``profile_export.jsonl`` (either layout)."""
     return isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and "metrics" in doc \
-        and "request_start_ns" in doc["metadata"]
+        and any(k in doc["metadata"] for k in ("request_start_ns", "timestamp_ns"))
+
+
+def _renamed(record: dict) -> dict:
+    """``record`` with an earlier build's metadata and metric names as today's."""
+    meta, metrics = record["metadata"], record.get("metrics")
+    if "request_start_ns" in meta and not (isinstance(metrics, dict) and "ttft" in metrics):
+        return record
+    meta = {ALIASES.get(k, k): v for k, v in meta.items()}
+    if isinstance(metrics, dict):
+        metrics = {ALIASES.get(k, k): v for k, v in metrics.items()}
+    return {**record, "metadata": meta, "metrics": metrics}
 
 
 def _value_s(metrics: dict, tag: str) -> float:
@@ -81,8 +105,9 @@ def _summary(path: str) -> dict:
 
 
 def _read(records: list[Any], path: str, run_label: str) -> MeasuredRun:
-    records = [r for r in records if is_aiperf_record(r) and r["metadata"].get(
-        "benchmark_phase", "profiling") == "profiling"]
+    records = [_renamed(r) for r in records if is_aiperf_record(r)]
+    records = [r for r in records if r["metadata"].get("benchmark_phase", "profiling")
+               == "profiling"]
     ok_records = [r for r in records if not r.get("error")
                   and not r["metadata"].get("was_cancelled")]
     metrics = [r.get("metrics") if isinstance(r.get("metrics"), dict) else {} for r in records]
@@ -106,6 +131,7 @@ def _read(records: list[Any], path: str, run_label: str) -> MeasuredRun:
     endpoint, loadgen = config.get("endpoint") or {}, config.get("loadgen") or {}
     names = endpoint.get("model_names") if isinstance(endpoint, dict) else None
     ends = np.array([as_float(r["metadata"].get("request_end_ns")) for r in records])
+    ends = np.where(np.isnan(ends), start_ns + e2e * 1e9, ends)     # earlier builds: no end
     t0 = np.nanmin(start_ns)
     return MeasuredRun(
         path=path, format=AIPERF.key, label=AIPERF.label, source=AIPERF.source,

@@ -86,10 +86,12 @@ def _requests(bench: dict, path: str, where: str) -> list[tuple[str, dict]]:
         kept = len(out)
         made = sum(int(totals.get(s) or 0) for s in STATUSES) if isinstance(totals, dict) \
             else None
+        how = ("sampled: request_samples" if bench.get("request_samples") is not None else
+               "request_totals counts more than the request lists hold: sampled or trimmed")
         raise ScenarioError(
             f"{GUIDELLM.label} result{where}: holds {kept:,} of {made or 'more'} requests "
-            "(sampled); a replay needs every request the server saw: rerun guidellm "
-            "benchmark without --sample-requests", file=path)
+            f"({how}); a replay needs every request the server saw: give the report as "
+            "guidellm benchmark wrote it, run without --sample-requests", file=path)
     return out
 
 

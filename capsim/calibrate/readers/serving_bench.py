@@ -52,6 +52,21 @@ SGLANG_KEYS = ("total_output_tokens_retokenized", "mean_e2e_latency_ms", "accept
                "random_range_ratio", "sharegpt_output_len")
 
 
+#: Why a capsim results.json (or one variant of it: vLLM's key names plus ``capsim``)
+#: cannot be compared.
+SIMULATED = ("capsim's own simulated statistics under vllm bench serve's key names "
+             "(request_throughput, mean_ttft_ms, …), no measured requests: no per-request "
+             "input_lens, output_lens, ttfts, itls to replay; give the result file of a "
+             "benchmark client run against a real server (vllm bench serve --save-result "
+             "--save-detailed, sglang.bench_serving --output-details, GuideLLM, AIPerf, "
+             "genai-perf)")
+
+#: Run statistics quoted when a file holds nothing else: (key, label, unit).
+STATISTICS = (("completed", "completed requests", ""), ("mean_ttft_ms", "mean TTFT", " ms"),
+              ("median_ttft_ms", "median TTFT", " ms"), ("mean_e2e_latency_ms", "mean E2E", " ms"),
+              ("mean_e2el_ms", "mean E2EL", " ms"))
+
+
 def is_sglang(doc: Any) -> bool:
     """An SGLang bench_serving result object."""
     return isinstance(doc, dict) and any(k in doc for k in SGLANG_KEYS)
@@ -84,12 +99,36 @@ def _describe(doc: Any) -> str:
         parts.append(f"max concurrency {doc['max_concurrency']}")
     if isinstance(doc.get("input_lens"), list):
         parts.append(f"{len(doc['input_lens']):,} requests")
+    elif opt_int(doc.get("completed")) is not None:     # statistics only
+        parts.append(f"{opt_int(doc.get('completed')):,} completed")
+    if isinstance(doc.get("dataset_name"), str):
+        parts.append(f"dataset {doc['dataset_name']}")
+    return ", ".join(parts)
+
+
+def _statistics(doc: dict) -> str:
+    """The run statistics the file quotes ("40 completed requests, mean TTFT 330.8 ms"),
+    "" when it has none."""
+    parts = []
+    for key, label, unit in STATISTICS:
+        value = opt_float(doc.get(key))
+        if value is not None and len(parts) < 3:
+            parts.append(f"{value:,.0f} {label}" if not unit else f"{label} {value:.1f}{unit}")
     return ", ".join(parts)
 
 
 def _columns(doc: dict, fmt: ResultFormat, path: str, where: str) -> dict[str, Any]:
     """The shared per-request lists as arrays; raises when any is missing or ragged."""
+    if isinstance(doc.get("capsim"), dict):
+        raise ScenarioError(f"{fmt.label} result{where}: a capsim results.json variant: "
+                            f"{SIMULATED}", file=path)
     missing = [k for k in PER_REQUEST if not isinstance(doc.get(k), list)]
+    stats = _statistics(doc)
+    if len(missing) == len(PER_REQUEST) and stats:
+        # Saved without the per-request lists (the clients' default): say what it has.
+        fields = [f"per-request {k}" for k in missing]
+        fields[-1] += f" (the file holds run statistics only: {stats})"
+        raise missing_fields(path, fmt.label, fields, fmt.hint, where)
     if missing:
         raise missing_fields(path, fmt.label, [f"per-request {k}" for k in missing],
                              fmt.hint, where)

@@ -661,6 +661,10 @@ CASES_2026: dict[str, tuple[tuple[str, str], ...]] = {
         ("maverick_in1000_out1000_c1, maverick_in1000_out1000_c16, "
          "maverick_in1000_out1000_c100", NO_MAVERICK),),
     "load_vllm_pr23696_8xb200_gptoss120b_tp8_sharegpt_rate_inf": (),
+    "load_vllm0110_sglang053_trtllm100_8xh200_dsr1_sharegpt_rate_inf_engines": (
+        ("sglang_tp8_dp_attention_mtp", EAGLE_UNDER_SGLANG.replace(
+            "EAGLE under SGLang, --dp 8 --enable-dp-attention",
+            "MTP as SGLang's EAGLE, 1 step, 2 draft tokens, with DP attention")),),
 }
 
 #: Case id → scenario file and predictor (the per-case glue).

@@ -2,7 +2,8 @@
 
 Usage (from the repository root, capsim importable):
 
-    python benchmarks/fidelity.py [--kind KIND] [--case ID] [--markdown] [--json PATH]
+    python benchmarks/fidelity.py [--kind KIND] [--case ID] [--only PATTERN] [--fidelity-2026]
+                                  [--markdown] [--json PATH]
                                   [--trust capsim/profiles/data/trust.yaml]
 
 The cases are ``../shared/reference/measured/cases.yaml`` next to this checkout (read,
@@ -17,9 +18,11 @@ The fit/test protocol: ``benchmarks/fidelity/fit_test_split.yaml`` assigns every
 profiles' ``fitted_to:`` name only ``fit`` cases (:func:`check_fitted_to`). Test rows and fit
 rows are printed apart, and per trust family their median |error| per engine family and per
 load band (:func:`load_fraction`: a serving row's rate over capsim's saturation throughput of
-the configuration; below 50 %, 50-80 %, above 80 %); the last line is
+the configuration; below 50 %, 50-80 %, above 80 %); the last two lines are
 ``fidelity (test rows): TTFT a %, TPOT/ITL b %, E2EL c %, throughput d %, KV e %`` (median
-|error| over the test rows, :func:`headline`). A quantity a profile value was fitted to within
+|error| over the test rows, :func:`headline`), then ``fidelity 2026 (test rows, N cases): TTFT a
+%, TPOT/ITL b %, throughput c %`` over the test rows of the cases of the 2026 kind (those with a
+``fidelity_2026`` field, :func:`line_2026`). A quantity a profile value was fitted to within
 a case is also predicted but not scored, listed with the gaps (:attr:`Entry.fitted`).
 
 Each case has a row in :data:`ENTRIES`: its
@@ -40,7 +43,8 @@ figure the engine logged or measured is never fed back as an input. Error % =
 has a seed) and prints one row per quantity (case, quantity, measured, predicted, error),
 then per kind the count, median and max |error| (and per kv_capacity quantity the median
 signed error), then what capsim cannot express, one line each. ``--markdown`` prints the
-summaries as GitHub markdown instead (per kind, per memory term, per case); ``--json PATH``
+summaries as GitHub markdown instead (per kind, per memory term, per case); ``--only PATTERN``
+(a shell pattern over case ids) and ``--fidelity-2026`` (the 2026 kind) select cases; ``--json PATH``
 also writes every quantity, the summaries and the gaps as JSON; ``--trust PATH`` writes the
 per engine preset × GPU error table every capsim run shows (:func:`trust_table`). Exit 0;
 exit 2 with one line naming the file and the key for a split that lists a case twice, in both
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import json
 import math
 import re
@@ -289,6 +294,10 @@ SUMMARY_FIELDS: dict[str, SummaryField] = {
     "tput_per_gpu_tok_s": lambda r, run: r.total_throughput_tok_per_s / run.num_gpus,
     # A single request's decode rate, tokens/s = 1000 / TPOT (ms).
     "decode_tok_s": lambda r, _: 1e3 / r.tpot_p50_ms,
+    # InferenceX tables of its public API ("Mean latency"): mean TPOT, and output tok/s over the
+    # run's duration divided by the deployment's GPUs.
+    "mean_tpot_ms": "tpot_mean_ms",
+    "output_tput_per_gpu_tok_s": lambda r, run: r.output_throughput_tok_per_s / run.num_gpus,
 }
 
 
@@ -576,13 +585,15 @@ def _pp2(m: dict) -> list[Point]:
 
 def _benchmark_serving_json(m: dict) -> list[Point]:
     """A vLLM benchmark_serving.py result (``ttft_ms`` / ``tpot_ms`` / ``itl_ms`` as
-    {mean, median, ...}) read into the summary's keys; variant rate_inf."""
+    {mean, median, ...}) read into the summary's keys; variant rate_inf. Its mean TPOT is not
+    read: the key became scorable for the 2026 cases (2026-12-06), and this case's rows stay
+    what they were (scoring it here is its own change)."""
     fields = {"request_throughput_req_s": m["request_throughput_req_s"],
               "output_token_throughput_tok_s": m["output_throughput_tok_s"],
               "input_tput_tok_s": m["input_throughput_tok_s"]}
     for name in ("ttft", "tpot", "itl"):
         for stat in ("median", "mean"):
-            if f"{stat}_{name}_ms" in SUMMARY_FIELDS:
+            if f"{stat}_{name}_ms" in SUMMARY_FIELDS and (stat, name) != ("mean", "tpot"):
                 fields[f"{stat}_{name}_ms"] = m[f"{name}_ms"][stat]
     return [Point("rate_inf", fields)]
 
@@ -596,6 +607,19 @@ def _perfbench_serving_and_throughput(m: dict) -> list[Point]:
         if key.startswith("throughput_"):
             variant = key.removesuffix("_req_s")
             points.append(Point(variant, {"tput_req_s": value}, variant.replace("_", " ")))
+    return points
+
+
+def scored_points(skip: tuple[str, ...] = ()) -> Callable[[dict], list[Point]]:
+    """A case whose ``measured`` lists every published run under ``points`` (each with its
+    ``label``) and names what is compared: ``scored_points`` (labels; each the scenario's
+    variant) and ``scored_quantities`` (keys of :data:`SUMMARY_FIELDS`). Labels in ``skip``
+    (runs capsim cannot express, listed in the entry's ``not_expressed``) have no variant."""
+    def points(m: dict) -> list[Point]:
+        return [Point(p["label"], {k: p[k] for k in m["scored_quantities"] if k in p},
+                      p["label"])
+                for p in m["points"] if p["label"] in m["scored_points"]
+                and p["label"] not in skip]
     return points
 
 
@@ -613,6 +637,37 @@ PEAK_DURING_RUN = ("a peak seen while the benchmark ran (free-form, per GPU), no
                    "term")
 ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norms, RoPE, "
                "SiLU-mul, adds); the case omits post_attention_layernorm, so no group sum")
+#: capsim's refusal of the EAGLE run of the SGLang cookbook's DeepSeek-V3 case (capsim validate).
+EAGLE_UNDER_SGLANG = ("could not be written: capsim refuses it, \"engine.speculative: "
+                      "speculative decoding is modelled on vLLM V1's continuous batching over "
+                      "paged KV; this engine runs scheduler sglang with kv_allocator paged; "
+                      "remove engine.speculative or change that\" (EAGLE under SGLang, --dp 8 "
+                      "--enable-dp-attention; no acceptance rate published either)")
+NO_MAVERICK = "no capsim model of Llama-4-Maverick (128 experts, MoE every other layer)"
+#: The 2026 kind's cases (supplementary_cases.yaml, issue 30 item 6), one scored-points entry
+#: each: case id -> runs of the case capsim cannot express and why.
+CASES_2026: dict[str, tuple[tuple[str, str], ...]] = {
+    "load_sglang057_8xh200_dsr1_fp8_tp8_random1k1k_concurrency_sweep": (),
+    "load_sglang057_8xh200_dsr1_fp8_tp8_c4_isl_osl": (),
+    "load_sglang0512_8xh200_dsr1_fp8_tp8_random1k1k_8k1k_concurrency_sweep": (),
+    "load_sglang0512_8xb200_dsr1_fp8_tp8_random1k1k_concurrency_sweep": (),
+    "load_sglang0519_8xmi325x_dsr1_fp8_tp8_random8k1k_concurrency_sweep": (),
+    "load_trtllm130rc14_8xb200_dsr1_fp8_tp8_random1k1k_concurrency_sweep": (),
+    "load_sglang0561_8xb200_dsr1_fp8_tp8_random_chat_reasoning_summarization": (),
+    "load_sglang056_8xb200_qwen3_235b_bf16_tp8_random_chat_reasoning_summarization": (),
+    "load_sglang056_8xb200_gptoss120b_tp8_sharegpt_c1_c100": (),
+    "load_sglang057_8xmi300x_dsv3_dpattn_sharegpt_eagle_c1_ep8_c100": (
+        ("eagle_dpattn_sharegpt_c1", EAGLE_UNDER_SGLANG),),
+    "load_sglang057_8xmi300x_dsv31_tp8_random_chat_reasoning_summarization": (),
+    "load_sglang059_8xmi300x_llama4_scout_tp8_random1k1k": (
+        ("maverick_in1000_out1000_c1, maverick_in1000_out1000_c16, "
+         "maverick_in1000_out1000_c100", NO_MAVERICK),),
+    "load_vllm_pr23696_8xb200_gptoss120b_tp8_sharegpt_rate_inf": (),
+    "load_vllm0110_sglang053_trtllm100_8xh200_dsr1_sharegpt_rate_inf_engines": (
+        ("sglang_tp8_dp_attention_mtp", EAGLE_UNDER_SGLANG.replace(
+            "EAGLE under SGLang, --dp 8 --enable-dp-attention",
+            "MTP as SGLang's EAGLE, 1 step, 2 draft tokens, with DP attention")),),
+}
 
 #: Case id → scenario file and predictor (the per-case glue).
 ENTRIES: dict[str, Entry] = {
@@ -728,6 +783,12 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput": Entry(
         "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput.yaml",
         serving(_perfbench_serving_and_throughput), (("p99_ttft_ms", P99_OF_200),)),
+    # The 2026 kind (issue 30 item 6), project-collected: every published run quoted, the
+    # scored ones named in the case (scored_points / scored_quantities).
+    **{case_id: Entry(f"supplementary/{case_id}.yaml",
+                      serving(scored_points(tuple(label for labels, _ in gaps
+                                                  for label in labels.split(", ")))), gaps)
+       for case_id, gaps in CASES_2026.items()},
 }
 
 
@@ -1008,6 +1069,7 @@ SUMMARY_FAMILY = {
     "median_ttft_ms": "ttft", "mean_ttft_ms": "ttft", "ttft_ms": "ttft",
     "first_token_latency_ms": "ttft",
     "median_tpot_ms": "tpot_itl", "median_itl_ms": "tpot_itl", "mean_itl_ms": "tpot_itl",
+    "mean_tpot_ms": "tpot_itl", "output_tput_per_gpu_tok_s": "throughput",
     "itl_ms": "tpot_itl", "tpot_ms": "tpot_itl", "decode_tok_s": "tpot_itl",
     "request_throughput_req_s": "throughput", "tput_per_gpu_tok_s": "throughput",
     "tput_req_s": "throughput",
@@ -1112,6 +1174,37 @@ def headline(rows: list[Row]) -> str:
         f"{FAMILIES[f].replace('KV capacity', 'KV')} "
         + (f"{cells[f]['median_abs_err_pct']:.1f} %" if f in cells else "n/a")
         for f in FAMILIES)
+
+
+#: The field of a measured case that marks it of the 2026 kind (issue 30, "Fidelity for the
+#: models of 2026") and says why; supplementary_cases.yaml's header gives the rule.
+FIELD_2026 = "fidelity_2026"
+#: The trust families the 2026 line reports, in its order.
+FAMILIES_2026 = ("ttft", "tpot_itl", "throughput")
+
+
+def kind_2026(case: Mapping[str, Any]) -> bool:
+    """Whether ``case`` is of the 2026 kind: it carries a non-empty ``fidelity_2026`` reason
+    (a mixture-of-experts model, an H200 / B200 / MI300X / MI325X GPU, speculative decoding, or
+    vLLM >= 0.10 / SGLang >= 0.4 / TensorRT-LLM >= 1.0). A rule kept as data, per case."""
+    return bool(case.get(FIELD_2026))
+
+
+def line_2026(rows: list[Row], cases: list[dict]) -> str:
+    """``fidelity 2026 (test rows, N cases): TTFT a %, TPOT/ITL b %, throughput c %``: the
+    median |error| per family over the predicted test rows of the cases of the 2026 kind
+    (:func:`kind_2026`); N counts those cases with at least one such row (a case capsim could
+    not run has none). A family with no row prints n/a."""
+    chosen = {c["id"] for c in cases if kind_2026(c)}
+    scored = [r for r in rows if r.case in chosen and r.split == TEST
+              and family(r) in FAMILIES_2026 and not math.isnan(r.predicted)]
+    cells = []
+    for f in FAMILIES_2026:
+        errors = [abs(r.error_pct) for r in scored if family(r) == f]
+        cells.append(f"{FAMILIES[f]} " + (f"{statistics.median(errors):.1f} %" if errors
+                                           else "n/a"))
+    n = len({r.case for r in scored})
+    return f"fidelity 2026 (test rows, {n} cases): " + ", ".join(cells)
 
 
 def print_protocol(rows: list[Row]) -> None:
@@ -1263,6 +1356,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=KINDS, help="only the cases of this kind")
     parser.add_argument("--case", metavar="ID", help="only this case id")
+    parser.add_argument("--only", metavar="PATTERN",
+                        help="only the case ids matching this shell pattern (fnmatch: *, ?)")
+    parser.add_argument("--fidelity-2026", action="store_true",
+                        help="only the cases of the 2026 kind (a fidelity_2026 field)")
     parser.add_argument("--markdown", action="store_true",
                         help="print the summary as GitHub markdown (for the README) instead")
     parser.add_argument("--json", metavar="PATH", type=Path,
@@ -1275,11 +1372,16 @@ def main() -> None:
     if args.case and args.case not in {c["id"] for c in cases}:
         parser.error(f"no case {args.case!r} in {CASES_YAML} or {SUPPLEMENTARY_YAML}")
     cases = [c for c in cases if (not args.kind or c["kind"] == args.kind)
-             and (not args.case or c["id"] == args.case)]
+             and (not args.case or c["id"] == args.case)
+             and (not args.only or fnmatch.fnmatchcase(c["id"], args.only))
+             and (not args.fidelity_2026 or kind_2026(c))]
     if not cases:
-        parser.error(f"case {args.case!r} is not of kind {args.kind!r}")
-    if (args.kind or args.case) and args.trust:
-        parser.error("--trust needs every case (no --kind / --case)")
+        parser.error("no case is selected by " + " and ".join(
+            f"--{k.replace('_', '-')} {v!r}" for k, v in
+            (("kind", args.kind), ("case", args.case), ("only", args.only)) if v)
+            + (" and --fidelity-2026" if args.fidelity_2026 else ""))
+    if (args.kind or args.case or args.only or args.fidelity_2026) and args.trust:
+        parser.error("--trust needs every case (no --kind / --case / --only / --fidelity-2026)")
     for option in ("json", "trust"):
         path = getattr(args, option)
         if path is not None:
@@ -1312,10 +1414,12 @@ def main() -> None:
             "not_expressible": [asdict(g) for g in gaps],
             "protocol": protocol(rows),
             "headline": headline(rows),
+            "fidelity_2026": line_2026(rows, cases),
         }, indent=1) + "\n")
     if args.trust:
         args.trust.write_text(TRUST_HEADER + yaml.safe_dump(trust_table(rows), sort_keys=False))
     print(("\n" if not args.markdown else "\n") + headline(rows))
+    print(line_2026(rows, cases))
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@ from collections import deque
 from itertools import cycle
 from typing import Callable, Iterable, Sequence
 
+from capsim.engine.cache_router import make_kv_router
 from capsim.engine.replica import Replica
 from capsim.engine.request import WAITING, Request
 from capsim.results.model import QUEUE_FULL, RATE_LIMITED
 from capsim.scenario.admission import RateLimitConfig
+from capsim.scenario.routing import RouterOptions
 from capsim.scenario.run_config import RunConfig
 
 #: Tokens a bucket may lack and still pass a request: float rounding of the refill (ten
@@ -25,20 +27,24 @@ from capsim.scenario.run_config import RunConfig
 _ROUNDING_TOKENS = 1e-9
 
 
-def make_router(policy: str, replicas: Sequence[Replica]) -> Callable[[], Replica]:
-    """A function returning the replica for the next request.
+def make_router(policy: str, replicas: Sequence[Replica], options: RouterOptions | None = None,
+                block_size: int = 1) -> Callable[[Request], Replica]:
+    """A function returning the replica for the next request (given it).
 
     ``round_robin`` cycles through replicas; ``least_outstanding_tokens``
     picks the replica with the fewest prompt + output tokens still to serve
     (lowest index on ties), a load-aware policy like llm-d's / vLLM router's
-    least-load routing.
+    least-load routing; ``prefix_aware``, ``kv_scorer`` and ``session_affinity`` pick by
+    what each replica holds (:mod:`capsim.engine.cache_router`, reading ``options`` and
+    the replicas' KV ``block_size``, tokens).
     """
     if policy == "round_robin":
         order = cycle(replicas)
-        return lambda: next(order)
+        return lambda req: next(order)
     if policy == "least_outstanding_tokens":
-        return lambda: min(replicas, key=lambda r: r.outstanding_tokens)
-    raise ValueError(f"unknown router {policy!r}")
+        return lambda req: min(replicas, key=lambda r: r.outstanding_tokens)
+    pick = make_kv_router(policy, options, block_size).pick
+    return lambda req: pick(req, replicas)
 
 
 class TokenBucket:

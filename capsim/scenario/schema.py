@@ -25,6 +25,7 @@ from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
 from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
@@ -244,8 +245,12 @@ class ClusterConfig(StrictModel):
     yaml_example: ClassVar[str] = "{num_replicas: 2, router: least_outstanding_tokens}"
 
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
-    # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only).
-    router: Literal["round_robin", "least_outstanding_tokens", "cost"] = "round_robin"
+    # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only);
+    # prefix_aware, kv_scorer, session_affinity: by what each replica holds
+    # (scenario/routing.py, engine/cache_router.py; one pool of replicas only).
+    router: Literal["round_robin", "least_outstanding_tokens", "cost", "prefix_aware",
+                    "kv_scorer", "session_affinity"] = "round_robin"
+    router_options: RouterOptions | None = None
     # How long the router holds a request while no replica serves (every one failed or not
     # yet repaired) before it answers with an error: the gateway's timeout (ingress-nginx
     # proxy-read-timeout 60 s, Envoy's route timeout 15 s by default). None: held until a
@@ -285,13 +290,24 @@ class ClusterConfig(StrictModel):
             if self.router == "cost":
                 raise ValueError("router: cost picks among pools; give cluster.pools (valid "
                                  "for one pool of replicas: round_robin, "
-                                 "least_outstanding_tokens)")
+                                 "least_outstanding_tokens, " + ", ".join(KV_ROUTERS) + ")")
+            self._options_read()
             return self
+        if self.router in KV_ROUTERS:
+            raise ValueError(f"router: {self.router} picks a replica within one pool; with "
+                             "cluster.pools give round_robin, least_outstanding_tokens or cost")
         for key in ("num_replicas", "autoscaling", "failures"):
             if key in self.model_fields_set:
                 raise ValueError(f"with pools, give {key} per pool "
                                  f"(cluster.pools.N.{key}); remove cluster.{key}")
+        self._options_read()
         return self
+
+    def _options_read(self) -> None:
+        """``router_options`` only with a router that reads them."""
+        if self.router_options is not None and self.router not in CACHE_ROUTERS:
+            raise ValueError(f"router_options are read by router {' or '.join(CACHE_ROUTERS)}"
+                             f"; router {self.router} reads none (remove router_options)")
 
 
 #: Longest scenario or variant name, characters. Names become file and directory names

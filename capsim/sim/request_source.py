@@ -69,7 +69,9 @@ class RequestSource:
         for rid in self._kids[lo:hi].tolist():
             prompt = self.trace.prompt_tokens.item(rid)
             own = prompt - parent.prompt_tokens - parent.output_tokens
-            out.append(self._build(rid, prompt, parent.segments + ((USER, rid, own),)))
+            req = self._build(rid, prompt, parent.segments + ((USER, rid, own),))
+            req.conversation = parent.conversation
+            out.append(req)
         return out
 
     def _build(self, rid: int, prompt: int, segments) -> Request:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capsim.common.labels import parallel_label
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions
 from capsim.scenario.run_config import Pool, RunConfig
 
 
@@ -74,6 +75,24 @@ def limits_text(run: RunConfig, pool: Pool | None = None) -> str:
         parts.append(f"{run.router_rate_limit.rate_per_s:g}/s, burst "
                      f"{run.router_rate_limit.burst} at the router")
     return f", sheds beyond {'; '.join(parts)}" if parts else ""
+
+
+def router_text(run: RunConfig) -> str:
+    """``, router prefix_aware (cache_threshold 0.5, ...)``: a cache-aware router and its
+    knobs (scenario/routing.py), for ``capsim validate``'s line; "" for a load-only one."""
+    if run.router not in KV_ROUTERS:
+        return ""
+    if run.router not in CACHE_ROUTERS:
+        return f", router {run.router}"
+    o = run.router_options if run.router_options is not None else RouterOptions()
+    if run.router == "kv_scorer":
+        w = o.scorer_weights
+        rule = (f"weights queue {w.queue:g}, kv_cache_utilization {w.kv_cache_utilization:g}, "
+                f"prefix_cache {w.prefix_cache:g}")
+    else:
+        rule = (f"cache_threshold {o.cache_threshold:g}, by load past "
+                f"{o.balance_abs_threshold} and {o.balance_rel_threshold:g}×")
+    return f", router {run.router} ({rule}; {o.max_tree_size_blocks} blocks per replica)"
 
 
 def pool_lines(run: RunConfig) -> list[str]:

@@ -166,6 +166,9 @@ class ReplicaStats(_Result):
     prefix_queried_blocks: int = 0     # full blocks looked up
     prefix_hit_blocks: int = 0
     prefix_evictions: int = 0          # cached blocks reused for other content (LRU)
+    offload_hit_tokens: int = 0        # queried tokens found in host memory (KV offload), loaded
+    offload_stored_blocks: int = 0     # GPU evictions written to the host tier
+    offload_capacity_blocks: int = 0   # the host tier's blocks (0: no KV offload)
     kv_written_tokens_at_peak: int = 0       # Σ computed tokens held, when KV use peaked
     block_table_entries_at_peak: int = 0     # Σ block-table lengths then (paged)
     peak_running: int = 0                    # most sequences in the batch at once
@@ -472,6 +475,10 @@ class SummaryRow(_Result):
     prefix_hit_rate: float = float("nan")        # hit tokens ÷ queried tokens (vLLM's metric)
     prefix_block_hit_rate: float = float("nan")  # hit full blocks ÷ queried full blocks
     prefill_tokens_saved: int = 0                # prompt tokens not computed thanks to hits
+    # KV offload to host memory (engine.kv_offloading_size): the host tier's hits, as
+    # prefix_hit_rate is the GPU tier's (NaN without offload).
+    offload_hit_rate: float = float("nan")       # host-tier hit tokens ÷ queried tokens
+    offload_hit_tokens: int = 0                  # prompt tokens loaded from host memory
     slot_occupancy: float              # useful slot-steps ÷ (max_num_seqs × steps), seed 000's occupancy
     cost_per_hour_usd: float
     cost_per_million_output_tokens_usd: float

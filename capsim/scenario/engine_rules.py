@@ -251,6 +251,20 @@ def _check_long_prefill(engine: EngineConfig, preset: EnginePreset, given: _Give
                         "enable_chunked_prefill: true")
 
 
+def _check_offload(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``kv_offloading_size``: vLLM V1's KV offloading, behind its paged prefix cache."""
+    key = "kv_offloading_size"
+    if engine.kv_offloading_size is None:
+        return
+    if not preset.scheduler.knobs.get("kv_offloading") or engine.scheduler != "continuous":
+        given.fail(key, f"engine preset '{preset.name}' (scheduler {engine.scheduler}) has no "
+                        f"KV offloading (vLLM V1's; valid with: "
+                        f"{_presets_with_knob('kv_offloading')})")
+    if engine.kv_allocator != "paged" or not engine.enable_prefix_caching:
+        given.fail(key, "KV offloading keeps the prefix cache's evicted blocks: set "
+                        "enable_prefix_caching: true and kv_allocator: paged")
+
+
 def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """Swap preemption: a policy that preempts, on a preset that swaps (vLLM V0)."""
     no_swap = policy_capabilities(engine.scheduler).no_swap
@@ -297,7 +311,7 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 #: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
                 _check_async_scheduling, _check_moe_backend, _check_multi_step,
-                _check_long_prefill, _check_preemption, _check_chunking,
+                _check_long_prefill, _check_offload, _check_preemption, _check_chunking,
                 _check_kv_allocator, _check_prefix_cache)
 
 

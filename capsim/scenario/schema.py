@@ -91,6 +91,14 @@ class EngineConfig(StrictModel):
     kv_cache_memory_gib: float | None = Field(default=None, gt=0)
     swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
     host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
+    # vLLM's KV offloading to host memory (--kv-offloading-size GiB for the whole replica,
+    # --kv-offloading-backend native | lmcache; vllm/config/cache.py at c1d8642): GPU
+    # prefix-cache evictions kept in a CPU-DRAM tier, loaded back over PCIe on a hit
+    # (capsim/kv/offload.py). None: off.
+    kv_offloading_size: float | None = Field(
+        default=None, gt=0, description="GiB of host memory per replica holding KV blocks "
+                                        "the GPU evicted")
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
     # TensorRT-LLM (scheduler: trtllm)
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
     # SGLang (scheduler: sglang)
@@ -179,6 +187,24 @@ class EngineConfig(StrictModel):
             raise ValueError(f"swap space {self.swap_space_gib:g} GiB × {self.tensor_parallel_size} "
                              f"GPUs = {swap:g} GiB exceeds host_memory_gib "
                              f"{self.host_memory_gib:g}")
+        return self
+
+    @model_validator(mode="after")
+    def _offload_fits_host(self) -> "EngineConfig":
+        """vLLM: kv_offloading_size and kv_offloading_backend go together; the buffer
+        (and any swap space) must fit the host's memory."""
+        size, backend = self.kv_offloading_size, self.kv_offloading_backend
+        if (size is None) != (backend is None):
+            raise ValueError("kv_offloading_size and kv_offloading_backend go together (vLLM "
+                             "enables KV offloading with both); give both or neither")
+        if size is None:
+            return self
+        swap = self.swap_space_gib * self.tensor_parallel_size \
+            if self.preemption_mode == "swap" else 0.0
+        if size + swap > self.host_memory_gib:
+            raise ValueError(f"kv_offloading_size {size:g} GiB"
+                             + (f" + swap space {swap:g} GiB" if swap else "")
+                             + f" exceeds host_memory_gib {self.host_memory_gib:g}")
         return self
 
     @property

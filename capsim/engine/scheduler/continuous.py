@@ -118,6 +118,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.kv = self.make_kv(allocator)
         self.bs = self.kv.block_size
         self.caching = self.kv.enable_caching
+        self.offload = self.caching and getattr(allocator, "host", None) is not None
         self.itl = itl
         self.num_classes = num_classes
         self.prefilling: dict[int, Request] = {}   # running, still computing prompt tokens
@@ -251,7 +252,10 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
                and self.num_running + self.waiting[0].n <= self.max_num_seqs):
             req = self.waiting[0]
             hit = kv.get_computed_blocks(req)
-            cached = len(hit) * bs
+            # KV offload (capsim.kv.offload): the next blocks found in host memory are
+            # loaded, not recomputed; they take fresh GPU blocks like computed ones.
+            host = kv.host_hits(req, len(hit)) if self.offload else 0
+            cached = (len(hit) + host) * bs
             todo = req.num_tokens - cached
             if whole_prompts and todo > budget:
                 break
@@ -260,7 +264,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             if not kv.can_allocate(need + kv.num_free_among(hit)):
                 break
             if self.caching:
-                self._take_prefix(req, hit)
+                self._take_prefix(req, hit, host)
             kv.allocate_slots(req, cached + n)
             self._start(req, step, n)
             budget -= n
@@ -311,15 +315,23 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         return True
 
     # ------------------------------------------------------------ prefix cache
-    def _take_prefix(self, req: Request, hit: list[int]) -> None:
+    def _take_prefix(self, req: Request, hit: list[int], host: int = 0) -> None:
         """Admission with prefix caching: count the lookup, take a reference to the hit
-        blocks (``req`` holds no blocks yet) and skip their tokens."""
-        c, cached = self.counters, len(hit) * self.bs
+        blocks (``req`` holds no blocks yet) and skip their tokens; the ``host`` blocks
+        after them are loaded from the host tier (their bytes charged to the step over
+        the host link, as swap-in copies are)."""
+        c, bs = self.counters, self.bs
+        cached = len(hit) * bs
         c.prefix_queried_tokens += req.num_tokens
         c.prefix_hit_tokens += cached
-        c.prefix_queried_blocks += req.num_tokens // self.bs
+        c.prefix_queried_blocks += req.num_tokens // bs
         c.prefix_hit_blocks += len(hit)
         self.kv.take_computed(req, hit)
+        if host:
+            self.kv.allocator.host.load(req.hashes[len(hit):len(hit) + host])
+            c.offload_hit_tokens += host * bs
+            self._swap_pending += host * bs * self.kv_bytes_per_token
+            cached += host * bs
         req.num_computed = cached
         self.kv_tokens += cached
 

@@ -28,6 +28,9 @@ ROUTER_TIMEOUT_REASON = "timed out at the router"
 #: router's token bucket empty (``cluster.router_rate_limit``). Such a request got an
 #: immediate error (the gateway's HTTP 429, the engine's 503), not a slow reply.
 QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
+#: How the reason of a sheddable request dropped while the pool was saturated begins
+#: (``workload.classes.N.criticality: sheddable``, ``cluster.saturation``).
+SHED = "shed"
 
 #: Every kind of rejection, in the order summary.csv's ``rejected_<kind>`` columns follow
 #: ``num_rejected``: ``never_fits`` (no replica could ever serve it: longer than
@@ -35,14 +38,17 @@ QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
 #: ``rate_limited`` (shed: :data:`QUEUE_FULL`, :data:`RATE_LIMITED`), ``lost`` (its replica
 #: failed, ``cluster.failures``), ``timed_out`` (held at the router while no replica
 #: served, :data:`ROUTER_TIMEOUT_REASON`), ``previous_turn`` (a later turn of a
-#: conversation whose earlier turn was rejected).
-REJECT_KINDS = ("never_fits", QUEUE_FULL, RATE_LIMITED, "lost", "timed_out", "previous_turn")
+#: conversation whose earlier turn was rejected), ``shed`` (a sheddable request dropped while
+#: the pool was saturated, :data:`SHED`).
+REJECT_KINDS = ("never_fits", QUEUE_FULL, RATE_LIMITED, "lost", "timed_out", "previous_turn",
+                SHED)
 
 # How the reasons of the kinds other than never_fits begin (engine/fleet.py's failure,
 # sim/traffic.py's later turn); never_fits is every other reason.
 _REASON_STARTS = ((QUEUE_FULL + ":", QUEUE_FULL), (RATE_LIMITED + ":", RATE_LIMITED),
                   ("its replica ", "lost"), (ROUTER_TIMEOUT_REASON, "timed_out"),
-                  ("the previous turn of its conversation", "previous_turn"))
+                  ("the previous turn of its conversation", "previous_turn"),
+                  (SHED + ":", SHED))
 
 
 def reject_kind(reason: str) -> str:
@@ -431,6 +437,7 @@ class SummaryRow(_Result):
     rejected_lost: int = 0
     rejected_timed_out: int = 0
     rejected_previous_turn: int = 0
+    rejected_shed: int = 0
     ttft_mean_ms: float
     ttft_p50_ms: float
     ttft_p90_ms: float

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capsim.common.labels import parallel_label
-from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.run_config import Pool, RunConfig
 
 
@@ -74,7 +74,24 @@ def limits_text(run: RunConfig, pool: Pool | None = None) -> str:
     if run.router_rate_limit is not None:
         parts.append(f"{run.router_rate_limit.rate_per_s:g}/s, burst "
                      f"{run.router_rate_limit.burst} at the router")
-    return f", sheds beyond {'; '.join(parts)}" if parts else ""
+    shed = [c.name for c in run.workload.classes or () if c.criticality == "sheddable"]
+    out = f", sheds beyond {'; '.join(parts)}" if parts else ""
+    if shed:
+        sat = run.saturation or SaturationConfig()
+        out += (f", drops {', '.join(shed)} while saturated (mean of max(waiting / "
+                f"{sat.queue_depth_threshold}, KV use / {sat.kv_cache_util_threshold:g}) >= 1)")
+    return out
+
+
+def engine_extras_text(pool: Pool) -> str:
+    """``, priority scheduling, KV offload 16 GiB (native)``: the engine's priority
+    scheduling and host-memory KV tier, for ``capsim validate``'s line; "" without."""
+    eng, parts = pool.engine, []
+    if eng.scheduling_policy == "priority":
+        parts.append("priority scheduling")
+    if eng.kv_offloading_size is not None:
+        parts.append(f"KV offload {eng.kv_offloading_size:g} GiB ({eng.kv_offloading_backend})")
+    return "".join(f", {p}" for p in parts)
 
 
 def router_text(run: RunConfig) -> str:

@@ -62,6 +62,7 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model, pools=(pool,),
                      router=cluster.router, router_options=cluster.router_options,
+                     saturation=cluster.saturation,
                      autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling,
                      router_queue_timeout_s=cluster.router_queue_timeout_s,

@@ -77,3 +77,24 @@ class RouterOptions(StrictModel):
         "recently sent forgotten first (SGLang's max_tree_size, llm-d's LRU capacity)")
     scorer_weights: ScorerWeights = Field(default_factory=ScorerWeights,
                                           description="kv_scorer: each scorer's weight")
+
+
+class SaturationConfig(StrictModel):
+    """The gateway's saturation detector (``cluster.saturation``): while the pool is
+    saturated, an arriving request of a ``sheddable`` class is dropped (rejected at once,
+    ``shed``); ``critical`` and ``standard`` ones pass.
+
+    The Gateway API Inference Extension's rule, as llm-d's router keeps it
+    (llm-d-inference-scheduler at 520af47896e5f06e43d09aca281a1149187b0ffd,
+    ``pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/``): each
+    replica scores max(waiting ÷ ``queue_depth_threshold``, KV use ÷
+    ``kv_cache_util_threshold``), the pool is saturated when the mean score over the
+    serving replicas is >= 1 (no replica serving: saturated). Defaults: ``config.go``
+    there (5 requests, 0.8)."""
+
+    yaml_example: ClassVar[str] = "{queue_depth_threshold: 5, kv_cache_util_threshold: 0.8}"
+
+    queue_depth_threshold: Int = Field(default=5, gt=0, description="waiting requests per "
+                                       "replica at which it counts as saturated")
+    kv_cache_util_threshold: float = Field(default=0.8, gt=0, le=1, description="KV cache "
+                                           "use at which a replica counts as saturated")

@@ -25,7 +25,7 @@ from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
 from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
-from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
@@ -83,6 +83,10 @@ class EngineConfig(StrictModel):
     quantization: str | None = None
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
+    # vLLM --scheduling-policy: fcfs, or priority (the waiting queue ordered by each
+    # request's priority, then arrival; a preemption takes the running request of the
+    # lowest priority, latest arrival: vllm/v1/core/sched/scheduler.py).
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
     # PagedAttention paper (reserve max_model_len, or prompt + max_tokens, first fit).
     kv_allocator: Literal["paged", "contiguous_max_model_len", "contiguous_max_tokens"] = "paged"
@@ -277,6 +281,9 @@ class ClusterConfig(StrictModel):
     router: Literal["round_robin", "least_outstanding_tokens", "cost", "prefix_aware",
                     "kv_scorer", "session_affinity"] = "round_robin"
     router_options: RouterOptions | None = None
+    # The gateway's saturation detector: while the pool is saturated, requests of a
+    # sheddable class (workload.classes.N.criticality) are dropped (scenario/routing.py).
+    saturation: SaturationConfig | None = None
     # How long the router holds a request while no replica serves (every one failed or not
     # yet repaired) before it answers with an error: the gateway's timeout (ingress-nginx
     # proxy-read-timeout 60 s, Envoy's route timeout 15 s by default). None: held until a

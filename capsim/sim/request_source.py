@@ -32,7 +32,8 @@ class RequestSource:
     Memory: 1 byte per request, 8 per first turn and 12 per later turn.
     """
 
-    def __init__(self, trace: RequestTrace):
+    def __init__(self, trace: RequestTrace, class_priority: tuple[int, ...] = ()):
+        self.class_priority = class_priority      # per class id (workload.classes.N.priority)
         self.use(trace)
 
     def use(self, trace: RequestTrace) -> None:
@@ -80,4 +81,6 @@ class RequestSource:
                       t.output_tokens.item(rid), segments, t.n.item(rid))
         if self.has_children[rid]:
             req.shareable = True            # its prompt + reply are the next turn's prefix
+        if self.class_priority:
+            req.priority = self.class_priority[req.class_id]
         return req

@@ -98,8 +98,11 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
                  role: str = "colocated", swap_space_bytes: int = 0,
                  kv_bytes_per_token: int = 0, num_scheduler_steps: int = 1,
-                 long_prefill_token_threshold: int = 0):
+                 long_prefill_token_threshold: int = 0, priority_scheduling: bool = False):
         super().__init__()
+        # vLLM's --scheduling-policy priority: the waiting queue in (priority, arrival)
+        # order, preemption of the lowest-priority, latest-arriving running request.
+        self.by_priority = priority_scheduling
         self.role = role
         self.num_scheduler_steps = num_scheduler_steps
         # The most prompt tokens a request gets in one step (vLLM V1's threshold; none: the
@@ -157,9 +160,27 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             if eng.preemption_mode == "swap" else 0
         return cls(**cls.engine_kwargs(args), **extra, swap_space_bytes=swap,
                    kv_bytes_per_token=args.kv_bytes_per_token,
-                   long_prefill_token_threshold=eng.long_prefill_token_threshold)
+                   long_prefill_token_threshold=eng.long_prefill_token_threshold,
+                   priority_scheduling=eng.scheduling_policy == "priority")
 
     # ----------------------------------------------------------------- queue
+    def add(self, req: Request) -> None:
+        """Queue an arrived request: at the back (fcfs), or by priority."""
+        if self.by_priority:
+            req.state = WAITING
+            self._enqueue_by_priority(req)
+        else:
+            super().add(req)
+
+    def _enqueue_by_priority(self, req: Request) -> None:
+        """Into the waiting queue in (priority, arrival) order, after its equals (vLLM's
+        PriorityRequestQueue pops the smallest (priority, arrival_time))."""
+        waiting, key = self.waiting, (req.priority, req.arrival_s)
+        i = len(waiting)
+        while i and (waiting[i - 1].priority, waiting[i - 1].arrival_s) > key:
+            i -= 1
+        waiting.insert(i, req)
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.incoming or self.swapped)
 
@@ -357,7 +378,10 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.kv_tokens -= req.num_computed
         req.num_computed = 0
         req.state = WAITING
-        self.waiting.appendleft(req)
+        if self.by_priority:
+            self._enqueue_by_priority(req)
+        else:
+            self.waiting.appendleft(req)
 
     def _cached_at_preemption(self, req: Request, decoding: bool) -> int:
         """Tokens of a preempted request that stay in the prefix cache: every computed one

@@ -41,7 +41,8 @@ def _variant_lines(rc) -> list[str]:
     """What a variant resolved to, indented: a pooled fleet's router and pools, a split's
     link and pools, or a co-located variant's GPUs, parallelism, weights and scheduler;
     each pool's start-up lines."""
-    from capsim.scenario.describe import fleet_lines, limits_text, pool_lines, pool_log_lines
+    from capsim.scenario.describe import (engine_extras_text, fleet_lines, limits_text,
+                                          pool_lines, pool_log_lines, router_text)
 
     if rc.fleet is not None:      # pooled fleet: one line per pool
         return [f"  {line}" for line in fleet_lines(rc)]
@@ -58,7 +59,8 @@ def _variant_lines(rc) -> list[str]:
             f"{' EP' if eng.enable_expert_parallel else ''}"
             f"{' DP-attention' if eng.enable_dp_attention else ''}{weights}, {eng.scheduler}"
             f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
-            f"max_num_batched_tokens {eng.max_num_batched_tokens}{limits_text(rc, pool)}")
+            f"max_num_batched_tokens {eng.max_num_batched_tokens}{engine_extras_text(pool)}"
+            f"{limits_text(rc, pool)}{router_text(rc)}")
     return [head, *(f"    {line}" for line in pool_log_lines(pool))]
 
 

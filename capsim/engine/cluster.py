@@ -27,6 +27,7 @@ from capsim.engine.router import make_router
 from capsim.kv.blocks import blocks_needed
 from capsim.results.model import RunResult
 from capsim.scenario.describe import engine_label, pool_log_lines, scheduler_label
+from capsim.scenario.routing import RouterOptions
 from capsim.scenario.run_config import Pool, RunConfig
 
 #: ``reject(req, reason)``: the request ends now, rejected (never served).
@@ -139,19 +140,20 @@ class FixedPool:
     Args:
         env: the simulation.
         pool: the replicas' pool.
-        router: ``round_robin`` or ``least_outstanding_tokens``.
+        router: ``cluster.router`` (:func:`~capsim.engine.router.make_router`).
         replicas: the replicas, index order.
         reject: ends a request no replica could serve.
+        router_options: ``cluster.router_options`` (the cache-aware routers' knobs).
     """
 
     owns_end_s = False
     held = 0
 
     def __init__(self, env: Environment, pool: Pool, router: str, replicas: Sequence[Replica],
-                 reject: Reject):
+                 reject: Reject, router_options: RouterOptions | None = None):
         self.env, self.pool, self.reject = env, pool, reject
         self.replicas = list(replicas)
-        self._route = make_router(router, self.replicas)
+        self._route = make_router(router, self.replicas, router_options, pool.engine.block_size)
         self._before_s = pool.preset.host_overhead.request_before_s
 
     @property
@@ -167,7 +169,7 @@ class FixedPool:
 
     def submit(self, req: Request) -> None:
         """Hand ``req`` to the replica the router picks now (:func:`hand_to`)."""
-        hand_to(self._route(), req, self.reject)
+        hand_to(self._route(req), req, self.reject)
 
     def invariant_problems(self) -> list[str]:
         return []

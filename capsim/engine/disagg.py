@@ -258,7 +258,8 @@ class DisaggCluster:
         self.duplicates: list[int] = []
         self._problems: list[str] = []   # broken invariants noticed as requests finished
         self.monitor = PoolMonitor(env, self.prefill, self.decode, self.pending)
-        self._prefill_router = make_router(run.router, self.prefill)
+        self._prefill_router = make_router(run.router, self.prefill, run.router_options,
+                                           run.pool("prefill").engine.block_size)
         self._rr = 0
         self.reject = reject
         self._before_s = run.pools[0].preset.host_overhead.request_before_s
@@ -290,7 +291,7 @@ class DisaggCluster:
 
     def submit(self, req: Request) -> None:
         """Hand ``req`` to the prefill replica the router picks now; note the queue."""
-        self._prefill_router().submit(req)
+        self._prefill_router(req).submit(req)
         self.monitor.touch()
 
     def _decode_order(self) -> list[Replica]:

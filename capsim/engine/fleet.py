@@ -51,12 +51,14 @@ from typing import Callable
 
 import numpy as np
 
+from capsim.engine.cache_router import make_kv_router
 from capsim.engine.clock import Environment
 from capsim.engine.cluster import colocated_reject_reason, enter, hand_to, pool_fields
 from capsim.engine.replica import Replica
 from capsim.engine.request import Request
 from capsim.results.model import ROUTER_TIMEOUT_REASON, FleetResult, RunResult
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.routing import KV_ROUTERS, RouterOptions
 from capsim.scenario.run_config import Pool, RunConfig
 
 
@@ -140,7 +142,8 @@ class Fleet:
         cfg: the autoscaling section, or None.
         failures: the failures section, or None.
         initial: replicas serving at t = 0.
-        router: ``round_robin`` or ``least_outstanding_tokens``.
+        router: ``round_robin``, ``least_outstanding_tokens`` or a cache-aware router
+            (``prefix_aware``, ``kv_scorer``, ``session_affinity``: one pool's fleet only).
         delay_s: provisioning delay of a new replica, s.
         seed: the run's seed (failure draws: ``SeedSequence(seed, spawn_key=(6,))``).
         make_replica: builds replica ``index`` reporting finishes to the callback given.
@@ -156,6 +159,7 @@ class Fleet:
             ``on_lost(req, "timed out ...")`` (None: held until a replica serves).
         pool: the pool the replicas belong to (what :meth:`admit` checks against and
             :meth:`assemble` reports; None inside a pooled fleet, which does both itself).
+        router_options: ``cluster.router_options`` (the cache-aware routers' knobs).
     """
 
     owns_end_s = True               # the result ends with the fleet's last request
@@ -166,12 +170,15 @@ class Fleet:
                  on_finish: Callable[[Request], None], on_lost: Callable[[Request, str], None],
                  on_lost_gaps: Callable[[int], None], done: Callable[[], bool],
                  stream: tuple[int, ...] = (6,), queue_timeout_s: float | None = None,
-                 pool: Pool | None = None):
+                 pool: Pool | None = None, router_options: RouterOptions | None = None):
         self.env, self.cfg, self.failures_cfg, self.delay_s = env, cfg, failures, delay_s
         self.pool, self.initial = pool, initial
         self.make_replica, self.on_finish, self.done = make_replica, on_finish, done
         self.on_lost, self.on_lost_gaps = on_lost, on_lost_gaps
         self.least = router == "least_outstanding_tokens"
+        # A cache-aware router (engine/cache_router.py) picks among the serving replicas.
+        self._kv_router = (make_kv_router(router, router_options, pool.engine.block_size)
+                           if router in KV_ROUTERS else None)
         self.replicas: list[Replica] = []
         self.serving: list[Replica] = []
         self.draining: set[int] = set()
@@ -239,6 +246,8 @@ class Fleet:
             return
         if self.least:
             rep = min(serving, key=lambda r: r.outstanding_tokens)
+        elif self._kv_router is not None:
+            rep = self._kv_router.pick(req, serving)
         else:
             rep = serving[self._rr % len(serving)]
             self._rr += 1

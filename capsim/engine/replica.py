@@ -83,7 +83,7 @@ class Replica:
         self.env, self.index, self.pool_cfg, self.pool = env, index, pool, pool.role
         self.macro_steps = macro_steps
         self.pricer = pricer
-        self.alloc = make_kv(pool.engine, pool.kv.num_gpu_blocks)
+        self.alloc = make_kv(pool.engine, pool.kv.num_gpu_blocks, pool.kv.kv_bytes_per_token)
         self.scheduler = make_scheduler(pool.engine, self.alloc, pool.kv.kv_bytes_per_token,
                                         num_classes, itl, pool.role, pool.preset.scheduler.knobs,
                                         pool.spec)
@@ -351,6 +351,15 @@ class Replica:
                 self.on_finish(req)
             sched.finished.clear()
 
+    def _offload_stats(self, counters) -> dict:
+        """The host tier's figures for :class:`ReplicaStats` (none without KV offload)."""
+        host = getattr(self.alloc, "host", None)
+        if host is None:
+            return {}
+        return dict(offload_hit_tokens=counters.offload_hit_tokens,
+                    offload_stored_blocks=host.stored_blocks,
+                    offload_capacity_blocks=host.num_blocks)
+
     def _swap_s(self, nbytes: int) -> float:
         """Host↔GPU copy time: each GPU moves its KV shard over its own PCIe link."""
         hw, tp = self.pool_cfg.hardware, self.pool_cfg.engine.tensor_parallel_size
@@ -394,6 +403,7 @@ class Replica:
             prefix_queried_blocks=sched.prefix_queried_blocks,
             prefix_hit_blocks=sched.prefix_hit_blocks,
             prefix_evictions=self.alloc.num_evictions,
+            **self._offload_stats(sched),
             kv_written_tokens_at_peak=acct.kv_written_at_peak,
             block_table_entries_at_peak=acct.table_entries_at_peak,
             peak_running=max(acct.timeline.bins["running_max"], default=0),

@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 
+from capsim.kv.offload import HostTier
+
 _POPLEFT = deque.popleft
 
 
@@ -61,9 +63,10 @@ class BlockAllocator:
 
     __slots__ = ("num_blocks", "block_size", "_refcount", "_free", "_num_free", "_stale",
                  "peak_used_blocks", "num_cow_copies", "enable_caching", "_hash_of",
-                 "_cached", "num_evictions")
+                 "_cached", "num_evictions", "host")
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = False,
+                 host: HostTier | None = None):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, "
                              f"got {num_blocks} and {block_size}")
@@ -81,6 +84,8 @@ class BlockAllocator:
         self._hash_of: list[int | None] = [None] * num_blocks if enable_caching else []
         self._cached: dict[int, int] = {}        # content hash → resident block
         self.num_evictions = 0
+        # KV offload (capsim.kv.offload): evicted cached blocks are stored in the host tier.
+        self.host = host
 
     @property
     def num_free_blocks(self) -> int:
@@ -185,7 +190,7 @@ class BlockAllocator:
 
     # ------------------------------------------------------------ prefix caching
     def _evict(self, blocks: list[int]) -> None:
-        hash_of, cached = self._hash_of, self._cached
+        hash_of, cached, host = self._hash_of, self._cached, self.host
         for b in blocks:
             h = hash_of[b]
             if h is not None:
@@ -193,6 +198,8 @@ class BlockAllocator:
                 if cached.get(h) == b:
                     del cached[h]
                 self.num_evictions += 1
+                if host is not None:
+                    host.store(h)
 
     def lookup(self, hashes: list[int]) -> list[int]:
         """The resident blocks of the longest cached prefix of ``hashes`` (no side effects)."""

@@ -117,6 +117,16 @@ class KVCacheManager(PoolCapacity):
         extend_hashes(seq.hashes, seq.segments, self.block_size, cacheable)
         return self.allocator.lookup(seq.hashes[:cacheable])
 
+    def host_hits(self, seq: KVSequence, gpu_hit: int) -> int:
+        """Blocks of ``seq``'s cacheable prefix found in the host tier right after its
+        ``gpu_hit`` GPU-cached blocks (0 without a tier); call after
+        :meth:`get_computed_blocks` (its hashes are computed). No side effects."""
+        host = self.allocator.host
+        if host is None or seq.num_computed or not (seq.shareable or seq.num_preemptions):
+            return 0
+        cacheable = (seq.num_tokens - 1) // self.block_size
+        return host.match(seq.hashes[gpu_hit:cacheable])
+
     def num_free_among(self, hit: list[int]) -> int:
         """How many of a hit's blocks sit on the free queue (taking them uses free room)."""
         return self.allocator.num_free_among(hit) if hit else 0

@@ -414,9 +414,20 @@ def _shared_stats(result: RunResult, span_s: float) -> dict[str, float]:
         "prefix_block_hit_rate": _ratio(sum(r.prefix_hit_blocks for r in reps),
                                         sum(r.prefix_queried_blocks for r in reps)),
         "prefill_tokens_saved": sum(r.prefix_hit_tokens for r in reps),
+        **_offload_stats(reps),
         "slot_occupancy": sum(r.slot_steps_useful for r in reps) / held if held else _NAN,
         "cost_per_hour_usd": result.price_per_hour_usd,
     }
+
+
+def _offload_stats(reps) -> dict[str, float]:
+    """The host tier's hit rate (hit tokens ÷ the prefix cache's queried tokens, beside the
+    GPU tier's ``prefix_hit_rate``) and tokens loaded; NaN and 0 without KV offload."""
+    hits = sum(r.offload_hit_tokens for r in reps)
+    if not any(r.offload_capacity_blocks for r in reps):
+        return {"offload_hit_rate": _NAN, "offload_hit_tokens": 0}
+    return {"offload_hit_rate": _ratio(hits, sum(r.prefix_queried_tokens for r in reps)),
+            "offload_hit_tokens": hits}
 
 
 def _kv_layout_stats(reps) -> dict[str, int]:

@@ -28,6 +28,9 @@ ROUTER_TIMEOUT_REASON = "timed out at the router"
 #: router's token bucket empty (``cluster.router_rate_limit``). Such a request got an
 #: immediate error (the gateway's HTTP 429, the engine's 503), not a slow reply.
 QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
+#: How the reason of a sheddable request dropped while the pool was saturated begins
+#: (``workload.classes.N.criticality: sheddable``, ``cluster.saturation``).
+SHED = "shed"
 
 #: Every kind of rejection, in the order summary.csv's ``rejected_<kind>`` columns follow
 #: ``num_rejected``: ``never_fits`` (no replica could ever serve it: longer than
@@ -35,14 +38,17 @@ QUEUE_FULL, RATE_LIMITED = "queue_full", "rate_limited"
 #: ``rate_limited`` (shed: :data:`QUEUE_FULL`, :data:`RATE_LIMITED`), ``lost`` (its replica
 #: failed, ``cluster.failures``), ``timed_out`` (held at the router while no replica
 #: served, :data:`ROUTER_TIMEOUT_REASON`), ``previous_turn`` (a later turn of a
-#: conversation whose earlier turn was rejected).
-REJECT_KINDS = ("never_fits", QUEUE_FULL, RATE_LIMITED, "lost", "timed_out", "previous_turn")
+#: conversation whose earlier turn was rejected), ``shed`` (a sheddable request dropped while
+#: the pool was saturated, :data:`SHED`).
+REJECT_KINDS = ("never_fits", QUEUE_FULL, RATE_LIMITED, "lost", "timed_out", "previous_turn",
+                SHED)
 
 # How the reasons of the kinds other than never_fits begin (engine/fleet.py's failure,
 # sim/traffic.py's later turn); never_fits is every other reason.
 _REASON_STARTS = ((QUEUE_FULL + ":", QUEUE_FULL), (RATE_LIMITED + ":", RATE_LIMITED),
                   ("its replica ", "lost"), (ROUTER_TIMEOUT_REASON, "timed_out"),
-                  ("the previous turn of its conversation", "previous_turn"))
+                  ("the previous turn of its conversation", "previous_turn"),
+                  (SHED + ":", SHED))
 
 
 def reject_kind(reason: str) -> str:
@@ -166,6 +172,9 @@ class ReplicaStats(_Result):
     prefix_queried_blocks: int = 0     # full blocks looked up
     prefix_hit_blocks: int = 0
     prefix_evictions: int = 0          # cached blocks reused for other content (LRU)
+    offload_hit_tokens: int = 0        # queried tokens found in host memory (KV offload), loaded
+    offload_stored_blocks: int = 0     # GPU evictions written to the host tier
+    offload_capacity_blocks: int = 0   # the host tier's blocks (0: no KV offload)
     kv_written_tokens_at_peak: int = 0       # Σ computed tokens held, when KV use peaked
     block_table_entries_at_peak: int = 0     # Σ block-table lengths then (paged)
     peak_running: int = 0                    # most sequences in the batch at once
@@ -428,6 +437,7 @@ class SummaryRow(_Result):
     rejected_lost: int = 0
     rejected_timed_out: int = 0
     rejected_previous_turn: int = 0
+    rejected_shed: int = 0
     ttft_mean_ms: float
     ttft_p50_ms: float
     ttft_p90_ms: float
@@ -472,6 +482,10 @@ class SummaryRow(_Result):
     prefix_hit_rate: float = float("nan")        # hit tokens ÷ queried tokens (vLLM's metric)
     prefix_block_hit_rate: float = float("nan")  # hit full blocks ÷ queried full blocks
     prefill_tokens_saved: int = 0                # prompt tokens not computed thanks to hits
+    # KV offload to host memory (engine.kv_offloading_size): the host tier's hits, as
+    # prefix_hit_rate is the GPU tier's (NaN without offload).
+    offload_hit_rate: float = float("nan")       # host-tier hit tokens ÷ queried tokens
+    offload_hit_tokens: int = 0                  # prompt tokens loaded from host memory
     slot_occupancy: float              # useful slot-steps ÷ (max_num_seqs × steps), seed 000's occupancy
     cost_per_hour_usd: float
     cost_per_million_output_tokens_usd: float

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capsim.common.labels import parallel_label
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.run_config import Pool, RunConfig
 
 
@@ -73,7 +74,42 @@ def limits_text(run: RunConfig, pool: Pool | None = None) -> str:
     if run.router_rate_limit is not None:
         parts.append(f"{run.router_rate_limit.rate_per_s:g}/s, burst "
                      f"{run.router_rate_limit.burst} at the router")
-    return f", sheds beyond {'; '.join(parts)}" if parts else ""
+    shed = [c.name for c in run.workload.classes or () if c.criticality == "sheddable"]
+    out = f", sheds beyond {'; '.join(parts)}" if parts else ""
+    if shed:
+        sat = run.saturation or SaturationConfig()
+        out += (f", drops {', '.join(shed)} while saturated (mean of max(waiting / "
+                f"{sat.queue_depth_threshold}, KV use / {sat.kv_cache_util_threshold:g}) >= 1)")
+    return out
+
+
+def engine_extras_text(pool: Pool) -> str:
+    """``, priority scheduling, KV offload 16 GiB (native)``: the engine's priority
+    scheduling and host-memory KV tier, for ``capsim validate``'s line; "" without."""
+    eng, parts = pool.engine, []
+    if eng.scheduling_policy == "priority":
+        parts.append("priority scheduling")
+    if eng.kv_offloading_size is not None:
+        parts.append(f"KV offload {eng.kv_offloading_size:g} GiB ({eng.kv_offloading_backend})")
+    return "".join(f", {p}" for p in parts)
+
+
+def router_text(run: RunConfig) -> str:
+    """``, router prefix_aware (cache_threshold 0.5, ...)``: a cache-aware router and its
+    knobs (scenario/routing.py), for ``capsim validate``'s line; "" for a load-only one."""
+    if run.router not in KV_ROUTERS:
+        return ""
+    if run.router not in CACHE_ROUTERS:
+        return f", router {run.router}"
+    o = run.router_options if run.router_options is not None else RouterOptions()
+    if run.router == "kv_scorer":
+        w = o.scorer_weights
+        rule = (f"weights queue {w.queue:g}, kv_cache_utilization {w.kv_cache_utilization:g}, "
+                f"prefix_cache {w.prefix_cache:g}")
+    else:
+        rule = (f"cache_threshold {o.cache_threshold:g}, by load past "
+                f"{o.balance_abs_threshold} and {o.balance_rel_threshold:g}×")
+    return f", router {run.router} ({rule}; {o.max_tree_size_blocks} blocks per replica)"
 
 
 def pool_lines(run: RunConfig) -> list[str]:

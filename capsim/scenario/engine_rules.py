@@ -63,6 +63,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
                         {**scheduler_knobs, **defaults, **tuned, **user}, path, where,
                         "engine", user_keys=set(override))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    check_class_priorities(engine, workload, path)
     _check_marlin_platform(engine, model, hw, path, where, override)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
@@ -251,6 +252,51 @@ def _check_long_prefill(engine: EngineConfig, preset: EnginePreset, given: _Give
                         "enable_chunked_prefill: true")
 
 
+def _check_offload(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``kv_offloading_size``: vLLM V1's KV offloading, behind its paged prefix cache."""
+    key = "kv_offloading_size"
+    if engine.kv_offloading_size is None:
+        return
+    if not preset.scheduler.knobs.get("kv_offloading") or engine.scheduler != "continuous":
+        given.fail(key, f"engine preset '{preset.name}' (scheduler {engine.scheduler}) has no "
+                        f"KV offloading (vLLM V1's; valid with: "
+                        f"{_presets_with_knob('kv_offloading')})")
+    if engine.kv_allocator != "paged" or not engine.enable_prefix_caching:
+        given.fail(key, "KV offloading keeps the prefix cache's evicted blocks: set "
+                        "enable_prefix_caching: true and kv_allocator: paged")
+
+
+def _check_priority(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``scheduling_policy: priority``: vLLM V1's, over its continuous batching."""
+    if engine.scheduling_policy == "fcfs":
+        return
+    if not preset.scheduler.knobs.get("priority_scheduling") or engine.scheduler != "continuous" \
+            or engine.kv_allocator != "paged":
+        given.fail("scheduling_policy", f"engine preset '{preset.name}' (scheduler "
+                                        f"{engine.scheduler}) has no priority scheduling "
+                                        f"(vLLM V1's; valid with: "
+                                        f"{_presets_with_knob('priority_scheduling')}; "
+                                        "else fcfs)")
+
+
+def check_class_priorities(engine: EngineConfig, workload: WorkloadConfig, path: Path) -> None:
+    """A class with a request priority other than 0 needs ``scheduling_policy: priority``
+    (vLLM refuses such a request under fcfs: "Got priority ... but Priority scheduling is
+    not enabled").
+
+    Raises:
+        ScenarioError: naming ``workload.classes.N.priority``.
+    """
+    if engine.scheduling_policy == "priority":
+        return
+    for i, c in enumerate(workload.classes or ()):
+        if c.priority:
+            raise ScenarioError(f"class {c.name} has priority {c.priority}, but the engine "
+                                "schedules fcfs, which refuses a request priority; set "
+                                "engine.scheduling_policy: priority (or priority 0)",
+                                file=str(path), path=f"workload.classes.{i}.priority")
+
+
 def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """Swap preemption: a policy that preempts, on a preset that swaps (vLLM V0)."""
     no_swap = policy_capabilities(engine.scheduler).no_swap
@@ -297,7 +343,8 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 #: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
                 _check_async_scheduling, _check_moe_backend, _check_multi_step,
-                _check_long_prefill, _check_preemption, _check_chunking,
+                _check_long_prefill, _check_offload, _check_priority, _check_preemption,
+                _check_chunking,
                 _check_kv_allocator, _check_prefix_cache)
 
 

@@ -25,6 +25,7 @@ from capsim.scenario.kv_sizing import memory_path, replica_kv_capacity
 from capsim.scenario.profile_loading import (load_hardware_at, load_model_at, named,
                                              with_hardware_overrides)
 from capsim.scenario.resolve_fleet import check_fleet, provisioning_delay_s
+from capsim.scenario.router_rules import check_router
 from capsim.scenario.run_config import Pool, RunConfig
 from capsim.scenario.schema import ClusterConfig, Scenario, VariantSpec
 from capsim.scenario.spec_rules import speculative_decoding
@@ -54,12 +55,15 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
     kv = replica_kv_capacity(model, hw, engine, preset, path,
                              lambda *fields: memory_path(spec, v, where, fields), spec_dec)
     check_fleet(cluster, set(v.cluster), path, where)
+    check_router(cluster, spec.workload, set(v.cluster), path, where)
     scaling = provisioning_delay_s(cluster, spec, engine, model, path, where, v)
     pool = Pool("colocated", hw, engine, kv, cluster.num_replicas, preset, spec_dec)
     check_priced(pool, model, path, f"{where}.engine" if where and v.engine else "engine")
     return RunConfig(variant=v.name, description=v.description, seed=spec.seed,
                      workload=spec.workload, model=model, pools=(pool,),
-                     router=cluster.router, autoscaling=cluster.autoscaling,
+                     router=cluster.router, router_options=cluster.router_options,
+                     saturation=cluster.saturation,
+                     autoscaling=cluster.autoscaling,
                      failures=cluster.failures, provisioning_delay_s=scaling,
                      router_queue_timeout_s=cluster.router_queue_timeout_s,
                      router_max_queued_requests=cluster.router_max_queued_requests,

@@ -77,7 +77,7 @@ def resolve_pooled(spec: Scenario, index: int, v: VariantSpec, path: Path) -> Ru
                      pools=tuple(p.pool for p in pools), router=policy, fleet=fleet,
                      router_queue_timeout_s=cluster.router_queue_timeout_s,
                      router_max_queued_requests=cluster.router_max_queued_requests,
-                     router_rate_limit=cluster.router_rate_limit)
+                     router_rate_limit=cluster.router_rate_limit, saturation=cluster.saturation)
 
 
 def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfig, router: str,

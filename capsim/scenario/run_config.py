@@ -24,6 +24,7 @@ from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import load_quant_format
 from capsim.scenario.admission import RateLimitConfig
 from capsim.scenario.fleet import AutoscalingConfig, FailuresConfig
+from capsim.scenario.routing import RouterOptions, SaturationConfig
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS, SpecDecoding
 from capsim.scenario.workload import WorkloadConfig
@@ -257,6 +258,8 @@ class RunConfig:
     router_queue_timeout_s: float | None = None    # cluster.router_queue_timeout_s
     router_max_queued_requests: int | None = None  # cluster.router_max_queued_requests
     router_rate_limit: RateLimitConfig | None = None   # cluster.router_rate_limit
+    router_options: RouterOptions | None = None    # cluster.router_options (scenario/routing.py)
+    saturation: SaturationConfig | None = None     # cluster.saturation (scenario/routing.py)
 
     @property
     def disaggregated(self) -> bool:

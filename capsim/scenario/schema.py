@@ -25,6 +25,7 @@ from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
 from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
+from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
@@ -82,6 +83,10 @@ class EngineConfig(StrictModel):
     quantization: str | None = None
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
+    # vLLM --scheduling-policy: fcfs, or priority (the waiting queue ordered by each
+    # request's priority, then arrival; a preemption takes the running request of the
+    # lowest priority, latest arrival: vllm/v1/core/sched/scheduler.py).
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     # KV layout: vLLM's paged blocks, or the contiguous baselines of seed 000 / the
     # PagedAttention paper (reserve max_model_len, or prompt + max_tokens, first fit).
     kv_allocator: Literal["paged", "contiguous_max_model_len", "contiguous_max_tokens"] = "paged"
@@ -90,6 +95,14 @@ class EngineConfig(StrictModel):
     kv_cache_memory_gib: float | None = Field(default=None, gt=0)
     swap_space_gib: float = Field(default=4.0, ge=0)    # host swap per GPU (vLLM --swap-space)
     host_memory_gib: float = Field(default=512.0, gt=0)  # host RAM available to this replica
+    # vLLM's KV offloading to host memory (--kv-offloading-size GiB for the whole replica,
+    # --kv-offloading-backend native | lmcache; vllm/config/cache.py at c1d8642): GPU
+    # prefix-cache evictions kept in a CPU-DRAM tier, loaded back over PCIe on a hit
+    # (capsim/kv/offload.py). None: off.
+    kv_offloading_size: float | None = Field(
+        default=None, gt=0, description="GiB of host memory per replica holding KV blocks "
+                                        "the GPU evicted")
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
     # TensorRT-LLM (scheduler: trtllm)
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
     # SGLang (scheduler: sglang)
@@ -180,6 +193,24 @@ class EngineConfig(StrictModel):
                              f"{self.host_memory_gib:g}")
         return self
 
+    @model_validator(mode="after")
+    def _offload_fits_host(self) -> "EngineConfig":
+        """vLLM: kv_offloading_size and kv_offloading_backend go together; the buffer
+        (and any swap space) must fit the host's memory."""
+        size, backend = self.kv_offloading_size, self.kv_offloading_backend
+        if (size is None) != (backend is None):
+            raise ValueError("kv_offloading_size and kv_offloading_backend go together (vLLM "
+                             "enables KV offloading with both); give both or neither")
+        if size is None:
+            return self
+        swap = self.swap_space_gib * self.tensor_parallel_size \
+            if self.preemption_mode == "swap" else 0.0
+        if size + swap > self.host_memory_gib:
+            raise ValueError(f"kv_offloading_size {size:g} GiB"
+                             + (f" + swap space {swap:g} GiB" if swap else "")
+                             + f" exceeds host_memory_gib {self.host_memory_gib:g}")
+        return self
+
     @property
     def kv_dtype_bytes(self) -> int:
         """Bytes per KV element: ``auto`` keeps the model's 16-bit dtype even with fp8
@@ -244,8 +275,15 @@ class ClusterConfig(StrictModel):
     yaml_example: ClassVar[str] = "{num_replicas: 2, router: least_outstanding_tokens}"
 
     num_replicas: Int = Field(default=1, gt=0, le=MAX_REPLICAS)
-    # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only).
-    router: Literal["round_robin", "least_outstanding_tokens", "cost"] = "round_robin"
+    # cost: the cheapest pool whose estimated queueing keeps the TTFT SLO (pools only);
+    # prefix_aware, kv_scorer, session_affinity: by what each replica holds
+    # (scenario/routing.py, engine/cache_router.py; one pool of replicas only).
+    router: Literal["round_robin", "least_outstanding_tokens", "cost", "prefix_aware",
+                    "kv_scorer", "session_affinity"] = "round_robin"
+    router_options: RouterOptions | None = None
+    # The gateway's saturation detector: while the pool is saturated, requests of a
+    # sheddable class (workload.classes.N.criticality) are dropped (scenario/routing.py).
+    saturation: SaturationConfig | None = None
     # How long the router holds a request while no replica serves (every one failed or not
     # yet repaired) before it answers with an error: the gateway's timeout (ingress-nginx
     # proxy-read-timeout 60 s, Envoy's route timeout 15 s by default). None: held until a
@@ -285,13 +323,24 @@ class ClusterConfig(StrictModel):
             if self.router == "cost":
                 raise ValueError("router: cost picks among pools; give cluster.pools (valid "
                                  "for one pool of replicas: round_robin, "
-                                 "least_outstanding_tokens)")
+                                 "least_outstanding_tokens, " + ", ".join(KV_ROUTERS) + ")")
+            self._options_read()
             return self
+        if self.router in KV_ROUTERS:
+            raise ValueError(f"router: {self.router} picks a replica within one pool; with "
+                             "cluster.pools give round_robin, least_outstanding_tokens or cost")
         for key in ("num_replicas", "autoscaling", "failures"):
             if key in self.model_fields_set:
                 raise ValueError(f"with pools, give {key} per pool "
                                  f"(cluster.pools.N.{key}); remove cluster.{key}")
+        self._options_read()
         return self
+
+    def _options_read(self) -> None:
+        """``router_options`` only with a router that reads them."""
+        if self.router_options is not None and self.router not in CACHE_ROUTERS:
+            raise ValueError(f"router_options are read by router {' or '.join(CACHE_ROUTERS)}"
+                             f"; router {self.router} reads none (remove router_options)")
 
 
 #: Longest scenario or variant name, characters. Names become file and directory names

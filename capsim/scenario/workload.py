@@ -327,6 +327,12 @@ class RequestClass(StrictModel):
     shared_prefix: Optional[SharedPrefix] = None
     conversation: Optional[Conversation] = None
     n: Int = Field(default=1, gt=0, description="parallel samples per request (SamplingParams.n)")
+    # vLLM's request priority (lower is served first; needs engine.scheduling_policy:
+    # priority) and the gateway's criticality (Gateway API Inference Extension: sheddable
+    # requests are dropped while the pool is saturated, cluster.saturation).
+    priority: Int = Field(default=0, description="vLLM request priority: lower first, with "
+                                                 "engine.scheduling_policy: priority")
+    criticality: Literal["critical", "standard", "sheddable"] = "standard"
     model: Optional[str] = Field(
         default=None, min_length=1, description="the model its requests ask for (a pool of "
                                                 "cluster.pools must serve it); default: the "

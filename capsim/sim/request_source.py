@@ -32,7 +32,8 @@ class RequestSource:
     Memory: 1 byte per request, 8 per first turn and 12 per later turn.
     """
 
-    def __init__(self, trace: RequestTrace):
+    def __init__(self, trace: RequestTrace, class_priority: tuple[int, ...] = ()):
+        self.class_priority = class_priority      # per class id (workload.classes.N.priority)
         self.use(trace)
 
     def use(self, trace: RequestTrace) -> None:
@@ -69,7 +70,9 @@ class RequestSource:
         for rid in self._kids[lo:hi].tolist():
             prompt = self.trace.prompt_tokens.item(rid)
             own = prompt - parent.prompt_tokens - parent.output_tokens
-            out.append(self._build(rid, prompt, parent.segments + ((USER, rid, own),)))
+            req = self._build(rid, prompt, parent.segments + ((USER, rid, own),))
+            req.conversation = parent.conversation
+            out.append(req)
         return out
 
     def _build(self, rid: int, prompt: int, segments) -> Request:
@@ -78,4 +81,6 @@ class RequestSource:
                       t.output_tokens.item(rid), segments, t.n.item(rid))
         if self.has_children[rid]:
             req.shareable = True            # its prompt + reply are the next turn's prefix
+        if self.class_priority:
+            req.priority = self.class_priority[req.class_id]
         return req

@@ -75,10 +75,12 @@ def build_cluster(run: RunConfig, w: Wiring) -> Cluster:
 
     if run.autoscaling is None and run.failures is None:
         return FixedPool(w.env, pool, run.router,
-                         [replica(i, w.on_finish) for i in range(pool.num_replicas)], w.reject)
+                         [replica(i, w.on_finish) for i in range(pool.num_replicas)], w.reject,
+                         run.router_options)
     return Fleet(w.env, run.autoscaling, run.failures, pool.num_replicas, run.router,
                  run.provisioning_delay_s, run.seed, replica, w.on_finish, w.reject,
-                 w.on_lost_gaps, w.done, queue_timeout_s=run.router_queue_timeout_s, pool=pool)
+                 w.on_lost_gaps, w.done, queue_timeout_s=run.router_queue_timeout_s, pool=pool,
+                 router_options=run.router_options)
 
 
 def _pooled(run: RunConfig, w: Wiring) -> PooledCluster:

@@ -33,6 +33,8 @@ class Traffic:
         env: the simulation.
         trace: the requests (a closed loop's rows are drawn as they are sent).
         progress: called as ``progress(done, total)`` while requests end (None: not).
+        class_priority: each class's request priority (``workload.classes.N.priority``;
+            empty: all 0).
 
     Attributes:
         log: the run's :class:`RequestLog`.
@@ -42,9 +44,10 @@ class Traffic:
             :meth:`start`).
     """
 
-    def __init__(self, env: simpy.Environment, trace: RequestTrace, progress: Progress | None):
+    def __init__(self, env: simpy.Environment, trace: RequestTrace, progress: Progress | None,
+                 class_priority: tuple[int, ...] = ()):
         self.env, self.trace, self.progress = env, trace, progress
-        self.source = RequestSource(trace)
+        self.source = RequestSource(trace, class_priority)
         self.log = RequestLog(len(trace))
         self.total = len(trace)
         self.tick = max(1, self.total // 200)
@@ -104,7 +107,8 @@ class Traffic:
             cluster.admit(req)
             return
         now = self.env.now
-        reason = gate.refusal(now, cluster.serving, cluster.held)
+        reason = gate.refusal(now, cluster.serving, cluster.held,
+                              req.class_id % self.num_classes)
         if reason:
             self.reject(req, reason)
             return

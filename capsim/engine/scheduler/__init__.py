@@ -31,6 +31,7 @@ from capsim.engine.scheduler.tgi import TgiScheduler
 from capsim.engine.scheduler.trtllm import TrtllmMaxUtilizationScheduler, TrtllmScheduler
 from capsim.kv.allocator import BlockAllocator
 from capsim.kv.contiguous import ContiguousAllocator
+from capsim.kv.offload import HostTier, host_blocks
 from capsim.profiles.policies import POLICY_TABLE, policy_capabilities
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SpecDecoding
@@ -40,16 +41,22 @@ POLICIES: dict[str, Callable[[PolicyArgs], Scheduler]] = {
     name: import_module(f"{__name__}.{row.module}").build for name, row in POLICY_TABLE.items()}
 
 
-def make_kv(eng: EngineConfig, num_gpu_blocks: int) -> BlockAllocator | ContiguousAllocator:
+def make_kv(eng: EngineConfig, num_gpu_blocks: int, kv_bytes_per_token: int = 0
+            ) -> BlockAllocator | ContiguousAllocator:
     """A replica's KV pool of ``num_gpu_blocks`` blocks: paged (vLLM), or a contiguous
     baseline (``engine.kv_allocator``). The paged pool caches prefixes when
     ``enable_prefix_caching`` is on and the policy has a prefix cache
-    (``capabilities.prefix_cache``)."""
+    (``capabilities.prefix_cache``); with ``engine.kv_offloading_size`` its evictions go
+    to a host tier (:mod:`capsim.kv.offload`) of that many GiB at ``kv_bytes_per_token``
+    bytes per token of the replica."""
     if eng.kv_allocator != "paged":
         return ContiguousAllocator(num_gpu_blocks * eng.block_size, eng.block_size)
-    return BlockAllocator(num_gpu_blocks, eng.block_size,
-                          enable_caching=eng.enable_prefix_caching
-                          and policy_capabilities(eng.scheduler).prefix_cache)
+    caching = eng.enable_prefix_caching and policy_capabilities(eng.scheduler).prefix_cache
+    host = None
+    if caching and eng.kv_offloading_size is not None and kv_bytes_per_token:
+        host = HostTier(host_blocks(eng.kv_offloading_size, kv_bytes_per_token,
+                                    eng.block_size))
+    return BlockAllocator(num_gpu_blocks, eng.block_size, enable_caching=caching, host=host)
 
 
 def make_scheduler(eng: EngineConfig, alloc: BlockAllocator | ContiguousAllocator,

@@ -62,6 +62,8 @@ class SchedulerCounters:
         swap_out_bytes, swap_in_bytes: KV bytes copied for swap preemption.
         prefix_queried_tokens, prefix_hit_tokens, prefix_queried_blocks,
         prefix_hit_blocks: prefix-cache lookups at admission and their hits.
+        offload_hit_tokens: tokens of those lookups found in the host tier (KV offload)
+            after the GPU's hit, loaded instead of recomputed.
         admission_blocked, first_blocked: contiguous KV layouts: requests that
             waited for a hole at the head of the queue, and (wanted, free, biggest
             hole) tokens at the first such moment.
@@ -78,6 +80,7 @@ class SchedulerCounters:
     prefix_hit_tokens: int = 0
     prefix_queried_blocks: int = 0
     prefix_hit_blocks: int = 0
+    offload_hit_tokens: int = 0
     admission_blocked: int = 0
     first_blocked: tuple[int, int, int] | None = None
 

@@ -98,8 +98,11 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
                  allocator: BlockAllocator, num_classes: int, itl: ItlRecorder,
                  role: str = "colocated", swap_space_bytes: int = 0,
                  kv_bytes_per_token: int = 0, num_scheduler_steps: int = 1,
-                 long_prefill_token_threshold: int = 0):
+                 long_prefill_token_threshold: int = 0, priority_scheduling: bool = False):
         super().__init__()
+        # vLLM's --scheduling-policy priority: the waiting queue in (priority, arrival)
+        # order, preemption of the lowest-priority, latest-arriving running request.
+        self.by_priority = priority_scheduling
         self.role = role
         self.num_scheduler_steps = num_scheduler_steps
         # The most prompt tokens a request gets in one step (vLLM V1's threshold; none: the
@@ -118,6 +121,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.kv = self.make_kv(allocator)
         self.bs = self.kv.block_size
         self.caching = self.kv.enable_caching
+        self.offload = self.caching and getattr(allocator, "host", None) is not None
         self.itl = itl
         self.num_classes = num_classes
         self.prefilling: dict[int, Request] = {}   # running, still computing prompt tokens
@@ -156,9 +160,27 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             if eng.preemption_mode == "swap" else 0
         return cls(**cls.engine_kwargs(args), **extra, swap_space_bytes=swap,
                    kv_bytes_per_token=args.kv_bytes_per_token,
-                   long_prefill_token_threshold=eng.long_prefill_token_threshold)
+                   long_prefill_token_threshold=eng.long_prefill_token_threshold,
+                   priority_scheduling=eng.scheduling_policy == "priority")
 
     # ----------------------------------------------------------------- queue
+    def add(self, req: Request) -> None:
+        """Queue an arrived request: at the back (fcfs), or by priority."""
+        if self.by_priority:
+            req.state = WAITING
+            self._enqueue_by_priority(req)
+        else:
+            super().add(req)
+
+    def _enqueue_by_priority(self, req: Request) -> None:
+        """Into the waiting queue in (priority, arrival) order, after its equals (vLLM's
+        PriorityRequestQueue pops the smallest (priority, arrival_time))."""
+        waiting, key = self.waiting, (req.priority, req.arrival_s)
+        i = len(waiting)
+        while i and (waiting[i - 1].priority, waiting[i - 1].arrival_s) > key:
+            i -= 1
+        waiting.insert(i, req)
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.incoming or self.swapped)
 
@@ -251,7 +273,10 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
                and self.num_running + self.waiting[0].n <= self.max_num_seqs):
             req = self.waiting[0]
             hit = kv.get_computed_blocks(req)
-            cached = len(hit) * bs
+            # KV offload (capsim.kv.offload): the next blocks found in host memory are
+            # loaded, not recomputed; they take fresh GPU blocks like computed ones.
+            host = kv.host_hits(req, len(hit)) if self.offload else 0
+            cached = (len(hit) + host) * bs
             todo = req.num_tokens - cached
             if whole_prompts and todo > budget:
                 break
@@ -260,7 +285,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             if not kv.can_allocate(need + kv.num_free_among(hit)):
                 break
             if self.caching:
-                self._take_prefix(req, hit)
+                self._take_prefix(req, hit, host)
             kv.allocate_slots(req, cached + n)
             self._start(req, step, n)
             budget -= n
@@ -311,15 +336,23 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         return True
 
     # ------------------------------------------------------------ prefix cache
-    def _take_prefix(self, req: Request, hit: list[int]) -> None:
+    def _take_prefix(self, req: Request, hit: list[int], host: int = 0) -> None:
         """Admission with prefix caching: count the lookup, take a reference to the hit
-        blocks (``req`` holds no blocks yet) and skip their tokens."""
-        c, cached = self.counters, len(hit) * self.bs
+        blocks (``req`` holds no blocks yet) and skip their tokens; the ``host`` blocks
+        after them are loaded from the host tier (their bytes charged to the step over
+        the host link, as swap-in copies are)."""
+        c, bs = self.counters, self.bs
+        cached = len(hit) * bs
         c.prefix_queried_tokens += req.num_tokens
         c.prefix_hit_tokens += cached
-        c.prefix_queried_blocks += req.num_tokens // self.bs
+        c.prefix_queried_blocks += req.num_tokens // bs
         c.prefix_hit_blocks += len(hit)
         self.kv.take_computed(req, hit)
+        if host:
+            self.kv.allocator.host.load(req.hashes[len(hit):len(hit) + host])
+            c.offload_hit_tokens += host * bs
+            self._swap_pending += host * bs * self.kv_bytes_per_token
+            cached += host * bs
         req.num_computed = cached
         self.kv_tokens += cached
 
@@ -345,7 +378,10 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self.kv_tokens -= req.num_computed
         req.num_computed = 0
         req.state = WAITING
-        self.waiting.appendleft(req)
+        if self.by_priority:
+            self._enqueue_by_priority(req)
+        else:
+            self.waiting.appendleft(req)
 
     def _cached_at_preemption(self, req: Request, decoding: bool) -> int:
         """Tokens of a preempted request that stay in the prefix cache: every computed one

@@ -96,8 +96,12 @@ class PipelineLanes:
 
     def _victim(self) -> Request:
         """The request a decode-block shortage preempts: the newest running one (vLLM's
-        ``self.running.pop()``), never one in flight."""
+        ``self.running.pop()``), never one in flight; with priority scheduling the one of
+        the lowest priority, latest arrival (vLLM's ``max(running, key=(priority,
+        arrival_time))``)."""
         if self._lanes is None:
+            if self.by_priority:
+                return max(self.running.values(), key=lambda r: (r.priority, r.arrival_s))
             return next(reversed(self.running.values()))
         for req in reversed(self.running.values()):
             if not self._in_flight(req):

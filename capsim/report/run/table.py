@@ -186,6 +186,8 @@ def kv_columns() -> list[Column]:
         Column("prefix_hit_rate", "token hits", "Prefix cache", "frac"),
         Column("prefix_block_hit_rate", "block hits", "Prefix cache", "frac"),
         Column("prefill_tokens_saved", "prefill saved", "Prefix cache", "int"),
+        Column("offload_hit_rate", "host hits", "KV offload", "frac"),
+        Column("offload_hit_tokens", "loaded tok", "KV offload", "int"),
     ]
 
 

@@ -1,0 +1,35 @@
+"""The checks of ``cluster.router`` that need the workload: a router that sticks a
+conversation to its replica (``session_affinity``) needs requests that carry a
+conversation id, which only ``workload.classes.N.conversation`` makes (a replayed trace
+has none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capsim.common.errors import ScenarioError
+from capsim.scenario.routing import CONVERSATION_ROUTERS
+from capsim.scenario.schema import ClusterConfig
+from capsim.scenario.workload import WorkloadConfig
+
+
+def check_router(cluster: ClusterConfig, workload: WorkloadConfig, variant_keys: set[str],
+                 path: Path, where: str) -> None:
+    """Refuse a conversation router over a workload without conversations.
+
+    Raises:
+        ScenarioError: naming ``cluster.router`` (the variant's when it set it).
+    """
+    if cluster.router not in CONVERSATION_ROUTERS:
+        return
+    at = f"{where}.cluster.router" if where and "router" in variant_keys else "cluster.router"
+    if workload.trace is not None:
+        raise ScenarioError(f"router {cluster.router} sticks each conversation to one replica, "
+                            "but a replayed trace carries no conversation ids; use "
+                            "prefix_aware or kv_scorer (they match prompt blocks)",
+                            file=str(path), path=at)
+    if not any(c.conversation is not None for c in workload.classes or ()):
+        raise ScenarioError(f"router {cluster.router} sticks each conversation to one replica, "
+                            "but no workload class has conversation turns; give "
+                            "workload.classes.N.conversation or another router",
+                            file=str(path), path=at)

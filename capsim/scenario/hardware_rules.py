@@ -1,5 +1,5 @@
 """What a model and an engine ask of the GPUs: tensor parallelism that divides the
-heads and stays in one node, expert parallelism that divides the experts, a layer per
+heads and stays in one node or takes whole nodes, expert parallelism that divides the experts, a layer per
 pipeline stage, a packaged scale-out link, the tensor cores each weight format computes
 on. Each rule as vLLM enforces it at start-up; an error names the field that set it.
 
@@ -26,7 +26,7 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
                        spec: Scenario, v: VariantSpec, path: Path, where: str) -> None:
     """Every rule of this module, in the order an error is looked for: the weight
     formats' tensor cores, TP dividing the heads, EP, PP, the scale-out link, then TP
-    within one node (unless DP attention with EP spreads the experts beyond it).
+    within one node or over whole nodes.
 
     Raises:
         ScenarioError: naming the variant's field when the variant set it, else the
@@ -39,8 +39,7 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
     _check_expert_parallel(model, engine, path, where, set(v.engine))
     _check_pipeline_parallel(model, engine, path, where, set(v.engine))
     _check_scale_out(hw, spec, v, path, where)
-    if not (engine.enable_dp_attention and engine.enable_expert_parallel):
-        named(lambda _: hw.check_tp_in_node(engine.tensor_parallel_size), "", path, tp_field)
+    named(lambda _: hw.check_tp_nodes(engine.tensor_parallel_size), "", path, tp_field)
 
 
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,

@@ -236,10 +236,12 @@ BAD = [
     ("variants.0.name", "v" * 5000, "variants.0.name: String should have at most 100 "
                                     "characters (got 'vvvvv"),
     ("name", "n" * 300, "name: String should have at most 100 characters"),
-    # TP 16 on an 8-GPU HGX H100 node: the all-reduces would cross the inter-node network,
-    # which capsim does not price; refused rather than priced as one NVLink domain.
-    ("engine.tensor_parallel_size", 16, "engine.tensor_parallel_size: tensor_parallel_size 16 "
-                                        "spans more than one node of 8 h100-sxm GPUs"),
+    # TP 16 over nodes of 12: a TP group across nodes takes whole nodes (its all-reduces are
+    # priced over NVLink in each node and the scale-out link between them).
+    ("variants", [{"name": "a", "engine": {"tensor_parallel_size": 16},
+                   "hardware_overrides": {"gpus_per_node": 12}}],
+     "variants.0.engine.tensor_parallel_size: tensor_parallel_size 16 spans nodes of 12 "
+     "h100-sxm[gpus_per_node=12] GPUs unevenly"),
     # Pooled fleets (issue 17 item 5): a class asking for a model no pool serves, a route to
     # a pool that does not exist, two pools with one name, a pool whose model does not fit
     # its GPUs (Llama-3.1-70B's 131 GiB of bf16 weights on one 80 GB H100).
@@ -1117,12 +1119,8 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
      "error: --pp 1000 exceeds the model's 80 layers (every stage needs at least one)\n"),
     (["--model", "llama-3.1-70b", "--tp", "3"],
      "error: --tp 3 must divide num_attention_heads 64 of llama-3.1-70b\n"),
-    (["--model", "llama-3.1-70b", "--tp", "16"],
-     "error: --tp 16 spans more than one node of 8 h100-sxm GPUs"),
-    # ... and what roofline takes instead (no scenario: no hardware_overrides there).
-    (["--model", "llama-3.1-70b", "--tp", "16"],
-     "use --tp <= 8 and more replicas (or --pp across nodes), or give --hardware a profile "
-     "YAML with a larger gpus_per_node (72 on a GB200 NVL72)\n"),
+    (["--model", "qwen2.5-7b", "--tp", "28"],
+     "error: --tp 28 spans nodes of 8 h100-sxm GPUs unevenly"),
     (["--model", "llama-3.1-70b", "--preset", "./nosuch.yaml"],
      "error: --preset nosuch.yaml: cannot read file: No such file or directory\n"),
     (["--model", "llama-3.1-70b", "--preset", "nosuch"],

@@ -81,19 +81,25 @@ class Communication:
             instead of their two all-reduces each.
         scale_out: the link between nodes (a TP or EP group across nodes needs it).
         ep_imbalance: the busiest EP rank's routing load over the mean (1.0: balanced).
+        attention_tp: with ``all_to_all``, the GPUs of each data-parallel attention rank:
+            above 1, each MoE layer's attention output is all-reduced inside the rank
+            (NCCL's ring over the TP link, for the rank's attention_tp / TP of the step's
+            tokens) before the dispatch.
 
     Raises:
         ScenarioError: a group across nodes without ``scale_out``, or over part of a node.
     """
 
-    __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance",
+    __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance", "attention_tp",
                  "split_tokens", "fixed_s", "per_token_s", "per_logit_s", "tail")
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
                  all_reduce: TpAllReduce | None = None, *, embedding: bool = True,
                  lm_head: bool = True, all_to_all: bool = False,
-                 scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0) -> None:
+                 scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0,
+                 attention_tp: int = 1) -> None:
         self.model, self.hw, self.tp = model, hw, tensor_parallel_size
+        self.attention_tp = attention_tp
         self.all_reduce, self.scale_out, self.ep_imbalance = all_reduce, scale_out, ep_imbalance
         self.split_tokens, self.tail = NO_LIMIT_TOKENS, ()
         tp, m = tensor_parallel_size, model
@@ -205,7 +211,9 @@ class Communication:
         """(fixed s, s per token of the step) of the expert-parallel dispatch and combine
         of every MoE layer (2 all-to-alls each): the latency, and the busiest rank's
         bytes per token (:func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token` ×
-        the routing imbalance) over NVLink within a node and the scale-out link beyond.
+        the routing imbalance) over NVLink within a node and the scale-out link beyond;
+        with DP attention ranks of several GPUs, each MoE layer's attention all-reduce
+        inside the rank.
 
         Raises:
             ScenarioError: the EP group spans nodes and no scale-out link was given.
@@ -223,4 +231,10 @@ class Communication:
         fixed = all_to_all_s(0.0, *args)
         per_token_s = all_to_all_s(per_token, *args) - fixed
         n = 2 * m.moe_layers
-        return n * fixed, n * per_token_s
+        fixed, per_token_s = n * fixed, n * per_token_s
+        t = self.attention_tp
+        if t > 1:                        # each rank's attention output, inside the rank
+            row = m.hidden_size * ACTIVATION_BYTES * t / ep
+            fixed += m.moe_layers * ring_all_reduce_s(0.0, t, bw, hw.tp_link_latency_s)
+            per_token_s += m.moe_layers * ring_all_reduce_s(row, t, bw, 0.0)
+        return fixed, per_token_s

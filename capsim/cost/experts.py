@@ -52,12 +52,13 @@ def check_routing_skew(routing_skew: float, name: str = "moe_routing_skew") -> N
 
 
 def check_moe_options(model: ModelShape, tp: int, routing_skew: float, dp_attention: bool,
-                      expert_parallel: bool) -> None:
+                      expert_parallel: bool, attention_tp: int = 1) -> None:
     """Refuse MoE options the model cannot take.
 
     Raises:
         ScenarioError: a routing skew outside [0, MAX_ROUTING_SKEW]; a skew, DP attention
-            or expert parallelism on a dense model; EP (= TP) not dividing the experts.
+            or expert parallelism on a dense model; EP (= TP) not dividing the experts;
+            DP attention ranks of ``attention_tp`` GPUs not dividing TP.
     """
     check_routing_skew(routing_skew)
     dense = (f"a mixture-of-experts model; {model.name} is dense")
@@ -67,6 +68,9 @@ def check_moe_options(model: ModelShape, tp: int, routing_skew: float, dp_attent
         raise ScenarioError(f"data-parallel attention needs {dense}")
     if expert_parallel and not model.is_moe:
         raise ScenarioError(f"expert parallelism needs {dense}")
+    if dp_attention and (attention_tp < 1 or tp % attention_tp):
+        raise ScenarioError(f"data-parallel attention ranks of {attention_tp} GPUs must divide "
+                            f"tensor_parallel_size {tp}")
     if expert_parallel and model.num_experts % tp:
         raise ScenarioError(f"expert parallel size {tp} must divide num_experts "
                             f"{model.num_experts} of {model.name}")

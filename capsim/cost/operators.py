@@ -252,11 +252,14 @@ def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, fl
 
 def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
                        dp_attention: bool = False,
-                       group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
+                       group_bytes: dict[str, float] | None = None,
+                       attention_tp: int = 1) -> tuple[Matmul, ...]:
     """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
     the dense MLP on the dense layers, the shared expert and the router on the MoE
     layers (the routed experts are :func:`expert_work`). With ``dp_attention`` each GPU
-    runs the attention projections whole for 1/TP of the step's tokens. ``group_bytes``:
+    runs the attention projections whole for 1/TP of the step's tokens, or with
+    ``attention_tp`` > 1 (DP ranks of several GPUs) a 1/attention_tp slice of them for
+    attention_tp/TP of the tokens. ``group_bytes``:
     bytes per weight of the ``attention``, ``mlp`` and ``router`` groups where the
     checkpoint stores them apart (default ``weight_bytes`` for all)."""
     h, layers = model.hidden_size, model.num_hidden_layers
@@ -270,7 +273,7 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
                               count * params * per.get(group, weight_bytes),
                               count * (w_in + w_out) * ACTIVATION_BYTES * share))
 
-    t_attn, share = (1, 1.0 / tp) if dp_attention else (tp, 1.0)
+    t_attn, share = (attention_tp, attention_tp / tp) if dp_attention else (tp, 1.0)
     if model.is_mla:
         for name, params, w_in, w_out in _mla_matmuls(model, t_attn):
             add(name, layers, params, w_in, w_out, share)
@@ -309,14 +312,16 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
                   dp_attention: bool = False,
                   quant: QuantFormat | None = None,
                   mlp_quant: QuantFormat | None = None,
-                  group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
+                  group_bytes: dict[str, float] | None = None,
+                  attention_tp: int = 1) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
     Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
     O and down row-parallel; KV heads split, or replicated beyond their count.
     A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`; ``dp_attention``:
-    data-parallel attention); each Matmul's ``count`` is the layers it runs on.
+    data-parallel attention, its ranks of ``attention_tp`` GPUs each); each Matmul's
+    ``count`` is the layers it runs on.
     Weight bytes: ``weight_bytes`` per parameter, or with a quantized ``quant`` its
     :meth:`~capsim.profiles.quantization.QuantFormat.tensor_bytes` of each per-GPU
     K × N weight (scales and zero points included) plus 16-bit biases (dense shapes;
@@ -325,7 +330,8 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
     shape (default ``quant``), ``group_bytes`` for a MoE / MLA shape's groups.
     """
     if model.is_moe or model.is_mla:
-        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes)
+        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes,
+                                  attention_tp)
     mlp_quant = quant if mlp_quant is None else mlp_quant
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
@@ -355,17 +361,21 @@ def lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
     return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
 
 
-def dp_attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2
-                      ) -> AttentionWork:
-    """:func:`attention_work` under data-parallel attention: each of the ``tp`` GPUs
-    attends with all heads for 1/TP of the step's sequences, so per GPU every
-    coefficient is TP 1's ÷ TP (balanced ranks assumed; the slowest rank sets a real
-    step). MLA's latent is then read once per sequence, not on every rank."""
-    a = attention_work(model, 1, kv_cache_dtype_bytes)
-    return AttentionWork(layers=a.layers, flops_per_pair=a.flops_per_pair / tp,
-                         kv_bytes_per_token=a.kv_bytes_per_token / tp,
-                         new_bytes_per_token=a.new_bytes_per_token / tp,
-                         decode_flops_per_pair=a.decode_flops_per_pair / tp,
+def dp_attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2,
+                      attention_tp: int = 1) -> AttentionWork:
+    """:func:`attention_work` under data-parallel attention: TP / ``attention_tp`` ranks
+    of ``attention_tp`` GPUs each attend for their share of the step's sequences, so per
+    GPU every coefficient is ``attention_work`` at ``attention_tp`` × attention_tp / TP
+    (balanced ranks assumed; the slowest rank sets a real step). With ranks of one GPU
+    (SGLang's default ``--dp-size`` = ``--tp``) every head is on it and MLA's latent is
+    read once per sequence; a rank of several GPUs reads it on each (every TP rank holds
+    the latent whole)."""
+    a = attention_work(model, attention_tp, kv_cache_dtype_bytes)
+    t = attention_tp
+    return AttentionWork(layers=a.layers, flops_per_pair=a.flops_per_pair * t / tp,
+                         kv_bytes_per_token=a.kv_bytes_per_token * t / tp,
+                         new_bytes_per_token=a.new_bytes_per_token * t / tp,
+                         decode_flops_per_pair=a.decode_flops_per_pair * t / tp,
                          window_tokens=a.window_tokens, window_layers=a.window_layers)
 
 

@@ -145,7 +145,11 @@ class StepPricer:
             Traffic to GPUs of another node (``hw.gpus_per_node``) goes over
             ``scale_out``.
         scale_out: the link between nodes (``hw.scale_out_link``, loaded by the caller);
-            needed only when the EP group spans nodes.
+            needed only when the TP / EP group spans nodes.
+        attention_tp: with ``dp_attention``, the GPUs of each data-parallel attention rank
+            (SGLang's ``--tp`` / ``--dp-size``; 1: every GPU its own rank). Each rank shards
+            attention over its GPUs as TP does and all-reduces its output on each MoE layer
+            (NCCL's ring over NVLink); it must divide ``tensor_parallel_size``.
         embedding, lm_head: whether this GPU group runs the embedding gather (and its
             all-reduce) and the LM head (and the logits gather); both but one are off
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
@@ -166,7 +170,7 @@ class StepPricer:
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes", "engine",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "moe_backend",
-        "dp_attention", "expert_parallel", "rates", "terms", "comm", "host", "decode_costs",
+        "dp_attention", "attention_tp", "expert_parallel", "rates", "terms", "comm", "host", "decode_costs",
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
@@ -180,7 +184,7 @@ class StepPricer:
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
-                 moe_backend: str = "auto"):
+                 moe_backend: str = "auto", attention_tp: int = 1):
         tp = tensor_parallel_size
         check_tensor_parallel(model, tp)
         quantization = _check_dtypes(weight_dtype, quantization, moe_backend)
@@ -197,9 +201,10 @@ class StepPricer:
         # MXFP4 with bf16 activations, so at the 16-bit peak, on Blackwell too).
         self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype, engine)
         self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype, engine)
-        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel)
+        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel, attention_tp)
         self._routing_skew = float(routing_skew)
         self.dp_attention, self.expert_parallel = dp_attention, expert_parallel
+        self.attention_tp = attention_tp if dp_attention else tp
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
@@ -208,7 +213,8 @@ class StepPricer:
         self._init_rates()
         self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
                                   lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
-                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance)
+                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance,
+                                  attention_tp=attention_tp if dp_attention else 1)
         self._bind()
 
     def _init_host(self, host: HostOverhead | None) -> None:
@@ -224,7 +230,8 @@ class StepPricer:
             self.model, self.tensor_parallel_size, self.layout, self.dp_attention,
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,
             (self._routing_skew, self._ep_q, self._ep_imbalance,
-             self.expert_dtype != self.matmul_dtype))
+             self.expert_dtype != self.matmul_dtype),
+            self.attention_tp if self.dp_attention else 1)
 
     def _bind(self) -> None:
         """The parts' numbers and methods :meth:`price` reads, as attributes of its own

@@ -21,10 +21,18 @@ from capsim.scenario.schema import EngineConfig
 
 def replica_shape(engine: EngineConfig) -> str:
     """A replica's GPU shape with its MoE parallelism: ``TP8``, ``TP4 × PP2``,
-    ``TP8 EP DP-attention``."""
+    ``TP8 EP DP-attention``, ``TP32 EP DP8-attention × TP4``."""
     return (parallel_label(engine.tensor_parallel_size, engine.pipeline_parallel_size)
             + (" EP" if engine.enable_expert_parallel else "")
-            + (" DP-attention" if engine.enable_dp_attention else ""))
+            + (_dp_attention_label(engine) if engine.enable_dp_attention else ""))
+
+
+def _dp_attention_label(engine: EngineConfig) -> str:
+    """`` DP-attention`` (a rank per GPU) or `` DP4-attention × TP8`` (ranks of 8 GPUs)."""
+    t = engine.attention_tp_size
+    if t == 1:
+        return " DP-attention"
+    return f" DP{engine.tensor_parallel_size // t}-attention × TP{t}"
 
 
 def pool_log_lines(pool: Pool) -> list[str]:

@@ -37,6 +37,7 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
                 else "engine.tensor_parallel_size")
     named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
     _check_expert_parallel(model, engine, path, where, set(v.engine))
+    _check_dp_ranks(model, hw, engine, path, where, set(v.engine))
     _check_pipeline_parallel(model, engine, path, where, set(v.engine))
     _check_scale_out(hw, spec, v, path, where)
     named(lambda _: hw.check_tp_nodes(engine.tensor_parallel_size), "", path, tp_field)
@@ -61,6 +62,51 @@ def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, 
             f"{model.num_experts} of {model.name}", file=str(path),
             path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
             else at("enable_expert_parallel"))
+
+
+def _check_dp_ranks(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path: Path,
+                    where: str, variant_keys: set[str]) -> None:
+    """``data_parallel_size`` (SGLang's ``--dp-size``) splits the replica's GPUs into
+    data-parallel attention ranks of TP / DP GPUs each: it needs DP attention, must divide
+    tensor_parallel_size (SGLang's ``derive_attn_tp_size`` refuses otherwise,
+    python/sglang/srt/layers/dp_attention.py ``compute_dp_attention_world_info`` at
+    00161092), and each rank's attention TP must divide the heads (vLLM's and SGLang's
+    sharding rule) and stay within one node (its all-reduce is priced on NVLink)."""
+    dp, tp = engine.data_parallel_size, engine.tensor_parallel_size
+    if dp is None:
+        return
+    key = "data_parallel_size"
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    if not engine.enable_dp_attention:
+        if dp > 1:
+            raise ScenarioError(
+                f"data_parallel_size {dp} counts data-parallel attention ranks (SGLang "
+                "--dp-size) and needs enable_dp_attention: true; independent engine copies "
+                "are cluster.num_replicas", file=str(path), path=at)
+        return
+    if tp % dp:
+        raise ScenarioError(
+            f"data_parallel_size {dp} must divide tensor_parallel_size {tp}: each "
+            f"data-parallel attention rank takes tensor_parallel_size / data_parallel_size "
+            f"GPUs", file=str(path), path=at)
+    t = tp // dp
+    heads = model.num_attention_heads
+    if heads % t:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs (tensor_parallel_size {tp} / "
+            f"data_parallel_size {dp}) must divide num_attention_heads {heads} of "
+            f"{model.name}", file=str(path), path=at)
+    kv = model.num_key_value_heads
+    if kv % t and t % kv:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs must divide, or be a multiple of, "
+            f"num_key_value_heads {kv} of {model.name}", file=str(path), path=at)
+    g = hw.gpus_per_node
+    if g is not None and t > g:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs (tensor_parallel_size {tp} / "
+            f"data_parallel_size {dp}) spans nodes of {g} {hw.name} GPUs; valid: "
+            f"data_parallel_size >= {-(-tp // g)}", file=str(path), path=at)
 
 
 def _check_pipeline_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,

@@ -513,7 +513,7 @@ def expert_rank_loads(num_experts: int, top_k: int, ep: int,
     (:func:`expected_experts_hit`) are placed at random: of
     :data:`EP_PLACEMENT_SAMPLES` seeded random placements, the one whose busiest rank's
     load is nearest the mean busiest load. Uniform routing: every rank holds k / EP of
-    the load. EPLB (redundant hot experts) is not modelled.
+    the load. EPLB's redundant hot experts: :func:`eplb_rank_loads`.
     """
     per_rank = num_experts // ep
     if routing_skew == 0.0 or ep == 1:
@@ -528,6 +528,36 @@ def expert_rank_loads(num_experts: int, top_k: int, ep: int,
     peak = loads[np.arange(EP_PLACEMENT_SAMPLES), busiest]
     pick = int(np.argmin(np.abs(peak - peak.mean())))
     return ranks[pick, busiest[pick]]
+
+
+def eplb_rank_loads(num_experts: int, top_k: int, ep: int, routing_skew: float,
+                    redundant: int) -> np.ndarray:
+    """Routing probabilities of the physical experts the busiest of ``ep`` ranks holds
+    under EPLB with ``redundant`` extra copies, shape ((E + R) / EP,).
+
+    vLLM's EPLB (the global policy of ``rebalance_experts``, vllm/distributed/eplb/
+    rebalance_algo.py at 07fb932a, adapted from DeepSeek's EPLB): each extra copy goes to
+    the expert whose load per copy is the highest (``replicate_experts``), a token of an
+    expert with r copies goes to one of them (q_i / r each), then the copies are packed
+    heaviest first onto the least-loaded rank with a free slot, (E + R) / EP slots each
+    (``balanced_packing``). Loads are the skew's Zipf popularities
+    (:func:`expected_experts_hit`): the steady state EPLB's measured loads converge to.
+    """
+    q = _skewed_marginals(num_experts, top_k, routing_skew)
+    copies = np.ones(num_experts, dtype=np.int64)
+    for _ in range(redundant):
+        copies[int(np.argmax(q / copies))] += 1
+    loads = np.repeat(q / copies, copies)
+    slots = loads.size // ep
+    pack_load, pack_items = np.zeros(ep), np.zeros(ep, dtype=np.int64)
+    packs: list[list[float]] = [[] for _ in range(ep)]
+    for load in np.sort(loads)[::-1]:
+        free = np.flatnonzero(pack_items < slots)
+        j = int(free[np.argmin(pack_load[free])])
+        packs[j].append(float(load))
+        pack_load[j] += load
+        pack_items[j] += 1
+    return np.array(packs[int(np.argmax(pack_load))])
 
 
 def all_to_all_s(message_bytes: Any, ranks: int, gpus_per_node: int | None,

@@ -150,6 +150,11 @@ class StepPricer:
             (SGLang's ``--tp`` / ``--dp-size``; 1: every GPU its own rank). Each rank shards
             attention over its GPUs as TP does and all-reduces its output on each MoE layer
             (NCCL's ring over NVLink); it must divide ``tensor_parallel_size``.
+        redundant_experts: EPLB's extra expert copies (vLLM ``num_redundant_experts``, SGLang
+            ``--ep-num-redundant-experts``; needs ``expert_parallel``, EP dividing experts
+            + copies): under a routing skew the busiest rank of EPLB's placement sets the
+            time (:func:`~capsim.cost.operators.eplb_rank_loads`); uniform routing: no
+            change.
         embedding, lm_head: whether this GPU group runs the embedding gather (and its
             all-reduce) and the LM head (and the logits gather); both but one are off
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
@@ -184,9 +189,12 @@ class StepPricer:
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
-                 moe_backend: str = "auto", attention_tp: int = 1):
+                 moe_backend: str = "auto", attention_tp: int = 1,
+                 redundant_experts: int = 0):
         tp = tensor_parallel_size
-        check_tensor_parallel(model, tp)
+        # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
+        check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
+                              or tp % max(attention_tp, 1) else attention_tp)
         quantization = _check_dtypes(weight_dtype, quantization, moe_backend)
         self.model, self.hw, self.tensor_parallel_size = model, hw, tp
         self.weight_dtype, self.kv_cache_dtype_bytes = weight_dtype, kv_cache_dtype_bytes
@@ -201,14 +209,15 @@ class StepPricer:
         # MXFP4 with bf16 activations, so at the 16-bit peak, on Blackwell too).
         self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype, engine)
         self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype, engine)
-        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel, attention_tp)
+        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel, attention_tp,
+                          redundant_experts)
         self._routing_skew = float(routing_skew)
         self.dp_attention, self.expert_parallel = dp_attention, expert_parallel
         self.attention_tp = attention_tp if dp_attention else tp
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
-                                                           expert_parallel)
+                                                           expert_parallel, redundant_experts)
         self._init_host(host)
         self._init_rates()
         self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,

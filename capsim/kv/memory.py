@@ -215,6 +215,19 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
                                        quant if quantized else None, quant is None)
 
 
+def redundant_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+                            quant: QuantFormat | None, redundant_experts: int) -> float:
+    """Bytes EPLB's ``redundant_experts`` copies add to each of ``tp`` expert-parallel GPUs:
+    R / EP whole experts on every MoE layer, in the experts' format (the checkpoint's, or
+    ``quant``'s, else ``weight_bytes`` per weight)."""
+    h = model.hidden_size
+    params = model.moe_layers * 3 * h * model.moe_intermediate_size * redundant_experts / tp
+    if model.weight_formats or (quant is not None and quant.quantized):
+        layout = weight_layout(model, quant.name if quant is not None else None)
+        return params * layout.experts.bytes_per_weight(h, model.dtype_bytes)
+    return params * weight_bytes
+
+
 def _dense_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
                                 rope_cache: bool, embedding: bool, lm_head: bool,
                                 attn: QuantFormat | None, mlp: QuantFormat | None,
@@ -466,7 +479,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
                  num_sms: int, dp_attention: bool = False, embedding: bool = True,
                  lm_head: bool = True, quant: QuantFormat | None = None,
                  max_threads_per_sm: int | None = None,
-                 expert_parallel: bool = False, attention_tp: int = 1) -> MemoryTerms:
+                 expert_parallel: bool = False, attention_tp: int = 1,
+                 redundant_experts: int = 0) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -481,7 +495,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         max_threads_per_sm: resident threads per SM (the context's local memory,
         :func:`cuda_context_bytes`); expert_parallel: whole experts per GPU
         (the fused-MoE activations are not ÷ TP); attention_tp: GPUs per data-parallel
-        attention rank (:func:`weight_bytes_per_gpu`).
+        attention rank (:func:`weight_bytes_per_gpu`); redundant_experts: EPLB's extra
+        expert copies, ``redundant_experts`` / TP whole experts more per GPU.
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget; a ``vllm_v1`` budget is
@@ -490,6 +505,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
     """
     w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
                              embedding, lm_head, quant, attention_tp)
+    if redundant_experts:            # EPLB's copies: R / EP more whole experts per GPU
+        w += int(redundant_bytes_per_gpu(model, tp, weight_bytes, quant, redundant_experts))
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
                               lm_head, expert_parallel)
     n = int(rule.non_torch_gib_at(tp) * GIB) + held_all_reduce_bytes(

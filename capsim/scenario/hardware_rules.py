@@ -35,7 +35,9 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
     _check_weight_format(engine, hw, v, path, where, model)
     tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
                 else "engine.tensor_parallel_size")
-    named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
+    if not (engine.enable_dp_attention and model.is_moe):   # else per rank: _check_dp_ranks
+        named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
+              tp_field)
     _check_expert_parallel(model, engine, path, where, set(v.engine))
     _check_dp_ranks(model, hw, engine, path, where, set(v.engine))
     _check_pipeline_parallel(model, engine, path, where, set(v.engine))
@@ -46,8 +48,10 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
                            variant_keys: set[str]) -> None:
     """Expert parallelism, DP attention and a routing skew need routed experts; EP needs
-    the replica's GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives
-    each EP rank num_experts / ep_size of them)."""
+    the replica's GPUs (tensor_parallel_size) to divide the experts and EPLB's redundant
+    copies (vLLM's FusedMoE gives each EP rank (num_experts + num_redundant_experts) /
+    ep_size of them; ``rebalance_experts`` asserts it, vllm/distributed/eplb/
+    rebalance_algo.py at 07fb932a); redundant experts need EP."""
     def at(key: str) -> str:
         return f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
 
@@ -55,12 +59,22 @@ def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, 
         if getattr(engine, key) and not model.is_moe:
             raise ScenarioError(f"{key} needs a mixture-of-experts model; {model.name} is dense",
                                 file=str(path), path=at(key))
-    tp = engine.tensor_parallel_size
-    if engine.enable_expert_parallel and model.num_experts % tp:
+    tp, extra = engine.tensor_parallel_size, engine.num_redundant_experts
+    if extra and not engine.enable_expert_parallel:
+        raise ScenarioError(
+            f"num_redundant_experts {extra} (EPLB) copies experts across expert-parallel "
+            "ranks and needs enable_expert_parallel: true", file=str(path),
+            path=at("num_redundant_experts"))
+    if engine.enable_expert_parallel and (model.num_experts + extra) % tp:
+        copies = f" + num_redundant_experts {extra}" if extra else ""
+        hint = "" if extra else (f"; EPLB's num_redundant_experts can make up the difference "
+                                 f"(vLLM --eplb-config, SGLang --ep-num-redundant-experts)")
         raise ScenarioError(
             f"expert parallel size {tp} (tensor_parallel_size) must divide num_experts "
-            f"{model.num_experts} of {model.name}", file=str(path),
-            path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
+            f"{model.num_experts}{copies} of {model.name}{hint}", file=str(path),
+            path=at("num_redundant_experts") if extra and "num_redundant_experts" in
+            variant_keys else at("tensor_parallel_size") if "tensor_parallel_size" in
+            variant_keys else at("num_redundant_experts") if extra
             else at("enable_expert_parallel"))
 
 

@@ -125,7 +125,8 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              max_threads_per_sm=hw.max_threads_per_sm,
                              expert_parallel=engine.enable_expert_parallel,
                              attention_tp=engine.attention_tp_size
-                             if engine.enable_dp_attention else 1)
+                             if engine.enable_dp_attention else 1,
+                             redundant_experts=engine.num_redundant_experts)
         terms = _with_overrides(terms, engine)
         per_token = kv_bytes_per_token(model, engine)
         if spec is not None:

@@ -122,6 +122,10 @@ class EngineConfig(StrictModel):
     # rank per GPU. vLLM's --data-parallel-size D --tensor-parallel-size T
     # --enable-expert-parallel is tensor_parallel_size D × T, data_parallel_size D.
     data_parallel_size: Int | None = Field(default=None, ge=1)
+    # EPLB's redundant experts (vLLM --enable-eplb --eplb-config '{"num_redundant_experts":
+    # N}'; SGLang --enable-eplb --ep-num-redundant-experts N): N extra copies of the hottest
+    # experts, (num_experts + N) / EP per GPU; needs enable_expert_parallel.
+    num_redundant_experts: Int = Field(default=0, ge=0)
     # vLLM --moe-backend (0.15: VLLM_MXFP4_USE_MARLIN=1 for marlin): the kernels of the
     # routed experts. auto: vLLM's default per GPU (MXFP4 experts: triton_kernels on Hopper
     # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);

@@ -79,6 +79,33 @@ def test_dp_attention_ranks_that_cannot_be_are_refused_by_both(tmp_path, run_cli
     assert code == 2 and f": {path}: {phrase}" in err
 
 
+#: Wide EP over a GB200 NVL72's 72 GPUs (one NVLink domain), DP attention ranks of TP 4:
+#: 256 experts do not fill 72 ranks evenly; EPLB's 32 redundant copies make 288 = 72 × 4.
+NVL72 = _doc("deepseek-v3", "b200", {"tensor_parallel_size": 72, "enable_expert_parallel": True,
+                                     "enable_dp_attention": True, "data_parallel_size": 18,
+                                     "moe_routing_skew": 0.5},
+             hardware_overrides={"gpus_per_node": 72})
+
+
+def test_wide_ep_over_72_gpus_needs_redundant_experts(tmp_path, run_cli):
+    code, _, err = _both(tmp_path, run_cli, NVL72)
+    assert code == 2 and ("engine.enable_expert_parallel: expert parallel size 72 "
+                          "(tensor_parallel_size) must divide num_experts 256 of deepseek-v3; "
+                          "EPLB's num_redundant_experts can make up the difference") in err
+
+
+def test_wide_ep_over_72_gpus_with_32_redundant_experts_runs(tmp_path, run_cli):
+    doc = {**NVL72, "engine": {**NVL72["engine"], "num_redundant_experts": 32}}
+    code, out, _ = _both(tmp_path, run_cli, doc)
+    assert code == 0 and "TP72 EP DP18-attention × TP4" in out
+
+
+def test_redundant_experts_without_ep_are_refused_by_both(tmp_path, run_cli):
+    doc = {**TP16, "engine": {**TP16["engine"], "num_redundant_experts": 16}}
+    code, _, err = _both(tmp_path, run_cli, doc)
+    assert code == 2 and "engine.num_redundant_experts: num_redundant_experts 16 (EPLB)" in err
+
+
 def test_mtp_on_16_gpus_runs(tmp_path, run_cli):
     """Fixed before this issue's item 4 (the MoE drafter's pricer crosses the scale-out
     link); here run as well as validate."""

@@ -977,14 +977,19 @@ def test_hidden_size_not_divisible_by_heads_is_refused(tmp_path, run_cli, write_
     assert code == 0
 
 
-def test_tp_beyond_one_node_is_refused_everywhere_unless_the_node_is_larger(
+def test_tp_beyond_one_node_takes_whole_nodes_everywhere(
         tmp_path, run_cli, write_scenario):
-    """capsim prices TP all-reduces on one node's NVLink (8 GPUs on HGX H100, the profile's
-    gpus_per_node); TP 16 is refused by roofline too, and accepted on a declared 72-GPU
-    NVLink domain (GB200 NVL72)."""
+    """A TP group across nodes takes whole nodes (8 GPUs on HGX H100, the profile's
+    gpus_per_node; its all-reduces cross the scale-out link): roofline prices TP 16 and
+    refuses TP 28 (3.5 nodes), and TP 16 is one node on a declared 72-GPU NVLink domain
+    (GB200 NVL72)."""
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
                             "--tp", "16", "--prefill-tokens", "100"])
-    assert code == 2 and "not over the inter-node link" in err and err.count("\n") == 1
+    assert code == 0
+    code, _, err = run_cli(["roofline", "--model", "qwen2.5-7b", "--hardware", "h100-sxm",
+                            "--tp", "28", "--prefill-tokens", "100"])
+    assert code == 2 and "spans nodes of 8 h100-sxm GPUs unevenly" in err \
+        and err.count("\n") == 1
     doc = with_(with_(GOOD, "engine.tensor_parallel_size", 16),
                 "hardware_overrides", {"gpus_per_node": 72})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])

@@ -118,7 +118,7 @@ def _check_step_size(model, prefill_tokens: int, decode_batch: int, context: int
 
 def _check_parallelism(model, hw, tp: int, pp: int, expert_parallel: bool,
                        dp_attention: bool) -> None:
-    """``--tp`` divides the model's heads and fits one node (unless DP attention with EP),
+    """``--tp`` divides the model's heads and fits one node or whole nodes,
     ``--pp`` leaves each stage a layer: the rules ``capsim run`` applies, in option words.
 
     Raises:
@@ -128,12 +128,10 @@ def _check_parallelism(model, hw, tp: int, pp: int, expert_parallel: bool,
 
     with as_option("--tp", "tensor_parallel_size"):
         check_tensor_parallel(model, tp)
-    if not (expert_parallel and dp_attention):   # DP attention + EP: all-to-all beyond a node
-        try:
-            hw.check_tp_in_node(tp)      # TP all-reduces are priced within one node only
-        except ScenarioError as exc:     # in roofline's words: its options, no scenario
-            raise option_error(_reworded(exc, _ROOFLINE_NODE_WORDS), "--tp",
-                               "tensor_parallel_size") from None
+    try:
+        hw.check_tp_nodes(tp)            # within one node, or whole nodes
+    except ScenarioError as exc:         # in roofline's words: its options, no scenario
+        raise option_error(exc, "--tp", "tensor_parallel_size") from None
     with as_option("--pp", "pipeline_parallel_size"):
         pp_layer_partition(model.num_hidden_layers, pp)
 
@@ -163,21 +161,6 @@ def _keeps_batches_in_flight(preset) -> bool:
     from capsim.profiles.policies import policy_capabilities
 
     return policy_capabilities(preset.scheduler.policy).pipelining
-
-
-def _reworded(exc: ScenarioError, words: tuple[tuple[str, str], ...]) -> ScenarioError:
-    msg = exc.message
-    for old, new in words:
-        msg = msg.replace(old, new)
-    return ScenarioError(msg, file=exc.file, path=exc.path)
-
-
-#: A TP group beyond one node, in roofline's terms: its --pp option, and a profile YAML
-#: for --hardware where a scenario would set hardware_overrides.
-_ROOFLINE_NODE_WORDS = (
-    ("pipeline_parallel_size", "--pp"),
-    ("set hardware_overrides.gpus_per_node if your node is larger",
-     "give --hardware a profile YAML with a larger gpus_per_node"))
 
 
 def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str = "vllm-v1",

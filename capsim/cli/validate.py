@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from capsim.common.errors import ScenarioError
-from capsim.common.labels import parallel_label
 from capsim.cli.common import build_traces, checkpoint_text, scenario_arg, set_option
 
 
@@ -42,7 +41,8 @@ def _variant_lines(rc) -> list[str]:
     link and pools, or a co-located variant's GPUs, parallelism, weights and scheduler;
     each pool's start-up lines."""
     from capsim.scenario.describe import (engine_extras_text, fleet_lines, limits_text,
-                                          pool_lines, pool_log_lines, router_text)
+                                          pool_lines, pool_log_lines, replica_shape,
+                                          router_text)
 
     if rc.fleet is not None:      # pooled fleet: one line per pool
         return [f"  {line}" for line in fleet_lines(rc)]
@@ -55,9 +55,7 @@ def _variant_lines(rc) -> list[str]:
     if rc.model.weight_formats:      # the checkpoint's formats by tensor group
         weights = f", checkpoint weights: {checkpoint_text(rc.model)}, the rest 16-bit"
     head = (f"  {rc.variant}: {pool.num_replicas} × {pool.hardware.name} "
-            f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}"
-            f"{' EP' if eng.enable_expert_parallel else ''}"
-            f"{' DP-attention' if eng.enable_dp_attention else ''}{weights}, {eng.scheduler}"
+            f"{replica_shape(eng)}{weights}, {eng.scheduler}"
             f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
             f"max_num_batched_tokens {eng.max_num_batched_tokens}{engine_extras_text(pool)}"
             f"{limits_text(rc, pool)}{router_text(rc)}")

@@ -12,12 +12,19 @@ from the GPU profile's ``custom_all_reduce``). A message is the step's tokens ×
 piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
 not overlap TP collectives by default).
 
+A tensor-parallel group over several nodes of ``hw.gpus_per_node`` GPUs (SGLang's
+``--tp 16 --nnodes 2``, vLLM's TP across a Ray cluster) runs NCCL over the scale-out link,
+priced hierarchically (:func:`hierarchical_all_reduce_s`); the engines' own one-shot /
+two-shot kernels are intra-node only (vLLM's ``CustomAllreduce.__init__`` disables them when
+the group is not ``in_the_same_node_as`` rank 0, vllm/distributed/device_communicators/
+custom_all_reduce.py at 00d618aa).
+
 Fast path and reference side by side: :class:`Communication` keeps the pieces as
 ``(below_tokens, fixed_s, per_token_s)``, the first inlined by the pricer;
 :meth:`Communication.seconds` is the sum they stand for.
 
 Public API:
-    Communication, NO_LIMIT_TOKENS
+    Communication, NO_LIMIT_TOKENS, hierarchical_all_reduce_s
 """
 
 from __future__ import annotations
@@ -32,6 +39,29 @@ from capsim.profiles.models import ModelShape
 
 #: "No token limit" for the all-reduce pieces.
 NO_LIMIT_TOKENS = 1 << 62
+
+
+def hierarchical_all_reduce_s(message_bytes: float, gpus_per_node: int, nodes: int,
+                              intra_bandwidth_bytes_per_s: float, intra_latency_s: float,
+                              inter_bandwidth_bytes_per_s: float,
+                              inter_latency_s: float) -> float:
+    """An all-reduce of ``message_bytes`` over ``nodes`` × ``gpus_per_node`` GPUs, seconds:
+    a ring reduce-scatter inside each node, a ring all-reduce of each GPU's 1/g share
+    among its peers on the other nodes over the scale-out link (one port per GPU, all g
+    ports at once), a ring all-gather inside each node::
+
+        2 [(g−1)/g × S / B_in + (g−1) α_in] + 2(N−1)/N × (S/g) / B_out + 2(N−1) α_out
+
+    The two-level algorithm of NCCL's multi-node rings and trees (each of the g channels
+    crosses nodes on its own NIC, so the scale-out part moves S/g per GPU), in the α-β
+    terms of :func:`~capsim.cost.operators.ring_all_reduce_s`. One node: the ring.
+    """
+    g, n = gpus_per_node, nodes
+    intra = 2 * ((g - 1) / g * message_bytes / intra_bandwidth_bytes_per_s
+                 + (g - 1) * intra_latency_s)
+    inter = 2 * (n - 1) / n * message_bytes / g / inter_bandwidth_bytes_per_s \
+        + 2 * (n - 1) * inter_latency_s
+    return intra + inter
 
 
 class Communication:
@@ -49,21 +79,27 @@ class Communication:
             logits gather.
         all_to_all: the MoE layers dispatch and combine by all-to-all (DP attention + EP)
             instead of their two all-reduces each.
-        scale_out: the link between nodes (an EP group across nodes needs it).
+        scale_out: the link between nodes (a TP or EP group across nodes needs it).
         ep_imbalance: the busiest EP rank's routing load over the mean (1.0: balanced).
+        attention_tp: with ``all_to_all``, the GPUs of each data-parallel attention rank:
+            above 1, each MoE layer's attention output is all-reduced inside the rank
+            (NCCL's ring over the TP link, for the rank's attention_tp / TP of the step's
+            tokens) before the dispatch.
 
     Raises:
-        ScenarioError: ``all_to_all`` across nodes without ``scale_out``.
+        ScenarioError: a group across nodes without ``scale_out``, or over part of a node.
     """
 
-    __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance",
+    __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance", "attention_tp",
                  "split_tokens", "fixed_s", "per_token_s", "per_logit_s", "tail")
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
                  all_reduce: TpAllReduce | None = None, *, embedding: bool = True,
                  lm_head: bool = True, all_to_all: bool = False,
-                 scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0) -> None:
+                 scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0,
+                 attention_tp: int = 1) -> None:
         self.model, self.hw, self.tp = model, hw, tensor_parallel_size
+        self.attention_tp = attention_tp
         self.all_reduce, self.scale_out, self.ep_imbalance = all_reduce, scale_out, ep_imbalance
         self.split_tokens, self.tail = NO_LIMIT_TOKENS, ()
         tp, m = tensor_parallel_size, model
@@ -85,8 +121,35 @@ class Communication:
                       for limit, fixed, per_token in pieces]
         (self.split_tokens, self.fixed_s, self.per_token_s), *tail = pieces
         self.tail = tuple(tail)
-        self.per_logit_s = (tp - 1) / tp * m.vocab_size * ACTIVATION_BYTES / bw \
-            if lm_head else 0.0
+        self.per_logit_s = self._logit_gather_s(bw) if lm_head else 0.0
+
+    def _nodes(self) -> int:
+        """Nodes the TP group spans (1 within one node).
+
+        Raises:
+            ScenarioError: it spans nodes without a scale-out link, or not whole nodes.
+        """
+        g, tp = self.hw.gpus_per_node, self.tp
+        if g is None or tp <= g:
+            return 1
+        if self.scale_out is None:
+            raise ScenarioError(f"tensor_parallel_size {tp} spans nodes of {g} GPUs: the "
+                                "pricer needs the scale-out link (hardware scale_out_link)")
+        if tp % g:
+            raise ScenarioError(f"tensor_parallel_size {tp} spans nodes of {g} GPUs "
+                                f"unevenly; valid across nodes: a multiple of {g}")
+        return tp // g
+
+    def _logit_gather_s(self, bw: float) -> float:
+        """Seconds per LM-head row of the logits gather (vocab × 2 bytes a row): over the
+        TP link, or across nodes first among node peers over the scale-out link, then
+        inside each node."""
+        row, tp, nodes = self.model.vocab_size * ACTIVATION_BYTES, self.tp, self._nodes()
+        if nodes == 1:
+            return (tp - 1) / tp * row / bw
+        g = tp // nodes
+        return ((nodes - 1) * row / tp / self.scale_out.bandwidth_bytes_per_s
+                + (g - 1) / g * row / bw)
 
     def all_reduce_pieces(self, ring_bw: float, ring_latency: float
                           ) -> list[tuple[int, float, float]]:
@@ -95,9 +158,17 @@ class Communication:
         kernel, then its two-shot kernel, below their byte limits (``TpAllReduce``; a
         message of n tokens is n × hidden × 2 bytes), then NCCL's ring. Only the ring
         without a ``custom`` preset, a TP size its kernels lack, a group of more than 2
-        GPUs without NVLink, or a profile without ``custom_all_reduce`` costs."""
+        GPUs without NVLink, or a profile without ``custom_all_reduce`` costs; a group
+        across nodes costs :func:`hierarchical_all_reduce_s`."""
         tp, hw = self.tp, self.hw
         row = self.model.hidden_size * ACTIVATION_BYTES
+        nodes = self._nodes()
+        if nodes > 1:                    # NCCL across nodes; no custom kernel
+            out = self.scale_out
+            args = (tp // nodes, nodes, ring_bw, ring_latency, out.bandwidth_bytes_per_s,
+                    out.latency_s)
+            fixed = hierarchical_all_reduce_s(0.0, *args)
+            return [(NO_LIMIT_TOKENS, fixed, hierarchical_all_reduce_s(row, *args) - fixed)]
         ring = (NO_LIMIT_TOKENS, ring_all_reduce_s(0.0, tp, ring_bw, ring_latency),
                 ring_all_reduce_s(row, tp, ring_bw, 0.0))
         ar, kernel = self.all_reduce, hw.custom_all_reduce
@@ -140,7 +211,9 @@ class Communication:
         """(fixed s, s per token of the step) of the expert-parallel dispatch and combine
         of every MoE layer (2 all-to-alls each): the latency, and the busiest rank's
         bytes per token (:func:`~capsim.cost.operators.moe_all_to_all_bytes_per_token` ×
-        the routing imbalance) over NVLink within a node and the scale-out link beyond.
+        the routing imbalance) over NVLink within a node and the scale-out link beyond;
+        with DP attention ranks of several GPUs, each MoE layer's attention all-reduce
+        inside the rank.
 
         Raises:
             ScenarioError: the EP group spans nodes and no scale-out link was given.
@@ -158,4 +231,10 @@ class Communication:
         fixed = all_to_all_s(0.0, *args)
         per_token_s = all_to_all_s(per_token, *args) - fixed
         n = 2 * m.moe_layers
-        return n * fixed, n * per_token_s
+        fixed, per_token_s = n * fixed, n * per_token_s
+        t = self.attention_tp
+        if t > 1:                        # each rank's attention output, inside the rank
+            row = m.hidden_size * ACTIVATION_BYTES * t / ep
+            fixed += m.moe_layers * ring_all_reduce_s(0.0, t, bw, hw.tp_link_latency_s)
+            per_token_s += m.moe_layers * ring_all_reduce_s(row, t, bw, 0.0)
+        return fixed, per_token_s

@@ -21,7 +21,8 @@ from array import array
 import numpy as np
 
 from capsim.common.errors import ScenarioError
-from capsim.cost.operators import ExpertWork, expected_experts_hit, expert_rank_loads
+from capsim.cost.operators import (ExpertWork, eplb_rank_loads, expected_experts_hit,
+                                   expert_rank_loads)
 from capsim.cost.terms import GEMM_TABLE_TOKENS, inverse_at, inverse_table
 from capsim.profiles.hardware import OperatorRates
 from capsim.profiles.models import ModelShape
@@ -52,12 +53,15 @@ def check_routing_skew(routing_skew: float, name: str = "moe_routing_skew") -> N
 
 
 def check_moe_options(model: ModelShape, tp: int, routing_skew: float, dp_attention: bool,
-                      expert_parallel: bool) -> None:
+                      expert_parallel: bool, attention_tp: int = 1,
+                      redundant_experts: int = 0) -> None:
     """Refuse MoE options the model cannot take.
 
     Raises:
         ScenarioError: a routing skew outside [0, MAX_ROUTING_SKEW]; a skew, DP attention
-            or expert parallelism on a dense model; EP (= TP) not dividing the experts.
+            or expert parallelism on a dense model; EP (= TP) not dividing the experts;
+            DP attention ranks of ``attention_tp`` GPUs not dividing TP; redundant experts
+            without EP, or EP not dividing the experts and their redundant copies.
     """
     check_routing_skew(routing_skew)
     dense = (f"a mixture-of-experts model; {model.name} is dense")
@@ -67,15 +71,28 @@ def check_moe_options(model: ModelShape, tp: int, routing_skew: float, dp_attent
         raise ScenarioError(f"data-parallel attention needs {dense}")
     if expert_parallel and not model.is_moe:
         raise ScenarioError(f"expert parallelism needs {dense}")
-    if expert_parallel and model.num_experts % tp:
+    if dp_attention and (attention_tp < 1 or tp % attention_tp):
+        raise ScenarioError(f"data-parallel attention ranks of {attention_tp} GPUs must divide "
+                            f"tensor_parallel_size {tp}")
+    if redundant_experts and not expert_parallel:
+        raise ScenarioError("num_redundant_experts (EPLB) needs expert parallelism")
+    if expert_parallel and (model.num_experts + redundant_experts) % tp:
+        extra = f" + {redundant_experts} redundant" if redundant_experts else ""
         raise ScenarioError(f"expert parallel size {tp} must divide num_experts "
-                            f"{model.num_experts} of {model.name}")
+                            f"{model.num_experts}{extra} of {model.name}")
 
 
 def busiest_rank_load(model: ModelShape, ep: int, routing_skew: float,
-                      expert_parallel: bool) -> tuple[np.ndarray | None, float]:
+                      expert_parallel: bool, redundant_experts: int = 0
+                      ) -> tuple[np.ndarray | None, float]:
     """(q_i of the busiest EP rank's experts, its load over the mean): (None, 1.0) under
-    uniform routing or without EP, where every rank is the mean (no change to TP's terms)."""
+    uniform routing or without EP, where every rank is the mean (no change to TP's terms);
+    with ``redundant_experts`` (EPLB) the busiest rank of its placement
+    (:func:`~capsim.cost.operators.eplb_rank_loads`)."""
+    if expert_parallel and ep > 1 and routing_skew > 0 and redundant_experts:
+        q = eplb_rank_loads(model.num_experts, model.num_experts_per_tok, ep, routing_skew,
+                            redundant_experts)
+        return q, float(q.sum()) * ep / model.num_experts_per_tok
     if expert_parallel and ep > 1 and routing_skew > 0:
         q = expert_rank_loads(model.num_experts, model.num_experts_per_tok, ep, routing_skew)
         return q, float(q.sum()) * ep / model.num_experts_per_tok

@@ -48,6 +48,7 @@ class OperatorTerms:
         layout: each tensor group's weight format (:func:`~capsim.profiles.quantization.
             weight_layout`); the layer matmuls take ``layout.attention``'s bytes.
         dp_attention: data-parallel attention (:func:`~capsim.cost.operators.dp_attention_work`).
+        attention_tp: GPUs per data-parallel attention rank (1: one GPU each).
         kv_cache_dtype_bytes: bytes per KV-cache element.
         embedding, lm_head: whether this GPU group runs the embedding gather and the LM head.
         rates: the profile's rates for the pricer's dtypes (:class:`OperatorRates`).
@@ -64,11 +65,11 @@ class OperatorTerms:
 
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
-                 rates: OperatorRates, experts: tuple[float, np.ndarray | None, float, bool]
-                 ) -> None:
+                 rates: OperatorRates, experts: tuple[float, np.ndarray | None, float, bool],
+                 attention_tp: int = 1) -> None:
         self.lm_on, self.rates, self.layers = lm_head, rates, model.num_hidden_layers
         weight_bytes = self._init_work(model, tp, layout, layout.attention, dp_attention,
-                                       kv_cache_dtype_bytes, embedding)
+                                       kv_cache_dtype_bytes, embedding, attention_tp)
         self._init_rates(rates)
         expert_bytes = layout.experts.bytes_per_weight(model.hidden_size, ACTIVATION_BYTES) \
             if layout.grouped else weight_bytes
@@ -84,7 +85,8 @@ class OperatorTerms:
         self._memo: dict[int, tuple[float, ...]] = {}            # see base
 
     def _init_work(self, m: ModelShape, tp: int, lay: WeightLayout, quant: QuantFormat,
-                   dp_attention: bool, kv_bytes: int, embedding: bool) -> float:
+                   dp_attention: bool, kv_bytes: int, embedding: bool,
+                   attention_tp: int = 1) -> float:
         """The operators' work per GPU; returns the layer matmuls' bytes per weight."""
         # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
         # bytes per weight (scales spread over the elements).
@@ -93,9 +95,10 @@ class OperatorTerms:
         if lay.grouped:                  # the checkpoint's groups apart; the router 16-bit
             groups = {"attention": weight_bytes, "router": float(ACTIVATION_BYTES),
                       "mlp": lay.mlp.bytes_per_weight(m.hidden_size, ACTIVATION_BYTES)}
-        self.matmuls = layer_matmuls(m, tp, weight_bytes, dp_attention, quant, lay.mlp, groups)
+        self.matmuls = layer_matmuls(m, tp, weight_bytes, dp_attention, quant, lay.mlp, groups,
+                                     attention_tp)
         self.lm = lm_head(m, tp, ACTIVATION_BYTES)            # 16-bit in every format
-        self.attn = a = dp_attention_work(m, tp, kv_bytes) if dp_attention \
+        self.attn = a = dp_attention_work(m, tp, kv_bytes, attention_tp) if dp_attention \
             else attention_work(m, tp, kv_bytes)
         self.window = a.window_fraction > 0
         self.win_frac, self.win_tokens = a.window_fraction, a.window_tokens

@@ -252,11 +252,14 @@ def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, fl
 
 def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
                        dp_attention: bool = False,
-                       group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
+                       group_bytes: dict[str, float] | None = None,
+                       attention_tp: int = 1) -> tuple[Matmul, ...]:
     """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
     the dense MLP on the dense layers, the shared expert and the router on the MoE
     layers (the routed experts are :func:`expert_work`). With ``dp_attention`` each GPU
-    runs the attention projections whole for 1/TP of the step's tokens. ``group_bytes``:
+    runs the attention projections whole for 1/TP of the step's tokens, or with
+    ``attention_tp`` > 1 (DP ranks of several GPUs) a 1/attention_tp slice of them for
+    attention_tp/TP of the tokens. ``group_bytes``:
     bytes per weight of the ``attention``, ``mlp`` and ``router`` groups where the
     checkpoint stores them apart (default ``weight_bytes`` for all)."""
     h, layers = model.hidden_size, model.num_hidden_layers
@@ -270,7 +273,7 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
                               count * params * per.get(group, weight_bytes),
                               count * (w_in + w_out) * ACTIVATION_BYTES * share))
 
-    t_attn, share = (1, 1.0 / tp) if dp_attention else (tp, 1.0)
+    t_attn, share = (attention_tp, attention_tp / tp) if dp_attention else (tp, 1.0)
     if model.is_mla:
         for name, params, w_in, w_out in _mla_matmuls(model, t_attn):
             add(name, layers, params, w_in, w_out, share)
@@ -309,14 +312,16 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
                   dp_attention: bool = False,
                   quant: QuantFormat | None = None,
                   mlp_quant: QuantFormat | None = None,
-                  group_bytes: dict[str, float] | None = None) -> tuple[Matmul, ...]:
+                  group_bytes: dict[str, float] | None = None,
+                  attention_tp: int = 1) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
     Sharded Megatron-style as vLLM does: QKV and gate/up column-parallel,
     O and down row-parallel; KV heads split, or replicated beyond their count.
     A MoE or MLA shape gets its own list (:func:`_moe_layer_matmuls`; ``dp_attention``:
-    data-parallel attention); each Matmul's ``count`` is the layers it runs on.
+    data-parallel attention, its ranks of ``attention_tp`` GPUs each); each Matmul's
+    ``count`` is the layers it runs on.
     Weight bytes: ``weight_bytes`` per parameter, or with a quantized ``quant`` its
     :meth:`~capsim.profiles.quantization.QuantFormat.tensor_bytes` of each per-GPU
     K × N weight (scales and zero points included) plus 16-bit biases (dense shapes;
@@ -325,7 +330,8 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
     shape (default ``quant``), ``group_bytes`` for a MoE / MLA shape's groups.
     """
     if model.is_moe or model.is_mla:
-        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes)
+        return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes,
+                                  attention_tp)
     mlp_quant = quant if mlp_quant is None else mlp_quant
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp
@@ -355,17 +361,21 @@ def lm_head(model: ModelShape, tp: int, weight_bytes: int) -> Matmul:
     return Matmul("lm_head", 1, 2.0 * v * h, v * h * weight_bytes, (h + v) * ACTIVATION_BYTES)
 
 
-def dp_attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2
-                      ) -> AttentionWork:
-    """:func:`attention_work` under data-parallel attention: each of the ``tp`` GPUs
-    attends with all heads for 1/TP of the step's sequences, so per GPU every
-    coefficient is TP 1's ÷ TP (balanced ranks assumed; the slowest rank sets a real
-    step). MLA's latent is then read once per sequence, not on every rank."""
-    a = attention_work(model, 1, kv_cache_dtype_bytes)
-    return AttentionWork(layers=a.layers, flops_per_pair=a.flops_per_pair / tp,
-                         kv_bytes_per_token=a.kv_bytes_per_token / tp,
-                         new_bytes_per_token=a.new_bytes_per_token / tp,
-                         decode_flops_per_pair=a.decode_flops_per_pair / tp,
+def dp_attention_work(model: ModelShape, tp: int, kv_cache_dtype_bytes: int = 2,
+                      attention_tp: int = 1) -> AttentionWork:
+    """:func:`attention_work` under data-parallel attention: TP / ``attention_tp`` ranks
+    of ``attention_tp`` GPUs each attend for their share of the step's sequences, so per
+    GPU every coefficient is ``attention_work`` at ``attention_tp`` × attention_tp / TP
+    (balanced ranks assumed; the slowest rank sets a real step). With ranks of one GPU
+    (SGLang's default ``--dp-size`` = ``--tp``) every head is on it and MLA's latent is
+    read once per sequence; a rank of several GPUs reads it on each (every TP rank holds
+    the latent whole)."""
+    a = attention_work(model, attention_tp, kv_cache_dtype_bytes)
+    t = attention_tp
+    return AttentionWork(layers=a.layers, flops_per_pair=a.flops_per_pair * t / tp,
+                         kv_bytes_per_token=a.kv_bytes_per_token * t / tp,
+                         new_bytes_per_token=a.new_bytes_per_token * t / tp,
+                         decode_flops_per_pair=a.decode_flops_per_pair * t / tp,
                          window_tokens=a.window_tokens, window_layers=a.window_layers)
 
 
@@ -503,7 +513,7 @@ def expert_rank_loads(num_experts: int, top_k: int, ep: int,
     (:func:`expected_experts_hit`) are placed at random: of
     :data:`EP_PLACEMENT_SAMPLES` seeded random placements, the one whose busiest rank's
     load is nearest the mean busiest load. Uniform routing: every rank holds k / EP of
-    the load. EPLB (redundant hot experts) is not modelled.
+    the load. EPLB's redundant hot experts: :func:`eplb_rank_loads`.
     """
     per_rank = num_experts // ep
     if routing_skew == 0.0 or ep == 1:
@@ -518,6 +528,36 @@ def expert_rank_loads(num_experts: int, top_k: int, ep: int,
     peak = loads[np.arange(EP_PLACEMENT_SAMPLES), busiest]
     pick = int(np.argmin(np.abs(peak - peak.mean())))
     return ranks[pick, busiest[pick]]
+
+
+def eplb_rank_loads(num_experts: int, top_k: int, ep: int, routing_skew: float,
+                    redundant: int) -> np.ndarray:
+    """Routing probabilities of the physical experts the busiest of ``ep`` ranks holds
+    under EPLB with ``redundant`` extra copies, shape ((E + R) / EP,).
+
+    vLLM's EPLB (the global policy of ``rebalance_experts``, vllm/distributed/eplb/
+    rebalance_algo.py at 07fb932a, adapted from DeepSeek's EPLB): each extra copy goes to
+    the expert whose load per copy is the highest (``replicate_experts``), a token of an
+    expert with r copies goes to one of them (q_i / r each), then the copies are packed
+    heaviest first onto the least-loaded rank with a free slot, (E + R) / EP slots each
+    (``balanced_packing``). Loads are the skew's Zipf popularities
+    (:func:`expected_experts_hit`): the steady state EPLB's measured loads converge to.
+    """
+    q = _skewed_marginals(num_experts, top_k, routing_skew)
+    copies = np.ones(num_experts, dtype=np.int64)
+    for _ in range(redundant):
+        copies[int(np.argmax(q / copies))] += 1
+    loads = np.repeat(q / copies, copies)
+    slots = loads.size // ep
+    pack_load, pack_items = np.zeros(ep), np.zeros(ep, dtype=np.int64)
+    packs: list[list[float]] = [[] for _ in range(ep)]
+    for load in np.sort(loads)[::-1]:
+        free = np.flatnonzero(pack_items < slots)
+        j = int(free[np.argmin(pack_load[free])])
+        packs[j].append(float(load))
+        pack_load[j] += load
+        pack_items[j] += 1
+    return np.array(packs[int(np.argmax(pack_load))])
 
 
 def all_to_all_s(message_bytes: Any, ranks: int, gpus_per_node: int | None,

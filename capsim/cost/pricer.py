@@ -145,7 +145,16 @@ class StepPricer:
             Traffic to GPUs of another node (``hw.gpus_per_node``) goes over
             ``scale_out``.
         scale_out: the link between nodes (``hw.scale_out_link``, loaded by the caller);
-            needed only when the EP group spans nodes.
+            needed only when the TP / EP group spans nodes.
+        attention_tp: with ``dp_attention``, the GPUs of each data-parallel attention rank
+            (SGLang's ``--tp`` / ``--dp-size``; 1: every GPU its own rank). Each rank shards
+            attention over its GPUs as TP does and all-reduces its output on each MoE layer
+            (NCCL's ring over NVLink); it must divide ``tensor_parallel_size``.
+        redundant_experts: EPLB's extra expert copies (vLLM ``num_redundant_experts``, SGLang
+            ``--ep-num-redundant-experts``; needs ``expert_parallel``, EP dividing experts
+            + copies): under a routing skew the busiest rank of EPLB's placement sets the
+            time (:func:`~capsim.cost.operators.eplb_rank_loads`); uniform routing: no
+            change.
         embedding, lm_head: whether this GPU group runs the embedding gather (and its
             all-reduce) and the LM head (and the logits gather); both but one are off
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
@@ -166,7 +175,7 @@ class StepPricer:
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes", "engine",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "moe_backend",
-        "dp_attention", "expert_parallel", "rates", "terms", "comm", "host", "decode_costs",
+        "dp_attention", "attention_tp", "expert_parallel", "rates", "terms", "comm", "host", "decode_costs",
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
@@ -180,9 +189,12 @@ class StepPricer:
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
-                 moe_backend: str = "auto"):
+                 moe_backend: str = "auto", attention_tp: int = 1,
+                 redundant_experts: int = 0):
         tp = tensor_parallel_size
-        check_tensor_parallel(model, tp)
+        # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
+        check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
+                              or tp % max(attention_tp, 1) else attention_tp)
         quantization = _check_dtypes(weight_dtype, quantization, moe_backend)
         self.model, self.hw, self.tensor_parallel_size = model, hw, tp
         self.weight_dtype, self.kv_cache_dtype_bytes = weight_dtype, kv_cache_dtype_bytes
@@ -197,18 +209,21 @@ class StepPricer:
         # MXFP4 with bf16 activations, so at the 16-bit peak, on Blackwell too).
         self.matmul_dtype = self.quant.compute_dtype(hw, self._model_dtype, engine)
         self.expert_dtype = self.layout.experts.compute_dtype(hw, self._model_dtype, engine)
-        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel)
+        check_moe_options(model, tp, routing_skew, dp_attention, expert_parallel, attention_tp,
+                          redundant_experts)
         self._routing_skew = float(routing_skew)
         self.dp_attention, self.expert_parallel = dp_attention, expert_parallel
+        self.attention_tp = attention_tp if dp_attention else tp
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
-                                                           expert_parallel)
+                                                           expert_parallel, redundant_experts)
         self._init_host(host)
         self._init_rates()
         self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
                                   lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
-                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance)
+                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance,
+                                  attention_tp=attention_tp if dp_attention else 1)
         self._bind()
 
     def _init_host(self, host: HostOverhead | None) -> None:
@@ -224,7 +239,8 @@ class StepPricer:
             self.model, self.tensor_parallel_size, self.layout, self.dp_attention,
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,
             (self._routing_skew, self._ep_q, self._ep_imbalance,
-             self.expert_dtype != self.matmul_dtype))
+             self.expert_dtype != self.matmul_dtype),
+            self.attention_tp if self.dp_attention else 1)
 
     def _bind(self) -> None:
         """The parts' numbers and methods :meth:`price` reads, as attributes of its own

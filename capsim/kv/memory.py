@@ -160,7 +160,7 @@ class MemoryTerms:
 def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
                          rope_cache: bool = False, dp_attention: bool = False,
                          embedding: bool = True, lm_head: bool = True,
-                         quant: QuantFormat | None = None) -> int:
+                         quant: QuantFormat | None = None, attention_tp: int = 1) -> int:
     """Bytes of weights on one GPU of a TP group (module docstring, "weights").
 
     Args:
@@ -171,7 +171,9 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
             fp32 per-output-channel scales); unused when ``quant`` is given.
         rope_cache: add the RoPE cos/sin cache (vLLM).
         dp_attention: attention weights whole on every GPU (data-parallel attention,
-            MoE shapes only). Expert parallelism holds E / TP whole experts per GPU: the
+            MoE shapes only), or with ``attention_tp`` > 1 (DP ranks of several GPUs,
+            SGLang's ``--tp`` / ``--dp-size``) sharded over each rank's GPUs as TP shards
+            them (MLA's q_a / kv_a still replicated). Expert parallelism holds E / TP whole experts per GPU: the
             same bytes as a 1/TP slice of each, so it needs no flag here.
         embedding, lm_head: whether this GPU holds the embedding table / the LM head
             (a pipeline stage's layers come from :func:`~capsim.cost.operators.stage_shape`:
@@ -199,17 +201,31 @@ def weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
     if layout is not None and layout.grouped:   # the checkpoint's groups, or MXFP4's experts
         if model.is_moe or model.is_mla or model.attention_sinks:
             return _grouped_moe_weight_bytes_per_gpu(model, tp, layout, rope_cache,
-                                                     dp_attention, embedding, lm_head)
+                                                     dp_attention, embedding, lm_head,
+                                                     attention_tp)
         return _dense_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, embedding,
                                            lm_head, layout.attention, layout.mlp)
     quantized = quant is not None and quant.quantized
     if model.is_moe or model.is_mla or model.attention_sinks:
         per = quant.bytes_per_weight(h, act) if quantized else weight_bytes
         return _moe_weight_bytes_per_gpu(model, tp, per, rope_cache, dp_attention,
-                                         embedding, lm_head)
+                                         embedding, lm_head, attention_tp)
     return _dense_weight_bytes_per_gpu(model, tp, weight_bytes, rope_cache, embedding, lm_head,
                                        quant if quantized else None,
                                        quant if quantized else None, quant is None)
+
+
+def redundant_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
+                            quant: QuantFormat | None, redundant_experts: int) -> float:
+    """Bytes EPLB's ``redundant_experts`` copies add to each of ``tp`` expert-parallel GPUs:
+    R / EP whole experts on every MoE layer, in the experts' format (the checkpoint's, or
+    ``quant``'s, else ``weight_bytes`` per weight)."""
+    h = model.hidden_size
+    params = model.moe_layers * 3 * h * model.moe_intermediate_size * redundant_experts / tp
+    if model.weight_formats or (quant is not None and quant.quantized):
+        layout = weight_layout(model, quant.name if quant is not None else None)
+        return params * layout.experts.bytes_per_weight(h, model.dtype_bytes)
+    return params * weight_bytes
 
 
 def _dense_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
@@ -246,10 +262,11 @@ def _dense_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: int,
 
 def _grouped_moe_weight_bytes_per_gpu(model: ModelShape, tp: int, layout: WeightLayout,
                                       rope_cache: bool, dp_attention: bool = False,
-                                      embedding: bool = True, lm_head: bool = True) -> int:
+                                      embedding: bool = True, lm_head: bool = True,
+                                      attention_tp: int = 1) -> int:
     """:func:`_moe_weight_bytes_per_gpu` with each tensor group in its own format: the
-    attention projections (whole on every GPU with ``dp_attention``; MLA's q_a / kv_a
-    replicated), the dense MLP and shared experts, the routed experts (a 1/TP slice of
+    attention projections (whole on every GPU with ``dp_attention``, ÷ ``attention_tp``
+    on ranks of several GPUs; MLA's q_a / kv_a replicated), the dense MLP and shared experts, the routed experts (a 1/TP slice of
     each, or E / EP whole ones: the same bytes), each at its format's mean bytes per
     weight; the router, biases, sinks, norms and vocabulary in the model's 16-bit dtype
     (gpt-oss-120b: 114.7 B expert weights in MXFP4 at 0.53125 bytes, the other 2.2 B
@@ -263,8 +280,11 @@ def _grouped_moe_weight_bytes_per_gpu(model: ModelShape, tp: int, layout: Weight
     else:
         attn = layers * (h * (model.q_size + 2 * model.kv_size) + model.o_params)
         attn_rep = 0
-    if dp_attention:
-        attn_rep = attn
+    shard = attn - attn_rep          # ÷ TP
+    if dp_attention:                 # per GPU: whole, or its rank's 1/attention_tp slice
+        attn_rep = attn if attention_tp == 1 else \
+            attn_rep + (attn - attn_rep) / attention_tp
+        shard = 0
     mlp = model.dense_layers * model.mlp_params \
         + model.moe_layers * 3 * h * model.shared_expert_intermediate_size
     experts = model.moe_layers * model.num_experts * 3 * h * model.moe_intermediate_size
@@ -273,7 +293,7 @@ def _grouped_moe_weight_bytes_per_gpu(model: ModelShape, tp: int, layout: Weight
     small = layers * model.norm_params + h + (layers * model.num_attention_heads
                                               if model.attention_sinks else 0)
     rest = model.params_total - vocab - small - router - attn - mlp - experts   # biases
-    out = int(((attn - attn_rep) * per["attention"] + mlp * per["mlp"]
+    out = int((shard * per["attention"] + mlp * per["mlp"]
                + experts * per["experts"] + rest * act) / tp
               + attn_rep * per["attention"] + router * act)
     return out + _unsharded_bytes(model, tp, small, rope_cache, embedding, lm_head)
@@ -302,7 +322,8 @@ def _vocab_params(model: ModelShape, embedding: bool = True, lm_head: bool = Tru
 
 def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: float,
                               rope_cache: bool, dp_attention: bool = False,
-                              embedding: bool = True, lm_head: bool = True) -> int:
+                              embedding: bool = True, lm_head: bool = True,
+                              attention_tp: int = 1) -> int:
     """:func:`weight_bytes_per_gpu` of a MoE / MLA shape: every linear (experts included:
     vLLM's fused MoE shards each expert's intermediate dimension over TP without expert
     parallelism) in the weight dtype ÷ TP, except the linears vLLM replicates on every
@@ -312,20 +333,30 @@ def _moe_weight_bytes_per_gpu(model: ModelShape, tp: int, weight_bytes: float,
     format comes in as its mean bytes per weight (scales spread over the elements; the
     router, a few MB, is counted in it too); dtype fp8's channel scales are not added. With
     ``dp_attention`` every layer's attention projections are whole on each GPU (SGLang's
-    DP attention: TP 1 inside attention; the dense and shared MLPs stay TP-sharded)."""
+    DP attention: TP 1 inside attention; the dense and shared MLPs stay TP-sharded), or
+    ÷ ``attention_tp`` on DP ranks of several GPUs (MLA's down-projections replicated)."""
     h, layers, act = model.hidden_size, model.num_hidden_layers, model.dtype_bytes
     vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.lm_head_params)
     small = layers * model.norm_params + h + (layers * model.num_attention_heads
                                               if model.attention_sinks else 0)
     replicated = model.moe_layers * model.router_params
-    if dp_attention:
-        replicated += layers * (model.attention_params
-                                - (model.num_attention_heads if model.attention_sinks else 0))
-    elif model.is_mla:
-        replicated += layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
-                                    + model.qk_rope_head_dim)
-    linear = model.params_total - vocab - small - replicated
-    out = int(linear * weight_bytes // tp + replicated * weight_bytes)
+    down = layers * h * ((model.q_lora_rank or 0) + model.kv_lora_rank
+                         + model.qk_rope_head_dim) if model.is_mla else 0
+    attn = layers * (model.attention_params
+                     - (model.num_attention_heads if model.attention_sinks else 0))
+    rank_share = 0.0                 # a DP rank's slice of attention, on each of its GPUs
+    if dp_attention and attention_tp > 1:
+        replicated += down
+        rank_share = (attn - down) / attention_tp
+        linear = model.params_total - vocab - small - replicated - (attn - down)
+    else:
+        if dp_attention:
+            replicated += attn
+        elif model.is_mla:
+            replicated += down
+        linear = model.params_total - vocab - small - replicated
+    out = int(linear * weight_bytes // tp + replicated * weight_bytes
+              + rank_share * weight_bytes)
     return out + _unsharded_bytes(model, tp, small, rope_cache, embedding, lm_head)
 
 
@@ -448,7 +479,8 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
                  num_sms: int, dp_attention: bool = False, embedding: bool = True,
                  lm_head: bool = True, quant: QuantFormat | None = None,
                  max_threads_per_sm: int | None = None,
-                 expert_parallel: bool = False) -> MemoryTerms:
+                 expert_parallel: bool = False, attention_tp: int = 1,
+                 redundant_experts: int = 0) -> MemoryTerms:
     """Apply ``rule`` to one GPU of a replica (module docstring; rules in
     :class:`~capsim.profiles.engines.MemoryRule`).
 
@@ -462,7 +494,9 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
         the sampler's activations only with the LM head); quant: a quantized weight format;
         max_threads_per_sm: resident threads per SM (the context's local memory,
         :func:`cuda_context_bytes`); expert_parallel: whole experts per GPU
-        (the fused-MoE activations are not ÷ TP).
+        (the fused-MoE activations are not ÷ TP); attention_tp: GPUs per data-parallel
+        attention rank (:func:`weight_bytes_per_gpu`); redundant_experts: EPLB's extra
+        expert copies, ``redundant_experts`` / TP whole experts more per GPU.
 
     Raises:
         ScenarioError: the weights alone do not fit in the budget; a ``vllm_v1`` budget is
@@ -470,7 +504,9 @@ def memory_terms(model: ModelShape, rule: MemoryRule, *, total_bytes: int, fract
             ``vllm/v1/worker/utils.py`` ``request_memory`` at v0.19.0).
     """
     w = weight_bytes_per_gpu(model, tp, weight_bytes, rule.rope_cache, dp_attention,
-                             embedding, lm_head, quant)
+                             embedding, lm_head, quant, attention_tp)
+    if redundant_experts:            # EPLB's copies: R / EP more whole experts per GPU
+        w += int(redundant_bytes_per_gpu(model, tp, weight_bytes, quant, redundant_experts))
     a = activation_peak_bytes(model, tp, rule, max_num_seqs, max_num_batched_tokens, num_sms,
                               lm_head, expert_parallel)
     n = int(rule.non_torch_gib_at(tp) * GIB) + held_all_reduce_bytes(

@@ -478,30 +478,27 @@ class HardwareProfile(StrictModel):
             return self.nvlink_bandwidth_bytes_per_s
         return self.pcie_bandwidth_bytes_per_s
 
-    def check_tp_in_node(self, tp: int) -> None:
-        """Refuse a tensor-parallel group larger than one node (``gpus_per_node``; no limit
-        when the profile gives none: one domain).
+    def check_tp_nodes(self, tp: int) -> None:
+        """Refuse a tensor-parallel group over part of a node beyond the first
+        (``gpus_per_node``; no limit when the profile gives none: one domain).
 
-        The pricer charges every tensor-parallel all-reduce at this profile's NVLink (or
-        PCIe) bandwidth and latency; a group spanning nodes would run part of each one over
-        the inter-node network (InfiniBand NDR: 50 GB/s per GPU against NVLink 4's 450),
-        which the all-reduce price does not model (the expert-parallel all-to-all and the
-        pipeline handoffs are priced over ``scale_out_link``; callers skip this check for
-        DP attention + EP, whose MoE layers exchange by all-to-all).
+        Within a node the pricer charges every all-reduce on NVLink (or PCIe); a group of
+        whole nodes runs them over ``scale_out_link`` too (the hierarchical all-reduce of
+        :mod:`capsim.cost.communication`), as SGLang's ``--tp 16 --nnodes 2`` and vLLM's
+        multi-node TP deploy DeepSeek on 2 × 8 H100. Uneven groups (TP 12 on 8-GPU nodes)
+        are refused: the engines place ranks node by node and the two-level price assumes
+        equal nodes.
 
         Raises:
-            ScenarioError: ``tp`` exceeds ``gpus_per_node``.
+            ScenarioError: ``tp`` exceeds ``gpus_per_node`` and is not a multiple of it.
         """
         g = self.gpus_per_node
-        if g is not None and tp > g:
-            link = "NVLink" if self.has_nvlink else "PCIe"
+        if g is not None and tp > g and tp % g:
             raise ScenarioError(
-                f"tensor_parallel_size {tp} spans more than one node of {g} {self.name} GPUs: "
-                f"capsim prices tensor-parallel all-reduces on one node's {link} and not over "
-                f"the inter-node link, so it refuses rather than price {tp} GPUs as one "
-                f"{link} domain; use tensor_parallel_size <= {g} and more replicas (or "
-                "pipeline_parallel_size across nodes), or set hardware_overrides.gpus_per_node "
-                "if your node is larger (72 on a GB200 NVL72)")
+                f"tensor_parallel_size {tp} spans nodes of {g} {self.name} GPUs unevenly: a "
+                f"tensor-parallel group across nodes takes whole nodes (its all-reduces "
+                f"are priced over NVLink inside each node and {self.scale_out_link} between "
+                f"them); valid: at most {g}, or a multiple of {g}")
 
     @property
     def tp_link_latency_s(self) -> float:

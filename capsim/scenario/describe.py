@@ -6,6 +6,7 @@ Public API:
     pool_log_lines(pool), kv_log_lines(run)         start-up lines
     engine_label(run), scheduler_label(pool)        labels in tables and reports
     pool_lines(run), fleet_lines(run)               ``capsim validate``'s lines of a split, a fleet
+    replica_shape(engine)                           ``TP8 EP DP-attention``: a replica's GPUs
     limits_text(run, pool)                          the request limits in those lines
 """
 
@@ -16,6 +17,23 @@ from dataclasses import replace
 from capsim.common.labels import parallel_label
 from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.run_config import Pool, RunConfig
+from capsim.scenario.schema import EngineConfig
+
+
+def replica_shape(engine: EngineConfig) -> str:
+    """A replica's GPU shape with its MoE parallelism: ``TP8``, ``TP4 × PP2``,
+    ``TP8 EP DP-attention``, ``TP32 EP DP8-attention × TP4``."""
+    return (parallel_label(engine.tensor_parallel_size, engine.pipeline_parallel_size)
+            + (" EP" if engine.enable_expert_parallel else "")
+            + (_dp_attention_label(engine) if engine.enable_dp_attention else ""))
+
+
+def _dp_attention_label(engine: EngineConfig) -> str:
+    """`` DP-attention`` (a rank per GPU) or `` DP4-attention × TP8`` (ranks of 8 GPUs)."""
+    t = engine.attention_tp_size
+    if t == 1:
+        return " DP-attention"
+    return f" DP{engine.tensor_parallel_size // t}-attention × TP{t}"
 
 
 def pool_log_lines(pool: Pool) -> list[str]:
@@ -123,7 +141,7 @@ def pool_lines(run: RunConfig) -> list[str]:
     for pool in run.pools:
         eng = pool.engine
         out.append(f"  {pool.role}: {pool.num_replicas} × {pool.hardware.name} "
-                   f"TP{eng.tensor_parallel_size}, {'chunked' if eng.chunked else 'unchunked'}, "
+                   f"{replica_shape(eng)}, {'chunked' if eng.chunked else 'unchunked'}, "
                    f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
                    f"{eng.max_num_batched_tokens}")
         out += [f"    {line}" for line in pool_log_lines(pool)]
@@ -143,8 +161,7 @@ def fleet_lines(run: RunConfig) -> list[str]:
         eng = fp.pool.engine
         scaling = ", autoscaled" if fp.autoscaling is not None else ""
         out.append(f"  {fp.name}: {fp.pool.num_replicas} × {fp.pool.hardware.name} "
-                   f"{parallel_label(eng.tensor_parallel_size, eng.pipeline_parallel_size)}, "
-                   f"model {fp.model.name}, engine "
+                   f"{replica_shape(eng)}, model {fp.model.name}, engine "
                    f"{fp.pool.engine_label}, max_num_seqs {eng.max_num_seqs}, "
                    f"max_num_batched_tokens {eng.max_num_batched_tokens}, "
                    f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}"

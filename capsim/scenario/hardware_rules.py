@@ -1,5 +1,5 @@
 """What a model and an engine ask of the GPUs: tensor parallelism that divides the
-heads and stays in one node, expert parallelism that divides the experts, a layer per
+heads and stays in one node or takes whole nodes, expert parallelism that divides the experts, a layer per
 pipeline stage, a packaged scale-out link, the tensor cores each weight format computes
 on. Each rule as vLLM enforces it at start-up; an error names the field that set it.
 
@@ -26,7 +26,7 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
                        spec: Scenario, v: VariantSpec, path: Path, where: str) -> None:
     """Every rule of this module, in the order an error is looked for: the weight
     formats' tensor cores, TP dividing the heads, EP, PP, the scale-out link, then TP
-    within one node (unless DP attention with EP spreads the experts beyond it).
+    within one node or over whole nodes.
 
     Raises:
         ScenarioError: naming the variant's field when the variant set it, else the
@@ -35,19 +35,23 @@ def check_hardware_fit(model: ModelShape, hw: HardwareProfile, engine: EngineCon
     _check_weight_format(engine, hw, v, path, where, model)
     tp_field = (f"{where}.engine.tensor_parallel_size" if "tensor_parallel_size" in v.engine
                 else "engine.tensor_parallel_size")
-    named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path, tp_field)
+    if not (engine.enable_dp_attention and model.is_moe):   # else per rank: _check_dp_ranks
+        named(lambda _: check_tensor_parallel(model, engine.tensor_parallel_size), "", path,
+              tp_field)
     _check_expert_parallel(model, engine, path, where, set(v.engine))
+    _check_dp_ranks(model, hw, engine, path, where, set(v.engine))
     _check_pipeline_parallel(model, engine, path, where, set(v.engine))
     _check_scale_out(hw, spec, v, path, where)
-    if not (engine.enable_dp_attention and engine.enable_expert_parallel):
-        named(lambda _: hw.check_tp_in_node(engine.tensor_parallel_size), "", path, tp_field)
+    named(lambda _: hw.check_tp_nodes(engine.tensor_parallel_size), "", path, tp_field)
 
 
 def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,
                            variant_keys: set[str]) -> None:
     """Expert parallelism, DP attention and a routing skew need routed experts; EP needs
-    the replica's GPUs (tensor_parallel_size) to divide the experts (vLLM's FusedMoE gives
-    each EP rank num_experts / ep_size of them)."""
+    the replica's GPUs (tensor_parallel_size) to divide the experts and EPLB's redundant
+    copies (vLLM's FusedMoE gives each EP rank (num_experts + num_redundant_experts) /
+    ep_size of them; ``rebalance_experts`` asserts it, vllm/distributed/eplb/
+    rebalance_algo.py at 07fb932a); redundant experts need EP."""
     def at(key: str) -> str:
         return f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
 
@@ -55,13 +59,68 @@ def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, 
         if getattr(engine, key) and not model.is_moe:
             raise ScenarioError(f"{key} needs a mixture-of-experts model; {model.name} is dense",
                                 file=str(path), path=at(key))
-    tp = engine.tensor_parallel_size
-    if engine.enable_expert_parallel and model.num_experts % tp:
+    tp, extra = engine.tensor_parallel_size, engine.num_redundant_experts
+    if extra and not engine.enable_expert_parallel:
+        raise ScenarioError(
+            f"num_redundant_experts {extra} (EPLB) copies experts across expert-parallel "
+            "ranks and needs enable_expert_parallel: true", file=str(path),
+            path=at("num_redundant_experts"))
+    if engine.enable_expert_parallel and (model.num_experts + extra) % tp:
+        copies = f" + num_redundant_experts {extra}" if extra else ""
+        hint = "" if extra else (f"; EPLB's num_redundant_experts can make up the difference "
+                                 f"(vLLM --eplb-config, SGLang --ep-num-redundant-experts)")
         raise ScenarioError(
             f"expert parallel size {tp} (tensor_parallel_size) must divide num_experts "
-            f"{model.num_experts} of {model.name}", file=str(path),
-            path=at("tensor_parallel_size") if "tensor_parallel_size" in variant_keys
+            f"{model.num_experts}{copies} of {model.name}{hint}", file=str(path),
+            path=at("num_redundant_experts") if extra and "num_redundant_experts" in
+            variant_keys else at("tensor_parallel_size") if "tensor_parallel_size" in
+            variant_keys else at("num_redundant_experts") if extra
             else at("enable_expert_parallel"))
+
+
+def _check_dp_ranks(model: ModelShape, hw: HardwareProfile, engine: EngineConfig, path: Path,
+                    where: str, variant_keys: set[str]) -> None:
+    """``data_parallel_size`` (SGLang's ``--dp-size``) splits the replica's GPUs into
+    data-parallel attention ranks of TP / DP GPUs each: it needs DP attention, must divide
+    tensor_parallel_size (SGLang's ``derive_attn_tp_size`` refuses otherwise,
+    python/sglang/srt/layers/dp_attention.py ``compute_dp_attention_world_info`` at
+    00161092), and each rank's attention TP must divide the heads (vLLM's and SGLang's
+    sharding rule) and stay within one node (its all-reduce is priced on NVLink)."""
+    dp, tp = engine.data_parallel_size, engine.tensor_parallel_size
+    if dp is None:
+        return
+    key = "data_parallel_size"
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    if not engine.enable_dp_attention:
+        if dp > 1:
+            raise ScenarioError(
+                f"data_parallel_size {dp} counts data-parallel attention ranks (SGLang "
+                "--dp-size) and needs enable_dp_attention: true; independent engine copies "
+                "are cluster.num_replicas", file=str(path), path=at)
+        return
+    if tp % dp:
+        raise ScenarioError(
+            f"data_parallel_size {dp} must divide tensor_parallel_size {tp}: each "
+            f"data-parallel attention rank takes tensor_parallel_size / data_parallel_size "
+            f"GPUs", file=str(path), path=at)
+    t = tp // dp
+    heads = model.num_attention_heads
+    if heads % t:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs (tensor_parallel_size {tp} / "
+            f"data_parallel_size {dp}) must divide num_attention_heads {heads} of "
+            f"{model.name}", file=str(path), path=at)
+    kv = model.num_key_value_heads
+    if kv % t and t % kv:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs must divide, or be a multiple of, "
+            f"num_key_value_heads {kv} of {model.name}", file=str(path), path=at)
+    g = hw.gpus_per_node
+    if g is not None and t > g:
+        raise ScenarioError(
+            f"a data-parallel attention rank of {t} GPUs (tensor_parallel_size {tp} / "
+            f"data_parallel_size {dp}) spans nodes of {g} {hw.name} GPUs; valid: "
+            f"data_parallel_size >= {-(-tp // g)}", file=str(path), path=at)
 
 
 def _check_pipeline_parallel(model: ModelShape, engine: EngineConfig, path: Path, where: str,

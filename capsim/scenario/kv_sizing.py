@@ -123,7 +123,10 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              quant=(load_quant_format(engine.weight_format)
                                     if engine.weight_format else None),
                              max_threads_per_sm=hw.max_threads_per_sm,
-                             expert_parallel=engine.enable_expert_parallel)
+                             expert_parallel=engine.enable_expert_parallel,
+                             attention_tp=engine.attention_tp_size
+                             if engine.enable_dp_attention else 1,
+                             redundant_experts=engine.num_redundant_experts)
         terms = _with_overrides(terms, engine)
         per_token = kv_bytes_per_token(model, engine)
         if spec is not None:
@@ -203,8 +206,10 @@ def kv_bytes_per_token(model: ModelShape, engine: EngineConfig) -> int:
     """
     per_token = model.paged_kv_bytes_per_token(engine.kv_dtype_bytes)
     tp = engine.tensor_parallel_size
-    if engine.enable_dp_attention:     # each token's KV on the one GPU serving its request
-        return per_token
+    if engine.enable_dp_attention:     # each token's KV on the GPUs of its request's rank
+        tp = engine.attention_tp_size
+        if tp == 1:
+            return per_token
     # MLA caches one latent per token that every TP rank holds whole (vLLM's
     # MLAAttentionSpec has num_kv_heads 1): like one KV head replicated.
     heads = 1 if model.is_mla else model.num_key_value_heads

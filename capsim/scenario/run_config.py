@@ -100,7 +100,10 @@ class Pool:
         return dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
                     routing_skew=eng.moe_routing_skew,
                     dp_attention=eng.enable_dp_attention and moe,
+                    attention_tp=eng.attention_tp_size if eng.enable_dp_attention and moe
+                    else 1,
                     expert_parallel=eng.enable_expert_parallel and moe,
+                    redundant_experts=eng.num_redundant_experts if moe else 0,
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
                     engine=self.preset.engine, moe_backend=eng.moe_backend)
 

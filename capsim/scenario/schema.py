@@ -129,6 +129,16 @@ class EngineConfig(StrictModel):
     # requests' KV only (no KV replicated across the group, MLA's latent included).
     enable_expert_parallel: Bool = False
     enable_dp_attention: Bool = False
+    # Data-parallel attention ranks (SGLang --dp-size with --enable-dp-attention): the
+    # replica's tensor_parallel_size GPUs form this many attention ranks of
+    # tensor_parallel_size / data_parallel_size GPUs each (SGLang's attn_tp_size); None: one
+    # rank per GPU. vLLM's --data-parallel-size D --tensor-parallel-size T
+    # --enable-expert-parallel is tensor_parallel_size D × T, data_parallel_size D.
+    data_parallel_size: Int | None = Field(default=None, ge=1)
+    # EPLB's redundant experts (vLLM --enable-eplb --eplb-config '{"num_redundant_experts":
+    # N}'; SGLang --enable-eplb --ep-num-redundant-experts N): N extra copies of the hottest
+    # experts, (num_experts + N) / EP per GPU; needs enable_expert_parallel.
+    num_redundant_experts: Int = Field(default=0, ge=0)
     # vLLM --moe-backend (0.15: VLLM_MXFP4_USE_MARLIN=1 for marlin): the kernels of the
     # routed experts. auto: vLLM's default per GPU (MXFP4 experts: triton_kernels on Hopper
     # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);
@@ -222,6 +232,15 @@ class EngineConfig(StrictModel):
     def gpus_per_replica(self) -> int:
         """GPUs of one replica: tensor_parallel_size × pipeline_parallel_size."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def attention_tp_size(self) -> int:
+        """GPUs per data-parallel attention rank (1: one rank per GPU); without DP
+        attention, the tensor-parallel size."""
+        tp = self.tensor_parallel_size
+        if not self.enable_dp_attention:
+            return tp
+        return tp // (self.data_parallel_size or tp)
 
     @property
     def chunked(self) -> bool:

@@ -358,8 +358,10 @@ SCENARIO_BAD = [
      "engine.pipeline_parallel_size", "exceeds the model's 32 layers"),
     ("tensor-a-million", "b", {"engine.tensor_parallel_size": 10**6},
      "engine.tensor_parallel_size", "must divide num_attention_heads"),
-    ("tp-16-on-one-node", "b", {"model": "llama-3.1-70b", "engine.tensor_parallel_size": 16},
-     "engine.tensor_parallel_size", "spans more than one node"),
+    # TP across nodes takes whole nodes (issue 30 item 4): 16 GPUs on nodes of 12 do not
+    ("tp-16-on-nodes-of-12", "b", {"model": "llama-3.1-70b", "engine.tensor_parallel_size": 16,
+                                   "hardware_overrides": {"gpus_per_node": 12}},
+     "engine.tensor_parallel_size", "spans nodes of 12 h100-sxm[gpus_per_node=12] GPUs unevenly"),
     ("memory-fraction-tiny", "b", {"engine.gpu_memory_utilization": 1e-300},
      "engine.gpu_memory_utilization", "do not fit"),
     # -- workload: schedules, bursts, conversations, closed loops, lengths, traces

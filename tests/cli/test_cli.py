@@ -236,10 +236,12 @@ BAD = [
     ("variants.0.name", "v" * 5000, "variants.0.name: String should have at most 100 "
                                     "characters (got 'vvvvv"),
     ("name", "n" * 300, "name: String should have at most 100 characters"),
-    # TP 16 on an 8-GPU HGX H100 node: the all-reduces would cross the inter-node network,
-    # which capsim does not price; refused rather than priced as one NVLink domain.
-    ("engine.tensor_parallel_size", 16, "engine.tensor_parallel_size: tensor_parallel_size 16 "
-                                        "spans more than one node of 8 h100-sxm GPUs"),
+    # TP 16 over nodes of 12: a TP group across nodes takes whole nodes (its all-reduces are
+    # priced over NVLink in each node and the scale-out link between them).
+    ("variants", [{"name": "a", "engine": {"tensor_parallel_size": 16},
+                   "hardware_overrides": {"gpus_per_node": 12}}],
+     "variants.0.engine.tensor_parallel_size: tensor_parallel_size 16 spans nodes of 12 "
+     "h100-sxm[gpus_per_node=12] GPUs unevenly"),
     # Pooled fleets (issue 17 item 5): a class asking for a model no pool serves, a route to
     # a pool that does not exist, two pools with one name, a pool whose model does not fit
     # its GPUs (Llama-3.1-70B's 131 GiB of bf16 weights on one 80 GB H100).
@@ -975,14 +977,19 @@ def test_hidden_size_not_divisible_by_heads_is_refused(tmp_path, run_cli, write_
     assert code == 0
 
 
-def test_tp_beyond_one_node_is_refused_everywhere_unless_the_node_is_larger(
+def test_tp_beyond_one_node_takes_whole_nodes_everywhere(
         tmp_path, run_cli, write_scenario):
-    """capsim prices TP all-reduces on one node's NVLink (8 GPUs on HGX H100, the profile's
-    gpus_per_node); TP 16 is refused by roofline too, and accepted on a declared 72-GPU
-    NVLink domain (GB200 NVL72)."""
+    """A TP group across nodes takes whole nodes (8 GPUs on HGX H100, the profile's
+    gpus_per_node; its all-reduces cross the scale-out link): roofline prices TP 16 and
+    refuses TP 28 (3.5 nodes), and TP 16 is one node on a declared 72-GPU NVLink domain
+    (GB200 NVL72)."""
     code, _, err = run_cli(["roofline", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
                             "--tp", "16", "--prefill-tokens", "100"])
-    assert code == 2 and "not over the inter-node link" in err and err.count("\n") == 1
+    assert code == 0
+    code, _, err = run_cli(["roofline", "--model", "qwen2.5-7b", "--hardware", "h100-sxm",
+                            "--tp", "28", "--prefill-tokens", "100"])
+    assert code == 2 and "spans nodes of 8 h100-sxm GPUs unevenly" in err \
+        and err.count("\n") == 1
     doc = with_(with_(GOOD, "engine.tensor_parallel_size", 16),
                 "hardware_overrides", {"gpus_per_node": 72})
     code, out, _ = run_cli(["validate", str(write_scenario(tmp_path, doc))])
@@ -1117,12 +1124,8 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
      "error: --pp 1000 exceeds the model's 80 layers (every stage needs at least one)\n"),
     (["--model", "llama-3.1-70b", "--tp", "3"],
      "error: --tp 3 must divide num_attention_heads 64 of llama-3.1-70b\n"),
-    (["--model", "llama-3.1-70b", "--tp", "16"],
-     "error: --tp 16 spans more than one node of 8 h100-sxm GPUs"),
-    # ... and what roofline takes instead (no scenario: no hardware_overrides there).
-    (["--model", "llama-3.1-70b", "--tp", "16"],
-     "use --tp <= 8 and more replicas (or --pp across nodes), or give --hardware a profile "
-     "YAML with a larger gpus_per_node (72 on a GB200 NVL72)\n"),
+    (["--model", "qwen2.5-7b", "--tp", "28"],
+     "error: --tp 28 spans nodes of 8 h100-sxm GPUs unevenly"),
     (["--model", "llama-3.1-70b", "--preset", "./nosuch.yaml"],
      "error: --preset nosuch.yaml: cannot read file: No such file or directory\n"),
     (["--model", "llama-3.1-70b", "--preset", "nosuch"],

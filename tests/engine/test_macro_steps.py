@@ -32,6 +32,8 @@ CASES = [
     # quantized weights (int4 AWQ): the step prices change, macro-steps stay exact
     ("rag_mix.yaml", ["workload.duration_s=30", "engine.quantization=awq"]),
     ("parallel_sampling.yaml", ["workload.num_requests=80"]),
+    # mixture of experts: TP 8, DP attention + EP 8 (all-to-all), a split of two such nodes
+    ("moe_deepseek_v3.yaml", ["workload.duration_s=20"]),
     # disaggregated: transfers cut decode runs; decode slots run out (prefilled requests
     # wait, every decode finish is observed); round-robin placement; layer-wise overlap
     ("disagg_ratio.yaml", ["workload.duration_s=60",

@@ -184,11 +184,22 @@ def _sweep_figures(d: Path, page: Page, series: list[Series], slo: SloConfig,
                                   _PARETO_CAPTION))
 
 
+#: Run labels of a disaggregated candidate (:func:`capsim.studies.sizing.split_labels`).
+SPLIT_LABELS = ("pools", "prefill_tp", "decode_tp", "prefill_replicas", "decode_replicas")
+
+
 def sizing_points(result: SizingResult) -> pd.DataFrame:
     """Every evaluated configuration of a sizing search, averaged over its replications."""
     totals = result.runs[result.runs["cls"] == "all"]
-    by = ["variant", "hardware", "tensor_parallel_size", "num_replicas", "offered_rate_per_s"]
-    return aggregate(totals, by, metric_columns(totals))
+    return aggregate(totals, _point_labels(totals), metric_columns(totals))
+
+
+def _point_labels(runs: pd.DataFrame) -> list[str]:
+    """The columns naming one evaluated configuration: with disaggregated options, their
+    pools and pool sizes too (two splits of one variant share its name and total)."""
+    extra = [c for c in SPLIT_LABELS if c in runs.columns]
+    return ["variant", "hardware", "tensor_parallel_size", *extra, "num_replicas",
+            "offered_rate_per_s"]
 
 
 def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, executor: str,
@@ -197,8 +208,7 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
     base = result.base
     spec = base.spec
     points = sizing_points(result)
-    labels = ["variant", "hardware", "tensor_parallel_size", "num_replicas",
-              "offered_rate_per_s"]
+    labels = _point_labels(result.runs)
     page = Page(title=f"{spec.name} — sizing", kind="sizing", description=spec.description,
                 meta=_meta(result.seeds, result.runs, executor),
                 slo_lines=slo_lines(spec.slo, base.class_slos),
@@ -207,7 +217,8 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
                 capacity=result.mode == "rate",
                 sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
                 files=["sizing.csv", "summary.csv", "points.csv", "scenario.resolved.yaml"])
-    group = ["variant", "hardware", "tensor_parallel_size"]
+    group = ["variant", "hardware", "tensor_parallel_size",
+             *(["pools"] if "pools" in points.columns else [])]
     x, x_label = (("num_gpus", "GPUs") if result.mode == "gpus"
                   else ("offered_rate_per_s", _LOAD))
     series = series_of(points, group, x) if len(points) else []

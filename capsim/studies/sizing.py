@@ -584,7 +584,7 @@ def _split_row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer,
     binding = failing[0].binding() if failing else None
     figures = _figures(chosen, binding.name if binding is not None else None)
     figures["num_replicas"] = pre + dec
-    note = "" if failing else "1P1D meets every target: no target binds"
+    note = "" if failing else "one replica per pool meets every target: no target binds"
     if binding is not None:
         figures.update(binding_failed_value=binding.worst,
                        binding_failed_at=failing[0].outcomes[0].total.num_gpus)

@@ -172,3 +172,30 @@ def test_sizing_disaggregation_without_a_split_variant_is_refused(tmp_path, run_
                             str(tmp_path / "r")])
     assert code == 2 and err.count("\n") == 1
     assert "sizing.disaggregation: no variant has a disaggregation: section" in err
+
+
+def test_every_answer_gets_a_launch_script_and_a_split_one_a_manifest(sized):
+    """launch/rank-N.sh per met row with the engine command per pool at the answer's
+    replica counts; launch/rank-N-dynamo.yaml for split rows (none with --orchestrator
+    none)."""
+    import yaml as _yaml
+
+    from capsim.studies.launch import launch_files
+
+    plan, result = sized
+    files = launch_files(result, plan.options)
+    met = [r for r in result.rows if r.status == "met"]
+    assert sorted(f for f in files if f.endswith(".sh")) == sorted(
+        f"launch/rank-{r.rank}.sh" for r in met)
+    for r in met:
+        script = files[f"launch/rank-{r.rank}.sh"]
+        assert script.count("vllm serve meta-llama/Llama-3.1-8B") == (2 if r.pools else 1)
+        if r.pools:
+            doc = _yaml.safe_load(files[f"launch/rank-{r.rank}-dynamo.yaml"])
+            workers = doc["spec"]["services"]
+            assert workers["VllmPrefillWorker"]["replicas"] == r.prefill_replicas
+            assert workers["VllmDecodeWorker"]["replicas"] == r.decode_replicas
+            assert f"--tensor-parallel-size {r.decode_tp}" in script
+        else:
+            assert f"# {r.num_replicas} replica(s) of this command" in script
+    assert not any(f.endswith(".yaml") for f in launch_files(result, plan.options, "none"))

@@ -213,8 +213,10 @@ def _point_labels(runs: pd.DataFrame) -> list[str]:
 
 
 def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, executor: str,
-                 notes: list[str] | None = None) -> Path:
-    """Write the sizing report into ``out_dir`` (replaced whole); returns its index.html."""
+                 notes: list[str] | None = None,
+                 launch: dict[str, str] | None = None) -> Path:
+    """Write the sizing report into ``out_dir`` (replaced whole); returns its index.html.
+    ``launch``: launch files, relative path → text (:func:`capsim.studies.launch.launch_files`)."""
     base = result.base
     spec = base.spec
     points = sizing_points(result)
@@ -227,7 +229,7 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
                 capacity=result.mode == "rate",
                 sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
                 files=["sizing.csv", "front.csv", "summary.csv", "points.csv",
-                       "scenario.resolved.yaml"])
+                       "scenario.resolved.yaml", *sorted(launch or {})])
     group = ["variant", "hardware", "tensor_parallel_size",
              *(["pools"] if "pools" in points.columns else [])]
     x, x_label = (("num_gpus", "GPUs") if result.mode == "gpus"
@@ -251,7 +253,7 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
         page.figures.append(FigureRef("front.png", "Throughput per GPU against speed per "
                                       "user", _FRONT_CAPTION))
 
-    return _write(out_dir, page, tables, figures)
+    return _write(out_dir, page, tables, figures, launch)
 
 
 def trust_notes(result: SizingResult) -> list[str]:
@@ -286,10 +288,14 @@ def sizing_headline(result: SizingResult) -> str:
     return f"{question}: {answer}{noise}{edge}."
 
 
-def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:
+def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures,
+           texts: dict[str, str] | None = None) -> Path:
     def build(d: Path) -> None:
         for name, frame in tables.items():
             without_unused_reject_columns(frame).to_csv(d / name, index=False)
+        for name, text in (texts or {}).items():
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(text, encoding="utf-8")
         (d / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
         figures(d)
         html = environment().get_template("sweep.html").render(page=page)

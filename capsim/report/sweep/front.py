@@ -31,7 +31,7 @@ FRONT_COLUMNS = ("output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
                  "slo_feasible", "on_front", "sized", "chosen")
 
 _FEASIBLE = "#1E8449"
-_OTHER = "#7F8C8D"
+_OTHER = "black"           # legend samples of filled / hollow (no series is black)
 _CHOSEN = "#C0392B"
 
 

@@ -20,6 +20,7 @@ from capsim.common.errors import ScenarioError
 from capsim.cli.common import (build_traces, executor_options, executor_spec, make_console,
                                percentiles_option, scenario_arg, set_option, progress_bar)
 from capsim.profiles.trust import EDGES
+from capsim.studies.launch import ORCHESTRATORS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,12 +46,17 @@ if TYPE_CHECKING:
               help="Size against the pessimistic edge of capsim's measured error for each "
                    "option's engine preset and GPU: SLO bounds tightened by the median or max "
                    "|error| of the fidelity benchmark (docs/fidelity.md, 'How far to trust it').")
+@click.option("--orchestrator", type=click.Choice(ORCHESTRATORS), default="dynamo",
+              show_default=True,
+              help="Deployment manifest written next to a disaggregated answer's launch "
+                   "script (launch/rank-N-dynamo.yaml: an NVIDIA Dynamo "
+                   "DynamoGraphDeployment); none: the scripts only.")
 @executor_options
 @percentiles_option
 @set_option
 def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: int | None,
          headroom: int, out_dir: Path | None, seed: int | None, trust_edge: str,
-         num_seeds: int | None,
+         orchestrator: str, num_seeds: int | None,
          workers: int | None, executor: str, scheduler: str | None,
          percentiles: tuple[float, ...] | None, overrides: tuple[str, ...]) -> None:
     from capsim.scenario.sweep import check_num_seeds
@@ -72,14 +78,14 @@ def size(scenario: Path, rate_per_s: float | None, gpus: int | None, max_gpus: i
     run_size(make_console(), scenario, out_dir, seed, rate_per_s=rate_per_s, gpus=gpus,
              num_seeds=num_seeds, max_gpus=max_gpus, headroom=headroom,
              executor=executor_spec(executor, workers, scheduler), overrides=list(overrides),
-             trust_edge=trust_edge, percentiles=percentiles or ())
+             trust_edge=trust_edge, percentiles=percentiles or (), orchestrator=orchestrator)
 
 
 def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int | None, *,
              rate_per_s: float | None, gpus: int | None, num_seeds: int | None,
              max_gpus: int | None, executor: ExecutorSpec, overrides: list[str],
              trust_edge: str = "none", headroom: int = 0,
-             percentiles: tuple[float, ...] = ()) -> Path:
+             percentiles: tuple[float, ...] = (), orchestrator: str = "dynamo") -> Path:
     """``capsim size``: search every fleet option, print the ranked table, write the report.
 
     Raises:
@@ -89,6 +95,7 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
     from capsim.report import check_out_dir
     from capsim.scenario.load import dump_resolved, load
     from capsim.studies import sizing
+    from capsim.studies.launch import launch_files
     from capsim.studies.parallel import open_runner
     from capsim.report.sweep.page import sizing_headline, trust_notes, write_sizing
     from capsim.report.sweep.console import rich_table
@@ -112,7 +119,8 @@ def run_size(console: Console, scenario: Path, out_dir: Path | None, seed: int |
         result = sizing.run(plan, runner, progress)
     index = write_sizing(out, result, resolved_yaml=dump_resolved(base, __version__,
                                                                    base.spec.seed),
-                         executor=executor.describe())
+                         executor=executor.describe(),
+                         launch=launch_files(result, plan.options, orchestrator))
     console.print(rich_table(sizing_table(result), sizing_headline(result)))
     for note in trust_notes(result):
         console.print(f"[dim]{note}[/]")

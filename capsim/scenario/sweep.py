@@ -21,12 +21,13 @@ YAML path.
 from __future__ import annotations
 
 import math
+import re
 from typing import ClassVar, Annotated, Any, Optional
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Int, StrictModel
+from capsim.common.schema import Bool, Int, StrictModel
 
 #: Most replications (``--seeds K``, ``sizing.seeds``): a 95 % confidence interval's
 #: half-width shrinks as 1/√K, to 1/32 of one trace's spread at 1,000; far more only
@@ -108,6 +109,73 @@ SweepGrid = Annotated[dict[str, SweepValues], AfterValidator(_check_grid)]
 """The ``sweep:`` section: dotted field path → list of values (Cartesian product)."""
 
 
+class PoolShape(StrictModel):
+    """One parallel shape of a pool to try: TP, and for a mixture-of-experts model expert
+    parallelism and data-parallel attention (vLLM's ``--enable-expert-parallel``,
+    SGLang's ``--enable-dp-attention``)."""
+
+    # in error messages
+    yaml_example: ClassVar[str] = "{tensor_parallel_size: 8, enable_expert_parallel: true}"
+
+    tensor_parallel_size: Int = Field(gt=0)
+    enable_expert_parallel: Bool = False
+    enable_dp_attention: Bool = False
+
+    @property
+    def label(self) -> str:
+        """``TP8``, ``TP8 EP``, ``TP8 EP DPA``."""
+        return " ".join([f"TP{self.tensor_parallel_size}"]
+                        + ["EP"] * self.enable_expert_parallel
+                        + ["DPA"] * self.enable_dp_attention)
+
+
+#: ``1P2D``: x prefill replicas for every y decode replicas, both >= 1.
+RATIO_PATTERN = re.compile(r"^([0-9]+)P([0-9]+)D$")
+
+
+def parse_ratio(text: str) -> tuple[int, int]:
+    """``"1P2D"`` → ``(1, 2)``.
+
+    Raises:
+        ValueError: not ``<x>P<y>D`` with x, y >= 1 (a split with no prefill or no decode
+            replica is not disaggregated).
+    """
+    m = RATIO_PATTERN.match(str(text))
+    if m is None or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ValueError(f"ratio {text!r}: valid: <x>P<y>D with x, y >= 1 replicas, e.g. 1P2D "
+                         "(a split with no prefill or no decode replica is not disaggregated)")
+    return int(m.group(1)), int(m.group(2))
+
+
+class DisaggSizing(StrictModel):
+    """``sizing.disaggregation``: how ``capsim size`` searches disaggregated variants.
+
+    Attributes:
+        prefill, decode: pool shapes to try (every prefill × decode pair; default: the
+            variant's own).
+        link: KV-transfer links to try (names; default: the variant's own).
+        ratios: prefill:decode replica ratios (``1P2D``) the search starts along; the answer
+            is refined per pool from there (default: ``1P1D``).
+    """
+
+    # in error messages
+    yaml_example: ClassVar[str] = ("{prefill: [{tensor_parallel_size: 4}], decode: "
+                                   "[{tensor_parallel_size: 8}], link: [nvlink-4], "
+                                   "ratios: [1P1D, 1P2D]}")
+
+    prefill: Optional[list[PoolShape]] = Field(default=None, min_length=1)
+    decode: Optional[list[PoolShape]] = Field(default=None, min_length=1)
+    link: Optional[list[str]] = Field(default=None, min_length=1)
+    ratios: Optional[list[str]] = Field(default=None, min_length=1)
+
+    @field_validator("ratios")
+    @classmethod
+    def _ratios(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        for text in value or []:
+            parse_ratio(text)
+        return value
+
+
 class SizingConfig(StrictModel):
     """The ``sizing:`` section: defaults of ``capsim size`` (its options override them).
 
@@ -126,6 +194,8 @@ class SizingConfig(StrictModel):
         seeds: independent traces per evaluated configuration; a configuration
             passes only if it passes in every one.
         rate_tolerance: relative precision of the ``gpus`` capacity search.
+        disaggregation: the pool shapes, links and ratios searched for variants with a
+            ``disaggregation:`` section (:class:`DisaggSizing`).
     """
 
     # in error messages
@@ -141,3 +211,4 @@ class SizingConfig(StrictModel):
     max_gpus: Int = Field(default=64, gt=0)
     seeds: Int = Field(default=1, ge=1, le=MAX_SEEDS)
     rate_tolerance: float = Field(default=0.02, gt=0, lt=1)
+    disaggregation: Optional[DisaggSizing] = None

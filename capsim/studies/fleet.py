@@ -9,7 +9,7 @@ prefill + decode pools of disaggregated variants will go);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from capsim.scenario.load import LoadedScenario, load
 from capsim.scenario.run_config import RunConfig
@@ -18,9 +18,54 @@ from capsim.profiles.hardware import hardware_names, load_hardware
 from capsim.scenario.paths import locate
 from capsim.cost.operators import attn_pairs
 
-#: Why a disaggregated variant gets no answer yet (see :func:`fleet_at`).
-DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): sizing searches one replica count "
-                    "and does not split pools yet")
+#: Why a disaggregated variant gets no answer to ``--gpus N`` (capacity): that search
+#: holds a fleet fixed and varies the rate, and N GPUs split many ways between the pools.
+DISAGG_NOT_SIZED = ("disaggregated (prefill + decode pools): the capacity of N GPUs (--gpus) "
+                    "is not searched for a split fleet; size it at a rate (--rate)")
+
+
+@dataclass(frozen=True)
+class PoolSplit:
+    """A disaggregated option's pools: each pool's parallel shape, the KV link, and the
+    prefill:decode replica ratio its search starts along (``ratio`` (1, 2): 1P2D)."""
+
+    prefill: str                  # the prefill pool's shape, e.g. "TP4" or "TP8 EP"
+    decode: str
+    prefill_gpus: int             # GPUs of one prefill replica (TP × PP)
+    decode_gpus: int
+    link: str
+    ratio: tuple[int, int] = (1, 1)
+
+    @property
+    def label(self) -> str:
+        """``P TP4 + D TP8 · nvlink-4``, with ``from 1P2D`` off the default ratio."""
+        start = "" if self.ratio == (1, 1) else f" from {self.ratio[0]}P{self.ratio[1]}D"
+        return f"P {self.prefill} + D {self.decode} · {self.link}{start}"
+
+    @property
+    def unit_gpus(self) -> int:
+        """GPUs of one step along the ratio: x prefill and y decode replicas."""
+        return self.ratio[0] * self.prefill_gpus + self.ratio[1] * self.decode_gpus
+
+    def gpus(self, prefill_replicas: int, decode_replicas: int) -> int:
+        return prefill_replicas * self.prefill_gpus + decode_replicas * self.decode_gpus
+
+
+def pool_shape_label(pool) -> str:
+    """A resolved pool's parallel shape: ``TP4``, ``TP8×PP2``, ``TP8 EP DPA``."""
+    e = pool.engine
+    return " ".join([shape_label(e.tensor_parallel_size, e.pipeline_parallel_size)]
+                    + ["EP"] * bool(e.enable_expert_parallel)
+                    + ["DPA"] * bool(e.enable_dp_attention))
+
+
+def split_of(run: RunConfig, ratio: tuple[int, int] = (1, 1)) -> PoolSplit | None:
+    """The :class:`PoolSplit` of a disaggregated ``run`` (None when co-located)."""
+    if not run.disaggregated:
+        return None
+    pre, dec = run.pool("prefill"), run.pool("decode")
+    return PoolSplit(pool_shape_label(pre), pool_shape_label(dec), pre.engine.gpus_per_replica,
+                     dec.engine.gpus_per_replica, run.transfer.link.name, ratio)
 
 
 @dataclass(frozen=True)
@@ -38,20 +83,29 @@ class FleetOption:
     run: RunConfig | None
     problem: str = ""
     pipeline_parallel_size: int = 1
+    split: PoolSplit | None = None      # a disaggregated option's pools (None: co-located)
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
-        return (self.variant, self.hardware, self.tensor_parallel_size,
+    def key(self) -> tuple:
+        """(variant, hardware, TP, PP), and the :class:`PoolSplit` of a split option."""
+        base = (self.variant, self.hardware, self.tensor_parallel_size,
                 self.pipeline_parallel_size)
+        return base if self.split is None else (*base, self.split)
 
     @property
     def gpus_per_replica(self) -> int:
-        """TP × PP: the GPUs of one replica (the unit the search counts in)."""
+        """TP × PP: the GPUs of one replica (the unit the search counts in); for a split,
+        the GPUs of one step along its ratio."""
+        if self.split is not None:
+            return self.split.unit_gpus
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def label(self) -> str:
-        """E.g. ``chunked · h100-sxm TP1``, ``pp · h100-sxm TP4×PP2``."""
+        """E.g. ``chunked · h100-sxm TP1``, ``pp · h100-sxm TP4×PP2``,
+        ``disagg · h100-sxm P TP4 + D TP8 · nvlink-4``."""
+        if self.split is not None:
+            return f"{self.variant} · {self.hardware} {self.split.label}"
         shape = shape_label(self.tensor_parallel_size, self.pipeline_parallel_size)
         return f"{self.variant} · {self.hardware} {shape}"
 
@@ -107,7 +161,8 @@ def _options_for(base: LoadedScenario, overrides: list[str], hw: str | None,
                 for rc in base.runs]
     return [FleetOption(rc.variant, rc.serving_pool.hardware.name,
                         rc.serving_pool.engine.tensor_parallel_size, rc,
-                        pipeline_parallel_size=rc.serving_pool.engine.pipeline_parallel_size)
+                        pipeline_parallel_size=rc.serving_pool.engine.pipeline_parallel_size,
+                        split=split_of(rc))
             for rc in loaded.runs]
 
 
@@ -141,14 +196,22 @@ def _choice_overrides(base: LoadedScenario, hw: str | None, tp: int | None,
     return out
 
 
-def fleet_at(run: RunConfig, replicas: int) -> RunConfig:
-    """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP × PP).
+def fleet_at(run: RunConfig, replicas: int | tuple[int, int]) -> RunConfig:
+    """``run`` with ``replicas`` engine replicas (GPUs = replicas × TP × PP), or for a
+    disaggregated ``run`` a ``(prefill, decode)`` pair of pool sizes.
 
-    The one place that turns a searched count into a fleet. Disaggregated
-    variants (``run.disaggregated``) are marked :data:`DISAGG_NOT_SIZED` before
-    any search; sizing them means returning prefill and decode pool sizes here
-    (both pools' ``num_replicas``) and a 2-D search over (P, D) in :func:`run`.
+    The one place that turns a searched count into a fleet.
+
+    Raises:
+        ValueError: a pair for a co-located run, or a count for a disaggregated one.
     """
+    if isinstance(replicas, tuple) != run.disaggregated:
+        raise ValueError(f"{run.variant}: give (prefill, decode) replicas exactly when the "
+                         f"variant is disaggregated, got {replicas!r}")
+    if isinstance(replicas, tuple):
+        pre, dec = run.pool("prefill"), run.pool("decode")
+        return replace(run, pools=(replace(pre, num_replicas=replicas[0]),
+                                   replace(dec, num_replicas=replicas[1])))
     return run.with_replicas(replicas)
 
 
@@ -159,11 +222,14 @@ def slo_floors_ms(run: RunConfig, min_prompt_tokens: int) -> dict[str, float]:
     - TTFT: the shortest prompt of the trace prefilled in one step, alone.
 
     Both from the roofline (:class:`capsim.cost.pricer.StepPricer`); adding
-    sequences, context or chunks only lengthens steps.
+    sequences, context or chunks only lengthens steps. A disaggregated run's ITL floor is
+    its decode pool's step, its TTFT floor its prefill pool's.
     """
-    pricer = run.pool().pricer(run.model)
+    split = run.disaggregated
+    pricer = run.pool("decode" if split else "colocated").pricer(run.model)
     decode = pricer.cost(decode_seqs=1, decode_ctx_tokens=1, logits_seqs=1).seconds * 1e3
     p = int(min_prompt_tokens)
+    pricer = run.pool("prefill").pricer(run.model) if split else pricer
     prefill = pricer.cost(prefill_tokens=p, prefill_attn_pairs=attn_pairs(p, 0),
                           prefill_kv_tokens=p, logits_seqs=1).seconds * 1e3
     return {"itl": decode, "tpot": decode, "ttft": prefill}

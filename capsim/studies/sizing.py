@@ -16,9 +16,16 @@ and each round's pending runs (options × K) go to the runner as one batch.
 Every option sees the same K traces at a given rate (common random numbers).
 
 Fleet options and SLO floors live in :mod:`capsim.studies.fleet`, the judgement of
-one configuration in :mod:`capsim.studies.evaluation`. Disaggregated variants
-(P + D pools) are not searched yet: :func:`capsim.studies.fleet.fleet_at` is the
-hook — a 2-D search over prefill and decode replicas replaces the 1-D one.
+one configuration in :mod:`capsim.studies.evaluation`.
+
+**Disaggregated options** (a variant with prefill + decode pools, one option per pool
+shape × link × ratio of ``sizing.disaggregation``, :mod:`capsim.studies.split_options`)
+search the two pool sizes with :func:`capsim.studies.search.fewest_split_passing`:
+doubling along the prefill:decode ratio, then a bisection per pool — ``O(log)`` per pool,
+monotone in each pool's size. Pool shapes (TP, EP, DP attention), links and ratios are
+enumerated, not searched: a bigger TP is not monotonically better (more GPUs per replica,
+shorter steps). They are ranked with the co-located options by $/h, then $/M tokens. The
+capacity question (``--gpus N``) and N+k headroom are not searched for them.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet_options,
                           shape_label, slo_floors_ms, unreachable)
+from capsim.studies.split_options import split_options
 from capsim.profiles.trust import Edge, coverage
 from capsim.studies.parallel import Progress, Runner
-from capsim.studies.search import fewest_passing, highest_passing
+from capsim.studies.search import fewest_passing, fewest_split_passing, highest_passing
 from capsim.studies.sweep import offered_rate_per_s
 from capsim.workload import TraceCache
 from capsim.studies.task import RunOutcome, RunTask, execute, outcomes_frame
@@ -110,11 +118,28 @@ class SizingRow:
     violation_min_with_headroom: float = math.nan     # the answer: N − k serving
     violation_min_without_headroom: float = math.nan  # N − k bought, k down: N − 2k serving
     pipeline_parallel_size: int = 1
+    # a disaggregated option (None / "" for a co-located one): the answer's pool sizes,
+    # each pool's TP, the KV link and the pools' shapes (``P TP4 + D TP8 · nvlink-4``)
+    prefill_replicas: int | None = None
+    decode_replicas: int | None = None
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    link: str = ""
+    pools: str = ""
 
     @property
     def label(self) -> str:
+        if self.pools:
+            return f"{self.variant} · {self.hardware} {self.pools}"
         return (f"{self.variant} · {self.hardware} "
                 f"{shape_label(self.tensor_parallel_size, self.pipeline_parallel_size)}")
+
+    @property
+    def split(self) -> str:
+        """``2P3D`` for a disaggregated answer, "" otherwise."""
+        if self.prefill_replicas is None:
+            return ""
+        return f"{self.prefill_replicas}P{self.decode_replicas}D"
 
 
 @dataclass(frozen=True)
@@ -219,12 +244,15 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     options = fleet_options(base, list(overrides), sizing.hardware if sizing else None,
                             sizing.tensor_parallel_size if sizing else None,
                             sizing.pipeline_parallel_size if sizing else None)
+    options = split_options(base, list(overrides), options,
+                            sizing.disaggregation if sizing else None,
+                            sizing.hardware if sizing else None)
     _check_replica_bound(p, options)
     p.headroom = _check_headroom(headroom, p, options)
     _check_rate_ceiling(p, options, rate_per_s is not None)
     p.options = _check_options(p, options)
     p.slos = {o.key: edged_slo(spec.slo, base.class_slos,
-                               coverage(o.run.pool().preset.name, o.hardware), trust_edge)
+                               coverage(o.run.serving_pool.preset.name, o.hardware), trust_edge)
               for o in p.options if o.run is not None}
     return p
 
@@ -360,8 +388,11 @@ def _check_options(p: SizingPlan, options: list[FleetOption]) -> list[FleetOptio
     """Mark options that can never pass (floors, GPU count); raise if none is left."""
     out = []
     for opt in options:
-        if opt.run is not None and opt.run.disaggregated:
+        if opt.run is not None and opt.run.disaggregated and p.mode == "rate":
             opt = replace(opt, run=None, problem=DISAGG_NOT_SIZED)
+        if opt.run is not None and opt.split is not None and p.headroom:
+            opt = replace(opt, run=None, problem="N+k headroom (--headroom) is not searched "
+                          "for a split fleet (which pool loses the replicas?)")
         if opt.run is not None:
             trace = p.traces.get(p.workload_at(opt.run.workload, p.rate_per_s), p.seeds[0])
             floors = slo_floors_ms(opt.run, int(trace.prompt_tokens.min()))
@@ -393,7 +424,7 @@ class _Evaluator:
     def config(self, key, x) -> tuple[int, float]:
         """(replicas, rate) of candidate ``x`` of option ``key``."""
         if self.p.mode == "gpus":
-            return int(x), self.p.rate_per_s
+            return (x if isinstance(x, tuple) else int(x)), self.p.rate_per_s
         return self.p.gpus // self.by_key[key].gpus_per_replica - self.p.headroom, float(x)
 
     def batch(self, pending: list[tuple[tuple, Any]]) -> None:
@@ -421,8 +452,10 @@ class _Evaluator:
         trace = self.p.traces.get(self.p.workload_at(opt.run.workload, rate), seed)
         run = replace(fleet_at(opt.run, replicas), seed=seed)
         labels = {"variant": opt.variant, "hardware": opt.hardware,
-                  "tensor_parallel_size": opt.tensor_parallel_size, "num_replicas": replicas,
-                  "offered_rate_per_s": rate, "replication": rep, "seed": seed}
+                  "tensor_parallel_size": opt.tensor_parallel_size,
+                  "num_replicas": sum(replicas) if isinstance(replicas, tuple) else replicas,
+                  "offered_rate_per_s": rate, "replication": rep, "seed": seed,
+                  **split_labels(opt, replicas)}
         edged = self.p.slo(key)
         return RunTask(labels, run, trace, edged.slo, edged.class_slos,
                        percentiles=self.p.percentiles)
@@ -448,7 +481,9 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
     """Search every feasible option and rank the answers."""
     ev = _Evaluator(p, runner, progress)
     if p.mode == "gpus":
-        searches = {k: fewest_passing(max(p.max_gpus // o.gpus_per_replica - p.headroom, 1))
+        searches = {k: fewest_split_passing(o.split.ratio, max(p.max_gpus // o.gpus_per_replica, 1))
+                    if o.split is not None else
+                    fewest_passing(max(p.max_gpus // o.gpus_per_replica - p.headroom, 1))
                     for k, o in ev.by_key.items()}
     else:
         r = p.rate_per_s
@@ -472,13 +507,28 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
 # --------------------------------------------------------------------------
 
 
+def split_labels(opt: FleetOption, replicas) -> dict[str, Any]:
+    """A disaggregated candidate's run labels: pool sizes and TPs, its pools ({} when
+    co-located, so a search without splits writes the columns it always did)."""
+    if opt.split is None:
+        return {}
+    return {"prefill_replicas": replicas[0], "decode_replicas": replicas[1],
+            "prefill_tp": opt.run.pool("prefill").engine.tensor_parallel_size,
+            "decode_tp": opt.run.pool("decode").engine.tensor_parallel_size,
+            "pools": opt.split.label}
+
+
 def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     head = dict(rank=0, variant=opt.variant, hardware=opt.hardware,
                 tensor_parallel_size=opt.tensor_parallel_size,
                 pipeline_parallel_size=opt.pipeline_parallel_size)
+    if opt.split is not None:
+        head.update(link=opt.split.link, pools=opt.split.label)
     if opt.run is None:
         return SizingRow(**head, status="infeasible", note=opt.problem)
     head["trust"] = p.slo(opt.key).note
+    if opt.split is not None:
+        return _split_row(p, ev, opt, answer, head)
     tested = list(answer.tested)
     if answer.best is None:
         best = max((ev.get(opt.key, x) for x in tested),
@@ -512,6 +562,39 @@ def _row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer) -> SizingRow:
     return SizingRow(**head, status="met", **figures,
                      within_noise=_within_noise(p, ev, opt, answer, chosen, binding_name),
                      note=note, evaluations=len(tested), headroom_replicas=p.headroom)
+
+
+def _split_row(p: SizingPlan, ev: _Evaluator, opt: FleetOption, answer,
+               head: dict[str, Any]) -> SizingRow:
+    """A disaggregated option's row: the minimal (P, D) found, and the target that binds
+    where one pool loses a replica (the decode pool first: (P, D − 1), else (P − 1, D_hi))."""
+    head.update(prefill_tp=opt.run.pool("prefill").engine.tensor_parallel_size,
+                decode_tp=opt.run.pool("decode").engine.tensor_parallel_size)
+    tested = list(answer.tested)
+    if answer.best is None:
+        best = max((ev.get(opt.key, x) for x in tested),
+                   key=lambda e: (e.pass_runs, e.binding().margin_frac))
+        return SizingRow(**head, status="not met", **_figures(best), note=_not_met(p, best),
+                         evaluations=len(tested), prefill_replicas=best.num_replicas[0],
+                         decode_replicas=best.num_replicas[1])
+    pre, dec = answer.best
+    chosen = ev.get(opt.key, answer.best)
+    failing = [ev.get(opt.key, x) for x in ((pre, dec - 1), (pre - 1, answer.bracket[1]))
+               if answer.tested.get(x) is False]
+    binding = failing[0].binding() if failing else None
+    figures = _figures(chosen, binding.name if binding is not None else None)
+    figures["num_replicas"] = pre + dec
+    note = "" if failing else "one replica per pool meets every target: no target binds"
+    if binding is not None:
+        figures.update(binding_failed_value=binding.worst,
+                       binding_failed_at=failing[0].outcomes[0].total.num_gpus)
+    flaky = any(ev.get(opt.key, x).pass_runs > 0 for x in ((pre, dec - 1), (pre - 1, dec))
+                if x in answer.tested)
+    noise = None if len(p.seeds) < 2 else flaky or any(
+        s.ci_straddles_bound for s in chosen.target_stats()
+        if binding is None or s.name == binding.name)
+    return SizingRow(**head, status="met", **figures, within_noise=noise, note=note,
+                     evaluations=len(tested), prefill_replicas=pre, decode_replicas=dec)
 
 
 def _with_headroom(figures: dict[str, Any], k: int, gpus_per_replica: int,
@@ -605,7 +688,8 @@ def _figures(e: Evaluation, binding: str | None = "") -> dict[str, Any]:
     stats = {s.name: s for s in e.target_stats()}
     b = e.binding() if binding == "" else stats.get(binding) if binding else None
     gpus = e.outcomes[0].total.num_gpus
-    return dict(num_replicas=e.num_replicas, num_gpus=gpus, rate_per_s=e.rate_per_s,
+    n = sum(e.num_replicas) if isinstance(e.num_replicas, tuple) else e.num_replicas
+    return dict(num_replicas=n, num_gpus=gpus, rate_per_s=e.rate_per_s,
                 cost_per_hour_usd=e.outcomes[0].total.cost_per_hour_usd,
                 cost_per_million_output_tokens_usd=e.mean("cost_per_million_output_tokens_usd"),
                 output_throughput_tok_per_s=e.mean("output_throughput_tok_per_s"),
@@ -675,5 +759,7 @@ def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
     if not any(r.headroom_replicas for r in rows):      # the columns of sizing without N+k
         frame = frame.drop(columns=["headroom_replicas", "violation_min_with_headroom",
                                     "violation_min_without_headroom"])
-    return frame.astype({c: "Int64" for c in ("num_replicas", "num_gpus") if c in frame.columns})
+    ints = ("num_replicas", "num_gpus", "prefill_replicas", "decode_replicas", "prefill_tp",
+            "decode_tp")
+    return frame.astype({c: "Int64" for c in ints if c in frame.columns})
 

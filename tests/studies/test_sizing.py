@@ -327,12 +327,17 @@ def test_a_replayed_trace_is_rescaled_to_the_sizing_rate(tmp_path, write_scenari
     assert sizing.plan(load(again), []).rate_per_s == pytest.approx(2.0)
 
 
-def test_disaggregated_variants_are_listed_but_not_sized_yet(tmp_path, write_scenario):
+def test_disaggregated_variants_are_sized_at_a_rate_but_not_for_capacity(tmp_path,
+                                                                          write_scenario):
+    """Split pools get a (P, D) search at a rate (tests/studies/test_split_sizing.py); the
+    capacity of N GPUs (--gpus) is not searched for them: infeasible, saying why."""
     disagg = {"name": "1P1D", "disaggregation": {
         "prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1}, "link": "nvlink-4"}}
     doc = with_(variants=[DOC["variants"][0], disagg])
-    plan = sizing.plan(load(write_scenario(tmp_path, doc)), [])
-    by = {o.variant: o for o in plan.options}
+    by = {o.variant: o for o in sizing.plan(load(write_scenario(tmp_path, doc)), []).options}
+    assert by["1P1D"].run is not None and by["1P1D"].split.ratio == (1, 1)
+    by = {o.variant: o for o in sizing.plan(load(write_scenario(tmp_path, doc)), [],
+                                            gpus=4).options}
     assert by["1P1D"].run is None and by["1P1D"].problem == sizing.DISAGG_NOT_SIZED
     assert by["chunked"].run is not None
 

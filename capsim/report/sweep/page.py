@@ -11,6 +11,8 @@ every configuration (mean ± 95 % CI over replications), and write:
 - ``points.csv`` — one row per configuration, averaged over replications
   (``<metric>_ci95`` = half-width of the 95 % confidence interval);
 - ``sizing.csv`` — the ranked sizing answer (``capsim size`` only);
+- ``front.csv`` and ``front.png`` — every configuration a sizing search ran, output
+  tokens/s per GPU against per user (:mod:`capsim.report.sweep.front`; ``capsim size`` only);
 - ``scenario.resolved.yaml``.
 
 Like the run report, everything is built in a temporary sibling directory and
@@ -36,6 +38,7 @@ from capsim.report.pages import FigureRef, environment, slo_lines
 from capsim.report.style import variant_colours
 from capsim.report.sweep.figures import (COST, CURVE_METRICS, Series, plot_latency_curves,
                                          plot_pareto)
+from capsim.report.sweep.front import front_frame, plot_front
 from capsim.report.sweep.tables import Table, cheapest_table, points_table, sizing_table
 from capsim.studies.sizing import SizingResult, rows_frame
 from capsim.studies.sweep import RATE_KEYS, SweepResult, config_columns, metric_columns
@@ -184,21 +187,40 @@ def _sweep_figures(d: Path, page: Page, series: list[Series], slo: SloConfig,
                                   _PARETO_CAPTION))
 
 
+#: Run labels of a disaggregated candidate (:func:`capsim.studies.sizing.split_labels`).
+SPLIT_LABELS = ("pools", "prefill_tp", "decode_tp", "prefill_replicas", "decode_replicas")
+
+
+_FRONT_CAPTION = ("Every configuration the search ran: output tokens/s per GPU (the fleet's "
+                  "output throughput ÷ its GPUs) against output tokens/s per user (1000 ÷ mean "
+                  "TPOT), the axes of aiconfigurator and InferenceX. Filled: meets every SLO "
+                  "target in every replication; shaded: under the front of those; star: the "
+                  "chosen answer (rank 1). front.csv has the numbers.")
+
+
 def sizing_points(result: SizingResult) -> pd.DataFrame:
     """Every evaluated configuration of a sizing search, averaged over its replications."""
     totals = result.runs[result.runs["cls"] == "all"]
-    by = ["variant", "hardware", "tensor_parallel_size", "num_replicas", "offered_rate_per_s"]
-    return aggregate(totals, by, metric_columns(totals))
+    return aggregate(totals, _point_labels(totals), metric_columns(totals))
+
+
+def _point_labels(runs: pd.DataFrame) -> list[str]:
+    """The columns naming one evaluated configuration: with disaggregated options, their
+    pools and pool sizes too (two splits of one variant share its name and total)."""
+    extra = [c for c in SPLIT_LABELS if c in runs.columns]
+    return ["variant", "hardware", "tensor_parallel_size", *extra, "num_replicas",
+            "offered_rate_per_s"]
 
 
 def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, executor: str,
-                 notes: list[str] | None = None) -> Path:
-    """Write the sizing report into ``out_dir`` (replaced whole); returns its index.html."""
+                 notes: list[str] | None = None,
+                 launch: dict[str, str] | None = None) -> Path:
+    """Write the sizing report into ``out_dir`` (replaced whole); returns its index.html.
+    ``launch``: launch files, relative path → text (:func:`capsim.studies.launch.launch_files`)."""
     base = result.base
     spec = base.spec
     points = sizing_points(result)
-    labels = ["variant", "hardware", "tensor_parallel_size", "num_replicas",
-              "offered_rate_per_s"]
+    labels = _point_labels(result.runs)
     page = Page(title=f"{spec.name} — sizing", kind="sizing", description=spec.description,
                 meta=_meta(result.seeds, result.runs, executor),
                 slo_lines=slo_lines(spec.slo, base.class_slos),
@@ -206,13 +228,16 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
                 resolved_yaml=resolved_yaml, headline=sizing_headline(result),
                 capacity=result.mode == "rate",
                 sizing=sizing_table(result), points=points_table(points, labels, spec.slo),
-                files=["sizing.csv", "summary.csv", "points.csv", "scenario.resolved.yaml"])
-    group = ["variant", "hardware", "tensor_parallel_size"]
+                files=["sizing.csv", "front.csv", "summary.csv", "points.csv",
+                       "scenario.resolved.yaml", *sorted(launch or {})])
+    group = ["variant", "hardware", "tensor_parallel_size",
+             *(["pools"] if "pools" in points.columns else [])]
     x, x_label = (("num_gpus", "GPUs") if result.mode == "gpus"
                   else ("offered_rate_per_s", _LOAD))
     series = series_of(points, group, x) if len(points) else []
-    tables = {"sizing.csv": rows_frame(result.rows), "summary.csv": result.runs,
-              "points.csv": points}
+    front = front_frame(result, points) if len(points) else pd.DataFrame()
+    tables = {"sizing.csv": rows_frame(result.rows), "front.csv": front,
+              "summary.csv": result.runs, "points.csv": points}
 
     def figures(d: Path) -> None:
         if not series:
@@ -224,8 +249,11 @@ def write_sizing(out_dir: Path, result: SizingResult, *, resolved_yaml: str, exe
         plot_pareto(series, spec.slo, d / "cost_vs_tail.png")
         page.figures.append(FigureRef("cost_vs_tail.png", "Cost against tail latency",
                                       _PARETO_CAPTION))
+        plot_front(front, d / "front.png")
+        page.figures.append(FigureRef("front.png", "Throughput per GPU against speed per "
+                                      "user", _FRONT_CAPTION))
 
-    return _write(out_dir, page, tables, figures)
+    return _write(out_dir, page, tables, figures, launch)
 
 
 def trust_notes(result: SizingResult) -> list[str]:
@@ -260,10 +288,14 @@ def sizing_headline(result: SizingResult) -> str:
     return f"{question}: {answer}{noise}{edge}."
 
 
-def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures) -> Path:
+def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures,
+           texts: dict[str, str] | None = None) -> Path:
     def build(d: Path) -> None:
         for name, frame in tables.items():
             without_unused_reject_columns(frame).to_csv(d / name, index=False)
+        for name, text in (texts or {}).items():
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(text, encoding="utf-8")
         (d / "scenario.resolved.yaml").write_text(page.resolved_yaml, encoding="utf-8")
         figures(d)
         html = environment().get_template("sweep.html").render(page=page)

@@ -206,7 +206,7 @@ def sizing_table(result: SizingResult) -> Table:
         status = {"met": "pass", "not met": "fail", "infeasible": "fail"}[r.status]
         t.rows.append([
             Cell(str(r.rank) if r.rank else "—"), Cell(r.label), Cell(r.status, status),
-            Cell(fmt(r.num_replicas, "int")), Cell(fmt(r.num_gpus, "int")),
+            Cell(r.split or fmt(r.num_replicas, "int")), Cell(fmt(r.num_gpus, "int")),
             Cell(fmt(r.rate_per_s, "rate")), Cell(fmt(r.cost_per_hour_usd, "usd")),
             Cell(fmt(r.cost_per_million_output_tokens_usd, "usd3")),
             Cell(fmt(r.output_throughput_tok_per_s, "tok")), Cell(_binding(r, result.mode)),

@@ -21,7 +21,10 @@ from capsim.sim.simulate import simulate
 from capsim.workload import build
 
 ENGINES = Path(__file__).parents[2] / "capsim" / "profiles" / "data" / "engines"
-V06_STEP_S, V06_TP_WORKER_S = 1.05e-3, 0.735e-3     # vllm-0.6's per_step_s, per_extra_tp_worker_s
+# vllm-0.6's per_step_s and per_extra_tp_worker_s (1.05 / 0.735 ms, fitted to the step_vllm_perfbench
+# latency cases: the preset's sources)
+_V06 = load_engine_preset("vllm-0.6").host_overhead
+V06_STEP_S, V06_TP_WORKER_S = _V06.per_step_s, _V06.per_extra_tp_worker_s
 
 
 @pytest.fixture

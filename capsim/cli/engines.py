@@ -32,7 +32,9 @@ def engines() -> None:
 
 
 def _host_text(h) -> str:
-    """``1.05 ms/step, serial; 8.3 ms before scheduling``: the non-zero host terms."""
+    """``1.05 ms/step, serial; 8.3 ms before scheduling``: the non-zero host terms (and
+    ``; tokens streamed after the next step's host work`` with asynchronous output
+    processing)."""
     terms = [f"{v * 1e3:g} ms/{unit}" for v, unit in ((h.per_step_s, "step"),
                                                        (h.per_seq_s, "sequence"),
                                                        (h.per_prefill_token_s, "prompt token"),
@@ -44,4 +46,6 @@ def _host_text(h) -> str:
     text = ", ".join([*terms, overlap])
     if h.request_before_s:
         text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
+    if h.async_output_proc:
+        text += "; tokens streamed after the next step's host work"
     return text

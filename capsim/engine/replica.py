@@ -102,6 +102,9 @@ class Replica:
         self.runner = DecodeRunner(env, self.scheduler, self.alloc, pricer, self.account,
                                    self._held)
         self.on_finish = on_finish
+        # vLLM V0's asynchronous output processing: tokens reach the client this long after
+        # their step (Pool.output_delay_s; 0 for every other engine)
+        self._output_delay_s = pool.output_delay_s
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._inflight = 0              # requests submitted here and not reported finished
@@ -343,11 +346,19 @@ class Replica:
             self.hooks.changed()
 
     def _report_finished(self) -> None:
+        """Hand each finished request to ``on_finish``, its first and last token moved to
+        when its client receives them (:attr:`~capsim.scenario.run_config.Pool.output_delay_s`
+        later: every chunk alike,
+        so its gaps stay as recorded)."""
         sched = self.scheduler
         if sched.finished:
             self._inflight -= len(sched.finished)
+            delay_s = self._output_delay_s
             for req in sched.finished:
                 self._outstanding -= req.prompt_tokens + req.output_tokens
+                if delay_s:
+                    req.first_token_s += delay_s
+                    req.finish_s += delay_s
                 self.on_finish(req)
             sched.finished.clear()
 

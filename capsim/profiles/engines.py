@@ -224,7 +224,9 @@ class HostOverhead(StrictModel):
     """The engine's CPU work around the GPU (:mod:`capsim.cost.pricer` adds it to each step).
 
     Per step, ``host = per_step_s + per_seq_s × sequences scheduled + per_prefill_token_s ×
-    prompt tokens``; ``overlap: serial`` (the host work and the GPU step run one after the
+    prompt tokens``, plus ``per_prefill_step_s`` on a step that computes prompt tokens (capsim
+    sets it for vLLM 0.6's multi-step windows: :meth:`capsim.scenario.run_config.Pool.pricer`);
+    ``overlap: serial`` (the host work and the GPU step run one after the
     other: vLLM V0, TGI) makes the step ``gpu + host``, ``async`` (the next step is scheduled
     while the GPU runs: vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's
     executor) makes it ``max(gpu, host) + residual_s``. Per request, ``request_before_s``
@@ -238,6 +240,19 @@ class HostOverhead(StrictModel):
     description); V1 workers each prepare their own inputs from one shared-memory message,
     so V1 presets leave it 0.
 
+    ``async_output_proc`` (vLLM V0 from 0.6.0, ``use_async_output_proc``, on unless
+    ``--disable-async-output-proc``, ``--enforce-eager``, pipeline parallelism or speculative
+    decoding: ``ModelConfig.verify_async_output_proc``, vllm/config.py at v0.6.0, 32e7db2):
+    step k's outputs are processed, detokenised and streamed during step k + 1, by the callback
+    ``LLMEngine.step`` hands ``execute_model``, which the model runner calls after step k + 1
+    is scheduled, its input prepared and broadcast and its forward launched
+    (vllm/worker/model_runner.py ``execute_model``: ``async_callback()`` after
+    ``compute_logits``, before ``sample``). So every chunk reaches its client one step's host
+    work (``per_step_s`` with the TP term) after the step that computed it ends
+    (:attr:`capsim.scenario.run_config.Pool.output_delay_s`); vLLM 0.5 processed each step's
+    outputs before scheduling the next, so they leave with the step (its ``per_seq_s`` is in
+    series).
+
     An ``async`` engine composes step k + 1 while step k runs, so a request that arrives
     during step k joins step k + 2 at the earliest (:class:`capsim.engine.replica.Replica`);
     an idle engine schedules an arrival at once. ``async_scheduling_knob``: the scenario's
@@ -248,11 +263,13 @@ class HostOverhead(StrictModel):
     per_step_s: float = Field(0.0, ge=0)
     per_seq_s: float = Field(0.0, ge=0)
     per_prefill_token_s: float = Field(0.0, ge=0)
+    per_prefill_step_s: float = Field(0.0, ge=0)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)
     per_extra_tp_worker_s: float = Field(0.0, ge=0)
     async_scheduling_knob: Bool = False
+    async_output_proc: Bool = False
 
     def for_tensor_parallel(self, tensor_parallel_size: int) -> "HostOverhead":
         """These terms for ``tensor_parallel_size`` workers: ``per_extra_tp_worker_s × (TP −

@@ -90,8 +90,9 @@ class RequestRecords(ColumnModel, _Result):
     reject_reason: TextColumn          # object array of str; "" when finished
     first_scheduled_s: FloatColumn     # first step that computed any of its tokens
     first_token_s: FloatColumn         # client receives output token 1: end of the step that
-    #                                    emitted it (static batching: end of its batch)
-    finish_s: FloatColumn              # client receives its last token
+    #                                    emitted it (static batching: end of its batch), + the
+    #                                    engine's output delay (Pool.output_delay_s: vLLM 0.6)
+    finish_s: FloatColumn              # client receives its last token (same delay)
     num_preemptions: IntColumn
     max_itl_s: FloatColumn             # largest gap between two of its consecutive tokens
     n: IntColumn = Field(default_factory=empty_ints)   # parallel samples (each generates

@@ -59,6 +59,23 @@ class Pool:
         return self.preset.host_overhead.resolved(knob)
 
     @property
+    def output_delay_s(self) -> float:
+        """Seconds after the step that computed them that its tokens reach the client: with
+        vLLM V0's asynchronous output processing (the preset's ``async_output_proc``) a
+        step's outputs are streamed during the next step, once that step is scheduled, its
+        input prepared and broadcast to the TP workers and its forward launched, so one
+        step's full host work (``per_step_s`` with the TP term; under multi-step scheduling
+        the step after a prefill or a window starts a window and runs the scheduler), else 0.
+        vLLM turns the processing off with pipeline parallelism or speculative decoding
+        (``ModelConfig.verify_async_output_proc``, vllm/config.py at v0.6.0, 32e7db2), and a
+        replica that is not co-located streams nothing itself."""
+        host, eng = self.host_overhead, self.engine
+        if (not host.async_output_proc or self.role != "colocated" or self.spec is not None
+                or eng.pipeline_parallel_size > 1):
+            return 0.0
+        return host.for_tensor_parallel(eng.tensor_parallel_size).per_step_s
+
+    @property
     def engine_label(self) -> str:
         """``vllm-v1 (vLLM 0.19.0)``, with ``, async scheduling off`` (or ``on``) where this
         pool's host work does not overlap the GPU as its preset's does by default, and with
@@ -113,9 +130,11 @@ class Pool:
         pipeline_parallel_size > 1."""
         host = self.host_overhead.for_tensor_parallel(self.engine.tensor_parallel_size)
         steps = self.engine.num_scheduler_steps
-        if steps > 1:          # scheduled once per window: its per-step work spread over it
-            host = host.model_copy(update={"per_step_s": host.per_step_s / steps,
-                                           "per_seq_s": host.per_seq_s / steps})
+        if steps > 1:          # scheduled once per window: its per-step work spread over it,
+            spread_s = host.per_step_s / steps   # but a prefill step is a window of its own
+            host = host.model_copy(update={
+                "per_step_s": spread_s, "per_seq_s": host.per_seq_s / steps,
+                "per_prefill_step_s": host.per_prefill_step_s + host.per_step_s - spread_s})
         eng = self.engine
         scale_out = self._scale_out()
         kwargs = self._pricer_kwargs()

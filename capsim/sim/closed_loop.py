@@ -29,6 +29,15 @@ from capsim.sim.request_source import RequestSource
 MAX_REJECTED_IN_A_ROW = 100_000
 
 
+def reply_lag_s(req: Request, now: float) -> float:
+    """Seconds from ``now`` (when its engine reports it ended) until ``req``'s client has its
+    whole reply: the engine's output delay (vLLM V0's asynchronous output processing,
+    :attr:`capsim.scenario.run_config.Pool.output_delay_s`); 0 for a rejected request and
+    for every engine without one."""
+    lag_s = req.finish_s - now
+    return lag_s if req.state != REJECTED and lag_s > 0.0 else 0.0
+
+
 class ClosedLoopSender:
     """Sends a closed loop's rows (``source.trace.closed_loop``) into the run.
 
@@ -72,9 +81,10 @@ class ClosedLoopSender:
                     "or the engine", path="workload.arrival")
         else:
             self._rejected_in_a_row = 0
-        if self.env.now + spec.think_time_s >= spec.stop_s or not self._rows_left():
+        wait_s = reply_lag_s(req, self.env.now) + spec.think_time_s
+        if self.env.now + wait_s >= spec.stop_s or not self._rows_left():
             return
-        self.env.timeout(spec.think_time_s).callbacks.append(self._release)
+        self.env.timeout(wait_s).callbacks.append(self._release)
 
     def _release(self, _event) -> None:
         self._send()

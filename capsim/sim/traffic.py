@@ -18,7 +18,7 @@ import simpy
 from capsim.engine.cluster import Cluster
 from capsim.engine.request import REJECTED, Request
 from capsim.engine.router import RouterGate
-from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved
+from capsim.sim.closed_loop import ClosedLoopSender, EveryFinishObserved, reply_lag_s
 from capsim.sim.request_log import RequestLog
 from capsim.sim.request_source import RequestSource
 from capsim.workload import RequestTrace
@@ -115,13 +115,13 @@ class Traffic:
         cluster.admit(req)
         gate.passed(now, req)
 
-    def _next_turn(self, req: Request, parent_rejected: bool):
-        """A conversation's next turn arrives ``think_s`` after the previous reply completes
-        (rejected at once if the previous turn was rejected)."""
+    def _next_turn(self, req: Request, parent_rejected: bool, lag_s: float = 0.0):
+        """A conversation's next turn arrives ``think_s`` after the previous reply completes,
+        ``lag_s`` from now (rejected at once if the previous turn was rejected)."""
         if parent_rejected:
             self.reject(req, "the previous turn of its conversation was rejected")
             return
-        yield self.env.timeout(float(self.trace.think_s[req.rid]))
+        yield self.env.timeout(lag_s + float(self.trace.think_s[req.rid]))
         req.arrival_s = self.env.now
         self.admit(req)
 
@@ -136,8 +136,9 @@ class Traffic:
         if self.sender is not None:
             self.sender.ended(req)
         rejected = req.state == REJECTED
+        lag_s = reply_lag_s(req, self.env.now)
         for child in self.source.next_turns(req):
-            self.env.process(self._next_turn(child, rejected))
+            self.env.process(self._next_turn(child, rejected, lag_s))
 
     def reject(self, req: Request, reason: str) -> None:
         """``req`` ends now, rejected with ``reason`` (a later turn that never arrived

@@ -231,8 +231,11 @@ EXPECTED = {
     (NIM, "isl500/osl2000 c=5 ttft_ms"): (+46.7, +48.5, +48.5, +64.1),
     # The TGI case draws the shipped sharegpt shape since 2026-12-06 (it had a hand-picked
     # lognormal per row): its rows moved with the lengths, not with the forms.
-    (TGI, "llama70B_tp4_qps_2 tput_req_s"): (+2.6, +1.9, +1.9, +1.4),
-    (TGI, "llama70B_tp4_qps_2 mean_ttft_ms"): (-6.3, +5.8, +5.8, +10.3),
+    # Since vLLM 0.6's output delay (a step's tokens leave after the next step's host work),
+    # the fit rows' batch ends one host step later, so each form fitted to them is slightly
+    # smaller; this row, near its queueing knee, moved (+5.8 / +10.3 before).
+    (TGI, "llama70B_tp4_qps_2 tput_req_s"): (+2.6, +1.9, +1.9, +1.6),
+    (TGI, "llama70B_tp4_qps_2 mean_ttft_ms"): (-6.3, +3.5, +3.5, +9.5),
     (TGI, "llama70B_tp4_qps_2 mean_itl_ms"): (-8.5, -2.8, -2.8, +0.1),
     (TGI, "llama70B_tp4_qps_2 input_tput_tok_s"): (+1.8, +1.1, +1.1, +0.7),
     (TGI, "llama70B_tp4_qps_2 output_tput_tok_s"): (+8.6, +7.8, +7.8, +7.4),

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from capsim.cost.host import HostTime
-from capsim.profiles.engines import load_engine_preset
+from capsim.profiles.engines import HostOverhead, load_engine_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +50,15 @@ def test_v0_5_charges_every_running_sequence_in_series() -> None:
     assert host.apply(0.010, 256, 0) == pytest.approx(0.010 + 1.05e-3 + 256 * v05.per_seq_s)
     for name in ("vllm-0.6", "vllm-0.6.4"):
         assert load_engine_preset(name).host_overhead.per_seq_s == 0.0
+
+
+def test_a_prefill_step_term_is_charged_only_on_steps_with_prompt_tokens() -> None:
+    """``per_prefill_step_s`` (what a multi-step window spreads but a prefill step pays whole:
+    capsim/scenario/run_config.py Pool.pricer) adds to a step with prompt tokens, in series
+    and in both forms, and to no decode step."""
+    host = HostTime(HostOverhead(per_step_s=0.105e-3, per_prefill_step_s=0.945e-3))
+    assert host.active
+    assert host.apply(0.020, 1, 300) == pytest.approx(0.020 + 1.05e-3, rel=1e-12)
+    assert host.seconds(1, 300) == pytest.approx(1.05e-3, rel=1e-12)
+    assert host.apply(0.010, 4, 0) == pytest.approx(0.010 + 0.105e-3, rel=1e-12)
+    assert host.seconds(4, 0) == pytest.approx(0.105e-3, rel=1e-12)

@@ -1,0 +1,116 @@
+"""vLLM V0's request path around the first token (issue "Fidelity where nothing was fitted",
+item 2): from 0.6.0 a step's outputs are streamed during the next step, after that step's
+host work (asynchronous output processing: vllm/engine/llm_engine.py ``step`` and
+vllm/worker/model_runner.py ``execute_model`` at v0.6.0, 32e7db2), and under multi-step
+scheduling a prefill step is a window of its own that schedules and prepares its input alone
+(vllm/core/scheduler.py ``_schedule_prefills``). Neither term is fitted: both are the
+preset's own ``per_step_s`` (with the TP term)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from capsim.metrics.summary import request_frame
+from capsim.profiles.engines import load_engine_preset
+from capsim.scenario.load import load
+from capsim.sim.simulate import simulate
+from capsim.workload import build
+
+ENGINES = Path(__file__).parents[2] / "capsim" / "profiles" / "data" / "engines"
+# vllm-0.6's per_step_s and per_extra_tp_worker_s (1.05 / 0.735 ms, fitted to the step_vllm_perfbench
+# latency cases: the preset's sources)
+_V06 = load_engine_preset("vllm-0.6").host_overhead
+V06_STEP_S, V06_TP_WORKER_S = _V06.per_step_s, _V06.per_extra_tp_worker_s
+
+
+@pytest.fixture
+def loaded(tmp_path, write_scenario):
+    """``loaded(engine, arrival=None, preset_off=False)`` → the loaded Llama-3.1-8B / H100
+    scenario; ``preset_off`` runs a copy of the engine preset without
+    ``async_output_proc``."""
+    def make(engine: dict, arrival: dict | None = None, preset_off: bool = False, **wl):
+        engine = {"max_model_len": 4096, **engine}
+        if preset_off:
+            doc = yaml.safe_load((ENGINES / f"{engine['preset']}.yaml").read_text())
+            doc["host_overhead"]["async_output_proc"] = False
+            (tmp_path / "off.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+            engine["preset"] = "off.yaml"
+        doc = {"name": "v0", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+               "engine": engine,
+               "workload": {"num_requests": 6, **wl,
+                            "arrival": arrival or {"process": "poisson", "rate_per_s": 1},
+                            "classes": [{"name": "chat", "weight": 1,
+                                         "prompt_tokens": {"dist": "fixed", "value": 300},
+                                         "output_tokens": {"dist": "fixed", "value": 25}}]}}
+        return load(write_scenario(tmp_path, doc, name=f"s{len(list(tmp_path.iterdir()))}.yaml"))
+    return make
+
+
+def _requests(loaded_scenario, trace):
+    return request_frame(simulate(loaded_scenario.runs[0], trace))
+
+
+@pytest.mark.parametrize("tp, delay_s", [(1, V06_STEP_S), (2, V06_STEP_S + V06_TP_WORKER_S),
+                                         (4, V06_STEP_S + 3 * V06_TP_WORKER_S)])
+def test_the_delay_is_one_step_of_host_work_with_the_tp_term(loaded, tp, delay_s):
+    pool = loaded({"preset": "vllm-0.6", "tensor_parallel_size": tp}).runs[0].pool()
+    assert pool.output_delay_s == pytest.approx(delay_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", [
+    {"preset": "vllm-0.5"},                                   # outputs processed in series
+    {"preset": "vllm-v1"},
+    {"preset": "vllm-0.6", "pipeline_parallel_size": 2},      # vLLM turns it off with PP
+])
+def test_no_delay_where_vllm_has_no_asynchronous_output_processing(loaded, engine):
+    assert loaded(engine).runs[0].pool().output_delay_s == 0.0
+
+
+@pytest.mark.parametrize("preset", ["vllm-0.6", "vllm-0.6.4"])
+def test_shipped_v0_6_presets_process_outputs_asynchronously(preset):
+    assert load_engine_preset(preset).host_overhead.async_output_proc is True
+    assert load_engine_preset("vllm-0.5").host_overhead.async_output_proc is False
+
+
+def test_every_token_of_a_request_leaves_one_host_step_later(loaded, trace_of):
+    """The same requests with and without the term: TTFT and E2EL each grow by exactly the
+    delay (1.05 ms at TP 1), the gaps between tokens do not."""
+    trace = trace_of([(0.0, 300, 25), (0.004, 800, 40), (0.5, 100, 10)])
+    on = _requests(loaded({"preset": "vllm-0.6"}), trace)
+    off = _requests(loaded({"preset": "vllm-0.6"}, preset_off=True), trace)
+    assert np.allclose(on["ttft_ms"] - off["ttft_ms"], V06_STEP_S * 1e3, rtol=0, atol=1e-9)
+    assert np.allclose(on["e2el_ms"] - off["e2el_ms"], V06_STEP_S * 1e3, rtol=0, atol=1e-9)
+    assert np.allclose(on["tpot_ms"], off["tpot_ms"], rtol=1e-12)
+    assert np.allclose(on["max_itl_ms"], off["max_itl_ms"], rtol=1e-12)
+
+
+def test_multi_step_prefill_pays_the_whole_host_step(loaded, trace_of):
+    """Under ``num_scheduler_steps`` 10 a window's decode steps share one step of host work
+    (0.105 ms each, the 1.05 ms once per window), but a prefill is scheduled and prepared on
+    its own: its step costs what it costs without multi-step, so a lone request's TTFT is the
+    same with windows of 1 and of 10 (before, 0.945 ms less with 10)."""
+    ttft, decode_overhead = {}, {}
+    for steps in (1, 10):
+        ld = loaded({"preset": "vllm-0.6", "num_scheduler_steps": steps})
+        run = ld.runs[0]
+        ttft[steps] = float(_requests(ld, trace_of([(0.0, 300, 25)]))["ttft_ms"].iloc[0])
+        pricer = run.pool().pricer(run.model)
+        decode_overhead[steps] = pricer.cost(decode_seqs=1, decode_ctx_tokens=301).overhead_s
+    assert ttft[10] == pytest.approx(ttft[1], rel=1e-12)
+    assert decode_overhead[1] - decode_overhead[10] == pytest.approx(0.9 * V06_STEP_S,
+                                                                     rel=1e-9)
+
+
+def test_a_closed_loop_user_sends_after_the_reply_reaches_it(loaded):
+    """One user, think time 0.2 s: each request is sent 0.2 s after the previous reply
+    reached the client (its finish_s, the delay included), not when the engine ended it."""
+    ld = loaded({"preset": "vllm-0.6"},
+                arrival={"process": "concurrency", "users": 1, "think_time_s": 0.2},
+                num_requests=5)
+    rc = ld.runs[0]
+    r = simulate(rc, build(rc.workload, rc.seed, ld.base_dir)).requests
+    assert np.allclose(r.arrival_s[1:], r.finish_s[:-1] + 0.2, rtol=0, atol=1e-12)

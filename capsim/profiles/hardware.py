@@ -158,6 +158,13 @@ class Efficiency(StrictModel):
     triton_kernels ``matmul_ogs`` on Hopper and ROCm, FlashInfer's TRT-LLM MoE on
     Blackwell; ``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``). An engine
     without an entry, or run with ``moe_backend: marlin``, prices them with ``fused_moe``.
+    ``grouped_gemm_fp8``: the fused-MoE call's grouped GEMMs with fp8 (W8A8) routed experts,
+    a curve over the rows each expert multiplies (``n·k / experts hit``, the "tokens per
+    expert"), measured on the fused-MoE kernel itself: where the experts compute in fp8 it
+    replaces the layer matmuls' curve and the ``fused_moe.memory`` cap for them (the call's
+    fixed time stays ``fused_moe.launch_s``). Small m: the expert weights streamed at a
+    fraction of HBM bandwidth; large m: the kernel falls far below the dense GEMM's
+    efficiency (the measured kernel tables in the profiles' sources).
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -173,6 +180,7 @@ class Efficiency(StrictModel):
     fused_moe: KernelEfficiency | None = None
     attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
     fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
+    grouped_gemm_fp8: GemmCurve | None = None
 
     def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
@@ -225,7 +233,9 @@ class OperatorRates:
     ``matmul_*``: the layer matmuls at their format's compute dtype; ``expert_*``: the
     routed experts at theirs; ``lm_head_*``: the LM head, 16-bit in every format;
     ``attention_peak_flops_per_s``: the bf16 (else fp16) peak attention runs at;
-    ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer).
+    ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer);
+    ``expert_grouped_curve``: ``grouped_gemm_fp8`` when the routed experts compute in fp8
+    (None: the experts take ``expert_curve`` capped at ``fused_moe.memory``).
     """
 
     hbm_bandwidth_bytes_per_s: float
@@ -243,6 +253,7 @@ class OperatorRates:
     elementwise: KernelEfficiency
     fused_moe: KernelEfficiency | None
     step_overhead_s: float
+    expert_grouped_curve: GemmCurve | None = None
 
 
 class ErrorFigures(StrictModel):
@@ -273,7 +284,7 @@ class Calibration(StrictModel):
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
-                          "fused_moe_mxfp4"]
+                          "fused_moe_mxfp4", "grouped_gemm_fp8"]
 
 
 class Derivation(StrictModel):
@@ -457,7 +468,8 @@ class HardwareProfile(StrictModel):
             attention_decode=eff.decode_attention(kv_cache_dtype_bytes, engine),
             elementwise=eff.kernel("elementwise"),
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
-            step_overhead_s=self.step_overhead_s)
+            step_overhead_s=self.step_overhead_s,
+            expert_grouped_curve=eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None)
 
     @property
     def memory_total_bytes(self) -> int:

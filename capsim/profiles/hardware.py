@@ -165,6 +165,9 @@ class Efficiency(StrictModel):
     fixed time stays ``fused_moe.launch_s``). Small m: the expert weights streamed at a
     fraction of HBM bandwidth; large m: the kernel falls far below the dense GEMM's
     efficiency (the measured kernel tables in the profiles' sources).
+    ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its
+    latent KV, as the MLA decode kernel (FlashMLA) runs it: it replaces
+    ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -181,6 +184,7 @@ class Efficiency(StrictModel):
     attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
     fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
     grouped_gemm_fp8: GemmCurve | None = None
+    attention_decode_mla: KernelEfficiency | None = None
 
     def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
@@ -284,7 +288,7 @@ class Calibration(StrictModel):
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
-                          "fused_moe_mxfp4", "grouped_gemm_fp8"]
+                          "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla"]
 
 
 class Derivation(StrictModel):
@@ -436,7 +440,8 @@ class HardwareProfile(StrictModel):
 
     def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
                        kv_cache_dtype_bytes: int, engine: str | None = None,
-                       expert_format: str = "", moe_backend: str = "auto") -> OperatorRates:
+                       expert_format: str = "", moe_backend: str = "auto",
+                       mla: bool = False) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
@@ -446,6 +451,8 @@ class HardwareProfile(StrictModel):
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
+            mla: the model attends with MLA (decode attention then takes
+                ``attention_decode_mla`` where the profile has one).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
@@ -465,7 +472,9 @@ class HardwareProfile(StrictModel):
             expert_curve=eff.matmul_curve(expert_dtype),
             lm_head_curve=eff.matmul_curve(model_dtype),
             attention_prefill=eff.kernel("attention_prefill"),
-            attention_decode=eff.decode_attention(kv_cache_dtype_bytes, engine),
+            attention_decode=eff.attention_decode_mla
+            if mla and eff.attention_decode_mla is not None
+            else eff.decode_attention(kv_cache_dtype_bytes, engine),
             elementwise=eff.kernel("elementwise"),
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
             step_overhead_s=self.step_overhead_s,

@@ -168,6 +168,9 @@ class Efficiency(StrictModel):
     ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its
     latent KV, as the MLA decode kernel (FlashMLA) runs it: it replaces
     ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only.
+    ``gemm_fp8_block``: the layer matmuls (the shared expert and dense MLP included) with
+    block-scaled fp8 weights (``fp8_block``: DeepSeek-V3, Qwen3-FP8), which the engines run
+    with DeepGEMM on Hopper; without it they take ``gemm_fp8``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -185,12 +188,18 @@ class Efficiency(StrictModel):
     fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
     grouped_gemm_fp8: GemmCurve | None = None
     attention_decode_mla: KernelEfficiency | None = None
+    gemm_fp8_block: GemmCurve | None = None
 
-    def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
-        """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
-        weights when the profile has one, else ``gemm`` (None: the scalar factors)."""
-        if weight_dtype == "fp8" and self.gemm_fp8 is not None:
-            return self.gemm_fp8
+    def matmul_curve(self, weight_dtype: str, block_scaled: bool = False) -> GemmCurve | None:
+        """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8_block`` for
+        block-scaled fp8 weights (``block_scaled``) when the profile has one, else
+        ``gemm_fp8`` for fp8 weights when it has one, else ``gemm`` (None: the scalar
+        factors)."""
+        if weight_dtype == "fp8":
+            if block_scaled and self.gemm_fp8_block is not None:
+                return self.gemm_fp8_block
+            if self.gemm_fp8 is not None:
+                return self.gemm_fp8
         return self.gemm
 
     def kernel(self, op_class: str) -> KernelEfficiency:
@@ -288,7 +297,8 @@ class Calibration(StrictModel):
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
-                          "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla"]
+                          "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
+                          "gemm_fp8_block"]
 
 
 class Derivation(StrictModel):
@@ -441,7 +451,7 @@ class HardwareProfile(StrictModel):
     def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
                        kv_cache_dtype_bytes: int, engine: str | None = None,
                        expert_format: str = "", moe_backend: str = "auto",
-                       mla: bool = False) -> OperatorRates:
+                       mla: bool = False, block_scaled: bool = False) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
@@ -453,6 +463,9 @@ class HardwareProfile(StrictModel):
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
             mla: the model attends with MLA (decode attention then takes
                 ``attention_decode_mla`` where the profile has one).
+            block_scaled: the layer matmuls' weights are block-scaled
+                (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
+                affected).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
@@ -468,7 +481,7 @@ class HardwareProfile(StrictModel):
             matmul_peak_flops_per_s=matmul_peak, expert_peak_flops_per_s=expert_peak,
             lm_head_peak_flops_per_s=self.peak_flops(model_dtype),
             attention_peak_flops_per_s=attention_peak,
-            matmul_curve=eff.matmul_curve(matmul_dtype),
+            matmul_curve=eff.matmul_curve(matmul_dtype, block_scaled),
             expert_curve=eff.matmul_curve(expert_dtype),
             lm_head_curve=eff.matmul_curve(model_dtype),
             attention_prefill=eff.kernel("attention_prefill"),

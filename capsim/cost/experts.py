@@ -4,7 +4,9 @@ what their grouped GEMMs cost on one GPU.
 A step of n tokens routes n·k (token, expert) pairs over the experts it hits
 (:func:`~capsim.cost.operators.expected_experts_hit`, with the routing skew); each expert
 hit reads its weights once and runs its GEMM at the efficiency of its ``n·k / hit`` rows
-(the GEMM curve, capped at the profile's ``fused_moe.memory`` where it has one). With
+(fp8 experts: the profile's ``grouped_gemm_fp8`` curve, measured on the fused-MoE kernel
+over rows per expert, where it has one; else the GEMM curve, capped at the profile's
+``fused_moe.memory`` where it has one). With
 expert parallelism under a routing skew the busiest rank sets the time
 (:func:`~capsim.cost.operators.expert_rank_loads`).
 
@@ -130,6 +132,15 @@ class ExpertPricer:
         moe = rates.fused_moe
         per_layer = moe.launch_s if moe is not None else 2 * gemm_launch_s
         self.launch_s = work.layers * per_layer
+        self.cap_inv = 1.0
+        grouped = rates.expert_grouped_curve
+        if grouped is not None:
+            # fp8 experts with a curve measured on the fused-MoE kernel over rows per
+            # expert: the ideal roofs at the experts' peak, no cap (the curve is the kernel's).
+            self.curve = grouped
+            self.peak, self.bw = rates.expert_peak_flops_per_s, rates.hbm_bandwidth_bytes_per_s
+            self.ginv = inverse_table(grouped)
+            return
         self.curve = curve = rates.expert_curve
         # The routed experts: the layer matmuls' rates, or their own format's.
         if own_dtype:
@@ -140,7 +151,6 @@ class ExpertPricer:
             ginv = inverse_table(curve)
         # The fused-MoE grouped GEMMs reach at most ``fused_moe.memory`` (fitted with the
         # fixed time); a new table, the dense matmuls' may be the same object.
-        self.cap_inv = 1.0
         if moe is not None and moe.memory < 1.0 and curve is not None:
             self.cap_inv = 1.0 / moe.memory
             ginv = array("d", np.maximum(np.frombuffer(ginv, dtype=float),
@@ -179,8 +189,9 @@ class ExpertPricer:
         return f, b, f / self.peak * g, b / self.bw * g
 
     def inv(self, n: int) -> float:
-        """1 / e(n) of the routed experts' GEMM curve (the layer matmuls' unless their
-        format computes at another peak), e(n) capped at the profile's ``fused_moe.memory``."""
+        """1 / e(n) of the routed experts' GEMM curve at ``n`` rows per expert: the
+        profile's ``grouped_gemm_fp8`` for fp8 experts where it has one, else the layer
+        matmuls' curve (or their own format's), e(n) capped at ``fused_moe.memory``."""
         if n < GEMM_TABLE_TOKENS:
             return self.ginv[n]
         return max(inverse_at(self.ginv, self.curve, n), self.cap_inv)

@@ -234,7 +234,8 @@ class StepPricer:
         """The profile's rates, asked once, and every operator's terms built from them."""
         self.rates = self.hw.operator_rates(
             self.matmul_dtype, self.expert_dtype, self._model_dtype, self.kv_cache_dtype_bytes,
-            self.engine, self.layout.experts.name, self.moe_backend)
+            self.engine, self.layout.experts.name, self.moe_backend, self.model.is_mla,
+            self.quant.scale == "block")
         self.terms = OperatorTerms(
             self.model, self.tensor_parallel_size, self.layout, self.dp_attention,
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,

@@ -158,6 +158,19 @@ class Efficiency(StrictModel):
     triton_kernels ``matmul_ogs`` on Hopper and ROCm, FlashInfer's TRT-LLM MoE on
     Blackwell; ``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``). An engine
     without an entry, or run with ``moe_backend: marlin``, prices them with ``fused_moe``.
+    ``grouped_gemm_fp8``: the fused-MoE call's grouped GEMMs with fp8 (W8A8) routed experts,
+    a curve over the rows each expert multiplies (``n·k / experts hit``, the "tokens per
+    expert"), measured on the fused-MoE kernel itself: where the experts compute in fp8 it
+    replaces the layer matmuls' curve and the ``fused_moe.memory`` cap for them (the call's
+    fixed time stays ``fused_moe.launch_s``). Small m: the expert weights streamed at a
+    fraction of HBM bandwidth; large m: the kernel falls far below the dense GEMM's
+    efficiency (the measured kernel tables in the profiles' sources).
+    ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its
+    latent KV, as the MLA decode kernel (FlashMLA) runs it: it replaces
+    ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only.
+    ``gemm_fp8_block``: the layer matmuls (the shared expert and dense MLP included) with
+    block-scaled fp8 weights (``fp8_block``: DeepSeek-V3, Qwen3-FP8), which the engines run
+    with DeepGEMM on Hopper; without it they take ``gemm_fp8``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -173,12 +186,20 @@ class Efficiency(StrictModel):
     fused_moe: KernelEfficiency | None = None
     attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
     fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
+    grouped_gemm_fp8: GemmCurve | None = None
+    attention_decode_mla: KernelEfficiency | None = None
+    gemm_fp8_block: GemmCurve | None = None
 
-    def matmul_curve(self, weight_dtype: str) -> GemmCurve | None:
-        """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8`` for fp8
-        weights when the profile has one, else ``gemm`` (None: the scalar factors)."""
-        if weight_dtype == "fp8" and self.gemm_fp8 is not None:
-            return self.gemm_fp8
+    def matmul_curve(self, weight_dtype: str, block_scaled: bool = False) -> GemmCurve | None:
+        """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8_block`` for
+        block-scaled fp8 weights (``block_scaled``) when the profile has one, else
+        ``gemm_fp8`` for fp8 weights when it has one, else ``gemm`` (None: the scalar
+        factors)."""
+        if weight_dtype == "fp8":
+            if block_scaled and self.gemm_fp8_block is not None:
+                return self.gemm_fp8_block
+            if self.gemm_fp8 is not None:
+                return self.gemm_fp8
         return self.gemm
 
     def kernel(self, op_class: str) -> KernelEfficiency:
@@ -225,7 +246,9 @@ class OperatorRates:
     ``matmul_*``: the layer matmuls at their format's compute dtype; ``expert_*``: the
     routed experts at theirs; ``lm_head_*``: the LM head, 16-bit in every format;
     ``attention_peak_flops_per_s``: the bf16 (else fp16) peak attention runs at;
-    ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer).
+    ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer);
+    ``expert_grouped_curve``: ``grouped_gemm_fp8`` when the routed experts compute in fp8
+    (None: the experts take ``expert_curve`` capped at ``fused_moe.memory``).
     """
 
     hbm_bandwidth_bytes_per_s: float
@@ -243,6 +266,7 @@ class OperatorRates:
     elementwise: KernelEfficiency
     fused_moe: KernelEfficiency | None
     step_overhead_s: float
+    expert_grouped_curve: GemmCurve | None = None
 
 
 class ErrorFigures(StrictModel):
@@ -273,7 +297,8 @@ class Calibration(StrictModel):
 #: Efficiency entries a :class:`Derivation` may list.
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
-                          "fused_moe_mxfp4"]
+                          "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
+                          "gemm_fp8_block"]
 
 
 class Derivation(StrictModel):
@@ -425,7 +450,8 @@ class HardwareProfile(StrictModel):
 
     def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
                        kv_cache_dtype_bytes: int, engine: str | None = None,
-                       expert_format: str = "", moe_backend: str = "auto") -> OperatorRates:
+                       expert_format: str = "", moe_backend: str = "auto",
+                       mla: bool = False, block_scaled: bool = False) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
@@ -435,6 +461,11 @@ class HardwareProfile(StrictModel):
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
+            mla: the model attends with MLA (decode attention then takes
+                ``attention_decode_mla`` where the profile has one).
+            block_scaled: the layer matmuls' weights are block-scaled
+                (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
+                affected).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
@@ -450,14 +481,17 @@ class HardwareProfile(StrictModel):
             matmul_peak_flops_per_s=matmul_peak, expert_peak_flops_per_s=expert_peak,
             lm_head_peak_flops_per_s=self.peak_flops(model_dtype),
             attention_peak_flops_per_s=attention_peak,
-            matmul_curve=eff.matmul_curve(matmul_dtype),
+            matmul_curve=eff.matmul_curve(matmul_dtype, block_scaled),
             expert_curve=eff.matmul_curve(expert_dtype),
             lm_head_curve=eff.matmul_curve(model_dtype),
             attention_prefill=eff.kernel("attention_prefill"),
-            attention_decode=eff.decode_attention(kv_cache_dtype_bytes, engine),
+            attention_decode=eff.attention_decode_mla
+            if mla and eff.attention_decode_mla is not None
+            else eff.decode_attention(kv_cache_dtype_bytes, engine),
             elementwise=eff.kernel("elementwise"),
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
-            step_overhead_s=self.step_overhead_s)
+            step_overhead_s=self.step_overhead_s,
+            expert_grouped_curve=eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None)
 
     @property
     def memory_total_bytes(self) -> int:

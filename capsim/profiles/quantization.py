@@ -73,7 +73,8 @@ class QuantFormat(StrictModel):
         zero_bits: bits per zero point (one per scale; 0: symmetric).
         tensor_scale_bytes: bytes per tensor besides the above (NVFP4's global scales).
         compute: the dtype whose peak the matmul runs at (``bf16``: weight-only).
-        curve: the profile's GEMM curve the matmul uses (``gemm`` or ``gemm_fp8``).
+        curve: the profile's GEMM curve the matmul uses (``gemm``, ``gemm_fp8`` or
+            ``gemm_fp8_block``, each where the profile has it).
         weight_only_fallback: without the ``compute`` peak, dequantize to 16 bits (True)
             or refuse (False).
         engine_compute: per engine family, the dtype the engine's kernels multiply in
@@ -95,7 +96,7 @@ class QuantFormat(StrictModel):
     zero_bits: int = Field(0, ge=0)
     tensor_scale_bytes: int = Field(0, ge=0)
     compute: Literal["bf16", "fp8", "int8", "fp4"]
-    curve: Literal["gemm", "gemm_fp8"] = "gemm"
+    curve: Literal["gemm", "gemm_fp8", "gemm_fp8_block"] = "gemm"
     weight_only_fallback: Bool = False
     engine_compute: dict[str, Literal["bf16", "fp8", "int8", "fp4"]] = Field(default_factory=dict)
     groups: tuple[Literal["attention", "mlp", "experts"], ...] = Field(TENSOR_GROUPS,

@@ -170,7 +170,8 @@ def _derivation(base: HardwareProfile) -> str:
     it has none)."""
     classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                            "elementwise", "fused_moe", "attention_decode_fp8",
-                           "fused_moe_mxfp4")
+                           "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
+                           "gemm_fp8_block")
                if getattr(base.efficiency, c) is not None]
     if not classes:
         return ""

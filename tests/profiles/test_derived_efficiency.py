@@ -96,7 +96,9 @@ def test_h200_carries_the_h100_entries_over_unchanged():
     assert h200.derivation.from_profile == "h100-sxm"
     assert set(h200.derivation.classes) == {"gemm", "gemm_fp8", "attention_prefill",
                                             "attention_decode", "elementwise", "fused_moe",
-                                            "attention_decode_fp8", "fused_moe_mxfp4"}
+                                            "attention_decode_fp8", "fused_moe_mxfp4",
+                                            "grouped_gemm_fp8", "attention_decode_mla",
+                                            "gemm_fp8_block"}
 
 
 def test_l40s_gemm_curve_is_the_a100_curve_moved_to_its_roofline_corner():

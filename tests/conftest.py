@@ -30,6 +30,17 @@ SHARED = REPO.parent / "shared"
 _TERMINAL_ENV = ("COLUMNS", "LINES")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config) -> None:
+    """With pytest-xdist, ``python -m pytest`` runs one worker per CPU (``-n auto --dist
+    loadgroup``) unless ``-n`` is given; ``-p no:xdist`` runs in one process (in addopts
+    ``-n`` would be an unknown option there)."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses") is None:
+        config.option.numprocesses = "auto"
+        if config.getoption("dist") == "no":
+            config.option.dist = "loadgroup"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """pytest-xdist controller: hand each worker the terminal size variables of the run as

@@ -25,6 +25,46 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+# ------------------------------------------------------------------- xdist workers
+
+_TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config) -> None:
+    """With pytest-xdist, ``python -m pytest`` runs one worker per CPU (``-n auto --dist
+    loadgroup``) unless ``-n`` is given; ``-p no:xdist`` runs in one process (in addopts
+    ``-n`` would be an unknown option there)."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses") is None:
+        config.option.numprocesses = "auto"
+        if config.getoption("dist") == "no":
+            config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist controller: hand each worker the terminal size variables of the run as
+    started (None when unset)."""
+    for name in _TERMINAL_ENV:
+        node.workerinput[f"capsim_env_{name}"] = os.environ.get(name)
+
+
+def pytest_configure(config) -> None:
+    """A pytest-xdist worker starts with COLUMNS and LINES set to the controller's terminal
+    size even when the run had neither; the CLI would then fold its tables and one-line
+    errors at 80 columns (``capsim.cli.common.make_console``). Give the worker the run's own
+    values, so a test sees the same environment with or without workers."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return
+    for name in _TERMINAL_ENV:
+        value = workerinput.get(f"capsim_env_{name}")
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 # ------------------------------------------------------------------------------ paths
 
 

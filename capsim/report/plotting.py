@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.report.style import DPI, STAT_MARKERS
+from capsim.report.style import DPI, PNG_COMPRESS_LEVEL, STAT_MARKERS
 
 if TYPE_CHECKING:
     from capsim.report.run.cdf import Distribution
@@ -42,8 +42,19 @@ def figure(width_in: float, height_in: float) -> Figure:
 
 
 def save(fig: Figure, path: Path) -> None:
-    """Write ``fig`` to ``path`` as a PNG at ``style.DPI`` without the Software metadata."""
-    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    """Write ``fig`` to ``path`` as a PNG at ``style.DPI`` without the Software metadata.
+
+    The constrained layout is solved once here and then switched off, so ``savefig``
+    draws the figure once instead of a trial draw of every artist before the real one
+    (the same pixels: the trial draw only runs the layout). The PNG is compressed at
+    ``style.PNG_COMPRESS_LEVEL``.
+    """
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+        fig.set_layout_engine("none")
+    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None},
+                pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
 
 
 def log_axis(axis, formatter: FuncFormatter, lo: float | None = None,

@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from matplotlib.colors import to_rgb
 
 DPI = 120
+#: zlib level of the PNG figures (lossless: the pixels are the same at any level). 1 rather
+#: than Pillow's default 6: on the azure_conv_replay report's figures it encodes about twice
+#: as fast for files about 15 % larger (timeline 0.06 s / 220 kB against 0.11 s / 193 kB).
+PNG_COMPRESS_LEVEL = 1
 
 # Okabe–Ito-like qualitative palette (colour-blind safe), then tab10 extras.
 _PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",

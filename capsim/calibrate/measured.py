@@ -24,6 +24,7 @@ Public API:
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import math
@@ -148,6 +149,10 @@ def load_documents(path: str | Path) -> list[Any]:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=str(path)) from None
+    # A UTF-8 byte-order mark (Windows PowerShell 5's Out-File -Encoding utf8 writes one) is
+    # not text: json refused the file at its first byte.
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    data = data[bom:]
     try:
         text, bad = data.decode("utf-8"), None
     except UnicodeDecodeError as exc:
@@ -156,7 +161,7 @@ def load_documents(path: str | Path) -> list[Any]:
             else _parse_documents(text, path, binary=bad is not None))
     if bad is not None:
         log.warning(f"{path}: bytes that are not UTF-8 (the first, 0x{data[bad.start]:02x}, "
-                    f"at offset {bad.start}) read as U+FFFD")
+                    f"at offset {bom + bad.start}) read as U+FFFD")
     return _without_lone_surrogates(docs) if "\\ud" in text.lower() else docs
 
 

@@ -68,7 +68,8 @@ Float = Annotated[float, _NOT_BOOL]
 
 def integer_hint(error: dict[str, Any]) -> str:
     """For a pydantic error on an :data:`Int` field given a whole float (``16.0``,
-    ``1.92E11``): how to write it as an integer; else "".
+    ``1.92E11``): how to write it as an integer (one beyond int64, ``1e300``: that it is too
+    large); else "".
 
     ``error`` is one entry of ``ValidationError.errors()``.
     """
@@ -76,6 +77,8 @@ def integer_hint(error: dict[str, Any]) -> str:
     if error.get("type") != "int_type" or not isinstance(value, float) \
             or not value.is_integer():
         return ""
+    if abs(value) >= 2 ** 63:       # its 300 digits would fill the line and help no one
+        return "; too large for any integer field"
     whole = int(value)
     mantissa, zeros = str(whole).rstrip("0"), len(str(whole)) - len(str(whole).rstrip("0"))
     short = f" or {mantissa}e{zeros}" if zeros >= 3 else ""

@@ -195,7 +195,29 @@ def _stop_now(pool: ProcessPoolExecutor) -> None:
         proc.join(timeout=5)
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     if server is not None and hasattr(server, "_stop"):
+        _end_forked_children(getattr(server, "_forkserver_pid", None))
         server._stop()
+
+
+def _end_forked_children(server_pid: int | None) -> None:
+    """Kill every process the forkserver forked. Each holds the forkserver's "alive" pipe,
+    and the forkserver exits only when no process does: a worker being started when the
+    signal came (not yet in the pool's ``_processes``) waits for start-up data that will
+    never come, so ``_stop``'s ``waitpid`` on the forkserver waited for ever (SIGTERM to
+    ``capsim size`` during a pool's start-up). The forkserver is this process's own, so its
+    children are this pool's workers. Linux lists them in ``/proc``; elsewhere nothing."""
+    if server_pid is None:
+        return
+    try:
+        with open(f"/proc/{server_pid}/task/{server_pid}/children") as f:
+            pids = [int(pid) for pid in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _worker_init() -> None:

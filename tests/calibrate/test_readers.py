@@ -255,3 +255,21 @@ def test_several_runs_need_run_and_bounds_are_checked():
     assert "holds 2 runs (0: synchronous; 1: constant 4 req/s); choose one with --run N" in message
     assert "--run 2: the GuideLLM result holds 2 run(s), numbered 0 to 1" in _error(
         FIXTURES / "guidellm_benchmarks.json", 2)
+
+
+@pytest.mark.parametrize("fixture", ["vllm_bench_serve.json", "sglang_bench_serving.jsonl"])
+def test_a_result_saved_with_a_utf8_byte_order_mark_reads_as_without(tmp_path, fixture):
+    """A result file re-saved by Windows PowerShell 5 (Out-File -Encoding utf8) starts with
+    the UTF-8 byte-order mark EF BB BF: it was refused as "malformed JSON: Unexpected UTF-8
+    BOM" by compare and calibrate --from alike."""
+    from capsim.calibrate.measured import load_documents
+
+    src = FIXTURES / fixture
+    marked = tmp_path / fixture
+    marked.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    docs = load_documents(marked)
+    assert docs == load_documents(src) and len(docs) >= 1
+    run = 0 if fixture.endswith(".jsonl") else None
+    got, want = read_result(marked, run), read_result(src, run)
+    assert got.format == want.format and len(got) == len(want) == 5
+    assert got.prompt_tokens.tolist() == want.prompt_tokens.tolist() == PROMPT.tolist()

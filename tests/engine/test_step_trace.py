@@ -159,3 +159,21 @@ def test_decode_runs_resume_after_the_window(scenarios_dir):
         StepTracer.timeline = original
     assert made and all(r.macro_steps for r in made)
     assert 0 < result.step_trace.steps.end_s.max() < 2.5
+
+
+def test_a_window_after_the_run_writes_an_empty_trace_and_says_so(scenarios_dir, tmp_path,
+                                                                   caplog):
+    """--trace-events 1000:2000 on a 5-s run wrote a trace of names only, exit 0 and no
+    word (a bad-input sweep, issue 31): it says the window holds no step."""
+    from capsim.report.run import step_trace
+
+    loaded = load(scenarios_dir / "rag_mix.yaml", ["workload.duration_s=5"])
+    rc = loaded.runs[1]
+    result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir),
+                      trace_window=(1000.0, 2000.0))
+    assert result.step_trace.steps.start_s.size == 0 and result.sim_end_s < 1000
+    with caplog.at_level("WARNING"):
+        assert step_trace.write_all(tmp_path, [result]) == ["trace_continuous.json"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "trace_continuous.json: no engine step in --trace-events 1000:2000; the run's steps "
+        f"end by {result.sim_end_s:.4g} s (simulated), so the trace holds no step"]

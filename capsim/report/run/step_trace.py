@@ -28,6 +28,7 @@ NaN).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from capsim.results.model import REJECTED, RunResult, StepTrace
 
 #: The process of events that belong to no replica (rejections).
 REQUESTS_PID = 1
+
+log = logging.getLogger(__name__)
 
 
 def write_all(d: Path, results: list[RunResult]) -> list[str]:
@@ -52,6 +55,11 @@ def write_all(d: Path, results: list[RunResult]) -> list[str]:
         (d / name).write_text(json.dumps(document(r), separators=(",", ":"), allow_nan=False),
                               encoding="utf-8")
         names.append(name)
+        trace = r.step_trace
+        if trace.steps.start_s.size == 0:   # a window past the run wrote names only, silently
+            log.warning(f"{name}: no engine step in --trace-events {trace.start_s:g}:"
+                        f"{trace.end_s:g}; the run's steps end by {r.sim_end_s:.4g} s "
+                        "(simulated), so the trace holds no step")
     return names
 
 

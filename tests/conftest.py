@@ -35,6 +35,8 @@ def pytest_cmdline_main(config) -> None:
     """With pytest-xdist, ``python -m pytest`` runs one worker per CPU (``-n auto --dist
     loadgroup``) unless ``-n`` is given; ``-p no:xdist`` runs in one process (in addopts
     ``-n`` would be an unknown option there)."""
+    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return       # a worker: setting -n here would make every worker a controller
     if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses") is None:
         config.option.numprocesses = "auto"
         if config.getoption("dist") == "no":

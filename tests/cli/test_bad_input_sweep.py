@@ -176,8 +176,8 @@ SHIPPED_BAD = [
      'cluster.pools.2.engine: expected a mapping, e.g. {max_model_len: 8192, '
      'max_num_seqs: 64} (got 8192)'),
     ('hetero_fleet.yaml', 'cluster.router', 'round_robbin',
-     "cluster.router: Input should be 'round_robin', 'least_outstanding_tokens' or 'cost' "
-     "(got 'round_robbin')"),
+     "cluster.router: Input should be 'round_robin', 'least_outstanding_tokens', 'cost', "
+     "'prefix_aware', 'kv_scorer' or 'session_affinity' (got 'round_robbin')"),
     ('hetero_fleet.yaml', 'variants.1.cluster.route', '{class: rag, pool: h200}',
      'variants.1.cluster.route: expected a list, e.g. [{class: rag, pool: h200}, ...] '
      "(got a mapping {'class': 'rag', 'pool': 'h200'})"),

@@ -46,13 +46,19 @@ def test_tp8_runs_out_of_kv_cache_and_fails_the_slo(moe):
     assert not tp8.slo_pass and "goodput" in tp8.slo_failed
 
 
-def test_dp_attention_serves_the_load_at_the_lowest_cost_per_token(moe):
+def test_dp_attention_is_cheapest_per_token_and_only_the_split_meets_the_slo(moe):
+    """With the MoE experts priced from vLLM's fp8 fused-MoE kernel table (PR 24700) the
+    co-located steps are slow enough that DP attention, cheapest per token and without
+    preemption, misses ITL p99 (its decodes share steps with 8,192-token prompt chunks);
+    the second node's flat ITL tail is what meets the SLO, at about 1.8x the price per token."""
     tp8, dp, split = moe.loc["tp8"], moe.loc["dp-attn-ep8"], moe.loc["1P1D"]
-    assert dp.slo_pass and dp.preemptions == 0 and dp.kv_peak_frac < 0.3
+    assert dp.preemptions == 0 and dp.kv_peak_frac < 0.3
+    assert not dp.slo_pass and "ITL p99" in dp.slo_failed
+    assert split.slo_pass
     assert dp.cost_per_hour_usd == pytest.approx(NODE_USD_PER_HOUR, rel=1e-3)
     assert dp.cost_per_million_output_tokens_usd < tp8.cost_per_million_output_tokens_usd
     assert dp.output_throughput_tok_per_s > 1.05 * tp8.output_throughput_tok_per_s
-    # The second node buys a flat ITL tail, not throughput: within 10 % of DP attention's.
+    # The second node buys a flat ITL tail and a little throughput, within 10 % of DP's.
     assert split.output_throughput_tok_per_s == pytest.approx(dp.output_throughput_tok_per_s,
                                                               rel=0.1)
     assert split.cost_per_million_output_tokens_usd > 1.8 * dp.cost_per_million_output_tokens_usd

@@ -81,6 +81,22 @@ def scenarios_dir() -> Path:
     return REPO / "scenarios"
 
 
+def load_fidelity(name: str):
+    """benchmarks/fidelity.py imported as module ``name`` (registered while it executes:
+    its dataclasses look their module up)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
 def shared_or_skip(relative: str, what: str) -> Path:
     """``../shared/RELATIVE``, or skip the test (with where it was looked for) if absent; in CI
     (``CI=true``) a test that cannot find it fails instead, so the fidelity and reference tests

@@ -4,14 +4,12 @@ format; and the data behind it (benchmarks/fidelity/supplementary_cases.yaml).""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 
 import pytest
 import yaml
 
-from conftest import REPO, shared_or_skip
+from conftest import REPO, load_fidelity, shared_or_skip
 
 SUPPLEMENTARY = REPO / "benchmarks" / "fidelity" / "supplementary_cases.yaml"
 SPLIT = REPO / "benchmarks" / "fidelity" / "fit_test_split.yaml"
@@ -23,15 +21,7 @@ LINE = (r"^fidelity 2026 \(test rows, (\d+) cases\): TTFT ([0-9.]+ %|n/a), "
 @pytest.fixture(scope="module")
 def fidelity():
     """benchmarks/fidelity.py as a module."""
-    spec = importlib.util.spec_from_file_location("fidelity_2026_line",
-                                                  REPO / "benchmarks" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module            # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_fidelity("fidelity_2026_line")
 
 
 def _row(fidelity, case, quantity, measured, predicted, split="test"):

@@ -4,7 +4,6 @@ what it was fitted to (``fitted_to:``), never a test case."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import yaml
 from capsim.profiles.engines import engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import hardware_names, load_hardware
 
-from conftest import REPO, shared_or_skip
+from conftest import REPO, load_fidelity, shared_or_skip
 
 DATA = REPO / "capsim" / "profiles" / "data"
 
@@ -22,15 +21,7 @@ DATA = REPO / "capsim" / "profiles" / "data"
 @pytest.fixture(scope="module")
 def fidelity():
     """benchmarks/fidelity.py as a module."""
-    spec = importlib.util.spec_from_file_location("fidelity_protocol",
-                                                  REPO / "benchmarks" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module            # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_fidelity("fidelity_protocol")
 
 
 @pytest.fixture(scope="module")

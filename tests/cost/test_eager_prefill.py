@@ -64,3 +64,11 @@ def test_floor_only_binds_short_eager_prefills():
     assert short.seconds < PR12160_EAGER_S
     assert eager.cost(prefill_tokens=256).seconds > short.seconds
     assert _pricer(None).cost(prefill_tokens=256).seconds == short.seconds
+
+
+def test_engines_table_names_the_floor():
+    """``capsim engines`` lists the per-operator floor with the other host terms."""
+    from capsim.cli.engines import _host_text
+    text = _host_text(HostOverhead(per_step_s=0.58e-3, eager_prefill_op_s=OP_S))
+    assert text.startswith("0.58 ms/step, 0.151355 ms/operator of an eager prefill (floor)")
+    assert "eager" not in _host_text(HostOverhead(per_step_s=0.58e-3))

@@ -72,3 +72,23 @@ def test_engines_table_names_the_floor():
     text = _host_text(HostOverhead(per_step_s=0.58e-3, eager_prefill_op_s=OP_S))
     assert text.startswith("0.58 ms/step, 0.151355 ms/operator of an eager prefill (floor)")
     assert "eager" not in _host_text(HostOverhead(per_step_s=0.58e-3))
+
+
+def test_pipeline_stages_each_launch_their_own_layers():
+    """PP 2 of Llama-3.1-70B (40 + 40 layers, 240 operators each): a 1-token prefill
+    costs at least 2 × 240 × OP_S, each stage's floor in turn; without the field the
+    pipeline's price is unchanged."""
+    from capsim.cost.pipeline import PipelinePricer
+    llama = load_model("llama-3.1-70b")
+    host = HostOverhead(eager_prefill_op_s=OP_S)
+    pipe = PipelinePricer(llama, H200, 4, 2, host=host)
+    assert [s.terms.eager_operators for s in pipe.stages] == [240, 240]
+    short = pipe.cost(prefill_tokens=1)
+    plain = PipelinePricer(llama, H200, 4, 2).cost(prefill_tokens=1)
+    assert short.seconds >= 480 * OP_S
+    # each stage's GPU part (seconds less its step overhead) is raised to 240 × OP_S
+    gpu_parts = [(c := s.cost(prefill_tokens=1)).seconds - c.overhead_s
+                 for s in PipelinePricer(llama, H200, 4, 2).stages]
+    assert all(g < 240 * OP_S for g in gpu_parts)
+    assert short.seconds - plain.seconds == pytest.approx(
+        sum(240 * OP_S - g for g in gpu_parts), rel=1e-9)

@@ -39,7 +39,9 @@ def _host_text(h) -> str:
                                                        (h.per_seq_s, "sequence"),
                                                        (h.per_prefill_token_s, "prompt token"),
                                                        (h.per_extra_tp_worker_s,
-                                                        "step per TP worker beyond the first"))
+                                                        "step per TP worker beyond the first"),
+                                                       (h.eager_prefill_op_s,
+                                                        "operator of an eager prefill (floor)"))
              if v]
     overlap = h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s else "") \
         + (" (engine.async_scheduling)" if h.async_scheduling_knob else "")

@@ -61,7 +61,8 @@ class OperatorTerms:
                  "mm_peak", "mm_bw", "lm_peak", "lm_bw", "attn_peak", "lin", "lm_t", "ginv",
                  "lm_ginv", "ainv", "attn_p", "attn_d", "mem_only_t", "gemm_launch_one",
                  "gemm_launch_s", "lm_launch_s", "ew_launch_s", "expert_launch_s",
-                 "flops_per_token", "bytes_fixed", "bytes_per_token", "layers", "_memo")
+                 "flops_per_token", "bytes_fixed", "bytes_per_token", "layers",
+                 "eager_operators", "_memo")
 
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
@@ -78,6 +79,11 @@ class OperatorTerms:
             work, tp, *experts[:3], rates,
             (self.mm_peak, self.mm_bw, self.ginv, self.gemm_launch_one), experts[3])
         self.expert_launch_s = self.experts.launch_s if self.experts else 0.0
+        # Operators one forward runs (a host launch each when run eagerly): every layer
+        # matmul on each layer it runs on, attention and the elementwise kernels on every
+        # layer, the routed experts on each MoE layer. DeepSeek-V3: 546.
+        self.eager_operators = (sum(op.count for op in self.matmuls) + 2 * self.layers
+                                + (work.layers if work is not None else 0))
         self.flops_per_token = sum(op.flops_per_row for op in self.matmuls)
         self.bytes_fixed = sum(op.weight_bytes for op in self.matmuls)
         self.bytes_per_token = (sum(op.act_bytes_per_row for op in self.matmuls)

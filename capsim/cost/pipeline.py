@@ -140,10 +140,13 @@ class PipelinePricer:
         self.partition = pp_layer_partition(model.num_hidden_layers, pp)
         quiet = hw.model_copy(update={"step_overhead_s": 0.0})
         stages, start = [], 0
+        # Each stage launches its own layers' operators: the eager-prefill floor per stage.
+        eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s) \
+            if host is not None and host.eager_prefill_op_s else None
         for i, layers in enumerate(self.partition):
             last = i == pp - 1
             stages.append(StepPricer(stage_shape(model, start, start + layers),
-                                     hw if last else quiet, tp, host=None,
+                                     hw if last else quiet, tp, host=eager,
                                      scale_out=scale_out, embedding=i == 0, lm_head=last,
                                      **pricer_kwargs))
             start += layers

@@ -179,7 +179,7 @@ class StepPricer:
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
-        "_overhead_s", "_host_on", "_host_apply",
+        "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_s",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -229,6 +229,7 @@ class StepPricer:
     def _init_host(self, host: HostOverhead | None) -> None:
         """The engine's host terms; None: the GPU step alone."""
         self.host = HostTime(host)
+        self._eager_op_s = host.eager_prefill_op_s if host is not None else 0.0
 
     def _init_rates(self) -> None:
         """The profile's rates, asked once, and every operator's terms built from them."""
@@ -253,6 +254,8 @@ class StepPricer:
         self._comm_per_token_s, self._comm_per_logit_s = c.per_token_s, c.per_logit_s
         self._overhead_s = self.rates.step_overhead_s
         self._host_on, self._host_apply = self.host.active, self.host.apply
+        # An eagerly run prefill forward lasts at least its operators' host launches.
+        self._eager_s = self._eager_op_s * t.eager_operators
         self.decode_costs = DecodeRuns(t.base, c, self._lm_on, t.attn_d,
                                        (t.win_frac, t.win_tokens), self._overhead_s,
                                        self.host).costs
@@ -300,7 +303,10 @@ class StepPricer:
         comm_s = (self._comm_fixed_s + self._comm_per_token_s * n  # the first piece inlined
                   + self._comm_per_logit_s * logits_seqs) if n < self._comm_split \
             else self.comm.seconds(n, logits_seqs)
-        seconds, overhead_s = roof_s + comm_s + self._overhead_s, self._overhead_s
+        overhead_s = self._overhead_s
+        if prefill_tokens and roof_s + comm_s < self._eager_s:   # launch-bound eager prefill
+            overhead_s += self._eager_s - roof_s - comm_s
+        seconds = roof_s + comm_s + overhead_s
         if self._host_on:
             gpu_s = seconds
             seconds = self._host_apply(gpu_s, seqs + len(step.prefills), prefill_tokens)

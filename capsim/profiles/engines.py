@@ -233,6 +233,14 @@ class HostOverhead(StrictModel):
     (HTTP, tokenization, the engine's wake-up) passes before the request can be scheduled:
     TTFT and E2EL grow by it, and so does the queue it joins.
 
+    ``eager_prefill_op_s``: host seconds to launch one operator of a forward the engine runs
+    eagerly (outside CUDA graphs) on a step with prompt tokens: SGLang captures graphs for
+    decode batches only unless ``--enable-piecewise-cuda-graph``, so each prefill forward
+    issues its kernels one by one from Python, and a short prefill waits on its launches, not
+    its kernels. The GPU part of such a step is at least ``eager_prefill_op_s ×`` the model's
+    operators per forward (:attr:`capsim.cost.operator_terms.OperatorTerms.eager_operators`);
+    0: the engine's prefill runs in graphs, or the launches always hide behind the kernels.
+
     ``per_extra_tp_worker_s``: host seconds per step for each tensor-parallel worker beyond
     the first (:meth:`for_tensor_parallel` adds ``× (TP − 1)`` to ``per_step_s``). vLLM V0's
     driver prepares every step's model input alone and broadcasts it to the TP − 1 other
@@ -264,6 +272,7 @@ class HostOverhead(StrictModel):
     per_seq_s: float = Field(0.0, ge=0)
     per_prefill_token_s: float = Field(0.0, ge=0)
     per_prefill_step_s: float = Field(0.0, ge=0)
+    eager_prefill_op_s: float = Field(0.0, ge=0)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)

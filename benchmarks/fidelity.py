@@ -175,7 +175,8 @@ LOG_PATTERNS = {
     "available_kv_gib": r"(?:Available KV cache memory: |available_kv_cache_memory |kv_cache_size=)"
                         r"([\d.]+) ?GiB",
     "kv_cache_blocks": r"GPU blocks: (\d+)",
-    "kv_cache_tokens": r"(?:GPU KV cache size: |stored in KV cache \()([\d,]+)",
+    "kv_cache_tokens": r"(?:GPU KV cache size: |stored in KV cache \(|KV Cache is allocated\. #tokens: )"
+                       r"([\d,]+)",
 }
 CONCURRENCY_LINE = r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
 
@@ -745,6 +746,9 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm0170_mi300x_gptoss120b_tp1_random1k1k_concurrency_sweep": Entry(
         "supplementary/load_vllm0170_mi300x_gptoss120b_tp1_random1k1k_concurrency_sweep.yaml",
         serving(_conc_sweep_ends)),
+    "kv_vllm_issue21348_4xh100_qwen3_235b_fp8_tp4_vllm_sglang": Entry(
+        "supplementary/kv_vllm_issue21348_4xh100_qwen3_235b_fp8_tp4_vllm_sglang.yaml",
+        kv_capacity(_labelled({"vllm_tp4": "vllm_tp4", "sglang_tp4": "sglang_tp4"}))),
     "load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1": Entry(
         "supplementary/load_vllm0230_a100_40gb_llama31_8b_random1024_128_c1.yaml",
         serving(_c1)),

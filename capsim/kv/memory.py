@@ -448,14 +448,17 @@ def held_all_reduce_bytes(model: ModelShape, rule: MemoryRule, tp: int,
     return reduces * max_num_batched_tokens * model.hidden_size * model.dtype_bytes
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
-    """vLLM 0.19's default CUDA-graph batch sizes (``vllm/config/vllm.py``
-    ``_set_cudagraph_sizes`` at v0.19.0): [1, 2, 4] + multiples of 8 below 256 + multiples of
-    16 from 256, up to min(2 × max_num_seqs, 512, max_num_batched_tokens)."""
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int,
+                            step_16_from: int | None = 256) -> list[int]:
+    """vLLM's default CUDA-graph batch sizes up to min(2 × max_num_seqs, 512,
+    max_num_batched_tokens): [1, 2, 4] + multiples of 8, and from ``step_16_from`` on
+    multiples of 16 (0.19: 256, ``vllm/config/vllm.py`` ``_set_cudagraph_sizes`` at v0.19.0;
+    0.11: None, every multiple of 8, ``vllm/config/__init__.py`` at v0.11.0)."""
     top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
-    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8))
-    if top >= 256:
-        sizes += list(range(256, top + 1, 16))
+    eights_below = top + 1 if step_16_from is None else min(top + 1, step_16_from)
+    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, eights_below, 8))
+    if step_16_from is not None and top >= step_16_from:
+        sizes += list(range(step_16_from, top + 1, 16))
     return sorted(set(sizes))
 
 
@@ -464,13 +467,15 @@ def cudagraph_count(rule: MemoryRule, max_num_seqs: int, max_num_batched_tokens:
 
     ``vllm_v1`` (FULL_AND_PIECEWISE, vLLM 0.19's default mode): a piecewise graph for every
     capture size and a full graph for every size <= max_num_seqs (uniform decode batches),
-    ``vllm/v1/cudagraph_dispatcher.py`` ``initialize_cudagraph_keys`` at v0.19.0. A piecewise
+    ``vllm/v1/cudagraph_dispatcher.py`` ``initialize_cudagraph_keys`` at v0.19.0;
+    ``vllm_0_11``: the same at 0.11's capture sizes (the same dispatcher at v0.11.0). A piecewise
     "graph" is one graph per piece between attention layers; capsim prices every graph per
     layer, so pieces need no separate count.
     """
     if rule.cudagraph_capture == "none":
         return 0
-    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens)
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens,
+                                    None if rule.cudagraph_capture == "vllm_0_11" else 256)
     return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
 
 

@@ -118,8 +118,9 @@ class MemoryRule(StrictModel):
     init_comm_gib: dict[int, float] = Field(default_factory=lambda: {1: 0.0})
     #: Which CUDA graphs the engine captures after sizing the pool (``vllm_v1``: vLLM
     #: 0.19's FULL_AND_PIECEWISE capture sizes, :func:`capsim.kv.memory.cudagraph_count`;
-    #: ``none``: graph memory not modelled).
-    cudagraph_capture: Literal["none", "vllm_v1"] = "none"
+    #: ``vllm_0_11``: the same mode at 0.11's sizes, every multiple of 8; ``none``: graph
+    #: memory not modelled).
+    cudagraph_capture: Literal["none", "vllm_v1", "vllm_0_11"] = "none"
     #: Graph pool per layer per captured graph, MiB, by TP (vLLM logs the pool as "Graph
     #: capturing finished in N secs, took X GiB"), and the start-up estimate of it ("Estimated
     #: CUDA graph memory: X GiB total").

@@ -84,7 +84,7 @@ BAD = [
      "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
-                                "sglang-0.3, tgi, trtllm, trtllm-bench, vllm-0.2.5, vllm-0.21, "
+                                "sglang-0.3, tgi, trtllm, trtllm-bench, vllm-0.11, vllm-0.2.5, vllm-0.21, "
                                 "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
     ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
@@ -128,7 +128,7 @@ BAD = [
     # vLLM V1's long_prefill_token_threshold: V1 presets, chunked prefill, never negative.
     ("engine", {"preset": "vllm-0.6", "long_prefill_token_threshold": 2048},
      "engine.long_prefill_token_threshold: engine preset 'vllm-0.6' has no "
-     "long_prefill_token_threshold (vLLM V1's; valid with: vllm-0.21, vllm-v1)"),
+     "long_prefill_token_threshold (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-v1)"),
     ("engine", {"long_prefill_token_threshold": 2048, "enable_chunked_prefill": False},
      "engine.long_prefill_token_threshold: it caps the prompt chunk a request gets per step: "
      "set enable_chunked_prefill: true"),
@@ -138,7 +138,7 @@ BAD = [
     ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
-     "work is serial with the GPU step; valid with: sglang, trtllm, trtllm-bench, vllm-0.21, "
+     "work is serial with the GPU step; valid with: sglang, trtllm, trtllm-bench, vllm-0.11, vllm-0.21, "
      "vllm-v1)"),
     ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
                                                           "num_speculative_tokens": 3,

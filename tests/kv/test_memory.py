@@ -239,6 +239,42 @@ def test_cudagraph_capture_sizes_follow_vllm_019():
     assert cudagraph_count(load_engine_preset("vllm-0.6.4").memory, 256, 8192) == 0
 
 
+def test_vllm_011_captures_every_multiple_of_8():
+    """vllm/config/__init__.py _set_cudagraph_sizes at v0.11.0: [1, 2, 4] + range(8, top + 1,
+    8), top = min(2 max_num_seqs, 512) (vllm/config/scheduler.py cuda_graph_sizes), sizes above
+    max_num_batched_tokens dropped: 67 sizes at 1,024 / 8,192 where 0.19 has 51."""
+    from capsim.kv.memory import cudagraph_capture_sizes, cudagraph_count
+    from capsim.profiles.engines import load_engine_preset
+
+    sizes = cudagraph_capture_sizes(1024, 8192, step_16_from=None)
+    assert sizes == [1, 2, 4] + list(range(8, 513, 8)) and len(sizes) == 67
+    assert cudagraph_count(load_engine_preset("vllm-0.11").memory, 1024, 8192) == 2 * 67
+
+
+def test_vllm_011_profiles_the_sorting_sampler(write_scenario, tmp_path):
+    """vLLM 0.11 without FlashInfer sorts the vocabulary in the profile run's dummy sampler
+    (topk_topp_sampler.py forward_native at v0.11.0): 38 bytes per logit at the sort (the
+    preset's sources itemise them) against 0.19's 14, and its budget is not rounded up.
+    Llama-3.1-70B FP8 (Llama-3.3-70B's shapes) on one H200 at the server defaults (8,192
+    tokens, 1,024 sequences): 1,024 x 128,256 x 38 + the hidden states (8,192 + 2 x 1,024
+    rows x 8,192 x 2 bytes) + 32 MiB = 4.84 GiB, against 1.96 GiB under vllm-v1."""
+    doc = {"name": "v011", "model": "llama-3.1-70b", "hardware": "h200-sxm",
+           "engine": {"preset": "vllm-0.11", "quantization": "fp8"},
+           "workload": {"num_requests": 1, "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                        "classes": [{"name": "a", "weight": 1.0,
+                                     "prompt_tokens": {"dist": "fixed", "value": 8},
+                                     "output_tokens": {"dist": "fixed", "value": 8}}]},
+           "variants": [{"name": "v011"}, {"name": "v019", "engine": {"preset": "vllm-v1"}}]}
+    v011, v019 = (r.pool().kv for r in load(write_scenario(tmp_path, doc)).runs)
+    expected = 1024 * 128256 * 38 + (8192 + 2 * 1024) * 8192 * 2 + 32 * 2**20
+    assert v011.memory.activation_peak_bytes == expected
+    assert expected / GIB == pytest.approx(4.84, abs=0.005)
+    assert v019.memory.activation_peak_bytes / GIB == pytest.approx(1.96, abs=0.005)
+    assert v011.memory.budget_bytes == int(v011.memory.total_bytes * 0.9)
+    assert v011.memory.cudagraph_estimate_bytes == 0
+    assert v011.num_tokens < v019.num_tokens
+
+
 @pytest.mark.parametrize("model,tp,extra,pool_gib,estimate_gib", [
     ("llama-3.1-8b", 1, {}, 0.91, 0.84),            # fitted
     ("llama-3.1-8b", 2, {}, 0.76, 1.69),            # fitted

@@ -53,7 +53,7 @@ def test_the_gateway_sheds_the_sheddable_class_only(tmp_path, write_scenario):
     ({}, {"priority": 1}, "workload.classes.1.priority", "set engine.scheduling_policy: "
                                                          "priority"),
     ({"scheduling_policy": "priority", "preset": "sglang"}, {}, "engine.scheduling_policy",
-     "has no priority scheduling (vLLM V1's; valid with: vllm-0.21, vllm-v1; else fcfs)"),
+     "has no priority scheduling (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-v1; else fcfs)"),
 ])
 def test_a_priority_the_engine_cannot_honour_is_refused(tmp_path, write_scenario, engine,
                                                        batch, path, words):

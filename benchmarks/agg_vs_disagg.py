@@ -12,9 +12,13 @@ What it does, as the publication did (its examples/llm/benchmarks/plot_pareto.py
 variant of the case's scenario (each arm at closed-loop concurrency 1 ... 256) is simulated
 once; each gives a point
 
-- x: output tokens/s per user = 1000 / mean TPOT (ms),
-- y: output tokens/s per GPU = users x output tokens / mean E2E (s) / GPUs (Little's law for a
-  closed loop with no think time: the steady state a client's window measures);
+- x: output tokens/s per user, genai-perf's ``output_token_throughput_per_user`` (avg): the mean
+  over the measured requests of (output tokens - 1) / (last token - first token),
+- y: output tokens/s per GPU, genai-perf's ``output_token_throughput`` over the GPUs: the
+  measured requests' output tokens / (last response - first request sent),
+
+as genai-perf computes them (triton-inference-server/perf_analyzer 263c5f6e,
+genai-perf/genai_perf/profile_data_parser/llm_profile_data_parser.py) from capsim's requests;
 
 each arm's Pareto front (points no other point of the arm beats on both axes) is read at the
 published interactivity by linear interpolation between its neighbours, and the ratio
@@ -24,17 +28,20 @@ serve it). Run-time: about half a minute on a busy 2-CPU machine (18 runs, 13 CP
 
     python benchmarks/agg_vs_disagg.py [--jobs N] [--csv points.csv]
 
-Where capsim stands (2026-12-06): the same winner, 1.97x against 1.30x (+51 %): the target is
+Where capsim stands (2026-12-06): the same winner, 1.75x against 1.30x (+34 %): the target is
 missed. Both fronts have the published shape (the split's flat, prefill-bound up to ~57
-tokens/s/user, then falling; the co-located one higher only below ~10 tokens/s/user, ~30 in
-the figure), but capsim's co-located arm is weak at 50 tokens/s/user, a 20 ms TPOT budget: its
-TP 4 decode step is 14.1 ms, 3.25 ms of it vLLM V0's serial host time (1.05 ms and 0.735 ms
-per extra TP worker, fitted to vLLM's perf-benchmark builds of October 2024), and each 3,000-
-token prefill stalls the replica's decodes for 162 ms (42 ms of it NCCL all-reduce). With the
-per-worker term at 0 capsim reads 1.55x (+19.6 %), with V1's asynchronous host 1.42x (+9.4 %)
-(``--scenario`` with another preset); neither is changed here: the only other held-out vLLM V0
-TP 4 H100 case (load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10) finds capsim's
-V0 TP 4 latencies too low, not too high, so nothing independent of this case says to.
+tokens/s/user, then falling; the co-located one higher only at low interactivity), but
+capsim's co-located arm is weak at 50 tokens/s/user, a 20 ms budget per token: its TP 4
+decode step is 14.1 ms, 3.25 ms of it vLLM V0's serial host time (1.05 ms and 0.735 ms per
+extra TP worker, fitted to vLLM's perf-benchmark builds of October 2024), and each 3,000-token
+prefill stalls the replica's decodes for 162 ms (42 ms of it NCCL all-reduce). Without the
+per-worker host term capsim reads 1.37x (+5.4 %), with V1's asynchronous host 1.25x (-3.5 %)
+(``--scenario`` with another preset). Neither is shipped: the only other held-out vLLM V0 TP 4
+H100 case (load_vllm060_4xh100_llama31_70b_sharegpt_rps4_rps8_multistep10) finds capsim's V0
+TP 4 latencies too low, not too high, so nothing independent of this case says to. The
+figure's own one-user points (co-located ~86, split ~64 tokens/s/user; capsim 70.8 for both)
+suggest plain vLLM 0.7.2 spent less host time a step than the preset and Dynamo's patched
+decode worker more; capsim runs both arms with one preset.
 
 The last line reads ``agg-vs-disagg (SOURCE): published 1.30x, capsim R.RRx, error E %, winner
 W (same|different)``. Exit 2 with one line when the case or its scenario cannot be read.
@@ -48,6 +55,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from capsim.common.yamlio import load_yaml
 from capsim.metrics.summary import summarize
@@ -87,12 +96,20 @@ def _simulate(job: tuple[Path, str]) -> Point:
     traces = TraceCache(loaded.base_dir, str(loaded.path))
     result = simulate(run, traces.get(run.workload, run.seed))
     row = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
-    users = run.workload.arrival.users
-    output_tokens = run.workload.classes[0].output_tokens.value
-    gpus = run.num_gpus
-    return Point(variant.split("_c")[0], users, gpus, 1000.0 / row.tpot_mean_ms,
-                 users * output_tokens / (row.e2el_mean_ms / 1000.0) / gpus,
-                 row.ttft_mean_ms, row.tpot_mean_ms)
+    per_user, per_gpu = genai_perf_axes(result.requests, run.num_gpus)
+    return Point(variant.split("_c")[0], run.workload.arrival.users, run.num_gpus, per_user,
+                 per_gpu, row.ttft_mean_ms, row.tpot_mean_ms)
+
+
+def genai_perf_axes(requests, gpus: int) -> tuple[float, float]:
+    """(output tokens/s per user, output tokens/s per GPU) of the measured (finished, not
+    warm-up) requests of a run, as genai-perf reports them (module docstring)."""
+    done = np.asarray(requests.status) == "finished"
+    first, last = np.asarray(requests.first_token_s)[done], np.asarray(requests.finish_s)[done]
+    tokens = np.asarray(requests.output_tokens)[done]
+    sent = np.asarray(requests.arrival_s)[done]
+    per_user = float(np.mean((tokens - 1) / (last - first)))
+    return per_user, float(tokens.sum() / (last.max() - sent.min()) / gpus)
 
 
 def front(points: list[Point]) -> list[Point]:

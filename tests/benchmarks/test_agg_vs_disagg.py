@@ -89,6 +89,21 @@ def test_one_user_points(bench):
     assert disagg.ttft_mean_ms == pytest.approx(400, abs=1)
 
 
+def test_axes_are_genai_perfs(bench):
+    """Per user: the mean over measured requests of (tokens - 1) / (last - first token), not
+    its reciprocal of the mean; per GPU: tokens / (last response - first request sent) / GPUs.
+    Warm-up requests count in neither."""
+    class Requests:
+        status = ["warmup", "finished", "finished"]
+        arrival_s = [0.0, 1.0, 2.0]
+        first_token_s = [0.5, 1.5, 2.5]
+        finish_s = [9.0, 3.5, 6.5]              # 2 s and 4 s for 100 tokens each
+        output_tokens = [100, 101, 101]
+    per_user, per_gpu = bench.genai_perf_axes(Requests, 2)
+    assert per_user == pytest.approx((100 / 2 + 100 / 4) / 2)         # 37.5, not 33.3
+    assert per_gpu == pytest.approx(202 / (6.5 - 1.0) / 2)
+
+
 def test_last_line(bench, monkeypatch, capsys):
     pts = {"agg_c1": ("agg", 1, 70.0, 10.0), "agg_c2": ("agg", 16, 40.0, 110.0),
            "disagg_c1": ("disagg", 1, 70.0, 9.0), "disagg_c2": ("disagg", 32, 55.0, 150.0)}

@@ -787,6 +787,13 @@ ENTRIES: dict[str, Entry] = {
     "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput": Entry(
         "load_vllm_perfbench_h100_llama3_70b_tp4_sharegpt_qps1_and_throughput.yaml",
         serving(_perfbench_serving_and_throughput), (("p99_ttft_ms", P99_OF_200),)),
+    # Issue 33's target: a ratio of two deployments' fronts, not per-quantity rows; scored by
+    # benchmarks/agg_vs_disagg.py (both arms at every concurrency), listed here as a gap.
+    "agg_disagg_dynamo_vllm072_8xh100_llama70b_fp8_isl3000_osl150_1node": Entry(
+        "supplementary/agg_disagg_dynamo_vllm072_8xh100_llama70b_fp8_isl3000_osl150_1node.yaml",
+        lambda case, loaded: [],
+        (("throughput_per_gpu_ratio_disagg_over_agg", "a ratio of two fronts: scored by "
+          "benchmarks/agg_vs_disagg.py"),)),
     # The 2026 kind (issue 30 item 6), project-collected: every published run quoted, the
     # scored ones named in the case (scored_points / scored_quantities).
     **{case_id: Entry(f"supplementary/{case_id}.yaml",
@@ -977,9 +984,10 @@ def evaluate(cases: list[dict], split: Mapping[str, str] | None = None,
             continue
         loaded = load(SCENARIOS / entry.scenario)
         runs = {run.variant: run for run in loaded.runs}
-        pools = {run.variant: run.pool() for run in loaded.runs}
         fitted = dict(entry.fitted)
         compared = entry.predict(case, loaded)
+        # Only the scored variants' pools: a split (disaggregated) variant has two.
+        pools = {v: runs[v].pool() for v in dict.fromkeys(c.variant for c in compared)}
         gaps += [Gap(case["id"], c.name, f"not scored ({fitted[c.variant]}): measured "
                      f"{fmt(c.measured)}, capsim {fmt(c.predicted)} "
                      f"({(c.predicted - c.measured) / c.measured * 100:+.1f} %)")

@@ -50,7 +50,8 @@ if TYPE_CHECKING:
               show_default=True,
               help="Deployment manifest written next to a disaggregated answer's launch "
                    "script (launch/rank-N-dynamo.yaml: an NVIDIA Dynamo "
-                   "DynamoGraphDeployment); none: the scripts only.")
+                   "DynamoGraphDeployment; launch/rank-N-llm-d.yaml: an llm-d "
+                   "DisaggregatedSet); none: the scripts only.")
 @executor_options
 @percentiles_option
 @set_option

@@ -1,5 +1,5 @@
 """Launch files for a sizing answer: the engine's own command line per pool, with the knobs
-capsim simulated, and for a split answer an NVIDIA Dynamo manifest.
+capsim simulated, and for a split answer an NVIDIA Dynamo or an llm-d manifest.
 
 Every flag name is the engine's, checked against its published argument parser
 (tests/studies/test_launch.py holds the lists read):
@@ -14,12 +14,21 @@ Every flag name is the engine's, checked against its published argument parser
   ``nvidia.com/v1alpha1``, prefill workers marked ``--is-prefill-worker``) at ai-dynamo/dynamo
   416ff06e7fea; its ``dynamo.vllm`` worker takes vLLM's engine flags
   (``components/src/dynamo/vllm/args.py`` ``AsyncEngineArgs.add_cli_args`` at b6d5e48722e4).
+- llm-d: ``guides/pd-disaggregation/modelserver/gpu/vllm/base/disaggregatedset.yaml`` (a
+  ``DisaggregatedSet`` of ``disaggregatedset.x-k8s.io/v1``: roles ``prefill`` and ``decode``,
+  each a ``leaderWorkerTemplate`` of one pod running ``vllm serve`` with NIXL as
+  ``kv_producer`` / ``kv_consumer``, the decode pod behind llm-d's routing sidecar on port
+  8000, vLLM on 8200) at llm-d/llm-d 5554114958fc; the pods are found by the guide's
+  InferencePool through the labels ``llm-d.ai/inference-serving`` and ``llm-d.ai/guide``
+  (``guides/pd-disaggregation/gaie-pd/values.yaml`` at 126f65d65f42) and told apart by
+  ``llm-d.ai/role``.
 
 TGI answers get a comment saying no launch line is written.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from typing import Any
@@ -29,10 +38,10 @@ import yaml
 from capsim.scenario.run_config import Pool, RunConfig
 
 __all__ = ["ORCHESTRATORS", "VLLM_FLAGS", "SGLANG_FLAGS", "TRTLLM_FLAGS", "engine_argv",
-           "model_id", "launch_script", "dynamo_manifest", "launch_files"]
+           "model_id", "launch_script", "dynamo_manifest", "llmd_manifest", "launch_files"]
 
 #: Deployment manifests capsim writes for a split answer (``--orchestrator``).
-ORCHESTRATORS = ("dynamo", "none")
+ORCHESTRATORS = ("dynamo", "llm-d", "none")
 
 #: capsim knob → vLLM flag (vllm/engine/arg_utils.py at 99d7eb5d6a51).
 VLLM_FLAGS = {
@@ -220,11 +229,81 @@ def dynamo_manifest(run: RunConfig, name: str, counts: dict[str, int]) -> str | 
     return yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
+#: llm-d's P/D guide (llm-d/llm-d 5554114958fc, module docstring): the labels its
+#: InferencePool selects and what its sidecar and vLLM listen on.
+LLMD_LABELS = {"llm-d.ai/inference-serving": "true", "llm-d.ai/guide": "pd-disaggregation"}
+LLMD_SIDECAR_PORT, LLMD_DECODE_VLLM_PORT, LLMD_VLLM_PORT, LLMD_NIXL_PORT = 8000, 8200, 8000, 5600
+#: The sidecar image is left to the user, as the guide leaves it (kustomize edit set image).
+LLMD_SIDECAR_IMAGE = "REPLACE_ROUTING_SIDECAR_IMAGE"
+
+
+def _llmd_role(pool: Pool, model: str, replicas: int) -> dict[str, Any]:
+    """One role of llm-d's DisaggregatedSet: ``replicas`` single-pod groups of ``vllm serve``
+    with the pool's flags, NIXL in the role's direction, and (decode) the routing sidecar."""
+    decode = pool.role == "decode"
+    gpus = str(pool.engine.gpus_per_replica)
+    connector = json.dumps({"kv_connector": "NixlConnector",
+                            "kv_role": "kv_consumer" if decode else "kv_producer",
+                            "kv_buffer_device": "cuda",
+                            "kv_connector_extra_config": {"backends": ["UCX"]}},
+                           separators=(",", ":"))
+    port = LLMD_DECODE_VLLM_PORT if decode else LLMD_VLLM_PORT
+    server = {"name": "modelserver", "image": f"docker.io/vllm/vllm-openai:v{pool.preset.version}",
+              "command": ["vllm", "serve"],
+              "args": [model, *_vllm_flags(pool, "colocated"), "--kv-transfer-config", connector,
+                       *([f"--port={port}"] if decode else [])],
+              "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                          "name": "llm-d-hf-token", "key": "HF_TOKEN"}}},
+                      {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+                       "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+              "ports": [{"name": "modelserver", "containerPort": port, "protocol": "TCP"},
+                        {"name": "nixl", "containerPort": LLMD_NIXL_PORT, "protocol": "TCP"}],
+              "resources": {"limits": {"nvidia.com/gpu": gpus},
+                            "requests": {"nvidia.com/gpu": gpus}}}
+    spec: dict[str, Any] = {"containers": [server]}
+    if decode:
+        spec = {"initContainers": [{
+            "name": "routing-proxy", "image": LLMD_SIDECAR_IMAGE,
+            "args": [f"--port={LLMD_SIDECAR_PORT}", "--kv-connector=nixlv2",
+                     "--secure-proxy=false"],
+            "ports": [{"name": "sidecar", "containerPort": LLMD_SIDECAR_PORT, "protocol": "TCP"}],
+            "restartPolicy": "Always"}], **spec}
+    return {"name": pool.role, "spec": {"replicas": replicas, "leaderWorkerTemplate": {
+        "size": 1, "workerTemplate": {
+            "metadata": {"labels": {**LLMD_LABELS, "llm-d.ai/role": pool.role}},
+            "spec": spec}}}}
+
+
+def llmd_manifest(run: RunConfig, name: str, counts: dict[str, int]) -> str | None:
+    """An llm-d ``DisaggregatedSet`` for a split vLLM answer: its prefill and decode roles
+    with their replica counts, GPUs and vLLM flags (None when a pool is not vLLM: llm-d's
+    guide serves vLLM and SGLang; capsim writes vLLM only). The scheduler in front (the
+    guide's gateway and inference scheduler with its P/D profile) is installed by the guide,
+    not written here."""
+    if any(p.preset.engine != "vllm" for p in run.pools):
+        return None
+    model = model_id(run)
+    doc = {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+           "metadata": {"name": name, "labels": dict(LLMD_LABELS)},
+           "spec": {"slices": 1, "roles": [_llmd_role(p, model, counts[p.role])
+                                           for p in run.pools]}}
+    return (f"# the routing sidecar's image is {LLMD_SIDECAR_IMAGE}: set it as llm-d's guide "
+            "does (kustomize edit set image, or sed); install the guide's gateway and "
+            "inference scheduler (guides/pd-disaggregation) in front\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=100))
+
+
+#: Orchestrator → (manifest writer, what the launch script's header calls it).
+_MANIFESTS = {"dynamo": (dynamo_manifest, "Dynamo manifest"),
+              "llm-d": (llmd_manifest, "llm-d DisaggregatedSet")}
+
+
 def launch_files(result, options, orchestrator: str = "dynamo") -> dict[str, str]:
     """``launch/rank-<n>.sh`` for every answer that met the SLOs (its engine command per
-    pool), and ``launch/rank-<n>-dynamo.yaml`` for a split one (``orchestrator`` "none":
-    no manifest). ``options``: the search's :class:`~capsim.studies.fleet.FleetOption`\\ s
-    (their resolved runs), matched to ``result.rows`` by label."""
+    pool), and ``launch/rank-<n>-<orchestrator>.yaml`` for a split one (``dynamo``: a
+    DynamoGraphDeployment, ``llm-d``: a DisaggregatedSet; ``none``: no manifest).
+    ``options``: the search's :class:`~capsim.studies.fleet.FleetOption`\\ s (their resolved
+    runs), matched to ``result.rows`` by label."""
     from capsim.studies.fleet import fleet_at
 
     runs = {o.label: o.run for o in options if o.run is not None}
@@ -238,13 +317,15 @@ def launch_files(result, options, orchestrator: str = "dynamo") -> dict[str, str
                   f"{row.split or f'{row.num_replicas} replica(s)'} = {row.num_gpus} GPUs, "
                   f"${row.cost_per_hour_usd:,.2f}/h, ${row.cost_per_million_output_tokens_usd:,.3g}"
                   f"/M output tokens at {row.rate_per_s:g} req/s (simulated)"]
+        writer, what = _MANIFESTS.get(orchestrator, (None, "--orchestrator dynamo or llm-d "
+                                                     "writes one"))
         if split:
-            header.append("the prefill -> decode KV hand-off needs a router in front (the "
-                          f"Dynamo manifest next to this file); capsim simulated {run.transfer.link.name}")
+            where = f"the {what} next to this file" if writer else what
+            header.append("the prefill -> decode KV hand-off needs a router in front "
+                          f"({where}); capsim simulated {run.transfer.link.name}")
         out[f"launch/rank-{row.rank}.sh"] = launch_script(run, header, counts)
-        if split and orchestrator == "dynamo":
-            manifest = dynamo_manifest(run, f"capsim-rank-{row.rank}", counts)
-            if manifest is not None:
-                out[f"launch/rank-{row.rank}-dynamo.yaml"] = "".join(
-                    f"# {h}\n" for h in header) + manifest
+        manifest = writer(run, f"capsim-rank-{row.rank}", counts) if split and writer else None
+        if manifest is not None:
+            out[f"launch/rank-{row.rank}-{orchestrator}.yaml"] = "".join(
+                f"# {h}\n" for h in header) + manifest
     return out

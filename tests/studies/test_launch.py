@@ -9,7 +9,7 @@ import pytest
 
 from capsim.scenario.load import load
 from capsim.studies.launch import (SGLANG_FLAGS, TRTLLM_FLAGS, VLLM_FLAGS, dynamo_manifest,
-                                   engine_argv, launch_script, model_id)
+                                   engine_argv, launch_script, llmd_manifest, model_id)
 from capsim.studies.fleet import fleet_at
 from tests.conftest import _write_scenario
 
@@ -131,9 +131,50 @@ def test_a_split_answer_gets_per_pool_commands_and_a_dynamo_manifest(runs):
         f.replace("--", "--no-", 1) for f in VLLM_BOOLEAN}
 
 
+def test_a_split_answer_gets_an_llmd_disaggregated_set(runs):
+    """llm-d/llm-d 5554114958fcd78760cb9557335109c875b295d6,
+    guides/pd-disaggregation/modelserver/gpu/vllm/base/disaggregatedset.yaml: the schema and
+    names read there (roles prefill / decode, leaderWorkerTemplate of one pod, container
+    modelserver running vllm serve, NIXL kv_producer / kv_consumer, the decode pod's
+    routing-proxy sidecar on 8000 in front of vLLM on 8200, GPUs as nvidia.com/gpu), and the
+    labels guides/pd-disaggregation/gaie-pd/values.yaml's InferencePool selects (126f65d65f42)."""
+    run = fleet_at(runs["split"], (3, 2))
+    text = llmd_manifest(run, "x", {"prefill": 3, "decode": 2})
+    assert text.startswith("# the routing sidecar's image is REPLACE_ROUTING_SIDECAR_IMAGE")
+    doc = yaml.safe_load(text)
+    assert doc["apiVersion"] == "disaggregatedset.x-k8s.io/v1"
+    assert doc["kind"] == "DisaggregatedSet" and doc["spec"]["slices"] == 1
+    pre, dec = doc["spec"]["roles"]
+    assert (pre["name"], dec["name"]) == ("prefill", "decode")
+    assert (pre["spec"]["replicas"], dec["spec"]["replicas"]) == (3, 2)
+    pods = [r["spec"]["leaderWorkerTemplate"] for r in (pre, dec)]
+    assert [p["size"] for p in pods] == [1, 1]
+    for role, pod in zip(("prefill", "decode"), pods):
+        assert pod["workerTemplate"]["metadata"]["labels"] == {
+            "llm-d.ai/inference-serving": "true", "llm-d.ai/guide": "pd-disaggregation",
+            "llm-d.ai/role": role}
+    (p_server,), (d_server,) = (p["workerTemplate"]["spec"]["containers"] for p in pods)
+    assert p_server["name"] == d_server["name"] == "modelserver"
+    assert p_server["command"] == ["vllm", "serve"]
+    assert p_server["image"] == "docker.io/vllm/vllm-openai:v" + run.pools[0].preset.version
+    assert p_server["resources"]["limits"]["nvidia.com/gpu"] == "8"       # prefill TP 8
+    assert d_server["resources"]["limits"]["nvidia.com/gpu"] == "4"       # decode TP 4
+    p_args, d_args = p_server["args"], d_server["args"]
+    assert p_args[0] == d_args[0] == "meta-llama/Llama-3.1-70B"
+    assert '"kv_role":"kv_producer"' in p_args[p_args.index("--kv-transfer-config") + 1]
+    assert '"kv_role":"kv_consumer"' in d_args[d_args.index("--kv-transfer-config") + 1]
+    assert d_args[-1] == "--port=8200" and "--port=8200" not in p_args
+    flags = {a.split("=")[0] for a in p_args + d_args if a.startswith("--")}
+    assert flags <= VLLM_READ | {"--port"} | {f.replace("--", "--no-", 1) for f in VLLM_BOOLEAN}
+    (sidecar,) = pods[1]["workerTemplate"]["spec"]["initContainers"]
+    assert sidecar["name"] == "routing-proxy" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["args"][:2] == ["--port=8000", "--kv-connector=nixlv2"]
+    assert "initContainers" not in pods[0]["workerTemplate"]["spec"]
+
+
 def test_an_orchestrator_capsim_cannot_write_is_refused(tmp_path, run_cli):
     out = tmp_path / "r"
-    code, _, err = run_cli(["size", "scenarios/size_disagg.yaml", "--orchestrator", "llm-d",
+    code, _, err = run_cli(["size", "scenarios/size_disagg.yaml", "--orchestrator", "kserve",
                             "-o", str(out)])
     assert code == 2 and err.count("\n") == 1 and "--orchestrator" in err and "'dynamo'" in err
     assert not out.exists()

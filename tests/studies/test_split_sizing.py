@@ -199,3 +199,13 @@ def test_every_answer_gets_a_launch_script_and_a_split_one_a_manifest(sized):
         else:
             assert f"# {r.num_replicas} replica(s) of this command" in script
     assert not any(f.endswith(".yaml") for f in launch_files(result, plan.options, "none"))
+    # --orchestrator llm-d: launch/rank-N-llm-d.yaml, a DisaggregatedSet, for the split rows.
+    llmd = launch_files(result, plan.options, "llm-d")
+    split = [r for r in met if r.pools]
+    assert sorted(f for f in llmd if f.endswith(".yaml")) == sorted(
+        f"launch/rank-{r.rank}-llm-d.yaml" for r in split)
+    for r in split:
+        roles = _yaml.safe_load(llmd[f"launch/rank-{r.rank}-llm-d.yaml"])["spec"]["roles"]
+        assert [(x["name"], x["spec"]["replicas"]) for x in roles] == [
+            ("prefill", r.prefill_replicas), ("decode", r.decode_replicas)]
+        assert "(the llm-d DisaggregatedSet next to this file)" in llmd[f"launch/rank-{r.rank}.sh"]

@@ -1,0 +1,119 @@
+"""benchmarks/agg_vs_disagg.py (issue 33's target): the fronts it reads, the verdict it prints,
+and the case and scenario it reads (Dynamo's one-node comparison, docs/architecture.md of
+2025-03-17: the disaggregated deployment 1.3x the aggregated one in output tokens/s per GPU at
+50 tokens/s per user, 8 x H100, Llama-70B FP8, ISL 3,000 / OSL 150)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from capsim.scenario.load import load
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("agg_vs_disagg", BENCH / "agg_vs_disagg.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                  # its dataclasses look themselves up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def _pt(bench, arm, users, per_user, per_gpu):
+    return bench.Point(arm, users, 8, per_user, per_gpu, 0.0, 1000.0 / per_user)
+
+
+def test_front_drops_dominated_points_and_reads_between_neighbours(bench):
+    pts = [_pt(bench, "agg", 1, 80.0, 10.0), _pt(bench, "agg", 8, 60.0, 50.0),
+           _pt(bench, "agg", 16, 40.0, 100.0), _pt(bench, "agg", 32, 35.0, 90.0)]
+    assert [p.users for p in bench.front(pts)] == [16, 8, 1]      # c=32 is beaten by c=16
+    # 50 tokens/s/user lies halfway between c=8 (60, 50) and c=16 (40, 100): 75.
+    assert bench.front_at(pts, 50.0) == pytest.approx(75.0)
+    assert bench.front_at(pts, 90.0) == 0.0                       # faster than any point
+    assert bench.front_at(pts, 20.0) == 100.0                     # slower than every point
+
+
+def test_verdict_ratio_error_and_winner(bench):
+    pts = [_pt(bench, "agg", 1, 70.0, 10.0), _pt(bench, "agg", 16, 40.0, 110.0),
+           _pt(bench, "disagg", 1, 70.0, 9.0), _pt(bench, "disagg", 32, 55.0, 150.0)]
+    # agg at 50: 10 + (70 - 50) / 30 x 100 = 76.67; disagg at 50: its top, 150 -> 1.957x.
+    ratio, error, winner, same = bench.verdict(pts, 1.3, 50.0, "disaggregated")
+    assert ratio == pytest.approx(150.0 / (10.0 + 20.0 / 30.0 * 100.0))
+    assert error == pytest.approx((ratio - 1.3) / 1.3 * 100.0)
+    assert (winner, same) == ("disaggregated", "same")
+    # An arm whose front does not reach the interactivity asked for loses: at 65 tokens/s/user
+    # the split's fastest point (60) is too slow, the co-located one's (70) is not.
+    slow = [p for p in pts if p.arm == "agg"] + [_pt(bench, "disagg", 1, 60.0, 9.0)]
+    assert bench.verdict(slow, 1.3, 65.0, "aggregated")[2:] == ("aggregated", "same")
+
+
+def test_the_case_and_its_scenario_are_the_publications(bench):
+    measured = bench.read_case()["measured"]
+    assert measured["throughput_per_gpu_ratio_disagg_over_agg"] == 1.3
+    assert measured["at_output_tokens_per_s_per_user"] == 50
+    assert measured["winner"] == "disaggregated"
+    runs = {r.variant: r for r in load(bench.SCENARIO).runs}
+    concurrencies = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert sorted(runs) == sorted([f"{a}_c{c}" for a in ("agg", "disagg") for c in concurrencies])
+    for c in concurrencies:
+        agg, disagg = runs[f"agg_c{c}"], runs[f"disagg_c{c}"]
+        # genai-perf: 10 C measured requests after 2 C warm-ups, C users.
+        assert (agg.workload.arrival.users, agg.workload.num_requests,
+                agg.workload.warmup_request_count) == (c, 12 * c, 2 * c)
+        # Two TP 4 replicas against four TP 1 prefill workers and one TP 4 decode worker.
+        assert [(p.num_replicas, p.engine.tensor_parallel_size) for p in agg.pools] == [(2, 4)]
+        assert [(p.num_replicas, p.engine.tensor_parallel_size) for p in disagg.pools] == [
+            (4, 1), (1, 4)]
+        assert agg.num_gpus == disagg.num_gpus == 8
+
+
+def test_one_user_points(bench):
+    """One user, 12 requests: both arms decode on a TP 4 worker at batch 1, so their
+    tokens/s per user agree (1000 / 14.12 ms: capsim's 10.86 ms TP 4 FP8 step plus vLLM V0's
+    host time, 1.05 ms and 0.735 ms per extra TP worker); the split's TTFT is a TP 1 prefill
+    of 3,000 tokens (400 ms) against the TP 4 replica's 162 ms."""
+    agg = bench._simulate((bench.SCENARIO, "agg_c1"))
+    disagg = bench._simulate((bench.SCENARIO, "disagg_c1"))
+    assert agg.tpot_mean_ms == pytest.approx(14.12, abs=0.01)
+    assert disagg.tokens_per_s_per_user == pytest.approx(agg.tokens_per_s_per_user, rel=0.01)
+    assert agg.ttft_mean_ms == pytest.approx(162, abs=1)
+    assert disagg.ttft_mean_ms == pytest.approx(400, abs=1)
+
+
+def test_axes_are_genai_perfs(bench):
+    """Per user: the mean over measured requests of (tokens - 1) / (last - first token), not
+    its reciprocal of the mean; per GPU: tokens / (last response - first request sent) / GPUs.
+    Warm-up requests count in neither."""
+    class Requests:
+        status = ["warmup", "finished", "finished"]
+        arrival_s = [0.0, 1.0, 2.0]
+        first_token_s = [0.5, 1.5, 2.5]
+        finish_s = [9.0, 3.5, 6.5]              # 2 s and 4 s for 100 tokens each
+        output_tokens = [100, 101, 101]
+    per_user, per_gpu = bench.genai_perf_axes(Requests, 2)
+    assert per_user == pytest.approx((100 / 2 + 100 / 4) / 2)         # 37.5, not 33.3
+    assert per_gpu == pytest.approx(202 / (6.5 - 1.0) / 2)
+
+
+def test_last_line(bench, monkeypatch, capsys):
+    pts = {"agg_c1": ("agg", 1, 70.0, 10.0), "agg_c2": ("agg", 16, 40.0, 110.0),
+           "disagg_c1": ("disagg", 1, 70.0, 9.0), "disagg_c2": ("disagg", 32, 55.0, 150.0)}
+    monkeypatch.setattr(bench, "_simulate", lambda job: _pt(bench, *pts[job[1]]))
+
+    class Loaded:
+        runs = [type("Run", (), {"variant": v}) for v in pts]
+    monkeypatch.setattr(bench, "load", lambda path: Loaded)
+    assert bench.main([]) == 0
+    *_, target, last = capsys.readouterr().out.strip().splitlines()
+    assert target == "issue 33's target (the same winner, the ratio within 15 %): missed"
+    assert last == ("agg-vs-disagg (Dynamo docs/architecture.md, 1 node, 8 x H100): published "
+                    "1.30x, capsim 1.96x, error +50.5 %, winner disagg (same)")

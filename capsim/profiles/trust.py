@@ -37,7 +37,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
+from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import load_yaml
+from capsim.profiles.hardware import load_hardware
 
 #: Family → how it is named in a sentence.
 FAMILIES: dict[str, str] = {
@@ -98,21 +100,40 @@ class Coverage:
     def text(self) -> str:
         """One line for the terminal and the report, e.g. ``vllm-v1 on a100-80gb: measured
         (1 case): E2EL ±3.6 % (n 2); not measured here, held-out cases: TTFT ±7.3 %, …`` — the
-        median |error| of each family (python benchmarks/fidelity.py)."""
+        median |error| of each family (python benchmarks/fidelity.py), and :func:`derived_note`."""
         here = ", ".join(f"{FAMILIES[f]} ±{e.median_abs_err_pct:.1f} % (n {e.n})"
                          for f, e in self.families.items())
         elsewhere = ", ".join(f"{FAMILIES[f]} ±{e.median_abs_err_pct:.1f} %"
                               for f, e in _all_cases().items() if f not in self.families)
+        derived = derived_note(self.hardware)
         if not self.measured:
             return (f"{self.preset} on {self.hardware}: no measured case, uncalibrated; "
-                    f"median |error| over all held-out (test) cases: {here}")
+                    f"median |error| over all held-out (test) cases: {here}{derived}")
         project = (f", {len(self.project_case_ids)} project-collected"
                    if self.project_case_ids else "")
         fitted = (f", {len(self.fit_case_ids)} fitted to (in-sample)"
                   if self.fit_case_ids else "")
         line = (f"{self.preset} on {self.hardware}: median |error| over "
                 f"{len(self.case_ids)} measured case(s){project}{fitted}: {here}")
-        return line + (f"; not measured here, held-out cases: {elsewhere}" if elsewhere else "")
+        return (line + (f"; not measured here, held-out cases: {elsewhere}" if elsewhere else "")
+                + derived)
+
+
+@lru_cache(maxsize=None)
+def derived_note(hardware: str) -> str:
+    """``"; h200-sxm's gemm, ... efficiencies are derived from h100-sxm, not measured on it"``
+    when the GPU profile carries efficiencies over from another GPU (its ``derivation:``,
+    :class:`~capsim.profiles.hardware.Derivation`), else ``""``: what a trust line rests on
+    that no kernel of this GPU measured (issue 30 item 3). A profile that does not load
+    (a path no longer there) adds nothing."""
+    try:
+        derivation = load_hardware(hardware).derivation
+    except ScenarioError:
+        return ""
+    if derivation is None:
+        return ""
+    return (f"; {hardware}'s {', '.join(derivation.classes)} efficiencies are derived from "
+            f"{derivation.from_profile}, not measured on it")
 
 
 def lines(pairs: Iterable[tuple[str, str]]) -> list[str]:

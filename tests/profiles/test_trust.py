@@ -81,6 +81,17 @@ def test_an_unmeasured_pair_is_uncalibrated_and_falls_back_to_all_cases():
     assert trust.coverage("disaggregated", "h100-sxm").measured is False
 
 
+def test_a_derived_gpu_says_so_in_the_trust_line():
+    """issue 30 item 3: a GPU whose efficiencies are carried over from another (its profile's
+    derivation:) says which, measured pair or not; a calibrated GPU adds nothing."""
+    from capsim.profiles.hardware import load_hardware
+    classes = ", ".join(load_hardware("l40s").derivation.classes)
+    assert trust.coverage("vllm-v1", "l40s").text().endswith(
+        f"; l40s's {classes} efficiencies are derived from a100-80gb, not measured on it")
+    assert "derived from" not in trust.coverage("vllm-v1", "a100-80gb").text()
+    assert trust.derived_note("no-such-gpu.yaml") == ""
+
+
 def test_edges_of_the_error():
     cov = trust.coverage("trtllm", "h100-sxm")
     ttft = cov.families["ttft"]

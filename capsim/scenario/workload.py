@@ -258,6 +258,13 @@ class SharedPrefix(StrictModel):
     ``tokens`` are added in front of the sampled ``prompt_tokens``; a request
     uses one of ``num_templates`` distinct prompts (uniformly) with
     probability ``fraction``.
+
+    ``questions_per_template: Q`` makes the tokens after the shared prompt one of Q fixed
+    questions of its template (uniformly), so whole prompts repeat, as inference-perf's
+    ``shared_prefix`` data (``num_groups`` = ``num_templates``, ``num_prompts_per_group``
+    = Q: kubernetes-sigs/inference-perf ``inference_perf/datagen/shared_prefix_datagen.py``
+    at 0ba9aceba3bcd4ece035c83de353d688e4059315 pre-generates num_groups × Q prompts and
+    cycles through them). Unset: every request's own tokens are its own.
     """
 
     yaml_example: ClassVar[str] = "{tokens: 300, fraction: 1.0}"   # in error messages
@@ -265,6 +272,9 @@ class SharedPrefix(StrictModel):
     tokens: Int = Field(gt=0, description="system-prompt length, tokens")
     fraction: float = Field(default=1.0, ge=0, le=1)
     num_templates: Int = Field(default=1, gt=0)
+    questions_per_template: Optional[Int] = Field(
+        default=None, gt=0, le=1_000_000, description="fixed questions after each template "
+        "(inference-perf's num_prompts_per_group): whole prompts repeat")
 
 
 MAX_TURNS = 1000

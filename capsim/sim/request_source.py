@@ -6,7 +6,8 @@ turn's token identity. So only the requests in flight exist as objects, not
 the whole trace.
 
 Token identity (segments, :mod:`capsim.kv.prefix`): a first turn with a shared
-prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)``; a later
+prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)`` (``(QUESTION,
+question_id, rest)`` when it repeats one of its template's questions); a later
 turn is its parent's segments (prompt + reply) plus its own new user tokens.
 A request that has later turns is marked ``shareable`` from the start (its
 prompt + reply are registered in the prefix cache when it finishes).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.engine.request import Request
-from capsim.kv.prefix import PREFIX, USER
+from capsim.kv.prefix import PREFIX, QUESTION, USER
 from capsim.workload import RequestTrace
 
 
@@ -55,7 +56,10 @@ class RequestSource:
         prefix_id = t.prefix_id.item(rid)
         if prefix_id >= 0:
             prefix = t.prefix_tokens.item(rid)
-            segments = ((PREFIX, prefix_id, prefix), (USER, rid, prompt - prefix))
+            question = t.question_id.item(rid)
+            own = (QUESTION, question, prompt - prefix) if question >= 0 else \
+                (USER, rid, prompt - prefix)
+            segments = ((PREFIX, prefix_id, prefix), own)
         else:
             segments = None
         return self._build(rid, prompt, segments)

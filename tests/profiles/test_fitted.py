@@ -50,13 +50,13 @@ def _sources(path):
 
 
 def test_every_case_is_fit_or_test_and_at_least_40_percent_are_test(split, case_ids):
-    """50 cases: the 27 shared and 23 supplementary ones (the supplementary copies of the two
+    """51 cases: the 27 shared and 24 supplementary ones (the supplementary copies of the two
     SGLang / vLLM 0.6 70B TP 4 H100 cases were dropped for the shared ones; 14 of the 2026 kind
-    added on 2026-12-06, all test)."""
-    assert sorted(split) == sorted(case_ids) and len(case_ids) == len(set(case_ids)) == 50
+    added on 2026-12-06, all test; llm-d's routing comparison, test)."""
+    assert sorted(split) == sorted(case_ids) and len(case_ids) == len(set(case_ids)) == 51
     test = [c for c, s in split.items() if s == "test"]
     fit = [c for c, s in split.items() if s == "fit"]
-    assert (len(fit), len(test)) == (13, 37)
+    assert (len(fit), len(test)) == (13, 38)
     assert len(test) / len(split) >= 0.40
     assert "load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8" not in split
     assert split["load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8"] == "test"

@@ -102,7 +102,7 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 23          # 9, then 14 of the 2026 kind (issue 30)
+    assert len(supplementary) == 24          # 9, 14 of the 2026 kind (issue 30), 1 routing
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()

@@ -401,7 +401,10 @@ class TraceConfig(StrictModel):
     """Replay requests from a CSV file instead of generating them.
 
     ``format: azure`` reads the Azure 2023 columns (TIMESTAMP, ContextTokens,
-    GeneratedTokens); ``format: columns`` requires ``columns`` to name them
+    GeneratedTokens); ``format: mooncake`` a Mooncake JSON Lines trace (timestamp ms,
+    input_length, output_length, hash_ids: :mod:`capsim.workload.mooncake`), whose requests
+    carry their prompt blocks so prefix caches and routers see its sharing;
+    ``format: columns`` requires ``columns`` to name them
     (e.g. Vidur's ``splitwise_*.csv``: arrived_at, num_prefill_tokens,
     num_decode_tokens). ``columns`` given with ``format: azure`` overrides the
     Azure names. ``rate_scale: 2`` replays the same requests twice as fast.
@@ -409,8 +412,9 @@ class TraceConfig(StrictModel):
 
     yaml_example: ClassVar[str] = "{path: trace.csv, format: azure}"   # in error messages
 
-    path: str = Field(min_length=1, description="CSV path, relative to the scenario file")
-    format: Literal["azure", "columns"] = "azure"
+    path: str = Field(min_length=1, description="CSV (or Mooncake JSON Lines) path, relative "
+                                                "to the scenario file")
+    format: Literal["azure", "columns", "mooncake"] = "azure"
     columns: Optional[TraceColumns] = None
     rate_scale: float = Field(default=1.0, gt=0, description="inter-arrival times are divided by it")
     schedule: Optional[Schedule] = Field(
@@ -419,6 +423,9 @@ class TraceConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_columns(self):
+        if self.format == "mooncake" and self.columns is not None:
+            raise ValueError("format: mooncake reads its own keys (timestamp, input_length, "
+                             "output_length, hash_ids); remove columns")
         if self.format == "columns" and self.columns is None:
             raise ValueError(
                 "format: columns needs columns: {arrival: ..., prompt_tokens: ..., output_tokens: ...}"

@@ -7,7 +7,8 @@ the whole trace.
 
 Token identity (segments, :mod:`capsim.kv.prefix`): a first turn with a shared
 prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)`` (``(QUESTION,
-question_id, rest)`` when it repeats one of its template's questions); a later
+question_id, rest)`` when it repeats one of its template's questions); a replayed
+trace's named blocks are one ``(BLOCK, hash_id, tokens)`` each (the Mooncake trace); a later
 turn is its parent's segments (prompt + reply) plus its own new user tokens.
 A request that has later turns is marked ``shareable`` from the start (its
 prompt + reply are registered in the prefix cache when it finishes).
@@ -18,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.engine.request import Request
-from capsim.kv.prefix import PREFIX, QUESTION, USER
+from capsim.kv.prefix import BLOCK, PREFIX, QUESTION, USER
 from capsim.workload import RequestTrace
+from capsim.workload.mooncake import block_segments
 
 
 class RequestSource:
@@ -54,7 +56,10 @@ class RequestSource:
         t = self.trace
         prompt = t.prompt_tokens.item(rid)
         prefix_id = t.prefix_id.item(rid)
-        if prefix_id >= 0:
+        if t.block_start is not None:               # a replayed trace's named blocks
+            ids = t.block_ids[t.block_start.item(rid):t.block_start.item(rid + 1)]
+            segments = block_segments(ids, prompt, rid, BLOCK, USER) if len(ids) else None
+        elif prefix_id >= 0:
             prefix = t.prefix_tokens.item(rid)
             question = t.question_id.item(rid)
             own = (QUESTION, question, prompt - prefix) if question >= 0 else \

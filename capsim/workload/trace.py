@@ -88,6 +88,10 @@ class RequestTrace:
             (``shared_prefix.questions_per_template``), ``-1`` = the request's own tokens;
             two requests with the same id hold the same tokens where their questions
             overlap.
+        block_ids, block_start: a replayed trace's named prompt blocks (the Mooncake
+            trace's ``hash_ids``, :mod:`capsim.workload.mooncake`): row i's are
+            ``block_ids[block_start[i]:block_start[i + 1]]`` (int64; ``block_start`` has
+            N + 1 entries); None for a trace without them.
         closed_loop: None (open loop: each first turn arrives at ``arrival_s``) or how a
             closed loop sends the rows; then ``arrival_s`` is NaN (a row's arrival is
             known when the loop sends it) and no row has a parent.
@@ -110,6 +114,8 @@ class RequestTrace:
     think_s: np.ndarray | None = None
     n: np.ndarray | None = None
     question_id: np.ndarray | None = None
+    block_ids: np.ndarray | None = None
+    block_start: np.ndarray | None = None
     closed_loop: ClosedLoop | None = None
     warmup_requests: int = 0
 
@@ -136,6 +142,9 @@ class RequestTrace:
             object.__setattr__(self, name, _frozen_column(getattr(self, name), dtype, name))
         object.__setattr__(self, "class_names", tuple(self.class_names))
         n = len(self.arrival_s)
+        if (self.block_start is None) != (self.block_ids is None) or (
+                self.block_start is not None and len(self.block_start) != n + 1):
+            raise ValueError("RequestTrace.block_ids needs block_start of N + 1 offsets")
         bad_len = [k for k in cols if len(getattr(self, k)) != n]
         if bad_len:
             raise ValueError(f"RequestTrace columns {bad_len} do not have length {n}")
@@ -183,6 +192,8 @@ class RequestTrace:
                                                    "class_id", "prefix_id", "prefix_tokens",
                                                    "parent", "think_s", "n",
                                                    "question_id")}
+        if self.block_start is not None:
+            cols["block_start"] = self.block_start[:n + 1]
         return replace(self, **cols)
 
     @property

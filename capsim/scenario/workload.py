@@ -290,11 +290,22 @@ class Conversation(StrictModel):
 
     The next turn arrives ``think_time_s`` (exponential with that mean) after
     the previous reply completes: a closed loop, as real chat users behave.
+
+    ``kind: agentic`` is an agent's tool-call loop: each turn's reply is a tool call (give
+    short ``output_tokens``), the next turn's new tokens are the tool's result
+    (``prompt_tokens``) and it arrives ``think_time_s`` after the reply, a constant (the
+    tool's latency, not a person's pause); the growing context is the shared prefix every
+    turn reuses (the Manus agents' 100:1 input to output, llm-d's "KV-Cache Wins You Can
+    See", 2025-09-24).
     """
 
     turns: LengthDist = Field(description="turns per conversation, >= 1")
     think_time_s: float = Field(default=5.0, ge=0, le=MAX_SECONDS,
-                                description="mean pause between turns, s")
+                                description="mean pause between turns, s (agentic: the "
+                                            "tool's latency, constant)")
+    kind: Literal["chat", "agentic"] = Field(
+        default="chat", description="chat: exponential pauses; agentic: tool-call turns, "
+                                    "constant pauses")
 
     @field_validator("turns")
     @classmethod

@@ -268,6 +268,13 @@ class _Turns:
         return sample_lengths(dist, k, rng, base_dir=self.base_dir,
                               yaml_path=f"{self.where}.{what}")
 
+    def _pauses(self, conv, k: int) -> np.ndarray:
+        """``k`` pauses before later turns, s: exponential (chat) or the tool's constant
+        latency (agentic; no draw, so the other streams are those of a chat)."""
+        if conv.kind == "agentic" or not conv.think_time_s:
+            return np.full(k, float(conv.think_time_s))
+        return self.rng.exponential(conv.think_time_s, k)
+
     def append_to(self, trace: dict) -> dict:
         conv = self.cls.conversation
         left = self._lengths(conv.turns, self.rng, len(self.rows), "conversation.turns") - 1
@@ -288,8 +295,7 @@ class _Turns:
                        prefix_id=_take(cols["prefix_id"], parents),
                        prefix_tokens=_take(cols["prefix_tokens"], parents),
                        parent=parents.astype(np.int32),
-                       think_s=self.rng.exponential(conv.think_time_s, k) if conv.think_time_s
-                       else np.zeros(k),
+                       think_s=self._pauses(conv, k),
                        n=np.full(k, self.cls.n, dtype=np.int32),
                        question_id=np.full(k, -1, dtype=np.int32))
             for key, value in new.items():

@@ -800,6 +800,12 @@ ENTRIES: dict[str, Entry] = {
                       serving(scored_points(tuple(label for labels, _ in gaps
                                                   for label in labels.split(", ")))), gaps)
        for case_id, gaps in CASES_2026.items()},
+    # A routing comparison (issue "A KV-aware fleet"): its scenario is loaded here (so a
+    # broken one shows), its ratios are run and printed by benchmarks/cache_routing.py.
+    "route_llmd_8x2h100_qwen3_32b_shared_prefix_150x5_qps3_60_schedulers": Entry(
+        "../cache_routing/llm_d_precise_prefix_73pct.yaml", lambda case, loaded: [],
+        (("scored_ratios", "a routing comparison: scored by benchmarks/cache_routing.py"),
+         ("random-scheduling", "capsim has no random router"))),
 }
 
 

@@ -21,6 +21,14 @@
   ``requestcontrol/dataproducer/approximateprefix/``, which records the blocks on the
   chosen endpoint). The highest weighted sum wins (``max-score-picker``; its random
   tie-break is the lowest replica index here, so runs stay deterministic).
+  ``prefix_match: precise`` is llm-d's precise prefix-cache scorer instead
+  (``scorer/preciseprefixcache/precise_prefix_cache.go`` and ``utils.go`` at the same
+  commit; its index is fed by vLLM's KV events, llm-d-kv-cache-manager
+  ``pkg/kvcache/kvblock_scorer.go`` at a378f5b's ``LongestPrefixScorer``): each replica's
+  score is the leading prompt blocks its prefix cache holds *now* (what it computed and
+  has not evicted, not what the router sent it), min-max normalised over the replicas
+  holding at least the first block (1 when they tie), 0 for the others. Speculative
+  indexing (off by default there) is not modelled: a prompt still waiting is not seen.
 - ``session_affinity``: a conversation's later turns go to the replica that served its
   first (llm-d's ``sessionaffinity`` scorer, sticky routing); the first turn goes to the
   replica with the fewest outstanding tokens, and so does a turn whose replica no longer
@@ -28,7 +36,8 @@
 
 Routing work per request is O(prompt blocks + replicas): the tree maps each block hash to
 a bit mask of the replicas it was sent to, so one walk down the prompt finds every
-replica's match.
+replica's match. The precise scorer walks each replica's cache until its first miss:
+O(replicas + the blocks matched), the blocks matched being what prefill then skips.
 """
 
 from __future__ import annotations
@@ -165,6 +174,20 @@ class PrefixAwareRouter:
         return rep
 
 
+def precise_scores(hashes: list[int], serving: Sequence[Replica]) -> list[float]:
+    """llm-d's precise prefix-cache scores (module docstring): each replica's cached leading
+    blocks of ``hashes``, min-max normalised over the replicas that hold the first one."""
+    matched = [r.alloc.match_length(hashes) for r in serving] if hashes \
+        else [0] * len(serving)
+    held = [k for k in matched if k > 0]
+    if not held:
+        return [0.0] * len(serving)
+    lo, hi = min(held), max(held)
+    if lo == hi:
+        return [1.0 if k else 0.0 for k in matched]
+    return [(k - lo) / (hi - lo) if k else 0.0 for k in matched]
+
+
 class ScorerRouter:
     """llm-d's weighted scorers over the serving replicas (module docstring)."""
 
@@ -172,24 +195,34 @@ class ScorerRouter:
         w = options.scorer_weights
         self.w_queue, self.w_kv, self.w_prefix = w.queue, w.kv_cache_utilization, w.prefix_cache
         self.block_size = block_size
-        self.tree = ApproxTree(options.max_tree_size_blocks)
+        self.precise = options.prefix_match == "precise"
+        self.tree = None if self.precise else ApproxTree(options.max_tree_size_blocks)
+
+    def _prefix_scores(self, hashes: list[int], serving: Sequence[Replica]) -> list[float]:
+        if not self.w_prefix:
+            return [0.0] * len(serving)
+        if self.precise:
+            return precise_scores(hashes, serving)
+        if not hashes:
+            return [0.0] * len(serving)
+        n = len(hashes)
+        return [k / n for k in self.tree.match_lengths(hashes, [r.index for r in serving])]
 
     def pick(self, req: Request, serving: Sequence[Replica]) -> Replica:
         hashes = prompt_hashes(req, self.block_size)
         queues = [r.num_waiting for r in serving]
         qmax, qmin = max(queues), min(queues)
         spread = qmax - qmin
-        matched = (self.tree.match_lengths(hashes, [r.index for r in serving])
-                   if hashes else [0] * len(serving))
-        n = len(hashes) or 1
+        prefix = self._prefix_scores(hashes, serving)
         best, best_score = serving[0], -1.0
-        for r, q, k in zip(serving, queues, matched):
+        for r, q, p in zip(serving, queues, prefix):
             queue = (qmax - q) / spread if spread else 1.0
             kv = 1.0 - r.kv_load()[0] / r.alloc.num_blocks
-            score = self.w_queue * queue + self.w_kv * kv + self.w_prefix * k / n
+            score = self.w_queue * queue + self.w_kv * kv + self.w_prefix * p
             if score > best_score:
                 best, best_score = r, score
-        self.tree.insert(hashes, best.index)
+        if self.tree is not None:
+            self.tree.insert(hashes, best.index)
         return best
 
 

@@ -212,6 +212,15 @@ class BlockAllocator:
             out.append(b)
         return out
 
+    def match_length(self, hashes: list[int]) -> int:
+        """How many leading ``hashes`` are cached now (:meth:`lookup`'s length, no list)."""
+        cached, k = self._cached, 0
+        for h in hashes:
+            if h not in cached:
+                break
+            k += 1
+        return k
+
     def num_free_among(self, blocks: list[int]) -> int:
         """How many of ``blocks`` sit on the free queue (taking them uses free capacity)."""
         refcount = self._refcount

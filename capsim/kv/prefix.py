@@ -2,7 +2,10 @@
 
 A request's token sequence is described as segments ``(kind, id, length)``:
 a shared system prompt ``(PREFIX, template_id, n)``, the user's own tokens
-``(USER, request_id, n)``, a previous turn's reply ``(OUTPUT, request_id, n)``.
+``(USER, request_id, n)``, a previous turn's reply ``(OUTPUT, request_id, n)``, a
+question several requests repeat after their shared prompt ``(QUESTION, question_id, n)``
+(its blocks chain the prompt's, so equal ids after different prompts never match), a
+replayed trace's named block ``(BLOCK, hash_id, n)`` (the Mooncake trace's ``hash_ids``).
 Two requests hold identical tokens exactly where their segments coincide, so
 the identity of block ``k`` is the tuple of segment pieces it covers, and its
 hash chains its parent's (vLLM v1 ``kv_cache_utils.hash_block_tokens``: the
@@ -19,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-PREFIX, USER, OUTPUT = 1, 2, 3
+PREFIX, USER, OUTPUT, QUESTION, BLOCK = 1, 2, 3, 4, 5
 ROOT_HASH = 0x5EED                      # parent hash of block 0 (vLLM's NONE_HASH)
 
 Segments = tuple[tuple[int, int, int], ...]

@@ -127,6 +127,8 @@ def router_text(run: RunConfig) -> str:
     else:
         rule = (f"cache_threshold {o.cache_threshold:g}, by load past "
                 f"{o.balance_abs_threshold} and {o.balance_rel_threshold:g}×")
+    if o.prefix_match == "precise":
+        return f", router {run.router} ({rule}; precise: the replicas' cached blocks)"
     return f", router {run.router} ({rule}; {o.max_tree_size_blocks} blocks per replica)"
 
 

@@ -52,7 +52,8 @@ def pieces_problem(shape, horizon_s: float) -> tuple[str, str] | None:
     """(the key to name, why) when ``shape`` (a schedule or bursts) would cut a run of
     about ``horizon_s`` seconds into more than :data:`MAX_RATE_PIECES` pieces; else None."""
     if isinstance(shape, PiecewiseSchedule):
-        key, length = "step_s", shape.step_s
+        key, length = ("step_s" if shape.durations_s is None else "durations_s",
+                       shape.shortest_s)
     elif isinstance(shape, DiurnalSchedule):
         key, length = "resolution_s", shape.resolution_s
     elif isinstance(shape, OnOffBursts):
@@ -62,8 +63,9 @@ def pieces_problem(shape, horizon_s: float) -> tuple[str, str] | None:
     pieces = horizon_s / length
     if pieces <= MAX_RATE_PIECES:
         return None
-    what = f"{key} {getattr(shape, key):g}" if key != "states" else \
-        f"states' mean holding time {length:g} s"
+    what = f"{key} {getattr(shape, key):g}" if key not in ("states", "durations_s") else \
+        f"states' mean holding time {length:g} s" if key == "states" else \
+        f"a piece of {length:g} s"
     return key, (f"{what} cuts the run's ~{horizon_s:,.4g} s into ~{pieces:,.3g} pieces, more "
                  f"than {MAX_RATE_PIECES:,}; valid here: pieces of >= "
                  f"{horizon_s / MAX_RATE_PIECES:.3g} s")
@@ -79,23 +81,47 @@ def _check_factors(factors: list[float]) -> list[float]:
 
 
 class PiecewiseSchedule(StrictModel):
-    """Factor ``factors[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating."""
+    """Factor ``factors[k]`` over ``[k·step_s, (k+1)·step_s)``, repeating; or, with
+    ``durations_s``, over the k-th of pieces of those lengths (a benchmark's load stages,
+    inference-perf's ``load.stages`` of ``rate`` × ``duration``), repeating."""
 
     kind: Literal["piecewise"]
     step_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS,
                           description="length of each piece, s")
     factors: list[Annotated[Float, Field(ge=0)]] = Field(
         min_length=1, description="rate factor of each piece, >= 0")
+    durations_s: Optional[list[Annotated[Float, Field(gt=0, le=MAX_SECONDS)]]] = Field(
+        default=None, description="length of each piece, s (one per factor), instead of "
+                                  "step_s")
 
     @field_validator("factors")
     @classmethod
     def _factors(cls, factors: list[float]) -> list[float]:
         return _check_factors(factors)
 
+    @model_validator(mode="after")
+    def _durations(self):
+        if self.durations_s is None:
+            return self
+        if "step_s" in self.model_fields_set:
+            raise ValueError("give step_s (every piece as long) or durations_s (one length "
+                             "per factor), not both")
+        if len(self.durations_s) != len(self.factors):
+            raise ValueError(f"durations_s has {len(self.durations_s)} lengths for "
+                             f"{len(self.factors)} factors; give one per factor")
+        return self
+
     @property
     def period_s(self) -> float:
         """The schedule repeats after this many seconds."""
+        if self.durations_s is not None:
+            return float(sum(self.durations_s))
         return self.step_s * len(self.factors)
+
+    @property
+    def shortest_s(self) -> float:
+        """The shortest piece, s."""
+        return min(self.durations_s) if self.durations_s is not None else self.step_s
 
 
 class DiurnalSchedule(StrictModel):

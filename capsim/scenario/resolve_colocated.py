@@ -55,7 +55,7 @@ def resolve_colocated(spec: Scenario, index: int, v: VariantSpec, path: Path) ->
     kv = replica_kv_capacity(model, hw, engine, preset, path,
                              lambda *fields: memory_path(spec, v, where, fields), spec_dec)
     check_fleet(cluster, set(v.cluster), path, where)
-    check_router(cluster, spec.workload, set(v.cluster), path, where)
+    check_router(cluster, spec.workload, set(v.cluster), path, where, engine)
     scaling = provisioning_delay_s(cluster, spec, engine, model, path, where, v)
     pool = Pool("colocated", hw, engine, kv, cluster.num_replicas, preset, spec_dec)
     check_priced(pool, model, path, f"{where}.engine" if where and v.engine else "engine")

@@ -1,7 +1,8 @@
 """The checks of ``cluster.router`` that need the workload: a router that sticks a
 conversation to its replica (``session_affinity``) needs requests that carry a
 conversation id, which only ``workload.classes.N.conversation`` makes (a replayed trace
-has none)."""
+has none); llm-d's precise prefix-cache scorer (``router_options.prefix_match: precise``)
+reads the replicas' prefix caches, so it needs an engine that keeps one."""
 
 from __future__ import annotations
 
@@ -9,17 +10,30 @@ from pathlib import Path
 
 from capsim.common.errors import ScenarioError
 from capsim.scenario.routing import CONVERSATION_ROUTERS
-from capsim.scenario.schema import ClusterConfig
+from capsim.scenario.schema import ClusterConfig, EngineConfig
 from capsim.scenario.workload import WorkloadConfig
 
 
 def check_router(cluster: ClusterConfig, workload: WorkloadConfig, variant_keys: set[str],
-                 path: Path, where: str) -> None:
-    """Refuse a conversation router over a workload without conversations.
+                 path: Path, where: str, engine: EngineConfig | None = None) -> None:
+    """Refuse a conversation router over a workload without conversations, and the precise
+    prefix scorer over replicas without a paged prefix cache (``engine``: the resolved
+    engine knobs).
 
     Raises:
-        ScenarioError: naming ``cluster.router`` (the variant's when it set it).
+        ScenarioError: naming ``cluster.router`` (the variant's when it set it) or
+            ``cluster.router_options.prefix_match``.
     """
+    opts = cluster.router_options
+    if (engine is not None and opts is not None and opts.prefix_match == "precise"
+            and not (engine.enable_prefix_caching and engine.kv_allocator == "paged")):
+        at = "cluster.router_options.prefix_match"
+        raise ScenarioError("prefix_match: precise scores replicas by the blocks their prefix "
+                            "caches hold, but this engine keeps none; set "
+                            "engine.enable_prefix_caching: true (a paged KV cache) or "
+                            "prefix_match: approximate",
+                            file=str(path), path=f"{where}.{at}" if where and
+                            "router_options" in variant_keys else at)
     if cluster.router not in CONVERSATION_ROUTERS:
         return
     at = f"{where}.cluster.router" if where and "router" in variant_keys else "cluster.router"

@@ -15,7 +15,7 @@ cited where it is set.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -77,6 +77,10 @@ class RouterOptions(StrictModel):
         "recently sent forgotten first (SGLang's max_tree_size, llm-d's LRU capacity)")
     scorer_weights: ScorerWeights = Field(default_factory=ScorerWeights,
                                           description="kv_scorer: each scorer's weight")
+    prefix_match: Literal["approximate", "precise"] = Field(
+        default="approximate", description="kv_scorer: approximate (the router's own record "
+        "of what it sent where, llm-d's prefix-cache-scorer) or precise (the blocks each "
+        "replica's prefix cache holds now, llm-d's precise-prefix-cache-scorer)")
 
 
 class SaturationConfig(StrictModel):

@@ -360,6 +360,12 @@ class ClusterConfig(StrictModel):
         if self.router_options is not None and self.router not in CACHE_ROUTERS:
             raise ValueError(f"router_options are read by router {' or '.join(CACHE_ROUTERS)}"
                              f"; router {self.router} reads none (remove router_options)")
+        if (self.router_options is not None and self.router_options.prefix_match == "precise"
+                and self.router != "kv_scorer"):
+            raise ValueError(f"router_options with prefix_match: precise (llm-d's precise "
+                             f"prefix-cache scorer) are read by router kv_scorer; router "
+                             f"{self.router} keeps its own view (valid: prefix_match: "
+                             f"approximate)")
 
 
 #: Longest scenario or variant name, characters. Names become file and directory names

@@ -258,6 +258,13 @@ class SharedPrefix(StrictModel):
     ``tokens`` are added in front of the sampled ``prompt_tokens``; a request
     uses one of ``num_templates`` distinct prompts (uniformly) with
     probability ``fraction``.
+
+    ``questions_per_template: Q`` makes the tokens after the shared prompt one of Q fixed
+    questions of its template (uniformly), so whole prompts repeat, as inference-perf's
+    ``shared_prefix`` data (``num_groups`` = ``num_templates``, ``num_prompts_per_group``
+    = Q: kubernetes-sigs/inference-perf ``inference_perf/datagen/shared_prefix_datagen.py``
+    at 0ba9aceba3bcd4ece035c83de353d688e4059315 pre-generates num_groups × Q prompts and
+    cycles through them). Unset: every request's own tokens are its own.
     """
 
     yaml_example: ClassVar[str] = "{tokens: 300, fraction: 1.0}"   # in error messages
@@ -265,6 +272,9 @@ class SharedPrefix(StrictModel):
     tokens: Int = Field(gt=0, description="system-prompt length, tokens")
     fraction: float = Field(default=1.0, ge=0, le=1)
     num_templates: Int = Field(default=1, gt=0)
+    questions_per_template: Optional[Int] = Field(
+        default=None, gt=0, le=1_000_000, description="fixed questions after each template "
+        "(inference-perf's num_prompts_per_group): whole prompts repeat")
 
 
 MAX_TURNS = 1000
@@ -280,11 +290,22 @@ class Conversation(StrictModel):
 
     The next turn arrives ``think_time_s`` (exponential with that mean) after
     the previous reply completes: a closed loop, as real chat users behave.
+
+    ``kind: agentic`` is an agent's tool-call loop: each turn's reply is a tool call (give
+    short ``output_tokens``), the next turn's new tokens are the tool's result
+    (``prompt_tokens``) and it arrives ``think_time_s`` after the reply, a constant (the
+    tool's latency, not a person's pause); the growing context is the shared prefix every
+    turn reuses (the Manus agents' 100:1 input to output, llm-d's "KV-Cache Wins You Can
+    See", 2025-09-24).
     """
 
     turns: LengthDist = Field(description="turns per conversation, >= 1")
     think_time_s: float = Field(default=5.0, ge=0, le=MAX_SECONDS,
-                                description="mean pause between turns, s")
+                                description="mean pause between turns, s (agentic: the "
+                                            "tool's latency, constant)")
+    kind: Literal["chat", "agentic"] = Field(
+        default="chat", description="chat: exponential pauses; agentic: tool-call turns, "
+                                    "constant pauses")
 
     @field_validator("turns")
     @classmethod
@@ -391,7 +412,10 @@ class TraceConfig(StrictModel):
     """Replay requests from a CSV file instead of generating them.
 
     ``format: azure`` reads the Azure 2023 columns (TIMESTAMP, ContextTokens,
-    GeneratedTokens); ``format: columns`` requires ``columns`` to name them
+    GeneratedTokens); ``format: mooncake`` a Mooncake JSON Lines trace (timestamp ms,
+    input_length, output_length, hash_ids: :mod:`capsim.workload.mooncake`), whose requests
+    carry their prompt blocks so prefix caches and routers see its sharing;
+    ``format: columns`` requires ``columns`` to name them
     (e.g. Vidur's ``splitwise_*.csv``: arrived_at, num_prefill_tokens,
     num_decode_tokens). ``columns`` given with ``format: azure`` overrides the
     Azure names. ``rate_scale: 2`` replays the same requests twice as fast.
@@ -399,8 +423,9 @@ class TraceConfig(StrictModel):
 
     yaml_example: ClassVar[str] = "{path: trace.csv, format: azure}"   # in error messages
 
-    path: str = Field(min_length=1, description="CSV path, relative to the scenario file")
-    format: Literal["azure", "columns"] = "azure"
+    path: str = Field(min_length=1, description="CSV (or Mooncake JSON Lines) path, relative "
+                                                "to the scenario file")
+    format: Literal["azure", "columns", "mooncake"] = "azure"
     columns: Optional[TraceColumns] = None
     rate_scale: float = Field(default=1.0, gt=0, description="inter-arrival times are divided by it")
     schedule: Optional[Schedule] = Field(
@@ -409,6 +434,9 @@ class TraceConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_columns(self):
+        if self.format == "mooncake" and self.columns is not None:
+            raise ValueError("format: mooncake reads its own keys (timestamp, input_length, "
+                             "output_length, hash_ids); remove columns")
         if self.format == "columns" and self.columns is None:
             raise ValueError(
                 "format: columns needs columns: {arrival: ..., prompt_tokens: ..., output_tokens: ...}"

@@ -6,7 +6,9 @@ turn's token identity. So only the requests in flight exist as objects, not
 the whole trace.
 
 Token identity (segments, :mod:`capsim.kv.prefix`): a first turn with a shared
-prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)``; a later
+prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)`` (``(QUESTION,
+question_id, rest)`` when it repeats one of its template's questions); a replayed
+trace's named blocks are one ``(BLOCK, hash_id, tokens)`` each (the Mooncake trace); a later
 turn is its parent's segments (prompt + reply) plus its own new user tokens.
 A request that has later turns is marked ``shareable`` from the start (its
 prompt + reply are registered in the prefix cache when it finishes).
@@ -17,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.engine.request import Request
-from capsim.kv.prefix import PREFIX, USER
+from capsim.kv.prefix import BLOCK, PREFIX, QUESTION, USER
 from capsim.workload import RequestTrace
+from capsim.workload.mooncake import block_segments
 
 
 class RequestSource:
@@ -53,9 +56,15 @@ class RequestSource:
         t = self.trace
         prompt = t.prompt_tokens.item(rid)
         prefix_id = t.prefix_id.item(rid)
-        if prefix_id >= 0:
+        if t.block_start is not None:               # a replayed trace's named blocks
+            ids = t.block_ids[t.block_start.item(rid):t.block_start.item(rid + 1)]
+            segments = block_segments(ids, prompt, rid, BLOCK, USER) if len(ids) else None
+        elif prefix_id >= 0:
             prefix = t.prefix_tokens.item(rid)
-            segments = ((PREFIX, prefix_id, prefix), (USER, rid, prompt - prefix))
+            question = t.question_id.item(rid)
+            own = (QUESTION, question, prompt - prefix) if question >= 0 else \
+                (USER, rid, prompt - prefix)
+            segments = ((PREFIX, prefix_id, prefix), own)
         else:
             segments = None
         return self._build(rid, prompt, segments)

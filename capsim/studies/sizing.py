@@ -46,6 +46,7 @@ from capsim.common.errors import ScenarioError
 from capsim.studies.evaluation import Evaluation
 from capsim.studies.fleet import (DISAGG_NOT_SIZED, FleetOption, fleet_at, fleet_options,
                           shape_label, slo_floors_ms, unreachable)
+from capsim.studies.routing_savings import gpus_saved, with_load_only_twins
 from capsim.studies.split_options import split_options
 from capsim.profiles.trust import Edge, coverage
 from capsim.studies.parallel import Progress, Runner
@@ -126,6 +127,10 @@ class SizingRow:
     decode_tp: int | None = None
     link: str = ""
     pools: str = ""
+    # a cache-aware option: GPUs it saves against a load-only router at the same SLO
+    # (studies/routing_savings.py), and that baseline's answer
+    gpus_saved: int | None = None
+    saved_against: str = ""
 
     @property
     def label(self) -> str:
@@ -247,6 +252,8 @@ def plan(base: LoadedScenario, overrides: list[str], *, rate_per_s: float | None
     options = split_options(base, list(overrides), options,
                             sizing.disaggregation if sizing else None,
                             sizing.hardware if sizing else None)
+    if p.mode == "gpus":
+        options = with_load_only_twins(options)
     _check_replica_bound(p, options)
     p.headroom = _check_headroom(headroom, p, options)
     _check_rate_ceiling(p, options, rate_per_s is not None)
@@ -496,6 +503,8 @@ def run(p: SizingPlan, runner: Runner, progress: Progress | None = None) -> Sizi
         if plain_k_down:
             ev.batch(plain_k_down)
     rows = [_row(p, ev, o, answers.get(o.key)) for o in p.options]
+    if p.mode == "gpus":
+        rows = gpus_saved(rows, p.options, p.max_gpus)
     return SizingResult(base=p.base, mode=p.mode, rate_per_s=p.rate_per_s if p.mode == "gpus"
                         else None, gpus=p.gpus, max_gpus=p.max_gpus, seeds=p.seeds,
                         rows=_ranked(rows, p.mode), runs=outcomes_frame(ev.outcomes),
@@ -759,7 +768,9 @@ def rows_frame(rows: list[SizingRow]) -> pd.DataFrame:
     if not any(r.headroom_replicas for r in rows):      # the columns of sizing without N+k
         frame = frame.drop(columns=["headroom_replicas", "violation_min_with_headroom",
                                     "violation_min_without_headroom"])
+    if all(r.gpus_saved is None for r in rows):         # no cache-aware option compared
+        frame = frame.drop(columns=["gpus_saved", "saved_against"])
     ints = ("num_replicas", "num_gpus", "prefill_replicas", "decode_replicas", "prefill_tp",
-            "decode_tp")
+            "decode_tp", "gpus_saved")
     return frame.astype({c: "Int64" for c in ints if c in frame.columns})
 

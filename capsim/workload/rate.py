@@ -82,6 +82,11 @@ def constant() -> Pieces:
 def schedule_pieces(schedule, horizon_s: float) -> Pieces:
     """The pieces of a ``piecewise`` or ``diurnal`` schedule up to ``horizon_s`` (the
     last piece may reach beyond it)."""
+    if isinstance(schedule, PiecewiseSchedule) and schedule.durations_s is not None:
+        lengths = np.asarray(schedule.durations_s, dtype=np.float64)
+        repeats = max(1, int(np.ceil(horizon_s / lengths.sum())))
+        edges = np.concatenate(([0.0], np.cumsum(np.tile(lengths, repeats))))
+        return Pieces(edges, np.tile(np.asarray(schedule.factors, dtype=np.float64), repeats))
     if isinstance(schedule, PiecewiseSchedule):
         k = max(1, int(np.ceil(horizon_s / schedule.step_s)))
         factors = np.resize(np.asarray(schedule.factors, dtype=np.float64), k)

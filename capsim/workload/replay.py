@@ -13,7 +13,7 @@ All user-caused problems raise :class:`~capsim.common.errors.ScenarioError` with
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
 from capsim.scenario.paths import scenario_relative
 from capsim.scenario.workload import EmpiricalDist, TraceConfig
+from capsim.workload.mooncake import read_mooncake
 from capsim.workload.rate import schedule_pieces, warp
 from capsim.workload.trace import MAX_SPAN_S, RequestTrace
 
@@ -286,6 +287,8 @@ def load_trace(
             ``workload.trace.rate_scale``).
     """
     yaml_path = "workload.trace.path"
+    if trace.format == "mooncake":
+        return _mooncake(trace, base_dir, num_requests, duration_s)
     cols = trace.resolved_columns
     table, path = _read_trace(trace, base_dir)
     prompt, output = _token_counts(table, cols.prompt_tokens, cols.output_tokens, path, yaml_path)
@@ -295,6 +298,20 @@ def load_trace(
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
     keep = _rows_kept(arrival_s, trace, path, num_requests=num_requests, duration_s=duration_s)
     return _one_class(arrival_s[:keep], prompt[:keep], output[:keep], trace.class_name)
+
+
+def _mooncake(trace: TraceConfig, base_dir: Path, num_requests: int | None,
+              duration_s: float | None) -> RequestTrace:
+    """A Mooncake trace (:mod:`capsim.workload.mooncake`) kept as a CSV trace is: rows
+    before ``duration_s``, then the first ``num_requests``; one class, its block ids kept."""
+    path = _resolve(trace.path, base_dir)
+    cols = read_mooncake(path)
+    arrival_s = _replay_times(cols["arrival_s"], trace)
+    keep = _rows_kept(arrival_s, trace, path, num_requests=num_requests, duration_s=duration_s)
+    base = _one_class(arrival_s[:keep], cols["prompt_tokens"][:keep],
+                      cols["output_tokens"][:keep], trace.class_name)
+    start = cols["block_start"][:keep + 1]
+    return replace(base, block_ids=cols["block_ids"][:int(start[-1])], block_start=start)
 
 
 def _read_trace(trace: TraceConfig, base_dir: Path) -> tuple[_Table, Path]:

@@ -125,6 +125,7 @@ def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
     output = np.empty(n, dtype=np.int64)
     prefix_id = np.full(n, -1, dtype=np.int32)
     prefix_tokens = np.zeros(n, dtype=np.int64)
+    question_id = np.full(n, -1, dtype=np.int32)
     turns: list[_Turns] = []
     for i, (cls, cls_ss) in enumerate(zip(classes, length_ss.spawn(len(classes)))):
         # Streams 0/1 are the original ones, so adding prefixes or turns never
@@ -139,7 +140,7 @@ def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
                                                    empirical=empirical)
         if cls.shared_prefix is not None:
             _apply_prefix(cls.shared_prefix, i, rows, np.random.default_rng(prefix_ss),
-                          prompt, prefix_id, prefix_tokens)
+                          prompt, prefix_id, prefix_tokens, question_id)
         if cls.conversation is not None:
             turns.append(_Turns(cls, i, rows, np.random.default_rng(conv_ss), prompt_rng,
                                 output_rng, base_dir, where))
@@ -147,7 +148,8 @@ def _draw_rows(workload: WorkloadConfig, arrival_s: np.ndarray,
     samples = np.array([c.n for c in classes], dtype=np.int32)[class_id]
     trace = dict(arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output,
                  class_id=class_id, prefix_id=prefix_id, prefix_tokens=prefix_tokens,
-                 parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n), n=samples)
+                 parent=np.full(n, -1, dtype=np.int32), think_s=np.zeros(n), n=samples,
+                 question_id=question_id)
     for t in turns:
         trace = t.append_to(trace)
     return trace
@@ -231,13 +233,16 @@ class ClosedLoopRows:
 
 
 def _apply_prefix(spec, class_index: int, rows: np.ndarray, rng: np.random.Generator,
-                  prompt: np.ndarray, prefix_id: np.ndarray, prefix_tokens: np.ndarray) -> None:
+                  prompt: np.ndarray, prefix_id: np.ndarray, prefix_tokens: np.ndarray,
+                  question_id: np.ndarray) -> None:
     """Prepend a system prompt of ``spec.tokens`` to every request of the class;
     a ``fraction`` of them share one of the templates, the rest get a private one
     (say, a timestamp at the front), so sharing changes hits, not prompt lengths
     (seed 000's prefix-caching rows: 17,000 prompt tokens in every row).
 
-    Template ids are ``class_index * 1_000_000 + template`` so classes never share.
+    Template ids are ``class_index * 1_000_000 + template`` so classes never share. With
+    ``questions_per_template`` Q, a sharing request's question is ``template × Q + q`` (q
+    uniform in [0, Q)), drawn after the templates so adding Q changes no template.
     """
     uses = rng.random(len(rows)) < spec.fraction
     template = rng.integers(spec.num_templates, size=len(rows))
@@ -245,6 +250,10 @@ def _apply_prefix(spec, class_index: int, rows: np.ndarray, rng: np.random.Gener
     prefix_id[chosen] = class_index * 1_000_000 + template[uses]
     prefix_tokens[chosen] = spec.tokens
     prompt[rows] += spec.tokens
+    q = spec.questions_per_template
+    if q is not None:
+        question = rng.integers(q, size=len(rows))
+        question_id[chosen] = template[uses] * q + question[uses]
 
 
 class _Turns:
@@ -258,6 +267,13 @@ class _Turns:
     def _lengths(self, dist, rng, k, what):
         return sample_lengths(dist, k, rng, base_dir=self.base_dir,
                               yaml_path=f"{self.where}.{what}")
+
+    def _pauses(self, conv, k: int) -> np.ndarray:
+        """``k`` pauses before later turns, s: exponential (chat) or the tool's constant
+        latency (agentic; no draw, so the other streams are those of a chat)."""
+        if conv.kind == "agentic" or not conv.think_time_s:
+            return np.full(k, float(conv.think_time_s))
+        return self.rng.exponential(conv.think_time_s, k)
 
     def append_to(self, trace: dict) -> dict:
         conv = self.cls.conversation
@@ -279,9 +295,9 @@ class _Turns:
                        prefix_id=_take(cols["prefix_id"], parents),
                        prefix_tokens=_take(cols["prefix_tokens"], parents),
                        parent=parents.astype(np.int32),
-                       think_s=self.rng.exponential(conv.think_time_s, k) if conv.think_time_s
-                       else np.zeros(k),
-                       n=np.full(k, self.cls.n, dtype=np.int32))
+                       think_s=self._pauses(conv, k),
+                       n=np.full(k, self.cls.n, dtype=np.int32),
+                       question_id=np.full(k, -1, dtype=np.int32))
             for key, value in new.items():
                 cols[key].append(value)
             prompt_of = np.concatenate([prompt_of, prompt])

@@ -84,6 +84,14 @@ class RequestTrace:
             known only when the simulation gets there); 0 for first turns.
         n: int32, parallel samples per request (vLLM ``SamplingParams.n``), >= 1;
             each sample generates ``output_tokens``.
+        question_id: int32, the reused question after the shared prompt
+            (``shared_prefix.questions_per_template``), ``-1`` = the request's own tokens;
+            two requests with the same id hold the same tokens where their questions
+            overlap.
+        block_ids, block_start: a replayed trace's named prompt blocks (the Mooncake
+            trace's ``hash_ids``, :mod:`capsim.workload.mooncake`): row i's are
+            ``block_ids[block_start[i]:block_start[i + 1]]`` (int64; ``block_start`` has
+            N + 1 entries); None for a trace without them.
         closed_loop: None (open loop: each first turn arrives at ``arrival_s``) or how a
             closed loop sends the rows; then ``arrival_s`` is NaN (a row's arrival is
             known when the loop sends it) and no row has a parent.
@@ -105,13 +113,17 @@ class RequestTrace:
     parent: np.ndarray | None = None
     think_s: np.ndarray | None = None
     n: np.ndarray | None = None
+    question_id: np.ndarray | None = None
+    block_ids: np.ndarray | None = None
+    block_start: np.ndarray | None = None
     closed_loop: ClosedLoop | None = None
     warmup_requests: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         for name, fill, dtype in (("prefix_tokens", 0, np.int64), ("parent", -1, np.int32),
-                                  ("think_s", 0.0, np.float64), ("n", 1, np.int32)):
+                                  ("think_s", 0.0, np.float64), ("n", 1, np.int32),
+                                  ("question_id", -1, np.int32)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, fill, dtype=dtype))
         cols = {
@@ -124,11 +136,15 @@ class RequestTrace:
             "parent": np.int32,
             "think_s": np.float64,
             "n": np.int32,
+            "question_id": np.int32,
         }
         for name, dtype in cols.items():
             object.__setattr__(self, name, _frozen_column(getattr(self, name), dtype, name))
         object.__setattr__(self, "class_names", tuple(self.class_names))
         n = len(self.arrival_s)
+        if (self.block_start is None) != (self.block_ids is None) or (
+                self.block_start is not None and len(self.block_start) != n + 1):
+            raise ValueError("RequestTrace.block_ids needs block_start of N + 1 offsets")
         bad_len = [k for k in cols if len(getattr(self, k)) != n]
         if bad_len:
             raise ValueError(f"RequestTrace columns {bad_len} do not have length {n}")
@@ -174,7 +190,10 @@ class RequestTrace:
             return self
         cols = {k: getattr(self, k)[:n] for k in ("arrival_s", "prompt_tokens", "output_tokens",
                                                    "class_id", "prefix_id", "prefix_tokens",
-                                                   "parent", "think_s", "n")}
+                                                   "parent", "think_s", "n",
+                                                   "question_id")}
+        if self.block_start is not None:
+            cols["block_start"] = self.block_start[:n + 1]
         return replace(self, **cols)
 
     @property

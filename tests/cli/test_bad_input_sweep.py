@@ -320,13 +320,13 @@ SHIPPED_BAD = [
     ('rag_mix.yaml', 'workload', '{trace: {path: nope.csv}}',
      'workload.trace.path: trace file not found: '),
     ('rag_mix.yaml', 'workload', '{trace: {path: rag_mix.yaml, format: azzure}}',
-     "workload.trace.format: Input should be 'azure' or 'columns' (got 'azzure')"),
+     "workload.trace.format: Input should be 'azure', 'columns' or 'mooncake' (got 'azzure')"),
     ('rag_mix.yaml', 'workload.classes.0.bursts', '{kind: on_off, on_s: 60}',
      'workload.classes.0.bursts.off_s: required field is missing; e.g. {kind: on_off, '
      'on_s: 60, off_s: 600, factor: 3}'),
     ('rag_mix.yaml', 'workload.classes.0.conversation', '3',
-     'workload.classes.0.conversation: expected a mapping with keys from: think_time_s, '
-     'turns (got 3)'),
+     'workload.classes.0.conversation: expected a mapping with keys from: kind, '
+     'think_time_s, turns (got 3)'),
     ('hetero_fleet.yaml', 'cluster.pools.2.model', 'llama-9b',
      "cluster.pools.2.model: unknown model 'llama-9b'; valid: deepseek-v3, gpt-oss-120b, "
      'gpt-oss-20b, llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b,'),

@@ -50,14 +50,14 @@ def _sources(path):
 
 
 def test_every_case_is_fit_or_test_and_at_least_40_percent_are_test(split, case_ids):
-    """52 cases: the 27 shared and 25 supplementary ones (the supplementary copies of the two
+    """53 cases: the 27 shared and 26 supplementary ones (the supplementary copies of the two
     SGLang / vLLM 0.6 70B TP 4 H100 cases were dropped for the shared ones; 14 of the 2026 kind
-    added on 2026-12-06, all test; issue 33's aggregated-against-disaggregated case and the
-    Qwen3-235B MoE start-up, test)."""
-    assert sorted(split) == sorted(case_ids) and len(case_ids) == len(set(case_ids)) == 52
+    added on 2026-12-06, all test; issue 33's aggregated-against-disaggregated case, llm-d's
+    routing comparison and the Qwen3-235B MoE start-up, test)."""
+    assert sorted(split) == sorted(case_ids) and len(case_ids) == len(set(case_ids)) == 53
     test = [c for c, s in split.items() if s == "test"]
     fit = [c for c, s in split.items() if s == "fit"]
-    assert (len(fit), len(test)) == (13, 39)
+    assert (len(fit), len(test)) == (13, 40)
     assert len(test) / len(split) >= 0.40
     assert "load_sglang030_h100_llama31_70b_tp4_sharegpt_rps4_rps8" not in split
     assert split["load_sglang030_4xh100_llama31_70b_sharegpt_rps4_rps8"] == "test"

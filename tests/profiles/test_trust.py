@@ -113,8 +113,8 @@ def test_supplementary_cases_are_the_projects_and_read_apart(monkeypatch, tmp_pa
     fidelity = _benchmark()
     cases = fidelity.read_cases()
     supplementary = [c for c in cases if c.get("collected") == fidelity.PROJECT]
-    assert len(supplementary) == 25          # 9, 14 of the 2026 kind (issue 30), issue 33's
-                                             # agg-vs-disagg case, 1 MoE start-up
+    assert len(supplementary) == 26          # 9, 14 of the 2026 kind (issue 30), issue 33's
+                                             # agg-vs-disagg case, 1 MoE start-up, 1 routing
     for case in supplementary:
         assert case["source"]["url"].startswith("https://") and case["source"]["date"]
         assert (fidelity.SCENARIOS / fidelity.ENTRIES[case["id"]].scenario).is_file()

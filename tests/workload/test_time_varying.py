@@ -146,3 +146,31 @@ def test_schedule_needs_an_open_loop():
     with pytest.raises(ValueError, match="open loop"):
         _wl(arrival={"process": "concurrency", "users": 4},
             schedule={"kind": "piecewise", "factors": [1.0]})
+
+
+def test_piecewise_durations_are_a_benchmarks_load_stages():
+    """inference-perf's load.stages (rate × duration): 15 QPS for 50 s, then 3 for 20 s and
+    60 for 25 s (llm-d's 73-capacity ladder, its first and last stages); the pieces repeat
+    after 95 s."""
+    sched = {"kind": "piecewise", "factors": [15, 3, 60], "durations_s": [50, 20, 25]}
+    from capsim.scenario.load_shape import PiecewiseSchedule
+    p = schedule_pieces(PiecewiseSchedule.model_validate(sched), 190)
+    assert p.edges_s.tolist() == [0, 50, 70, 95, 145, 165, 190]
+    assert p.factors.tolist() == [15, 3, 60, 15, 3, 60]
+    trace = build(_wl(duration_s=95, arrival={"process": "poisson", "rate_per_s": 1.0},
+                      schedule=sched), 3, Path("."))
+    counts = np.histogram(trace.arrival_s, bins=[0, 50, 70, 95])[0]
+    expected = np.array([750, 60, 1500])
+    assert np.all(np.abs(counts - expected) < 4 * np.sqrt(expected))
+
+
+@pytest.mark.parametrize("sched, words", [
+    ({"kind": "piecewise", "factors": [1, 2], "durations_s": [10]},
+     "durations_s has 1 lengths for 2 factors"),
+    ({"kind": "piecewise", "factors": [1], "durations_s": [10], "step_s": 5},
+     "give step_s (every piece as long) or durations_s"),
+    ({"kind": "piecewise", "factors": [1], "durations_s": [0]}, "greater than 0"),
+])
+def test_bad_durations_are_refused(sched, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        _wl(schedule=sched)

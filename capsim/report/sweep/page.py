@@ -40,6 +40,7 @@ from capsim.report.sweep.figures import (COST, CURVE_METRICS, Series, plot_laten
                                          plot_pareto)
 from capsim.report.sweep.front import front_frame, plot_front
 from capsim.report.sweep.tables import Table, cheapest_table, points_table, sizing_table
+from capsim.studies.routing_savings import savings_lines
 from capsim.studies.sizing import SizingResult, rows_frame
 from capsim.studies.sweep import RATE_KEYS, SweepResult, config_columns, metric_columns
 from capsim.scenario.slo import SloConfig
@@ -285,7 +286,8 @@ def sizing_headline(result: SizingResult) -> str:
     noise = " — within noise" if best.within_noise else ""
     edge = (f" (at the {result.trust_edge} edge of capsim's measured error)"
             if result.trust_edge != "none" else "")
-    return f"{question}: {answer}{noise}{edge}."
+    saved = "".join(f" {line}" for line in savings_lines(result.rows))
+    return f"{question}: {answer}{noise}{edge}.{saved}"
 
 
 def _write(out_dir: Path, page: Page, tables: dict[str, pd.DataFrame], figures,

@@ -1,0 +1,124 @@
+"""The Mooncake trace format: requests that carry their prompt's block hashes.
+
+Mooncake's FAST '25 release (github:kvcache-ai/Mooncake, ``FAST25-release/traces/``
+``conversation_trace.jsonl``, ``toolagent_trace.jsonl``, ``synthetic_trace.jsonl``; the
+format is described in its ``FAST25-release/README.md`` and read by Dynamo's and AIPerf's
+``mooncake_trace`` datasets) is JSON Lines, one request per line::
+
+    {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}
+
+``timestamp`` is milliseconds since the trace's start; ``hash_ids`` names the prompt's blocks
+of :data:`MOONCAKE_BLOCK_TOKENS` tokens, the last one partial: two requests hold the same
+tokens exactly where their leading ids agree (the ids are chained, as a prefix cache's
+hashes are). capsim replays each id as a segment of that many tokens
+(:data:`capsim.kv.prefix.BLOCK`), so prefix caches and routers see the trace's own sharing
+at capsim's block size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import MAX_TOKENS
+
+#: Tokens per Mooncake hash id, the FAST '25 release's block size: its README's samples
+#: (kvcache-ai/Mooncake ``FAST25-release/README.md`` at 40ea55f) carry ⌈input_length / 512⌉
+#: ids (6,955 tokens → 14 ids, 6,472 → 13).
+MOONCAKE_BLOCK_TOKENS = 512
+
+_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+YAML_PATH = "workload.trace.path"
+
+
+def _fail(path: Path, line: int, message: str) -> ScenarioError:
+    return ScenarioError(f"line {line}: {message}", file=str(path), path=YAML_PATH)
+
+
+def _count(record: dict, key: str, lowest: int, path: Path, line: int) -> int:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_TOKENS:
+        raise _fail(path, line, f"{key} must be a whole number of tokens in [{lowest}, "
+                                f"{MAX_TOKENS:,}], got {value!r}")
+    return value
+
+
+def _row(text: str, path: Path, line: int) -> tuple[float, int, int, list[int]]:
+    """(arrival ms, input, output, hash ids) of one line."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _fail(path, line, f"not JSON ({err.msg}); a Mooncake trace holds one JSON "
+                                "object per line") from None
+    if not isinstance(record, dict):
+        raise _fail(path, line, f"expected a JSON object with {', '.join(_KEYS)}")
+    missing = [k for k in _KEYS if k not in record]
+    if missing:
+        raise _fail(path, line, f"missing {', '.join(missing)} (a Mooncake trace line has "
+                                f"{', '.join(_KEYS)})")
+    stamp = record["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not stamp >= 0 \
+            or stamp == float("inf"):
+        raise _fail(path, line, f"timestamp must be milliseconds >= 0, got {stamp!r}")
+    prompt = _count(record, "input_length", 1, path, line)
+    output = _count(record, "output_length", 0, path, line)
+    ids = record["hash_ids"]
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                            for h in ids):
+        raise _fail(path, line, f"hash_ids must be a list of integers, got {ids!r:.60}")
+    if len(ids) > -(-prompt // MOONCAKE_BLOCK_TOKENS):
+        raise _fail(path, line, f"{len(ids)} hash_ids for input_length {prompt}: at most "
+                                f"{-(-prompt // MOONCAKE_BLOCK_TOKENS)} blocks of "
+                                f"{MOONCAKE_BLOCK_TOKENS} tokens")
+    return float(stamp), prompt, max(output, 1), ids
+
+
+def read_mooncake(path: Path) -> dict[str, np.ndarray]:
+    """The trace's columns, in arrival order: ``arrival_s`` (s since the earliest request,
+    trace time: the caller applies ``rate_scale`` and ``schedule``), ``prompt_tokens``, ``output_tokens`` (0 replayed as 1, as a
+    CSV trace's), ``block_ids`` (every request's hash ids, concatenated) and
+    ``block_start`` (``(N + 1,)``: request i's ids are ``block_ids[block_start[i]:
+    block_start[i + 1]]``).
+
+    Raises:
+        ScenarioError: the file missing, or a line that is not a Mooncake record (its
+            1-based number and what is wrong), or no request at all.
+    """
+    if not path.is_file():
+        raise ScenarioError(f"trace file not found: {path}", file=str(path), path=YAML_PATH)
+    rows = []
+    with path.open() as f:
+        for line, text in enumerate(f, start=1):
+            if text.strip():
+                rows.append(_row(text, path, line))
+    if not rows:
+        raise ScenarioError("the Mooncake trace holds no request", file=str(path),
+                            path=YAML_PATH)
+    stamps = np.array([r[0] for r in rows])
+    order = np.argsort(stamps, kind="stable")
+    rows = [rows[i] for i in order]
+    lengths = np.array([len(r[3]) for r in rows], dtype=np.int64)
+    return {"arrival_s": (stamps[order] - stamps.min()) / 1000.0,
+            "prompt_tokens": np.array([r[1] for r in rows], dtype=np.int64),
+            "output_tokens": np.array([r[2] for r in rows], dtype=np.int64),
+            "block_ids": np.array([h for r in rows for h in r[3]], dtype=np.int64),
+            "block_start": np.concatenate(([0], np.cumsum(lengths)))}
+
+
+def block_segments(ids: np.ndarray, prompt: int, rid: int, block: int, user: int
+                   ) -> tuple[tuple[int, int, int], ...]:
+    """A request's prompt as segments: one ``(block, id, tokens)`` per hash id (512 tokens,
+    the last what is left of ``prompt``), then ``(user, rid, rest)`` for prompt tokens past
+    the ids (none in the release's traces)."""
+    segs = []
+    left = prompt
+    for h in ids.tolist():
+        n = min(MOONCAKE_BLOCK_TOKENS, left)
+        segs.append((block, h, n))
+        left -= n
+    if left > 0:
+        segs.append((user, rid, left))
+    return tuple(segs)

@@ -464,6 +464,22 @@ SCENARIO_BAD = [
     ("sizing-no-tp", "b", {"sizing": {"tensor_parallel_size": []}},
      "sizing.tensor_parallel_size", "expected at least 1 item"),
     ("sizing-1001-seeds", "b", {"sizing": {"seeds": 1001}}, "sizing.seeds", "must be <= 1000"),
+    # sizing.disaggregation: validate refuses what capsim size would (they were refused only
+    # by size, after loading every option)
+    ("sizing-split-unknown-link", "split", {"sizing": {"disaggregation": {"link": ["nvlink-9"]}}},
+     "sizing.disaggregation.link.0", "unknown link 'nvlink-9'", "size"),
+    ("sizing-split-ep-on-dense", "split", {"sizing": {"disaggregation": {"decode": [
+        {"tensor_parallel_size": 1, "enable_expert_parallel": True}]}}},
+     "sizing.disaggregation.decode.0.enable_expert_parallel", "llama-3.1-8b is dense", "size"),
+    ("sizing-split-tp-3", "split", {"sizing": {"disaggregation": {"prefill": [
+        {"tensor_parallel_size": 3}]}}},
+     "sizing.disaggregation.prefill.0.tensor_parallel_size",
+     "must divide num_attention_heads 32", "size"),
+    ("sizing-split-without-a-split", "b", {"sizing": {"disaggregation": {"ratios": ["1P2D"]}}},
+     "sizing.disaggregation", "no variant has a disaggregation: section", "size"),
+    ("sizing-split-a-million-prefills", "split", {"sizing": {"disaggregation": {
+        "ratios": ["1000000P1D"]}}},
+     "sizing.disaggregation.ratios", "more than the 1,024 one run simulates", "size"),
     ("capsim-version-a-number", "b", {"capsim_version": 3}, "capsim_version",
      "expected a string"),
     ("engine-null", "b", {"engine": None}, "engine", "expected a mapping"),

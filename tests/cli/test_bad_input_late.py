@@ -66,6 +66,11 @@ SCENARIO_BAD = [
     ("autoscaler-every-microsecond", "b",
      {"cluster.autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
      "cluster.autoscaling.interval_s", "would tick the autoscaler at least 59,424,302 times"),
+    # 30 requests (~6 s) at 1 µs: 6 million ticks were within the old limit and ran past 60 s
+    ("autoscaler-every-microsecond-of-30-requests", "b",
+     {"workload.duration_s": "DEL", "workload.num_requests": 30,
+      "cluster.autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
+     "cluster.autoscaling.interval_s", "more than 1,000,000"),
     ("failures-every-millisecond", "b", {"cluster.failures": {"mtbf_s": 0.001, "mttr_s": 0.001}},
      "cluster.failures.mtbf_s", "would fail and replace 2 replica(s) about 59,424 times"),
     ("failures-faster-than-a-reply", "b", {"cluster.failures": {"mtbf_s": 0.01, "mttr_s": 60}},

@@ -146,6 +146,11 @@ SCENARIO_BAD = [
      "head_dim 125 (hidden_size 4000 / num_attention_heads 32) is odd"),
     ("a-dense-mxfp4-checkpoint", "b", {"model": "FILE:mxfp4.json"},
      "quantization_config.quant_method", "quant_method mxfp4 stores only"),
+    # 0 KV heads was read as absent (one per query head); MLA of width 0 priced as MHA
+    ("zero-kv-heads", "b", {"model": "FILE:kvheads0.json"}, "num_key_value_heads",
+     "must be > 0 (got 0)"),
+    ("mla-of-width-0", "b", {"model": "FILE:mla0.json"}, "kv_lora_rank",
+     "must be >= 1 for model_type deepseek_v3"),
     ("a-draft-model-of-mamba", "spec", {"engine.speculative": {**SPEC_DRAFT,
                                                                "model": "FILE:mamba.json"}},
      "model_type", "model_type 'mamba'"),
@@ -660,6 +665,9 @@ def bad_files(tmp_path_factory, repo_root):
                "h4000": {"hidden_size": 4000},
                "mxfp4": {"quantization_config": {"quant_method": "mxfp4"}},
                "kvheads5": {"num_key_value_heads": 5},
+               "kvheads0": {"num_key_value_heads": 0},
+               "mla0": {"model_type": "deepseek_v3", "kv_lora_rank": 0, "q_lora_rank": 1536,
+                        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128},
                "topk8of4": {"model_type": "mixtral", "num_local_experts": 4,
                             "num_experts_per_tok": 8}}
     for name, edit in configs.items():

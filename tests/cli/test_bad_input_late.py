@@ -343,6 +343,12 @@ SCENARIO_BAD = [
     ("ep-not-dividing-experts", "b", {"model": "mixtral-8x7b", "engine.tensor_parallel_size": 3,
                                       "engine.enable_expert_parallel": True},
      "engine.tensor_parallel_size", "must divide"),
+    # a billion copies were refused as weights that do not fit, at tensor_parallel_size
+    ("redundant-experts-a-billion", "b", {"model": "qwen3-30b-a3b",
+                                          "engine.tensor_parallel_size": 4,
+                                          "engine.enable_expert_parallel": True,
+                                          "engine.num_redundant_experts": 10**9},
+     "engine.num_redundant_experts", "valid: num_redundant_experts <= 384"),
     ("nvfp4-on-hopper", "b", {"engine.quantization": "nvfp4"}, "engine.quantization",
      "needs fp4 tensor cores"),
     ("quantization-int3", "b", {"engine.quantization": "int3"}, "engine.quantization",

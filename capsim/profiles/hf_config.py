@@ -133,6 +133,11 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
             f"mixture-of-experts / MLA config.json of model_type {model_type!r} is not "
             f"supported; supported model types: {', '.join(MOE_MODEL_TYPES)} (and the dense "
             f"{', '.join(DENSE_MODEL_TYPES)})", file=file, path="model_type")
+    window = config.get("sliding_window")
+    if isinstance(window, (int, float)) and not isinstance(window, bool) and window < 0:
+        # read by the families with sliding layers, ignored by the rest: refused alike
+        raise ScenarioError(f"must be a positive number of tokens or null (got {window:g})",
+                            file=file, path="sliding_window")
     data: dict[str, Any] = {k: config[k] for k in _BASE_FIELDS if config.get(k) is not None}
     # transformers' rule: absent (None) means one KV head per query head; 0 is refused
     # by the shape (num_key_value_heads > 0), not read as absent

@@ -86,18 +86,23 @@ def _refuse_all_rejected(loaded, traces, rejected: list[list[tuple[int, str]]]) 
 
 def _check_sweep_and_sizing(loaded, overrides: list[str]) -> int:
     """Every point of the ``sweep:`` grid loads (:func:`capsim.studies.sweep.plan`) and
-    its fleets' work is within a run's (on the scenario's seed), and every
-    ``sizing.hardware`` names a GPU profile; the number of sweep points (0: none).
+    its fleets' work is within a run's (on the scenario's seed), every
+    ``sizing.hardware`` names a GPU profile and ``sizing.disaggregation`` can be searched
+    (:func:`~capsim.studies.split_options.check_disagg_sizing`); the number of sweep points
+    (0: none).
 
     Raises:
         ScenarioError: as ``capsim sweep`` / ``capsim size`` would, naming the field.
     """
     from capsim.studies.fleet import check_hardware_names
+    from capsim.studies.split_options import check_disagg_sizing
     from capsim.studies.sweep import check_work, plan
     from capsim.workload import TraceCache
 
     if loaded.spec.sizing is not None:
         check_hardware_names(loaded, loaded.spec.sizing.hardware)
+        if loaded.spec.sizing.disaggregation is not None:
+            check_disagg_sizing(loaded, loaded.spec.sizing.disaggregation)
     if not loaded.spec.sweep:
         return 0
     sweep = plan(loaded.path, overrides)

@@ -133,9 +133,17 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
             f"mixture-of-experts / MLA config.json of model_type {model_type!r} is not "
             f"supported; supported model types: {', '.join(MOE_MODEL_TYPES)} (and the dense "
             f"{', '.join(DENSE_MODEL_TYPES)})", file=file, path="model_type")
+    window = config.get("sliding_window")
+    if isinstance(window, (int, float)) and not isinstance(window, bool) and window < 0:
+        # read by the families with sliding layers, ignored by the rest: refused alike
+        raise ScenarioError(f"must be a positive number of tokens or null (got {window:g})",
+                            file=file, path="sliding_window")
     data: dict[str, Any] = {k: config[k] for k in _BASE_FIELDS if config.get(k) is not None}
-    data["num_key_value_heads"] = config.get("num_key_value_heads") or config.get(
-        "num_attention_heads")
+    # transformers' rule: absent (None) means one KV head per query head; 0 is refused
+    # by the shape (num_key_value_heads > 0), not read as absent
+    kv_heads = config.get("num_key_value_heads")
+    data["num_key_value_heads"] = config.get("num_attention_heads") if kv_heads is None \
+        else kv_heads
     data["tie_word_embeddings"] = config.get("tie_word_embeddings", _default_tie(model_type))
     data["attention_bias"] = bool(config.get("attention_bias",
                                              model_type in _QKV_BIAS_MODEL_TYPES))
@@ -249,6 +257,11 @@ def _deepseek(config: dict[str, Any], data: dict[str, Any], file: str | None) ->
     layers = _int(config, "num_hidden_layers", file)
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         data[key] = _int(config, key, file)
+    if data["kv_lora_rank"] < 1:
+        raise ScenarioError(f"must be >= 1 for model_type {config.get('model_type')}, whose "
+                            "attention is multi-head latent attention (the latent KV width; got "
+                            f"{data['kv_lora_rank']}, which would price it as multi-head "
+                            "attention)", file=file, path="kv_lora_rank")
     if config.get("q_lora_rank") is not None:
         data["q_lora_rank"] = _int(config, "q_lora_rank", file)
     experts = config.get("n_routed_experts") or 0

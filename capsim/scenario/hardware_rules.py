@@ -65,6 +65,14 @@ def _check_expert_parallel(model: ModelShape, engine: EngineConfig, path: Path, 
             f"num_redundant_experts {extra} (EPLB) copies experts across expert-parallel "
             "ranks and needs enable_expert_parallel: true", file=str(path),
             path=at("num_redundant_experts"))
+    if extra > model.num_experts * (tp - 1):
+        # (E + N) / EP experts per rank beyond E: a rank would hold two copies of one expert
+        raise ScenarioError(
+            f"num_redundant_experts {extra} gives each of the {tp} expert-parallel ranks "
+            f"{(model.num_experts + extra) / tp:,.4g} experts, more than {model.name}'s "
+            f"{model.num_experts} (a rank holds at most one copy of each); valid: "
+            f"num_redundant_experts <= {model.num_experts * (tp - 1):,}", file=str(path),
+            path=at("num_redundant_experts"))
     if engine.enable_expert_parallel and (model.num_experts + extra) % tp:
         copies = f" + num_redundant_experts {extra}" if extra else ""
         hint = "" if extra else (f"; EPLB's num_redundant_experts can make up the difference "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from capsim.common.schema import Int, StrictModel
 
@@ -47,6 +47,15 @@ class ScorerWeights(StrictModel):
                                         "scorer weight: 1 − the KV blocks in use ÷ all")
     prefix_cache: float = Field(default=3.0, ge=0, description="prefix-cache-scorer weight: "
                                 "the prompt's blocks the router saw go there ÷ its blocks")
+
+    @model_validator(mode="after")
+    def _one_weight_counts(self):
+        # All 0: every replica scores 0 and the tie goes to replica 0 every time.
+        if not (self.queue or self.kv_cache_utilization or self.prefix_cache):
+            raise ValueError("every weight is 0, so every replica would score 0 and the first "
+                             "would take every request; give at least one weight > 0, e.g. "
+                             f"{self.yaml_example}")
+        return self
 
 
 class RouterOptions(StrictModel):

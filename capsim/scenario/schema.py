@@ -346,7 +346,8 @@ class ClusterConfig(StrictModel):
             self._options_read()
             return self
         if self.router in KV_ROUTERS:
-            raise ValueError(f"router: {self.router} picks a replica within one pool; with "
+            # "router ..." first: the error names cluster.router (common/schema.field_named)
+            raise ValueError(f"router {self.router} picks a replica within one pool; with "
                              "cluster.pools give round_robin, least_outstanding_tokens or cost")
         for key in ("num_replicas", "autoscaling", "failures"):
             if key in self.model_fields_set:

@@ -28,6 +28,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Bool, Int, StrictModel
+from capsim.scenario.fleet import MAX_REPLICAS
 
 #: Most replications (``--seeds K``, ``sizing.seeds``): a 95 % confidence interval's
 #: half-width shrinks as 1/√K, to 1/32 of one trace's spread at 1,000; far more only
@@ -138,13 +139,19 @@ def parse_ratio(text: str) -> tuple[int, int]:
 
     Raises:
         ValueError: not ``<x>P<y>D`` with x, y >= 1 (a split with no prefill or no decode
-            replica is not disaggregated).
+            replica is not disaggregated), or x + y beyond the replicas one run simulates
+            (:data:`~capsim.scenario.fleet.MAX_REPLICAS`).
     """
     m = RATIO_PATTERN.match(str(text))
     if m is None or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise ValueError(f"ratio {text!r}: valid: <x>P<y>D with x, y >= 1 replicas, e.g. 1P2D "
                          "(a split with no prefill or no decode replica is not disaggregated)")
-    return int(m.group(1)), int(m.group(2))
+    prefill, decode = int(m.group(1)), int(m.group(2))
+    if prefill + decode > MAX_REPLICAS:
+        raise ValueError(f"ratio {text!r} starts the search at {prefill + decode:,} replicas, "
+                         f"more than the {MAX_REPLICAS:,} one run simulates; valid: <x>P<y>D "
+                         f"with x + y <= {MAX_REPLICAS:,}, e.g. 1P2D")
+    return prefill, decode
 
 
 class DisaggSizing(StrictModel):

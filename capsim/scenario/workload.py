@@ -330,7 +330,7 @@ class RequestClass(StrictModel):
     """One request class: its share of traffic and its token lengths, either two
     distributions (``prompt_tokens`` and ``output_tokens``) or a shipped ``shape`` naming a
     public dataset's lengths (``shape: sharegpt``, drawn jointly by
-    :mod:`capsim.workload.shapes`; ``capsim models --shapes`` lists them)."""
+    :mod:`capsim.workload.shapes`; ``capsim shapes`` lists them)."""
 
     # in error messages
     yaml_example: ClassVar[str] = (

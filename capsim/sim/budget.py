@@ -39,9 +39,11 @@ from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfi
 from capsim.scenario.run_config import RunConfig
 from capsim.workload import RequestTrace
 
-#: Most autoscaler ticks one run may take: each reads every serving replica's signal
-#: (several µs of Python); 10 million are a few minutes of CPU, a day at 10 ms.
-MAX_AUTOSCALER_TICKS = 10_000_000
+#: Most autoscaler ticks one run may take: each reads every serving replica's signal, about
+#: 14 µs of CPU with 2 replicas (measured 2026-12-06: 30 requests on 2 H100 replicas,
+#: interval_s 1e-5, ~7e5 ticks in ~10 CPU-s beyond start-up), so 1 million are ~15 CPU-s
+#: (10 million, the limit before, ran past a minute on a 6-s run); a day at 0.1 s is 864,000.
+MAX_AUTOSCALER_TICKS = 1_000_000
 
 #: Memory a simulated request takes until the report is written, bytes (docs/speed.md,
 #: the 1,000,000-request run: 840 MiB with its result).

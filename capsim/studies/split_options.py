@@ -48,11 +48,18 @@ def check_disagg_sizing(base: LoadedScenario, cfg: DisaggSizing) -> None:
 
 
 def _check_shape(shape: PoolShape, model, file: str, where: str) -> None:
-    heads = model.num_attention_heads
-    if shape.tensor_parallel_size > heads:
-        raise ScenarioError(f"tensor_parallel_size {shape.tensor_parallel_size} is beyond "
+    heads, tp = model.num_attention_heads, shape.tensor_parallel_size
+    if tp > heads:
+        raise ScenarioError(f"tensor_parallel_size {tp} is beyond "
                             f"{model.name}'s {heads} attention heads (a TP rank needs at least "
                             f"one); valid: a TP that divides {heads}, at most {heads}",
+                            file=file, path=f"{where}.tensor_parallel_size")
+    # Every option of this shape would be infeasible for the same reason (the loader's
+    # rule); DP attention shards attention by rank instead, so the loader judges those.
+    if heads % tp and not shape.enable_dp_attention:
+        raise ScenarioError(f"tensor_parallel_size {tp} must divide num_attention_heads "
+                            f"{heads} of {model.name} (each TP rank takes whole heads); "
+                            f"valid: a TP that divides {heads}",
                             file=file, path=f"{where}.tensor_parallel_size")
     if model.num_experts == 0:
         for knob in ("enable_expert_parallel", "enable_dp_attention"):

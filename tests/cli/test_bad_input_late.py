@@ -66,6 +66,11 @@ SCENARIO_BAD = [
     ("autoscaler-every-microsecond", "b",
      {"cluster.autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
      "cluster.autoscaling.interval_s", "would tick the autoscaler at least 59,424,302 times"),
+    # 30 requests (~6 s) at 1 µs: 6 million ticks were within the old limit and ran past 60 s
+    ("autoscaler-every-microsecond-of-30-requests", "b",
+     {"workload.duration_s": "DEL", "workload.num_requests": 30,
+      "cluster.autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
+     "cluster.autoscaling.interval_s", "more than 1,000,000"),
     ("failures-every-millisecond", "b", {"cluster.failures": {"mtbf_s": 0.001, "mttr_s": 0.001}},
      "cluster.failures.mtbf_s", "would fail and replace 2 replica(s) about 59,424 times"),
     ("failures-faster-than-a-reply", "b", {"cluster.failures": {"mtbf_s": 0.01, "mttr_s": 60}},
@@ -141,6 +146,13 @@ SCENARIO_BAD = [
      "head_dim 125 (hidden_size 4000 / num_attention_heads 32) is odd"),
     ("a-dense-mxfp4-checkpoint", "b", {"model": "FILE:mxfp4.json"},
      "quantization_config.quant_method", "quant_method mxfp4 stores only"),
+    # 0 KV heads was read as absent (one per query head); MLA of width 0 priced as MHA
+    ("zero-kv-heads", "b", {"model": "FILE:kvheads0.json"}, "num_key_value_heads",
+     "must be > 0 (got 0)"),
+    ("mla-of-width-0", "b", {"model": "FILE:mla0.json"}, "kv_lora_rank",
+     "must be >= 1 for model_type deepseek_v3"),
+    ("sliding-window-negative", "b", {"model": "FILE:window-1.json"}, "sliding_window",
+     "must be a positive number of tokens or null (got -1)"),
     ("a-draft-model-of-mamba", "spec", {"engine.speculative": {**SPEC_DRAFT,
                                                                "model": "FILE:mamba.json"}},
      "model_type", "model_type 'mamba'"),
@@ -333,6 +345,12 @@ SCENARIO_BAD = [
     ("ep-not-dividing-experts", "b", {"model": "mixtral-8x7b", "engine.tensor_parallel_size": 3,
                                       "engine.enable_expert_parallel": True},
      "engine.tensor_parallel_size", "must divide"),
+    # a billion copies were refused as weights that do not fit, at tensor_parallel_size
+    ("redundant-experts-a-billion", "b", {"model": "qwen3-30b-a3b",
+                                          "engine.tensor_parallel_size": 4,
+                                          "engine.enable_expert_parallel": True,
+                                          "engine.num_redundant_experts": 10**9},
+     "engine.num_redundant_experts", "valid: num_redundant_experts <= 384"),
     ("nvfp4-on-hopper", "b", {"engine.quantization": "nvfp4"}, "engine.quantization",
      "needs fp4 tensor cores"),
     ("quantization-int3", "b", {"engine.quantization": "int3"}, "engine.quantization",
@@ -464,6 +482,22 @@ SCENARIO_BAD = [
     ("sizing-no-tp", "b", {"sizing": {"tensor_parallel_size": []}},
      "sizing.tensor_parallel_size", "expected at least 1 item"),
     ("sizing-1001-seeds", "b", {"sizing": {"seeds": 1001}}, "sizing.seeds", "must be <= 1000"),
+    # sizing.disaggregation: validate refuses what capsim size would (they were refused only
+    # by size, after loading every option)
+    ("sizing-split-unknown-link", "split", {"sizing": {"disaggregation": {"link": ["nvlink-9"]}}},
+     "sizing.disaggregation.link.0", "unknown link 'nvlink-9'", "size"),
+    ("sizing-split-ep-on-dense", "split", {"sizing": {"disaggregation": {"decode": [
+        {"tensor_parallel_size": 1, "enable_expert_parallel": True}]}}},
+     "sizing.disaggregation.decode.0.enable_expert_parallel", "llama-3.1-8b is dense", "size"),
+    ("sizing-split-tp-3", "split", {"sizing": {"disaggregation": {"prefill": [
+        {"tensor_parallel_size": 3}]}}},
+     "sizing.disaggregation.prefill.0.tensor_parallel_size",
+     "must divide num_attention_heads 32", "size"),
+    ("sizing-split-without-a-split", "b", {"sizing": {"disaggregation": {"ratios": ["1P2D"]}}},
+     "sizing.disaggregation", "no variant has a disaggregation: section", "size"),
+    ("sizing-split-a-million-prefills", "split", {"sizing": {"disaggregation": {
+        "ratios": ["1000000P1D"]}}},
+     "sizing.disaggregation.ratios", "more than the 1,024 one run simulates", "size"),
     ("capsim-version-a-number", "b", {"capsim_version": 3}, "capsim_version",
      "expected a string"),
     ("engine-null", "b", {"engine": None}, "engine", "expected a mapping"),
@@ -639,6 +673,10 @@ def bad_files(tmp_path_factory, repo_root):
                "h4000": {"hidden_size": 4000},
                "mxfp4": {"quantization_config": {"quant_method": "mxfp4"}},
                "kvheads5": {"num_key_value_heads": 5},
+               "kvheads0": {"num_key_value_heads": 0},
+               "window-1": {"model_type": "mistral", "sliding_window": -1},
+               "mla0": {"model_type": "deepseek_v3", "kv_lora_rank": 0, "q_lora_rank": 1536,
+                        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128},
                "topk8of4": {"model_type": "mixtral", "num_local_experts": 4,
                             "num_experts_per_tok": 8}}
     for name, edit in configs.items():

@@ -178,6 +178,15 @@ SHIPPED_BAD = [
     ('hetero_fleet.yaml', 'cluster.router', 'round_robbin',
      "cluster.router: Input should be 'round_robin', 'least_outstanding_tokens', 'cost', "
      "'prefix_aware', 'kv_scorer' or 'session_affinity' (got 'round_robbin')"),
+    # A cache-aware router over pools named cluster, not the router the docs point at.
+    ('hetero_fleet.yaml', 'cluster.router', 'prefix_aware',
+     'cluster.router: router prefix_aware picks a replica within one pool; with cluster.pools '
+     'give round_robin, least_outstanding_tokens or cost'),
+    # kv_scorer's weights all 0: every replica scored 0, replica 0 took every request.
+    ('multi_turn_fleet.yaml', 'variants.4.cluster.router_options',
+     '{scorer_weights: {queue: 0, kv_cache_utilization: 0, prefix_cache: 0}}',
+     'variants.4.cluster.router_options.scorer_weights: every weight is 0, so every replica '
+     'would score 0 and the first would take every request; give at least one weight > 0'),
     ('hetero_fleet.yaml', 'variants.1.cluster.route', '{class: rag, pool: h200}',
      'variants.1.cluster.route: expected a list, e.g. [{class: rag, pool: h200}, ...] '
      "(got a mapping {'class': 'rag', 'pool': 'h200'})"),

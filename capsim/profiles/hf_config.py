@@ -35,7 +35,8 @@ Any family: a ``quantization_config`` whose ``quant_method`` capsim has a format
 every group but those its ``modules_to_not_convert`` (``ignore``, ``ignored_layers``,
 ``exclude_modules``) names — gpt-oss: ``model.layers.*.self_attn`` stays bf16, the experts
 are MXFP4. Another ``quant_method`` (compressed-tensors, bitsandbytes, …) is not read:
-``engine.quantization`` says what the weights are.
+``engine.quantization`` says what the weights are, and loading says so with a warning on
+the ``capsim`` logger naming the file and the field.
 
 Public API:
     shape_fields(config, file=None) -> dict
@@ -45,11 +46,15 @@ Public API:
 
 from __future__ import annotations
 
+import logging
+
 from fnmatch import fnmatchcase
 from typing import Any
 
 from capsim.common.errors import ScenarioError
 from capsim.profiles.quantization import load_quant_format
+
+log = logging.getLogger(__name__)
 
 #: Dense families read as they always were (Llama-like shapes).
 DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -154,6 +159,7 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
         data["model_type"] = model_type
         _READERS[model_type](config, data, file)
     formats = checkpoint_formats(config.get("quantization_config"), moe=_is_moe(config))
+    _warn_unread_method(config.get("quantization_config"), file)
     groups = _method_groups(config)
     if groups and not _is_moe(config) and not {"attention", "mlp"} & set(groups):
         raise ScenarioError(_dense_quant_text(config), file=file,
@@ -165,6 +171,17 @@ def shape_fields(config: dict[str, Any], file: str | None = None) -> dict[str, A
     if formats:
         data["weight_formats"] = formats
     return data
+
+
+def _warn_unread_method(quant: Any, file: str | None) -> None:
+    """A ``quant_method`` capsim has no format for is priced as ``engine.quantization``
+    says (16-bit when unset): say so rather than price a 4-bit checkpoint as bf16 in
+    silence."""
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method is not None and str(method).lower() not in QUANT_METHODS:
+        log.warning("%s: quantization_config.quant_method %r is not read (capsim reads %s): "
+                    "the weights are priced as engine.quantization says, 16-bit when unset",
+                    file or "config.json", method, ", ".join(QUANT_METHODS))
 
 
 def unknown_model_type(model_type: Any) -> str | None:

@@ -175,3 +175,25 @@ def test_moe_activation_peak_follows_the_fused_moe_caches():
     d = load_model("llama-3.1-8b")
     assert activation_peak_bytes(d, 1, rule, 1, t, 132, with_sampler=False) - const == \
         pytest.approx(t * (6 * 14336 + 6 * 4096), abs=1)
+
+
+@pytest.mark.parametrize("method", ["bitsandbytes", "compressed-tensors"])
+def test_a_quant_method_capsim_does_not_read_is_said(method, caplog):
+    """A 4-bit bitsandbytes checkpoint priced as bf16 without a word was a silent accept
+    (issue 31's bad-input sweep): the shape loads, 16-bit, and a warning names the file,
+    the field and the methods capsim reads."""
+    from capsim.profiles.hf_config import shape_fields
+    config = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "vocab_size": 128256, "quantization_config": {"quant_method": method}}
+    with caplog.at_level("WARNING", logger="capsim"):
+        data = shape_fields(config, file="m/config.json")
+    assert "weight_formats" not in data
+    assert [r.getMessage() for r in caplog.records] == [
+        f"m/config.json: quantization_config.quant_method '{method}' is not read (capsim "
+        "reads mxfp4, fp8, awq, gptq): the weights are priced as engine.quantization says, "
+        "16-bit when unset"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="capsim"):
+        shape_fields({**config, "quantization_config": {"quant_method": "awq"}}, file="x")
+    assert caplog.records == []

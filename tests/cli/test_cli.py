@@ -72,7 +72,7 @@ BAD = [
     ("variants.1.engine", {"scheduler": "static", "speculative": {
         "method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}},
      "variants.1.engine.speculative: speculative decoding is modelled on vLLM V1's continuous "
-     "batching over paged KV; this engine runs scheduler static"),
+     "batching and SGLang's scheduler over paged KV; this engine runs scheduler static"),
     ("seed", True, "seed: expected an integer (got true)"),
     # More replicas than one run holds in memory (a fresh user's 100,000 ran out of it).
     ("cluster", {"num_replicas": 100_000}, "cluster.num_replicas: must be <= "
@@ -138,8 +138,8 @@ BAD = [
     ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
-     "work is serial with the GPU step; valid with: sglang, trtllm, trtllm-bench, vllm-0.21, "
-     "vllm-v1)"),
+     "work is serial with the GPU step; valid with: sglang, sglang-0.5, trtllm, trtllm-bench, "
+     "vllm-0.21, vllm-v1)"),
     ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
                                                           "num_speculative_tokens": 3,
                                                           "acceptance_rate": 0.6}},

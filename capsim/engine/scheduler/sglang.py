@@ -128,6 +128,8 @@ class SglangScheduler(ContinuousScheduler):
     def schedule(self, now: float = 0.0) -> Step | None:
         self._preempted_now = False
         self._now = now
+        if self._kv_ready:                  # decode role: transferred KV joins the batch
+            self._join_transferred()
         if self._chunked is not None and self._chunked.state != RUNNING:
             self._chunked = None
         if self._chunked is not None or not self.decoders.size:

@@ -638,12 +638,6 @@ PEAK_DURING_RUN = ("a peak seen while the benchmark ran (free-form, per GPU), no
                    "term")
 ELEMENTWISE = ("capsim prices a layer's elementwise kernels as one group (2 norms, RoPE, "
                "SiLU-mul, adds); the case omits post_attention_layernorm, so no group sum")
-#: capsim's refusal of the EAGLE run of the SGLang cookbook's DeepSeek-V3 case (capsim validate).
-EAGLE_UNDER_SGLANG = ("could not be written: capsim refuses it, \"engine.speculative: "
-                      "speculative decoding is modelled on vLLM V1's continuous batching over "
-                      "paged KV; this engine runs scheduler sglang with kv_allocator paged; "
-                      "remove engine.speculative or change that\" (EAGLE under SGLang, --dp 8 "
-                      "--enable-dp-attention; no acceptance rate published either)")
 NO_MAVERICK = "no capsim model of Llama-4-Maverick (128 experts, MoE every other layer)"
 #: The 2026 kind's cases (supplementary_cases.yaml, issue 30 item 6), one scored-points entry
 #: each: case id -> runs of the case capsim cannot express and why.
@@ -657,17 +651,13 @@ CASES_2026: dict[str, tuple[tuple[str, str], ...]] = {
     "load_sglang0561_8xb200_dsr1_fp8_tp8_random_chat_reasoning_summarization": (),
     "load_sglang056_8xb200_qwen3_235b_bf16_tp8_random_chat_reasoning_summarization": (),
     "load_sglang056_8xb200_gptoss120b_tp8_sharegpt_c1_c100": (),
-    "load_sglang057_8xmi300x_dsv3_dpattn_sharegpt_eagle_c1_ep8_c100": (
-        ("eagle_dpattn_sharegpt_c1", EAGLE_UNDER_SGLANG),),
+    "load_sglang057_8xmi300x_dsv3_dpattn_sharegpt_eagle_c1_ep8_c100": (),
     "load_sglang057_8xmi300x_dsv31_tp8_random_chat_reasoning_summarization": (),
     "load_sglang059_8xmi300x_llama4_scout_tp8_random1k1k": (
         ("maverick_in1000_out1000_c1, maverick_in1000_out1000_c16, "
          "maverick_in1000_out1000_c100", NO_MAVERICK),),
     "load_vllm_pr23696_8xb200_gptoss120b_tp8_sharegpt_rate_inf": (),
-    "load_vllm0110_sglang053_trtllm100_8xh200_dsr1_sharegpt_rate_inf_engines": (
-        ("sglang_tp8_dp_attention_mtp", EAGLE_UNDER_SGLANG.replace(
-            "EAGLE under SGLang, --dp 8 --enable-dp-attention",
-            "MTP as SGLang's EAGLE, 1 step, 2 draft tokens, with DP attention")),),
+    "load_vllm0110_sglang053_trtllm100_8xh200_dsr1_sharegpt_rate_inf_engines": (),
 }
 
 #: Case id → scenario file and predictor (the per-case glue).

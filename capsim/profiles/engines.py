@@ -39,6 +39,7 @@ from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_na
                                    read_yaml_mapping, scenario_error_from_validation)
 from capsim.profiles.hardware import EngineFamily
 from capsim.profiles.policies import POLICY_NAMES
+from capsim.profiles.static_fraction import StaticFraction
 
 _FOLDER = "engines"
 
@@ -137,6 +138,10 @@ class MemoryRule(StrictModel):
     #: At TP >= 2 it charges every all-reduce of one forward to the budget
     #: (:func:`capsim.kv.memory.held_all_reduce_bytes`).
     held_all_reduce_outputs: Bool = False
+    #: sglang: the default memory fraction is SGLang 0.5's reserve heuristic
+    #: (:class:`~capsim.profiles.static_fraction.StaticFraction`) wherever the scenario
+    #: leaves ``mem_fraction_static`` unset; None: the preset's ``defaults`` give it.
+    static_fraction: StaticFraction | None = None
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":
@@ -162,14 +167,25 @@ def at_tp(by_tp: dict[int, float], tp: int) -> float:
 
 
 class Condition(StrictModel):
-    """When a conditional default applies (every given field must hold)."""
+    """When a conditional default applies (every given field must hold): the GPU's memory
+    at least ``min_memory_total_gib`` and below ``below_memory_total_gib``, a profile name
+    without ``hardware_not_matching``, the knob ``enable_chunked_prefill`` as given, and
+    ``speculative`` (true: ``engine.speculative`` is set; false: it is not)."""
 
     min_memory_total_gib: float | None = None
+    below_memory_total_gib: float | None = None
     hardware_not_matching: str | None = None      # substring of the profile name
     enable_chunked_prefill: Bool | None = None
+    speculative: Bool | None = None
 
     def holds(self, hardware_name: str, memory_total_gib: float, knobs: dict[str, Any]) -> bool:
         if self.min_memory_total_gib is not None and memory_total_gib < self.min_memory_total_gib:
+            return False
+        if (self.below_memory_total_gib is not None
+                and memory_total_gib >= self.below_memory_total_gib):
+            return False
+        if self.speculative is not None and (knobs.get("speculative") is not None
+                                             ) != self.speculative:
             return False
         if self.hardware_not_matching is not None and self.hardware_not_matching in hardware_name:
             return False
@@ -266,7 +282,9 @@ class HostOverhead(StrictModel):
     during step k joins step k + 2 at the earliest (:class:`capsim.engine.replica.Replica`);
     an idle engine schedules an arrival at once. ``async_scheduling_knob``: the scenario's
     ``engine.async_scheduling`` (vLLM V1's ``--[no-]async-scheduling``) switches ``overlap``
-    (:meth:`resolved`); without it ``overlap`` is fixed.
+    (:meth:`resolved`); without it ``overlap`` is fixed. ``serial_with_speculation``: the
+    engine turns its overlap off for speculative decoding (SGLang 0.5's
+    ``_handle_speculative_decoding``), unless ``engine.async_scheduling`` says otherwise.
     """
 
     per_step_s: float = Field(0.0, ge=0)
@@ -280,6 +298,10 @@ class HostOverhead(StrictModel):
     per_extra_tp_worker_s: float = Field(0.0, ge=0)
     async_scheduling_knob: Bool = False
     async_output_proc: Bool = False
+    #: The overlap is off while a drafter runs unless the scenario sets
+    #: ``engine.async_scheduling`` (SGLang 0.5 without SGLANG_ENABLE_SPEC_V2:
+    #: :attr:`capsim.scenario.run_config.Pool.host_overhead`).
+    serial_with_speculation: Bool = False
 
     def for_tensor_parallel(self, tensor_parallel_size: int) -> "HostOverhead":
         """These terms for ``tensor_parallel_size`` workers: ``per_extra_tp_worker_s × (TP −

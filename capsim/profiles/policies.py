@@ -81,7 +81,9 @@ _ROWS = (
         failures=True),
     PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",), chunking=True,
                        no_swap=_RESERVES),
-    PolicyCapabilities("sglang", "sglang", knobs=("schedule_conservativeness",), chunking=True),
+    # module sglang_spec: its build makes SGLang's scheduler, with or without speculation
+    PolicyCapabilities("sglang", "sglang_spec", knobs=("schedule_conservativeness",),
+                       chunking=True, speculative=True, roles=ALL_ROLES),
     PolicyCapabilities(
         "tgi", "tgi", knobs=("max_waiting_tokens", "waiting_served_ratio"), no_swap=_RESERVES,
         no_prefix_cache="TGI 2.1 has no prefix caching (it came with TGI 2.3's radix "

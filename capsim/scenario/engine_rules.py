@@ -62,6 +62,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
         engine = merged(EngineConfig, EngineConfig(),
                         {**scheduler_knobs, **defaults, **tuned, **user}, path, where,
                         "engine", user_keys=set(override))
+    engine = _default_static_fraction(engine, preset, hw, set(user))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path)
     _check_marlin_platform(engine, model, hw, path, where, override)
@@ -71,6 +72,22 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     engine = _resolved(engine, model, set(knobs), user, override, path, where)
     _check_tgi_prefill_budget(engine, user, override, path, where)
     return engine, preset
+
+
+def _default_static_fraction(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
+                             user: set[str]) -> EngineConfig:
+    """SGLang 0.5's default ``mem_fraction_static`` (the preset's ``memory.static_fraction``)
+    where the scenario leaves it unset: from the GPU's memory, the prefill chunk
+    (``max_num_batched_tokens``), TP, PP, the DP attention ranks and the drafter."""
+    rule = preset.memory.static_fraction
+    if rule is None or "mem_fraction_static" in user:
+        return engine
+    tp = engine.tensor_parallel_size
+    ranks = (engine.data_parallel_size or tp) if engine.enable_dp_attention else 0
+    drafter = engine.speculative.method if engine.speculative is not None else None
+    fraction = rule.fraction(hw.memory_total_bytes / 2**20, engine.max_num_batched_tokens, tp,
+                             engine.pipeline_parallel_size, ranks, drafter)
+    return engine.model_copy(update={"mem_fraction_static": fraction})
 
 
 def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,

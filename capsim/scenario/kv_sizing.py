@@ -80,7 +80,8 @@ def replica_kv_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineCo
 
     With speculative decoding (``spec``) the drafter's weights load with the model's
     ("Model loading took" includes them) and its KV layers share the paged pool, so a
-    block holds the target's and the drafter's KV of its tokens.
+    block holds the target's and the drafter's KV of its tokens; under SGLang's memory rule
+    the drafter lives in the memory left beside the target's pool instead.
 
     Raises:
         ScenarioError: the weights or one KV block do not fit; a vLLM engine's cache
@@ -129,7 +130,10 @@ def _stage_capacity(model: ModelShape, hw: HardwareProfile, engine: EngineConfig
                              redundant_experts=engine.num_redundant_experts)
         terms = _with_overrides(terms, engine)
         per_token = kv_bytes_per_token(model, engine)
-        if spec is not None:
+        if spec is not None and rule.rule != "sglang":
+            # SGLang sizes the target's pool first; the drafter's weights and its pool of
+            # as many tokens come out of the memory left (model_runner_kv_cache_mixin.py
+            # init_memory_pool: draft_runner_cache_size, sglang 0.5.7 wheel)
             draft_w = spec.draft_weight_bytes_per_gpu
             terms = dataclasses.replace(terms, weight_bytes=terms.weight_bytes + draft_w,
                                         available_kv_bytes=terms.available_kv_bytes - draft_w)

@@ -106,10 +106,16 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, role: str, pool: P
     if role not in policy_capabilities(resolved.engine.scheduler).roles:
         key = "scheduler" if "scheduler" in engine or "preset" not in engine else "preset"
         raise ScenarioError(
-            f"a disaggregated pool runs vLLM's continuous batching (capsim hands a request "
-            f"from prefill to decode pool in that policy only); this pool runs scheduler "
-            f"{resolved.engine.scheduler} (engine preset '{resolved.preset.name}'); valid: "
-            "continuous with a vLLM preset", file=str(path), path=knob_at(key))
+            f"a disaggregated pool runs vLLM's continuous batching or SGLang's scheduler "
+            f"(capsim hands a request from prefill to decode pool in those policies only); "
+            f"this pool runs scheduler {resolved.engine.scheduler} (engine preset "
+            f"'{resolved.preset.name}'); valid: continuous with a vLLM preset, sglang with "
+            "an SGLang preset", file=str(path), path=knob_at(key))
+    if role == "decode" and resolved.engine.scheduler == "sglang":
+        # SGLang's decode server runs without the radix cache (server_args.py
+        # _handle_pd_disaggregation: disable_radix_cache True, sglang 0.5.7 wheel)
+        engine = resolved.engine.model_copy(update={"enable_prefix_caching": False})
+        return run, replace(resolved, role=role, engine=engine)
     return run, replace(resolved, role=role)
 
 

@@ -52,11 +52,13 @@ class Pool:
         """The preset's host terms with ``engine.async_scheduling`` applied. Left unset, a
         vLLM V1 preset schedules asynchronously unless a draft-model or n-gram drafter runs
         (vllm/config/vllm.py ``VllmConfig`` at v0.19.0: ``async_scheduling`` None is set
-        True unless the speculative method is not EAGLE / MTP)."""
-        knob = self.engine.async_scheduling
-        if knob is None and self.spec is not None and self.spec.method in SERIAL_DRAFTERS:
+        True unless the speculative method is not EAGLE / MTP); a preset with
+        ``serial_with_speculation`` (SGLang 0.5) runs every drafter serially."""
+        knob, host = self.engine.async_scheduling, self.preset.host_overhead
+        if knob is None and self.spec is not None and (
+                self.spec.method in SERIAL_DRAFTERS or host.serial_with_speculation):
             knob = False
-        return self.preset.host_overhead.resolved(knob)
+        return host.resolved(knob)
 
     @property
     def output_delay_s(self) -> float:

@@ -1,7 +1,7 @@
 """``engine.speculative`` resolved for one co-located pool, with the rules of what it is
-modelled with (vLLM V1's continuous batching over paged KV; no pipeline parallelism,
-multi-step scheduling or replica failures) and the k + 1 tokens a verifying sequence
-takes from the step's budget.
+modelled with (vLLM V1's continuous batching or SGLang's scheduler over paged KV; no
+pipeline parallelism, multi-step scheduling or replica failures) and the k + 1 tokens a
+verifying sequence takes from the step's budget.
 
 Public API:
     speculative_decoding(spec, v, engine, cluster, model, path, where) -> SpecDecoding | None
@@ -24,8 +24,9 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
                          cluster: ClusterConfig, model: ModelShape, path: Path,
                          where: str) -> SpecDecoding | None:
     """``engine.speculative`` resolved, or None. Modelled on vLLM V1's continuous batching
-    over paged KV in a co-located replica: other policies and layouts, pipeline
-    parallelism, a disaggregated pool and replica failures are refused (one line)."""
+    and SGLang's scheduler over paged KV in a co-located replica: other policies and
+    layouts, pipeline parallelism, a disaggregated pool and replica failures are refused
+    (one line)."""
     cfg = engine.speculative
     if cfg is None:
         return None
@@ -33,8 +34,12 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
         else "engine.speculative"
     refusals = (
         (not policy_capabilities(engine.scheduler).speculative or engine.kv_allocator != "paged",
-         f"is modelled on vLLM V1's continuous batching over paged KV; this engine runs "
-         f"scheduler {engine.scheduler} with kv_allocator {engine.kv_allocator}"),
+         f"is modelled on vLLM V1's continuous batching and SGLang's scheduler over paged "
+         f"KV; this engine runs scheduler {engine.scheduler} with kv_allocator "
+         f"{engine.kv_allocator}"),
+        (cfg.speculative_num_steps is not None and engine.scheduler != "sglang",
+         f"is given by SGLang's knobs (speculative_num_steps ...) on an engine that runs "
+         f"scheduler {engine.scheduler}; its name for the drafts is num_speculative_tokens"),
         (engine.num_scheduler_steps > 1, "does not combine with num_scheduler_steps > 1"),
         (engine.pipeline_parallel_size > 1, "is not modelled with pipeline_parallel_size > 1"),
         (cluster.failures is not None,

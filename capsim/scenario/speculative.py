@@ -12,6 +12,12 @@ engine:
     acceptance_rate_by_class: {code: 0.8}   # workload class name → α
 ```
 
+Under an SGLang preset the drafts may be given by SGLang's names instead of
+``num_speculative_tokens``: ``speculative_num_steps`` (k), ``speculative_eagle_topk`` (1:
+capsim models a chain of drafts, not a tree) and ``speculative_num_draft_tokens`` (set to
+k + 1 with topk 1, as SGLang's ``_handle_speculative_decoding`` does); ``method`` keeps
+vLLM's names (SGLang's EAGLE on DeepSeek's NextN layer is ``mtp``, EAGLE3 ``eagle3``).
+
 α belongs to the drafter and the content together (a draft model accepts less than
 EAGLE on the same text; code accepts more than chat), so it lives here, per class,
 and a variant with another drafter gives its own. See
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar, Literal
+
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -39,10 +47,34 @@ class SpeculativeConfig(StrictModel):
 
     method: Literal[METHODS]  # type: ignore[valid-type]
     num_speculative_tokens: Int = Field(gt=0)
+    # SGLang's --speculative-num-steps / --speculative-eagle-topk /
+    # --speculative-num-draft-tokens (module docstring)
+    speculative_num_steps: Int | None = Field(default=None, gt=0)
+    speculative_eagle_topk: Int | None = Field(default=None, gt=0)
+    speculative_num_draft_tokens: Int | None = Field(default=None, gt=0)
     model: str | None = Field(default=None, min_length=1)
     acceptance_rate: float = Field(ge=0, lt=1)
     acceptance_rate_by_class: dict[str, Float] = Field(default_factory=dict,
                                                        examples=["{code: 0.8}"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sglang_names(cls, data: Any) -> Any:
+        """SGLang's knobs: k = speculative_num_steps, with topk 1."""
+        if not isinstance(data, dict) or not any(k in data for k in SGLANG_KNOBS):
+            return data
+        steps = data.get("speculative_num_steps")
+        if steps is None:
+            raise ValueError("speculative_num_steps is needed with SGLang's speculative knobs "
+                             "(the drafts per step, k)")
+        if data.get("num_speculative_tokens", steps) != steps:
+            raise ValueError("give num_speculative_tokens (vLLM's name) or "
+                             "speculative_num_steps (SGLang's), not both")
+        topk = data.get("speculative_eagle_topk", 1)
+        if topk != 1:
+            raise ValueError(f"speculative_eagle_topk {topk}: capsim models a chain of drafts "
+                             "(SGLang's topk 1), not a tree of candidates; valid: 1")
+        return {**data, "num_speculative_tokens": steps}
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
@@ -59,6 +91,10 @@ class SpeculativeConfig(StrictModel):
                                  f"got {alpha}")
         return self
 
+
+#: SGLang's names for the drafts (:class:`SpeculativeConfig`).
+SGLANG_KNOBS = ("speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens")
 
 #: Drafters vLLM does not schedule asynchronously: ``async_scheduling`` left unset turns
 #: off for them, set on is refused (vllm/config/vllm.py ``VllmConfig`` at v0.19.0: only

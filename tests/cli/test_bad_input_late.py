@@ -290,8 +290,11 @@ SCENARIO_BAD = [
      "engine.speculative", "not modelled with pipeline_parallel_size > 1"),
     ("spec-under-static", "spec", {"engine.scheduler": "static"},
      "engine.speculative", "this engine runs scheduler static"),
-    ("spec-under-sglang", "spec", {"engine.preset": "sglang", "engine.scheduler": "sglang"},
-     "engine.speculative", "this engine runs scheduler sglang"),
+    ("spec-sglang-topk-4", "spec", {"engine.preset": "sglang-0.5",
+                                    "engine.scheduler": "sglang", "engine.speculative": {
+                                        "method": "eagle", "speculative_num_steps": 3,
+                                        "speculative_eagle_topk": 4, "acceptance_rate": 0.7}},
+     "engine.speculative.speculative_eagle_topk", "not a tree of candidates; valid: 1"),
     ("spec-draft-async", "spec", {"engine.speculative": SPEC_DRAFT,
                                   "engine.async_scheduling": True},
      "engine.async_scheduling", "not draft_model"),

@@ -14,11 +14,12 @@ BAD = [
     ({"decode": {"num_replicas": 0}}, "variants.0.disaggregation.decode.num_replicas: "),
     ({"decode": {"num_replicas": 1, "engine": {"scheduler": "static"}}},
      "variants.0.disaggregation.decode.engine.scheduler: a disaggregated pool runs vLLM's "
-     "continuous batching"),
-    ({"prefill": {"num_replicas": 1, "engine": {"preset": "sglang"}}},
+     "continuous batching or SGLang's scheduler"),
+    ({"prefill": {"num_replicas": 1, "engine": {"preset": "trtllm"}}},
      "variants.0.disaggregation.prefill.engine.preset: a disaggregated pool runs vLLM's "
-     "continuous batching (capsim hands a request from prefill to decode pool in that policy "
-     "only); this pool runs scheduler sglang (engine preset 'sglang')"),
+     "continuous batching or SGLang's scheduler (capsim hands a request from prefill to "
+     "decode pool in those policies only); this pool runs scheduler trtllm (engine preset "
+     "'trtllm')"),
     ({"link": {"bandwidth_gbit_per_s": 0}}, "variants.0.disaggregation.link: "),
 ]
 

@@ -166,10 +166,20 @@ def test_tp2_is_one_shot_up_to_the_size_limit():
     assert _comm(custom, 1024) == pytest.approx(_comm(ring, 1024), rel=1e-12)
 
 
-@pytest.mark.parametrize("preset", ["sglang", "trtllm", "tgi"])
+@pytest.mark.parametrize("preset", ["sglang-0.3", "trtllm", "tgi"])
 def test_other_presets_keep_the_ring(preset):
     _, _, custom, ring = _pricers("llama-3.1-70b", "h100-sxm", 4, preset)
     assert _comm(custom, 8) == _comm(ring, 8)
+
+
+@pytest.mark.parametrize("preset", ["sglang", "sglang-0.5"])
+def test_sglang_runs_the_same_kernels_as_vllm(preset):
+    """SGLang's custom all-reduce (custom_all_reduce.py at 263bc85d, sgl-kernel
+    custom_all_reduce.cuh at 0bb5d5e9) has vLLM's limits: the same price at every size."""
+    *_, sgl, _ = _pricers("llama-3.1-70b", "h100-sxm", 4, preset)
+    *_, vllm, _ = _pricers("llama-3.1-70b", "h100-sxm", 4)
+    for tokens in (8, 64, 1024):
+        assert _comm(sgl, tokens) == _comm(vllm, tokens)
 
 
 def test_gpu_without_kernel_costs_or_nvlink_keeps_the_ring():

@@ -64,9 +64,7 @@ from __future__ import annotations
 
 from capsim.engine.macro.plan import RunBlocks
 from capsim.engine.request import RUNNING
-from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.continuous import ContinuousScheduler
-from capsim.engine.scheduler.own_policy import knob, own_policy_kwargs
 from capsim.engine.step import Step
 from capsim.profiles.policies import policy_capabilities
 
@@ -130,6 +128,8 @@ class SglangScheduler(ContinuousScheduler):
     def schedule(self, now: float = 0.0) -> Step | None:
         self._preempted_now = False
         self._now = now
+        if self._kv_ready:                  # decode role: transferred KV joins the batch
+            self._join_transferred()
         if self._chunked is not None and self._chunked.state != RUNNING:
             self._chunked = None
         if self._chunked is not None or not self.decoders.size:
@@ -230,13 +230,17 @@ class SglangScheduler(ContinuousScheduler):
         if bucket:
             self.kv.append_blocks(list(bucket.values()), self.decoders.shareable)
 
-    def _retract(self) -> None:
+    def _retract(self, fits=None) -> None:
         """``retract_decode``: retract in SGLang's order (at least one, keeping at least one)
-        until the step's blocks fit. The ratio is then re-estimated over the requests left."""
+        until the step's blocks fit (``fits()``; default: one block per decoder crossing a
+        block boundary). The ratio is then re-estimated over the requests left."""
+        if fits is None:
+            def fits() -> bool:
+                return self.kv.can_allocate(len(self.decoders.crossing())
+                                            + len(self._cow_pending))
         keep = self._retraction_order()
         first = True
-        while first or not self.kv.can_allocate(len(self.decoders.crossing())
-                                                    + len(self._cow_pending)):
+        while first or not fits():
             if len(keep) == 1:
                 break
             first = False
@@ -348,10 +352,3 @@ class _PrefillAdder:
             n = self.rem_chunk // page * page
             return (n, 0) if n > 0 else None
         return todo, max_new
-
-
-def build(args: PolicyArgs) -> SglangScheduler:
-    """SGLang's policy from the engine config; its constants from the preset's knobs."""
-    common = own_policy_kwargs(args, SglangScheduler.engine_kwargs(args))
-    return SglangScheduler(schedule_conservativeness=knob(args, "schedule_conservativeness"),
-                           **{k: knob(args, k) for k in SGLANG_KNOBS}, **common)

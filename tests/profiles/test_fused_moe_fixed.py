@@ -103,14 +103,14 @@ def test_h100_profile_is_the_fit():
 
 def test_b200_profile_is_the_fit_at_the_h100_cap():
     """Three default-config points of one shape cannot fix both terms: m is the H100's,
-    F fitted (30.5 µs)."""
+    F fitted (27.5 µs with the B200's measured gemm curve; tests/profiles/test_measured_gemm.py)."""
     m = load_hardware("h100-sxm").efficiency.fused_moe.memory
     pts = _points([("qwen3-30b-a3b", "b200", 1, "bf16", QWEN3_30B_BF16_TP1_B200_US)])
     f, _ = _fit(pts, m_grid=[m])
     moe = load_hardware("b200").efficiency.fused_moe
     assert moe.memory == m
     assert moe.launch_s * 1e6 == pytest.approx(f, abs=0.05)
-    assert f == pytest.approx(30.5, abs=0.1)
+    assert f == pytest.approx(27.5, abs=0.1)
 
 
 def test_held_out_qwen3_fp8_h100_larger_batches():
@@ -145,10 +145,11 @@ QWEN3_235B_FP8_TP8_H200_US = {1: 31.70, 2: 36.56, 4: 49.67, 8: 66.87, 16: 92.36}
 
 def test_held_out_h200_carries_the_h100_fit():
     """H200 (derived: H100's entries) against a measured H200 curve nothing was fitted
-    to: +7 / +4 / −9 / −14 / −20 % with fused_moe's terms alone (small experts again fall
-    short as the batch grows; with grouped_gemm_fp8: test_grouped_gemm_fp8.py)."""
+    to: +11 / +11 / +1 / −1 / −5 % with fused_moe's terms alone and the H200's measured gemm
+    curve (+7 / +4 / −9 / −14 / −20 % with the H100-derived one; with grouped_gemm_fp8:
+    test_grouped_gemm_fp8.py)."""
     assert load_hardware("h200-sxm").efficiency.fused_moe == \
         load_hardware("h100-sxm").efficiency.fused_moe
     errs = [_predict("h200-sxm", "qwen3-235b-a22b", 8, n, "fp8") / t - 1
             for n, t in QWEN3_235B_FP8_TP8_H200_US.items()]
-    assert errs == pytest.approx([0.07, 0.04, -0.09, -0.14, -0.20], abs=0.01)
+    assert errs == pytest.approx([0.11, 0.11, 0.01, -0.01, -0.05], abs=0.01)

@@ -92,3 +92,13 @@ def test_pipeline_stages_each_launch_their_own_layers():
     assert all(g < 240 * OP_S for g in gpu_parts)
     assert short.seconds - plain.seconds == pytest.approx(
         sum(240 * OP_S - g for g in gpu_parts), rel=1e-9)
+
+
+def test_sglang_05_prefills_eagerly_at_the_measured_cost():
+    """SGLang 0.5 runs prefill outside CUDA graphs by default (server_args.py
+    enable_piecewise_cuda_graph False, 0.5.7 wheel): the sglang-0.5 preset carries PR 12160's
+    82.64 ms over DeepSeek-V3's 546 operators."""
+    from capsim.profiles.engines import load_engine_preset
+    op_s = load_engine_preset("sglang-0.5").host_overhead.eager_prefill_op_s
+    assert op_s * 546 == pytest.approx(82.64e-3, rel=1e-4)
+    assert load_engine_preset("vllm-v1").host_overhead.eager_prefill_op_s == 0.0

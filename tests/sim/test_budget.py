@@ -47,9 +47,22 @@ def test_an_autoscaler_ticking_every_microsecond_is_refused_with_the_count(
                    _doc({"autoscaling": {**AUTOSCALED, "interval_s": 1e-6}}))
     # 303 arrivals, the last at 59.42 s (seed 0): 59.4 million ticks.
     assert err == ("cluster.autoscaling.interval_s: interval_s 1e-06 would tick the autoscaler "
-                   "at least 59,424,302 times over the run's 59.42 s, more than 10,000,000 "
-                   "(each reads every replica); valid here: interval_s >= 6e-06 (Kubernetes "
+                   "at least 59,424,302 times over the run's 59.42 s, more than 1,000,000 "
+                   "(each reads every replica); valid here: interval_s >= 6e-05 (Kubernetes "
                    "HPA's default is 15)\n")
+
+
+def test_a_microsecond_interval_on_a_five_second_run_is_refused(tmp_path, run_cli,
+                                                                write_scenario):
+    """Issue 31: interval_s 1e-6 on a 5-s run (5 million ticks, ~35 s of CPU at the 7.4 µs
+    a tick measured in capsim.sim.budget) was accepted under a limit of 10 million."""
+    doc = _doc({"autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
+               workload={**BASE["workload"], "duration_s": 5})
+    err = _refused(tmp_path, run_cli, write_scenario, doc)
+    assert err.startswith("cluster.autoscaling.interval_s: interval_s 1e-06 would tick the "
+                          "autoscaler at least 4,")
+    assert "more than 1,000,000 (each reads every replica); valid here: interval_s >= 5e-06" \
+        in err
 
 
 def test_failures_every_millisecond_are_refused_before_a_replica_is_made(
@@ -105,16 +118,16 @@ def test_a_swept_value_is_refused_at_its_sweep_key_by_validate_and_sweep(
 
 def test_the_estimates_sit_on_the_limits(tmp_path, write_scenario):
     """Just within a limit passes, just past it is refused (the quoted valid bounds)."""
-    path = write_scenario(tmp_path, _doc({"autoscaling": {**AUTOSCALED, "interval_s": 6e-6},
+    path = write_scenario(tmp_path, _doc({"autoscaling": {**AUTOSCALED, "interval_s": 6e-5},
                                           "failures": {"mtbf_s": 0.06, "mttr_s": 0.06}}))
     rc = load(path).runs[0]
     trace = TraceCache(path.parent, str(path)).get(rc.workload, rc.seed)
     check_run_work(rc, trace, lambda key: f"cluster.{key}")        # within every limit
     span = float(trace.arrival_s.max())
-    assert span / 6e-6 <= MAX_AUTOSCALER_TICKS < span / 5e-6
+    assert span / 6e-5 <= MAX_AUTOSCALER_TICKS < span / 5e-5
     assert 0.13 / 0.06 < math.log(MAX_EXPECTED_ATTEMPTS)
-    faster = replace(rc, autoscaling=rc.autoscaling.model_copy(update={"interval_s": 5e-6}))
-    with pytest.raises(ScenarioError, match="interval_s 5e-06 would tick"):
+    faster = replace(rc, autoscaling=rc.autoscaling.model_copy(update={"interval_s": 5e-5}))
+    with pytest.raises(ScenarioError, match="interval_s 5e-05 would tick"):
         check_run_work(faster, trace, lambda key: f"cluster.{key}")
 
 

@@ -66,14 +66,29 @@ def pytest_configure_node(node) -> None:
 #: a scenario or prices the fidelity cases before its first test).
 _SHARED_SCOPES = ("module", "package")
 
+#: The longest modules, started first: seconds of their tests among the 80 slowest of
+#: ``python -m pytest -p no:xdist --durations=80`` at commit 7eb1f54 (one process on the
+#: shared 2-CPU machine at load ~5.5, 80 min in all: only their order counts here).
+_LONG_MODULES_S = {
+    "tests/engine/test_macro_steps.py": 582.5, "tests/profiles/test_trust.py": 422.3,
+    "tests/report/test_report.py": 377.6, "tests/shipped_scenarios/test_scenarios.py": 291.4,
+    "tests/report/test_day_report.py": 268.2, "tests/metrics/test_day.py": 243.6,
+    "tests/cli/test_cli.py": 222.8, "tests/report/test_results_json.py": 218.9,
+    "tests/sim/test_fleet.py": 190.9, "tests/shipped_scenarios/test_disagg_scenarios.py": 166.4,
+    "tests/shipped_scenarios/test_day_in_the_life.py": 128.0,
+    "tests/shipped_scenarios/test_hetero_fleet.py": 123.2,
+    "tests/shipped_scenarios/test_moe_deepseek_v3.py": 99.2,
+}
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """On the workers of the default run (:func:`pytest_cmdline_main`): the modules with a
-    module- or package-scoped fixture first, then the rest, each by its number of tests,
-    most first (within a module the order is kept). loadscope hands the modules out in this
-    order, so the long ones start at the beginning and the short ones fill both workers up
-    at the end, instead of one worker finishing a long module alone."""
+    """On the workers of the default run (:func:`pytest_cmdline_main`): the longest modules
+    first (:data:`_LONG_MODULES_S`, longest first), then those with a module- or
+    package-scoped fixture, then the rest, each by its number of tests, most first (within
+    a module the order is kept). loadscope hands the modules out in this order, so the long
+    ones start at the beginning and the short ones fill both workers up at the end, instead
+    of one worker finishing a long module alone."""
     if not getattr(config, "workerinput", {}).get("capsim_long_first"):
         return
     count: dict[str, int] = {}
@@ -86,7 +101,7 @@ def pytest_collection_modifyitems(config, items) -> None:
                                     for defs in info.name2fixturedefs.values()):
             shared.add(module)
     first = {module: i for i, module in enumerate(sorted(
-        count, key=lambda m: (m not in shared, -count[m])))}
+        count, key=lambda m: (-_LONG_MODULES_S.get(m, 0.0), m not in shared, -count[m])))}
     items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
 
 

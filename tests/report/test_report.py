@@ -5,7 +5,6 @@ atomic writes, figure helpers and the terminal table. All inputs are small and h
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -551,24 +550,3 @@ def test_folded_names_break_after_separators_not_inside_words():
     assert max(len(line) for line in text.splitlines()) <= 80
     for word in ("configuration", "chunked-512", "chunked-2048", "h100-sxm", "a100-80gb"):
         assert word in text, word
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork: always drawn inline")
-def test_figures_drawn_in_child_processes_are_the_bytes_drawn_inline(tmp_path, monkeypatch,
-                                                                    results, rows):
-    """capsim.report.background draws the figures in forked processes beside the CSVs;
-    every file but the page's generation time is the same as drawn in this process."""
-    from capsim.report import background
-
-    monkeypatch.setattr(background, "_usable_cpus", lambda: 2)
-    monkeypatch.setattr(background.threading, "active_count", lambda: 1)
-    write(tmp_path / "forked", results, rows)
-    monkeypatch.setattr(background, "can_fork", lambda: False)
-    write(tmp_path / "inline", results, rows)
-    names = sorted(p.name for p in (tmp_path / "inline").iterdir())
-    assert names == sorted(p.name for p in (tmp_path / "forked").iterdir())
-    assert sum(n.endswith(".png") for n in names) == 6      # 4 charts, 2 timelines
-    for name in names:
-        if name != "index.html":
-            assert (tmp_path / "forked" / name).read_bytes() == \
-                (tmp_path / "inline" / name).read_bytes(), name

@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.metrics.summary import request_frame, summary_frame
-from capsim.report.background import start as draw_beside
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
 from capsim.metrics.summary import PERCENTILES
@@ -115,32 +114,26 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     """Write every file of the report into the (empty) directory ``d``."""
     colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
     frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
+    summary_frame(rows).to_csv(d / "summary.csv", index=False)
+    requests = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
+    requests.to_csv(d / "requests.csv", index=False)
+    (d / "scenario.resolved.yaml").write_text(resolved_yaml, encoding="utf-8")
+    results_json.write(d / results_json.FILE, results_json.document(
+        scenario_name=scenario_name, version=version, results=results, rows=rows,
+        frames=frames, slo=slo, class_slos=class_slos,
+        percentiles=PERCENTILES if percentiles is None else percentiles, workloads=workloads))
+    files = [results_json.FILE, *step_trace.write_all(d, results)]
+
     all_rows = [r for r in rows if r.cls == "all"]
-    held = held_variants(results)
-    # The comparison charts and the timelines are drawn beside the files below (two
-    # forked processes where it is safe: capsim.report.background).
-    with draw_beside([
-        [lambda: figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png"),
-         lambda: figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held),
-         lambda: figures.plot_ttft_cdf(results, frames, colours, slo, class_slos,
-                                       d / "ttft_cdf.png")],
-        [lambda: _timelines(d, results, colours, slo),
-         lambda: figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")]]):
-        summary_frame(rows).to_csv(d / "summary.csv", index=False)
-        requests = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
-        requests.to_csv(d / "requests.csv", index=False)
-        (d / "scenario.resolved.yaml").write_text(resolved_yaml, encoding="utf-8")
-        results_json.write(d / results_json.FILE, results_json.document(
-            scenario_name=scenario_name, version=version, results=results, rows=rows,
-            frames=frames, slo=slo, class_slos=class_slos,
-            percentiles=PERCENTILES if percentiles is None else percentiles,
-            workloads=workloads))
-        files = [results_json.FILE, *step_trace.write_all(d, results)]
-        figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
-        split_table = _split_view(d, results, all_rows, colours, figs)
-        pool_table = _pool_view(d, results, slo, class_slos, colours)
-        day_table = _day_view(d, results, day_frames, colours, slo, figs)
-        timelines = _timeline_refs(results)
+    figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
+    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
+    figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
+    figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
+    figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
+    split_table = _split_view(d, results, all_rows, colours, figs)
+    pool_table = _pool_view(d, results, slo, class_slos, colours)
+    day_table = _day_view(d, results, day_frames, colours, slo, figs)
+    timelines = _timelines(d, results, colours, slo)
 
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
@@ -187,25 +180,15 @@ def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFr
     return day.table(results, frames_by_window, colours)
 
 
-def _timeline_names(results: list[RunResult]) -> dict[str, str]:
-    """Each variant's timeline file name."""
-    slugs = unique_slugs(r.variant for r in results)
-    return {r.variant: f"timeline_{slugs[r.variant]}.png" for r in results}
-
-
-def _timeline_refs(results: list[RunResult]) -> list[FigureRef]:
-    """The timeline figures of :func:`_timelines`, one per variant, for the page."""
-    names = _timeline_names(results)
-    return [FigureRef(names[r.variant], f"Timeline — {r.variant}", _TIMELINE_CAPTION)
-            for r in results]
-
-
 def _timelines(d: Path, results: list[RunResult], colours: dict[str, str],
-               slo: SloConfig) -> None:
+               slo: SloConfig) -> list[FigureRef]:
     """One timeline figure per variant, their step-time panels on one scale."""
-    names = _timeline_names(results)
+    slugs = unique_slugs(r.variant for r in results)
+    timelines = []
     step_ms_range = timeline.step_time_range_ms(results)
     for r in results:
-        timeline.plot_timeline(r, colours[r.variant], d / names[r.variant],
-                               step_ms_range=step_ms_range,
+        name = f"timeline_{slugs[r.variant]}.png"
+        timeline.plot_timeline(r, colours[r.variant], d / name, step_ms_range=step_ms_range,
                                stall_threshold_ms=slo.stall_threshold_ms)
+        timelines.append(FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION))
+    return timelines

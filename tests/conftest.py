@@ -33,22 +33,76 @@ _TERMINAL_ENV = ("COLUMNS", "LINES")
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config) -> None:
     """With pytest-xdist, ``python -m pytest`` runs one worker per CPU (``-n auto --dist
-    loadgroup``) unless ``-n`` is given; ``-p no:xdist`` runs in one process (in addopts
-    ``-n`` would be an unknown option there)."""
+    loadscope --no-loadscope-reorder``, modules in :func:`pytest_collection_modifyitems`'s
+    order) unless ``-n`` is given; ``-p no:xdist`` runs in one process (in addopts ``-n``
+    would be an unknown option there).
+
+    loadscope sends a module's tests to one worker, so a module-scoped fixture (a simulated
+    scenario, the fidelity benchmark's rows) is computed once, not once per worker that
+    runs one of its tests. (``--dist loadgroup`` with ``xdist_group`` marks would do it per
+    mark, but pytest-xdist 3.8 renames the test ids through ``item._nodeid``, which pytest 9
+    no longer reads: the marks group nothing.)"""
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
         return       # a worker: setting -n here would make every worker a controller
     if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses") is None:
         config.option.numprocesses = "auto"
         if config.getoption("dist") == "no":
-            config.option.dist = "loadgroup"
+            config.option.dist = "loadscope"
+            config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """pytest-xdist controller: hand each worker the terminal size variables of the run as
-    started (None when unset)."""
+    started (None when unset), and whether to put the long modules first (a worker reads
+    ``--dist`` from the command line only, not :func:`pytest_cmdline_main`'s default)."""
     for name in _TERMINAL_ENV:
         node.workerinput[f"capsim_env_{name}"] = os.environ.get(name)
+    node.workerinput["capsim_long_first"] = (node.config.getoption("dist") == "loadscope"
+                                             and not node.config.option.loadscopereorder)
+
+
+#: Fixture scopes computed once per module or package: such a module is long (it simulates
+#: a scenario or prices the fidelity cases before its first test).
+_SHARED_SCOPES = ("module", "package")
+
+#: The longest modules, started first: seconds of their tests among the 80 slowest of
+#: ``python -m pytest -p no:xdist --durations=80`` at commit 7eb1f54 (one process on the
+#: shared 2-CPU machine at load ~5.5, 80 min in all: only their order counts here).
+_LONG_MODULES_S = {
+    "tests/engine/test_macro_steps.py": 582.5, "tests/profiles/test_trust.py": 422.3,
+    "tests/report/test_report.py": 377.6, "tests/shipped_scenarios/test_scenarios.py": 291.4,
+    "tests/report/test_day_report.py": 268.2, "tests/metrics/test_day.py": 243.6,
+    "tests/cli/test_cli.py": 222.8, "tests/report/test_results_json.py": 218.9,
+    "tests/sim/test_fleet.py": 190.9, "tests/shipped_scenarios/test_disagg_scenarios.py": 166.4,
+    "tests/shipped_scenarios/test_day_in_the_life.py": 128.0,
+    "tests/shipped_scenarios/test_hetero_fleet.py": 123.2,
+    "tests/shipped_scenarios/test_moe_deepseek_v3.py": 99.2,
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """On the workers of the default run (:func:`pytest_cmdline_main`): the longest modules
+    first (:data:`_LONG_MODULES_S`, longest first), then those with a module- or
+    package-scoped fixture, then the rest, each by its number of tests, most first (within
+    a module the order is kept). loadscope hands the modules out in this order, so the long
+    ones start at the beginning and the short ones fill both workers up at the end, instead
+    of one worker finishing a long module alone."""
+    if not getattr(config, "workerinput", {}).get("capsim_long_first"):
+        return
+    count: dict[str, int] = {}
+    shared: set[str] = set()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        count[module] = count.get(module, 0) + 1
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(defs and defs[-1].scope in _SHARED_SCOPES
+                                    for defs in info.name2fixturedefs.values()):
+            shared.add(module)
+    first = {module: i for i, module in enumerate(sorted(
+        count, key=lambda m: (-_LONG_MODULES_S.get(m, 0.0), m not in shared, -count[m])))}
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
 
 
 def pytest_configure(config) -> None:

@@ -17,6 +17,11 @@ context 1, the pool's fastest, :func:`~capsim.studies.fleet.slo_floors_ms`'s ITL
   :data:`MAX_EXPECTED_ATTEMPTS`. Past it the run never ends (``mtbf_s`` 1 ms ran until
   the kernel killed a 12 GB worker).
 
+- **router rate limit**: its bucket gains ``rate_per_s × T`` tokens; under one
+  (``rate_per_s: 1e-300``) the limit passes its first ``burst`` and refuses every later
+  request whatever the rate: a run that measures nothing of it, refused with the least
+  rate that adds one.
+
 And the results it would hold: about :data:`RESULT_BYTES_PER_REQUEST` per request
 simulated (docs/speed.md: one run of 1,000,000 requests peaked at 840 MiB with its result,
 0.86 KiB a request, at about 270 µs of CPU each), every variant's for ``capsim run`` (it
@@ -24,7 +29,7 @@ keeps them all for the report), at most :data:`MAX_RESULT_BYTES`.
 
 Public API:
     check_work(loaded, traces)                   every variant of a loaded scenario
-    check_run_work(run, trace, at)               one run; ``at(key)`` names a fleet field
+    check_run_work(run, trace, at)               one run; ``at(key)`` names a cluster field
 """
 
 from __future__ import annotations
@@ -35,14 +40,16 @@ from typing import Callable
 import numpy as np
 
 from capsim.common.errors import ScenarioError
+from capsim.scenario.admission import RateLimitConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.run_config import RunConfig
 from capsim.workload import RequestTrace
 
-#: Most autoscaler ticks one run may take: each reads every serving replica's signal, about
-#: 14 µs of CPU with 2 replicas (measured 2026-12-06: 30 requests on 2 H100 replicas,
-#: interval_s 1e-5, ~7e5 ticks in ~10 CPU-s beyond start-up), so 1 million are ~15 CPU-s
-#: (10 million, the limit before, ran past a minute on a 6-s run); a day at 0.1 s is 864,000.
+#: Most autoscaler ticks one run may take: each reads every serving replica's signal,
+#: measured 7.4 µs of CPU a tick (two replicas, a 5-s run: interval_s 1e-5, 500,000 ticks,
+#: added 3.7 s to interval_s 15's 6.5 s), so a million are ~7 s of CPU, more than most whole
+#: runs, and still a week's run at 0.61 s (HPA's sync period defaults to 15 s). 10 million
+#: let interval_s 1e-6 on a 5-s run tick 5 million times (~35 s) without a word.
 MAX_AUTOSCALER_TICKS = 1_000_000
 
 #: Memory a simulated request takes until the report is written, bytes (docs/speed.md,
@@ -122,13 +129,18 @@ def check_run_work(run: RunConfig, trace: RequestTrace, at: Callable[[str], str]
             ``pools.1.failures``, ...).
 
     Raises:
-        ScenarioError: naming the field (``….interval_s``, ``….mtbf_s``) and the estimate.
+        ScenarioError: naming the field (``….interval_s``, ``….mtbf_s``,
+            ``router_rate_limit.rate_per_s``) and the estimate.
     """
     fleets = _fleets(run)
-    if not any(a is not None or f is not None for _, _, a, f in fleets) or not len(trace):
+    limit = run.router_rate_limit
+    if not len(trace) or limit is None and not any(
+            a is not None or f is not None for _, _, a, f in fleets):
         return
     longest_s = _longest_reply_s(run, trace)
     span_s = max(_last_arrival_s(trace), longest_s)
+    if limit is not None:
+        _check_rate_limit(limit, span_s, at("router_rate_limit"))
     for key, replicas, autoscaling, failures in fleets:
         prefix = f"{key}." if key else ""
         if autoscaling is not None:
@@ -175,6 +187,17 @@ def _check_ticks(cfg: AutoscalingConfig, span_s: float, at: str) -> None:
             f"reads every replica); valid here: interval_s >= "
             f"{_ceil_sig(span_s / MAX_AUTOSCALER_TICKS):g} (Kubernetes HPA's default is 15)",
             path=f"{at}.interval_s")
+
+
+def _check_rate_limit(cfg: RateLimitConfig, span_s: float, at: str) -> None:
+    if cfg.rate_per_s * span_s < 1:
+        raise ScenarioError(
+            f"rate_per_s {cfg.rate_per_s:g} would add {cfg.rate_per_s * span_s:.3g} token(s) "
+            f"to the bucket over the run's {span_s:,.4g} s, less than one request: the limit "
+            f"would pass the first burst ({cfg.burst}) and refuse every later request, its "
+            f"rate playing no part; valid here: rate_per_s >= "
+            f"{_ceil_sig(1 / span_s):g}, or a longer run",
+            path=f"{at}.rate_per_s")
 
 
 def _check_failures(cfg: FailuresConfig, replicas: int, span_s: float, longest_s: float,

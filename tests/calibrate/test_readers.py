@@ -175,6 +175,39 @@ def test_vllm_without_save_detailed_names_the_missing_lists(tmp_path):
             "vllm bench serve with --save-result --save-detailed") in message
 
 
+@pytest.mark.parametrize("rate", ["fast", "", "nan", 0, -2.5, True, [4]])
+def test_vllm_request_rate_other_than_a_positive_number_or_inf_is_refused(tmp_path, rate):
+    """vLLM's main_async (vllm/benchmarks/serve.py @ 009e6d4) saves a number or "inf";
+    anything else was read as "no rate" and changed how arrivals are derived."""
+    doc = json.loads((FIXTURES / "vllm_bench_serve.json").read_text())
+    doc["request_rate"] = rate
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(doc))
+    message = _error(path)
+    assert (f"vllm bench serve result: request_rate is {rate!r}: expected a number of "
+            'requests per second > 0 or "inf" (all at once)') in message
+
+
+@pytest.mark.parametrize("rate, expected", [("inf", math.inf), ("Infinity", math.inf),
+                                            ("4", 4.0), (2.5, 2.5), (None, None)])
+def test_vllm_request_rate_as_saved_is_read(tmp_path, rate, expected):
+    doc = json.loads((FIXTURES / "vllm_bench_serve.json").read_text())
+    doc["request_rate"] = rate
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(doc))
+    assert read_result(path).request_rate_per_s == expected
+
+
+def test_sglang_request_rate_word_is_refused_naming_the_run(tmp_path):
+    lines = (FIXTURES / "sglang_bench_serving.jsonl").read_text().splitlines()
+    line = json.loads(lines[1])
+    line["request_rate"] = "fast"
+    path = tmp_path / "sglang.jsonl"
+    path.write_text(lines[0] + "\n" + json.dumps(line) + "\n")
+    assert "sglang.bench_serving result (run 1 of 2" in _error(path, 1)
+    assert "request_rate is 'fast'" in _error(path, 1)
+
+
 def test_sglang_without_output_details_names_the_missing_lists(tmp_path):
     line = json.loads((FIXTURES / "sglang_bench_serving.jsonl").read_text().splitlines()[0])
     for k in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):

@@ -167,6 +167,20 @@ V1_ROW = ("load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep"
           "1k/1k c=4 tpot_ms")
 
 
+def _only_v1_row(case: dict) -> dict:
+    """The gpt-oss-120b TP 8 sweep reduced to the row asserted here (1k/1k at c = 4): the
+    benchmark simulates that one variant, the same as in the whole case, not its five
+    others (two thirds of this test's time); every other case unchanged."""
+    if case["id"] != V1_ROW[0]:
+        return case
+    m = case["measured"]
+    keep = [row for row in m["rows"]
+            if (lambda r: (r["isl_osl"], r["conc"]) == ("1k/1k", 4))(
+                dict(zip(m["table_columns"], row)))]
+    assert len(keep) == 1
+    return {**case, "measured": {**m, "rows": keep}}
+
+
 def test_a_host_cost_per_extra_worker_fits_v0_rows_and_would_break_v1_tp8(repo_root,
                                                                          monkeypatch):
     """0.735 ms × (TP − 1) of host per step, shipped on the V0 presets (vllm-0.6,
@@ -185,7 +199,8 @@ def test_a_host_cost_per_extra_worker_fits_v0_rows_and_would_break_v1_tp8(repo_r
     monkeypatch.setitem(sys.modules, spec.name, fidelity)
     spec.loader.exec_module(fidelity)
     monkeypatch.chdir(repo_root)
-    cases = [c for c in fidelity.read_cases() if c["id"] in {k[0] for k in PER_WORKER_EXPECTED}]
+    cases = [_only_v1_row(c) for c in fidelity.read_cases()
+             if c["id"] in {k[0] for k in PER_WORKER_EXPECTED}]
 
     def errors():
         rows, _ = fidelity.evaluate(cases)

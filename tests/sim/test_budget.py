@@ -52,6 +52,42 @@ def test_an_autoscaler_ticking_every_microsecond_is_refused_with_the_count(
                    "HPA's default is 15)\n")
 
 
+def test_a_microsecond_interval_on_a_five_second_run_is_refused(tmp_path, run_cli,
+                                                                write_scenario):
+    """Issue 31: interval_s 1e-6 on a 5-s run (5 million ticks, ~35 s of CPU at the 7.4 µs
+    a tick measured in capsim.sim.budget) was accepted under a limit of 10 million."""
+    doc = _doc({"autoscaling": {**AUTOSCALED, "interval_s": 1e-6}},
+               workload={**BASE["workload"], "duration_s": 5})
+    err = _refused(tmp_path, run_cli, write_scenario, doc)
+    assert err.startswith("cluster.autoscaling.interval_s: interval_s 1e-06 would tick the "
+                          "autoscaler at least 4,")
+    assert "more than 1,000,000 (each reads every replica); valid here: interval_s >= 5e-06" \
+        in err
+
+
+def test_a_rate_limit_that_would_never_refill_a_token_is_refused(tmp_path, run_cli,
+                                                                 write_scenario):
+    """Issue 31: router_rate_limit.rate_per_s 1e-300 was accepted; its bucket gains less
+    than one token over the run, so the rate plays no part."""
+    err = _refused(tmp_path, run_cli, write_scenario,
+                   _doc({"router_rate_limit": {"rate_per_s": 1e-300, "burst": 40}}))
+    assert err == ("cluster.router_rate_limit.rate_per_s: rate_per_s 1e-300 would add "
+                   "5.94e-299 token(s) to the bucket over the run's 59.42 s, less than one "
+                   "request: the limit would pass the first burst (40) and refuse every later "
+                   "request, its rate playing no part; valid here: rate_per_s >= 0.017, or a "
+                   "longer run\n")
+
+
+def test_a_rate_limit_is_checked_at_its_variant(tmp_path, run_cli, write_scenario):
+    """One token over the run (1 / 59.42 s) passes; under it is named at the variant."""
+    doc = {**_doc({}), "variants": [
+        {"name": "a", "cluster": {"router_rate_limit": {"rate_per_s": 0.0169, "burst": 4}}},
+        {"name": "b", "cluster": {"router_rate_limit": {"rate_per_s": 0.0168, "burst": 4}}}]}
+    err = _refused(tmp_path, run_cli, write_scenario, doc)
+    assert err.startswith("variants.1.cluster.router_rate_limit.rate_per_s: rate_per_s 0.0168 "
+                          "would add 0.998 token(s)")
+
+
 def test_failures_every_millisecond_are_refused_before_a_replica_is_made(
         tmp_path, run_cli, write_scenario):
     err = _refused(tmp_path, run_cli, write_scenario,

@@ -78,17 +78,33 @@ def is_vllm(doc: Any) -> bool:
         k in doc for k in VLLM_KEYS + PER_REQUEST)
 
 
-def _rate(value: Any) -> float | None:
-    """``request_rate`` as saved: a number, ``Infinity`` or the string ``"inf"``."""
+def _rate(doc: dict, fmt: ResultFormat, path: str, where: str) -> float | None:
+    """``request_rate`` as saved: a number > 0 of requests per second, or everything at
+    once as ``"inf"`` (vLLM's ``main_async`` writes the string for ``float("inf")``),
+    ``Infinity`` or ``"infinity"``; None when absent or null.
+
+    Raises:
+        ScenarioError: anything else (``"fast"``, ``0``, ``-2``, ``true``, a list), naming
+            the file, the run and the key: the arrivals of a run without send times are
+            derived from it, so a value read as "no rate" would change the replay silently.
+    """
+    value = doc.get("request_rate")
+    if value is None:
+        return None
+    rate = math.nan
     if isinstance(value, str):
         text = value.strip().lower()
-        if text in ("inf", "infinity"):
-            return math.inf
         try:
-            return float(text)
+            rate = math.inf if text in ("inf", "infinity") else float(text)
         except ValueError:
-            return None
-    return opt_float(value)
+            pass
+    else:
+        rate = as_float(value)
+    if not rate > 0:     # NaN, a word, 0, a negative, a boolean or a list
+        raise ScenarioError(f"{fmt.label} result{where}: request_rate is {value!r}: expected "
+                            f"a number of requests per second > 0 or \"inf\" (all at once), "
+                            f"as {fmt.label} saves it", file=path)
+    return rate
 
 
 def _describe(doc: Any) -> str:
@@ -183,7 +199,7 @@ def _read_vllm(doc: Any, path: str, run_label: str) -> MeasuredRun:
         send = t - np.nanmin(t) if np.isfinite(t).any() else None
     return MeasuredRun(
         path=path, format=VLLM.key, label=VLLM.label, source=VLLM.source, run_label=run_label,
-        send_s=send, e2e_s=e2e, **cols, request_rate_per_s=_rate(doc.get("request_rate")),
+        send_s=send, e2e_s=e2e, **cols, request_rate_per_s=_rate(doc, VLLM, path, where),
         max_concurrency=opt_int(doc.get("max_concurrency")),
         burstiness=opt_float(doc.get("burstiness")),
         model=doc.get("model_id") if isinstance(doc.get("model_id"), str) else None,
@@ -199,7 +215,7 @@ def _read_sglang(doc: Any, path: str, run_label: str) -> MeasuredRun:
     return MeasuredRun(
         path=path, format=SGLANG.key, label=SGLANG.label, source=SGLANG.source,
         run_label=run_label, send_s=None, e2e_s=_ttft_plus_itl({**cols, "n": n}), **cols,
-        request_rate_per_s=_rate(doc.get("request_rate")),
+        request_rate_per_s=_rate(doc, SGLANG, path, where),
         max_concurrency=opt_int(doc.get("max_concurrency")), burstiness=1.0,
         model=model if isinstance(model, str) else None, duration_s=opt_float(doc.get("duration")),
         notes=(*notes, "E2E = TTFT + Σ ITL: sglang.bench_serving saves no per-request latency"))

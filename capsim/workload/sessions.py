@@ -1,0 +1,111 @@
+"""Conversations read from a trace's session ids (the Mooncake format's ``session_id``).
+
+AIPerf's ``mooncake_trace`` dataset (github:ai-dynamo/aiperf
+``aiperf/dataset/loader/mooncake_trace.py`` and ``aiperf/dataset/loader/models.py`` at
+db4f639) reads an optional ``session_id`` (a string) and ``delay`` (ms to wait before
+sending the turn) per line: lines with the same id are one conversation's turns in file
+order. Its example gives a later turn fewer tokens than the first (300, then 150), and its
+worker (``aiperf/workers/worker.py`` at db4f639) sends each turn's own prompt, not the
+turns before it: ``input_length`` is the turn's **new** message. capsim replays what a chat
+client sends, so a later turn's prompt is its previous turn's prompt + reply + that
+message (counted once: :class:`~capsim.sim.request_source.RequestSource` builds it from
+the previous turn's tokens), sent ``delay`` after the previous turn's last token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from capsim.common.errors import ScenarioError
+from capsim.common.schema import MAX_TOKENS
+
+YAML_PATH = "workload.trace.path"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One line of a trace with session ids (times in ms as the file gives them)."""
+
+    line: int
+    session: str | int
+    stamp_ms: float | None
+    new_tokens: int
+    output_tokens: int
+    delay_ms: float
+    ids: list[int]
+
+
+def _fail(path: Path, line: int, message: str) -> ScenarioError:
+    return ScenarioError(f"line {line}: {message}", file=str(path), path=YAML_PATH)
+
+
+def check_session_id(value: object, path: Path, line: int) -> str | int:
+    """``value`` if it is a string or an integer (a JSON number without a fraction)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _fail(path, line, f"session_id must be a string or an integer, got {value!r:.60}")
+    return value
+
+
+def conversations(turns: list[Turn], path: Path) -> dict[str, np.ndarray]:
+    """The conversations' rows: first turns by timestamp (stable), each followed by its
+    later turns in file order.
+
+    Returns:
+        Columns of shape ``(N,)``: ``arrival_s`` (s since the earliest first turn; NaN for
+        a later turn), ``prompt_tokens`` (a later turn's: previous prompt + reply + new
+        tokens), ``output_tokens``, ``parent`` (row of the previous turn, -1 for a first),
+        ``think_s`` (``delay`` / 1000) and ``block_ids`` / ``block_start`` (a first turn's
+        ``hash_ids``; a later turn's new tokens are its own).
+
+    Raises:
+        ScenarioError: a first turn without ``timestamp``, a later turn whose timestamp is
+            before its previous turn's, or a context above ``MAX_TOKENS`` (line and key).
+    """
+    groups: dict[str | int, list[Turn]] = {}
+    for t in turns:
+        groups.setdefault(t.session, []).append(t)
+    for sid, group in groups.items():
+        _check_order(sid, group, path)
+    firsts = sorted(groups.values(), key=lambda g: g[0].stamp_ms)    # stable: file order on ties
+    t0 = firsts[0][0].stamp_ms
+    arrival, prompt, output, parent, think, ids, lengths = [], [], [], [], [], [], []
+    for group in firsts:
+        for k, t in enumerate(group):
+            row = len(prompt)
+            first = k == 0
+            context = 0 if first else prompt[row - 1] + output[row - 1]
+            if context + t.new_tokens > MAX_TOKENS:
+                raise _fail(path, t.line, f"input_length {t.new_tokens} after the {context:,} "
+                                          f"tokens of session_id {t.session!r} so far exceeds "
+                                          f"{MAX_TOKENS:,} tokens")
+            arrival.append((t.stamp_ms - t0) / 1000.0 if first else np.nan)
+            prompt.append(context + t.new_tokens)
+            output.append(t.output_tokens)
+            parent.append(-1 if first else row - 1)
+            think.append(0.0 if first else t.delay_ms / 1000.0)
+            own = t.ids if first else []
+            ids.extend(own)
+            lengths.append(len(own))
+    return {"arrival_s": np.array(arrival), "prompt_tokens": np.array(prompt, dtype=np.int64),
+            "output_tokens": np.array(output, dtype=np.int64),
+            "parent": np.array(parent, dtype=np.int32), "think_s": np.array(think),
+            "block_ids": np.array(ids, dtype=np.int64),
+            "block_start": np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)}
+
+
+def _check_order(sid: str | int, group: list[Turn], path: Path) -> None:
+    if group[0].stamp_ms is None:
+        raise _fail(path, group[0].line, f"the first turn of session_id {sid!r} needs a "
+                                         "timestamp (ms); later turns may give delay instead")
+    last = group[0]
+    for t in group[1:]:
+        if t.stamp_ms is not None:
+            if t.stamp_ms < last.stamp_ms:
+                raise _fail(path, t.line, f"timestamp {t.stamp_ms:g} is before the previous "
+                                          f"turn of session_id {sid!r} (line {last.line}, "
+                                          f"{last.stamp_ms:g}); a conversation's turns are in "
+                                          "file order")
+            last = t

@@ -4,16 +4,24 @@ AIPerf's ``mooncake_trace`` dataset (github:ai-dynamo/aiperf
 ``aiperf/dataset/loader/mooncake_trace.py`` and ``aiperf/dataset/loader/models.py`` at
 db4f639) reads an optional ``session_id`` (a string) and ``delay`` (ms to wait before
 sending the turn) per line: lines with the same id are one conversation's turns in file
-order. Its example gives a later turn fewer tokens than the first (300, then 150), and its
-worker (``aiperf/workers/worker.py`` at db4f639) sends each turn's own prompt, not the
-turns before it: ``input_length`` is the turn's **new** message. capsim replays what a chat
-client sends, so a later turn's prompt is its previous turn's prompt + reply + that
-message (counted once: :class:`~capsim.sim.request_source.RequestSource` builds it from
-the previous turn's tokens), sent ``delay`` after the previous turn's last token.
+order. A later turn's ``input_length`` (and ``hash_ids``) is its **new** user message:
+AIPerf's ``docs/reference/conversation-context-mode.md`` (at 0109a64) replays Mooncake
+traces with ``hash_ids`` as ``deltas_without_responses`` (each turn a user-only delta; the
+live replies threaded into the history), and ``docs/tutorials/multi-turn.md`` (at a99b8fe)
+sends every later turn with the whole history, the delay applied after the previous
+reply. (At db4f639 its worker still sent each turn alone; the docstring's example, 300
+then 150 tokens, is already a delta.) So a later turn's prompt is its previous turn's
+prompt + reply + its own tokens, counted once (:class:`~capsim.sim.request_source.
+RequestSource` builds it from the previous turn's tokens), sent ``delay`` after the
+previous turn's last token. A later turn's ``hash_ids`` name blocks that follow its own
+conversation's history, which no other request's prefix holds, so they are checked but
+not replayed; a later turn's ``timestamp`` orders it (never before its previous turn) and
+is not replayed either: it is sent when its previous turn ends plus ``delay``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +31,8 @@ from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
 
 YAML_PATH = "workload.trace.path"
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()      # files warned about: a sweep reads one trace once per rate
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,11 @@ def _check_order(sid: str | int, group: list[Turn], path: Path) -> None:
                                          "timestamp (ms); later turns may give delay instead")
     last = group[0]
     for t in group[1:]:
+        if t.stamp_ms is not None and t.delay_ms == 0 and str(path) not in _WARNED:
+            _WARNED.add(str(path))
+            log.warning(f"{path}: line {t.line}: a later turn of session_id {sid!r} is sent "
+                        "when its previous turn ends plus delay (ms, 0 when absent); its "
+                        "timestamp only orders it")
         if t.stamp_ms is not None:
             if t.stamp_ms < last.stamp_ms:
                 raise _fail(path, t.line, f"timestamp {t.stamp_ms:g} is before the previous "

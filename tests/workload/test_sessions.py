@@ -99,3 +99,16 @@ def test_bad_session_lines_are_one_error_naming_file_line_and_key(tmp_path, rows
         build(_wl(path), 0, tmp_path)
     assert err.value.path == "workload.trace.path" and err.value.file == str(path)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_later_turns_timestamp_without_delay_is_warned_not_replayed(tmp_path, caplog):
+    """The turn is sent when its previous turn ends (think time 0), not at 3 s."""
+    path = _write(tmp_path, [SAMPLE[0], {"session_id": "abc-123", "timestamp": 3000,
+                                         "input_length": 150, "output_length": 20}])
+    trace = build(_wl(path), 0, tmp_path)
+    assert trace.think_s.tolist() == [0.0, 0.0] and np.isnan(trace.arrival_s[1])
+    assert "line 2: a later turn of session_id 'abc-123' is sent when its previous turn " \
+           "ends plus delay" in caplog.text
+    caplog.clear()
+    build(_wl(path), 0, tmp_path)
+    assert caplog.text == ""                                  # once per file

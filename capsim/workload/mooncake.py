@@ -120,7 +120,7 @@ def read_mooncake(path: Path) -> dict[str, np.ndarray]:
                             path=YAML_PATH)
     if any(r.session is not None for r in rows):
         _all_or_none(rows, path)
-        return conversations(rows, path)
+        return conversations(rows, path, MOONCAKE_BLOCK_TOKENS)
     stamps = np.array([r.stamp_ms for r in rows])
     order = np.argsort(stamps, kind="stable")
     rows = [rows[i] for i in order]

@@ -29,7 +29,6 @@ import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
-
 YAML_PATH = "workload.trace.path"
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()      # files warned about: a sweep reads one trace once per rate
@@ -59,16 +58,17 @@ def check_session_id(value: object, path: Path, line: int) -> str | int:
     return value
 
 
-def conversations(turns: list[Turn], path: Path) -> dict[str, np.ndarray]:
+def conversations(turns: list[Turn], path: Path, block_tokens: int) -> dict[str, np.ndarray]:
     """The conversations' rows: first turns by timestamp (stable), each followed by its
-    later turns in file order.
+    later turns in file order; ``block_tokens``: tokens per hash id.
 
     Returns:
         Columns of shape ``(N,)``: ``arrival_s`` (s since the earliest first turn; NaN for
         a later turn), ``prompt_tokens`` (a later turn's: previous prompt + reply + new
-        tokens), ``output_tokens``, ``parent`` (row of the previous turn, -1 for a first),
-        ``think_s`` (``delay`` / 1000) and ``block_ids`` / ``block_start`` (a first turn's
-        ``hash_ids``; a later turn's new tokens are its own).
+        tokens, or its ``input_length`` where its ids hold the history: :func:`_holds_history`),
+        ``output_tokens``, ``parent`` (row of the previous turn, -1 for a first),
+        ``think_s`` (``delay`` / 1000) and ``block_ids`` / ``block_start`` (the ``hash_ids``
+        of first turns and of later turns that hold their history; none for the others).
 
     Raises:
         ScenarioError: a first turn without ``timestamp``, a later turn whose timestamp is
@@ -83,20 +83,22 @@ def conversations(turns: list[Turn], path: Path) -> dict[str, np.ndarray]:
     t0 = firsts[0][0].stamp_ms
     arrival, prompt, output, parent, think, ids, lengths = [], [], [], [], [], [], []
     for group in firsts:
+        named = None                        # the previous turn, where its ids name its prompt
         for k, t in enumerate(group):
             row = len(prompt)
-            first = k == 0
-            context = 0 if first else prompt[row - 1] + output[row - 1]
+            whole = k == 0 or _holds_history(named, t, block_tokens)
+            context = 0 if whole else prompt[row - 1] + output[row - 1]
             if context + t.new_tokens > MAX_TOKENS:
                 raise _fail(path, t.line, f"input_length {t.new_tokens} after the {context:,} "
                                           f"tokens of session_id {t.session!r} so far exceeds "
                                           f"{MAX_TOKENS:,} tokens")
-            arrival.append((t.stamp_ms - t0) / 1000.0 if first else np.nan)
+            arrival.append((t.stamp_ms - t0) / 1000.0 if k == 0 else np.nan)
             prompt.append(context + t.new_tokens)
             output.append(t.output_tokens)
-            parent.append(-1 if first else row - 1)
-            think.append(0.0 if first else t.delay_ms / 1000.0)
-            own = t.ids if first else []
+            parent.append(-1 if k == 0 else row - 1)
+            think.append(0.0 if k == 0 else t.delay_ms / 1000.0)
+            own = t.ids if whole else []
+            named = t if whole and own else None
             ids.extend(own)
             lengths.append(len(own))
     return {"arrival_s": np.array(arrival), "prompt_tokens": np.array(prompt, dtype=np.int64),
@@ -104,6 +106,20 @@ def conversations(turns: list[Turn], path: Path) -> dict[str, np.ndarray]:
             "parent": np.array(parent, dtype=np.int32), "think_s": np.array(think),
             "block_ids": np.array(ids, dtype=np.int64),
             "block_start": np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)}
+
+
+def _holds_history(previous: Turn | None, turn: Turn, block_tokens: int) -> bool:
+    """Whether ``turn``'s ``input_length`` already holds its conversation's history: its
+    ``hash_ids`` start with every full block of ``previous``'s prompt (``previous``: the
+    turn before, where its ids name its whole prompt), as Dynamo's trace exporter writes
+    them (``benchmarks/coding/mooncake.py`` at 20f9cbf hashes each turn's whole context,
+    ``benchmarks/coding/claude_parser.py`` at a1ed71e). Otherwise the turn is a delta,
+    as AIPerf reads it; so is one after a previous turn of less than one block, whose ids
+    cannot tell."""
+    if previous is None:
+        return False
+    full = min(previous.new_tokens // block_tokens, len(previous.ids))
+    return full > 0 and turn.ids[:full] == previous.ids[:full]
 
 
 def _check_order(sid: str | int, group: list[Turn], path: Path) -> None:

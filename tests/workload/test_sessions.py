@@ -112,3 +112,36 @@ def test_a_later_turns_timestamp_without_delay_is_warned_not_replayed(tmp_path, 
     caplog.clear()
     build(_wl(path), 0, tmp_path)
     assert caplog.text == ""                                  # once per file
+
+
+#: Dynamo's exporter's form (benchmarks/coding/mooncake.py at 20f9cbf): each turn's
+#: input_length and hash_ids cover its whole context, so a later turn's ids start with the
+#: previous turn's full blocks; a turn after one of less than a block is read as a delta.
+WHOLE = [
+    {"session_id": "d", "timestamp": 0, "input_length": 1100, "output_length": 50,
+     "hash_ids": [1, 2, 3]},
+    {"session_id": "d", "delay": 500, "input_length": 1300, "output_length": 50,
+     "hash_ids": [1, 2, 4]},
+    {"session_id": "d", "delay": 500, "input_length": 200, "output_length": 50,
+     "hash_ids": [9]},
+    {"session_id": "d", "delay": 500, "input_length": 100, "output_length": 50,
+     "hash_ids": [9]},
+]
+
+
+def test_a_turn_whose_ids_start_with_the_previous_turns_holds_its_history(tmp_path):
+    """Turn 2 holds 1,300 tokens (not 1,100 + 50 + 1,300) and shares the first two 512-token
+    blocks with turn 1; turn 3's ids [9] do not start with [1, 2] (a delta, e.g. after a
+    compaction: 1,300 + 50 + 200); turn 4 follows a delta turn, so it is one too."""
+    trace = build(_wl(_write(tmp_path, WHOLE)), 0, tmp_path)
+    assert trace.prompt_tokens.tolist() == [1100, 1300, 1550, 1700]
+    assert trace.block_start.tolist() == [0, 3, 6, 6, 6]
+    source = RequestSource(trace)
+    first = source.root(0)
+    (second,) = source.next_turns(first)
+    assert [s[:2] for s in second.segments[:-1]] == [(first.segments[0][0], h)
+                                                     for h in (1, 2, 4)]
+    assert second.segments[:2] == first.segments[:2]              # 1,024 tokens shared
+    (third,) = source.next_turns(second)
+    assert third.segments[:-2] == second.segments                 # history + reply, then own
+    assert third.segments[-2] == (USER, 2, 200)

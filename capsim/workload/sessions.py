@@ -79,6 +79,7 @@ def conversations(turns: list[Turn], path: Path, block_tokens: int) -> dict[str,
         groups.setdefault(t.session, []).append(t)
     for sid, group in groups.items():
         _check_order(sid, group, path)
+    _warn_timestamps(groups, path)
     firsts = sorted(groups.values(), key=lambda g: g[0].stamp_ms)    # stable: file order on ties
     t0 = firsts[0][0].stamp_ms
     arrival, prompt, output, parent, think, ids, lengths = [], [], [], [], [], [], []
@@ -128,11 +129,6 @@ def _check_order(sid: str | int, group: list[Turn], path: Path) -> None:
                                          "timestamp (ms); later turns may give delay instead")
     last = group[0]
     for t in group[1:]:
-        if t.stamp_ms is not None and t.delay_ms == 0 and str(path) not in _WARNED:
-            _WARNED.add(str(path))
-            log.warning(f"{path}: line {t.line}: a later turn of session_id {sid!r} is sent "
-                        "when its previous turn ends plus delay (ms, 0 when absent); its "
-                        "timestamp only orders it")
         if t.stamp_ms is not None:
             if t.stamp_ms < last.stamp_ms:
                 raise _fail(path, t.line, f"timestamp {t.stamp_ms:g} is before the previous "
@@ -140,3 +136,17 @@ def _check_order(sid: str | int, group: list[Turn], path: Path) -> None:
                                           f"{last.stamp_ms:g}); a conversation's turns are in "
                                           "file order")
             last = t
+
+
+def _warn_timestamps(groups: dict[str | int, list[Turn]], path: Path) -> None:
+    """Warns once per file where a later turn has a timestamp and no delay."""
+    if str(path) in _WARNED:
+        return
+    for sid, group in groups.items():
+        t = next((t for t in group[1:] if t.stamp_ms is not None and t.delay_ms == 0), None)
+        if t is not None:
+            _WARNED.add(str(path))
+            log.warning(f"{path}: line {t.line}: a later turn of session_id {sid!r} is sent "
+                        "when its previous turn ends plus delay (ms, 0 when absent); its "
+                        "timestamp only orders it")
+            return

@@ -13,9 +13,11 @@ reply. (At db4f639 its worker still sent each turn alone; the docstring's exampl
 then 150 tokens, is already a delta.) So a later turn's prompt is its previous turn's
 prompt + reply + its own tokens, counted once (:class:`~capsim.sim.request_source.
 RequestSource` builds it from the previous turn's tokens), sent ``delay`` after the
-previous turn's last token. A later turn's ``hash_ids`` name blocks that follow its own
+previous turn's last token. A delta turn's ``hash_ids`` name blocks that follow its own
 conversation's history, which no other request's prefix holds, so they are checked but
-not replayed; a later turn's ``timestamp`` orders it (never before its previous turn) and
+not replayed. Dynamo's exporter writes the other form, each turn's whole context
+(:func:`_holds_history`): a turn whose ids start with its previous turn's full blocks is
+replayed as its ``input_length`` under its own ids. A later turn's ``timestamp`` orders it (never before its previous turn) and
 is not replayed either: it is sent when its previous turn ends plus ``delay``.
 """
 

@@ -17,8 +17,9 @@ previous turn's last token. A delta turn's ``hash_ids`` name blocks that follow 
 conversation's history, which no other request's prefix holds, so they are checked but
 not replayed. Dynamo's exporter writes the other form, each turn's whole context
 (:func:`_holds_history`): a turn whose ids start with its previous turn's full blocks is
-replayed as its ``input_length`` under its own ids. A later turn's ``timestamp`` orders it (never before its previous turn) and
-is not replayed either: it is sent when its previous turn ends plus ``delay``.
+replayed as its ``input_length`` under its own ids. A later turn's ``timestamp`` orders it
+(never before its previous turn) and is not replayed: the turn is sent when its previous
+turn ends plus ``delay``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The checks of ``cluster.router`` that need the workload: a router that sticks a
 conversation to its replica (``session_affinity``) needs requests that carry a
 conversation id, which ``workload.classes.N.conversation`` makes and a Mooncake-format
-trace carries as ``session_id`` (other replayed traces have none); llm-d's precise prefix-cache scorer (``router_options.prefix_match: precise``)
-reads the replicas' prefix caches, so it needs an engine that keeps one."""
+trace carries as ``session_id`` (other replayed traces have none); llm-d's precise
+prefix-cache scorer (``router_options.prefix_match: precise``) reads the replicas' prefix
+caches, so it needs an engine that keeps one."""
 
 from __future__ import annotations
 

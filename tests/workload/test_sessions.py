@@ -145,3 +145,10 @@ def test_a_turn_whose_ids_start_with_the_previous_turns_holds_its_history(tmp_pa
     (third,) = source.next_turns(second)
     assert third.segments[:-2] == second.segments                 # history + reply, then own
     assert third.segments[-2] == (USER, 2, 200)
+
+
+def test_a_closed_loop_over_conversations_is_refused(tmp_path):
+    wl = _wl(_write(tmp_path, SAMPLE), arrival={"process": "concurrency", "users": 2})
+    with pytest.raises(ScenarioError) as err:
+        build(wl, 0, tmp_path)
+    assert err.value.path == "workload.arrival" and "carry session_id" in str(err.value)

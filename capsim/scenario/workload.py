@@ -414,7 +414,9 @@ class TraceConfig(StrictModel):
     ``format: azure`` reads the Azure 2023 columns (TIMESTAMP, ContextTokens,
     GeneratedTokens); ``format: mooncake`` a Mooncake JSON Lines trace (timestamp ms,
     input_length, output_length, hash_ids: :mod:`capsim.workload.mooncake`), whose requests
-    carry their prompt blocks so prefix caches and routers see its sharing;
+    carry their prompt blocks so prefix caches and routers see its sharing, and whose lines
+    may carry AIPerf's ``session_id`` and ``delay``: conversations
+    (:mod:`capsim.workload.sessions`);
     ``format: columns`` requires ``columns`` to name them
     (e.g. Vidur's ``splitwise_*.csv``: arrived_at, num_prefill_tokens,
     num_decode_tokens). ``columns`` given with ``format: azure`` overrides the
@@ -436,7 +438,7 @@ class TraceConfig(StrictModel):
     def _check_columns(self):
         if self.format == "mooncake" and self.columns is not None:
             raise ValueError("format: mooncake reads its own keys (timestamp, input_length, "
-                             "output_length, hash_ids); remove columns")
+                             "output_length, hash_ids, session_id, delay); remove columns")
         if self.format == "columns" and self.columns is None:
             raise ValueError(
                 "format: columns needs columns: {arrival: ..., prompt_tokens: ..., output_tokens: ...}"

@@ -9,7 +9,9 @@ Token identity (segments, :mod:`capsim.kv.prefix`): a first turn with a shared
 prefix is ``(PREFIX, prefix_id, prefix_tokens), (USER, rid, rest)`` (``(QUESTION,
 question_id, rest)`` when it repeats one of its template's questions); a replayed
 trace's named blocks are one ``(BLOCK, hash_id, tokens)`` each (the Mooncake trace); a later
-turn is its parent's segments (prompt + reply) plus its own new user tokens.
+turn is its parent's segments (prompt + reply) plus its own new user tokens, or its own
+named blocks where a replayed trace names its whole context
+(:mod:`capsim.workload.sessions`).
 A request that has later turns is marked ``shareable`` from the start (its
 prompt + reply are registered in the prefix cache when it finishes).
 """
@@ -76,10 +78,17 @@ class RequestSource:
             return []
         lo, hi = np.searchsorted(self._kid_parent, [parent.rid, parent.rid + 1]).tolist()
         out = []
+        t = self.trace
         for rid in self._kids[lo:hi].tolist():
-            prompt = self.trace.prompt_tokens.item(rid)
-            own = prompt - parent.prompt_tokens - parent.output_tokens
-            req = self._build(rid, prompt, parent.segments + ((USER, rid, own),))
+            prompt = t.prompt_tokens.item(rid)
+            if t.block_start is not None and t.block_start.item(rid + 1) > t.block_start.item(rid):
+                # a trace turn whose hash ids name its whole context (history included)
+                ids = t.block_ids[t.block_start.item(rid):t.block_start.item(rid + 1)]
+                segments = block_segments(ids, prompt, rid, BLOCK, USER)
+            else:
+                own = prompt - parent.prompt_tokens - parent.output_tokens
+                segments = parent.segments + ((USER, rid, own),)
+            req = self._build(rid, prompt, segments)
             req.conversation = parent.conversation
             out.append(req)
         return out

@@ -52,6 +52,11 @@ def build(workload: WorkloadConfig, seed: int, base_dir: Path) -> RequestTrace:
                            duration_s=workload.duration_s)
     else:                                               # sent by a closed loop, in file order
         rows = load_trace(workload.trace, base_dir, num_requests=workload.num_requests)
+        if (rows.parent >= 0).any():
+            raise ScenarioError("a closed loop sends each trace line as its own request, but "
+                                "this trace's lines carry session_id (conversations sent turn "
+                                "after turn); remove workload.arrival to replay it",
+                                path="workload.arrival")
         trace = replace(rows, arrival_s=np.full(len(rows), np.nan), closed_loop=ClosedLoop(
             users=arrival.users, think_time_s=arrival.think_s,
             stop_s=workload.duration_s if workload.duration_s is not None else math.inf))

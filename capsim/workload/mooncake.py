@@ -13,6 +13,10 @@ tokens exactly where their leading ids agree (the ids are chained, as a prefix c
 hashes are). capsim replays each id as a segment of that many tokens
 (:data:`capsim.kv.prefix.BLOCK`), so prefix caches and routers see the trace's own sharing
 at capsim's block size.
+
+Optional ``session_id`` (string or integer, AIPerf's key) and ``delay`` (ms) make the
+lines conversations: :mod:`capsim.workload.sessions`. Then ``hash_ids`` may be left out,
+a later turn needs no ``timestamp``, and every line must carry an id.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
+from capsim.workload.sessions import Turn, check_session_id, conversations
 
 #: Tokens per Mooncake hash id, the FAST '25 release's block size: its README's samples
 #: (kvcache-ai/Mooncake ``FAST25-release/README.md`` at 40ea55f) carry ⌈input_length / 512⌉
@@ -31,6 +36,7 @@ from capsim.common.schema import MAX_TOKENS
 MOONCAKE_BLOCK_TOKENS = 512
 
 _KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+_SESSION_KEYS = ("session_id", "input_length", "output_length")   # AIPerf's multi-turn lines
 YAML_PATH = "workload.trace.path"
 
 
@@ -46,8 +52,8 @@ def _count(record: dict, key: str, lowest: int, path: Path, line: int) -> int:
     return value
 
 
-def _row(text: str, path: Path, line: int) -> tuple[float, int, int, list[int]]:
-    """(arrival ms, input, output, hash ids) of one line."""
+def _row(text: str, path: Path, line: int) -> Turn:
+    """One line; ``session`` None where it has no ``session_id``."""
     try:
         record = json.loads(text)
     except json.JSONDecodeError as err:
@@ -55,17 +61,19 @@ def _row(text: str, path: Path, line: int) -> tuple[float, int, int, list[int]]:
                                 "object per line") from None
     if not isinstance(record, dict):
         raise _fail(path, line, f"expected a JSON object with {', '.join(_KEYS)}")
-    missing = [k for k in _KEYS if k not in record]
+    session = record.get("session_id")
+    if "session_id" in record:
+        session = check_session_id(session, path, line)
+    needed = _KEYS if session is None else _SESSION_KEYS
+    missing = [k for k in needed if k not in record]
     if missing:
         raise _fail(path, line, f"missing {', '.join(missing)} (a Mooncake trace line has "
-                                f"{', '.join(_KEYS)})")
-    stamp = record["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not stamp >= 0 \
-            or stamp == float("inf"):
-        raise _fail(path, line, f"timestamp must be milliseconds >= 0, got {stamp!r}")
+                                f"{', '.join(needed)})")
+    stamp = _millis(record, "timestamp", path, line)
+    delay = _millis(record, "delay", path, line)
     prompt = _count(record, "input_length", 1, path, line)
     output = _count(record, "output_length", 0, path, line)
-    ids = record["hash_ids"]
+    ids = record.get("hash_ids", [])
     if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
                                             for h in ids):
         raise _fail(path, line, f"hash_ids must be a list of integers, got {ids!r:.60}")
@@ -73,7 +81,18 @@ def _row(text: str, path: Path, line: int) -> tuple[float, int, int, list[int]]:
         raise _fail(path, line, f"{len(ids)} hash_ids for input_length {prompt}: at most "
                                 f"{-(-prompt // MOONCAKE_BLOCK_TOKENS)} blocks of "
                                 f"{MOONCAKE_BLOCK_TOKENS} tokens")
-    return float(stamp), prompt, max(output, 1), ids
+    return Turn(line, session, stamp, prompt, max(output, 1), delay or 0.0, ids)
+
+
+def _millis(record: dict, key: str, path: Path, line: int) -> float | None:
+    """``record[key]`` as milliseconds >= 0, None where the line has no such key."""
+    if key not in record:
+        return None
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+            or value == float("inf"):
+        raise _fail(path, line, f"{key} must be milliseconds >= 0, got {value!r}")
+    return float(value)
 
 
 def read_mooncake(path: Path) -> dict[str, np.ndarray]:
@@ -81,11 +100,13 @@ def read_mooncake(path: Path) -> dict[str, np.ndarray]:
     trace time: the caller applies ``rate_scale`` and ``schedule``), ``prompt_tokens``, ``output_tokens`` (0 replayed as 1, as a
     CSV trace's), ``block_ids`` (every request's hash ids, concatenated) and
     ``block_start`` (``(N + 1,)``: request i's ids are ``block_ids[block_start[i]:
-    block_start[i + 1]]``).
+    block_start[i + 1]]``); with ``session_id``: also ``parent`` and ``think_s``, later turns'
+    ``arrival_s`` NaN (:func:`capsim.workload.sessions.conversations`).
 
     Raises:
         ScenarioError: the file missing, or a line that is not a Mooncake record (its
-            1-based number and what is wrong), or no request at all.
+            1-based number and what is wrong: a ``session_id`` on some lines only, not a
+            string or integer, a turn timestamped before its previous turn), or no request.
     """
     if not path.is_file():
         raise ScenarioError(f"trace file not found: {path}", file=str(path), path=YAML_PATH)
@@ -97,15 +118,27 @@ def read_mooncake(path: Path) -> dict[str, np.ndarray]:
     if not rows:
         raise ScenarioError("the Mooncake trace holds no request", file=str(path),
                             path=YAML_PATH)
-    stamps = np.array([r[0] for r in rows])
+    if any(r.session is not None for r in rows):
+        _all_or_none(rows, path)
+        return conversations(rows, path, MOONCAKE_BLOCK_TOKENS)
+    stamps = np.array([r.stamp_ms for r in rows])
     order = np.argsort(stamps, kind="stable")
     rows = [rows[i] for i in order]
-    lengths = np.array([len(r[3]) for r in rows], dtype=np.int64)
+    lengths = np.array([len(r.ids) for r in rows], dtype=np.int64)
     return {"arrival_s": (stamps[order] - stamps.min()) / 1000.0,
-            "prompt_tokens": np.array([r[1] for r in rows], dtype=np.int64),
-            "output_tokens": np.array([r[2] for r in rows], dtype=np.int64),
-            "block_ids": np.array([h for r in rows for h in r[3]], dtype=np.int64),
+            "prompt_tokens": np.array([r.new_tokens for r in rows], dtype=np.int64),
+            "output_tokens": np.array([r.output_tokens for r in rows], dtype=np.int64),
+            "block_ids": np.array([h for r in rows for h in r.ids], dtype=np.int64),
             "block_start": np.concatenate(([0], np.cumsum(lengths)))}
+
+
+def _all_or_none(rows: list[Turn], path: Path) -> None:
+    """Refuses a trace where some lines carry ``session_id`` and others do not."""
+    has = next(r for r in rows if r.session is not None)
+    lacks = next((r for r in rows if r.session is None), None)
+    if lacks is not None:
+        raise _fail(path, lacks.line, f"no session_id, but line {has.line} has one; give "
+                                      "every line a session_id (one per conversation) or none")
 
 
 def block_segments(ids: np.ndarray, prompt: int, rid: int, block: int, user: int

@@ -306,12 +306,37 @@ def _mooncake(trace: TraceConfig, base_dir: Path, num_requests: int | None,
     before ``duration_s``, then the first ``num_requests``; one class, its block ids kept."""
     path = _resolve(trace.path, base_dir)
     cols = read_mooncake(path)
+    if "parent" in cols:
+        return _conversations(cols, trace, path, num_requests, duration_s)
     arrival_s = _replay_times(cols["arrival_s"], trace)
     keep = _rows_kept(arrival_s, trace, path, num_requests=num_requests, duration_s=duration_s)
     base = _one_class(arrival_s[:keep], cols["prompt_tokens"][:keep],
                       cols["output_tokens"][:keep], trace.class_name)
     start = cols["block_start"][:keep + 1]
     return replace(base, block_ids=cols["block_ids"][:int(start[-1])], block_start=start)
+
+
+def _conversations(cols: dict[str, np.ndarray], trace: TraceConfig, path: Path,
+                   num_requests: int | None, duration_s: float | None) -> RequestTrace:
+    """A trace with session ids: first turns replayed at ``rate_scale`` / ``schedule``,
+    later turns sent ``think_s`` after their previous turn (not rescaled: it is the
+    user's pause, not the arrival rate); kept as a CSV trace is, by the first turn's time
+    (``duration_s``: whole conversations) and row (``num_requests``: the first N turns)."""
+    parent = cols["parent"]
+    roots = parent < 0
+    arrival_s = cols["arrival_s"].copy()
+    arrival_s[roots] = _replay_times(arrival_s[roots], trace)
+    root_arrival = arrival_s[np.maximum.accumulate(np.where(roots, np.arange(len(roots)), 0))]
+    keep = _rows_kept(root_arrival, trace, path, num_requests=num_requests,
+                      duration_s=duration_s)
+    start = cols["block_start"][:keep + 1]
+    n = keep
+    return RequestTrace(
+        arrival_s=arrival_s[:n], prompt_tokens=cols["prompt_tokens"][:n],
+        output_tokens=cols["output_tokens"][:n], class_id=np.zeros(n, dtype=np.int32),
+        prefix_id=np.full(n, -1, dtype=np.int32), class_names=(trace.class_name,),
+        parent=parent[:n], think_s=cols["think_s"][:n],
+        block_ids=cols["block_ids"][:int(start[-1])], block_start=start)
 
 
 def _read_trace(trace: TraceConfig, base_dir: Path) -> tuple[_Table, Path]:

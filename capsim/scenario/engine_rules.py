@@ -64,7 +64,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
                         "engine", user_keys=set(override))
     engine = _default_static_fraction(engine, preset, hw, set(user))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
-    check_class_priorities(engine, workload, path)
+    check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
@@ -296,10 +296,11 @@ def _check_priority(engine: EngineConfig, preset: EnginePreset, given: _Given) -
                                         "else fcfs)")
 
 
-def check_class_priorities(engine: EngineConfig, workload: WorkloadConfig, path: Path) -> None:
+def check_class_priorities(engine: EngineConfig, workload: WorkloadConfig, path: Path,
+                           preset: EnginePreset | None = None) -> None:
     """A class with a request priority other than 0 needs ``scheduling_policy: priority``
     (vLLM refuses such a request under fcfs: "Got priority ... but Priority scheduling is
-    not enabled").
+    not enabled"); on a ``preset`` without priority scheduling the message does not offer it.
 
     Raises:
         ScenarioError: naming ``workload.classes.N.priority``.
@@ -307,11 +308,15 @@ def check_class_priorities(engine: EngineConfig, workload: WorkloadConfig, path:
     if engine.scheduling_policy == "priority":
         return
     for i, c in enumerate(workload.classes or ()):
-        if c.priority:
-            raise ScenarioError(f"class {c.name} has priority {c.priority}, but the engine "
-                                "schedules fcfs, which refuses a request priority; set "
-                                "engine.scheduling_policy: priority (or priority 0)",
-                                file=str(path), path=f"workload.classes.{i}.priority")
+        if not c.priority:
+            continue
+        fix = "set engine.scheduling_policy: priority (or priority 0)"
+        if preset is not None and not preset.scheduler.knobs.get("priority_scheduling"):
+            fix = (f"engine preset '{preset.name}' has no priority scheduling (valid with: "
+                   f"{_presets_with_knob('priority_scheduling')}); give priority 0")
+        raise ScenarioError(f"class {c.name} has priority {c.priority}, but the engine "
+                            f"schedules fcfs, which refuses a request priority; {fix}",
+                            file=str(path), path=f"workload.classes.{i}.priority")
 
 
 def _check_preemption(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:

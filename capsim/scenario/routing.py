@@ -29,6 +29,14 @@ CONVERSATION_ROUTERS = ("session_affinity",)
 #: Every router that picks a replica of one pool by what it holds (not ``cost``, which picks
 #: among pools); engine/cache_router.py.
 KV_ROUTERS = CACHE_ROUTERS + CONVERSATION_ROUTERS
+#: The ``router_options`` each cache-aware router reads (engine/cache_router.py:
+#: ``PrefixAwareRouter``, ``KVScorerRouter``); a key given to a router that ignores it is
+#: refused rather than silently dropped.
+OPTIONS_READ = {
+    "prefix_aware": ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold",
+                     "max_tree_size_blocks"),
+    "kv_scorer": ("scorer_weights", "prefix_match", "max_tree_size_blocks"),
+}
 
 
 class ScorerWeights(StrictModel):

@@ -25,7 +25,8 @@ from capsim.scenario.disagg import DisaggregationConfig
 from capsim.scenario.fleet import MAX_REPLICAS, AutoscalingConfig, FailuresConfig
 from capsim.scenario.parallel import PipelineParallelSize, TensorParallelSize
 from capsim.scenario.pools import FleetPoolConfig, RouteRule, check_pools
-from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
+from capsim.scenario.routing import (CACHE_ROUTERS, KV_ROUTERS, OPTIONS_READ, RouterOptions,
+                                     SaturationConfig)
 from capsim.scenario.slo import SloConfig
 from capsim.scenario.speculative import SpeculativeConfig
 from capsim.scenario.sweep import SizingConfig, SweepGrid
@@ -367,6 +368,24 @@ class ClusterConfig(StrictModel):
                              f"prefix-cache scorer) are read by router kv_scorer; router "
                              f"{self.router} keeps its own view (valid: prefix_match: "
                              f"approximate)")
+        self._options_unread()
+
+    def _options_unread(self) -> None:
+        """No ``router_options`` key the router ignores (``scorer_weights`` on
+        ``prefix_aware``; ``max_tree_size_blocks`` with ``prefix_match: precise``, which keeps
+        no record of its own)."""
+        if self.router_options is None:
+            return
+        read = set(OPTIONS_READ[self.router])
+        precise = self.router_options.prefix_match == "precise"
+        if precise:
+            read.discard("max_tree_size_blocks")
+        unread = sorted(self.router_options.model_fields_set - read)
+        if unread:
+            mode = " with prefix_match: precise" if precise else ""
+            raise ValueError(f"router_options {', '.join(unread)}: not read by router "
+                             f"{self.router}{mode}, which reads {', '.join(sorted(read))} "
+                             f"(remove {', '.join(unread)})")
 
 
 #: Longest scenario or variant name, characters. Names become file and directory names

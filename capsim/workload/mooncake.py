@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import MAX_TOKENS
+from capsim.common.schema import MAX_SECONDS, MAX_TOKENS
 from capsim.workload.sessions import Turn, check_session_id, conversations
 
 #: Tokens per Mooncake hash id, the FAST '25 release's block size: its README's samples
@@ -38,6 +38,10 @@ MOONCAKE_BLOCK_TOKENS = 512
 _KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 _SESSION_KEYS = ("session_id", "input_length", "output_length")   # AIPerf's multi-turn lines
 YAML_PATH = "workload.trace.path"
+#: The hash ids capsim can hold: numpy int64's range (a larger id overflowed there).
+_ID_RANGE = (-2**63, 2**63 - 1)
+#: The latest ``timestamp`` or longest ``delay``, ms: the schema's :data:`MAX_SECONDS`.
+_MAX_MS = MAX_SECONDS * 1000.0
 
 
 def _fail(path: Path, line: int, message: str) -> ScenarioError:
@@ -75,8 +79,9 @@ def _row(text: str, path: Path, line: int) -> Turn:
     output = _count(record, "output_length", 0, path, line)
     ids = record.get("hash_ids", [])
     if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                            for h in ids):
-        raise _fail(path, line, f"hash_ids must be a list of integers, got {ids!r:.60}")
+                                            and _ID_RANGE[0] <= h <= _ID_RANGE[1] for h in ids):
+        raise _fail(path, line, f"hash_ids must be a list of integers in [{_ID_RANGE[0]}, "
+                                f"{_ID_RANGE[1]}], got {ids!r:.60}")
     if len(ids) > -(-prompt // MOONCAKE_BLOCK_TOKENS):
         raise _fail(path, line, f"{len(ids)} hash_ids for input_length {prompt}: at most "
                                 f"{-(-prompt // MOONCAKE_BLOCK_TOKENS)} blocks of "
@@ -89,9 +94,10 @@ def _millis(record: dict, key: str, path: Path, line: int) -> float | None:
     if key not in record:
         return None
     value = record[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
-            or value == float("inf"):
-        raise _fail(path, line, f"{key} must be milliseconds >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= _MAX_MS:
+        raise _fail(path, line, f"{key} must be milliseconds in [0, {_MAX_MS:g}], got "
+                                f"{value!r}")
     return float(value)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS
+from capsim.scenario.workload import MAX_TURNS
 YAML_PATH = "workload.trace.path"
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()      # files warned about: a sweep reads one trace once per rate
@@ -75,13 +76,18 @@ def conversations(turns: list[Turn], path: Path, block_tokens: int) -> dict[str,
 
     Raises:
         ScenarioError: a first turn without ``timestamp``, a later turn whose timestamp is
-            before its previous turn's, or a context above ``MAX_TOKENS`` (line and key).
+            before its previous turn's, a context above ``MAX_TOKENS`` or a session of more
+            than ``MAX_TURNS`` turns (line and key).
     """
     groups: dict[str | int, list[Turn]] = {}
     for t in turns:
         groups.setdefault(t.session, []).append(t)
     for sid, group in groups.items():
         _check_order(sid, group, path)
+        if len(group) > MAX_TURNS:      # as for classes[i].conversation: prompts grow per turn
+            raise _fail(path, group[MAX_TURNS].line, f"session_id {sid!r} has more than "
+                                                     f"{MAX_TURNS:,} turns (turn T's prompt "
+                                                     "holds the T - 1 turns before it)")
     _warn_timestamps(groups, path)
     firsts = sorted(groups.values(), key=lambda g: g[0].stamp_ms)    # stable: file order on ties
     t0 = firsts[0][0].stamp_ms

@@ -50,6 +50,21 @@ def test_the_router_and_its_options_reach_the_run_and_validates_line(tmp_path, w
                                                               "conversation turns"),
     ({"router": "prefix_aware", "router_options": {"balance_rel_threshold": 0.5}}, True,
      "cluster.router_options.balance_rel_threshold", "must be >= 1 (got 0.5)"),
+    # A key the router ignores was accepted silently before: SGLang's cache_aware policy has
+    # no scorers, llm-d's scorers no cache threshold, the precise scorer no tree of its own.
+    ({"router": "prefix_aware", "router_options": {"scorer_weights": {"queue": 1}}}, True,
+     "cluster.router_options", "router_options scorer_weights: not read by router "
+     "prefix_aware, which reads balance_abs_threshold, balance_rel_threshold, "
+     "cache_threshold, max_tree_size_blocks (remove scorer_weights)"),
+    ({"router": "kv_scorer", "router_options": {"cache_threshold": 0.9,
+                                                 "balance_abs_threshold": 4}}, True,
+     "cluster.router_options", "router_options balance_abs_threshold, cache_threshold: not "
+     "read by router kv_scorer, which reads max_tree_size_blocks, prefix_match, "
+     "scorer_weights"),
+    ({"router": "kv_scorer", "router_options": {"prefix_match": "precise",
+                                                 "max_tree_size_blocks": 100}}, True,
+     "cluster.router_options", "max_tree_size_blocks: not read by router kv_scorer with "
+     "prefix_match: precise, which reads prefix_match, scorer_weights"),
 ])
 def test_bad_router_input_is_one_line_naming_the_key(tmp_path, write_scenario, cluster,
                                                      conversation, path, words):

@@ -54,6 +54,11 @@ def test_the_gateway_sheds_the_sheddable_class_only(tmp_path, write_scenario):
                                                          "priority"),
     ({"scheduling_policy": "priority", "preset": "sglang"}, {}, "engine.scheduling_policy",
      "has no priority scheduling (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-v1; else fcfs)"),
+    # A class priority on SGLang was told to set scheduling_policy: priority, which the
+    # preset then refuses: the message names the presets that have it instead.
+    ({"preset": "sglang"}, {"priority": 2}, "workload.classes.1.priority",
+     "engine preset 'sglang' has no priority scheduling (valid with: vllm-0.11, vllm-0.21, "
+     "vllm-v1); give priority 0"),
 ])
 def test_a_priority_the_engine_cannot_honour_is_refused(tmp_path, write_scenario, engine,
                                                        batch, path, words):

@@ -78,7 +78,13 @@ def test_num_requests_and_duration_keep_the_first_rows(tmp_path):
     ('{"timestamp": 1, "input_length": 0, "output_length": 2, "hash_ids": []}',
      "line 2: input_length must be a whole number of tokens in [1,"),
     ('{"timestamp": -5, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
-     "line 2: timestamp must be milliseconds >= 0, got -5"),
+     "line 2: timestamp must be milliseconds in [0, 1e+12], got -5"),
+    # 1e300 ms passed and ended a run in an IndexError; an id past int64 in an OverflowError.
+    ('{"timestamp": 1e300, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
+     "line 2: timestamp must be milliseconds in [0, 1e+12], got 1e+300"),
+    ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [%d]}' % 2**63,
+     "line 2: hash_ids must be a list of integers in [-9223372036854775808, "
+     "9223372036854775807], got [9223372036854775808]"),
     ('{"timestamp": 1, "input_length": 600, "output_length": 2, "hash_ids": [1, 2, 3]}',
      "line 2: 3 hash_ids for input_length 600: at most 2 blocks of 512 tokens"),
     ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": "1"}',

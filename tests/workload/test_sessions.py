@@ -90,8 +90,14 @@ def test_rate_scale_and_duration_apply_to_first_turns(tmp_path):
     ([SAMPLE[0], dict(SAMPLE[2], timestamp=900)],
      "line 2: timestamp 900 is before the previous turn of session_id 'abc-123' (line 1"),
     ([SAMPLE[2]], "line 1: the first turn of session_id 'abc-123' needs a timestamp"),
-    ([SAMPLE[0], dict(SAMPLE[2], delay=-1)], "line 2: delay must be milliseconds >= 0"),
+    ([SAMPLE[0], dict(SAMPLE[2], delay=-1)], "line 2: delay must be milliseconds in [0, "
+                                             "1e+12], got -1"),
+    ([SAMPLE[0], dict(SAMPLE[2], delay=1e300)], "line 2: delay must be milliseconds in [0, "
+                                                "1e+12], got 1e+300"),
     ([{"session_id": "s", "timestamp": 5, "output_length": 2}], "line 1: missing input_length"),
+    # 100,000 turns of one session ran past a minute; classes[i].conversation caps turns.
+    ([SAMPLE[0]] + [SAMPLE[2]] * 1000, "line 1001: session_id 'abc-123' has more than 1,000 "
+                                       "turns"),
 ])
 def test_bad_session_lines_are_one_error_naming_file_line_and_key(tmp_path, rows, words):
     path = _write(tmp_path, rows)

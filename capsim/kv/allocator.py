@@ -30,6 +30,7 @@ from collections import deque
 from itertools import repeat
 
 from capsim.kv.offload import HostTier
+from capsim.kv.prefix import leading_held
 
 _POPLEFT = deque.popleft
 
@@ -214,12 +215,7 @@ class BlockAllocator:
 
     def match_length(self, hashes: list[int]) -> int:
         """How many leading ``hashes`` are cached now (:meth:`lookup`'s length, no list)."""
-        cached, k = self._cached, 0
-        for h in hashes:
-            if h not in cached:
-                break
-            k += 1
-        return k
+        return leading_held(hashes, self._cached)
 
     def num_free_among(self, blocks: list[int]) -> int:
         """How many of ``blocks`` sit on the free queue (taking them uses free capacity)."""

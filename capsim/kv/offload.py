@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from capsim.kv.prefix import leading_held
+
 GIB = 2**30
 
 
@@ -65,12 +67,7 @@ class HostTier:
 
     def match(self, hashes: list[int]) -> int:
         """How many leading ``hashes`` the tier holds (no side effects)."""
-        lru, k = self._lru, 0
-        for h in hashes:
-            if h not in lru:
-                break
-            k += 1
-        return k
+        return leading_held(hashes, self._lru)
 
     def load(self, hashes: list[int]) -> None:
         """``hashes`` (found by :meth:`match`) are loaded to the GPU: they stay here too,

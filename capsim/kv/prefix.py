@@ -55,3 +55,14 @@ def extend_hashes(hashes: list[int], segments: Segments, block_size: int, num_bl
             i += 1
         parent = hash((parent, tuple(pieces)))
         hashes.append(parent)
+
+
+def leading_held(hashes: list[int], held) -> int:
+    """How many leading ``hashes`` are keys of ``held`` (a cache's content hash → entry
+    map): the longest cached prefix's length in blocks, as a prefix cache matches."""
+    k = 0
+    for h in hashes:
+        if h not in held:
+            break
+        k += 1
+    return k

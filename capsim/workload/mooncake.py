@@ -75,6 +75,10 @@ def _row(text: str, path: Path, line: int) -> Turn:
                                 f"{', '.join(needed)})")
     stamp = _millis(record, "timestamp", path, line)
     delay = _millis(record, "delay", path, line)
+    if delay is not None and session is None:
+        # a think time between turns: without a conversation it would be dropped unread
+        raise _fail(path, line, "delay is the think time before a conversation's next turn: "
+                                "it needs a session_id (on every line of the trace)")
     prompt = _count(record, "input_length", 1, path, line)
     output = _count(record, "output_length", 0, path, line)
     ids = record.get("hash_ids", [])

@@ -90,6 +90,10 @@ def test_num_requests_and_duration_keep_the_first_rows(tmp_path):
     ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": "1"}',
      "line 2: hash_ids must be a list of integers"),
     ("timestamp,input_length", "line 2: not JSON"),
+    # a delay without a session_id was dropped unread (AIPerf's key for a turn's think time)
+    ('{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1], "delay": 50}',
+     "line 2: delay is the think time before a conversation's next turn: it needs a "
+     "session_id"),
 ])
 def test_a_bad_line_is_one_error_naming_file_line_and_key(tmp_path, line, words):
     path = _write(tmp_path, [SAMPLE[0], line])

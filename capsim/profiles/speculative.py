@@ -18,6 +18,16 @@ drafts a of one step follow P(a ≥ i) = α^i for i ≤ k, and the step emits a 
 
 (their equation 1). α = 0 gives 1 (plain decoding at the verification's price).
 
+**Acceptance by position.** Real drafters accept less the further a draft is from the last
+verified token (EAGLE-3, arXiv:2503.01840, figure 7; vLLM's per-position rates). vLLM
+reports, per draft position i, the fraction of drafts whose i-th token was accepted
+(vllm/v1/spec_decode/metrics.py at 016a858: ``num_accepted_tokens_per_pos[i] /
+num_drafts``, a position counted only when every one before it was accepted), i.e. the
+survival S_i = P(a ≥ i), non-increasing in i; its mean acceptance length is
+1 + Σ_{i≤k} S_i. A chain drafter's first k proposals do not depend on how many more it
+would make, so the S_i measured at one k hold for every smaller k. The i.i.d. form is
+S_i = α^i.
+
 **Drafters** (:func:`draft_shape`):
 
 - ``eagle`` / ``eagle3``: one decoder layer of the target's shape, sharing the target's
@@ -38,6 +48,9 @@ Public API:
     METHODS, LOOKAHEAD_METHODS
     expected_tokens_per_step(alpha, k) -> float
     accepted_drafts(u, alpha, k) -> int
+    survival_of(alpha, k) -> tuple[float, ...]
+    expected_tokens_by_position(survival, k) -> float
+    accepted_drafts_by_position(u, survival, k) -> int
     draft_shape(target, method, draft=None) -> ModelShape | None
     draft_weight_params(target, method, draft=None) -> int
 """
@@ -82,6 +95,33 @@ def accepted_drafts(u: float, alpha: float, k: int) -> int:
         return k
     a = int(math.log(u) / math.log(alpha))
     return a if a < k else k
+
+
+def survival_of(alpha: float, k: int) -> tuple[float, ...]:
+    """The i.i.d. rate as per-position survival: ``(α, α², …, α^k)`` (module docstring)."""
+    return tuple(alpha ** i for i in range(1, k + 1))
+
+
+def expected_tokens_by_position(survival: tuple[float, ...], k: int) -> float:
+    """Expected tokens per verification step with per-position survival S_i = P(a ≥ i):
+    ``1 + Σ_{i≤k} S_i`` (vLLM's mean acceptance length, vllm/v1/spec_decode/metrics.py at
+    016a858).
+
+    Args:
+        survival: S_1 … S_n, n >= k, non-increasing, in [0, 1].
+        k: drafts verified per step, 0 <= k <= n.
+    """
+    return 1.0 + sum(survival[:k])
+
+
+def accepted_drafts_by_position(u: float, survival: tuple[float, ...], k: int) -> int:
+    """Drafts accepted in one step for a uniform draw ``u`` in (0, 1]: the largest a <= k
+    with u <= S_a (inverse CDF of P(a ≥ i) = S_i; S non-increasing), so a step emits
+    a + 1 tokens. With S_i = α^i it draws what :func:`accepted_drafts` draws."""
+    a = 0
+    while a < k and u <= survival[a]:
+        a += 1
+    return a
 
 
 def draft_shape(target: ModelShape, method: str, draft: ModelShape | None = None

@@ -8,6 +8,7 @@ engine:
     method: eagle                 # eagle | eagle3 | mtp | draft_model | ngram
     num_speculative_tokens: 3     # k drafts verified per step
     model: llama-3.1-8b           # draft_model only: a preset or an HF config.json path
+    draft_vocab_size: 32000       # eagle3 only: the head's own LM head (its config.json)
     acceptance_rate: 0.7          # per-token α in [0, 1), every class unless overridden
     acceptance_rate_by_class: {code: 0.8}   # workload class name → α (or a by-position list)
 ```
@@ -63,6 +64,8 @@ class SpeculativeConfig(StrictModel):
     speculative_eagle_topk: Int | None = Field(default=None, gt=0)
     speculative_num_draft_tokens: Int | None = Field(default=None, gt=0)
     model: str | None = Field(default=None, min_length=1)
+    # an EAGLE-3 head's own LM head (its config.json draft_vocab_size)
+    draft_vocab_size: Int | None = Field(default=None, gt=0)
     acceptance_rate: float | None = Field(default=None, ge=0, lt=1)
     acceptance_rate_by_position: list[Float] | None = Field(default=None, min_length=1,
                                                             examples=["[0.73, 0.52, 0.35]"])
@@ -99,6 +102,9 @@ class SpeculativeConfig(StrictModel):
             raise ValueError(f"model names a draft model, used by method draft_model only; "
                              f"method {self.method} drafts with "
                              f"{'the model' if self.method != 'ngram' else 'prompt lookup'}")
+        if self.draft_vocab_size is not None and self.method != "eagle3":
+            raise ValueError(f"draft_vocab_size is an EAGLE-3 head's own LM head size; "
+                             f"method {self.method} has none: remove it or use eagle3")
         self._check_acceptance()
         return self
 
@@ -250,7 +256,7 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
                          f"{', '.join(class_names)}")
     draft_model = load_draft(cfg.model) if cfg.model is not None else None
     try:
-        shape = draft_shape(model, cfg.method, draft_model)
+        shape = draft_shape(model, cfg.method, draft_model, cfg.draft_vocab_size)
     except ValueError as exc:
         raise ValueError("model" if cfg.method == "draft_model" else "method", str(exc)) from None
     if shape is None:
@@ -259,7 +265,7 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         kv = kv_bytes_per_token(shape) * model.num_nextn_predict_layers
     else:
         kv = kv_bytes_per_token(shape)
-    params = draft_weight_params(model, cfg.method, draft_model)
+    params = draft_weight_params(model, cfg.method, draft_model, cfg.draft_vocab_size)
     alphas, survivals = _acceptance_by_class(cfg, class_names)
     return SpecDecoding(
         method=cfg.method, k=cfg.num_speculative_tokens,

@@ -124,3 +124,13 @@ def test_a_run_emits_vllms_mean_acceptance_length_and_is_deterministic():
     # falling acceptance emits less than the i.i.d. rate of the same first position
     iid, _ = _steps_per_token(survival_of(0.7296, 3), seed=5)
     assert iid < steps
+
+
+def test_draft_vocab_size_belongs_to_eagle3_only():
+    """Only an EAGLE-3 head has its own LM head (vllm/model_executor/models/llama_eagle3.py
+    at 583507d); EAGLE-1 and MTP share the target's."""
+    assert _cfg(acceptance_rate=0.7, draft_vocab_size=32000).draft_vocab_size == 32000
+    with pytest.raises(ValidationError, match="draft_vocab_size is an EAGLE-3 head's own LM "
+                                              "head size; method eagle has none"):
+        SpeculativeConfig(method="eagle", num_speculative_tokens=3, acceptance_rate=0.7,
+                          draft_vocab_size=32000)

@@ -18,8 +18,13 @@ vllm/v1/spec_decode/eagle.py at f7eef1b ``propose``):
   positions, the drafter writing its own KV for them), then k − 1 passes of one token per
   sequence that sampled this step; each pass ends with the (shared) LM head on one row
   per sequence. Priced with the drafter's own :class:`StepPricer` (one layer for EAGLE /
-  MTP, the draft model), without the step overhead and host terms (one engine step);
-  the later passes' context is approximated as the first's plus one token per pass.
+  MTP, the draft model) without the engine's host terms (one engine step, scheduled
+  once), but each pass with the GPU's per-forward overhead (the hardware's
+  ``step_overhead_s``: launch and sampling): ``propose`` runs every pass as its own
+  forward of the drafter followed by ``compute_logits`` and an argmax (vllm/v1/
+  spec_decode/eagle.py at f7eef1b, the loop over ``num_speculative_tokens − 1``), so at
+  a small batch a pass costs its launches, not only the layer's bytes. The later passes'
+  context is approximated as the first's plus one token per pass.
   ``ngram`` has no GPU drafter (its host-side lookup is not priced).
 
 Public API:
@@ -87,8 +92,9 @@ class SpecPricer:
         later = [self.draft.cost(decode_seqs=seqs, logits_seqs=seqs,
                                  decode_ctx_tokens=ctx + j * seqs)
                  for j in range(1, self.k)] if seqs else []
+        pass_overhead_s = self.draft.rates.step_overhead_s
         for d in [first, *later]:
-            seconds += d.seconds - d.overhead_s
+            seconds += d.seconds - d.overhead_s + pass_overhead_s
             flops, nbytes = flops + d.flops, nbytes + d.bytes
             compute_s, memory_s, comm_s = compute_s + d.compute_s, memory_s + d.memory_s, \
                 comm_s + d.comm_s

@@ -7,12 +7,14 @@ this subclass keeps them explicitly (O(members) per step; macro-steps are off fo
 replicas) and reuses the parent's epochs, cohorts and gap bookkeeping unchanged.
 
 **Acceptance draws.** Member r's step emits ``1 + accepted_drafts(u, α_class, width − 1)``
-tokens (:func:`capsim.profiles.speculative.accepted_drafts`, P(a ≥ i) = α^i), capped by the
-tokens it has left, with u from the request's own stream (``random.Random`` seeded by
+tokens (:func:`capsim.profiles.speculative.accepted_drafts`, P(a ≥ i) = α^i; for a class
+given by position, :func:`~capsim.profiles.speculative.accepted_drafts_by_position` with
+P(a ≥ i) = S_i, vLLM's per-position acceptance rate), capped by the tokens it has left, with u from the request's own stream (``random.Random`` seeded by
 the run's seed and the request id): a request draws the same sequence in every variant
 and whatever else is in the batch. Draws, not the expectation, so the ITL tail and the
 spread of TPOT are those of real acceptance (a run of rejections is a run of one-token
-steps); the mean converges on (1 − α^(k+1)) / (1 − α) tokens per step.
+steps); the mean converges on (1 − α^(k+1)) / (1 − α) tokens per step (1 + Σ S_i by
+position).
 
 **ITL as a streaming client sees it.** The tokens of one step leave the engine together
 (vLLM's output processor sends one delta per request per step), and ``vllm bench serve``
@@ -33,7 +35,7 @@ import random
 from capsim.engine.decode_set import DecodeSet
 from capsim.engine.recorder import ItlRecorder
 from capsim.engine.request import Request
-from capsim.profiles.speculative import accepted_drafts
+from capsim.profiles.speculative import accepted_drafts, accepted_drafts_by_position
 
 
 class SpecDecodeSet(DecodeSet):
@@ -45,14 +47,18 @@ class SpecDecodeSet(DecodeSet):
         alpha_by_class: acceptance rate per class id (warm-up class ids, shifted by
             the class count, map back modulo it).
         seed: the run's seed.
+        survival_by_class: per class id, per-position rates S_1 … S_k or None (i.i.d. α);
+            empty: every class i.i.d.
     """
 
     def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder,
-                 alpha_by_class: tuple[float, ...], seed: int):
+                 alpha_by_class: tuple[float, ...], seed: int,
+                 survival_by_class: tuple[tuple[float, ...] | None, ...] = ()):
         super().__init__(block_size, num_classes, itl)
         self.members: dict[int, Request] = {}     # rid → request, in join order
         self._ctx = 0                              # Σ (num_computed + 1) over members
         self._alpha = alpha_by_class
+        self._survival = survival_by_class or (None,) * len(alpha_by_class)
         self._seed = seed
         self._rngs: dict[int, random.Random] = {}
         self.merged_tokens = 0     # Σ (tokens − 1) over emitted chunks: gaps not streamed
@@ -100,13 +106,16 @@ class SpecDecodeSet(DecodeSet):
         left) in one chunk; one gap per member (module docstring). Returns the members
         that emitted their last token, already out of the set, in join order."""
         alpha, k, seed, rngs = self._alpha, width - 1, self._seed, self._rngs
-        num_alpha = len(alpha)
+        survivals, num_alpha = self._survival, len(alpha)
         done, total, merged = [], 0, 0
         for req in self.members.values():
             rng = rngs.get(req.rid)
             if rng is None:
                 rng = rngs[req.rid] = random.Random(f"{seed}:{req.rid}")
-            t = 1 + accepted_drafts(rng.random(), alpha[req.class_id % num_alpha], k)
+            c = req.class_id % num_alpha
+            survival = survivals[c]
+            t = 1 + (accepted_drafts(rng.random(), alpha[c], k) if survival is None
+                     else accepted_drafts_by_position(rng.random(), survival, k))
             left = req.output_tokens - req.num_generated
             if t >= left:
                 t = left

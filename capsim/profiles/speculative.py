@@ -18,14 +18,29 @@ drafts a of one step follow P(a ≥ i) = α^i for i ≤ k, and the step emits a 
 
 (their equation 1). α = 0 gives 1 (plain decoding at the verification's price).
 
+**Acceptance by position.** Real drafters accept less the further a draft is from the last
+verified token (EAGLE-3, arXiv:2503.01840, figure 7; vLLM's per-position rates). vLLM
+reports, per draft position i, the fraction of drafts whose i-th token was accepted
+(vllm/v1/spec_decode/metrics.py at 016a858: ``num_accepted_tokens_per_pos[i] /
+num_drafts``, a position counted only when every one before it was accepted), i.e. the
+survival S_i = P(a ≥ i), non-increasing in i; its mean acceptance length is
+1 + Σ_{i≤k} S_i. A chain drafter's first k proposals do not depend on how many more it
+would make, so the S_i measured at one k hold for every smaller k. The i.i.d. form is
+S_i = α^i.
+
 **Drafters** (:func:`draft_shape`):
 
 - ``eagle`` / ``eagle3``: one decoder layer of the target's shape, sharing the target's
   embedding and LM head (vllm/model_executor/models/llama_eagle.py loads only the
   layer and ``fc`` and shares ``embed_tokens`` / ``lm_head``). Its ``fc`` (2·hidden →
-  hidden) and EAGLE-3's three-layer feature fusion and reduced draft vocabulary are not
-  modelled: the layer is priced with the full vocabulary's LM head (an upper bound on
-  its head cost). For a mixture-of-experts target the layer is dense (intermediate_size).
+  hidden) is counted in the weights, not priced. EAGLE-3 drafters carry their own LM head
+  over a reduced vocabulary, ``draft_vocab_size`` of the drafter's config.json (vllm/
+  model_executor/models/llama_eagle3.py at 583507d: ``ParallelLMHead(draft_vocab_size,
+  …)`` and a ``draft_id_to_target_id`` map; 32,000 for the EAGLE-3 Llama heads): given
+  it, each draft pass's head is priced at that size and its weights counted; without it
+  the target's vocabulary (vLLM's fallback when the config has none). EAGLE-3's
+  three-layer feature fusion (``fc`` of 3·hidden) and its 2·hidden attention input are
+  not modelled. For a mixture-of-experts target the layer is dense (intermediate_size).
 - ``mtp``: the model's own ``num_nextn_predict_layers`` multi-token-prediction layers
   (DeepSeek-V3: one MoE decoder layer, ``eh_proj`` and norms, sharing the embedding and
   output head; DeepSeek-V3 technical report §2.2; vllm/model_executor/models/
@@ -38,8 +53,11 @@ Public API:
     METHODS, LOOKAHEAD_METHODS
     expected_tokens_per_step(alpha, k) -> float
     accepted_drafts(u, alpha, k) -> int
-    draft_shape(target, method, draft=None) -> ModelShape | None
-    draft_weight_params(target, method, draft=None) -> int
+    survival_of(alpha, k) -> tuple[float, ...]
+    expected_tokens_by_position(survival, k) -> float
+    accepted_drafts_by_position(u, survival, k) -> int
+    draft_shape(target, method, draft=None, draft_vocab_size=None) -> ModelShape | None
+    draft_weight_params(target, method, draft=None, draft_vocab_size=None) -> int
 """
 
 from __future__ import annotations
@@ -84,10 +102,38 @@ def accepted_drafts(u: float, alpha: float, k: int) -> int:
     return a if a < k else k
 
 
-def draft_shape(target: ModelShape, method: str, draft: ModelShape | None = None
-                ) -> ModelShape | None:
+def survival_of(alpha: float, k: int) -> tuple[float, ...]:
+    """The i.i.d. rate as per-position survival: ``(α, α², …, α^k)`` (module docstring)."""
+    return tuple(alpha ** i for i in range(1, k + 1))
+
+
+def expected_tokens_by_position(survival: tuple[float, ...], k: int) -> float:
+    """Expected tokens per verification step with per-position survival S_i = P(a ≥ i):
+    ``1 + Σ_{i≤k} S_i`` (vLLM's mean acceptance length, vllm/v1/spec_decode/metrics.py at
+    016a858).
+
+    Args:
+        survival: S_1 … S_n, n >= k, non-increasing, in [0, 1].
+        k: drafts verified per step, 0 <= k <= n.
+    """
+    return 1.0 + sum(survival[:k])
+
+
+def accepted_drafts_by_position(u: float, survival: tuple[float, ...], k: int) -> int:
+    """Drafts accepted in one step for a uniform draw ``u`` in (0, 1]: the largest a <= k
+    with u <= S_a (inverse CDF of P(a ≥ i) = S_i; S non-increasing), so a step emits
+    a + 1 tokens. With S_i = α^i it draws what :func:`accepted_drafts` draws."""
+    a = 0
+    while a < k and u <= survival[a]:
+        a += 1
+    return a
+
+
+def draft_shape(target: ModelShape, method: str, draft: ModelShape | None = None,
+                draft_vocab_size: int | None = None) -> ModelShape | None:
     """The shape the drafter's forward passes are priced with (module docstring), or
-    None for ``ngram`` (no GPU drafter).
+    None for ``ngram`` (no GPU drafter). ``draft_vocab_size``: an EAGLE-3 head's own LM
+    head size (None: the target's vocabulary).
 
     Raises:
         ValueError: ``mtp`` on a model without MTP layers; ``draft_model`` without a
@@ -111,13 +157,18 @@ def draft_shape(target: ModelShape, method: str, draft: ModelShape | None = None
                              "eagle, draft_model or ngram")
         # One pass runs one MTP layer (vLLM reuses them round-robin): price one, hold all.
         return _layers_of(target, 1, moe=target.is_moe, name=f"{target.name}-mtp")
-    return _layers_of(target, 1, moe=False, name=f"{target.name}-{method}")
+    shape = _layers_of(target, 1, moe=False, name=f"{target.name}-{method}")
+    if method == "eagle3" and draft_vocab_size is not None:
+        shape = shape.model_copy(update={"vocab_size": draft_vocab_size})
+    return shape
 
 
-def draft_weight_params(target: ModelShape, method: str, draft: ModelShape | None = None) -> int:
+def draft_weight_params(target: ModelShape, method: str, draft: ModelShape | None = None,
+                        draft_vocab_size: int | None = None) -> int:
     """Parameters the drafter adds to each replica's weights: the whole draft model, the
     EAGLE layer, or every MTP layer (their embedding and head are the target's; the
-    ``fc`` / ``eh_proj`` projection of 2·hidden × hidden is counted). 0 for ngram."""
+    ``fc`` / ``eh_proj`` projection of 2·hidden × hidden is counted), plus an EAGLE-3
+    head's own LM head when ``draft_vocab_size`` is given. 0 for ngram."""
     if method == "ngram":
         return 0
     if method == "draft_model":
@@ -125,7 +176,9 @@ def draft_weight_params(target: ModelShape, method: str, draft: ModelShape | Non
     layers = target.num_nextn_predict_layers if method == "mtp" else 1
     one = draft_shape(target, method)
     per_layer = one.params_total - one.embedding_params - one.lm_head_params
-    return layers * (per_layer + 2 * target.hidden_size * target.hidden_size)
+    own_head = draft_vocab_size * target.hidden_size \
+        if method == "eagle3" and draft_vocab_size is not None else 0
+    return layers * (per_layer + 2 * target.hidden_size * target.hidden_size) + own_head
 
 
 def _layers_of(target: ModelShape, layers: int, *, moe: bool, name: str) -> ModelShape:

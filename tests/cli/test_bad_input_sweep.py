@@ -242,8 +242,21 @@ SHIPPED_BAD = [
      'variants.1.engine.speculative.acceptance_rate_by_class: expected a mapping, e.g. '
      '{code: 0.8} (got a list [0.8])'),
     ('spec_decode.yaml', 'variants.1.engine.speculative.acceptance_rate', 'DEL',
-     'variants.1.engine.speculative.acceptance_rate: required field is missing; e.g. '
-     '{method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}'),
+     'variants.1.engine.speculative: give the acceptance one way: acceptance_rate (per-token '
+     "α), acceptance_rate_by_position (vLLM's per-position rates) or acceptance (a shipped "
+     "table's name)"),
+    ('spec_decode.yaml', 'variants.1.engine.speculative',
+     '{method: eagle3, num_speculative_tokens: 3, acceptance: eagle9}',
+     "variants.1.engine.speculative.acceptance: acceptance 'eagle9' is not a shipped "
+     'acceptance table; valid: eagle3-gpt-oss-20b-mtbench, eagle3-llama31-8b-mtbench,'),
+    ('spec_decode.yaml', 'variants.1.engine.speculative',
+     '{method: eagle3, num_speculative_tokens: 3, acceptance_rate_by_position: [0.7, 0.8, 0.3]}',
+     "variants.1.engine.speculative: acceptance_rate_by_position[1] 0.8 is above position 0's "
+     '0.7;'),
+    ('spec_decode.yaml', 'variants.1.engine.speculative',
+     '{method: eagle3, num_speculative_tokens: 4, acceptance: eagle3-llama31-8b-mtbench}',
+     'variants.1.engine.speculative.acceptance: acceptance eagle3-llama31-8b-mtbench was '
+     'measured at 3 drafts; num_speculative_tokens 4 needs as many; valid: 1 to 3'),
     ('disagg_ratio.yaml', 'variants.1.disaggregation.link', 'nvlink-9',
      "variants.1.disaggregation.link: unknown link 'nvlink-9'; valid: infiniband-hdr, "
      'infiniband-ndr, nvlink-3, nvlink-4, pcie-gen4-x16, pcie-gen5-x16, roce-200g (or'),

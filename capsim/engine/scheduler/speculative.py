@@ -49,7 +49,8 @@ class SpeculativeScheduler(ContinuousScheduler):
         super().__init__(**kwargs)
         self.spec = spec
         self.decoders = SpecDecodeSet(self.bs, self.num_classes, self.itl,
-                                      spec.alpha_by_class, spec.seed)
+                                      spec.alpha_by_class, spec.seed,
+                                      spec.survival_by_class)
         self.width = spec.k + 1
 
     @classmethod

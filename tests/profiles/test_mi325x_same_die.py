@@ -2,8 +2,8 @@
 
 Source: AMD's datasheets (MI300X: 1,307.4 / 2,614.9 TFLOPS bf16 / fp8 dense, 5.3 TB/s HBM3;
 MI325X: the same peaks, 6.0 TB/s HBM3E) and ROCm's GPU hardware specifications (both CDNA3,
-gfx942, 304 CUs): the same die, so the kernels measured on an MI300X (aiter's tables) price
-the MI325X as fractions of its own roofline; only the HBM changes.
+gfx942, 304 CUs): the same die, so the kernels measured on an MI300X (aiter's tables, vLLM PR
+19744's all-reduce) price the MI325X as fractions of its own roofline; only the HBM changes.
 """
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def test_measured_entries_are_the_mi300x_ones(gpus, entry):
     assert getattr(mi325x.efficiency, entry) == getattr(mi300x.efficiency, entry)
     assert entry not in mi325x.derivation.classes
     assert not mi325x.sources[f"efficiency.{entry}"].startswith("derived, uncalibrated: h100")
+
+
+def test_all_reduce_is_the_mi300x_fit(gpus):
+    mi300x, mi325x = gpus
+    assert mi325x.custom_all_reduce == mi300x.custom_all_reduce is not None
+    assert mi325x.tp_link_bandwidth_bytes_per_s == mi300x.tp_link_bandwidth_bytes_per_s
 
 
 def test_only_attention_and_elementwise_are_still_derived(gpus):

@@ -38,4 +38,18 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
                       f"{hw.tp_link_bandwidth_bytes_per_s / 1e9:,.0f}",
                       f"{hw.pcie_bandwidth_bytes_per_s / 1e9:,.0f}", curves,
                       f"{hw.price_per_gpu_hour_usd:.2f}")
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    derived = [_derived_line(hw) for hw in list_hardware() if hw.derivation is not None]
+    if derived:
+        console.print("derived curves (efficiencies carried over, not measured on the GPU):\n"
+                      + "\n".join(derived), highlight=False)
+
+
+def _derived_line(hw) -> str:
+    """``"  mi325x: attention_prefill, ... from h100-sxm; gemm, ... mi300x's (the same die)"``."""
+    d = hw.derivation
+    line = f"  {hw.name}: {', '.join(d.classes)} from {d.from_profile}"
+    if d.same_die is not None:
+        line += f"; {', '.join(d.same_die.classes)} {d.same_die.from_profile}'s (the same die)"
+    return line

@@ -301,6 +301,20 @@ EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_de
                           "gemm_fp8_block"]
 
 
+class SameDie(StrictModel):
+    """Efficiency entries measured on another GPU of the same die, carried over unchanged as
+    fractions of this GPU's own roofline (the MI325X takes the MI300X's: one gfx942 die, one
+    clock, faster HBM). Not derived by a scaling, but not measured on this GPU either.
+
+    Attributes:
+        from_profile: the profile they were measured on (``mi300x``).
+        classes: the efficiency entries carried over (each must be set in ``efficiency``).
+    """
+
+    from_profile: str = Field(min_length=1)
+    classes: list[EfficiencyClass] = Field(min_length=1)
+
+
 class Derivation(StrictModel):
     """Efficiencies derived from another (measured) profile, not fitted to this GPU.
 
@@ -315,6 +329,8 @@ class Derivation(StrictModel):
         classes: the efficiency entries derived (each must be set in ``efficiency``).
         method: how they were carried over (the scaling and why).
         date: ISO date of the derivation.
+        same_die: entries measured on a GPU of the same die instead (:class:`SameDie`), or
+            None.
     """
 
     status: Literal["derived, uncalibrated"]
@@ -322,6 +338,7 @@ class Derivation(StrictModel):
     classes: list[EfficiencyClass] = Field(min_length=1)
     method: str = Field(min_length=1)
     date: str = Field(min_length=1)
+    same_die: SameDie | None = None
 
 
 class CustomAllReduceCost(StrictModel):
@@ -420,7 +437,9 @@ class HardwareProfile(StrictModel):
                 "(NVLink card) or both be null (PCIe-only card)"
             )
         if self.derivation is not None:
-            unset = [c for c in self.derivation.classes if getattr(self.efficiency, c) is None]
+            d = self.derivation
+            unset = [c for c in d.classes + (d.same_die.classes if d.same_die else [])
+                     if getattr(self.efficiency, c) is None]
             if unset:
                 raise ValueError(f"derivation lists efficiency entries the profile does not "
                                  f"set: {', '.join(unset)}")

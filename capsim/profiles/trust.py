@@ -124,16 +124,23 @@ def derived_note(hardware: str) -> str:
     """``"; h200-sxm's gemm, ... efficiencies are derived from h100-sxm, not measured on it"``
     when the GPU profile carries efficiencies over from another GPU (its ``derivation:``,
     :class:`~capsim.profiles.hardware.Derivation`), else ``""``: what a trust line rests on
-    that no kernel of this GPU measured (issue 30 item 3). A profile that does not load
-    (a path no longer there) adds nothing."""
+    that no kernel of this GPU measured (issue 30 item 3); entries measured on a GPU of the
+    same die (``derivation.same_die``) are named too: ``"; its gemm, ... efficiencies are
+    mi300x's (the same die)"``. A profile that does not load (a path no longer there) adds
+    nothing."""
     try:
         derivation = load_hardware(hardware).derivation
     except ScenarioError:
         return ""
     if derivation is None:
         return ""
-    return (f"; {hardware}'s {', '.join(derivation.classes)} efficiencies are derived from "
+    note = (f"; {hardware}'s {', '.join(derivation.classes)} efficiencies are derived from "
             f"{derivation.from_profile}, not measured on it")
+    same = derivation.same_die
+    if same is not None:
+        note += (f"; its {', '.join(same.classes)} efficiencies are {same.from_profile}'s "
+                 "(the same die)")
+    return note
 
 
 def lines(pairs: Iterable[tuple[str, str]]) -> list[str]:

@@ -40,6 +40,7 @@ from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_na
 from capsim.profiles.hardware import EngineFamily
 from capsim.profiles.policies import POLICY_NAMES
 from capsim.profiles.static_fraction import StaticFraction
+from capsim.profiles.tiered_fraction import TieredFraction
 
 _FOLDER = "engines"
 
@@ -142,9 +143,20 @@ class MemoryRule(StrictModel):
     #: (:class:`~capsim.profiles.static_fraction.StaticFraction`) wherever the scenario
     #: leaves ``mem_fraction_static`` unset; None: the preset's ``defaults`` give it.
     static_fraction: StaticFraction | None = None
+    #: sglang: the same, by SGLang 0.4.7-0.4.9's reserve per GPU-memory tier
+    #: (:class:`~capsim.profiles.tiered_fraction.TieredFraction`); at most one of the two.
+    static_fraction_tiers: TieredFraction | None = None
+
+    @property
+    def fraction_rule(self) -> StaticFraction | TieredFraction | None:
+        """The rule that picks the default ``mem_fraction_static`` (None: the defaults')."""
+        return self.static_fraction or self.static_fraction_tiers
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":
+        if self.static_fraction is not None and self.static_fraction_tiers is not None:
+            raise ValueError("give static_fraction (SGLang 0.5's rule) or "
+                             "static_fraction_tiers (0.4's), not both")
         for name in ("non_torch_gib", "init_comm_gib", "cudagraph_mib_per_layer_graph",
                      "cudagraph_estimate_mib_per_layer_graph"):
             if 1 not in getattr(self, name):

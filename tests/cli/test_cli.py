@@ -84,8 +84,8 @@ BAD = [
      "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
-                                "sglang-0.3, sglang-0.5, tgi, trtllm, trtllm-bench, vllm-0.11, vllm-0.2.5, "
-                                "vllm-0.21, "
+                                "sglang-0.3, sglang-0.4, sglang-0.5, tgi, trtllm, trtllm-bench, "
+                                "vllm-0.11, vllm-0.2.5, vllm-0.21, "
                                 "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
     ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
@@ -139,8 +139,8 @@ BAD = [
     ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
-     "work is serial with the GPU step; valid with: sglang, sglang-0.5, trtllm, trtllm-bench, "
-     "vllm-0.11, vllm-0.21, vllm-v1)"),
+     "work is serial with the GPU step; valid with: sglang, sglang-0.4, sglang-0.5, trtllm, "
+     "trtllm-bench, vllm-0.11, vllm-0.21, vllm-v1)"),
     ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
                                                           "num_speculative_tokens": 3,
                                                           "acceptance_rate": 0.6}},
@@ -1130,7 +1130,8 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
     (["--model", "llama-3.1-70b", "--preset", "./nosuch.yaml"],
      "error: --preset nosuch.yaml: cannot read file: No such file or directory\n"),
     (["--model", "llama-3.1-70b", "--preset", "nosuch"],
-     "error: --preset: unknown engine preset 'nosuch'; valid: sglang, sglang-0.3, sglang-0.5, "),
+     "error: --preset: unknown engine preset 'nosuch'; valid: sglang, sglang-0.3, sglang-0.4, "
+     "sglang-0.5, "),
     (["--model", "llama-3.1-70b", "--quantization", "int3"],
      "error: unknown --quantization 'int3'; valid: bf16, fp8, fp8_channel, fp8_block, int8, "
      "awq, gptq, nvfp4, mxfp4\n"),

@@ -18,7 +18,9 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
   (``trtllm-bench``: :class:`~capsim.profiles.bench_tuning.DatasetTuning`), applied by
   :mod:`capsim.scenario.bench_settings` to the knobs the scenario leaves unset.
 
-A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
+A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``. A file
+holding only ``name`` and ``alias_of`` is another name for a packaged preset (``sglang``: the
+newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own name included.
 
 Public API:
     EnginePreset, MemoryRule, HostOverhead, TpAllReduce
@@ -33,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from capsim.common.errors import ScenarioError
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
@@ -404,11 +407,34 @@ def engine_preset_names() -> list[str]:
     return packaged_names(_FOLDER)
 
 
+class PresetAlias(StrictModel):
+    """A preset file that names another packaged preset (``alias_of``) instead of values."""
+
+    name: str = Field(min_length=1)
+    alias_of: str = Field(min_length=1)
+
+
 def _parse(path: Path) -> EnginePreset:
+    raw = read_yaml_mapping(path)
+    model = PresetAlias if "alias_of" in raw else EnginePreset
     try:
-        return EnginePreset.model_validate(read_yaml_mapping(path))
+        parsed = model.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, str(path), EnginePreset) from None
+        raise scenario_error_from_validation(exc, str(path), model) from None
+    return _aliased(parsed, path) if isinstance(parsed, PresetAlias) else parsed
+
+
+def _aliased(alias: PresetAlias, path: Path) -> EnginePreset:
+    """The packaged preset ``alias`` names; an alias of an alias (or of an unknown name) is
+    refused, naming the file and ``alias_of``."""
+    names = [n for n in engine_preset_names() if n != alias.name]
+    if alias.alias_of in names:
+        with packaged_file(_FOLDER, alias.alias_of, "engine preset") as target:
+            if "alias_of" not in read_yaml_mapping(target):
+                return _parse(target)
+    raise ScenarioError(f"alias_of names a packaged preset that is not itself an alias; got "
+                        f"{alias.alias_of!r} (valid: {', '.join(names)})",
+                        file=str(path), path="alias_of")
 
 
 def load_engine_preset(name_or_path: str | Path) -> EnginePreset:

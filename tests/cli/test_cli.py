@@ -151,8 +151,8 @@ BAD = [
     ("engine.moe_backend", "cutlass", "engine.moe_backend: Input should be 'auto' or 'marlin' "
                                       "(got 'cutlass')"),
     ("engine", {"preset": "sglang", "moe_backend": "marlin"},
-     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang' runs "
-     "sglang (valid: auto)"),
+     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang-0.5' runs "
+     "sglang (valid: auto)"),    # sglang is another name for sglang-0.5
     # Marlin's MoE kernels are CUDA-only (vLLM fused_marlin_moe.py MarlinExpertsBase).
     ("variants", [{"name": "a"}, {"name": "b", "model": "gpt-oss-20b", "hardware": "mi300x",
                                   "engine": {"moe_backend": "marlin"}}],
@@ -164,7 +164,7 @@ BAD = [
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),
     ("engine", {"preset": "sglang", "preemption_mode": "swap"},
-     "engine.preemption_mode: engine preset 'sglang' preempts by recompute only"),
+     "engine.preemption_mode: engine preset 'sglang-0.5' preempts by recompute only"),
     ("engine.preemption_mode", "swap", "engine.preemption_mode: engine preset 'vllm-v1' "
                                        "preempts by recompute only"),
     ("engine", {"preset": "trtllm", "kv_allocator": "contiguous_max_model_len"},
@@ -1096,7 +1096,7 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
 
 
 @pytest.mark.parametrize("preset,in_flight", [("vllm-v1", True), ("tgi", False),
-                                               ("sglang", False), ("trtllm", False)])
+                                               ("sglang-0.5", False), ("trtllm", False)])
 def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_flight):
     """Only vLLM's continuous batching keeps PP batches in flight (engine/pipeline.py;
     docs/how-it-works/moe-mla.md, Parallelism); TGI's, SGLang's and TensorRT-LLM's policies

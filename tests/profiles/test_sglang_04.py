@@ -5,6 +5,7 @@ server_args.py ServerArgs.__post_init__, the same rule in all five)."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import load_engine_preset
@@ -93,5 +94,22 @@ def test_a_preset_with_a_bad_tier_is_refused(tmp_path):
     text = text.replace("base_gib: 32,", "base_gib: -32,")
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(ScenarioError, match=r"bad\.yaml: memory\.static_fraction_tiers\.tiers\.5\.base_gib: must be >= 0 "):
+    with pytest.raises(ScenarioError, match=r"bad\.yaml: memory\.static_fraction_tiers\."
+                                            r"tiers\.5\.base_gib: must be >= 0 "):
+        load_engine_preset(str(path))
+
+
+def test_both_fraction_rules_are_refused(tmp_path):
+    """A preset gives 0.5's rule or 0.4's, not both: one line naming the file and memory."""
+    from pathlib import Path
+
+    import capsim
+    data = Path(capsim.__file__).parent / "profiles/data/engines"
+    doc = yaml.safe_load((data / "sglang-0.4.yaml").read_text())
+    doc["memory"]["static_fraction"] = yaml.safe_load(
+        (data / "sglang-0.5.yaml").read_text())["memory"]["static_fraction"]
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ScenarioError, match=r"both\.yaml: memory: .*give static_fraction "
+                                            r"\(SGLang 0\.5's rule\) or static_fraction_tiers"):
         load_engine_preset(str(path))

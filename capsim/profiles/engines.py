@@ -426,15 +426,19 @@ def _parse(path: Path) -> EnginePreset:
 
 def _aliased(alias: PresetAlias, path: Path) -> EnginePreset:
     """The packaged preset ``alias`` names; an alias of an alias (or of an unknown name) is
-    refused, naming the file and ``alias_of``."""
-    names = [n for n in engine_preset_names() if n != alias.name]
-    if alias.alias_of in names:
-        with packaged_file(_FOLDER, alias.alias_of, "engine preset") as target:
-            if "alias_of" not in read_yaml_mapping(target):
-                return _parse(target)
+    refused, naming the file, ``alias_of`` and the presets it may name."""
+    if alias.alias_of in engine_preset_names() and not _is_alias(alias.alias_of):
+        return load_engine_preset(alias.alias_of)
+    valid = [n for n in engine_preset_names() if not _is_alias(n)]
     raise ScenarioError(f"alias_of names a packaged preset that is not itself an alias; got "
-                        f"{alias.alias_of!r} (valid: {', '.join(names)})",
+                        f"{alias.alias_of!r} (valid: {', '.join(valid)})",
                         file=str(path), path="alias_of")
+
+
+def _is_alias(name: str) -> bool:
+    """The packaged preset ``name`` is another name for one (its file has ``alias_of``)."""
+    with packaged_file(_FOLDER, name, "engine preset") as path:
+        return "alias_of" in read_yaml_mapping(path)
 
 
 def load_engine_preset(name_or_path: str | Path) -> EnginePreset:

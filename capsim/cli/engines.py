@@ -25,7 +25,9 @@ def engines() -> None:
         if p.dataset_tuning is not None:
             defaults += ("; max_num_seqs, max_num_batched_tokens, max_model_len from the "
                          "workload's lengths and the GPUs (trtllm-bench's estimate)")
-        table.add_row(p.name, p.display_name, p.version,
+        # an alias file loads the preset it names: show both names
+        shown = name if p.name == name else f"{name} (= {p.name})"
+        table.add_row(shown, p.display_name, p.version,
                       f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
                       _host_text(p.host_overhead), defaults)
     make_console().print(table)

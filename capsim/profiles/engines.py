@@ -18,7 +18,9 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
   (``trtllm-bench``: :class:`~capsim.profiles.bench_tuning.DatasetTuning`), applied by
   :mod:`capsim.scenario.bench_settings` to the knobs the scenario leaves unset.
 
-A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``.
+A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``. A file
+holding only ``name`` and ``alias_of`` is another name for a packaged preset (``sglang``: the
+newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own name included.
 
 Public API:
     EnginePreset, MemoryRule, HostOverhead, TpAllReduce
@@ -33,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from capsim.common.errors import ScenarioError
 from capsim.common.schema import Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
@@ -40,6 +43,7 @@ from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_na
 from capsim.profiles.hardware import EngineFamily
 from capsim.profiles.policies import POLICY_NAMES
 from capsim.profiles.static_fraction import StaticFraction
+from capsim.profiles.tiered_fraction import TieredFraction
 
 _FOLDER = "engines"
 
@@ -142,9 +146,20 @@ class MemoryRule(StrictModel):
     #: (:class:`~capsim.profiles.static_fraction.StaticFraction`) wherever the scenario
     #: leaves ``mem_fraction_static`` unset; None: the preset's ``defaults`` give it.
     static_fraction: StaticFraction | None = None
+    #: sglang: the same, by SGLang 0.4.7-0.4.9's reserve per GPU-memory tier
+    #: (:class:`~capsim.profiles.tiered_fraction.TieredFraction`); at most one of the two.
+    static_fraction_tiers: TieredFraction | None = None
+
+    @property
+    def fraction_rule(self) -> StaticFraction | TieredFraction | None:
+        """The rule that picks the default ``mem_fraction_static`` (None: the defaults')."""
+        return self.static_fraction or self.static_fraction_tiers
 
     @model_validator(mode="after")
     def _non_torch_from_tp1(self) -> "MemoryRule":
+        if self.static_fraction is not None and self.static_fraction_tiers is not None:
+            raise ValueError("give static_fraction (SGLang 0.5's rule) or "
+                             "static_fraction_tiers (0.4's), not both")
         for name in ("non_torch_gib", "init_comm_gib", "cudagraph_mib_per_layer_graph",
                      "cudagraph_estimate_mib_per_layer_graph"):
             if 1 not in getattr(self, name):
@@ -392,11 +407,38 @@ def engine_preset_names() -> list[str]:
     return packaged_names(_FOLDER)
 
 
+class PresetAlias(StrictModel):
+    """A preset file that names another packaged preset (``alias_of``) instead of values."""
+
+    name: str = Field(min_length=1)
+    alias_of: str = Field(min_length=1)
+
+
 def _parse(path: Path) -> EnginePreset:
+    raw = read_yaml_mapping(path)
+    model = PresetAlias if "alias_of" in raw else EnginePreset
     try:
-        return EnginePreset.model_validate(read_yaml_mapping(path))
+        parsed = model.model_validate(raw)
     except ValidationError as exc:
-        raise scenario_error_from_validation(exc, str(path), EnginePreset) from None
+        raise scenario_error_from_validation(exc, str(path), model) from None
+    return _aliased(parsed, path) if isinstance(parsed, PresetAlias) else parsed
+
+
+def _aliased(alias: PresetAlias, path: Path) -> EnginePreset:
+    """The packaged preset ``alias`` names; an alias of an alias (or of an unknown name) is
+    refused, naming the file, ``alias_of`` and the presets it may name."""
+    if alias.alias_of in engine_preset_names() and not _is_alias(alias.alias_of):
+        return load_engine_preset(alias.alias_of)
+    valid = [n for n in engine_preset_names() if not _is_alias(n)]
+    raise ScenarioError(f"alias_of names a packaged preset that is not itself an alias; got "
+                        f"{alias.alias_of!r} (valid: {', '.join(valid)})",
+                        file=str(path), path="alias_of")
+
+
+def _is_alias(name: str) -> bool:
+    """The packaged preset ``name`` is another name for one (its file has ``alias_of``)."""
+    with packaged_file(_FOLDER, name, "engine preset") as path:
+        return "alias_of" in read_yaml_mapping(path)
 
 
 def load_engine_preset(name_or_path: str | Path) -> EnginePreset:

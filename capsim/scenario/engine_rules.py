@@ -76,10 +76,11 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
 
 def _default_static_fraction(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
                              user: set[str]) -> EngineConfig:
-    """SGLang 0.5's default ``mem_fraction_static`` (the preset's ``memory.static_fraction``)
-    where the scenario leaves it unset: from the GPU's memory, the prefill chunk
-    (``max_num_batched_tokens``), TP, PP, the DP attention ranks and the drafter."""
-    rule = preset.memory.static_fraction
+    """SGLang's default ``mem_fraction_static`` (the preset's ``memory.static_fraction`` or
+    ``static_fraction_tiers``) where the scenario leaves it unset: from the GPU's memory, the
+    prefill chunk (``max_num_batched_tokens``), TP, PP, the DP attention ranks and the
+    drafter."""
+    rule = preset.memory.fraction_rule
     if rule is None or "mem_fraction_static" in user:
         return engine
     tp = engine.tensor_parallel_size

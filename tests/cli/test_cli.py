@@ -84,8 +84,8 @@ BAD = [
      "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
-                                "sglang-0.3, sglang-0.5, tgi, trtllm, trtllm-bench, vllm-0.11, vllm-0.2.5, "
-                                "vllm-0.21, "
+                                "sglang-0.3, sglang-0.4, sglang-0.5, tgi, trtllm, trtllm-bench, "
+                                "vllm-0.11, vllm-0.2.5, vllm-0.21, "
                                 "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
     ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
@@ -139,8 +139,8 @@ BAD = [
     ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
-     "work is serial with the GPU step; valid with: sglang, sglang-0.5, trtllm, trtllm-bench, "
-     "vllm-0.11, vllm-0.21, vllm-v1)"),
+     "work is serial with the GPU step; valid with: sglang, sglang-0.4, sglang-0.5, trtllm, "
+     "trtllm-bench, vllm-0.11, vllm-0.21, vllm-v1)"),
     ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
                                                           "num_speculative_tokens": 3,
                                                           "acceptance_rate": 0.6}},
@@ -151,8 +151,8 @@ BAD = [
     ("engine.moe_backend", "cutlass", "engine.moe_backend: Input should be 'auto' or 'marlin' "
                                       "(got 'cutlass')"),
     ("engine", {"preset": "sglang", "moe_backend": "marlin"},
-     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang' runs "
-     "sglang (valid: auto)"),
+     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang-0.5' runs "
+     "sglang (valid: auto)"),    # sglang is another name for sglang-0.5
     # Marlin's MoE kernels are CUDA-only (vLLM fused_marlin_moe.py MarlinExpertsBase).
     ("variants", [{"name": "a"}, {"name": "b", "model": "gpt-oss-20b", "hardware": "mi300x",
                                   "engine": {"moe_backend": "marlin"}}],
@@ -164,7 +164,7 @@ BAD = [
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),
     ("engine", {"preset": "sglang", "preemption_mode": "swap"},
-     "engine.preemption_mode: engine preset 'sglang' preempts by recompute only"),
+     "engine.preemption_mode: engine preset 'sglang-0.5' preempts by recompute only"),
     ("engine.preemption_mode", "swap", "engine.preemption_mode: engine preset 'vllm-v1' "
                                        "preempts by recompute only"),
     ("engine", {"preset": "trtllm", "kv_allocator": "contiguous_max_model_len"},
@@ -1096,7 +1096,7 @@ def test_roofline_prices_pipeline_stages_and_expert_parallelism(run_cli):
 
 
 @pytest.mark.parametrize("preset,in_flight", [("vllm-v1", True), ("tgi", False),
-                                               ("sglang", False), ("trtllm", False)])
+                                               ("sglang-0.5", False), ("trtllm", False)])
 def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_flight):
     """Only vLLM's continuous batching keeps PP batches in flight (engine/pipeline.py;
     docs/how-it-works/moe-mla.md, Parallelism); TGI's, SGLang's and TensorRT-LLM's policies
@@ -1130,7 +1130,8 @@ def test_roofline_says_which_presets_keep_batches_in_flight(run_cli, preset, in_
     (["--model", "llama-3.1-70b", "--preset", "./nosuch.yaml"],
      "error: --preset nosuch.yaml: cannot read file: No such file or directory\n"),
     (["--model", "llama-3.1-70b", "--preset", "nosuch"],
-     "error: --preset: unknown engine preset 'nosuch'; valid: sglang, sglang-0.3, sglang-0.5, "),
+     "error: --preset: unknown engine preset 'nosuch'; valid: sglang, sglang-0.3, sglang-0.4, "
+     "sglang-0.5, "),
     (["--model", "llama-3.1-70b", "--quantization", "int3"],
      "error: unknown --quantization 'int3'; valid: bf16, fp8, fp8_channel, fp8_block, int8, "
      "awq, gptq, nvfp4, mxfp4\n"),

@@ -172,7 +172,7 @@ def test_other_presets_keep_the_ring(preset):
     assert _comm(custom, 8) == _comm(ring, 8)
 
 
-@pytest.mark.parametrize("preset", ["sglang", "sglang-0.5"])
+@pytest.mark.parametrize("preset", ["sglang", "sglang-0.4", "sglang-0.5"])
 def test_sglang_runs_the_same_kernels_as_vllm(preset):
     """SGLang's custom all-reduce (custom_all_reduce.py at 263bc85d, sgl-kernel
     custom_all_reduce.cuh at 0bb5d5e9) has vLLM's limits: the same price at every size."""

@@ -17,7 +17,7 @@ from capsim.profiles.models import load_model
 MIB = 2**20
 
 
-@pytest.mark.parametrize("name", ["sglang", "sglang-0.5"])
+@pytest.mark.parametrize("name", ["sglang", "sglang-0.4", "sglang-0.5"])
 def test_custom_all_reduce_limits_are_sglangs(name):
     """custom_all_reduce.py: world sizes 2 / 4 / 6 / 8, below 8 MiB on CUDA; the kernel
     (custom_all_reduce.cuh REDUCE_CASE): one-stage always at TP 2, below 512 KiB at TP 4,

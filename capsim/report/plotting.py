@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -44,15 +45,19 @@ def figure(width_in: float, height_in: float) -> Figure:
 def save(fig: Figure, path: Path) -> None:
     """Write ``fig`` to ``path`` as a PNG at ``style.DPI`` without the Software metadata.
 
-    The constrained layout is solved once here and then switched off, so ``savefig``
-    draws the figure once instead of a trial draw of every artist before the real one
-    (the same pixels: the trial draw only runs the layout). The PNG is compressed at
+    The constrained layout is solved once here and then removed, so ``savefig`` draws the
+    figure once instead of a trial draw of every artist before the real one (the same
+    pixels: the trial draw only runs the layout). Removed, not ``"none"``: matplotlib 3.11's
+    ``print_figure`` still makes the trial draw for the placeholder engine that ``"none"``
+    leaves (``backend_bases.FigureCanvasBase.print_figure``). The PNG is compressed at
     ``style.PNG_COMPRESS_LEVEL``.
     """
     engine = fig.get_layout_engine()
     if engine is not None:
         engine.execute(fig)
-        fig.set_layout_engine("none")
+        # None means "from the rc" to matplotlib: with both keys off it means no engine.
+        with rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+            fig.set_layout_engine(None)
     fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None},
                 pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
 

@@ -168,6 +168,10 @@ class Efficiency(StrictModel):
     ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its
     latent KV, as the MLA decode kernel (FlashMLA) runs it: it replaces
     ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only.
+    ``attention_prefill_mla``: prefill attention of an MLA model (the engines run it as
+    multi-head attention over the up-projected keys and values, 192-wide q·k, 128-wide v,
+    with their own kernel: FlashAttention 3 on Hopper, TRT-LLM's on Blackwell): it replaces
+    ``attention_prefill`` for MLA models only, ``compute_curve`` over keys per query as there.
     ``gemm_fp8_block``: the layer matmuls (the shared expert and dense MLP included) with
     block-scaled fp8 weights (``fp8_block``: DeepSeek-V3, Qwen3-FP8), which the engines run
     with DeepGEMM on Hopper; without it they take ``gemm_fp8``.
@@ -189,6 +193,7 @@ class Efficiency(StrictModel):
     grouped_gemm_fp8: GemmCurve | None = None
     attention_decode_mla: KernelEfficiency | None = None
     gemm_fp8_block: GemmCurve | None = None
+    attention_prefill_mla: KernelEfficiency | None = None
 
     def matmul_curve(self, weight_dtype: str, block_scaled: bool = False) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8_block`` for
@@ -298,7 +303,7 @@ class Calibration(StrictModel):
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
                           "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
-                          "gemm_fp8_block"]
+                          "gemm_fp8_block", "attention_prefill_mla"]
 
 
 class SameDie(StrictModel):
@@ -480,8 +485,9 @@ class HardwareProfile(StrictModel):
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
-            mla: the model attends with MLA (decode attention then takes
-                ``attention_decode_mla`` where the profile has one).
+            mla: the model attends with MLA (decode and prefill attention then take
+                ``attention_decode_mla`` and ``attention_prefill_mla`` where the profile
+                has them).
             block_scaled: the layer matmuls' weights are block-scaled
                 (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
                 affected).
@@ -503,7 +509,9 @@ class HardwareProfile(StrictModel):
             matmul_curve=eff.matmul_curve(matmul_dtype, block_scaled),
             expert_curve=eff.matmul_curve(expert_dtype),
             lm_head_curve=eff.matmul_curve(model_dtype),
-            attention_prefill=eff.kernel("attention_prefill"),
+            attention_prefill=eff.attention_prefill_mla
+            if mla and eff.attention_prefill_mla is not None
+            else eff.kernel("attention_prefill"),
             attention_decode=eff.attention_decode_mla
             if mla and eff.attention_decode_mla is not None
             else eff.decode_attention(kv_cache_dtype_bytes, engine),

@@ -156,8 +156,8 @@ PER_WORKER_EXPECTED = {
     (f"{PERF}h100", "llama70B_tp4 median_ms"): (-8.4, +3.2),
     (f"{PERF}a100", "mixtral8x7B_tp2 median_ms"): (+0.2, +2.8),
     (f"{PERF}h100", "mixtral8x7B_tp2 median_ms"): (-2.1, +1.9),
-    (f"{PERF}h200", "llama70B_tp4 median_ms"): (-7.7, +5.9),
-    (f"{PERF}h200", "mixtral8x7B_tp2 median_ms"): (-1.3, +3.6),
+    (f"{PERF}h200", "llama70B_tp4 median_ms"): (-10.8, +2.8),
+    (f"{PERF}h200", "mixtral8x7B_tp2 median_ms"): (-2.7, +2.2),
     ("step_vllm_pr9856_a100_llama31_8b_tp2_bs8_in128_out256", "llama8B_tp2 median_ms"):
         (-7.3, +0.9),
     ("load_vllm0151_8xh100_gptoss120b_tp8_random_isl_osl_concurrency_sweep",

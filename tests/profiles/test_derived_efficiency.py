@@ -90,13 +90,13 @@ def test_h100_fp8_gemm_curve_is_the_bf16_curve_times_the_measured_speedup():
 
 
 def test_h200_carries_the_h100_entries_over_unchanged():
-    """Every entry the H200 lists as derived is the H100's; its GEMM curves are measured
-    (tests/profiles/test_measured_gemm.py)."""
+    """Every entry the H200 lists as derived is the H100's; its GEMM curves and GQA
+    attention are measured (tests/profiles/test_measured_gemm.py,
+    test_measured_attention.py)."""
     h100, h200 = load_hardware("h100-sxm"), load_hardware("h200-sxm")
     assert h200.peak_flops_per_s == h100.peak_flops_per_s
     assert h200.derivation.from_profile == "h100-sxm"
-    assert set(h200.derivation.classes) == {"attention_prefill", "attention_decode",
-                                            "elementwise", "fused_moe",
+    assert set(h200.derivation.classes) == {"elementwise", "fused_moe",
                                             "attention_decode_fp8", "fused_moe_mxfp4",
                                             "grouped_gemm_fp8", "attention_decode_mla"}
     for key in h200.derivation.classes:

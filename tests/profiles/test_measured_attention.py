@@ -103,3 +103,15 @@ def test_h200_prefill_at_long_context_is_no_longer_the_h100_curve():
     assert not hw.sources["efficiency.attention_prefill"].startswith("derived")
     assert "attention_prefill" not in hw.derivation.classes
     assert "attention_decode" not in load_hardware("b200").derivation.classes
+
+
+def test_b200_decode_matches_the_vllm_blogs_bf16_slope():
+    """Not fitted to it: the vLLM blog's B200 Llama-3.1-8B single-request bf16-KV ITL line
+    ("The State of FP8 KV-Cache and Attention Quantization in vLLM", 2026-04-22; slope
+    1.80e-05 ms per cached token) is the KV read of 32 layers at attention_decode's memory
+    fraction: capsim 1.78e-05 (-1 %; 1.94e-05 with the H100-derived 0.877)."""
+    from capsim.cost.pricer import StepPricer
+    from capsim.profiles.models import load_model
+    p = StepPricer(load_model("llama-3.1-8b"), load_hardware("b200"), engine="vllm")
+    lo, hi = (p.cost(decode_seqs=1, decode_ctx_tokens=c).seconds * 1e3 for c in (50_000, 100_000))
+    assert (hi - lo) / 50_000 == pytest.approx(1.80e-05, rel=0.02)

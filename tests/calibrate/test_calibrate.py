@@ -214,13 +214,14 @@ def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(
     layer), attention_decode_fp8 (no row reads an fp8 KV cache), attention_decode_mla (no
     MLA model) and gemm_fp8_block (no block-scaled weights)."""
     h200, model = load_hardware("h200-sxm"), load_model("llama-3.1-8b")
-    # The shipped H200's GEMM curves, fp8 fused-MoE curve and MLA decode entry are measured
-    # now (tests/profiles/test_measured_gemm.py, test_moe_aiconfigurator.py,
-    # test_mla_decode_aiconfigurator.py); flag them derived again, as they were, to test the
-    # rule on every class.
+    # The shipped H200's GEMM curves, GQA attention, fp8 fused-MoE curve and MLA decode entry
+    # are measured now (tests/profiles/test_measured_gemm.py, test_measured_attention.py,
+    # test_moe_aiconfigurator.py, test_mla_decode_aiconfigurator.py); flag them derived
+    # again, as they were, to test the rule on every class.
     base = h200.model_copy(update={"derivation": h200.derivation.model_copy(update={
-        "classes": ["gemm", "gemm_fp8", *h200.derivation.classes, "grouped_gemm_fp8",
-                    "attention_decode_mla", "gemm_fp8_block"]})})
+        "classes": ["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
+                    *h200.derivation.classes, "grouped_gemm_fp8", "attention_decode_mla",
+                    "gemm_fp8_block"]})})
     assert set(base.derivation.classes) >= {"gemm", "attention_decode", "gemm_fp8"}
     rows = measured[measured.group == "llama-3.1-8b"]
     write_plain_csv(tmp_path / "gemm.csv", rows[rows.op_class == "gemm"])

@@ -257,13 +257,13 @@ EXPECTED = {
     (OSS, "8k/1k c=4 tput_per_gpu_tok_s"): (-0.5, -0.5, -20.0, -2.4),
     (OSS, "8k/1k c=8 tpot_ms"): (+1.0, +1.0, +22.7, +4.0),
     (OSS, "8k/1k c=8 tput_per_gpu_tok_s"): (+2.0, +2.0, -16.0, -0.9),
-    (QWEN, "request_throughput_req_s"): (-10.4, -10.4, -13.3, -18.7),
-    (QWEN, "output_token_throughput_tok_s"): (-10.1, -10.1, -13.0, -18.4),
-    (QWEN, "mean_ttft_ms"): (-5.3, -5.3, -4.2, +5.4),
-    (QWEN, "median_ttft_ms"): (-55.4, -55.4, -54.9, -50.4),
+    (QWEN, "request_throughput_req_s"): (+6.3, +6.3, +2.1, -3.3),
+    (QWEN, "output_token_throughput_tok_s"): (+6.7, +6.7, +2.5, -3.0),
+    (QWEN, "mean_ttft_ms"): (-23.9, -23.9, -22.9, -15.9),
+    (QWEN, "median_ttft_ms"): (-63.8, -63.8, -63.3, -60.0),
     ("external", "pr9856 8B TP2 A100"): (-7.3, +17.3, +2.7, +0.1),
-    ("external", "build9513 70B TP4 H200"): (-7.7, +5.8, +5.8, -0.1),
-    ("external", "build9513 Mixtral TP2 H200"): (-1.3, +13.3, +4.6, +8.6),
+    ("external", "build9513 70B TP4 H200"): (-10.8, +2.7, +2.7, -3.3),
+    ("external", "build9513 Mixtral TP2 H200"): (-2.7, +12.0, +3.2, +7.3),
 }
 FORMS = ("none", "host", "all_reduce", "straggler")
 

@@ -37,11 +37,13 @@ def without_fixed_time(hw: HardwareProfile) -> HardwareProfile:
 
 
 def _h200_with_h100_gemms():
-    """The H200 with the H100's GEMM curves, as it was derived: the two tests below check
-    the roofline's handling of bandwidth alone. The shipped H200's GEMM curves are measured
-    on an H200 (tests/profiles/test_measured_gemm.py), so they differ from the H100's."""
+    """The H200 with the H100's GEMM curves and attention entries, as it was derived: the
+    two tests below check the roofline's handling of bandwidth alone. The shipped H200's
+    GEMM curves and GQA attention are measured on an H200 (tests/profiles/
+    test_measured_gemm.py, test_measured_attention.py), so they differ from the H100's."""
     h100, h200 = load_hardware("h100-sxm"), load_hardware("h200-sxm")
-    gemms = {k: getattr(h100.efficiency, k) for k in ("gemm", "gemm_fp8", "gemm_fp8_block")}
+    gemms = {k: getattr(h100.efficiency, k) for k in ("gemm", "gemm_fp8", "gemm_fp8_block",
+                                                      "attention_prefill", "attention_decode")}
     return h200.model_copy(update={"efficiency": h200.efficiency.model_copy(update=gemms)})
 
 

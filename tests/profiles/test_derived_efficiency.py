@@ -90,15 +90,14 @@ def test_h100_fp8_gemm_curve_is_the_bf16_curve_times_the_measured_speedup():
 
 
 def test_h200_carries_the_h100_entries_over_unchanged():
-    """Every entry the H200 lists as derived is the H100's; its GEMM curves are measured
-    (tests/profiles/test_measured_gemm.py), and so are its fp8 fused-MoE curve
-    (tests/profiles/test_moe_aiconfigurator.py) and MLA decode attention
-    (tests/profiles/test_mla_decode_aiconfigurator.py)."""
+    """Every entry the H200 lists as derived is the H100's; its GEMM curves, GQA attention,
+    fp8 fused-MoE curve and MLA attention are measured (tests/profiles/test_measured_gemm.py,
+    test_measured_attention.py, test_moe_aiconfigurator.py,
+    test_mla_decode_aiconfigurator.py)."""
     h100, h200 = load_hardware("h100-sxm"), load_hardware("h200-sxm")
     assert h200.peak_flops_per_s == h100.peak_flops_per_s
     assert h200.derivation.from_profile == "h100-sxm"
-    assert set(h200.derivation.classes) == {"attention_prefill", "attention_decode",
-                                            "elementwise", "fused_moe",
+    assert set(h200.derivation.classes) == {"elementwise", "fused_moe",
                                             "attention_decode_fp8", "fused_moe_mxfp4"}
     for key in h200.derivation.classes:
         assert getattr(h200.efficiency, key) == getattr(h100.efficiency, key), key

@@ -210,4 +210,6 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str 
     if e:
         console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "
                       f"({e['tokens']:,} tokens × top-{e['top_k']}; "
-                      f"{e['hit'] / e['num_experts']:.0%} of the expert weights)")
+                      f"{e['hit'] / e['num_experts']:.0%} of the expert weights)"
+                      + ("; the shared expert runs among them (SGLang's shared-experts fusion)"
+                         if e["shared_fused"] else ""))

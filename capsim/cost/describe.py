@@ -128,11 +128,13 @@ def _check_counts(**counts: int) -> None:
 
 def _experts(model: ModelShape, pricer: StepPricer | PipelinePricer,
              tokens: int) -> dict[str, Any] | None:
-    """The routed experts a step of ``tokens`` tokens hits per MoE layer (None: dense)."""
+    """The routed experts a step of ``tokens`` tokens hits per MoE layer (None: dense) and
+    whether the shared expert runs among them (``shared_fused``)."""
     if not model.is_moe:
         return None
     return {"hit": pricer.experts_hit(tokens), "num_experts": model.num_experts,
-            "top_k": model.num_experts_per_tok, "tokens": tokens}
+            "top_k": model.num_experts_per_tok, "tokens": tokens,
+            "shared_fused": pricer.fuse_shared_expert}
 
 
 def _pricer(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from capsim.cost.describe import describe_step
 from capsim.cost.operators import expected_experts_hit
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.engines import load_engine_preset
@@ -90,3 +91,14 @@ def test_other_moe_models_keep_their_shared_expert_apart(model):
 
 def test_vllm_presets_do_not_fuse():
     assert load_engine_preset("vllm-v1").shared_experts_fusion is None
+
+
+def test_the_roofline_says_when_it_fuses():
+    rule = load_engine_preset("sglang-0.5").shared_experts_fusion
+    kw = dict(decode_batch=8, context=1500, quantization="fp8_block", engine="sglang")
+    fused = describe_step("deepseek-v3", "h200-sxm", 8, shared_experts_fusion=rule, **kw)
+    apart = describe_step("deepseek-v3", "h200-sxm", 8, **kw)
+    assert fused["experts"]["shared_fused"] and not apart["experts"]["shared_fused"]
+    assert "shared_expert" not in [op["name"] for op in fused["operators"]]
+    piped = describe_step("deepseek-v3", "h200-sxm", 8, pp=2, shared_experts_fusion=rule, **kw)
+    assert piped["experts"]["shared_fused"]

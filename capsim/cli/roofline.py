@@ -65,7 +65,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                           decode_batch=decode_batch, context=context, ideal=ideal,
                           routing_skew=routing_skew, quantization=quantization, pp=pp,
                           expert_parallel=expert_parallel, dp_attention=dp_attention,
-                          all_reduce=all_reduce, engine=preset.engine)
+                          all_reduce=all_reduce, engine=preset.engine,
+                          shared_experts_fusion=preset.shared_experts_fusion)
     except ScenarioError as exc:
         option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
                              (None, None))
@@ -209,4 +210,6 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str 
     if e:
         console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "
                       f"({e['tokens']:,} tokens × top-{e['top_k']}; "
-                      f"{e['hit'] / e['num_experts']:.0%} of the expert weights)")
+                      f"{e['hit'] / e['num_experts']:.0%} of the expert weights)"
+                      + ("; the shared expert runs among them (SGLang's shared-experts fusion)"
+                         if e["shared_fused"] else ""))

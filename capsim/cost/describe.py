@@ -22,7 +22,7 @@ from capsim.cost.operators import attn_pairs
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.cost.terms import OperatorCost, StepCost, step_input
-from capsim.profiles.engines import TpAllReduce
+from capsim.profiles.engines import SharedExpertsFusion, TpAllReduce
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape, load_model
@@ -61,7 +61,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   routing_skew: float = 0.0, quantization: str | None = None, pp: int = 1,
                   expert_parallel: bool = False, dp_attention: bool = False,
                   all_reduce: TpAllReduce | None = None,
-                  engine: str | None = None) -> dict[str, Any]:
+                  engine: str | None = None,
+                  shared_experts_fusion: SharedExpertsFusion | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table (its keys:
     the module docstring). The step holds one prompt of ``prefill_tokens`` tokens (no
     cached prefix; its last token samples) and ``decode_batch`` sequences that each
@@ -80,6 +81,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
         engine: the preset's engine family (``vllm``, …): the profile's per-engine kernels
             apply (MXFP4 experts: ``efficiency.fused_moe_mxfp4``); None: the generic ones.
+        shared_experts_fusion: the preset's rule (SGLang): where it applies the shared
+            expert is priced in the ``experts`` row, not a ``shared_expert`` row.
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree, PP beyond the
@@ -91,7 +94,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     hw = hw.ideal() if ideal else hw
     pricer = _pricer(model, hw, tp, pp, weight_dtype=weight_dtype, routing_skew=routing_skew,
                      quantization=quantization, expert_parallel=expert_parallel,
-                     dp_attention=dp_attention, all_reduce=all_reduce, engine=engine)
+                     dp_attention=dp_attention, all_reduce=all_reduce, engine=engine,
+                     shared_experts_fusion=shared_experts_fusion)
     inputs = _inputs(prefill_tokens, decode_batch, context)
     cost = pricer.cost(**inputs)
     return {
@@ -124,11 +128,13 @@ def _check_counts(**counts: int) -> None:
 
 def _experts(model: ModelShape, pricer: StepPricer | PipelinePricer,
              tokens: int) -> dict[str, Any] | None:
-    """The routed experts a step of ``tokens`` tokens hits per MoE layer (None: dense)."""
+    """The routed experts a step of ``tokens`` tokens hits per MoE layer (None: dense) and
+    whether the shared expert runs among them (``shared_fused``)."""
     if not model.is_moe:
         return None
     return {"hit": pricer.experts_hit(tokens), "num_experts": model.num_experts,
-            "top_k": model.num_experts_per_tok, "tokens": tokens}
+            "top_k": model.num_experts_per_tok, "tokens": tokens,
+            "shared_fused": pricer.fuse_shared_expert}
 
 
 def _pricer(model: ModelShape, hw: HardwareProfile, tp: int, pp: int,

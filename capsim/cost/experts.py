@@ -177,11 +177,14 @@ class ExpertPricer:
     def terms(self, n: int) -> tuple[float, float, float, float]:
         """(flops, bytes, compute_s, memory_s) of the routed experts in a step of ``n``
         tokens (launch excluded): n·k (token, expert) rows over the experts hit, each
-        expert's GEMM at the efficiency of its ``n·k / hit`` rows."""
+        expert's GEMM at the efficiency of its ``n·k / hit`` rows; fused shared experts
+        (``work.fused_shared`` = s) add n·s rows and s experts hit."""
         e = self.work
         hit, pairs = self.hit(n), n * e.top_k
         if self.ep_q is not None:        # the busiest rank's pairs, in per-GPU units (× EP)
             pairs *= self.ep_imbalance
+        if e.fused_shared:               # fused shared experts: every token picks them
+            hit, pairs = hit + e.fused_shared, pairs + n * e.fused_shared
         rows = int(pairs / hit) if hit > 0 else 0
         g = self.inv(rows) if rows > 0 else 1.0
         f = e.flops_per_pair * pairs
@@ -198,5 +201,7 @@ class ExpertPricer:
 
     @property
     def weight_bytes(self) -> float:
-        """Every routed expert's weight bytes on one GPU (all MoE layers)."""
-        return self.work.weight_bytes_per_expert * self.work.num_experts
+        """Every routed (and fused shared) expert's weight bytes on one GPU (all MoE
+        layers)."""
+        return self.work.weight_bytes_per_expert * (self.work.num_experts
+                                                    + self.work.fused_shared)

@@ -54,6 +54,8 @@ class OperatorTerms:
         rates: the profile's rates for the pricer's dtypes (:class:`OperatorRates`).
         experts: (routing skew, busiest-rank q or None, its imbalance, whether the experts
             compute at their own dtype) for :class:`~capsim.cost.experts.ExpertPricer`.
+        fuse_shared_expert: price the shared expert inside the routed experts' grouped
+            GEMM (SGLang's shared-experts fusion), not as its own matmuls.
     """
 
     __slots__ = ("matmuls", "lm", "attn", "experts", "window", "win_frac", "win_tokens",
@@ -67,14 +69,15 @@ class OperatorTerms:
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
                  rates: OperatorRates, experts: tuple[float, np.ndarray | None, float, bool],
-                 attention_tp: int = 1) -> None:
+                 attention_tp: int = 1, fuse_shared_expert: bool = False) -> None:
         self.lm_on, self.rates, self.layers = lm_head, rates, model.num_hidden_layers
         weight_bytes = self._init_work(model, tp, layout, layout.attention, dp_attention,
-                                       kv_cache_dtype_bytes, embedding, attention_tp)
+                                       kv_cache_dtype_bytes, embedding, attention_tp,
+                                       fuse_shared_expert)
         self._init_rates(rates)
         expert_bytes = layout.experts.bytes_per_weight(model.hidden_size, ACTIVATION_BYTES) \
             if layout.grouped else weight_bytes
-        work = expert_work(model, tp, expert_bytes)
+        work = expert_work(model, tp, expert_bytes, fuse_shared_expert)
         self.experts = None if work is None else ExpertPricer(
             work, tp, *experts[:3], rates,
             (self.mm_peak, self.mm_bw, self.ginv, self.gemm_launch_one), experts[3])
@@ -92,7 +95,7 @@ class OperatorTerms:
 
     def _init_work(self, m: ModelShape, tp: int, lay: WeightLayout, quant: QuantFormat,
                    dp_attention: bool, kv_bytes: int, embedding: bool,
-                   attention_tp: int = 1) -> float:
+                   attention_tp: int = 1, fuse_shared_expert: bool = False) -> float:
         """The operators' work per GPU; returns the layer matmuls' bytes per weight."""
         # Dense layers: each weight's exact bytes; MoE / MLA shapes: the format's mean
         # bytes per weight (scales spread over the elements).
@@ -102,7 +105,7 @@ class OperatorTerms:
             groups = {"attention": weight_bytes, "router": float(ACTIVATION_BYTES),
                       "mlp": lay.mlp.bytes_per_weight(m.hidden_size, ACTIVATION_BYTES)}
         self.matmuls = layer_matmuls(m, tp, weight_bytes, dp_attention, quant, lay.mlp, groups,
-                                     attention_tp)
+                                     attention_tp, fuse_shared_expert)
         self.lm = lm_head(m, tp, ACTIVATION_BYTES)            # 16-bit in every format
         self.attn = a = dp_attention_work(m, tp, kv_bytes, attention_tp) if dp_attention \
             else attention_work(m, tp, kv_bytes)

@@ -126,6 +126,9 @@ class ExpertWork:
     ``flops_per_pair × n × k``; HBM bytes = ``weight_bytes_per_expert × experts hit``
     (each expert's weights read once per step, :func:`expected_experts_hit`) +
     ``act_bytes_per_pair × n × k``. Each expert's GEMM runs ``n × k / hit`` rows.
+    ``fused_shared``: shared experts run inside the same kernel as experts every token
+    selects (SGLang's shared-experts fusion): k + fused_shared pairs per token, each
+    read once per step like an expert hit.
     """
 
     layers: int
@@ -134,6 +137,7 @@ class ExpertWork:
     flops_per_pair: float
     weight_bytes_per_expert: float
     act_bytes_per_pair: float
+    fused_shared: int = 0
 
 
 def attn_pairs(chunk_tokens: int, cached_tokens: int) -> float:
@@ -253,7 +257,8 @@ def _mla_matmuls(model: ModelShape, tp: int) -> list[tuple[str, float, float, fl
 def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
                        dp_attention: bool = False,
                        group_bytes: dict[str, float] | None = None,
-                       attention_tp: int = 1) -> tuple[Matmul, ...]:
+                       attention_tp: int = 1,
+                       fuse_shared_expert: bool = False) -> tuple[Matmul, ...]:
     """:func:`layer_matmuls` of a MoE or MLA shape: attention projections on every layer,
     the dense MLP on the dense layers, the shared expert and the router on the MoE
     layers (the routed experts are :func:`expert_work`). With ``dp_attention`` each GPU
@@ -261,7 +266,8 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
     ``attention_tp`` > 1 (DP ranks of several GPUs) a 1/attention_tp slice of them for
     attention_tp/TP of the tokens. ``group_bytes``:
     bytes per weight of the ``attention``, ``mlp`` and ``router`` groups where the
-    checkpoint stores them apart (default ``weight_bytes`` for all)."""
+    checkpoint stores them apart (default ``weight_bytes`` for all). ``fuse_shared_expert``:
+    no shared_expert row (it runs among the routed experts, :func:`expert_work`)."""
     h, layers = model.hidden_size, model.num_hidden_layers
     out: list[Matmul] = []
     per = group_bytes or {}
@@ -286,7 +292,7 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
     f, dense = model.intermediate_size, model.dense_layers
     add("gate_up_proj", dense, 2 * h * f / tp, h, 2 * f / tp, group="mlp")
     add("down_proj", dense, h * f / tp, f / tp, h, group="mlp")
-    moe, fs = model.moe_layers, model.shared_expert_intermediate_size
+    moe, fs = model.moe_layers, 0 if fuse_shared_expert else model.shared_expert_intermediate_size
     add("shared_expert", moe, (3 * h * fs + (h if model.shared_expert_gate else 0)) / tp, h,
         h + 3 * fs / tp, group="mlp")
     add("router", moe, model.router_params, h, model.num_experts,    # replicated on every rank
@@ -294,10 +300,13 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
     return tuple(out)
 
 
-def expert_work(model: ModelShape, tp: int, weight_bytes: float = 2) -> ExpertWork | None:
+def expert_work(model: ModelShape, tp: int, weight_bytes: float = 2,
+                fuse_shared_expert: bool = False) -> ExpertWork | None:
     """The routed experts per GPU (None for a dense model): every expert's gate/up/down
     split over TP along its intermediate dimension (vLLM's fused MoE without expert
-    parallelism), read in the weight dtype."""
+    parallelism), read in the weight dtype. ``fuse_shared_expert``: the shared expert, as
+    shared width / expert width experts every token selects (SGLang's
+    ``num_fused_shared_experts``), joins them."""
     if not model.is_moe:
         return None
     h, f, layers = model.hidden_size, model.moe_intermediate_size, model.moe_layers
@@ -305,7 +314,9 @@ def expert_work(model: ModelShape, tp: int, weight_bytes: float = 2) -> ExpertWo
     return ExpertWork(layers=layers, num_experts=model.num_experts,
                       top_k=model.num_experts_per_tok, flops_per_pair=2.0 * layers * params,
                       weight_bytes_per_expert=layers * params * weight_bytes,
-                      act_bytes_per_pair=layers * (2 * h + 3 * f / tp) * ACTIVATION_BYTES)
+                      act_bytes_per_pair=layers * (2 * h + 3 * f / tp) * ACTIVATION_BYTES,
+                      fused_shared=model.shared_expert_intermediate_size // f
+                      if fuse_shared_expert else 0)
 
 
 def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
@@ -313,7 +324,8 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
                   quant: QuantFormat | None = None,
                   mlp_quant: QuantFormat | None = None,
                   group_bytes: dict[str, float] | None = None,
-                  attention_tp: int = 1) -> tuple[Matmul, ...]:
+                  attention_tp: int = 1,
+                  fuse_shared_expert: bool = False) -> tuple[Matmul, ...]:
     """The four per-layer matmuls (qkv_proj, o_proj, gate_up_proj, down_proj), per GPU,
     summed over ``model.num_hidden_layers``, with their activation traffic.
 
@@ -328,10 +340,12 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
     the caller passes MoE / MLA shapes the format's mean bytes per weight instead).
     A checkpoint with formats by tensor group: ``mlp_quant`` for gate/up/down of a dense
     shape (default ``quant``), ``group_bytes`` for a MoE / MLA shape's groups.
+    ``fuse_shared_expert``: a MoE shape's shared expert priced with the routed experts
+    (:func:`expert_work`), not here.
     """
     if model.is_moe or model.is_mla:
         return _moe_layer_matmuls(model, tp, weight_bytes, dp_attention, group_bytes,
-                                  attention_tp)
+                                  attention_tp, fuse_shared_expert)
     mlp_quant = quant if mlp_quant is None else mlp_quant
     h, f, layers = model.hidden_size, model.intermediate_size, model.num_hidden_layers
     q = model.q_size / tp

@@ -246,6 +246,12 @@ class PipelinePricer:
             flops, nbytes = flops + f, nbytes + b
         return flops, nbytes
 
+    @property
+    def fuse_shared_expert(self) -> bool:
+        """Whether the stages price the shared expert among the routed experts (SGLang's
+        shared-experts fusion; the same on every stage)."""
+        return self.stages[0].fuse_shared_expert
+
     def experts_hit(self, tokens: int) -> float:
         """Expected experts hit per MoE layer (the same on every stage)."""
         for s in self.stages:

@@ -51,7 +51,7 @@ from capsim.cost.operator_terms import OperatorTerms
 from capsim.cost.operators import WEIGHT_DTYPE_BYTES, check_tensor_parallel, windowed
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
-from capsim.profiles.engines import HostOverhead, TpAllReduce
+from capsim.profiles.engines import HostOverhead, SharedExpertsFusion, TpAllReduce
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -164,6 +164,9 @@ class StepPricer:
             engine's default path; MXFP4 experts take the profile's ``fused_moe_mxfp4``
             entry for ``engine`` where it has one) or ``marlin`` (``fused_moe``)
             (:meth:`~capsim.profiles.hardware.Efficiency.moe_kernel`).
+        shared_experts_fusion: the engine preset's rule (None: never): where it applies the
+            shared expert runs inside the routed experts' grouped GEMM as experts every
+            token selects (SGLang's shared-experts fusion), not as its own matmuls.
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -175,7 +178,7 @@ class StepPricer:
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes", "engine",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "moe_backend",
-        "dp_attention", "attention_tp", "expert_parallel", "rates", "terms", "comm", "host", "decode_costs",
+        "dp_attention", "attention_tp", "expert_parallel", "fuse_shared_expert", "rates", "terms", "comm", "host", "decode_costs",
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
@@ -190,7 +193,8 @@ class StepPricer:
                  lm_head: bool = True, quantization: str | None = None,
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
                  moe_backend: str = "auto", attention_tp: int = 1,
-                 redundant_experts: int = 0):
+                 redundant_experts: int = 0,
+                 shared_experts_fusion: SharedExpertsFusion | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
         check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
@@ -213,6 +217,9 @@ class StepPricer:
                           redundant_experts)
         self._routing_skew = float(routing_skew)
         self.dp_attention, self.expert_parallel = dp_attention, expert_parallel
+        self.fuse_shared_expert = model.is_moe and shared_experts_fusion is not None \
+            and shared_experts_fusion.applies(model, hw.name, hw.platform,
+                                              self.layout.experts.name, expert_parallel)
         self.attention_tp = attention_tp if dp_attention else tp
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
@@ -242,7 +249,7 @@ class StepPricer:
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,
             (self._routing_skew, self._ep_q, self._ep_imbalance,
              self.expert_dtype != self.matmul_dtype),
-            self.attention_tp if self.dp_attention else 1)
+            self.attention_tp if self.dp_attention else 1, self.fuse_shared_expert)
 
     def _bind(self) -> None:
         """The parts' numbers and methods :meth:`price` reads, as attributes of its own

@@ -23,7 +23,7 @@ holding only ``name`` and ``alias_of`` is another name for a packaged preset (``
 newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own name included.
 
 Public API:
-    EnginePreset, MemoryRule, HostOverhead, TpAllReduce
+    EnginePreset, MemoryRule, HostOverhead, TpAllReduce, SharedExpertsFusion
     load_engine_preset(name_or_path) -> EnginePreset
     engine_preset_names() -> list[str]
 """
@@ -41,6 +41,7 @@ from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
 from capsim.profiles.hardware import EngineFamily
+from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES
 from capsim.profiles.static_fraction import StaticFraction
 from capsim.profiles.tiered_fraction import TieredFraction
@@ -365,6 +366,45 @@ class TpAllReduce(StrictModel):
         return self
 
 
+class FusionOff(StrictModel):
+    """GPUs and expert formats on which SGLang's MoE runner turns the fusion off."""
+
+    hardware: list[str] = Field(min_length=1)
+    expert_formats: list[str] = Field(min_length=1)
+
+
+class SharedExpertsFusion(StrictModel):
+    """SGLang's shared-experts fusion: the shared expert of a model that meets the rule runs
+    inside the routed experts' fused-MoE kernel as one more expert every token selects
+    (``num_fused_shared_experts``; DeepseekV2ForCausalLM.determine_num_fused_shared_experts
+    in python/sglang/srt/models/deepseek_v2.py), unless ``--disable-shared-experts-fusion``.
+
+    The rule (the preset's ``sources:`` name the wheel): the model's ``model_type`` in
+    ``model_types`` (its architecture), exactly ``num_experts`` routed and
+    ``num_shared_experts`` shared experts (capsim's shared width over the expert width), a
+    GPU of a platform in ``platforms``, no expert parallelism, and not a GPU and expert
+    format of ``off_on`` (where SGLang picks a MoE runner that cannot fuse).
+    """
+
+    model_types: list[str] = Field(min_length=1)
+    num_experts: Int = Field(gt=0)
+    num_shared_experts: Int = Field(gt=0)
+    platforms: list[Literal["cuda", "rocm"]] = Field(min_length=1)
+    off_on: list[FusionOff] = Field(default_factory=list)
+
+    def applies(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
+                expert_parallel: bool) -> bool:
+        """Whether SGLang fuses ``model``'s shared expert on a ``hardware`` GPU of
+        ``platform`` with experts in ``expert_format`` (EP on or off): the rule above."""
+        f = model.moe_intermediate_size
+        return (model.model_type in self.model_types and model.num_experts == self.num_experts
+                and f > 0 and model.shared_expert_intermediate_size
+                == self.num_shared_experts * f
+                and platform in self.platforms and not expert_parallel
+                and not any(hardware in o.hardware and expert_format in o.expert_formats
+                            for o in self.off_on))
+
+
 class EnginePreset(StrictModel):
     """One engine (and version era) as capsim models it."""
 
@@ -379,6 +419,7 @@ class EnginePreset(StrictModel):
     admission: Admission = Field(default_factory=Admission)
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
+    shared_experts_fusion: SharedExpertsFusion | None = None
     dataset_tuning: DatasetTuning | None = None
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)

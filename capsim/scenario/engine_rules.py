@@ -243,6 +243,14 @@ def _check_moe_backend(engine: EngineConfig, preset: EnginePreset, given: _Given
                                   f"'{preset.name}' runs {preset.engine} (valid: auto)")
 
 
+def _check_shared_fusion(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    if engine.disable_shared_experts_fusion and preset.shared_experts_fusion is None:
+        given.fail("disable_shared_experts_fusion",
+                   f"disable_shared_experts_fusion is SGLang's --disable-shared-experts-fusion; "
+                   f"engine preset '{preset.name}' does not fuse shared experts (valid: false, "
+                   f"or a preset with shared_experts_fusion such as sglang-0.5)")
+
+
 def _check_multi_step(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """``num_scheduler_steps`` > 1: vLLM 0.6's multi-step scheduling, without chunking."""
     if engine.num_scheduler_steps <= 1:
@@ -365,7 +373,8 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 
 #: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
-                _check_async_scheduling, _check_moe_backend, _check_multi_step,
+                _check_async_scheduling, _check_moe_backend, _check_shared_fusion,
+                _check_multi_step,
                 _check_long_prefill, _check_offload, _check_priority, _check_preemption,
                 _check_chunking,
                 _check_kv_allocator, _check_prefix_cache)

@@ -114,8 +114,11 @@ class Pool:
 
     def _pricer_kwargs(self, moe: bool = True) -> dict:
         """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
-        :class:`StepPricer`; DP attention and expert parallelism only where ``moe``."""
+        :class:`StepPricer`; DP attention and expert parallelism only where ``moe``; the
+        preset's shared-experts fusion unless ``disable_shared_experts_fusion``."""
         eng = self.engine
+        fusion = None if eng.disable_shared_experts_fusion \
+            else self.preset.shared_experts_fusion
         return dict(weight_dtype=eng.dtype, kv_cache_dtype_bytes=eng.kv_dtype_bytes,
                     routing_skew=eng.moe_routing_skew,
                     dp_attention=eng.enable_dp_attention and moe,
@@ -124,7 +127,8 @@ class Pool:
                     expert_parallel=eng.enable_expert_parallel and moe,
                     redundant_experts=eng.num_redundant_experts if moe else 0,
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
-                    engine=self.preset.engine, moe_backend=eng.moe_backend)
+                    engine=self.preset.engine, moe_backend=eng.moe_backend,
+                    shared_experts_fusion=fusion)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,

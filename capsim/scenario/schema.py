@@ -146,6 +146,10 @@ class EngineConfig(StrictModel):
     # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only,
     # NVIDIA GPUs only (Marlin is CUDA-only; refused on a profile with platform: rocm).
     moe_backend: Literal["auto", "marlin"] = "auto"
+    # SGLang --disable-shared-experts-fusion: by default SGLang runs DeepSeek-V3/R1's shared
+    # expert inside the routed experts' fused-MoE kernel (the preset's shared_experts_fusion
+    # rule); true prices it as its own dense GEMMs. SGLang presets only.
+    disable_shared_experts_fusion: Bool = False
     # Load shedding by the engine (capsim's names; a preset's admission: section gives the
     # engine's own): a request submitted to a replica whose waiting queue already holds
     # max_waiting_requests (SGLang --max-queued-requests), or that has

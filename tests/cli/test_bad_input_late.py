@@ -341,6 +341,8 @@ SCENARIO_BAD = [
     ("marlin-on-sglang", "b", {"model": "gpt-oss-20b", "engine.moe_backend": "marlin",
                                "engine.preset": "sglang", "engine.scheduler": "sglang"},
      "engine.moe_backend", "moe_backend is vLLM's --moe-backend"),
+    ("fusion-knob-on-vllm", "b", {"engine.disable_shared_experts_fusion": True},
+     "engine.disable_shared_experts_fusion", "is SGLang's --disable-shared-experts-fusion"),
     ("routing-skew-on-dense", "b", {"engine.moe_routing_skew": 0.5},
      "engine.moe_routing_skew", "needs a mixture-of-experts model"),
     ("dp-attention-on-dense", "b", {"engine.enable_dp_attention": True},

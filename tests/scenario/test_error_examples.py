@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from pydantic import TypeAdapter
 
 import capsim.scenario.load  # noqa: F401  (imports every scenario model)
 from capsim.common.schema import StrictModel
@@ -47,5 +48,8 @@ def test_a_fields_example_is_yaml_of_its_kind(owner, field, example):
         assert set(value) <= set(HardwareProfile.model_fields)
     elif field == "name":
         assert isinstance(value, str)
-    else:
-        assert isinstance(value, dict) and value
+    elif isinstance(value, dict):
+        assert value
+    else:                                     # a name or a list: of the field's own type
+        owner_model = next(c for c in _subclasses(StrictModel) if c.__name__ == owner)
+        TypeAdapter(owner_model.model_fields[field].annotation).validate_python(value)

@@ -27,6 +27,22 @@ from pydantic import Field
 from capsim.common.schema import Int, StrictModel
 
 
+class ReserveRule(StrictModel):
+    """What SGLang's reserve rules share: ``mem_fraction_static = round((GPU memory −
+    reserve) / GPU memory, 3)``, the reserve from the subclass's ``reserve_mib``."""
+
+    def reserve_mib(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
+                    dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+        raise NotImplementedError
+
+    def fraction(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
+                 dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+        """SGLang's default ``mem_fraction_static`` (rounded to 3 places, as SGLang does)."""
+        reserve = self.reserve_mib(gpu_mib, chunked_prefill_tokens, tp, pp,
+                                   dp_attention_ranks, drafter)
+        return round((gpu_mib - reserve) / gpu_mib, 3)
+
+
 class GraphBatchRow(StrictModel):
     """One row of SGLang's GPU-memory table: below ``below_mib`` MiB (None: any larger GPU),
     ``cuda_graph_max_bs`` is ``small_tp`` at TP < ``tp_split`` and ``large_tp`` above."""
@@ -41,7 +57,7 @@ class GraphBatchRow(StrictModel):
         return self.small_tp if tp < self.tp_split else self.large_tp
 
 
-class StaticFraction(StrictModel):
+class StaticFraction(ReserveRule):
     """The constants of SGLang 0.5's memory-fraction heuristic (module docstring), MiB."""
 
     base_mib: float = Field(ge=0)
@@ -94,9 +110,3 @@ class StaticFraction(StrictModel):
             reserve += self.speculative_mib
         return reserve
 
-    def fraction(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                 dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
-        """SGLang's default ``mem_fraction_static`` (rounded to 3 places, as SGLang does)."""
-        reserve = self.reserve_mib(gpu_mib, chunked_prefill_tokens, tp, pp,
-                                   dp_attention_ranks, drafter)
-        return round((gpu_mib - reserve) / gpu_mib, 3)

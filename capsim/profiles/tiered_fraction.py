@@ -21,6 +21,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from capsim.common.schema import StrictModel
+from capsim.profiles.static_fraction import ReserveRule
 
 
 class FractionTier(StrictModel):
@@ -32,7 +33,7 @@ class FractionTier(StrictModel):
     per_parallel_gib: float = Field(ge=0)
 
 
-class TieredFraction(StrictModel):
+class TieredFraction(ReserveRule):
     """The constants of SGLang 0.4.7-0.4.9's memory-fraction rule (module docstring)."""
 
     tiers: list[FractionTier] = Field(min_length=1)
@@ -60,10 +61,3 @@ class TieredFraction(StrictModel):
         if dp_attention_ranks:
             reserve += self.dp_attention_mib
         return reserve
-
-    def fraction(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                 dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
-        """SGLang 0.4's default ``mem_fraction_static`` (rounded to 3 places, as SGLang does)."""
-        reserve = self.reserve_mib(gpu_mib, chunked_prefill_tokens, tp, pp,
-                                   dp_attention_ranks, drafter)
-        return round((gpu_mib - reserve) / gpu_mib, 3)

@@ -346,6 +346,27 @@ class Derivation(StrictModel):
     same_die: SameDie | None = None
 
 
+def _check_derivation_sources(d: Derivation, name: str) -> None:
+    """Each class carried over once, from a packaged profile that is not this one.
+
+    Raises:
+        ValueError: a class listed twice (or both derived and same-die), or a
+            ``from_profile`` that is this profile or no packaged one (naming the valid).
+    """
+    same = d.same_die.classes if d.same_die else []
+    twice = sorted({c for c in d.classes + same if (d.classes + same).count(c) > 1})
+    if twice:
+        raise ValueError(f"derivation lists {', '.join(twice)} twice (each class comes from "
+                         f"one place: derivation.classes or derivation.same_die.classes)")
+    valid = [n for n in packaged_names(_FOLDER) if n != name]
+    for where, source in (("derivation.from_profile", d.from_profile),
+                          ("derivation.same_die.from_profile",
+                           d.same_die.from_profile if d.same_die else None)):
+        if source is not None and source not in valid:
+            raise ValueError(f"{where} {source!r} is not a packaged profile other than this "
+                             f"one (valid: {', '.join(valid)})")
+
+
 class CustomAllReduceCost(StrictModel):
     """An engine's peer-to-peer all-reduce kernels on this GPU's NVLink
     (:class:`capsim.profiles.engines.TpAllReduce`, :mod:`capsim.cost.operators`):
@@ -448,6 +469,7 @@ class HardwareProfile(StrictModel):
             if unset:
                 raise ValueError(f"derivation lists efficiency entries the profile does not "
                                  f"set: {', '.join(unset)}")
+            _check_derivation_sources(d, self.name)
         return self
 
     def missing_sources(self) -> list[str]:

@@ -80,6 +80,27 @@ def test_same_die_must_name_entries_the_profile_sets():
         HardwareProfile.model_validate(data)
 
 
+@pytest.mark.parametrize("change, words", [
+    # each found by a new user's bad-input sweep: accepted without a word before
+    (lambda d: d["same_die"].update(from_profile="h300-sxm"),
+     "derivation.same_die.from_profile 'h300-sxm' is not a packaged profile other than this "
+     "one (valid: a100-40gb,"),
+    (lambda d: d.update(from_profile="h300-sxm"), "derivation.from_profile 'h300-sxm'"),
+    (lambda d: d["same_die"].update(from_profile="mi325x"),
+     "derivation.same_die.from_profile 'mi325x' is not a packaged profile other than this"),
+    (lambda d: d["same_die"]["classes"].append("gemm"), "derivation lists gemm twice"),
+    (lambda d: d["same_die"]["classes"].append(d["classes"][0]),
+     "twice (each class comes from one place"),
+])
+def test_a_derivation_names_each_class_once_from_another_packaged_profile(change, words):
+    from capsim.profiles.hardware import HardwareProfile
+    data = load_hardware("mi325x").model_dump()
+    change(data["derivation"])
+    with pytest.raises(ValueError, match=None) as err:
+        HardwareProfile.model_validate(data)
+    assert words in str(err.value)
+
+
 def test_capsim_hardware_names_what_is_still_derived():
     from click.testing import CliRunner
 

@@ -254,6 +254,11 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         raise ValueError("acceptance_rate_by_class",
                          f"no workload class named {unknown[0]!r}; classes: "
                          f"{', '.join(class_names)}")
+    if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > model.vocab_size:
+        raise ValueError("draft_vocab_size",
+                         f"draft_vocab_size {cfg.draft_vocab_size:,} is more than the target's "
+                         f"vocabulary: an EAGLE-3 head drafts from a subset of it (valid: 1 to "
+                         f"{model.vocab_size:,})")
     draft_model = load_draft(cfg.model) if cfg.model is not None else None
     try:
         shape = draft_shape(model, cfg.method, draft_model, cfg.draft_vocab_size)

@@ -134,3 +134,14 @@ def test_draft_vocab_size_belongs_to_eagle3_only():
                                               "head size; method eagle has none"):
         SpeculativeConfig(method="eagle", num_speculative_tokens=3, acceptance_rate=0.7,
                           draft_vocab_size=32000)
+
+
+def test_a_draft_vocabulary_above_the_targets_is_refused():
+    """An EAGLE-3 head drafts from a subset of the target's vocabulary (Llama-3.1-8B's
+    128,256): 1,000,000 was accepted and priced an 8 GiB drafter (a new user's sweep)."""
+    assert _resolve(_cfg(acceptance_rate=0.7, draft_vocab_size=128_256)).k == 3
+    with pytest.raises(ValueError) as err:
+        _resolve(_cfg(acceptance_rate=0.7, draft_vocab_size=1_000_000))
+    assert err.value.args == ("draft_vocab_size", "draft_vocab_size 1,000,000 is more than "
+                              "the target's vocabulary: an EAGLE-3 head drafts from a subset "
+                              "of it (valid: 1 to 128,256)")

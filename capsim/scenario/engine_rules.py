@@ -66,6 +66,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
+    _check_fusion_model(engine, preset, model, path, where, override)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -89,6 +90,27 @@ def _default_static_fraction(engine: EngineConfig, preset: EnginePreset, hw: Har
     fraction = rule.fraction(hw.memory_total_bytes / 2**20, engine.max_num_batched_tokens, tp,
                              engine.pipeline_parallel_size, ranks, drafter)
     return engine.model_copy(update={"mem_fraction_static": fraction})
+
+
+def _check_fusion_model(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                        path: Path, where: str, override: dict[str, Any]) -> None:
+    """``disable_shared_experts_fusion`` on a model whose shared expert SGLang never fuses
+    (another architecture, or no shared expert): the knob would change nothing."""
+    rule = preset.shared_experts_fusion
+    if not engine.disable_shared_experts_fusion or rule is None:
+        return
+    f = model.moe_intermediate_size
+    if model.model_type in rule.model_types and model.num_experts == rule.num_experts \
+            and f > 0 and model.shared_expert_intermediate_size == rule.num_shared_experts * f:
+        return
+    at = f"{where}.engine.disable_shared_experts_fusion" \
+        if where and "disable_shared_experts_fusion" in override \
+        else "engine.disable_shared_experts_fusion"
+    raise ScenarioError(
+        f"SGLang fuses the shared expert of {', '.join(rule.model_types)} models with "
+        f"{rule.num_experts} routed experts and {rule.num_shared_experts} shared only; model "
+        f"'{model.name}' has none it would fuse, so the knob changes nothing (valid: false)",
+        file=str(path), path=at)
 
 
 def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,

@@ -39,3 +39,23 @@ def test_the_knob_and_the_preset_decide_the_fusion(tmp_path):
                      "vllm": False}
     assert pools["sglang"].draft_pricer().fuse_shared_expert
     assert not pools["sglang-apart"].draft_pricer().fuse_shared_expert
+
+
+def test_the_knob_on_a_model_sglang_never_fuses_is_refused(tmp_path):
+    """Llama-3.1-8B has no shared expert: the knob would change nothing, and was accepted
+    without a word (a new user's bad-input sweep)."""
+    import pytest
+
+    from capsim.common.errors import ScenarioError
+    doc = {**DOC, "model": "llama-3.1-8b", "engine": {"max_model_len": 16384},
+           "variants": [DOC["variants"][1] | {"engine": {"preset": "sglang-0.5",
+                                                         "disable_shared_experts_fusion": True}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ScenarioError) as err:
+        load(path)
+    assert err.value.path == "variants.0.engine.disable_shared_experts_fusion"
+    assert ("variants.0.engine.disable_shared_experts_fusion: SGLang fuses the shared expert "
+            "of deepseek_v3 models with 256 routed experts and 1 shared only; model "
+            "'llama-3.1-8b' has none it would fuse, so the knob changes nothing (valid: false)"
+            in str(err.value))

@@ -91,6 +91,12 @@ class SpeculativeConfig(StrictModel):
         if topk != 1:
             raise ValueError(f"speculative_eagle_topk {topk}: capsim models a chain of drafts "
                              "(SGLang's topk 1), not a tree of candidates; valid: 1")
+        drafts = data.get("speculative_num_draft_tokens")
+        if drafts is not None and isinstance(steps, int) and drafts != steps + 1:
+            # SGLang overrides it with a warning (server_args.py _handle_speculative_decoding)
+            raise ValueError(f"speculative_num_draft_tokens {drafts!r}: with "
+                             f"speculative_eagle_topk 1 SGLang verifies "
+                             f"speculative_num_steps + 1 tokens (valid: {steps + 1})")
         return {**data, "num_speculative_tokens": steps}
 
     @model_validator(mode="after")

@@ -295,6 +295,14 @@ SCENARIO_BAD = [
                                         "method": "eagle", "speculative_num_steps": 3,
                                         "speculative_eagle_topk": 4, "acceptance_rate": 0.7}},
      "engine.speculative.speculative_eagle_topk", "not a tree of candidates; valid: 1"),
+    # SGLang overrides it to k + 1 with a warning; capsim replaced it without a word
+    ("spec-sglang-draft-tokens-9", "spec", {"engine.preset": "sglang-0.5",
+                                            "engine.scheduler": "sglang", "engine.speculative": {
+                                                "method": "eagle", "speculative_num_steps": 3,
+                                                "speculative_num_draft_tokens": 9,
+                                                "acceptance_rate": 0.7}},
+     "engine.speculative.speculative_num_draft_tokens",
+     "verifies speculative_num_steps + 1 tokens (valid: 4)"),
     ("spec-draft-async", "spec", {"engine.speculative": SPEC_DRAFT,
                                   "engine.async_scheduling": True},
      "engine.async_scheduling", "not draft_model"),

@@ -22,6 +22,7 @@ a later turn needs no ``timestamp``, and every line must carry an id.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,11 @@ MOONCAKE_BLOCK_TOKENS = 512
 _KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 _SESSION_KEYS = ("session_id", "input_length", "output_length")   # AIPerf's multi-turn lines
 YAML_PATH = "workload.trace.path"
+#: Every key a line may carry: the Mooncake release's and AIPerf's multi-turn ones.
+_KNOWN = frozenset(_KEYS + _SESSION_KEYS + ("delay",))
+#: Trace files whose unread keys were already warned about (once per file and process).
+_WARNED: set[str] = set()
+log = logging.getLogger(__name__)
 #: The hash ids capsim can hold: numpy int64's range (a larger id overflowed there).
 _ID_RANGE = (-2**63, 2**63 - 1)
 #: The latest ``timestamp`` or longest ``delay``, ms: the schema's :data:`MAX_SECONDS`.
@@ -65,6 +71,12 @@ def _row(text: str, path: Path, line: int) -> Turn:
                                 "object per line") from None
     if not isinstance(record, dict):
         raise _fail(path, line, f"expected a JSON object with {', '.join(_KEYS)}")
+    extra = sorted(set(record) - _KNOWN)
+    if extra and str(path) not in _WARNED:
+        # a misspelt key (delay_ms) would otherwise be dropped unread
+        _WARNED.add(str(path))
+        log.warning(f"{path}: line {line}: {', '.join(extra)} not read (a Mooncake line's "
+                    f"keys: {', '.join(sorted(_KNOWN))})")
     session = record.get("session_id")
     if "session_id" in record:
         session = check_session_id(session, path, line)

@@ -107,3 +107,15 @@ def test_columns_do_not_apply_to_a_mooncake_trace(tmp_path):
     with pytest.raises(ValueError, match="format: mooncake reads its own keys"):
         _wl(tmp_path / "t.jsonl", columns={"arrival": "a", "prompt_tokens": "p",
                                             "output_tokens": "o"})
+
+
+def test_a_key_capsim_does_not_read_is_warned_once(tmp_path, caplog):
+    """A misspelt key (``delay_ms`` for ``delay``) was dropped without a word (a new user's
+    bad-input sweep): warned once per file, naming the line, the key and the keys read."""
+    extra = '{"timestamp": 300, "input_length": 600, "output_length": 50, "hash_ids": [3, 4], ' \
+            '"delay_ms": 500}'
+    path = _write(tmp_path, [SAMPLE[0], extra, extra])
+    build(_wl(path), 0, tmp_path)
+    assert caplog.text.count("not read") == 1
+    assert f"{path}: line 2: delay_ms not read (a Mooncake line's keys: delay, hash_ids, " \
+           "input_length, output_length, session_id, timestamp)" in caplog.text

@@ -73,6 +73,9 @@ def check_positions(rates: list[float]) -> None:
     """Raise ValueError (one line) unless ``rates`` are in [0, 1] and non-increasing (a
     position is accepted only when every one before it was)."""
     for i, rate in enumerate(rates):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+            raise ValueError(f"acceptance_rate_by_position[{i}] is {rate!r}; each rate is a "
+                             "fraction of drafts, a number in [0, 1]")
         if not 0 <= rate <= 1:
             raise ValueError(f"acceptance_rate_by_position[{i}] is {rate}; each rate is a "
                              "fraction of drafts, in [0, 1]")

@@ -36,9 +36,7 @@ and a variant with another drafter gives its own. See
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
-
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -71,7 +69,8 @@ class SpeculativeConfig(StrictModel):
                                                             examples=["[0.73, 0.52, 0.35]"])
     acceptance: str | None = Field(default=None, min_length=1,
                                    examples=["eagle3-llama31-8b-mtbench"])
-    acceptance_rate_by_class: dict[str, Float | list[Float]] = Field(
+    # lists checked in _check_acceptance, so a bad rate is named by class and position
+    acceptance_rate_by_class: dict[str, Float | list[Any]] = Field(
         default_factory=dict, examples=["{code: 0.8}"])
 
     @model_validator(mode="before")

@@ -71,6 +71,11 @@ def _cfg(**acceptance):
                                         "eagle3"),
     ({"acceptance_rate": 0.7, "acceptance_rate_by_class": {"code": [0.9, 0.6]}},
      "acceptance_rate_by_class.code has 2 rates"),
+    # named by class and position (was "expected a number (got a list ...)")
+    ({"acceptance_rate": 0.7, "acceptance_rate_by_class": {"code": [0.7, float("inf"), 0.3]}},
+     "acceptance_rate_by_class.code[1] is inf; each rate is a fraction of drafts"),
+    ({"acceptance_rate": 0.7, "acceptance_rate_by_class": {"code": [0.7, "x", 0.3]}},
+     "acceptance_rate_by_class.code[1] is 'x'; each rate is a fraction of drafts, a number"),
 ])
 def test_bad_acceptance_is_refused_in_one_line(acceptance, message):
     with pytest.raises(ValidationError) as err:

@@ -392,15 +392,19 @@ class SharedExpertsFusion(StrictModel):
     platforms: list[Literal["cuda", "rocm"]] = Field(min_length=1)
     off_on: list[FusionOff] = Field(default_factory=list)
 
+    def fits(self, model: ModelShape) -> bool:
+        """Whether ``model`` is one whose shared expert SGLang fuses on some GPU: the
+        architecture, the routed experts and the shared width of the rule above."""
+        f = model.moe_intermediate_size
+        return (model.model_type in self.model_types and model.num_experts == self.num_experts
+                and f > 0 and model.shared_expert_intermediate_size
+                == self.num_shared_experts * f)
+
     def applies(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
                 expert_parallel: bool) -> bool:
         """Whether SGLang fuses ``model``'s shared expert on a ``hardware`` GPU of
         ``platform`` with experts in ``expert_format`` (EP on or off): the rule above."""
-        f = model.moe_intermediate_size
-        return (model.model_type in self.model_types and model.num_experts == self.num_experts
-                and f > 0 and model.shared_expert_intermediate_size
-                == self.num_shared_experts * f
-                and platform in self.platforms and not expert_parallel
+        return (self.fits(model) and platform in self.platforms and not expert_parallel
                 and not any(hardware in o.hardware and expert_format in o.expert_formats
                             for o in self.off_on))
 

@@ -97,11 +97,7 @@ def _check_fusion_model(engine: EngineConfig, preset: EnginePreset, model: Model
     """``disable_shared_experts_fusion`` on a model whose shared expert SGLang never fuses
     (another architecture, or no shared expert): the knob would change nothing."""
     rule = preset.shared_experts_fusion
-    if not engine.disable_shared_experts_fusion or rule is None:
-        return
-    f = model.moe_intermediate_size
-    if model.model_type in rule.model_types and model.num_experts == rule.num_experts \
-            and f > 0 and model.shared_expert_intermediate_size == rule.num_shared_experts * f:
+    if not engine.disable_shared_experts_fusion or rule is None or rule.fits(model):
         return
     at = f"{where}.engine.disable_shared_experts_fusion" \
         if where and "disable_shared_experts_fusion" in override \

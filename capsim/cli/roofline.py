@@ -66,7 +66,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                           routing_skew=routing_skew, quantization=quantization, pp=pp,
                           expert_parallel=expert_parallel, dp_attention=dp_attention,
                           all_reduce=all_reduce, engine=preset.engine,
-                          shared_experts_fusion=preset.shared_experts_fusion)
+                          shared_experts_fusion=preset.shared_experts_fusion,
+                          absorbed_bmm_dequant=preset.absorbed_bmm_dequant)
     except ScenarioError as exc:
         option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
                              (None, None))

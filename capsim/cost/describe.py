@@ -22,7 +22,7 @@ from capsim.cost.operators import attn_pairs
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.cost.terms import OperatorCost, StepCost, step_input
-from capsim.profiles.engines import SharedExpertsFusion, TpAllReduce
+from capsim.profiles.engines import AbsorbedBmmDequant, SharedExpertsFusion, TpAllReduce
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape, load_model
@@ -62,7 +62,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   expert_parallel: bool = False, dp_attention: bool = False,
                   all_reduce: TpAllReduce | None = None,
                   engine: str | None = None,
-                  shared_experts_fusion: SharedExpertsFusion | None = None) -> dict[str, Any]:
+                  shared_experts_fusion: SharedExpertsFusion | None = None,
+                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table (its keys:
     the module docstring). The step holds one prompt of ``prefill_tokens`` tokens (no
     cached prefix; its last token samples) and ``decode_batch`` sequences that each
@@ -83,6 +84,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             apply (MXFP4 experts: ``efficiency.fused_moe_mxfp4``); None: the generic ones.
         shared_experts_fusion: the preset's rule (SGLang): where it applies the shared
             expert is priced in the ``experts`` row, not a ``shared_expert`` row.
+        absorbed_bmm_dequant: the preset's ROCm rule (SGLang): where it applies decode
+            attention's row includes rewriting the absorbed MLA weights.
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree, PP beyond the
@@ -95,7 +98,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
     pricer = _pricer(model, hw, tp, pp, weight_dtype=weight_dtype, routing_skew=routing_skew,
                      quantization=quantization, expert_parallel=expert_parallel,
                      dp_attention=dp_attention, all_reduce=all_reduce, engine=engine,
-                     shared_experts_fusion=shared_experts_fusion)
+                     shared_experts_fusion=shared_experts_fusion,
+                     absorbed_bmm_dequant=absorbed_bmm_dequant)
     inputs = _inputs(prefill_tokens, decode_batch, context)
     cost = pricer.cost(**inputs)
     return {

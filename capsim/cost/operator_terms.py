@@ -56,6 +56,9 @@ class OperatorTerms:
             compute at their own dtype) for :class:`~capsim.cost.experts.ExpertPricer`.
         fuse_shared_expert: price the shared expert inside the routed experts' grouped
             GEMM (SGLang's shared-experts fusion), not as its own matmuls.
+        absorbed_dequant_s: seconds per layer every decode step adds to decode attention's
+            fixed time (SGLang rewriting the absorbed MLA weights on ROCm,
+            :meth:`~capsim.cost.pricer.StepPricer.absorbed_dequant_s`).
     """
 
     __slots__ = ("matmuls", "lm", "attn", "experts", "window", "win_frac", "win_tokens",
@@ -69,12 +72,16 @@ class OperatorTerms:
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
                  rates: OperatorRates, experts: tuple[float, np.ndarray | None, float, bool],
-                 attention_tp: int = 1, fuse_shared_expert: bool = False) -> None:
+                 attention_tp: int = 1, fuse_shared_expert: bool = False,
+                 absorbed_dequant_s: float = 0.0) -> None:
         self.lm_on, self.rates, self.layers = lm_head, rates, model.num_hidden_layers
         weight_bytes = self._init_work(model, tp, layout, layout.attention, dp_attention,
                                        kv_cache_dtype_bytes, embedding, attention_tp,
                                        fuse_shared_expert)
         self._init_rates(rates)
+        if absorbed_dequant_s:          # once per layer of every step that decodes
+            c_pair, m_kv, m_new, launch = self.attn_d
+            self.attn_d = (c_pair, m_kv, m_new, launch + self.attn.layers * absorbed_dequant_s)
         expert_bytes = layout.experts.bytes_per_weight(model.hidden_size, ACTIVATION_BYTES) \
             if layout.grouped else weight_bytes
         work = expert_work(model, tp, expert_bytes, fuse_shared_expert)

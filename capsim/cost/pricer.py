@@ -48,10 +48,12 @@ from capsim.cost.decode_run import DecodeRuns
 from capsim.cost.experts import busiest_rank_load, check_moe_options
 from capsim.cost.host import HostTime
 from capsim.cost.operator_terms import OperatorTerms
-from capsim.cost.operators import WEIGHT_DTYPE_BYTES, check_tensor_parallel, windowed
+from capsim.cost.operators import (ACTIVATION_BYTES, WEIGHT_DTYPE_BYTES, check_tensor_parallel,
+                                   windowed)
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
-from capsim.profiles.engines import HostOverhead, SharedExpertsFusion, TpAllReduce
+from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, SharedExpertsFusion,
+                                     TpAllReduce)
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -167,6 +169,9 @@ class StepPricer:
         shared_experts_fusion: the engine preset's rule (None: never): where it applies the
             shared expert runs inside the routed experts' grouped GEMM as experts every
             token selects (SGLang's shared-experts fusion), not as its own matmuls.
+        absorbed_bmm_dequant: the engine preset's rule (None: never): where it applies each
+            decode step also rewrites the absorbed MLA weights to 16 bits
+            (:meth:`absorbed_dequant_s`).
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -182,7 +187,7 @@ class StepPricer:
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
-        "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_s",
+        "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_s", "_dequant",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -194,7 +199,8 @@ class StepPricer:
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
                  moe_backend: str = "auto", attention_tp: int = 1,
                  redundant_experts: int = 0,
-                 shared_experts_fusion: SharedExpertsFusion | None = None):
+                 shared_experts_fusion: SharedExpertsFusion | None = None,
+                 absorbed_bmm_dequant: AbsorbedBmmDequant | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
         check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
@@ -221,6 +227,8 @@ class StepPricer:
             and shared_experts_fusion.applies(model, hw.name, hw.platform,
                                               self.layout.experts.name, expert_parallel)
         self.attention_tp = attention_tp if dp_attention else tp
+        self._dequant = absorbed_bmm_dequant if absorbed_bmm_dequant is not None and \
+            absorbed_bmm_dequant.applies(model, hw.name, self.matmul_dtype) else None
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
@@ -249,7 +257,28 @@ class StepPricer:
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,
             (self._routing_skew, self._ep_q, self._ep_imbalance,
              self.expert_dtype != self.matmul_dtype),
-            self.attention_tp if self.dp_attention else 1, self.fuse_shared_expert)
+            self.attention_tp if self.dp_attention else 1, self.fuse_shared_expert,
+            self.absorbed_dequant_s())
+
+    def absorbed_dequant_s(self) -> float:
+        """Seconds per layer a decode step spends rewriting the absorbed MLA weights under
+        the preset's :class:`~capsim.profiles.engines.AbsorbedBmmDequant` (0.0 where it does
+        not apply): ``passes`` element-wise kernels per weight (``w_kc`` and ``w_vc``: heads
+        / attention TP x kv_lora_rank x (qk_nope + v_head) elements), each the GEMM curve's
+        fixed time (the profile's measured time of one kernel) plus its bytes at the
+        element-wise memory rate: the cast reads fp8 and writes 16 bits, every later pass
+        reads and writes 16 bits, and the bmm reads 16 bits where kv_b_proj's row priced fp8."""
+        rule, m = self._dequant, self.model
+        if rule is None:
+            return 0.0
+        r, act = self.rates, ACTIVATION_BYTES
+        elems = (m.num_attention_heads / self.attention_tp * m.kv_lora_rank
+                 * (m.qk_nope_head_dim + m.v_head_dim))
+        fp8 = WEIGHT_DTYPE_BYTES["fp8"]
+        per_elem = (fp8 + act) + (rule.passes - 1) * 2 * act + (act - fp8)
+        launch = r.matmul_curve.launch_s if r.matmul_curve is not None else 0.0
+        return (2 * rule.passes * launch
+                + elems * per_elem / (r.hbm_bandwidth_bytes_per_s * r.elementwise.memory))
 
     def _bind(self) -> None:
         """The parts' numbers and methods :meth:`price` reads, as attributes of its own

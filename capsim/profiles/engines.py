@@ -409,6 +409,24 @@ class SharedExpertsFusion(StrictModel):
                             for o in self.off_on))
 
 
+class AbsorbedBmmDequant(StrictModel):
+    """SGLang's absorbed MLA decode on the GPUs in ``hardware`` (gfx942, CDNA 3): the two
+    batched matmuls that absorb kv_b_proj (``w_kc`` into q, ``w_vc`` into the output) keep
+    fp8 weights with a per-tensor scale and run as ``torch.bmm(x, w.to(bfloat16) * w_scale)``
+    (DeepseekV2AttentionMLA.forward_absorb_prepare / forward_absorb_core, the ``_is_hip``
+    branch that is not gfx950, python/sglang/srt/models/deepseek_v2.py): every decode step
+    each layer rewrites both weights ``passes`` times (the cast, the scale multiply) before
+    a 16-bit bmm reads them. The CUDA path dequantises them to bf16 once at load."""
+
+    hardware: list[str] = Field(min_length=1)
+    passes: Int = Field(gt=0)
+
+    def applies(self, model: ModelShape, hardware: str, weight_compute: str) -> bool:
+        """Whether a ``hardware`` GPU runs ``model``'s absorbed decode this way: an MLA
+        model with fp8 attention weights (``weight_compute`` fp8) on one of the GPUs."""
+        return model.is_mla and weight_compute == "fp8" and hardware in self.hardware
+
+
 class EnginePreset(StrictModel):
     """One engine (and version era) as capsim models it."""
 
@@ -424,6 +442,7 @@ class EnginePreset(StrictModel):
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     shared_experts_fusion: SharedExpertsFusion | None = None
+    absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
     dataset_tuning: DatasetTuning | None = None
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)

@@ -115,7 +115,8 @@ class Pool:
     def _pricer_kwargs(self, moe: bool = True) -> dict:
         """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
         :class:`StepPricer`; DP attention and expert parallelism only where ``moe``; the
-        preset's shared-experts fusion unless ``disable_shared_experts_fusion``."""
+        preset's shared-experts fusion unless ``disable_shared_experts_fusion``; its ROCm
+        absorbed-MLA weight rewrite."""
         eng = self.engine
         fusion = None if eng.disable_shared_experts_fusion \
             else self.preset.shared_experts_fusion
@@ -128,7 +129,8 @@ class Pool:
                     redundant_experts=eng.num_redundant_experts if moe else 0,
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
                     engine=self.preset.engine, moe_backend=eng.moe_backend,
-                    shared_experts_fusion=fusion)
+                    shared_experts_fusion=fusion,
+                    absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,

@@ -378,9 +378,10 @@ def load_fraction(loaded: LoadedScenario, run: RunConfig) -> float:
     """The variant's offered load ÷ the configuration's saturation throughput, in requests/s.
 
     The saturation throughput is capsim's: the same variant with every request of its workload
-    arriving at once (constant arrivals at 1e9 req/s). The offered load is the Poisson /
-    constant rate of an open loop; a closed loop offers what it achieves (capsim's request
-    throughput of the variant). A variant whose requests all arrive at once is the saturation
+    arriving at once (constant arrivals at 1e9 req/s; a replayed trace's rows at t = 0). The
+    offered load is the Poisson / constant rate of an open loop, or a replayed trace's own
+    rate ((rows − 1) / its arrival span); a closed loop offers what it achieves (capsim's
+    request throughput of the variant). A variant whose requests all arrive at once is the saturation
     run itself: 1. Measured figures are not used."""
     traces = TraceCache(loaded.base_dir, str(loaded.path))
     if _all_at_once(run, traces):

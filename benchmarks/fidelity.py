@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import yaml
 
 from capsim.common.yamlio import load_yaml
@@ -377,24 +378,35 @@ def load_fraction(loaded: LoadedScenario, run: RunConfig) -> float:
     """The variant's offered load ÷ the configuration's saturation throughput, in requests/s.
 
     The saturation throughput is capsim's: the same variant with every request of its workload
-    arriving at once (constant arrivals at 1e9 req/s). The offered load is the Poisson /
-    constant rate of an open loop; a closed loop offers what it achieves (capsim's request
-    throughput of the variant). A variant whose requests all arrive at once is the saturation
+    arriving at once (constant arrivals at 1e9 req/s; a replayed trace's rows at t = 0). The
+    offered load is the Poisson / constant rate of an open loop, or a replayed trace's own
+    rate ((rows − 1) / its arrival span); a closed loop offers what it achieves (capsim's
+    request throughput of the variant). A variant whose requests all arrive at once is the saturation
     run itself: 1. Measured figures are not used."""
     traces = TraceCache(loaded.base_dir, str(loaded.path))
     if _all_at_once(run, traces):
         return 1.0
     key = (str(loaded.path), f"{run.variant} (saturation)")
+    arrival = run.workload.arrival
     if key not in _SIMULATED:
-        workload = run.workload.model_copy(
-            update={"arrival": ArrivalConfig(process="constant", rate_per_s=1e9)})
-        saturated = dataclasses.replace(run, workload=workload)
-        result = simulate(saturated, traces.get(workload, run.seed))
+        if arrival is None:        # a replayed trace with its own times: its rows at t = 0
+            trace, saturated = traces.get(run.workload, run.seed), run
+            at_once = np.where(np.isnan(trace.arrival_s), trace.arrival_s, 0.0)
+            trace = dataclasses.replace(trace, arrival_s=at_once)
+        else:
+            workload = run.workload.model_copy(
+                update={"arrival": ArrivalConfig(process="constant", rate_per_s=1e9)})
+            saturated = dataclasses.replace(run, workload=workload)
+            trace = traces.get(workload, run.seed)
+        result = simulate(saturated, trace)
         _SIMULATED[key] = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
     capacity = _SIMULATED[key].request_throughput_per_s
-    arrival = run.workload.arrival
-    offered = (summary_rows(loaded, [run.variant])[run.variant].request_throughput_per_s
-               if arrival.closed_loop else arrival.rate_per_s)
+    if arrival is None:            # the trace's own rate: requests over its arrival span
+        times = traces.get(run.workload, run.seed).arrival_s
+        offered = (len(times) - 1) / float(times.max() - times.min())
+    else:
+        offered = (summary_rows(loaded, [run.variant])[run.variant].request_throughput_per_s
+                   if arrival.closed_loop else arrival.rate_per_s)
     return offered / capacity
 
 

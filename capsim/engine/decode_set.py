@@ -52,6 +52,8 @@ class DecodeSet:
     merged_tokens = 0      # tokens streamed after a chunk's first: every token is its own chunk
     buffered_tokens = 0    # tokens computed, not yet streamed: none, each streams at its step
     window_end = True      # every step streams (multi-step windows: only a window's last)
+    ghost_seqs = 0         # finished members still computed (multi-step windows only)
+    ghost_ctx_tokens = 0   # Σ context those attend over in the next step
 
     def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder):
         self.bs = block_size

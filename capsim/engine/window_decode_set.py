@@ -22,7 +22,17 @@ hands a request's tokens to its client once per window (vLLM v0.6.0, commit 32e7
 
 So a request's tokens of a window reach the client as one chunk at the window's end, and
 a request that finishes inside a window gets its last chunk at the step of its last
-token. ``vllm bench serve`` records one ITL per chunk received (see
+token.
+
+The window's batch is fixed on the GPU: ``MultiStepModelRunner`` prepares the model input
+once, at the window's first step, and later steps only ``_advance_step`` it on the GPU over
+the same ``num_seqs`` (vllm/worker/multi_step_model_runner.py ``execute_model`` /
+``_advance_step``; multi_step_worker.py reuses the cached input), while
+``_process_model_outputs`` frees a finished request's blocks at once
+(``free_finished_seq_groups``). So a member that finished earlier in the window is still
+computed, a token per step, until the window ends: here it leaves the set (its blocks
+freed, its stream ended) and is counted in ``ghost_seqs`` / ``ghost_ctx_tokens``, which
+the scheduler adds to each step's batch (priced, emitting nothing) until the window ends. ``vllm bench serve`` records one ITL per chunk received (see
 :mod:`capsim.engine.spec_decode_set`); TPOT stays (E2EL − TTFT) / (output − 1).
 
 Here, as for speculative decoding, a chunk adds ONE gap per request, whatever it carried,
@@ -65,6 +75,8 @@ class WindowDecodeSet(DecodeSet):
         self.buffered_tokens = 0
         self._emits = array("q")      # epochs (step indices) whose end streamed a chunk
         self._last_emit = -1          # the latest of them (-1: none yet)
+        self.ghost_seqs = 0           # members that finished earlier in this window
+        self.ghost_ctx_tokens = 0     # Σ context they attend over in the next step
 
     def advance(self, clock_s) -> list[Request]:
         """Commit one decode step (``clock_s`` = (start, end); multi-step scheduling plans
@@ -76,7 +88,9 @@ class WindowDecodeSet(DecodeSet):
             raise ValueError("multi-step scheduling commits one step at a time")
         now = clock_s[1]
         self.buffered_tokens += self.size
+        self.ghost_ctx_tokens += self.ghost_seqs       # each computed one more token
         if self.window_end:
+            self.end_window()
             had = self._cohort_t == self._cohort_t          # a chunk was streamed before
             gap = now - self._cohort_t if had else math.nan
             if had:
@@ -95,8 +109,17 @@ class WindowDecodeSet(DecodeSet):
         self.epoch += 1
         heap = self.finish_heap
         if (heap and heap[0][0] <= self.epoch) or len(self._epoch_end) >= self._trim_at:
-            return self._finished()
+            out = self._finished()
+            if not self.window_end:                    # still computed until the window ends
+                for req in out:
+                    self.ghost_seqs += 1
+                    self.ghost_ctx_tokens += req.num_computed + 1
+            return out
         return []
+
+    def end_window(self) -> None:
+        """The window is over: the next one's batch is its members alone (no ghosts)."""
+        self.ghost_seqs = self.ghost_ctx_tokens = 0
 
     def _note_leaving(self, req: Request, steps: int) -> None:
         """``req`` leaves (finish or preemption): tokens it computed since its last chunk

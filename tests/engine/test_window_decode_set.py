@@ -120,3 +120,41 @@ def test_preemption_inside_a_window_streams_what_was_computed(swap_space_bytes):
     gaps = sum(c for _, c in runs(itl))
     assert gaps + sched.merged_tokens == 2 * 39
     assert sched.buffered_tokens == 0
+
+
+def test_a_request_finished_inside_a_window_is_computed_until_the_window_ends():
+    """vLLM 0.6 prepares a window's batch once and advances it on the GPU (vllm/worker/
+    multi_step_model_runner.py ``_advance_step`` over the window's ``num_seqs`` at v0.6.0,
+    32e7db2): a member that finished at window step 2 of 4 is still computed at steps 3 and 4
+    (priced, emitting nothing) and gone from the next window. Prompts of 64 tokens: a
+    member's step k of the window attends over 64 + k keys."""
+    sched, _ = scheduler(steps=4)
+    sched.add(Request(0, 0, 0.0, 64, 3))         # first token at the prefill, 2 decoded
+    sched.add(Request(1, 0, 0.0, 64, 100))
+    t, seen = 0.0, []
+    for _ in range(6):
+        step = sched.schedule(t)
+        t += 1.0
+        seen.append((len(step.prefills), step.decode_seqs, step.emitting_decodes,
+                     step.decode_ctx_tokens))
+        sched.complete(step, t)
+    assert seen == [(2, 0, 0, 0),                          # the prefill step
+                    (0, 2, 2, 65 + 65), (0, 2, 2, 66 + 66),  # request 0's last token
+                    (0, 2, 1, 67 + 67), (0, 2, 1, 68 + 68),  # its ghost, to the window's end
+                    (0, 1, 1, 69)]                          # the next window: request 1 alone
+    assert [r.rid for r in sched.finished] == [0]
+    assert sched.finished[0].output_tokens == 3
+
+
+def test_single_step_decoding_drops_a_finished_request_at_once():
+    """Without multi-step the batch shrinks at the next step (no ghosts)."""
+    sched, _ = scheduler(steps=1)
+    sched.add(Request(0, 0, 0.0, 64, 3))
+    sched.add(Request(1, 0, 0.0, 64, 100))
+    t, seqs = 0.0, []
+    for _ in range(4):
+        step = sched.schedule(t)
+        t += 1.0
+        seqs.append(step.decode_seqs)
+        sched.complete(step, t)
+    assert seqs == [0, 2, 2, 1]

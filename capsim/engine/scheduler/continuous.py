@@ -263,6 +263,8 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
                 else self.num_scheduler_steps - 1
             if self.num_scheduler_steps > 1:
                 self.decoders.window_end = not self._window_left
+                if not in_window:          # a new window: its batch is the members alone
+                    self.decoders.end_window()
             self._grow_decoders()
             self._add_decodes(step)
         return step
@@ -303,10 +305,13 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         step.add_prefill(req, n)
 
     def _add_decodes(self, step: Step) -> int:
-        n = self.decoders.size
-        step.decode_seqs = n
+        decoders = self.decoders
+        n = decoders.size
+        # Under multi-step windows the batch's members that finished earlier in the window
+        # are still computed (WindowDecodeSet.ghost_seqs); they emit nothing.
+        step.decode_seqs = n + decoders.ghost_seqs
         step.emitting_decodes = n
-        step.decode_ctx_tokens = self.decoders.ctx_tokens
+        step.decode_ctx_tokens = decoders.ctx_tokens + decoders.ghost_ctx_tokens
         return n
 
     def _grow_decoders(self) -> None:
@@ -398,7 +403,7 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             self._land_lane(step)
         self._steps_done(1, step.prefill_tokens + step.decode_seqs,
                          (now, now) if step.decode_seqs else None)
-        emitted = step.decode_seqs
+        emitted = step.emitting_decodes
         for req, n in step.prefills:
             req.num_computed += n
             if req.num_computed == req.num_tokens:

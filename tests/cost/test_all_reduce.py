@@ -206,7 +206,7 @@ def test_tp2_is_one_shot_up_to_the_size_limit():
     assert _comm(custom, 1024) == pytest.approx(_comm(ring, 1024), rel=1e-12)
 
 
-@pytest.mark.parametrize("preset", ["sglang-0.3", "trtllm", "tgi"])
+@pytest.mark.parametrize("preset", ["sglang-0.3", "tgi"])
 def test_other_presets_keep_the_ring(preset):
     _, _, custom, ring = _pricers("llama-3.1-70b", "h100-sxm", 4, preset)
     assert _comm(custom, 8) == _comm(ring, 8)

@@ -167,3 +167,13 @@ def test_a_bad_table_in_a_profile_file_is_one_line(tmp_path, repo_root):
     msg = str(exc.value)
     assert "\n" not in msg and str(bad) in msg and "all_reduce_tables" in msg
     assert "one per size" in msg
+
+
+def test_capsim_hardware_lists_the_measured_tables():
+    from click.testing import CliRunner
+
+    from capsim.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["hardware"], terminal_width=250)
+    assert out.exit_code == 0
+    assert "trtllm_auto: b200, h100-sxm, h200-sxm" in out.output

@@ -40,6 +40,15 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
                       f"{hw.price_per_gpu_hour_usd:.2f}")
     console = make_console()
     console.print(table)
+    tables: dict[str, list[str]] = {}
+    for hw in list_hardware():
+        for kernel in hw.all_reduce_tables:
+            tables.setdefault(kernel, []).append(hw.name)
+    if tables:
+        console.print("measured all-reduce tables (presets naming one price NCCL's ring on "
+                      "the other GPUs):\n" + "\n".join(f"  {k}: {', '.join(v)}"
+                                                     for k, v in sorted(tables.items())),
+                      highlight=False)
     derived = [_derived_line(hw) for hw in list_hardware() if hw.derivation is not None]
     if derived:
         console.print("derived curves (efficiencies carried over, not measured on the GPU):\n"

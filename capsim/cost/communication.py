@@ -7,7 +7,9 @@ Tensor-parallel all-reduces run the engine preset's algorithm
 (Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), or the engine's own
 one-shot / two-shot kernels below its size limits
 (:func:`~capsim.cost.operators.one_shot_all_reduce_s`, ``two_shot_all_reduce_s``; costs
-from the GPU profile's ``custom_all_reduce``). A message is the step's tokens × hidden ×
+from the GPU profile's ``custom_all_reduce``), or the engine's own dispatch as measured on
+the GPU (the profile's ``all_reduce_tables``, linear between measured sizes:
+:func:`table_pieces`). A message is the step's tokens × hidden ×
 2 bytes, so the algorithm changes at fixed token counts: the step's communication is
 piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
 not overlap TP collectives by default).
@@ -24,10 +26,12 @@ Fast path and reference side by side: :class:`Communication` keeps the pieces as
 :meth:`Communication.seconds` is the sum they stand for.
 
 Public API:
-    Communication, NO_LIMIT_TOKENS, hierarchical_all_reduce_s
+    Communication, NO_LIMIT_TOKENS, hierarchical_all_reduce_s, table_pieces
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 from capsim.common.errors import ScenarioError
 from capsim.cost.operators import (ACTIVATION_BYTES, all_to_all_s, moe_all_to_all_bytes_per_token,
@@ -64,6 +68,27 @@ def hierarchical_all_reduce_s(message_bytes: float, gpus_per_node: int, nodes: i
     return intra + inter
 
 
+def table_pieces(knots: list[tuple[int, float]], row_bytes: int
+                 ) -> list[tuple[int, float, float]]:
+    """A measured all-reduce table (``knots``: (message bytes, seconds) in size order) as
+    ``(below_tokens, fixed_s, per_token_s)`` pieces of a message of ``row_bytes`` a token:
+    each segment between two measured sizes is linear in the bytes, so in the tokens; below
+    the smallest size the smallest size's time, beyond the largest the last segment's slope
+    (:meth:`~capsim.profiles.all_reduce_table.AllReduceTable.seconds`, which these pieces
+    equal at every whole token count). Segments no whole token count reaches are left out."""
+    pieces: list[tuple[int, float, float]] = []
+    below = -(-knots[0][0] // row_bytes)         # fewest tokens of >= the smallest size
+    if below > 0:
+        pieces.append((below, knots[0][1], 0.0))
+    for i, ((b0, t0), (b1, t1)) in enumerate(zip(knots, knots[1:])):
+        slope_s = (t1 - t0) / (b1 - b0)
+        limit = NO_LIMIT_TOKENS if i == len(knots) - 2 else b1 // row_bytes + 1
+        if limit > below:                       # n * row <= b1: this segment's tokens
+            pieces.append((limit, t0 - slope_s * b0, slope_s * row_bytes))
+            below = limit
+    return pieces
+
+
 class Communication:
     """The collectives of one pricer's steps as piecewise-linear terms in the step's tokens.
 
@@ -91,7 +116,7 @@ class Communication:
     """
 
     __slots__ = ("model", "hw", "tp", "all_reduce", "scale_out", "ep_imbalance", "attention_tp",
-                 "split_tokens", "fixed_s", "per_token_s", "per_logit_s", "tail")
+                 "split_tokens", "fixed_s", "per_token_s", "per_logit_s", "tail", "_limits")
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int,
                  all_reduce: TpAllReduce | None = None, *, embedding: bool = True,
@@ -101,7 +126,7 @@ class Communication:
         self.model, self.hw, self.tp = model, hw, tensor_parallel_size
         self.attention_tp = attention_tp
         self.all_reduce, self.scale_out, self.ep_imbalance = all_reduce, scale_out, ep_imbalance
-        self.split_tokens, self.tail = NO_LIMIT_TOKENS, ()
+        self.split_tokens, self.tail, self._limits = NO_LIMIT_TOKENS, (), ()
         tp, m = tensor_parallel_size, model
         if tp == 1:
             self.fixed_s = self.per_token_s = self.per_logit_s = 0.0
@@ -121,6 +146,7 @@ class Communication:
                       for limit, fixed, per_token in pieces]
         (self.split_tokens, self.fixed_s, self.per_token_s), *tail = pieces
         self.tail = tuple(tail)
+        self._limits = tuple(limit for limit, _, _ in tail)   # bisected: a table has ~20
         self.per_logit_s = self._logit_gather_s(bw) if lm_head else 0.0
 
     def _nodes(self) -> int:
@@ -172,6 +198,11 @@ class Communication:
         ring = (NO_LIMIT_TOKENS, ring_all_reduce_s(0.0, tp, ring_bw, ring_latency),
                 ring_all_reduce_s(row, tp, ring_bw, 0.0))
         ar, kernel = self.all_reduce, hw.custom_all_reduce
+        if ar is not None and ar.algorithm == "table":
+            table = hw.all_reduce_tables.get(ar.table)
+            if table is None or tp not in table.latency_us:
+                return [ring]
+            return table_pieces(table.knots_s(tp), row)
         if (ar is None or ar.algorithm != "custom" or kernel is None
                 or tp not in ar.world_sizes or (tp > 2 and not hw.has_nvlink)):
             return [ring]
@@ -196,10 +227,8 @@ class Communication:
         """(fixed s, s per token) of a step's communication at ``n`` tokens."""
         if n < self.split_tokens:
             return self.fixed_s, self.per_token_s
-        for limit, fixed, per_token in self.tail:
-            if n < limit:
-                return fixed, per_token
-        raise AssertionError("the last all-reduce piece is unlimited")
+        _, fixed, per_token = self.tail[bisect_right(self._limits, n)]
+        return fixed, per_token
 
     def seconds(self, n: int, logits_seqs: int) -> float:
         """A step's communication seconds at ``n`` tokens and ``logits_seqs`` LM-head rows

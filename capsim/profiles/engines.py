@@ -346,16 +346,25 @@ class TpAllReduce(StrictModel):
     fully NVLink-connected group (``custom_all_reduce.py should_custom_ar``) — as the
     one-shot kernel below ``one_shot_max_bytes[TP]`` (``None``: always) and the two-shot
     kernel above (``csrc/custom_all_reduce.cuh`` ``allreduce``); NCCL's ring otherwise,
-    and wherever the GPU profile has no ``custom_all_reduce`` costs.
+    and wherever the GPU profile has no ``custom_all_reduce`` costs. ``table``: the
+    engine's own dispatch as measured on the GPU, the profile's ``all_reduce_tables[table]``
+    (:class:`~capsim.profiles.all_reduce_table.AllReduceTable`; TensorRT-LLM's AUTO strategy:
+    ``trtllm_auto``) at every message size within a node; NCCL's ring where the GPU profile
+    has no such table or no row for the TP size (said in the run's trust line:
+    :func:`capsim.profiles.trust.all_reduce_note`).
     """
 
-    algorithm: Literal["nccl_ring", "custom"] = "nccl_ring"
+    algorithm: Literal["nccl_ring", "custom", "table"] = "nccl_ring"
+    table: str | None = Field(None, min_length=1)
     world_sizes: list[Int] = Field(default_factory=list)
     max_bytes: Int | None = Field(None, gt=0)
     one_shot_max_bytes: dict[Int, Int | None] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _custom_complete(self) -> "TpAllReduce":
+        if (self.algorithm == "table") != (self.table is not None):
+            raise ValueError("algorithm table needs table: the GPU profile's all_reduce_tables "
+                             "key (e.g. trtllm_auto); other algorithms take no table")
         if self.algorithm == "custom":
             if not self.world_sizes or self.max_bytes is None:
                 raise ValueError("algorithm custom needs world_sizes and max_bytes")

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Float, Int, StrictModel
+from capsim.profiles.all_reduce_table import AllReduceTable
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
                                    packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
@@ -53,6 +54,7 @@ _SOURCED_FIELDS = (
     "gpus_per_node",
     "scale_out_link",
     "custom_all_reduce",
+    "all_reduce_tables",
     "efficiency",
     "step_overhead_s",
     "price_per_gpu_hour_usd",
@@ -405,7 +407,10 @@ class HardwareProfile(StrictModel):
     None: every GPU of a replica shares one NVLink (or PCIe) domain.
     ``custom_all_reduce``: the cost terms of an engine's own all-reduce kernels over the
     NVLink (:class:`CustomAllReduceCost`); None: engines that have one are priced with
-    NCCL's ring here too. ``platform``: the software stack the engines run on, ``cuda``
+    NCCL's ring here too. ``all_reduce_tables``: measured all-reduce latencies of engines
+    whose kernels differ from that family, keyed by the engine's kernel name (e.g.
+    ``trtllm_auto``; :class:`~capsim.profiles.all_reduce_table.AllReduceTable`), which an
+    engine preset names (``tp_all_reduce.table``). ``platform``: the software stack the engines run on, ``cuda``
     (NVIDIA) or ``rocm`` (AMD): kernels that exist on one only (vLLM's Marlin MoE) are
     refused on the other.
     """
@@ -428,6 +433,7 @@ class HardwareProfile(StrictModel):
     gpus_per_node: Int | None = Field(None, gt=0)
     scale_out_link: str | None = Field(None, min_length=1)
     custom_all_reduce: CustomAllReduceCost | None = None
+    all_reduce_tables: dict[str, AllReduceTable] = Field(default_factory=dict)
     efficiency: Efficiency
     step_overhead_s: float = Field(ge=0)
     price_per_gpu_hour_usd: float = Field(gt=0)
@@ -592,7 +598,7 @@ class HardwareProfile(StrictModel):
 
     def ideal(self) -> "HardwareProfile":
         """Copy with every efficiency 1.0, no per-class entries (nor their derivation),
-        no kernel launch times, no step overhead and no custom all-reduce costs (the ring
+        no kernel launch times, no step overhead and no custom all-reduce costs or tables (the ring
         formula: textbook roofline)."""
         return self.model_copy(
             update={
@@ -600,12 +606,14 @@ class HardwareProfile(StrictModel):
                 "step_overhead_s": 0.0,
                 "derivation": None,
                 "custom_all_reduce": None,
+                "all_reduce_tables": {},
             }
         )
 
 
 def _is_set(profile: HardwareProfile, field: str) -> bool:
-    return getattr(profile, field) is not None
+    value = getattr(profile, field)
+    return value is not None and value != {}
 
 
 # -- loading ----------------------------------------------------------------

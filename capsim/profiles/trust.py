@@ -26,6 +26,7 @@ names them and :meth:`Coverage.text` says how many there are.
 Public API:
     FAMILIES, EDGES, FamilyError, Coverage
     coverage(preset, hardware) -> Coverage
+    all_reduce_note(preset, hardware) -> str
     lines(pairs) -> list[str]
 """
 
@@ -39,6 +40,7 @@ from typing import Literal
 
 from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import load_yaml
+from capsim.profiles.engines import load_engine_preset
 from capsim.profiles.hardware import load_hardware
 
 #: Family → how it is named in a sentence.
@@ -105,7 +107,7 @@ class Coverage:
                          for f, e in self.families.items())
         elsewhere = ", ".join(f"{FAMILIES[f]} ±{e.median_abs_err_pct:.1f} %"
                               for f, e in _all_cases().items() if f not in self.families)
-        derived = derived_note(self.hardware)
+        derived = derived_note(self.hardware) + all_reduce_note(self.preset, self.hardware)
         if not self.measured:
             return (f"{self.preset} on {self.hardware}: no measured case, uncalibrated; "
                     f"median |error| over all held-out (test) cases: {here}{derived}")
@@ -141,6 +143,24 @@ def derived_note(hardware: str) -> str:
         note += (f"; its {', '.join(same.classes)} efficiencies are {same.from_profile}'s "
                  "(the same die)")
     return note
+
+
+@lru_cache(maxsize=None)
+def all_reduce_note(preset: str, hardware: str) -> str:
+    """``"; trtllm's own all-reduce (table trtllm_auto) is not measured on a100-80gb: NCCL's
+    ring is priced instead"`` when the preset runs a measured all-reduce table
+    (``tp_all_reduce.algorithm: table``) that the GPU profile lacks, else ``""``: the run then
+    prices a slower collective than the engine runs (TensorRT-LLM's one-shot kernel takes
+    3-6 µs where the ring costs tens). A preset or profile that does not load adds nothing."""
+    try:
+        ar = load_engine_preset(preset).tp_all_reduce
+        tables = load_hardware(hardware).all_reduce_tables
+    except ScenarioError:
+        return ""
+    if ar.algorithm != "table" or ar.table in tables:
+        return ""
+    return (f"; {preset}'s own all-reduce (table {ar.table}) is not measured on {hardware}: "
+            "NCCL's ring is priced instead at TP >= 2")
 
 
 def lines(pairs: Iterable[tuple[str, str]]) -> list[str]:

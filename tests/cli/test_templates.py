@@ -22,7 +22,11 @@ def test_a_hardware_template_loads_with_its_base_numbers(tmp_path, run_cli, base
         "my-gpu", "my-gpu", {}, {}, None)            # nothing of the user's GPU was fitted
     same = {"name": want.name, "display_name": want.display_name, "sources": want.sources,
             "fitted_to": want.fitted_to, "calibration": want.calibration,
-            "derivation": want.derivation, "notes": want.notes}
+            "derivation": want.derivation, "notes": want.notes,
+            # measurements of the base GPU, not carried over: presets that name a table
+            # price NCCL's ring on the user's GPU and say so (test_all_reduce_table.py)
+            "all_reduce_tables": want.all_reduce_tables}
+    assert got.all_reduce_tables == {}
     assert got.model_copy(update=same) == want             # every number exactly the base's
     assert got.derivation.from_profile == base and got.derivation.status == \
         "derived, uncalibrated"

@@ -119,9 +119,10 @@ def test_b200_kernels_fit_sglangs_measured_timings(rows):
 
 
 def test_b200_tensorrt_llm_kernels_are_faster_than_the_fit():
-    """Held out, not modelled: TensorRT-LLM 1.3.0rc20's own all-reduce on B200
+    """Held out from this fit: TensorRT-LLM 1.3.0rc20's own all-reduce on B200
     (comm/trtllm/1.3.0rc20, AUTO strategy) at 16 / 128 KiB and TP 2 / 8 takes 5.22 / 5.14
-    / 5.93 / 6.34 µs; the SGLang kernel b200 prices is 26–85 % slower there."""
+    / 5.93 / 6.34 µs; the SGLang kernel b200 prices is 26–85 % slower there. The trtllm
+    presets price TensorRT-LLM's own table instead (test_all_reduce_table.py)."""
     hw = load_hardware("b200")
     for kib, tp, us in [(16, 2, 5.22), (128, 2, 5.14), (16, 8, 5.93), (128, 8, 6.34)]:
         assert 1.25 < _sglang(hw, kib * 1024, tp) / (us * US) < 1.9, (kib, tp)
@@ -206,7 +207,7 @@ def test_tp2_is_one_shot_up_to_the_size_limit():
     assert _comm(custom, 1024) == pytest.approx(_comm(ring, 1024), rel=1e-12)
 
 
-@pytest.mark.parametrize("preset", ["sglang-0.3", "trtllm", "tgi"])
+@pytest.mark.parametrize("preset", ["sglang-0.3", "tgi"])
 def test_other_presets_keep_the_ring(preset):
     _, _, custom, ring = _pricers("llama-3.1-70b", "h100-sxm", 4, preset)
     assert _comm(custom, 8) == _comm(ring, 8)

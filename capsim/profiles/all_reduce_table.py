@@ -34,7 +34,9 @@ class AllReduceTable(StrictModel):
     """
 
     message_bytes: list[Int] = Field(min_length=2)
-    latency_us: dict[Int, list[float]] = Field(min_length=1)
+    # Lax int keys: a profile written back as JSON-mode YAML (``capsim calibrate``) keys them
+    # as strings ('2'), as the engines' by-TP maps already accept.
+    latency_us: dict[int, list[float]] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check_rows(self) -> "AllReduceTable":

@@ -76,6 +76,7 @@ from collections import deque
 from capsim.engine.macro.plan import RunBlocks
 from capsim.engine.request import RUNNING, WAITING
 from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.scheduler.sglang_ignore_eos import ignore_eos_fits
 from capsim.engine.step import Step
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, policy_capabilities
 
@@ -103,6 +104,13 @@ def recv_skipper_kwargs(args) -> dict:
     return {"scheduler_recv_interval": interval, **{k: knobs[k] for k in RECV_SKIPPER_KNOBS}}
 
 
+def ignore_eos_kwargs(args) -> dict:
+    """The preset's ``ignore_eos_reserve_tokens`` (absent: SGLang's ignore-EOS admission
+    is not modelled for that version)."""
+    value = (args.knobs or {}).get("ignore_eos_reserve_tokens")
+    return {} if value is None else {"ignore_eos_reserve_tokens": value}
+
+
 class SglangScheduler(ContinuousScheduler):
     """SGLang's policy for one replica.
 
@@ -116,6 +124,10 @@ class SglangScheduler(ContinuousScheduler):
         recv_weight_decode, recv_weight_other: what a decode step and any other step add
             to the recv skipper's counter (the preset's ``scheduler.knobs``; read only with
             an interval above 1).
+        ignore_eos_reserve_tokens: ``IGNORE_EOS_RESERVE_TOKENS`` of SGLang's ignore-EOS
+            admission (:mod:`.sglang_ignore_eos`), used for requests whose client sent
+            ``ignore_eos`` when the radix cache is off; None: those requests are admitted
+            as any other.
         **kwargs: as :class:`ContinuousScheduler`.
 
     A step either prefills (the chunked request's next chunk, then new requests from the
@@ -146,7 +158,8 @@ class SglangScheduler(ContinuousScheduler):
                  min_new_token_ratio_factor: float, new_token_ratio_decay_steps: int,
                  retract_decode_steps: int, clip_max_new_tokens: int,
                  scheduler_recv_interval: int = 1, recv_weight_decode: int = 1,
-                 recv_weight_other: int = 1, **kwargs):
+                 recv_weight_other: int = 1, ignore_eos_reserve_tokens: int | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         init = min(init_new_token_ratio * schedule_conservativeness, 1.0)
         self.ratio_init = init
@@ -166,6 +179,7 @@ class SglangScheduler(ContinuousScheduler):
         self._recv_weights = (recv_weight_decode, recv_weight_other)
         self._recv_counter = 0
         self._last_weight = 0
+        self.ignore_eos_reserve = ignore_eos_reserve_tokens
 
     @property
     def new_token_ratio(self) -> float:
@@ -280,8 +294,12 @@ class SglangScheduler(ContinuousScheduler):
             cached = len(hit) * bs
             locked = kv.num_free_among(hit) * bs                        # _lock_node
             todo = req.remaining_to_compute - cached
-            want = todo + min(max(req.output_tokens - req.num_generated, 0), self.clip) * req.n
-            fits = want + bs < adder.free - locked - adder.total
+            if req.ignore_eos and self.ignore_eos_reserve is not None and not self.caching:
+                fits = self._ignore_eos_fits(req, todo, adder)
+            else:
+                want = todo + min(max(req.output_tokens - req.num_generated, 0),
+                                  self.clip) * req.n
+                fits = want + bs < adder.free - locked - adder.total
             if not fits and self.running:       # capsim: an idle engine takes the head anyway
                 self.batch_full = adder.admitted > 0 or self.decoders.size > 0   # NO_TOKEN
                 break
@@ -303,6 +321,19 @@ class SglangScheduler(ContinuousScheduler):
             if adder.out_of_tokens():
                 self.batch_full = True          # NO_TOKEN for whoever is next
                 break
+
+    def _ignore_eos_fits(self, req, todo: int, adder: _PrefillAdder) -> bool:
+        """``add_one_req_ignore_eos`` (:mod:`.sglang_ignore_eos`) for ``req`` over the
+        requests holding a slot (running, this pass's and the chunked one)."""
+        self.decoders.sync()
+        ratio, page = self.new_token_ratio, adder.page
+        others = [((r.output_tokens if r.ignore_eos else r.output_tokens * ratio)
+                   - r.num_generated, r.prompt_tokens + r.num_generated)
+                  for r in self.running.values()]
+        return ignore_eos_fits(req.output_tokens - req.num_generated,
+                               req.prompt_tokens + req.num_generated, others,
+                               adder.free - adder.current, -(-todo // page) * page,
+                               adder.free - adder.total, self.ignore_eos_reserve)
 
     # ------------------------------------------------------------------ decode
     def _grow_decoders(self) -> None:

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.own_policy import knob, own_policy_kwargs
-from capsim.engine.scheduler.sglang import SGLANG_KNOBS, SglangScheduler, recv_skipper_kwargs
+from capsim.engine.scheduler.sglang import (SGLANG_KNOBS, SglangScheduler, ignore_eos_kwargs,
+                                            recv_skipper_kwargs)
 from capsim.engine.scheduler.speculative import SpeculativeScheduler
 
 
@@ -92,6 +93,7 @@ def build(args: PolicyArgs) -> SglangScheduler:
     common = own_policy_kwargs(args, SglangScheduler.engine_kwargs(args))
     kwargs = {"schedule_conservativeness": knob(args, "schedule_conservativeness"),
               **{k: knob(args, k) for k in SGLANG_KNOBS}, **recv_skipper_kwargs(args),
+              **ignore_eos_kwargs(args),
               **common}
     if args.spec is not None:
         return SglangSpecScheduler(spec=args.spec, **kwargs)

@@ -38,7 +38,8 @@ capsim's mapping: ``max_num_batched_tokens`` = ``chunked_prefill_size`` (with ch
 prefill) or ``max_prefill_tokens`` (without), ``max_num_seqs`` = ``max_running_requests``,
 the page = capsim's KV block (SGLang pages by 1 token; its one-page allowances become one
 block), free tokens = free blocks × block size, ``output_tokens`` = ``max_new_tokens`` (the
-client's max_tokens, not ``ignore_eos``).
+client's max_tokens); a request of a class with ``ignore_eos`` is admitted by SGLang's
+ignore-EOS check when the radix cache is off (:mod:`.sglang_ignore_eos`).
 
 The radix cache (``enable_prefix_caching`` = not ``--disable-radix-cache``, on by default),
 read at these commits:

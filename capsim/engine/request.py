@@ -31,7 +31,7 @@ class Request:
         "num_preemptions", "max_itl_s", "admit_order",
         "segments", "hashes", "num_registered", "shareable", "n", "group", "samples_left",
         "dec_epoch0", "dec_computed0", "dec_generated0", "dec_bucket", "dec_version",
-        "num_inflight", "conversation", "priority",
+        "num_inflight", "conversation", "priority", "ignore_eos",
     )
 
     def __init__(self, rid: int, class_id: int, arrival_s: float, prompt_tokens: int,
@@ -46,6 +46,7 @@ class Request:
         self.num_inflight = 0         # prompt tokens in batches still in the pipeline (PP > 1)
         self.conversation = rid       # its conversation's first turn (session_affinity routing)
         self.priority = 0             # vLLM request priority, lower first (its class's)
+        self.ignore_eos = False       # the client sent ignore_eos (its class's)
         self.blocks: list[int] = []
         self.handoff_blocks: list[int] = []     # prefill-side blocks held while KV transfers
         self.state = WAITING

@@ -82,7 +82,8 @@ _ROWS = (
     PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",), chunking=True,
                        no_swap=_RESERVES),
     # module sglang_spec: its build makes SGLang's scheduler, with or without speculation
-    PolicyCapabilities("sglang", "sglang_spec", knobs=("schedule_conservativeness",),
+    PolicyCapabilities("sglang", "sglang_spec",
+                       knobs=("schedule_conservativeness", "scheduler_recv_interval"),
                        chunking=True, speculative=True, roles=ALL_ROLES),
     PolicyCapabilities(
         "tgi", "tgi", knobs=("max_waiting_tokens", "waiting_served_ratio"), no_swap=_RESERVES,
@@ -115,6 +116,12 @@ def label_holds_replies(label: str) -> bool:
     names = [re.split(r"[(]", part)[0] for part in re.split(r"\+(?![^(]*\))", label)]
     rows = [POLICY_TABLE.get(n) for n in names if n in POLICY_TABLE]
     return bool(rows) and all(r.holds_replies for r in rows)
+
+
+#: SGLang's recv skipper (``--scheduler-recv-interval``), in a preset's ``scheduler.knobs``:
+#: what a decode step, and any other step (a prefill), adds to its counter. Only presets
+#: of SGLang versions that have it carry them.
+RECV_SKIPPER_KNOBS = ("recv_weight_decode", "recv_weight_other")
 
 
 def knob_policies() -> dict[str, str]:

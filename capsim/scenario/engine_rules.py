@@ -23,7 +23,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.policies import knob_policies, policy_capabilities
+from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.scenario.bench_settings import tuned_knobs
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
@@ -239,6 +239,25 @@ def _check_policy_knobs(engine: EngineConfig, preset: EnginePreset, given: _Give
                              f"scheduler: {engine.scheduler}")
 
 
+def _check_recv_interval(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """``scheduler_recv_interval`` above 1 only where the preset carries SGLang's recv
+    skipper (its ``scheduler.knobs`` weights) and without DP attention, which SGLang's
+    ``SchedulerRecvSkipper`` refuses (it asserts ``not enable_dp_attention``)."""
+    interval = engine.scheduler_recv_interval
+    if interval is None or interval <= 1 or engine.scheduler != "sglang":
+        return
+    if RECV_SKIPPER_KNOBS[0] not in preset.scheduler.knobs:
+        valid = [n for n in engine_preset_names()
+                 if RECV_SKIPPER_KNOBS[0] in load_engine_preset(n).scheduler.knobs]
+        given.fail("scheduler_recv_interval",
+                   f"engine preset '{preset.name}' has no --scheduler-recv-interval (SGLang's "
+                   f"recv skipper); valid: 1, or a preset that has it: {', '.join(valid)}")
+    if engine.enable_dp_attention:
+        given.fail("scheduler_recv_interval",
+                   "SGLang's recv skipper does not run with DP attention "
+                   "(enable_dp_attention: true); valid: 1")
+
+
 def _check_async_scheduling(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """``async_scheduling`` only where the preset has the knob, and not with a drafter
     vLLM runs serially."""
@@ -391,6 +410,7 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 
 #: The rules of :func:`check_engine_knobs`, in the order an error is looked for.
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
+                _check_recv_interval,
                 _check_async_scheduling, _check_moe_backend, _check_shared_fusion,
                 _check_multi_step,
                 _check_long_prefill, _check_offload, _check_priority, _check_preemption,

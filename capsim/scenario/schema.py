@@ -49,8 +49,8 @@ class EngineConfig(StrictModel):
     - memory fraction: ``gpu_memory_utilization`` (vLLM), ``mem_fraction_static``
       (SGLang), ``free_gpu_memory_fraction`` (TensorRT-LLM), ``cuda_memory_fraction``
       (TGI) — each valid only with its engine's preset;
-    - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness``
-      (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI),
+    - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness`` and
+      ``scheduler_recv_interval`` (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI),
       ``num_scheduler_steps`` (vLLM 0.6), ``long_prefill_token_threshold`` (vLLM V1).
     """
 
@@ -108,6 +108,9 @@ class EngineConfig(StrictModel):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
     # SGLang (scheduler: sglang)
     schedule_conservativeness: float | None = Field(default=None, gt=0)
+    # SGLang --scheduler-recv-interval: arrivals are taken in once every this many decode
+    # steps (at once after a prefill, or when idle); None: the preset's (SGLang's 1).
+    scheduler_recv_interval: Int | None = Field(default=None, gt=0)
     # vLLM 0.6 (V0) multi-step scheduling (--num-scheduler-steps): the scheduler runs once
     # per window of this many decode steps; valid with the vllm-0.6 presets, no chunking.
     num_scheduler_steps: Int = Field(default=1, gt=0)

@@ -42,7 +42,7 @@ from typing import ClassVar, Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import MAX_SECONDS, MAX_TOKENS, Float, Int, StrictModel, check_tag
+from capsim.common.schema import MAX_SECONDS, MAX_TOKENS, Bool, Float, Int, StrictModel, check_tag
 from capsim.profiles.shapes import shape_names
 from capsim.scenario.load_shape import Bursts, Schedule, pieces_problem
 
@@ -354,6 +354,11 @@ class RequestClass(StrictModel):
     priority: Int = Field(default=0, description="vLLM request priority: lower first, with "
                                                  "engine.scheduling_policy: priority")
     criticality: Literal["critical", "standard", "sheddable"] = "standard"
+    # The client's --ignore-eos (vllm bench serve, sglang.bench_serving, InferenceX): capsim's
+    # outputs always run to output_tokens; the flag says the engine is told so (SGLang then
+    # admits by its ignore-EOS memory check; capsim/engine/scheduler/sglang_ignore_eos.py).
+    ignore_eos: Bool = Field(default=False, description="the client sends ignore_eos (the "
+                                                        "engine knows each output's length)")
     model: Optional[str] = Field(
         default=None, min_length=1, description="the model its requests ask for (a pool of "
                                                 "cluster.pools must serve it); default: the "

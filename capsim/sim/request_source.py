@@ -37,8 +37,10 @@ class RequestSource:
     Memory: 1 byte per request, 8 per first turn and 12 per later turn.
     """
 
-    def __init__(self, trace: RequestTrace, class_priority: tuple[int, ...] = ()):
+    def __init__(self, trace: RequestTrace, class_priority: tuple[int, ...] = (),
+                 class_ignore_eos: tuple[bool, ...] = ()):
         self.class_priority = class_priority      # per class id (workload.classes.N.priority)
+        self.class_ignore_eos = class_ignore_eos  # per class id (workload.classes.N.ignore_eos)
         self.use(trace)
 
     def use(self, trace: RequestTrace) -> None:
@@ -101,4 +103,6 @@ class RequestSource:
             req.shareable = True            # its prompt + reply are the next turn's prefix
         if self.class_priority:
             req.priority = self.class_priority[req.class_id]
+        if self.class_ignore_eos:
+            req.ignore_eos = self.class_ignore_eos[req.class_id]
         return req

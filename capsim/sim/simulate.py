@@ -83,7 +83,9 @@ def simulate(run: RunConfig, trace: RequestTrace, progress: Progress | None = No
     itl = ItlRecorder(itl_classes * (len(run.fleet.pools) if run.fleet is not None else 1))
     classes = run.workload.classes or ()
     traffic = Traffic(env, trace, progress, tuple(c.priority for c in classes)
-                      if any(c.priority for c in classes) else ())
+                      if any(c.priority for c in classes) else (),
+                      tuple(c.ignore_eos for c in classes)
+                      if any(c.ignore_eos for c in classes) else ())
     cluster = build_cluster(run, Wiring(
         env=env, itl=itl, itl_classes=itl_classes, on_finish=traffic.on_finish,
         reject=traffic.reject, on_lost_gaps=traffic.log.add_lost_gaps, done=traffic.done,

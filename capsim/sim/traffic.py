@@ -35,6 +35,7 @@ class Traffic:
         progress: called as ``progress(done, total)`` while requests end (None: not).
         class_priority: each class's request priority (``workload.classes.N.priority``;
             empty: all 0).
+        class_ignore_eos: each class's ``workload.classes.N.ignore_eos`` (empty: all False).
 
     Attributes:
         log: the run's :class:`RequestLog`.
@@ -45,9 +46,10 @@ class Traffic:
     """
 
     def __init__(self, env: simpy.Environment, trace: RequestTrace, progress: Progress | None,
-                 class_priority: tuple[int, ...] = ()):
+                 class_priority: tuple[int, ...] = (),
+                 class_ignore_eos: tuple[bool, ...] = ()):
         self.env, self.trace, self.progress = env, trace, progress
-        self.source = RequestSource(trace, class_priority)
+        self.source = RequestSource(trace, class_priority, class_ignore_eos)
         self.log = RequestLog(len(trace))
         self.total = len(trace)
         self.tick = max(1, self.total // 200)

@@ -29,7 +29,8 @@ def test_the_schemas_accept_exactly_the_table():
 def test_a_knob_belongs_to_one_policy():
     owners = knob_policies()
     assert owners == {"capacity_scheduler_policy": "trtllm",
-                      "schedule_conservativeness": "sglang", "max_waiting_tokens": "tgi",
+                      "schedule_conservativeness": "sglang",
+                      "scheduler_recv_interval": "sglang", "max_waiting_tokens": "tgi",
                       "waiting_served_ratio": "tgi", "long_prefill_token_threshold": "continuous"}
     assert all(hasattr(EngineConfig(), knob) for knob in owners)
 

@@ -25,11 +25,21 @@ logic matches commit 00550cd11b35def9d584bf761a1e32729c20a21d), ``python/sglang/
   schedule_conservativeness, 1), min = init × 0.14, decay (init − min) / 600 per decode
   step; after a retraction (Σ generated + 20 × n) / (Σ max_new_tokens + 1), capped at 1).
 
+``--scheduler-recv-interval`` (``scheduler_recv_interval``, 1 by default: no skipper), read
+in the sglang 0.5.7 wheel: ``managers/scheduler.py`` ``recv_requests`` (line 1186) asks
+``managers/scheduler_recv_skipper.py`` ``SchedulerRecvSkipper.handle`` before polling the
+tokenizer's socket: the last batch's forward mode adds its weight to a counter (decode 1, no
+batch 1, anything else, a prefill, 1000: ``environ.py`` lines 212-215), and only when the
+counter reaches the interval is it reset and are the arrivals taken in. capsim keeps them
+in an inbox meanwhile; an idle engine takes them at once (SGLang's idle loop spins, each
+pass weighing 1, without sleeping unless ``--sleep-on-idle``).
+
 capsim's mapping: ``max_num_batched_tokens`` = ``chunked_prefill_size`` (with chunked
 prefill) or ``max_prefill_tokens`` (without), ``max_num_seqs`` = ``max_running_requests``,
 the page = capsim's KV block (SGLang pages by 1 token; its one-page allowances become one
 block), free tokens = free blocks × block size, ``output_tokens`` = ``max_new_tokens`` (the
-client's max_tokens, not ``ignore_eos``).
+client's max_tokens); a request of a class with ``ignore_eos`` is admitted by SGLang's
+ignore-EOS check when the radix cache is off (:mod:`.sglang_ignore_eos`).
 
 The radix cache (``enable_prefix_caching`` = not ``--disable-radix-cache``, on by default),
 read at these commits:
@@ -62,16 +72,44 @@ capsim's free blocks, cached ones included.
 
 from __future__ import annotations
 
+from collections import deque
+
 from capsim.engine.macro.plan import RunBlocks
-from capsim.engine.request import RUNNING
+from capsim.engine.request import RUNNING, WAITING
 from capsim.engine.scheduler.continuous import ContinuousScheduler
+from capsim.engine.scheduler.sglang_ignore_eos import ignore_eos_fits
 from capsim.engine.step import Step
-from capsim.profiles.policies import policy_capabilities
+from capsim.profiles.policies import RECV_SKIPPER_KNOBS, policy_capabilities
 
 
 #: SGLang's constants, read from the preset's ``scheduler.knobs``.
 SGLANG_KNOBS = ("init_new_token_ratio", "min_new_token_ratio_factor",
                 "new_token_ratio_decay_steps", "retract_decode_steps", "clip_max_new_tokens")
+
+
+def recv_skipper_kwargs(args) -> dict:
+    """``scheduler_recv_interval`` (the engine config's, else the preset's knob, else 1)
+    and, above 1, the recv skipper's weights from the preset's ``scheduler.knobs``.
+
+    Raises:
+        ValueError: an interval above 1 with a preset that has no recv skipper (the
+            scenario's resolution refuses it first, with the YAML path).
+    """
+    knobs = args.knobs or {}
+    interval = args.engine.scheduler_recv_interval or knobs.get("scheduler_recv_interval", 1)
+    if interval <= 1:
+        return {"scheduler_recv_interval": 1}
+    if any(k not in knobs for k in RECV_SKIPPER_KNOBS):
+        raise ValueError("scheduler_recv_interval above 1 needs the preset's recv skipper "
+                         f"weights ({', '.join(RECV_SKIPPER_KNOBS)} in scheduler.knobs)")
+    return {"scheduler_recv_interval": interval, **{k: knobs[k] for k in RECV_SKIPPER_KNOBS}}
+
+
+def ignore_eos_kwargs(args) -> dict:
+    """The preset's ``ignore_eos_reserve_tokens`` (absent: SGLang's ignore-EOS admission
+    is not modelled for that version)."""
+    value = (args.knobs or {}).get("ignore_eos_reserve_tokens")
+    return {} if value is None else {"ignore_eos_reserve_tokens": value}
 
 
 class SglangScheduler(ContinuousScheduler):
@@ -82,6 +120,15 @@ class SglangScheduler(ContinuousScheduler):
         init_new_token_ratio, min_new_token_ratio_factor, new_token_ratio_decay_steps,
             retract_decode_steps, clip_max_new_tokens: SGLang's constants (the preset's
             ``scheduler.knobs``).
+        scheduler_recv_interval: ``--scheduler-recv-interval`` (1: every arrival is taken
+            in at the next schedule).
+        recv_weight_decode, recv_weight_other: what a decode step and any other step add
+            to the recv skipper's counter (the preset's ``scheduler.knobs``; read only with
+            an interval above 1).
+        ignore_eos_reserve_tokens: ``IGNORE_EOS_RESERVE_TOKENS`` of SGLang's ignore-EOS
+            admission (:mod:`.sglang_ignore_eos`), used for requests whose client sent
+            ``ignore_eos`` when the radix cache is off; None: those requests are admitted
+            as any other.
         **kwargs: as :class:`ContinuousScheduler`.
 
     A step either prefills (the chunked request's next chunk, then new requests from the
@@ -97,8 +144,12 @@ class SglangScheduler(ContinuousScheduler):
     prompt blocks are cached after their prefill step, the whole sequence when it ends; a
     retracted request keeps only what its prefill had cached.
 
+    With a recv interval above 1, arrivals wait in ``inbox`` until the recv skipper's
+    counter reaches the interval (the module docstring); they join ``waiting`` then.
+
     Attributes: ``new_token_ratio`` (the current estimate), ``batch_full`` (SGLang's
-    ``batch_is_full``: no admission is tried until a running request leaves).
+    ``batch_is_full``: no admission is tried until a running request leaves), ``inbox``
+    (arrivals not yet taken in; None without a recv skipper).
     """
 
     capabilities = policy_capabilities("sglang")
@@ -106,7 +157,10 @@ class SglangScheduler(ContinuousScheduler):
 
     def __init__(self, *, schedule_conservativeness: float, init_new_token_ratio: float,
                  min_new_token_ratio_factor: float, new_token_ratio_decay_steps: int,
-                 retract_decode_steps: int, clip_max_new_tokens: int, **kwargs):
+                 retract_decode_steps: int, clip_max_new_tokens: int,
+                 scheduler_recv_interval: int = 1, recv_weight_decode: int = 1,
+                 recv_weight_other: int = 1, ignore_eos_reserve_tokens: int | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         init = min(init_new_token_ratio * schedule_conservativeness, 1.0)
         self.ratio_init = init
@@ -119,13 +173,63 @@ class SglangScheduler(ContinuousScheduler):
         self._decays = 0
         self.batch_full = False
         self._chunked = None            # the request whose prompt is being chunked
+        # The recv skipper (SchedulerRecvSkipper): counter, interval, weights; the weight
+        # the step last scheduled adds at the next schedule (0: none scheduled, idle).
+        self.inbox: deque | None = deque() if scheduler_recv_interval > 1 else None
+        self._recv_interval = scheduler_recv_interval
+        self._recv_weights = (recv_weight_decode, recv_weight_other)
+        self._recv_counter = 0
+        self._last_weight = 0
+        self.ignore_eos_reserve = ignore_eos_reserve_tokens
 
     @property
     def new_token_ratio(self) -> float:
         return max(self._ratio0 - self._decays * self.ratio_decay, self.ratio_min)
 
+    # -------------------------------------------------------------- recv skipper
+    def add(self, req) -> None:
+        """Queue an arrival; with a recv skipper, in the inbox until the next recv."""
+        if self.inbox is None:
+            super().add(req)
+        else:
+            req.state = WAITING
+            self.inbox.append(req)
+
+    def has_work(self) -> bool:
+        return super().has_work() or bool(self.inbox)
+
+    def _recv(self) -> None:
+        """``SchedulerRecvSkipper.handle``: add the last step's weight; at the interval,
+        reset and take the inbox in. With no step scheduled last (idle) the loop spins to
+        the interval at once."""
+        weight = self._last_weight
+        counter = self._recv_counter + (weight if weight else self._recv_interval)
+        if counter >= self._recv_interval:
+            counter = 0
+            self.waiting.extend(self.inbox)
+            self.inbox.clear()
+        self._recv_counter = counter
+
+    def _advance_recv(self, steps: int) -> None:
+        """The counter after ``steps`` more decode steps of a run (no arrival in the inbox:
+        the recvs they make take nothing in)."""
+        w, n, c = self._recv_weights[0], self._recv_interval, self._recv_counter
+        to_reset = -(-(n - c) // w)             # steps until the counter next resets
+        if steps >= to_reset:
+            c, steps = 0, (steps - to_reset) % -(-n // w)
+        self._recv_counter = c + steps * w
+
     # -------------------------------------------------------------- schedule
     def schedule(self, now: float = 0.0) -> Step | None:
+        if self.inbox is not None:
+            self._recv()
+            step = self._schedule(now)
+            self._last_weight = 0 if step is None else \
+                self._recv_weights[1 if step.prefills else 0]
+            return step
+        return self._schedule(now)
+
+    def _schedule(self, now: float) -> Step | None:
         self._preempted_now = False
         self._now = now
         if self._kv_ready:                  # decode role: transferred KV joins the batch
@@ -191,8 +295,12 @@ class SglangScheduler(ContinuousScheduler):
             cached = len(hit) * bs
             locked = kv.num_free_among(hit) * bs                        # _lock_node
             todo = req.remaining_to_compute - cached
-            want = todo + min(max(req.output_tokens - req.num_generated, 0), self.clip) * req.n
-            fits = want + bs < adder.free - locked - adder.total
+            if req.ignore_eos and self.ignore_eos_reserve is not None and not self.caching:
+                fits = self._ignore_eos_fits(req, todo, adder)
+            else:
+                want = todo + min(max(req.output_tokens - req.num_generated, 0),
+                                  self.clip) * req.n
+                fits = want + bs < adder.free - locked - adder.total
             if not fits and self.running:       # capsim: an idle engine takes the head anyway
                 self.batch_full = adder.admitted > 0 or self.decoders.size > 0   # NO_TOKEN
                 break
@@ -214,6 +322,19 @@ class SglangScheduler(ContinuousScheduler):
             if adder.out_of_tokens():
                 self.batch_full = True          # NO_TOKEN for whoever is next
                 break
+
+    def _ignore_eos_fits(self, req, todo: int, adder: _PrefillAdder) -> bool:
+        """``add_one_req_ignore_eos`` (:mod:`.sglang_ignore_eos`) for ``req`` over the
+        requests holding a slot (running, this pass's and the chunked one)."""
+        self.decoders.sync()
+        ratio, page = self.new_token_ratio, adder.page
+        others = [((r.output_tokens if r.ignore_eos else r.output_tokens * ratio)
+                   - r.num_generated, r.prompt_tokens + r.num_generated)
+                  for r in self.running.values()]
+        return ignore_eos_fits(req.output_tokens - req.num_generated,
+                               req.prompt_tokens + req.num_generated, others,
+                               adder.free - adder.current, -(-todo // page) * page,
+                               adder.free - adder.total, self.ignore_eos_reserve)
 
     # ------------------------------------------------------------------ decode
     def _grow_decoders(self) -> None:
@@ -301,10 +422,13 @@ class SglangScheduler(ContinuousScheduler):
     def can_plan_run(self, step: Step) -> bool:
         """As :meth:`ContinuousScheduler.can_plan_run`, and no admission would be tried in
         the run's steps (nothing waits, or the batch is full until a request leaves)."""
-        return super().can_plan_run(step) and (not self.waiting or self.batch_full)
+        return super().can_plan_run(step) and (not self.waiting or self.batch_full) \
+            and not self.inbox                  # the recv it waits for is a step apart
 
     def grow_for_run(self, m: int, first: int = 1) -> RunBlocks:
         self._decays += m - first               # the ratio decays once per decode step
+        if self.inbox is not None and m > first:
+            self._advance_recv(m - first)       # and the recv skipper counts it
         return super().grow_for_run(m, first)
 
 

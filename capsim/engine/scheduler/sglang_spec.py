@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from capsim.engine.scheduler.base import PolicyArgs
 from capsim.engine.scheduler.own_policy import knob, own_policy_kwargs
-from capsim.engine.scheduler.sglang import SGLANG_KNOBS, SglangScheduler
+from capsim.engine.scheduler.sglang import (SGLANG_KNOBS, SglangScheduler, ignore_eos_kwargs,
+                                            recv_skipper_kwargs)
 from capsim.engine.scheduler.speculative import SpeculativeScheduler
 
 
@@ -91,7 +92,9 @@ def build(args: PolicyArgs) -> SglangScheduler:
     ``engine.speculative`` the verifying scheduler."""
     common = own_policy_kwargs(args, SglangScheduler.engine_kwargs(args))
     kwargs = {"schedule_conservativeness": knob(args, "schedule_conservativeness"),
-              **{k: knob(args, k) for k in SGLANG_KNOBS}, **common}
+              **{k: knob(args, k) for k in SGLANG_KNOBS}, **recv_skipper_kwargs(args),
+              **ignore_eos_kwargs(args),
+              **common}
     if args.spec is not None:
         return SglangSpecScheduler(spec=args.spec, **kwargs)
     return SglangScheduler(**kwargs)

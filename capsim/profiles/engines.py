@@ -426,8 +426,9 @@ class SpeculativeMethods(StrictModel):
         why = self.not_modelled.get(method)
         if why is not None:
             return f"{why} (valid: {valid})"
-        has = ", ".join(self.methods.values())
-        return (f"this engine version has no such speculative algorithm"
+        has = ", ".join([*self.methods.values(),
+                         *(f"{m} (not modelled)" for m in self.not_modelled)])
+        return (f"this engine version has no such speculative method"
                 f"{f' (it has {has})' if has else ' (it has no speculative decoding)'}; "
                 f"valid: {valid}")
 

@@ -8,9 +8,10 @@ resolving"):
 - ``disable_shared_experts_fusion: true`` where SGLang does not fuse anyway (expert
   parallelism on CUDA: python/sglang/srt/models/deepseek_v2.py
   determine_num_fused_shared_experts of the sglang 0.5.7 wheel) is warned about;
-- a speculative method the SGLang version does not have (``--speculative-algorithm``
+- a speculative method the engine version does not have (``--speculative-algorithm``
   choices of the 0.4.7 / 0.4.9 wheels: EAGLE, EAGLE3, NEXTN; no speculative option in
-  0.3.0) or runs as a tree capsim does not model (0.5.7's NGRAM) is refused;
+  0.3.0; none in vLLM 0.2.5) or runs in a way capsim does not model (SGLang 0.5.7's NGRAM
+  tree, vLLM V0's batch-expansion scoring) is refused;
 - a by-class map naming every class needs no default; one that leaves a class out says
   the default is what is missing.
 """
@@ -103,11 +104,16 @@ def test_the_fusion_knob_where_it_turns_fusion_off_is_not_warned_about(tmp_path,
 
 @pytest.mark.parametrize("preset,method,phrase", [
     ("sglang-0.5", "ngram", "SGLang's NGRAM verifies a tree of n-gram candidates"),
-    ("sglang-0.4", "ngram", "has no such speculative algorithm (it has EAGLE, EAGLE3, NEXTN)"),
-    ("sglang-0.4", "draft_model", "has no such speculative algorithm"),
+    ("sglang-0.4", "ngram", "has no such speculative method (it has EAGLE, EAGLE3, NEXTN)"),
+    ("sglang-0.4", "draft_model", "has no such speculative method"),
     ("sglang-0.3", "eagle", "(it has no speculative decoding); valid: none"),
+    # vLLM V0: none in 0.2.5; 0.5.4-0.6.x score proposals by batch expansion without
+    # chunked prefill (vllm/config.py, spec_decode/spec_decode_worker.py of those sdists)
+    ("vllm-0.2.5", "ngram", "(it has no speculative decoding); valid: none"),
+    ("vllm-0.5", "eagle", "(it has draft_model (not modelled), ngram (not modelled))"),
+    ("vllm-0.6", "ngram", "V0's speculative decoding (vllm/spec_decode/spec_decode_worker.py"),
 ])
-def test_a_method_the_sglang_version_lacks_is_refused(tmp_path, preset, method, phrase):
+def test_a_method_the_engine_version_lacks_is_refused(tmp_path, preset, method, phrase):
     spec = {"method": method, "num_speculative_tokens": 3, "acceptance_rate": 0.5}
     if method == "draft_model":
         spec["model"] = "llama-3.1-8b"

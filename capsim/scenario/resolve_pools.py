@@ -193,6 +193,15 @@ def _routes(spec: Scenario, cluster: ClusterConfig, pools: tuple[FleetPool, ...]
             raise ScenarioError(f"no pool named '{rule.pool}'; valid: {', '.join(names)}",
                                 file=str(path), path=f"{at}.{j}.pool")
         k = names.index(rule.pool)
+        # a prompt must leave room for one output token in the pool's context window
+        window = pools[k].pool.engine.max_model_len
+        most = window - 1 if window is not None else None
+        if None not in (most, rule.min_prompt_tokens) and rule.min_prompt_tokens > most:
+            raise ScenarioError(
+                f"min_prompt_tokens {rule.min_prompt_tokens:,} can route no request: pool "
+                f"'{rule.pool}' takes prompts of at most {most:,} tokens (max_model_len "
+                f"{most + 1:,}, one output token); valid: 1 to {most:,}",
+                file=str(path), path=f"{at}.{j}.min_prompt_tokens")
         cid = None
         if rule.cls is not None:
             if rule.cls not in classes:

@@ -144,3 +144,16 @@ def test_a_by_class_map_leaving_a_class_out_says_the_default_is_missing(tmp_path
     assert err.value.path == "engine.speculative.acceptance_rate"
     assert ("class code not in acceptance_rate_by_class and no default given: add "
             "acceptance_rate" in str(err.value))
+
+
+def test_a_pools_warning_names_the_pools_field(tmp_path, caplog):
+    """A pool is resolved as a synthesized variant: its warnings named ``variants.0`` of a
+    scenario without variants (its errors were already re-pointed at the pool)."""
+    spec = {"method": "eagle3", "num_speculative_tokens": 3,
+            "acceptance": "eagle3-qwen3-8b-mtbench"}
+    pools = [{"name": "a", "hardware": "h100-sxm", "engine": {"speculative": spec}},
+             {"name": "b", "hardware": "a100-80gb"}]
+    with caplog.at_level(logging.WARNING, logger="capsim"):
+        path, _ = _load(tmp_path, cluster={"pools": pools})
+    assert [w.split(": row ")[0] for w in _warnings(caplog)] == [
+        f"{path}: cluster.pools.0.engine.speculative.acceptance"]

@@ -258,18 +258,7 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         ValueError: ``(field, message)`` args: an unknown class name, or a drafter the
             model cannot have (:func:`~capsim.profiles.speculative.draft_shape`).
     """
-    unknown = sorted(set(cfg.acceptance_rate_by_class) - set(class_names))
-    if unknown:
-        raise ValueError("acceptance_rate_by_class",
-                         f"no workload class named {unknown[0]!r}; classes: "
-                         f"{', '.join(class_names)}")
-    uncovered = [c for c in class_names if c not in cfg.acceptance_rate_by_class]
-    if uncovered and cfg.acceptance_rate is None and cfg.base_positions() is None:
-        raise ValueError("acceptance_rate",
-                         f"class{'es' if len(uncovered) > 1 else ''} {', '.join(uncovered)} "
-                         f"not in acceptance_rate_by_class and no default given: add "
-                         f"acceptance_rate (or acceptance_rate_by_position, or acceptance), "
-                         f"the default for classes the map leaves out, or list every class")
+    _check_classes(cfg, class_names)
     if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > model.vocab_size:
         raise ValueError("draft_vocab_size",
                          f"draft_vocab_size {cfg.draft_vocab_size:,} is more than the target's "
@@ -296,6 +285,23 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         draft_kv_bytes_per_token=kv, seed=seed, class_names=tuple(class_names),
         survival_by_class=survivals if any(s is not None for s in survivals) else (),
         acceptance_name=cfg.acceptance)
+
+
+def _check_classes(cfg: SpeculativeConfig, class_names: tuple[str, ...]) -> None:
+    """Every class of ``acceptance_rate_by_class`` exists, and every class has a rate (its
+    own or the default), else ValueError ``(field, message)``."""
+    unknown = sorted(set(cfg.acceptance_rate_by_class) - set(class_names))
+    if unknown:
+        raise ValueError("acceptance_rate_by_class",
+                         f"no workload class named {unknown[0]!r}; classes: "
+                         f"{', '.join(class_names)}")
+    uncovered = [c for c in class_names if c not in cfg.acceptance_rate_by_class]
+    if uncovered and cfg.acceptance_rate is None and cfg.base_positions() is None:
+        raise ValueError("acceptance_rate",
+                         f"class{'es' if len(uncovered) > 1 else ''} {', '.join(uncovered)} "
+                         f"not in acceptance_rate_by_class and no default given: add "
+                         f"acceptance_rate (or acceptance_rate_by_position, or acceptance), "
+                         f"the default for classes the map leaves out, or list every class")
 
 
 def _acceptance_by_class(cfg: SpeculativeConfig, class_names: tuple[str, ...]

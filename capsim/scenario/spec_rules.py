@@ -62,9 +62,8 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
             f"per sequence must fit max_num_batched_tokens ({engine.max_num_batched_tokens}) "
             f"and max_model_len ({engine.max_model_len}); valid: 1 to {room}",
             file=str(path), path=f"{at}.num_speculative_tokens")
-    _warn_other_model(cfg.acceptance, model, path, at)
     try:
-        return resolve_speculative(
+        resolved = resolve_speculative(
             cfg, model, spec.workload.class_names, spec.seed,
             lambda name: named(lambda n: load_model_at(n, path), name, path, f"{at}.model"),
             lambda shape: kv_bytes_per_token(shape, engine), DTYPE_BYTES[engine.dtype],
@@ -72,6 +71,8 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
     except ValueError as exc:
         field, message = exc.args
         raise ScenarioError(message, file=str(path), path=f"{at}.{field}") from None
+    _warn_other_model(cfg.acceptance, model, path, at)     # after any refusal: one line
+    return resolved
 
 
 def _warn_other_model(name: str | None, model: ModelShape, path: Path, at: str) -> None:

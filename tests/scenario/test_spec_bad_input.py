@@ -157,3 +157,12 @@ def test_a_pools_warning_names_the_pools_field(tmp_path, caplog):
         path, _ = _load(tmp_path, cluster={"pools": pools})
     assert [w.split(": row ")[0] for w in _warnings(caplog)] == [
         f"{path}: cluster.pools.0.engine.speculative.acceptance"]
+
+
+def test_a_refused_speculative_block_prints_no_warning_before_its_error(tmp_path, caplog):
+    """DeepSeek-V3's MTP row on Llama-3.1-8B: one line, the refusal (Llama has no MTP
+    layers), not the row's model warning first."""
+    spec = {"method": "mtp", "num_speculative_tokens": 1, "acceptance": "mtp-deepseek-v3"}
+    with caplog.at_level(logging.WARNING, logger="capsim"), pytest.raises(ScenarioError):
+        _load(tmp_path, engine__speculative=spec)
+    assert _warnings(caplog) == []

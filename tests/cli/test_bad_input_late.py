@@ -534,6 +534,12 @@ SCENARIO_BAD = [
      "workload.trace.path", "line 2: not UTF-8 text (byte 0xe9"),
     ("max-position-embeddings-1e15", "b", {"model": "FILE:positions1e15.json"},
      "max_position_embeddings", "must be <= 2147483647"),
+    # a warning (another model's acceptance row) and then a refusal: one line, the refusal
+    ("a-warning-then-a-refusal", "b", {
+        "engine.speculative": {"method": "eagle3", "num_speculative_tokens": 3,
+                               "acceptance": "eagle3-qwen3-8b-mtbench"},
+        "workload.classes.0.prompt_tokens": {"dist": "fixed", "value": 5000}},
+     "", "would reject every request", "report"),
 ]
 
 #: (id, capsim arguments, the error line's start after ``error: ``, a phrase). ``{S}``: a

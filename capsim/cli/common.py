@@ -272,7 +272,16 @@ class PercentileList(click.ParamType):
             if q in out:
                 self.fail(f"{part.strip()} is given twice; {example}", param, ctx)
             out.append(q)
+        if len(out) > MAX_PERCENTILES:
+            self.fail(f"{len(out)} percentiles; at most {MAX_PERCENTILES} (each adds a column "
+                      "per metric to summary.csv and to every latency table: 999 took a 5-s "
+                      f"run past 50 s); {example}", param, ctx)
         return tuple(out)
+
+
+#: Most ``--percentiles`` values: each is a column per metric (TTFT, TPOT, ITL, E2EL) in
+#: summary.csv and in the terminal and HTML tables; a table of more is not read.
+MAX_PERCENTILES = 20
 
 
 def percentiles_option(f):

@@ -15,16 +15,17 @@ from capsim.cli.common import build_traces, checkpoint_text, scenario_arg, set_o
 @scenario_arg
 @set_option
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    from capsim.scenario.load import load
+    from capsim.scenario.load import load, warnings_held
     from capsim.sim.simulate import rejections
 
-    loaded = load(scenario, list(overrides))
-    traces = build_traces(loaded)
-    # What capsim sweep and capsim size would refuse is refused here too.
-    points = _check_sweep_and_sizing(loaded, list(overrides))
+    with warnings_held():             # a refusal below is one line, without the warnings
+        loaded = load(scenario, list(overrides))
+        traces = build_traces(loaded)
+        # What capsim sweep and capsim size would refuse is refused here too.
+        points = _check_sweep_and_sizing(loaded, list(overrides))
+        rejected = [rejections(rc, traces.get(rc.workload, rc.seed)) for rc in loaded.runs]
+        _refuse_all_rejected(loaded, traces, rejected)
     sizes = "/".join(f"{len(t):,}" for t in traces.traces.values())
-    rejected = [rejections(rc, traces.get(rc.workload, rc.seed)) for rc in loaded.runs]
-    _refuse_all_rejected(loaded, traces, rejected)
     click.echo(f"{scenario}: ok — {sizes} requests, {len(loaded.runs)} variant(s)"
                + (f", {points} sweep point(s)" if points else ""))
     for rc, reasons in zip(loaded.runs, rejected):

@@ -33,6 +33,9 @@ class AcceptanceRow(StrictModel):
     Attributes:
         name: the row's key in the file.
         method: vLLM's ``speculative_config.method`` it was measured with.
+        target_model: the target model measured (its Hugging Face repository).
+        models: capsim's names of the models the row is used on without a warning: the
+            target and checkpoints of its architecture and size (:meth:`serves`).
         acceptance_rate_by_position: S_1 … S_k (vLLM's per-position acceptance rate),
             non-increasing, in [0, 1].
         mean_acceptance_length: the source's mean acceptance length (tokens per step,
@@ -44,6 +47,7 @@ class AcceptanceRow(StrictModel):
     name: str
     method: str
     target_model: str
+    models: list[str] = Field(min_length=1)
     drafter: str
     dataset: str
     engine: str
@@ -63,6 +67,11 @@ class AcceptanceRow(StrictModel):
     def k(self) -> int:
         """Draft positions measured (the most ``num_speculative_tokens`` it serves)."""
         return len(self.acceptance_rate_by_position)
+
+    def serves(self, model_name: str) -> bool:
+        """Whether ``model_name`` (a :class:`~capsim.profiles.models.ModelShape` name) is
+        one of ``models``, ignoring case (a config.json's folder may be lower-case)."""
+        return model_name.casefold() in {m.casefold() for m in self.models}
 
     def tokens_per_step(self) -> float:
         """1 + Σ S_i over every measured position."""

@@ -436,6 +436,30 @@ class AbsorbedBmmDequant(StrictModel):
         return model.is_mla and weight_compute == "fp8" and hardware in self.hardware
 
 
+class SpeculativeMethods(StrictModel):
+    """The speculative methods an engine version runs as capsim models them, by vLLM's
+    ``method`` name → the engine's own (SGLang's ``--speculative-algorithm``), and those it
+    runs in a way capsim does not model, each with why. A method in neither is one the
+    version does not have (the preset's ``sources:`` name the choices read)."""
+
+    methods: dict[str, str] = Field(default_factory=dict)
+    not_modelled: dict[str, str] = Field(default_factory=dict)
+
+    def refusal(self, method: str) -> str | None:
+        """Why ``method`` is refused on this engine (None: modelled)."""
+        if method in self.methods:
+            return None
+        valid = ", ".join(self.methods) or "none: remove engine.speculative"
+        why = self.not_modelled.get(method)
+        if why is not None:
+            return f"{why} (valid: {valid})"
+        has = ", ".join([*self.methods.values(),
+                         *(f"{m} (not modelled)" for m in self.not_modelled)])
+        return (f"this engine version has no such speculative method"
+                f"{f' (it has {has})' if has else ' (it has no speculative decoding)'}; "
+                f"valid: {valid}")
+
+
 class EnginePreset(StrictModel):
     """One engine (and version era) as capsim models it."""
 
@@ -452,6 +476,8 @@ class EnginePreset(StrictModel):
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     shared_experts_fusion: SharedExpertsFusion | None = None
     absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
+    # None: every method capsim models (vLLM's names); else the version's own list
+    speculative_methods: SpeculativeMethods | None = None
     dataset_tuning: DatasetTuning | None = None
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)

@@ -18,6 +18,7 @@ Public API:
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 from collections.abc import Iterator
@@ -82,13 +83,26 @@ def read_yaml_mapping(path: Path, what: str = "file",
             the error names the file.
     """
     text = read_text(path, what)
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise ScenarioError(not_a_mapping, file=str(path))
-    return data
+    data = _PARSED.get(text)
+    if data is None:
+        try:
+            data = load_yaml(text)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}",
+                                file=str(path)) from None
+        if not isinstance(data, dict):
+            raise ScenarioError(not_a_mapping, file=str(path))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = data
+    return copy.deepcopy(data)        # callers edit what they read (--set, sweep points)
+
+
+#: Mappings already parsed, by their file's text: a sweep loads the scenario and its
+#: profiles once per point (1,000 points re-parsed the same YAML for over a minute).
+#: Keyed by the text, so an edited file is parsed again.
+_PARSED: dict[str, dict[str, Any]] = {}
+_PARSED_MAX = 64
 
 
 def scenario_error_from_validation(exc: ValidationError, file: str | None,

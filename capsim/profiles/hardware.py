@@ -633,8 +633,40 @@ def _parse_profile(data: dict[str, Any], file: str) -> HardwareProfile:
 
 def _load_file(path: Path, shipped: bool = False) -> HardwareProfile:
     profile = _parse_profile(read_yaml_mapping(path), str(path))
+    _check_same_die(profile, path)
     check_sources(profile.missing_sources(), path, shipped, "profile")
     return profile
+
+
+def _same_die(a: HardwareProfile, b: HardwareProfile) -> bool:
+    """One die (one clock): the same platform and the same peak FLOP/s for every dtype
+    both list (the MI300X and MI325X: gfx942, 1,307.4 dense bf16 TFLOP/s each)."""
+    return a.platform == b.platform and all(
+        a.peak_flops_per_s[t] == b.peak_flops_per_s[t]
+        for t in a.peak_flops_per_s.keys() & b.peak_flops_per_s.keys())
+
+
+def _check_same_die(profile: HardwareProfile, path: Path) -> None:
+    """``derivation.same_die.from_profile`` names a profile of this GPU's die.
+
+    Raises:
+        ScenarioError: another platform or other peaks, naming the profiles that qualify.
+    """
+    d = profile.derivation
+    if d is None or d.same_die is None:
+        return
+    source = load_hardware(d.same_die.from_profile)
+    if _same_die(profile, source):
+        return
+    bf16 = "bf16" if "bf16" in profile.peak_flops_per_s else next(iter(profile.peak_flops_per_s))
+    valid = [n for n in hardware_names() if n not in (profile.name, source.name)
+             and _same_die(profile, load_hardware(n))]
+    raise ScenarioError(
+        f"'{source.name}' is not this GPU's die: its platform {source.platform} and peak "
+        f"{bf16} {source.peak_flops_per_s.get(bf16, 0) / 1e12:,.1f} TFLOP/s differ from "
+        f"{profile.platform} and {profile.peak_flops_per_s[bf16] / 1e12:,.1f} here (a same-die "
+        f"profile has this platform and these peaks; valid: {', '.join(valid) or 'none'})",
+        file=str(path), path="derivation.same_die.from_profile")
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:

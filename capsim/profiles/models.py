@@ -31,7 +31,7 @@ from capsim.profiles.hf_config import shape_fields, unknown_model_type
 from capsim.profiles.files import (packaged_file, packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
 from capsim.profiles.quantization import TENSOR_GROUPS, load_quant_format, quant_format_names
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
 
 _FOLDER = "models"
 
@@ -58,7 +58,8 @@ class ModelShape(StrictModel):
     num_key_value_heads: Int = Field(gt=0)
     head_dim: Int = Field(gt=0)
     vocab_size: Int = Field(gt=0)
-    max_position_embeddings: Int = Field(gt=0)
+    # a context window: at most MAX_TOKENS, the bound of every token count capsim reads
+    max_position_embeddings: Int = Field(gt=0, le=MAX_TOKENS)
     tie_word_embeddings: Bool = False
     attention_bias: Bool = False
     torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"

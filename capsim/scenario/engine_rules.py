@@ -15,6 +15,7 @@ Public API:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,12 +25,15 @@ from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engi
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
+from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS
 from capsim.scenario.validation import merged
 from capsim.scenario.workload import WorkloadConfig
+
+log = logging.getLogger(__name__)
 
 GIB = 2**30
 
@@ -67,6 +71,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
     _check_fusion_model(engine, preset, model, path, where, override)
+    _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -107,6 +112,36 @@ def _check_fusion_model(engine: EngineConfig, preset: EnginePreset, model: Model
         f"{rule.num_experts} routed experts and {rule.num_shared_experts} shared only; model "
         f"'{model.name}' has none it would fuse, so the knob changes nothing (valid: false)",
         file=str(path), path=at)
+
+
+def _warn_fusion_off_anyway(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                            hw: HardwareProfile, path: Path, where: str,
+                            override: dict[str, Any]) -> None:
+    """``disable_shared_experts_fusion: true`` where SGLang does not fuse anyway (expert
+    parallelism, another platform, a MoE runner that cannot fuse): SGLang accepts the flag
+    and logs why fusion is off (determine_num_fused_shared_experts, the preset's sources),
+    so capsim warns that the knob changes nothing."""
+    rule = preset.shared_experts_fusion
+    if not engine.disable_shared_experts_fusion or rule is None or not rule.fits(model):
+        return
+    ep = engine.enable_expert_parallel
+    experts = weight_layout(model, engine.quantization).experts.name
+    if rule.applies(model, hw.name, hw.platform, experts, ep):
+        return
+    at = f"{where}.engine.disable_shared_experts_fusion" \
+        if where and "disable_shared_experts_fusion" in override \
+        else "engine.disable_shared_experts_fusion"
+    who = f"engine preset '{preset.name}'"
+    why = (f"SGLang ({who}) does not fuse the shared expert under expert parallelism on "
+           f"CUDA" if ep and hw.platform == "cuda"
+           else f"capsim does not model SGLang's fusion under expert parallelism on ROCm "
+                f"({who})" if ep
+           else f"SGLang ({who}) does not fuse the shared expert on {hw.platform}"
+           if hw.platform not in rule.platforms
+           else f"SGLang ({who}) picks a MoE runner that cannot fuse on {hw.name} with "
+                f"{experts} experts")
+    log.warning("%s: %s: %s, so disable_shared_experts_fusion: true changes nothing here",
+                path, at, why)
 
 
 def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,
@@ -288,6 +323,19 @@ def _check_shared_fusion(engine: EngineConfig, preset: EnginePreset, given: _Giv
                    f"or a preset with shared_experts_fusion such as sglang-0.5)")
 
 
+def _check_spec_method(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
+    """A speculative method the engine version has and capsim models as it runs it (the
+    preset's ``speculative_methods``)."""
+    rule, spec = preset.speculative_methods, engine.speculative
+    if rule is None or spec is None:
+        return
+    why = rule.refusal(spec.method)
+    if why is not None:
+        given.fail("speculative", f"method {spec.method} under engine preset "
+                                  f"'{preset.name}' ({preset.display_name} "
+                                  f"{preset.version}): {why}")
+
+
 def _check_multi_step(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
     """``num_scheduler_steps`` > 1: vLLM 0.6's multi-step scheduling, without chunking."""
     if engine.num_scheduler_steps <= 1:
@@ -412,6 +460,7 @@ def _check_prefix_cache(engine: EngineConfig, preset: EnginePreset, given: _Give
 _KNOB_CHECKS = (_check_scheduler, _check_memory_fraction, _check_policy_knobs,
                 _check_recv_interval,
                 _check_async_scheduling, _check_moe_backend, _check_shared_fusion,
+                _check_spec_method,
                 _check_multi_step,
                 _check_long_prefill, _check_offload, _check_priority, _check_preemption,
                 _check_chunking,

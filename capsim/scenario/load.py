@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +66,42 @@ def load(path: str | Path, overrides: list[str] = (), seed: int | None = None) -
             unknown hardware/model, a model that does not fit in memory.
     """
     path = Path(path)
-    raw = read_yaml_mapping(path, "scenario",
-                            "a scenario must be a YAML mapping (name:, model:, ...)")
-    for item in overrides:
-        apply_override(raw, item, path)
-    if seed is not None:
-        raw["seed"] = seed
-    spec = validate(Scenario, raw, path)
-    runs = tuple(_resolve(raw, spec, i, v, path) for i, v in enumerate(_variants(spec)))
-    class_slos = _class_slos(spec, path)
-    warning = unbounded_wait_warning(spec.slo, class_slos,
-                                     [rc.variant for rc in runs if rc.static_batching])
-    if warning:
-        log.warning("%s: %s", path, warning)
+    with warnings_held():
+        raw = read_yaml_mapping(path, "scenario",
+                                "a scenario must be a YAML mapping (name:, model:, ...)")
+        for item in overrides:
+            apply_override(raw, item, path)
+        if seed is not None:
+            raw["seed"] = seed
+        spec = validate(Scenario, raw, path)
+        runs = tuple(_resolve(raw, spec, i, v, path) for i, v in enumerate(_variants(spec)))
+        class_slos = _class_slos(spec, path)
+        warning = unbounded_wait_warning(spec.slo, class_slos,
+                                         [rc.variant for rc in runs if rc.static_batching])
+        if warning:
+            log.warning("%s: %s", path, warning)
     return LoadedScenario(spec=spec, path=path, runs=runs, class_slos=class_slos,
                           resolved=raw)
+
+
+@contextmanager
+def warnings_held():
+    """The ``capsim`` loggers' records while a scenario loads (or a command checks it),
+    passed on when the block ends and dropped when it raises: a refusal is one line, not a
+    warning and the error. Nests (an inner block passes its records to the outer)."""
+    logger, held = logging.getLogger("capsim"), []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record)
+    handlers, propagate = logger.handlers[:], logger.propagate
+    logger.handlers, logger.propagate = [Hold()], False
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+    for record in held:
+        logger.handle(record)
 
 
 def _variants(spec: Scenario) -> list[VariantSpec]:

@@ -10,6 +10,8 @@ re-pointed at the pool's YAML path (``cluster.pools.1.engine.max_num_seqs``).
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 from capsim.common.errors import ScenarioError
@@ -94,13 +96,41 @@ def _resolve_pool(spec: Scenario, index: int, v: VariantSpec, pc: FleetPoolConfi
         "model": pc.model or v.model, "engine": engine, "cluster": cluster,
         "hardware_overrides": {**v.hardware_overrides, **pc.hardware_overrides}, "set": {}})
     alone = spec.model_copy(update={"cluster": ClusterConfig(), "variants": [synth]})
+
+    def repoint(exc: ScenarioError) -> ScenarioError:
+        return _pool_error(exc, index, v, pc, at, bool(spec.variants))
     try:
-        run = resolve_colocated(alone, index, synth, path)
+        with _warnings_repointed(repoint):
+            run = resolve_colocated(alone, index, synth, path)
     except ScenarioError as exc:
-        raise _pool_error(exc, index, v, pc, at, bool(spec.variants)) from None
+        raise repoint(exc) from None
     return FleetPool(name=pc.name, pool=run.pool(), model=run.model,
                      autoscaling=run.autoscaling, failures=run.failures,
                      provisioning_delay_s=run.provisioning_delay_s)
+
+
+#: Loggers whose warnings read ``"%s: %s: …" % (file, YAML path, …)`` while a pool resolves.
+_WARNING_LOGGERS = ("capsim.scenario.engine_rules", "capsim.scenario.kv_sizing",
+                    "capsim.scenario.spec_rules")
+
+
+@contextmanager
+def _warnings_repointed(repoint):
+    """Warnings of the synthesized variant name the pool's YAML path, as its errors do."""
+    def rewrite(record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 2 and isinstance(args[1], str):
+            moved = repoint(ScenarioError("", path=args[1])).path
+            record.args = (args[0], moved, *args[2:])
+        return True
+    loggers = [logging.getLogger(name) for name in _WARNING_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(rewrite)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(rewrite)
 
 
 def _pool_error(exc: ScenarioError, index: int, v: VariantSpec, pc: FleetPoolConfig, at: str,
@@ -193,6 +223,15 @@ def _routes(spec: Scenario, cluster: ClusterConfig, pools: tuple[FleetPool, ...]
             raise ScenarioError(f"no pool named '{rule.pool}'; valid: {', '.join(names)}",
                                 file=str(path), path=f"{at}.{j}.pool")
         k = names.index(rule.pool)
+        # a prompt must leave room for one output token in the pool's context window
+        window = pools[k].pool.engine.max_model_len
+        most = window - 1 if window is not None else None
+        if None not in (most, rule.min_prompt_tokens) and rule.min_prompt_tokens > most:
+            raise ScenarioError(
+                f"min_prompt_tokens {rule.min_prompt_tokens:,} can route no request: pool "
+                f"'{rule.pool}' takes prompts of at most {most:,} tokens (max_model_len "
+                f"{most + 1:,}, one output token); valid: 1 to {most:,}",
+                file=str(path), path=f"{at}.{j}.min_prompt_tokens")
         cid = None
         if rule.cls is not None:
             if rule.cls not in classes:

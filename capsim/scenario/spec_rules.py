@@ -9,15 +9,19 @@ Public API:
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from capsim.common.errors import ScenarioError
+from capsim.profiles.acceptance import acceptance_row
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import policy_capabilities
 from capsim.scenario.kv_sizing import kv_bytes_per_token
 from capsim.scenario.profile_loading import load_model_at, named
 from capsim.scenario.schema import DTYPE_BYTES, ClusterConfig, EngineConfig, Scenario, VariantSpec
 from capsim.scenario.speculative import SpecDecoding, resolve_speculative
+
+log = logging.getLogger(__name__)
 
 
 def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
@@ -59,7 +63,7 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
             f"and max_model_len ({engine.max_model_len}); valid: 1 to {room}",
             file=str(path), path=f"{at}.num_speculative_tokens")
     try:
-        return resolve_speculative(
+        resolved = resolve_speculative(
             cfg, model, spec.workload.class_names, spec.seed,
             lambda name: named(lambda n: load_model_at(n, path), name, path, f"{at}.model"),
             lambda shape: kv_bytes_per_token(shape, engine), DTYPE_BYTES[engine.dtype],
@@ -67,3 +71,20 @@ def speculative_decoding(spec: Scenario, v: VariantSpec, engine: EngineConfig,
     except ValueError as exc:
         field, message = exc.args
         raise ScenarioError(message, file=str(path), path=f"{at}.{field}") from None
+    _warn_other_model(cfg.acceptance, model, path, at)     # after any refusal: one line
+    return resolved
+
+
+def _warn_other_model(name: str | None, model: ModelShape, path: Path, at: str) -> None:
+    """Warn (once per command: the CLI drops repeated lines) when the shipped acceptance row
+    ``name`` was measured on another model than ``model``: the row's declared ``models``
+    decide, not the names' likeness."""
+    if name is None:
+        return
+    row = acceptance_row(name)
+    if not row.serves(model.name):
+        log.warning("%s: %s.acceptance: row %s of capsim/profiles/data/speculative/"
+                    "acceptance.yaml was measured on %s (its models: %s), not on this "
+                    "scenario's model '%s'; another model's drafts are accepted at another "
+                    "rate: give acceptance_rate_by_position measured on this model",
+                    path, at, row.name, row.target_model, ", ".join(row.models), model.name)

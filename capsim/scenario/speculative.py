@@ -19,7 +19,9 @@ rate", as its SpecDecoding metrics line prints it: the fraction of drafts whose 
 accepted; at least k values, non-increasing, in [0, 1]) or ``acceptance: NAME``, a published
 row of ``capsim/profiles/data/speculative/acceptance.yaml``
 (:mod:`capsim.profiles.acceptance`), whose method must be the engine's and which must have
-been measured at k or more drafts.
+been measured at k or more drafts (a row measured on a model its ``models:`` do not list is
+warned about). With ``acceptance_rate_by_class`` naming every workload class, the default
+may be left out.
 
 Under an SGLang preset the drafts may be given by SGLang's names instead of
 ``num_speculative_tokens``: ``speculative_num_steps`` (k), ``speculative_eagle_topk`` (1:
@@ -115,11 +117,13 @@ class SpeculativeConfig(StrictModel):
 
 
     def _check_acceptance(self) -> None:
-        """One of acceptance_rate / acceptance_rate_by_position / acceptance; by-position
-        lists of at least k valid rates; a shipped row of this method measured at >= k."""
+        """One of acceptance_rate / acceptance_rate_by_position / acceptance (or none, when
+        acceptance_rate_by_class is to name every class); by-position lists of at least k
+        valid rates; a shipped row of this method measured at >= k."""
         given = [f for f in ("acceptance_rate", "acceptance_rate_by_position", "acceptance")
                  if getattr(self, f) is not None]
-        if len(given) != 1:
+        # none with a by-class map: every class must be in it (resolve_speculative checks)
+        if len(given) > 1 or not given and not self.acceptance_rate_by_class:
             raise ValueError("give the acceptance one way: acceptance_rate (per-token α), "
                              "acceptance_rate_by_position (vLLM's per-position rates) or "
                              "acceptance (a shipped table's name)"
@@ -254,11 +258,7 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         ValueError: ``(field, message)`` args: an unknown class name, or a drafter the
             model cannot have (:func:`~capsim.profiles.speculative.draft_shape`).
     """
-    unknown = sorted(set(cfg.acceptance_rate_by_class) - set(class_names))
-    if unknown:
-        raise ValueError("acceptance_rate_by_class",
-                         f"no workload class named {unknown[0]!r}; classes: "
-                         f"{', '.join(class_names)}")
+    _check_classes(cfg, class_names)
     if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > model.vocab_size:
         raise ValueError("draft_vocab_size",
                          f"draft_vocab_size {cfg.draft_vocab_size:,} is more than the target's "
@@ -285,6 +285,23 @@ def resolve_speculative(cfg: SpeculativeConfig, model: ModelShape, class_names: 
         draft_kv_bytes_per_token=kv, seed=seed, class_names=tuple(class_names),
         survival_by_class=survivals if any(s is not None for s in survivals) else (),
         acceptance_name=cfg.acceptance)
+
+
+def _check_classes(cfg: SpeculativeConfig, class_names: tuple[str, ...]) -> None:
+    """Every class of ``acceptance_rate_by_class`` exists, and every class has a rate (its
+    own or the default), else ValueError ``(field, message)``."""
+    unknown = sorted(set(cfg.acceptance_rate_by_class) - set(class_names))
+    if unknown:
+        raise ValueError("acceptance_rate_by_class",
+                         f"no workload class named {unknown[0]!r}; classes: "
+                         f"{', '.join(class_names)}")
+    uncovered = [c for c in class_names if c not in cfg.acceptance_rate_by_class]
+    if uncovered and cfg.acceptance_rate is None and cfg.base_positions() is None:
+        raise ValueError("acceptance_rate",
+                         f"class{'es' if len(uncovered) > 1 else ''} {', '.join(uncovered)} "
+                         f"not in acceptance_rate_by_class and no default given: add "
+                         f"acceptance_rate (or acceptance_rate_by_position, or acceptance), "
+                         f"the default for classes the map leaves out, or list every class")
 
 
 def _acceptance_by_class(cfg: SpeculativeConfig, class_names: tuple[str, ...]

@@ -133,10 +133,15 @@ def read_mooncake(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise ScenarioError(f"trace file not found: {path}", file=str(path), path=YAML_PATH)
     rows = []
-    with path.open() as f:
-        for line, text in enumerate(f, start=1):
-            if text.strip():
-                rows.append(_row(text, path, line))
+    try:
+        with path.open("rb") as f:        # bytes: a line that is not UTF-8 is named
+            for line, raw in enumerate(f, start=1):
+                text = _utf8(raw, path, line)
+                if text.strip():
+                    rows.append(_row(text, path, line))
+    except OSError as exc:
+        raise ScenarioError(f"cannot read the trace: {exc.strerror or exc}", file=str(path),
+                            path=YAML_PATH) from None
     if not rows:
         raise ScenarioError("the Mooncake trace holds no request", file=str(path),
                             path=YAML_PATH)
@@ -152,6 +157,16 @@ def read_mooncake(path: Path) -> dict[str, np.ndarray]:
             "output_tokens": np.array([r.output_tokens for r in rows], dtype=np.int64),
             "block_ids": np.array([h for r in rows for h in r.ids], dtype=np.int64),
             "block_start": np.concatenate(([0], np.cumsum(lengths)))}
+
+
+def _utf8(raw: bytes, path: Path, line: int) -> str:
+    """Line ``line``'s text, or ScenarioError naming it when it is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                            f"column {exc.start + 1}); a Mooncake trace is UTF-8 JSON Lines",
+                            file=str(path), path=YAML_PATH) from None
 
 
 def _all_or_none(rows: list[Turn], path: Path) -> None:

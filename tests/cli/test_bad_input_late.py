@@ -514,6 +514,32 @@ SCENARIO_BAD = [
     ("capsim-version-a-number", "b", {"capsim_version": 3}, "capsim_version",
      "expected a string"),
     ("engine-null", "b", {"engine": None}, "engine", "expected a mapping"),
+    # -- issue 31 "Before resolving", a later sweep (each accepted, or a traceback, before)
+    ("a-route-no-prompt-can-take", "pooled",
+     {"cluster.route": [{"min_prompt_tokens": 100_000, "pool": "l40s"}]},
+     "cluster.route.0.min_prompt_tokens", "can route no request: pool 'l40s' takes prompts "
+     "of at most 4,095 tokens"),
+    ("ngram-under-sglang-0.5", "spec", {"engine.preset": "sglang-0.5",
+                                        "engine.speculative.method": "ngram"},
+     "engine.speculative", "SGLang's NGRAM verifies a tree of n-gram candidates"),
+    ("draft-model-under-sglang-0.4", "spec", {"engine.preset": "sglang-0.4",
+                                              "engine.speculative": SPEC_DRAFT},
+     "engine.speculative", "(it has EAGLE, EAGLE3, NEXTN)"),
+    ("eagle-under-vllm-0.6", "spec", {"engine.preset": "vllm-0.6"},
+     "engine.speculative", "V0's speculative decoding"),
+    ("eagle-under-vllm-0.2.5", "spec", {"engine.preset": "vllm-0.2.5"},
+     "engine.speculative", "(it has no speculative decoding)"),
+    ("a-mooncake-line-not-utf8", "b",
+     {"workload": {"trace": {"path": "FILE:latin1.jsonl", "format": "mooncake"}}},
+     "workload.trace.path", "line 2: not UTF-8 text (byte 0xe9"),
+    ("max-position-embeddings-1e15", "b", {"model": "FILE:positions1e15.json"},
+     "max_position_embeddings", "must be <= 2147483647"),
+    # a warning (another model's acceptance row) and then a refusal: one line, the refusal
+    ("a-warning-then-a-refusal", "b", {
+        "engine.speculative": {"method": "eagle3", "num_speculative_tokens": 3,
+                               "acceptance": "eagle3-qwen3-8b-mtbench"},
+        "workload.classes.0.prompt_tokens": {"dist": "fixed", "value": 5000}},
+     "", "would reject every request", "report"),
 ]
 
 #: (id, capsim arguments, the error line's start after ``error: ``, a phrase). ``{S}``: a
@@ -695,6 +721,11 @@ def bad_files(tmp_path_factory, repo_root):
     for name, edit in configs.items():
         doc = {k: v for k, v in {**llama, **edit}.items() if v is not None}
         (d / f"{name}.json").write_text(json.dumps(doc))
+    (d / "positions1e15.json").write_text(json.dumps({**llama, "max_position_embeddings": 10**15}))
+    (d / "latin1.jsonl").write_bytes(
+        b'{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n'
+        b'{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [2], '
+        b'"note": "caf\xe9"}\n')
     (d / "bin.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x01")
     (d / "empty.json").write_text("")
     (d / "hello.json").write_text('{"hello": 1}')

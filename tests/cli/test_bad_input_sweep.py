@@ -241,10 +241,10 @@ SHIPPED_BAD = [
     ('spec_decode.yaml', 'variants.1.engine.speculative.acceptance_rate_by_class', '[0.8]',
      'variants.1.engine.speculative.acceptance_rate_by_class: expected a mapping, e.g. '
      '{code: 0.8} (got a list [0.8])'),
+    # the by-class map ({code: 0.8}) leaves chat out: the missing default is named
     ('spec_decode.yaml', 'variants.1.engine.speculative.acceptance_rate', 'DEL',
-     'variants.1.engine.speculative: give the acceptance one way: acceptance_rate (per-token '
-     "α), acceptance_rate_by_position (vLLM's per-position rates) or acceptance (a shipped "
-     "table's name)"),
+     'variants.1.engine.speculative.acceptance_rate: class chat not in '
+     'acceptance_rate_by_class and no default given: add acceptance_rate'),
     ('spec_decode.yaml', 'variants.1.engine.speculative',
      '{method: eagle3, num_speculative_tokens: 3, acceptance: eagle9}',
      "variants.1.engine.speculative.acceptance: acceptance 'eagle9' is not a shipped "

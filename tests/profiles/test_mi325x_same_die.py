@@ -101,6 +101,26 @@ def test_a_derivation_names_each_class_once_from_another_packaged_profile(change
     assert words in str(err.value)
 
 
+def test_same_die_from_another_die_is_refused(tmp_path):
+    """An MI325X copy whose same_die names the H100 (CUDA, 989.4 bf16 TFLOP/s against
+    ROCm, 1,307.4) loaded without a word in a bad-input sweep."""
+    import yaml
+
+    from capsim.common.errors import ScenarioError
+    data = load_hardware("mi325x").model_dump(mode="json", exclude_none=True)
+    data["name"] = "my-mi325x"
+    data["derivation"]["same_die"]["from_profile"] = "h100-sxm"
+    data["derivation"]["from_profile"] = "a100-80gb"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError) as err:
+        load_hardware(path)
+    assert err.value.path == "derivation.same_die.from_profile"
+    assert ("'h100-sxm' is not this GPU's die: its platform cuda and peak bf16 989.4 TFLOP/s "
+            "differ from rocm and 1,307.4 here (a same-die profile has this platform and "
+            "these peaks; valid: mi300x, mi325x)" in str(err.value))
+
+
 def test_capsim_hardware_names_what_is_still_derived():
     from click.testing import CliRunner
 

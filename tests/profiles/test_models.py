@@ -248,6 +248,10 @@ def test_a_lax_boolean_in_a_config_is_refused(tmp_path, value):
      "quantization_config.quant_method",
      "quant_method mxfp4 stores only a mixture-of-experts model's experts quantized (vLLM's "
      "mxfp4 method leaves linear layers 16-bit), and this llama config has none"),
+    # 1e15 positions loaded, then the scenario was refused at engine.gpu_memory_utilization
+    # for 238,418,594 GiB of model weights per GPU: a message about memory, not the field.
+    ({"max_position_embeddings": 10**15}, "max_position_embeddings",
+     "must be <= 2147483647 (got 1000000000000000)"),
 ])
 def test_a_config_capsim_cannot_price_is_refused_naming_the_field(tmp_path, edit, path,
                                                                   message):

@@ -103,6 +103,17 @@ def test_a_bad_line_is_one_error_naming_file_line_and_key(tmp_path, line, words)
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_line_that_is_not_utf8_is_named_not_a_traceback(tmp_path):
+    """A bad-input sweep's trace with a Latin-1 byte ended in a UnicodeDecodeError."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(json.dumps(SAMPLE[0]).encode() + b'\n{"timestamp": 1, "x": "\xff"}\n')
+    with pytest.raises(ScenarioError) as err:
+        build(_wl(path), 0, tmp_path)
+    assert err.value.path == "workload.trace.path"
+    assert str(err.value).endswith("line 2: not UTF-8 text (byte 0xff at column 24); a "
+                                   "Mooncake trace is UTF-8 JSON Lines")
+
+
 def test_columns_do_not_apply_to_a_mooncake_trace(tmp_path):
     with pytest.raises(ValueError, match="format: mooncake reads its own keys"):
         _wl(tmp_path / "t.jsonl", columns={"arrival": "a", "prompt_tokens": "p",

@@ -62,11 +62,28 @@ def simulate_both(rc, trace):
     return ref, fast
 
 
+@pytest.fixture(scope="module")
+def both_ways(scenarios_dir):
+    """``both_ways(SCENARIO, OVERRIDES)`` → (loaded, [(run, ref, fast) per variant]) of
+    :func:`simulate_both`, simulated once per module: the saturation test reads the
+    disaggregated cases' step-by-step results instead of simulating them again."""
+    done: dict[tuple, tuple] = {}
+
+    def get(scenario: str, overrides: list[str]):
+        key = (scenario, tuple(overrides))
+        if key not in done:
+            loaded = load(scenarios_dir / scenario, overrides)
+            done[key] = loaded, [(rc, *simulate_both(rc, build(rc.workload, rc.seed,
+                                                                loaded.base_dir)))
+                                 for rc in loaded.runs]
+        return done[key]
+    return get
+
+
 @pytest.mark.parametrize("scenario,overrides", CASES)
-def test_macro_steps_equal_step_by_step(scenario, overrides, scenarios_dir):
-    loaded = load(scenarios_dir / scenario, overrides)
-    for rc in loaded.runs:
-        ref, fast = simulate_both(rc, build(rc.workload, rc.seed, loaded.base_dir))
+def test_macro_steps_equal_step_by_step(scenario, overrides, both_ways):
+    loaded, runs = both_ways(scenario, overrides)
+    for rc, ref, fast in runs:
         rows_ref = [r.model_dump_json() for r in summarize(ref, loaded.spec.slo)]
         rows_fast = [r.model_dump_json() for r in summarize(fast, loaded.spec.slo)]
         assert rows_fast == rows_ref, rc.variant
@@ -81,16 +98,14 @@ def test_preemption_case_really_preempts(scenarios_dir):
     assert sum(r.preemptions for r in result.replicas) > 0
 
 
-def test_disaggregated_cases_saturate_the_decode_pool(scenarios_dir):
+def test_disaggregated_cases_saturate_the_decode_pool(both_ways):
     """The disaggregated cases above reach what they are there for: prefilled requests
-    waiting for decode slots, and preemptions on decode replicas."""
-    loaded = load(scenarios_dir / "disagg_ratio.yaml", CASES[-2][1])
-    rc = next(r for r in loaded.runs if r.variant == "2P2D")
-    assert simulate(rc, build(rc.workload, rc.seed, loaded.base_dir)).disagg.decode_saturated_s > 1
-    loaded = load(scenarios_dir / "disagg_ratio.yaml", CASES[-1][1])
-    rc = next(r for r in loaded.runs if r.variant == "1P3D")
-    result = simulate(rc, build(rc.workload, rc.seed, loaded.base_dir))
-    assert sum(r.preemptions for r in result.replicas if r.pool == "decode") > 0
+    waiting for decode slots, and preemptions on decode replicas (their step-by-step runs,
+    simulated by the equivalence test or here)."""
+    def ref(case, variant):
+        return next(r for rc, r, _ in both_ways(*case)[1] if rc.variant == variant)
+    assert ref(CASES[-2], "2P2D").disagg.decode_saturated_s > 1
+    assert sum(r.preemptions for r in ref(CASES[-1], "1P3D").replicas if r.pool == "decode") > 0
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -89,14 +89,25 @@ def test_day_cost_of_a_fixed_fleet(day):
     assert c["cost_usd"] == pytest.approx(6.88 * c["gpu_hours"])       # H100 $/GPU-h
 
 
-def test_sampling_changes_no_result(day, monkeypatch, tmp_path, write_scenario):
+#: The sampling test's run: the day's three loads (0.5, 1 and 3 × 4 req/s, the last the
+#: surge that queues on 2 replicas) in 200-s steps, 600 s in all (the hour's run simulated
+#: step by step was 25 s of the suite; the sampler's path is the same at any length).
+SAMPLED_DOC = {**DOC, "workload": {**DOC["workload"], "duration_s": 600, "schedule": {
+    "kind": "piecewise", "step_s": 200, "factors": [0.5, 1, 3]}}}
+
+
+def test_sampling_changes_no_result(monkeypatch, tmp_path, write_scenario):
     """The sampler only reads (a decode run is committed up to the sample first): the same
     requests at the same times without it, and step by step."""
-    ls, res, _ = day
-    run = ls.runs[0]
-    trace = build(run.workload, run.seed, ls.base_dir)
-    step = simulate(run, trace, macro_steps=False)
     import capsim.sim.day as day_module
+
+    path = write_scenario(tmp_path, SAMPLED_DOC)
+    run = load(path).runs[0]
+    trace = build(run.workload, run.seed, path.parent)
+    res = simulate(run, trace)
+    assert res.day is not None and len(res.day.times_s) >= 12 * day_module.SAMPLES_PER_WINDOW
+    assert max(res.day.queue) > 0                 # the surge queues while it is sampled
+    step = simulate(run, trace, macro_steps=False)
     monkeypatch.setattr(day_module, "wants_day_view", lambda _run: False)
     plain = simulate(run, trace)
     assert plain.day is None

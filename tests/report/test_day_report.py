@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pandas as pd
 import pytest
 import yaml
+
+from capsim.cli.main import main
 
 DOC = {
     "name": "dayrep", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
@@ -37,11 +42,23 @@ def with_(dotted: str, value) -> dict:
     return doc
 
 
-def test_day_report_writes_windows_table_and_figure(tmp_path, run_cli, write_scenario):
-    path = write_scenario(tmp_path, DOC)
-    out = tmp_path / "r"
-    code, stdout, err = run_cli(["run", str(path), "-o", str(out)])
-    assert code == 0, err
+@pytest.fixture(scope="module")
+def day_report(tmp_path_factory, write_scenario):
+    """(scenario path, report folder, stdout) of ``capsim run`` on DOC, run once for the
+    tests that read its report (one run of three variants, a figure and a page)."""
+    path = write_scenario(tmp_path_factory.mktemp("dayrep"), DOC)
+    out = path.parent / "r"
+    printed, errors = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exc, contextlib.redirect_stdout(printed), \
+            contextlib.redirect_stderr(errors):
+        main(["run", str(path), "-o", str(out)])
+        raise SystemExit(0)
+    assert exc.value.code == 0, errors.getvalue()
+    return path, out, printed.getvalue()
+
+
+def test_day_report_writes_windows_table_and_figure(day_report):
+    _, out, stdout = day_report
     day = pd.read_csv(out / "day.csv")
     assert list(day.columns) == ["variant", "window_start_s", "window_s", "offered_rate_per_s",
                                  "replicas_serving", "queue_mean", "running_mean", "itl_p99_ms",
@@ -142,16 +159,11 @@ def test_bad_day_input_is_one_line(tmp_path, run_cli, write_scenario, field, val
     assert "Traceback" not in err and not out.exists()
 
 
-def test_an_autoscaled_fleets_utilisation_is_over_its_gpu_hours(tmp_path, run_cli,
-                                                                  write_scenario):
+def test_an_autoscaled_fleets_utilisation_is_over_its_gpu_hours(day_report):
     """Issue 17: an autoscaled fleet's num_gpus is its peak, so busy / MFU / MBU over the
     peak read low; they are over its GPU-hours paid (mean GPUs), and the page says so. The
     fixed fleet's are over its GPUs × first arrival → last completion, as before."""
-
-    path = write_scenario(tmp_path, DOC)
-    out = tmp_path / "r"
-    code, _, err = run_cli(["run", str(path), "-o", str(out)])
-    assert code == 0, err
+    path, out, _ = day_report
     rows = pd.read_csv(out / "summary.csv").set_index("variant")
     rows = rows[rows.cls == "all"]
     html = (out / "index.html").read_text()

@@ -22,23 +22,36 @@ DAY = {  # 40 minutes: quiet, a 10-minute surge at 8× the rate, quiet again
     "classes": [CHAT]}
 
 
+def _fleet_run(directory: Path, write_scenario, cluster: dict, workload: dict = DAY,
+               router: str = "round_robin"):
+    """(run, trace, result) of the fleet tests' scenario, written in ``directory``."""
+    doc = {"name": "f", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+           "engine": {"max_model_len": 4096, "max_num_seqs": 32},
+           "cluster": {"router": router, **cluster}, "workload": workload}
+    path = write_scenario(directory, doc)
+    run = load(path).runs[0]
+    trace = build(run.workload, run.seed, path.parent)
+    return run, trace, simulate(run, trace)
+
+
 @pytest.fixture
 def fleet_run(tmp_path, write_scenario):
     """``fleet_run(cluster, workload=DAY)`` → (run, trace, result)."""
     def go(cluster: dict, workload: dict = DAY, router: str = "round_robin"):
-        doc = {"name": "f", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
-               "engine": {"max_model_len": 4096, "max_num_seqs": 32},
-               "cluster": {"router": router, **cluster}, "workload": workload}
-        path = write_scenario(tmp_path, doc)
-        run = load(path).runs[0]
-        trace = build(run.workload, run.seed, path.parent)
-        return run, trace, simulate(run, trace)
+        return _fleet_run(tmp_path, write_scenario, cluster, workload, router)
     return go
 
 
 SCALING = {"num_replicas": 1, "autoscaling": {"signal": "running", "target": 12,
                                               "min_replicas": 1, "max_replicas": 6,
                                               "scale_down_cooldown_s": 120}}
+
+
+@pytest.fixture(scope="module")
+def scaling_run(tmp_path_factory, write_scenario):
+    """(run, trace, result) of ``fleet_run(SCALING)`` over DAY, simulated once for the
+    tests that only read it (the tests do not change results)."""
+    return _fleet_run(tmp_path_factory.mktemp("scaling"), write_scenario, SCALING)
 
 
 def test_provisioning_delay_is_weights_over_storage_plus_startup_phases(fleet_run):
@@ -52,8 +65,8 @@ def test_provisioning_delay_is_weights_over_storage_plus_startup_phases(fleet_ru
     assert load_startup().delay_s(weights) == run.provisioning_delay_s
 
 
-def test_scale_up_never_serves_before_its_provisioning_delay(fleet_run):
-    _, trace, res = fleet_run(SCALING)
+def test_scale_up_never_serves_before_its_provisioning_delay(scaling_run):
+    _, trace, res = scaling_run
     f = res.fleet
     assert f.scale_ups >= 2 and max(f.serving) >= 3
     delay = f.provisioning_delay_s
@@ -73,8 +86,8 @@ def test_scale_up_never_serves_before_its_provisioning_delay(fleet_run):
     assert first_new >= 1200 + delay
 
 
-def test_scale_down_drains_before_stopping_and_routes_nothing_new(fleet_run):
-    _, trace, res = fleet_run(SCALING)
+def test_scale_down_drains_before_stopping_and_routes_nothing_new(scaling_run):
+    _, trace, res = scaling_run
     f = res.fleet
     assert f.scale_downs >= 1
     rec = res.requests
@@ -93,9 +106,9 @@ def test_scale_down_drains_before_stopping_and_routes_nothing_new(fleet_run):
     assert f.cost_usd == pytest.approx(hours * f.price_per_gpu_hour_usd)
 
 
-def test_every_request_is_counted_once_and_runs_are_deterministic(fleet_run):
-    _, trace, a = fleet_run(SCALING)
-    _, _, b = fleet_run(SCALING)
+def test_every_request_is_counted_once_and_runs_are_deterministic(scaling_run, fleet_run):
+    _, trace, a = scaling_run
+    _, _, b = fleet_run(SCALING)                          # simulated again here
     status = np.asarray(a.requests.status)
     assert len(status) == len(trace)
     assert set(status) <= {"finished", "rejected"}
@@ -106,12 +119,14 @@ def test_every_request_is_counted_once_and_runs_are_deterministic(fleet_run):
 
 def test_a_fleet_that_never_changes_serves_as_the_fixed_cluster(fleet_run):
     """signal: schedule at a constant 3, min = max = 3: the same requests on the same
-    replicas at the same times as cluster: {num_replicas: 3}."""
+    replicas at the same times as cluster: {num_replicas: 3}. DAY's quiet-surge-quiet
+    shape in 150-s steps (10 minutes, not 40: four runs of it were 30 s of the suite)."""
+    day = {**DAY, "duration_s": 600, "schedule": {**DAY["schedule"], "step_s": 150}}
     for router in ("round_robin", "least_outstanding_tokens"):
-        _, _, fixed = fleet_run({"num_replicas": 3}, router=router)
+        _, _, fixed = fleet_run({"num_replicas": 3}, workload=day, router=router)
         _, _, same = fleet_run({"num_replicas": 3, "autoscaling": {
             "signal": "schedule", "schedule": {"replicas": [3]},
-            "min_replicas": 3, "max_replicas": 3}}, router=router)
+            "min_replicas": 3, "max_replicas": 3}}, workload=day, router=router)
         for col in ("replica", "first_token_s", "finish_s"):
             assert np.array_equal(np.asarray(getattr(fixed.requests, col)),
                                   np.asarray(getattr(same.requests, col)))
@@ -208,10 +223,10 @@ def test_step_by_step_and_macro_steps_agree_with_failures(fleet_run, tmp_path):
                               np.asarray(getattr(res.requests, col)))
 
 
-def test_step_by_step_and_macro_steps_agree_when_autoscaled(fleet_run):
+def test_step_by_step_and_macro_steps_agree_when_autoscaled(scaling_run):
     """The autoscaler reads the running batch mid-run (a decode run is committed up to
     the tick first): the same decisions and requests step by step."""
-    run, trace, res = fleet_run(SCALING)
+    run, trace, res = scaling_run
     ref = simulate(run, trace, macro_steps=False)
     assert ref.fleet == res.fleet
     for col in ("replica", "first_token_s", "finish_s"):

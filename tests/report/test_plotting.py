@@ -1,11 +1,13 @@
-"""capsim.report.plotting.save: the layout solved once, one draw per PNG."""
+"""capsim.report.plotting: ``save`` solves the layout once (one draw per PNG); log axes
+leave out the ticks beyond the view (``InViewLogLocator``), drawing the same ones."""
 
 from __future__ import annotations
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter
 
-from capsim.report.plotting import figure, save
+from capsim.report.plotting import PLAIN, figure, log_axis, save
 from capsim.report.style import RC
 
 
@@ -52,3 +54,42 @@ def test_save_leaves_an_autolayout_rc_unused(tmp_path):
         fig = _drawn_figure()
         save(fig, tmp_path / "on.png")
     assert (tmp_path / "on.png").read_bytes() == (tmp_path / "off.png").read_bytes()
+
+
+def _log_axes(locator_for_axis):
+    """An axes with a log x axis over 4..360 ms (the azure_conv_replay ITL chart's span:
+    parts of a decade at each end), its locators set by ``locator_for_axis(axis)``."""
+    fig = figure(4.0, 3.0)
+    ax = fig.subplots()
+    ax.plot([5.0, 300.0], [0.0, 1.0])
+    ax.set_xscale("log")
+    ax.set_xlim(4.0, 360.0)
+    locator_for_axis(ax.xaxis)
+    return fig, ax
+
+
+def test_in_view_log_locator_drops_only_ticks_beyond_the_view():
+    with matplotlib.rc_context(RC):
+        fig, ax = _log_axes(lambda axis: log_axis(axis, PLAIN, 4.0, 360.0))
+        minor = ax.xaxis.get_minor_locator()()
+        major = ax.xaxis.get_major_locator()()
+    # matplotlib's LogLocator gives 24 minor ticks, 2..9 from 2 to 900 (8 beyond the view),
+    # and majors 1-2-5 from 1 to past 360; the ticks kept are those in 4..360.
+    assert list(minor) == [4, 5, 6, 7, 8, 9, 20, 30, 40, 50, 60, 70, 80, 90, 200, 300]
+    assert list(major) == [5, 10, 20, 50, 100, 200]
+    assert len(LogLocator(base=10, subs="auto").tick_values(4.0, 360.0)) == 24
+
+
+def test_in_view_log_locator_draws_what_matplotlibs_locator_draws(tmp_path):
+    def plain(axis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(PLAIN)
+        axis.set_minor_formatter(NullFormatter())
+
+    # The same pixels as matplotlib's own LogLocator, ticks beyond the view and all.
+    with matplotlib.rc_context(RC):
+        fig_ref, _ = _log_axes(plain)
+        fig_ours, _ = _log_axes(lambda axis: log_axis(axis, PLAIN, 4.0, 360.0))
+        save(fig_ref, tmp_path / "ref.png")
+        save(fig_ours, tmp_path / "ours.png")
+    assert (tmp_path / "ours.png").read_bytes() == (tmp_path / "ref.png").read_bytes()

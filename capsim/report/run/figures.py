@@ -20,7 +20,7 @@ from capsim.profiles.policies import label_holds_replies
 from capsim.report.cells import fmt
 from capsim.report.plotting import (PERCENT, PLAIN, bar_text, ccdf_y, cdf_y, draw_ccdf, draw_cdf,
                                     figure, log_axis, mark, marker_handles, ms_axis,
-                                    reference_lines, save, short, x_limits)
+                                    pinned_title, reference_lines, save, short, x_limits)
 from capsim.report.run.cdf import Distribution, distribution, itl_distribution
 from capsim.report.style import RC
 from capsim.results.model import RunResult, SummaryRow
@@ -50,7 +50,7 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
         ax_cdf.set_ylim(0, 1.04)
         ax_cdf.yaxis.set_major_formatter(PERCENT)
         ax_cdf.set_ylabel("share of gaps ≤ x")
-        ax_cdf.set_title("ITL CDF (a gap per streamed chunk, pooled)")
+        pinned_title(ax_cdf, "ITL CDF (a gap per streamed chunk, pooled)")
         _tail_axis(ax_tail, dists)
         ax_cdf.legend(handles=marker_handles(("p50", "p99", "max")) + ref_handles,
                       loc="best", title="markers / lines", framealpha=0.9)
@@ -98,7 +98,7 @@ def _tail_axis(ax, dists: list[Distribution]) -> None:
     ax.set_ylim(min(floor, 1e-3) / 3, 1.5)
     log_axis(ax.yaxis, PERCENT)
     ax.set_ylabel("share of gaps ≥ x (log scale)")
-    ax.set_title("ITL tail: where p99 stops looking")
+    pinned_title(ax, "ITL tail: where p99 stops looking")
     for y, text in ((1e-2, "1 %: p99 is blind below this line"), (1e-3, "0.1 %: p99.9")):
         ax.axhline(y, color="#999", lw=0.8, ls="-.", zorder=0)
         ax.annotate(text, xy=(1.0, y), xycoords=("axes fraction", "data"), ha="right",
@@ -159,7 +159,7 @@ def plot_ttft_cdf(results: list[RunResult], frames: dict[str, pd.DataFrame],
         ax.set_ylim(0, 1.04)
         ax.yaxis.set_major_formatter(PERCENT)
         ax.set_ylabel("share of finished requests ≤ x")
-        ax.set_title("TTFT CDF (arrival → first token)")
+        pinned_title(ax, "TTFT CDF (arrival → first token)")
         ax.legend(handles=marker_handles(("p50", "p99", "max")) + ref_handles,
                   loc="best", framealpha=0.9)
         fig.legend(handles=handles, loc="outside lower center",
@@ -194,7 +194,7 @@ def plot_itl_bars(rows: list[SummaryRow], colours: dict[str, str], slo: SloConfi
         ax.set_xticks(x0, ticks)
         ax.grid(axis="x", visible=False)
         ax.set_ylabel("inter-token latency (ms, log scale)")
-        ax.set_title("ITL percentiles and maximum per variant")
+        pinned_title(ax, "ITL percentiles and maximum per variant")
         handles, _ = ax.get_legend_handles_labels()
         if any(k in slo.targets for _, k in _ITL_STATS):
             handles.append(Line2D([], [], color="#C0392B", ls="--", lw=1.5, label="SLO target"))
@@ -276,7 +276,7 @@ def plot_throughput_cost(rows: list[SummaryRow], colours: dict[str, str], path: 
             ax.bar_label(bars, ["—" if math.isnan(v) else text(r, v) for r, v in zip(rows, vals)],
                          padding=3, fontsize=8)
             ax.set_xlim(0, (clean.max() if len(clean) and clean.max() > 0 else 1) * 1.65)
-            ax.set_title(title)
+            pinned_title(ax, title)
             ax.set_xlabel(unit)
             ax.xaxis.set_major_formatter(PLAIN)
             ax.grid(axis="y", visible=False)

@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 from matplotlib.patches import Patch
 
-from capsim.report.plotting import PLAIN, figure, log_axis, save
+from capsim.report.plotting import PLAIN, figure, log_axis, pinned_title, save
 from capsim.report.run import disagg
 from capsim.report.style import DECODE, PREFILL, RC, shades
 from capsim.results.model import ReplicaTimeline, RunResult
@@ -237,7 +237,7 @@ def _draw_kv(ax, result: RunResult, tls: list[ReplicaTimeline], width: float, n:
     ax.set_ylim(0, 105)
     ax.axhline(100, color="#C0392B", lw=0.8, ls=":")
     ax.set_ylabel("KV cache used (%)")
-    ax.set_title(f"KV-cache blocks in use, % of num_gpu_blocks (max per {per} bin)",
+    pinned_title(ax, f"KV-cache blocks in use, % of num_gpu_blocks (max per {per} bin)",
                  loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)
     _hold_each_bin(ax)
@@ -299,6 +299,6 @@ def _draw_step_times(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: 
     ax.set_ylim(*y_range)
     log_axis(ax.yaxis, PLAIN, *y_range)
     ax.set_ylabel("step time (ms, log)")
-    ax.set_title(f"Engine step time: longest and mean per {per} bin (same scale in every "
-                 "timeline)", loc="left")
+    pinned_title(ax, f"Engine step time: longest and mean per {per} bin (same scale in "
+                 "every timeline)", loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), frameon=False)

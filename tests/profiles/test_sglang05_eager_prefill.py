@@ -1,0 +1,80 @@
+"""SGLang 0.5's eager-prefill floor is what benchmarks/calibration/sglang05_eager_prefill_op.py
+derives from sgl-project/sglang PR 12160 (DeepSeek-V3, 1 new token: 82.64 ms eager), and the
+published figures collected to check it (issue 30) stay outside the preset: none meets the
+script's rule (SGLang 0.5.x eager, one node, stated GPU and prompt, not a capsim case).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from capsim.profiles.engines import load_engine_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _calibration():
+    spec = importlib.util.spec_from_file_location(
+        "sglang05_eager_prefill_op",
+        ROOT / "benchmarks" / "calibration" / "sglang05_eager_prefill_op.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipped_floor_is_the_derived_one():
+    """82.64 ms over capsim's 546 DeepSeek-V3 operators: 151.36 us, the preset's value."""
+    cal = _calibration()
+    assert cal.deepseek_pricer().terms.eager_operators == 546
+    assert cal.eager_op_s() == pytest.approx(151.36e-6, abs=0.01e-6)
+    shipped = load_engine_preset("sglang-0.5").host_overhead.eager_prefill_op_s
+    assert shipped == pytest.approx(cal.eager_op_s(), rel=1e-4)
+
+
+def test_operator_count_does_not_depend_on_gpu_or_tp():
+    """The derivation's count is the model's, not the GPU's (PR 12160 names no GPU)."""
+    cal = _calibration()
+    counts = {cal.deepseek_pricer(gpu, tp).terms.eager_operators
+              for gpu in ("h100-sxm", "h200-sxm", "b200") for tp in (4, 8)}
+    assert counts == {546}
+
+
+def test_the_tt_inference_server_row_would_double_the_floor():
+    """tenstorrent/tt-inference-server issue 356 (SGLang 0.4.x, TP 16 over two H100 nodes):
+    c1 TTFT 179.7 ms at 128 tokens; less the preset's 8.3 ms request_before_s, 313.9 us per
+    operator, 2.07 x PR 12160's. Rejected by the rule (0.4.x, inter-node TP), so not shipped."""
+    cal = _calibration()
+    tt = next(f for f in cal.EXTERNAL if f.source.startswith("tenstorrent"))
+    assert (tt.tp, tt.prompt_tokens, tt.seconds) == (16, 128, pytest.approx(179.7e-3))
+    assert cal.implied_op_s(tt) == pytest.approx(313.92e-6, abs=0.01e-6)
+    assert cal.implied_op_s(tt) / cal.eager_op_s() == pytest.approx(2.07, abs=0.01)
+    assert tt.verdict.startswith("rejected")
+
+
+def test_graph_and_unread_rows_imply_nothing():
+    """A row run with the piecewise graph (PR 13466 after: 92.9 ms) or whose table could not
+    be read gives no per-operator figure; only PR 12160 is marked shipped."""
+    cal = _calibration()
+    for f in cal.EXTERNAL:
+        if f.graph or f.seconds is None:
+            assert cal.implied_op_s(f) is None
+    shipped = [f for f in cal.EXTERNAL if f.verdict.startswith("shipped")]
+    assert [f.seconds for f in shipped] == [cal.PR12160_EAGER_S]
+    assert cal.implied_op_s(shipped[0]) == pytest.approx(cal.eager_op_s(), rel=1e-12)
+
+
+def test_no_external_row_is_a_measured_case():
+    """None of the collected sources is a source of a capsim measured case."""
+    cal = _calibration()
+    cases = (ROOT / "benchmarks" / "fidelity" / "supplementary_cases.yaml").read_text()
+    shared = (ROOT.parent / "shared" / "reference" / "measured" / "cases.yaml")
+    text = cases + (shared.read_text() if shared.exists() else "")
+    for needle in ("tt-inference-server", "pull/12996", "pull/13466", "pull/13287",
+                   "PR 12996", "PR 13466", "PR 13287"):
+        assert needle not in text
+    assert len(cal.EXTERNAL) == 6

@@ -30,7 +30,7 @@ def _calibration():
 def test_shipped_floor_is_the_derived_one():
     """82.64 ms over capsim's 546 DeepSeek-V3 operators: 151.36 us, the preset's value."""
     cal = _calibration()
-    assert cal.deepseek_pricer().terms.eager_operators == 546
+    assert cal.deepseek_pricer().terms.eager_operators == cal.DSV3_OPERATORS == 546
     assert cal.eager_op_s() == pytest.approx(151.36e-6, abs=0.01e-6)
     shipped = load_engine_preset("sglang-0.5").host_overhead.eager_prefill_op_s
     assert shipped == pytest.approx(cal.eager_op_s(), rel=1e-4)
@@ -56,6 +56,25 @@ def test_the_tt_inference_server_row_would_double_the_floor():
     assert tt.verdict.startswith("rejected")
 
 
+def test_the_kimi_b200_row_brackets_the_floor_from_above():
+    """The SGLang cookbook's Kimi-K2-Instruct on 8 x B200, SGLang 0.5.6.post1, c1 mean TTFT
+    141.22 ms over 548 operators (1 dense + 60 MoE layers): 242.55 us with only
+    request_before_s taken off (an upper bound); with PR 13466's graphed c1 TTFT (92.94 ms at
+    1,024 tokens) less capsim's graph-run 1,024-token DeepSeek-V3 forward taken off instead,
+    206.82 us (H200: 65.05 ms forward) or 168.94 us (B200: 44.30 ms). PR 12160's 151.36 us is
+    below all three, within 11 % of the B200 one."""
+    cal = _calibration()
+    kimi = next(f for f in cal.EXTERNAL if f.model == "Kimi-K2-Instruct")
+    assert (kimi.gpu, kimi.sglang, kimi.operators) == ("b200", "0.5.6.post1", 548)
+    assert cal.implied_op_s(kimi) == pytest.approx(242.55e-6, abs=0.01e-6)
+    bracket = cal.graphed_bracket_op_s()
+    assert bracket["h200-sxm"] == pytest.approx(206.82e-6, abs=0.01e-6)
+    assert bracket["b200"] == pytest.approx(168.94e-6, abs=0.01e-6)
+    op_s = cal.eager_op_s()
+    assert op_s < bracket["b200"] < bracket["h200-sxm"] < cal.implied_op_s(kimi)
+    assert bracket["b200"] / op_s == pytest.approx(1.116, abs=0.001)
+
+
 def test_graph_and_unread_rows_imply_nothing():
     """A row run with the piecewise graph (PR 13466 after: 92.9 ms) or whose table could not
     be read gives no per-operator figure; only PR 12160 is marked shipped."""
@@ -75,6 +94,6 @@ def test_no_external_row_is_a_measured_case():
     shared = (ROOT.parent / "shared" / "reference" / "measured" / "cases.yaml")
     text = cases + (shared.read_text() if shared.exists() else "")
     for needle in ("tt-inference-server", "pull/12996", "pull/13466", "pull/13287",
-                   "PR 12996", "PR 13466", "PR 13287"):
+                   "PR 12996", "PR 13466", "PR 13287", "Moonshotai/Kimi-K2", "Kimi-K2"):
         assert needle not in text
-    assert len(cal.EXTERNAL) == 6
+    assert len(cal.EXTERNAL) == 7

@@ -29,11 +29,12 @@ TTFT. Charging all of it but ``request_before_s`` to launches gives 242.55 us pe
 the forward: PR 13466's graphed c1 TTFT (92.94 ms at 1,024 tokens, so not launch-bound) less
 capsim's graph-run 1,024-token forward leaves 28-49 ms (H200 / B200) that is neither launches
 nor compute; taking that off instead gives 168.94-206.82 us (:func:`graphed_bracket_op_s`;
-1.12-1.37 x). The choice, by the rule's order (a forward log before a client TTFT): the shipped
-value stays PR 12160's, and the cookbook row is a cross-check that puts it 10-27 % below the
-bracket (38 % below the upper bound). The bracket's own gap (tens of ms a c1 TTFT holds beyond
-the forward, above the preset's 8.3 ms ``request_before_s``) is a per-request term, not a
-per-operator one, and is left open.
+1.12-1.37 x). The choice: PR 13466 names no GPU, so the cookbook row's non-forward part can be
+bracketed but not taken off, and the row fails the rule's last clause; it stays a cross-check,
+and the shipped value stays PR 12160's forward log, 10-27 % below the bracket (38 % below the
+upper bound). The bracket's own gap (tens of ms a c1 TTFT holds beyond the forward, above the
+preset's 8.3 ms ``request_before_s``) is a per-request term, not a per-operator one, and is
+left open.
 
 Where the floor stops applying: from the 0.5.10 wheel on, server_args.py has
 ``disable_piecewise_cuda_graph: bool = False`` (0.5.9: ``enable_piecewise_cuda_graph: bool =

@@ -27,7 +27,7 @@ the same builds worse beyond their noise (~0.4 %, cases.yaml's second A100 copy)
 TP 2 (+0.2 / −2.1 % → +2.8 … +12.2 %); the all-reduce wait gpt-oss-120b TP 8 on the H100
 (TPOT +4.6 → +31.5 %); the straggler the prefill and large-batch rows (TensorRT-LLM v0.5
 70B TP 4 first token +2.9 / +13.9 → +13.2 / +27.3 %, NIM ITL at 100–250 users +1.0 … +6.3
-→ +12.9 … +18.9 %, Qwen3-235B fp8 TP 4 on the B200 throughput −4.5 → −13.2 %); the host
+→ +12.9 … +18.9 %); the host
 constant vLLM PR 9856's 8B TP 2 row (−7.3 → +17.3 %). So none is shipped; the figures are
 in docs/fidelity.md ("The Llama-70B TP 4 perf-benchmark rows were −9.0 % / −8.4 %"). Two
 measured TP > 1 checks outside the fidelity cases are priced alongside (:data:`EXTERNAL`): vLLM PR

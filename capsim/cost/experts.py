@@ -131,9 +131,12 @@ class ExpertPricer:
         # engine's own MXFP4 path where the profile measured it.
         moe = rates.fused_moe
         per_layer = moe.launch_s if moe is not None else 2 * gemm_launch_s
+        grouped = rates.expert_grouped_curve
+        if grouped is not None and grouped.launch_s > 0.0:
+            # The fixed time measured with the fp8 curve's own kernel table.
+            per_layer = grouped.launch_s
         self.launch_s = work.layers * per_layer
         self.cap_inv = 1.0
-        grouped = rates.expert_grouped_curve
         if grouped is not None:
             # fp8 experts with a curve measured on the fused-MoE kernel over rows per
             # expert: the ideal roofs at the experts' peak, no cap (the curve is the kernel's).

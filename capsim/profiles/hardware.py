@@ -163,8 +163,9 @@ class Efficiency(StrictModel):
     ``grouped_gemm_fp8``: the fused-MoE call's grouped GEMMs with fp8 (W8A8) routed experts,
     a curve over the rows each expert multiplies (``n·k / experts hit``, the "tokens per
     expert"), measured on the fused-MoE kernel itself: where the experts compute in fp8 it
-    replaces the layer matmuls' curve and the ``fused_moe.memory`` cap for them (the call's
-    fixed time stays ``fused_moe.launch_s``). Small m: the expert weights streamed at a
+    replaces the layer matmuls' curve and the ``fused_moe.memory`` cap for them; the call's
+    fixed time per MoE layer is the curve's ``launch_s`` where it is > 0 (measured with the
+    curve), else ``fused_moe.launch_s``. Small m: the expert weights streamed at a
     fraction of HBM bandwidth; large m: the kernel falls far below the dense GEMM's
     efficiency (the measured kernel tables in the profiles' sources).
     ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its

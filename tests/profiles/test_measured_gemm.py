@@ -4,7 +4,8 @@
 Source: NVIDIA's aiconfigurator GEMM tables, https://github.com/ai-dynamo/aiconfigurator
 at 095f58a5, aic-core/src/aiconfigurator_core/systems/data/{h200_sxm,b200_sxm}/gemm/sglang/
 0.5.10/gemm_perf.parquet: SGLang 0.5.10's GEMM ops (bf16 torch linear; fp8 per-token quant +
-fp8_scaled_mm; fp8_block per-token-group quant + DeepGEMM) timed on each GPU by
+fp8_scaled_mm; fp8_block per-token-group quant + DeepGEMM; the H200's fp8_block from the
+0.5.14 table of the same commit, gemm/sglang/0.5.14/gemm_perf.parquet) timed on each GPU by
 collector/sglang/collect_gemm.py, latency in ms. The figures below are, for each M, the sum
 of the measured latencies (µs) over the 196 shapes N x K with N, K in SHAPE_SIDES (the
 table's LLM range), summed from the parquet file. The roofline is written out here,
@@ -29,9 +30,11 @@ SUM_US = {
     ("h200-sxm", "gemm_fp8"): [3441.5, 3526.0, 3543.3, 3562.6, 3586.0, 3555.6, 3517.1,
                                3844.8, 5621.5, 7523.8, 12465.9, 23017.0, 46520.8, 99356.4,
                                201099.1],
-    ("h200-sxm", "gemm_fp8_block"): [4318.1, 4193.3, 4143.2, 3922.2, 3795.3, 3556.8, 3310.9,
-                                     3799.6, 5131.9, 8094.5, 14669.6, 27650.3, 53182.2,
-                                     106979.8, 217906.6],
+    # SGLang 0.5.14's table (gemm/sglang/0.5.14/gemm_perf.parquet, same commit; 0.5.10's
+    # sums, which the fit before used: 4318.1, 4193.3, 4143.2, 3922.2, 3795.3, ...).
+    ("h200-sxm", "gemm_fp8_block"): [3397.5, 3380.3, 3375.6, 3157.2, 3166.4, 3170.5, 3094.8,
+                                     3454.4, 6877.3, 9425.6, 15475.1, 26935.0, 49690.2,
+                                     98895.5, 201782.1],
     ("b200", "gemm"): [3071.5, 3050.8, 3041.3, 2974.0, 3000.2, 3037.0, 2978.5, 3147.0, 3822.7,
                        5855.6, 10730.5, 19629.4, 38344.8, 76676.5, 154152.5],
     ("b200", "gemm_fp8"): [2670.7, 2691.1, 2738.0, 2697.1, 2717.6, 2788.0, 2788.7, 2865.6,

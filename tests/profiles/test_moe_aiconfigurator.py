@@ -10,6 +10,9 @@ config) timed on an H200 in a CUDA graph by ``collector/sglang/collect_moe.py``,
 tokens of the batch. Rows below in µs, rounded to 0.1 µs.
 Fitted to: the DeepSeek-V3 shape (hidden 7,168, expert intermediate 2,048, 256 experts,
 top-8) at TP 8 and TP 4. Held out: Qwen3-235B-A22B (4,096, 1,536, 128, top-8) at TP 8 / 4.
+The call's fixed time (``grouped_gemm_fp8.launch_s``) is then moved to SGLang 0.5.14's table
+of the same collector (``.../moe/sglang/0.5.14/moe_perf.parquet``): the median shift between
+the two tables over the rows that route alike (``SHIFT_ROWS_US``).
 The table's EP rows are not used: the collector gives rank 0 the other ranks' pairs as
 expert 0 (``topk_ids.clamp(min=0)``), so they time work the rank does not do.
 """
@@ -56,10 +59,39 @@ def _pricer(model: str, tp: int) -> StepPricer:
                       quantization="fp8_block")
 
 
-def _layer_us(p: StepPricer, n: int) -> float:
-    """capsim's µs for one MoE layer's routed experts at ``n`` tokens (the fused-MoE call)."""
-    _, _, c, m = p.terms.experts.terms(n)
-    return (max(c, m) + p.terms.expert_launch_s) / p.terms.experts.work.layers * 1e6
+#: (model, moe_tp_size) -> {num_tokens: (µs in 0.5.10's table, µs in 0.5.14's)}: the rows
+#: that route the same way in both tables (plain top-8; DeepSeek-V3 at 1 token), fp8_block,
+#: balanced, moe_ep_size 1, 1-16 tokens. 0.5.14's table:
+#: ``.../h200_sxm/moe/sglang/0.5.14/moe_perf.parquet`` (same commit), which aiconfigurator
+#: reads for SGLang 0.5.12 (``moe/sglang/0.5.12/reuse.yaml``).
+SHIFT_ROWS_US = {
+    ("qwen3-235b-a22b", 4): {1: (40.8, 26.6), 2: (59.6, 45.2), 4: (75.0, 59.9),
+                             8: (124.4, 106.9), 16: (191.4, 169.7)},
+    ("qwen3-30b-a3b", 1): {1: (38.8, 25.7), 2: (55.0, 40.0), 4: (71.2, 56.7),
+                           8: (113.5, 96.6), 16: (177.8, 164.0)},
+    ("qwen3-30b-a3b", 2): {1: (32.5, 20.5), 2: (36.6, 26.1), 4: (54.4, 39.7),
+                           8: (80.8, 65.2), 16: (112.6, 96.6)},
+    ("deepseek-v3", 8): {1: (51.7, 36.4)},
+    ("deepseek-v3", 4): {1: (83.3, 58.9)},
+}
+#: 0.5.14's DeepSeek-V3 rows at TP 8 (not fitted: its collector runs DeepSeek's grouped top-k
+#: on "balanced" logits that put one expert in each of the 8 groups and tie the rest, so
+#: n >= 2 tokens hit about 4 n + 4 experts, not about 8 n).
+DSV3_TP8_0514_US = {1: 36.4, 2: 55.8, 4: 61.6, 8: 94.1, 16: 167.9}
+
+
+def _layer_us(p: StepPricer, n: int, launch_s: float | None = None) -> float:
+    """capsim's µs for one MoE layer's routed experts at ``n`` tokens (the fused-MoE call);
+    ``launch_s``: the call's fixed time instead of the profile's (s)."""
+    x = p.terms.experts
+    _, _, c, m = x.terms(n)
+    fixed = p.terms.expert_launch_s if launch_s is None else launch_s * x.work.layers
+    return (max(c, m) + fixed) / x.work.layers * 1e6
+
+
+def _launch_0510_s() -> float:
+    """The fixed time the curve was fitted with to 0.5.10's table (fused_moe's, held)."""
+    return load_hardware("h200-sxm").efficiency.fused_moe.launch_s
 
 
 def _rows_and_roof(p: StepPricer, n: int) -> tuple[int, float]:
@@ -98,7 +130,7 @@ def test_pricer_reproduces_the_fitted_rows(tp, table, median, worst):
     """DeepSeek-V3 TP 8: median |error| 7.8 %, −18 … +10 % (the H100-derived curve before:
     19 %, −41 … +70 %); TP 4: 5.8 %, −21 … +20 % (before 25 %)."""
     p = _pricer("deepseek-v3", tp)
-    errs = np.array([_layer_us(p, n) / t - 1 for n, t in table.items()])
+    errs = np.array([_layer_us(p, n, _launch_0510_s()) / t - 1 for n, t in table.items()])
     assert np.median(abs(errs)) == pytest.approx(median, abs=0.002)
     assert worst[0] - 0.005 < errs.min() < worst[0] + 0.005
     assert worst[1] - 0.005 < errs.max() < worst[1] + 0.005
@@ -115,7 +147,7 @@ def test_held_out_qwen3_235b(tp, table, median):
     expert of its 192-wide slice) is +14 ... +52 % slow: the curve is over rows per expert
     only, and this narrower slice runs faster at many rows than DeepSeek-V3's."""
     p = _pricer("qwen3-235b-a22b", tp)
-    errs = {n: _layer_us(p, n) / t - 1 for n, t in table.items()}
+    errs = {n: _layer_us(p, n, _launch_0510_s()) / t - 1 for n, t in table.items()}
     assert np.median(np.abs(list(errs.values()))) == pytest.approx(median, abs=0.002)
     decode = [e for n, e in errs.items() if n <= 1024]
     assert -0.21 < min(decode) and max(decode) < 0.15
@@ -124,10 +156,47 @@ def test_held_out_qwen3_235b(tp, table, median):
         assert 0.13 < min(prefill) and max(prefill) < 0.53
 
 
+def test_launch_is_the_shift_to_0514():
+    """The fused-MoE call's fixed time with fp8 experts: fused_moe's 29.6 µs (0.5.10's fit)
+    less the median of (0.5.10 − 0.5.14) over the 17 rows that route alike: 15.0 µs."""
+    hw = load_hardware("h200-sxm")
+    shifts = [a - b for rows in SHIFT_ROWS_US.values() for a, b in rows.values()]
+    assert len(shifts) == 17
+    assert min(shifts) == pytest.approx(10.5) and max(shifts) == pytest.approx(24.4)
+    assert float(np.median(shifts)) == pytest.approx(15.0)
+    assert hw.efficiency.grouped_gemm_fp8.launch_s == pytest.approx(
+        hw.efficiency.fused_moe.launch_s - 15.0e-6)
+    assert _pricer("deepseek-v3", 8).terms.experts.launch_s == pytest.approx(58 * 14.6e-6)
+
+
+@pytest.mark.parametrize("model, tp, median, worst", [
+    ("qwen3-235b-a22b", 4, 0.067, (-0.017, 0.180)),
+    ("qwen3-30b-a3b", 1, 0.166, (0.056, 0.245)),
+    ("qwen3-30b-a3b", 2, 0.074, (-0.026, 0.131)),
+])
+def test_pricer_against_0514_rows(model, tp, median, worst):
+    """0.5.14's rows of 1-16 tokens with the shifted fixed time (the curve: 0.5.10's fit):
+    median |error| 6.7 / 16.6 / 7.4 %; the same rows of 0.5.10 with 29.6 µs: 3.7 / 13.5 /
+    6.0 % (the shift keeps the fit's quality on the newer table)."""
+    p = _pricer(model, tp)
+    errs = np.array([_layer_us(p, n) / b - 1 for n, (_, b) in SHIFT_ROWS_US[(model, tp)].items()])
+    assert np.median(abs(errs)) == pytest.approx(median, abs=0.002)
+    assert worst[0] - 0.005 < errs.min() < worst[0] + 0.005
+    assert worst[1] - 0.005 < errs.max() < worst[1] + 0.005
+
+
+def test_deepseek_v3_one_token_0514():
+    """DeepSeek-V3 TP 8 at 1 token (8 experts in either routing): 32.6 µs against 0.5.14's
+    36.4 (−10.5 %; against 0.5.10's 51.7 with 29.6 µs: −8 %)."""
+    p = _pricer("deepseek-v3", 8)
+    assert _layer_us(p, 1) == pytest.approx(32.6, abs=0.1)
+    assert _layer_us(p, 1) / DSV3_TP8_0514_US[1] - 1 == pytest.approx(-0.105, abs=0.005)
+
+
 def test_deepseek_v3_decode_by_hand():
     """TP 8, 8 tokens: 64 pairs over 57.42 experts hit is 1 row each, so the weights stream
-    at e(1) = 0.513 of 4.8 TB/s, plus fused_moe's 29.6 µs per MoE layer: 158.8 µs against the
-    table's 148.3 (+7 %)."""
+    at e(1) = 0.513 of 4.8 TB/s, plus 0.5.10's 29.6 µs per MoE layer: 158.8 µs against that
+    table's 148.3 (+7 %); with 0.5.14's fixed time, 14.6 µs: 143.8 µs."""
     hw = load_hardware("h200-sxm")
     p = _pricer("deepseek-v3", 8)
     x = p.terms.experts
@@ -135,5 +204,6 @@ def test_deepseek_v3_decode_by_hand():
     assert _rows_and_roof(p, 8)[0] == 1
     _, b, _, m = x.terms(8)
     assert m == pytest.approx(b / (hw.hbm_bandwidth_bytes_per_s * 0.513), rel=1e-9)
-    assert _layer_us(p, 8) == pytest.approx(158.8, abs=0.1)
-    assert _layer_us(p, 8) / DSV3_TP8_US[8] - 1 == pytest.approx(0.07, abs=0.005)
+    assert _layer_us(p, 8, _launch_0510_s()) == pytest.approx(158.8, abs=0.1)
+    assert _layer_us(p, 8, _launch_0510_s()) / DSV3_TP8_US[8] - 1 == pytest.approx(0.07, abs=0.005)
+    assert _layer_us(p, 8) == pytest.approx(143.8, abs=0.1)

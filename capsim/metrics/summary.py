@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import weakref
 from dataclasses import dataclass
 from itertools import chain
 
@@ -150,7 +151,7 @@ def _sort_runs(values: np.ndarray, counts: np.ndarray, groups: np.ndarray | None
     return levels[key // num_groups], merged, key % num_groups, True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SortedItl:
     """A run's ITL runs as :func:`summarize` reads them (:func:`sorted_itl`).
 
@@ -170,7 +171,8 @@ class SortedItl:
     held: bool
 
 
-#: The last result :func:`sorted_itl` sorted, with the objects it read, and the answer.
+#: The last result :func:`sorted_itl` sorted: weak references to the objects it read, and
+#: the answer (dropped with that result, so a sweep never holds two results' runs).
 _LAST_ITL: list[tuple] = []
 
 
@@ -180,13 +182,14 @@ def sorted_itl(result: RunResult) -> SortedItl:
     ITL CDF read theirs without sorting the runs again (a replay's ~930 k runs sorted
     three times took ~0.45 s).
 
-    The last answer is kept, for the same ``result`` object whose ``itl`` columns are
-    the same objects (results are not changed in place once simulated)."""
+    The last answer is kept while its result lives, for the same ``result`` object whose
+    ``itl`` columns are the same objects (results are not changed in place once
+    simulated)."""
     itl = result.itl
     source = (result, itl, itl.gap_s, itl.count, itl.class_id, itl.pool)
-    last = _LAST_ITL[0] if _LAST_ITL else None
-    if last is not None and all(a is b for a, b in zip(last[0], source)):
-        return last[1]
+    for refs, answer in _LAST_ITL[:]:              # a copy: a finalizer may clear it
+        if all(ref() is obj for ref, obj in zip(refs, source)):
+            return answer
     held = held_runs(result)
     any_held = bool(held.any())
     counts = np.where(held, 0, np.asarray(itl.count)) if any_held else itl.count
@@ -195,8 +198,17 @@ def sorted_itl(result: RunResult) -> SortedItl:
     for column in (gaps, counts, run_cls):
         column.flags.writeable = False          # shared by every reader of this run
     answer = SortedItl(gaps, counts, run_cls, merged, any_held)
-    _LAST_ITL[:] = [(source, answer)]
+    entry = (tuple(weakref.ref(obj) for obj in source), answer)
+    _LAST_ITL[:] = [entry]
+    weakref.finalize(result, _forget, entry)
     return answer
+
+
+def _forget(entry: tuple) -> None:
+    """Drop ``entry`` from :data:`_LAST_ITL` if it is still there (its result is gone)."""
+    last = _LAST_ITL[:]
+    if last and last[0] is entry:
+        _LAST_ITL.clear()
 
 
 def merge_equal(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

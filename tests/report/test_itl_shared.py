@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
-from capsim.metrics import bench
+from capsim.metrics import bench, summary
 from capsim.metrics.summary import _nonempty, sorted_itl, sorted_runs
 from capsim.report.run import cdf
 from capsim.results.model import ItlRuns
@@ -76,3 +79,13 @@ def test_kept_for_the_same_result_only():
     other = r.model_copy(update={"itl": ItlRuns(gap_s=[0.5], count=[2], class_id=[0])})
     assert sorted_itl(other).gaps_s.tolist() == [0.5]
     assert sorted_itl(r) is not first and np.array_equal(sorted_itl(r).gaps_s, first.gaps_s)
+
+
+def test_dropped_with_its_result():
+    # A sweep's worker must not keep one task's runs while it simulates the next.
+    r = _with_runs(*_runs(True))
+    gaps = weakref.ref(sorted_itl(r).gaps_s)
+    assert summary._LAST_ITL and gaps() is not None
+    del r
+    gc.collect()
+    assert summary._LAST_ITL == [] and gaps() is None

@@ -17,6 +17,7 @@ import click
 
 from capsim import __version__
 from capsim.cli.calibrate import calibrate
+from capsim.cli.collector import fewer_collections
 from capsim.cli.compare import compare
 from capsim.cli.engines import engines
 from capsim.cli.hardware import hardware
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     logger, handler = logging.getLogger("capsim"), _WarningLines()
     logger.addHandler(handler)
     try:
-        with stop_on_signals():
+        with stop_on_signals(), fewer_collections():
             _main(argv)
     except Stopped as stop:                 # SIGTERM / SIGINT, workers already ended
         click.echo(stop.line, err=True)

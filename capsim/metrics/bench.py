@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.summary import (LATENCY_METRICS, _exact_sum_ms, _nonempty,
-                                    _sorted_percentiles, percentile_key, sorted_runs)
+                                    _sorted_percentiles, merge_equal, percentile_key,
+                                    sorted_itl, sorted_runs)
 from capsim.results.model import FINISHED, RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
 from capsim.scenario.workload import WorkloadConfig
@@ -176,7 +177,16 @@ def _weighted_stats(gaps_s: np.ndarray, counts: np.ndarray, qs: tuple[float, ...
 
 
 def _itl_runs(result: RunResult, cls: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """The run's ITL runs (of class ``cls``), sorted by gap, counts > 0."""
+    """The run's ITL runs (of class ``cls``), sorted by gap, counts > 0.
+
+    For all classes of a run with no held reply, read from the summary's sorted runs
+    (:func:`~capsim.metrics.summary.sorted_itl`): the same arrays as sorting these runs
+    again (merged per gap where that sort merges, else in the same argsort order)."""
+    if cls is None:
+        shared = sorted_itl(result)
+        if not shared.held:
+            return (merge_equal(shared.gaps_s, shared.counts) if shared.merged
+                    else (shared.gaps_s, shared.counts))
     itl = result.itl
     gaps, counts, ids = _nonempty(itl.gap_s, itl.count, itl.class_id)
     if cls is not None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsim.metrics.summary import held_runs, sorted_runs, weighted_percentiles
+from capsim.metrics.summary import (held_runs, merge_equal, sorted_itl, sorted_runs,
+                                    weighted_percentiles)
 from capsim.results.model import RunResult
 
 QUANTILES = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -73,6 +74,13 @@ def distribution(values_ms: np.ndarray, counts: np.ndarray | None = None,
         empty = np.empty(0)
         return Distribution(empty, empty, empty, {}, 0)
     x, per_x, _ = sorted_runs(values, counts, distinct=True)
+    return _from_distinct(x, per_x, total, max_points)
+
+
+def _from_distinct(x: np.ndarray, per_x: np.ndarray, total: int,
+                   max_points: int) -> Distribution:
+    """:func:`distribution` of distinct values ``x`` (ascending) × counts ``per_x`` > 0
+    (``total`` their sum, > 0)."""
     cum = np.cumsum(per_x)
     cdf = cum / total
     ccdf = (total - cum + per_x) / total
@@ -92,7 +100,21 @@ def distribution(values_ms: np.ndarray, counts: np.ndarray | None = None,
 def itl_distribution(result: RunResult) -> Distribution:
     """ITL distribution (ms) of one run from its weighted gap runs, held replies' left out
     as in the summary (:func:`capsim.metrics.summary.held_runs`: no gap reaches the
-    client); empty when every reply is held."""
+    client); empty when every reply is held.
+
+    Read from the summary's sorted runs (:func:`~capsim.metrics.summary.sorted_itl`) when
+    that sort merged them per gap: the distinct gaps in ms (``x * 1e3`` rounds
+    monotonically, so they stay sorted) with their counts, equal ones merged, are what
+    sorting the runs in ms gives."""
+    shared = sorted_itl(result)
+    if shared.merged:
+        gaps_s, per_gap = merge_equal(shared.gaps_s, shared.counts)
+        x, per_x = merge_equal(gaps_s * 1e3, per_gap)
+        total = int(per_x.sum())
+        if total == 0:
+            empty = np.empty(0)
+            return Distribution(empty, empty, empty, {}, 0)
+        return _from_distinct(x, per_x, total, _MAX_POINTS)
     counts = np.asarray(result.itl.count, np.int64)
     return distribution(np.asarray(result.itl.gap_s, np.float64) * 1e3,
                         np.where(held_runs(result), 0, counts))

@@ -92,3 +92,14 @@ def test_a_prefill_step_term_is_charged_only_on_steps_with_prompt_tokens() -> No
     assert host.seconds(1, 300) == pytest.approx(1.05e-3, rel=1e-12)
     assert host.apply(0.010, 4, 0) == pytest.approx(0.010 + 0.105e-3, rel=1e-12)
     assert host.seconds(4, 0) == pytest.approx(0.105e-3, rel=1e-12)
+
+
+def test_a_multi_step_prefill_step_pays_its_sequences_whole() -> None:
+    """Under multi-step a prefill step is a window of its own (vllm/core/scheduler.py
+    _schedule_prefills at v0.6.0): its sequences pay the whole per_seq_s, a decode step of the
+    window a tenth (capsim/scenario/run_config.py Pool.pricer sets per_prefill_seq_s)."""
+    host = HostTime(HostOverhead(per_step_s=0.1e-3, per_seq_s=4e-6, per_prefill_step_s=0.9e-3,
+                                 per_prefill_seq_s=36e-6))
+    assert host.apply(0.020, 3, 300) == pytest.approx(0.020 + 1.0e-3 + 3 * 40e-6, rel=1e-12)
+    assert host.seconds(3, 300) == pytest.approx(1.0e-3 + 3 * 40e-6, rel=1e-12)
+    assert host.apply(0.010, 3, 0) == pytest.approx(0.010 + 0.1e-3 + 3 * 4e-6, rel=1e-12)

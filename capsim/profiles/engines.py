@@ -257,8 +257,9 @@ class HostOverhead(StrictModel):
     """The engine's CPU work around the GPU (:mod:`capsim.cost.pricer` adds it to each step).
 
     Per step, ``host = per_step_s + per_seq_s × sequences scheduled + per_prefill_token_s ×
-    prompt tokens``, plus ``per_prefill_step_s`` on a step that computes prompt tokens (capsim
-    sets it for vLLM 0.6's multi-step windows: :meth:`capsim.scenario.run_config.Pool.pricer`);
+    prompt tokens``, plus ``per_prefill_step_s + per_prefill_seq_s × sequences`` on a step that
+    computes prompt tokens (capsim sets them for vLLM 0.6's multi-step windows, where a prefill
+    step is scheduled and prepared alone: :meth:`capsim.scenario.run_config.Pool.pricer`);
     ``overlap: serial`` (the host work and the GPU step run one after the
     other: vLLM V0, TGI) makes the step ``gpu + host``, ``async`` (the next step is scheduled
     while the GPU runs: vLLM V1 async scheduling, SGLang's overlap scheduler, TensorRT-LLM's
@@ -307,6 +308,7 @@ class HostOverhead(StrictModel):
     per_seq_s: float = Field(0.0, ge=0)
     per_prefill_token_s: float = Field(0.0, ge=0)
     per_prefill_step_s: float = Field(0.0, ge=0)
+    per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)

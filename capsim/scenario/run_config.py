@@ -140,9 +140,11 @@ class Pool:
         steps = self.engine.num_scheduler_steps
         if steps > 1:          # scheduled once per window: its per-step work spread over it,
             spread_s = host.per_step_s / steps   # but a prefill step is a window of its own
+            seq_s = host.per_seq_s / steps
             host = host.model_copy(update={
-                "per_step_s": spread_s, "per_seq_s": host.per_seq_s / steps,
-                "per_prefill_step_s": host.per_prefill_step_s + host.per_step_s - spread_s})
+                "per_step_s": spread_s, "per_seq_s": seq_s,
+                "per_prefill_step_s": host.per_prefill_step_s + host.per_step_s - spread_s,
+                "per_prefill_seq_s": host.per_prefill_seq_s + host.per_seq_s - seq_s})
         eng = self.engine
         scale_out = self._scale_out()
         kwargs = self._pricer_kwargs()

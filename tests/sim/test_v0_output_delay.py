@@ -90,9 +90,10 @@ def test_every_token_of_a_request_leaves_one_host_step_later(loaded, trace_of):
 
 def test_multi_step_prefill_pays_the_whole_host_step(loaded, trace_of):
     """Under ``num_scheduler_steps`` 10 a window's decode steps share one step of host work
-    (0.105 ms each, the 1.05 ms once per window), but a prefill is scheduled and prepared on
-    its own: its step costs what it costs without multi-step, so a lone request's TTFT is the
-    same with windows of 1 and of 10 (before, 0.945 ms less with 10)."""
+    (a tenth each of per_step_s + per_seq_s per sequence, once per window), but a prefill is
+    scheduled and prepared on its own: its step costs what it costs without multi-step, its
+    per-sequence term included, so a lone request's TTFT is the same with windows of 1 and
+    of 10."""
     ttft, decode_overhead = {}, {}
     for steps in (1, 10):
         ld = loaded({"preset": "vllm-0.6", "num_scheduler_steps": steps})
@@ -101,8 +102,8 @@ def test_multi_step_prefill_pays_the_whole_host_step(loaded, trace_of):
         pricer = run.pool().pricer(run.model)
         decode_overhead[steps] = pricer.cost(decode_seqs=1, decode_ctx_tokens=301).overhead_s
     assert ttft[10] == pytest.approx(ttft[1], rel=1e-12)
-    assert decode_overhead[1] - decode_overhead[10] == pytest.approx(0.9 * V06_STEP_S,
-                                                                     rel=1e-9)
+    assert decode_overhead[1] - decode_overhead[10] == pytest.approx(
+        0.9 * (V06_STEP_S + _V06.per_seq_s), rel=1e-9)
 
 
 def test_a_closed_loop_user_sends_after_the_reply_reaches_it(loaded):

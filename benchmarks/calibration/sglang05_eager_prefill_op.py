@@ -28,7 +28,7 @@ TTFT. Charging all of it but ``request_before_s`` to launches gives 242.55 us pe
 (:func:`implied_op_s`; 1.60 x PR 12160) — an upper bound, because a client TTFT holds more than
 the forward: PR 13466's graphed c1 TTFT (92.94 ms at 1,024 tokens, so not launch-bound) less
 capsim's graph-run 1,024-token forward leaves 28-49 ms (H200 / B200) that is neither launches
-nor compute; taking that off instead gives 168.94-206.82 us (:func:`graphed_bracket_op_s`;
+nor compute; taking that off instead gives 168.94-204.84 us (:func:`graphed_bracket_op_s`;
 1.12-1.37 x). The choice: PR 13466 names no GPU, so the cookbook row's non-forward part can be
 bracketed but not taken off, and the row fails the rule's last clause; it stays a cross-check,
 and the shipped value stays PR 12160's forward log, 10-27 % below the bracket (38 % below the

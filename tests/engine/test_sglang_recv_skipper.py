@@ -76,6 +76,21 @@ def test_an_engine_that_idles_takes_the_inbox_in_at_once():
     assert batch(step(sched, 3.0)) == ([(1, 16)], 0)      # idle spin: no 30-step wait
 
 
+def test_an_arrival_during_the_last_decode_step_is_taken_when_the_engine_falls_idle():
+    """The request arrives while the last running request's final decode step runs (weight 1,
+    counter below the interval): the next pass finds nothing to run, and SGLang's idle loop
+    takes the inbox in at once instead of leaving the request unread (it was left forever:
+    capsim run ended with an InvariantError at intervals of 50 and above)."""
+    sched, _, _ = make(SglangScheduler, scheduler_recv_interval=100, **SKIPPER)
+    add(sched, (0, 16, 3))
+    step(sched, 0.0)                                      # prefill (first token)
+    step(sched, 1.0)                                      # decode: counter 1
+    add(sched, (1, 16, 2), t=1.5)                         # arrives during the last decode
+    step(sched, 2.0)                                      # decode: request 0 ends
+    assert not sched.running and len(sched.inbox) == 1
+    assert batch(step(sched, 3.0)) == ([(1, 16)], 0) and not sched.inbox
+
+
 def test_a_decode_run_counts_its_steps_modulo_the_interval():
     sched, _, _ = make(SglangScheduler, scheduler_recv_interval=4, **SKIPPER)
     sched._recv_counter = 1

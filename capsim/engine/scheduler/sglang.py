@@ -224,6 +224,12 @@ class SglangScheduler(ContinuousScheduler):
         if self.inbox is not None:
             self._recv()
             step = self._schedule(now)
+            if step is None and self.inbox:
+                # Nothing to run but arrivals not yet read: SGLang's idle loop spins, and
+                # its next pass's recv (no batch run, weight 0) takes them in at once.
+                self._last_weight = 0
+                self._recv()
+                step = self._schedule(now)
             self._last_weight = 0 if step is None else \
                 self._recv_weights[1 if step.prefills else 0]
             return step

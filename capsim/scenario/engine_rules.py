@@ -72,6 +72,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     _check_marlin_platform(engine, model, hw, path, where, override)
     _check_fusion_model(engine, preset, model, path, where, override)
     _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
+    _warn_all_reduce_table(engine, preset, hw, path)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -112,6 +113,26 @@ def _check_fusion_model(engine: EngineConfig, preset: EnginePreset, model: Model
         f"{rule.num_experts} routed experts and {rule.num_shared_experts} shared only; model "
         f"'{model.name}' has none it would fuse, so the knob changes nothing (valid: false)",
         file=str(path), path=at)
+
+
+def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
+                           path: Path) -> None:
+    """A preset that runs a measured all-reduce table (``tp_all_reduce: {algorithm: table}``)
+    at TP >= 2 on a GPU profile without that table, or without its TP row: NCCL's ring is
+    priced instead (a slower collective than the engine runs), which a shipped GPU's trust
+    line says; a GPU or preset file of the user's own, or a misspelt table name, is said
+    here."""
+    ar, tp = preset.tp_all_reduce, engine.tensor_parallel_size
+    if ar.algorithm != "table" or tp < 2:
+        return
+    table = hw.all_reduce_tables.get(ar.table)
+    if table is not None and tp in table.latency_us:
+        return
+    has = ", ".join(hw.all_reduce_tables) or "none"
+    what = (f"has no row for TP {tp} (rows: {', '.join(map(str, table.latency_us))})"
+            if table is not None else f"is not in {hw.name}'s all_reduce_tables (it has: {has})")
+    log.warning("%s: engine.preset: engine preset '%s' runs the all-reduce table '%s', which %s; "
+                "NCCL's ring is priced instead", path, preset.name, ar.table, what)
 
 
 def _warn_fusion_off_anyway(engine: EngineConfig, preset: EnginePreset, model: ModelShape,

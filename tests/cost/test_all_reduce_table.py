@@ -21,6 +21,7 @@ from capsim.cost.operators import ACTIVATION_BYTES, ring_all_reduce_s
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.all_reduce_table import AllReduceTable
 from capsim.profiles.engines import TpAllReduce, load_engine_preset
+from capsim.scenario.load import load
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.models import load_model
 from capsim.profiles.trust import all_reduce_note
@@ -177,3 +178,28 @@ def test_capsim_hardware_lists_the_measured_tables():
     out = CliRunner().invoke(cli, ["hardware"], terminal_width=250)
     assert out.exit_code == 0
     assert "trtllm_auto: b200, h100-sxm, h200-sxm" in out.output
+
+
+def test_a_gpu_without_the_preset_table_is_warned_at_load(write_scenario, tmp_path, caplog):
+    """TensorRT-LLM at TP 2 on the A100 (no ``trtllm_auto`` table in a100-80gb.yaml): the
+    scenario loads, and one warning names the preset, the table and what the GPU has, so a
+    GPU file of the user's own or a misspelt table name is not priced on NCCL's ring in
+    silence; at TP 1 (no all-reduce) nothing is said."""
+    doc = {"name": "t", "seed": 1, "model": "llama-3.1-8b", "hardware": "a100-80gb",
+           "engine": {"preset": "trtllm", "tensor_parallel_size": 2, "max_model_len": 4096},
+           "workload": {"num_requests": 5, "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                        "classes": [{"name": "c", "weight": 1,
+                                     "prompt_tokens": {"dist": "fixed", "value": 100},
+                                     "output_tokens": {"dist": "fixed", "value": 10}}]}}
+    with caplog.at_level("WARNING"):
+        load(write_scenario(tmp_path, doc))
+    said = [r.getMessage() for r in caplog.records if "all-reduce table" in r.getMessage()]
+    assert len(said) == 1
+    assert ("engine preset 'trtllm' runs the all-reduce table 'trtllm_auto', which is not in "
+            "a100-80gb's all_reduce_tables (it has: none); NCCL's ring is priced instead"
+            in said[0])
+    caplog.clear()
+    doc["engine"]["tensor_parallel_size"] = 1
+    with caplog.at_level("WARNING"):
+        load(write_scenario(tmp_path, doc))
+    assert not [r for r in caplog.records if "all-reduce table" in r.getMessage()]

@@ -43,6 +43,7 @@ from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_na
 from capsim.profiles.hardware import EngineFamily
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES
+from capsim.profiles.speculative import METHODS
 from capsim.profiles.static_fraction import StaticFraction
 from capsim.profiles.tiered_fraction import TieredFraction
 
@@ -446,6 +447,15 @@ class SpeculativeMethods(StrictModel):
 
     methods: dict[str, str] = Field(default_factory=dict)
     not_modelled: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_methods(self) -> "SpeculativeMethods":
+        # A name the scenario schema refuses would be offered as "valid" by refusal().
+        unknown = [m for m in (*self.methods, *self.not_modelled) if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown speculative method(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(METHODS)} (vLLM's names)")
+        return self
 
     def refusal(self, method: str) -> str | None:
         """Why ``method`` is refused on this engine (None: modelled)."""

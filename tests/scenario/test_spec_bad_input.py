@@ -166,3 +166,32 @@ def test_a_refused_speculative_block_prints_no_warning_before_its_error(tmp_path
     with caplog.at_level(logging.WARNING, logger="capsim"), pytest.raises(ScenarioError):
         _load(tmp_path, engine__speculative=spec)
     assert _warnings(caplog) == []
+
+
+def test_a_preset_file_listing_a_method_capsim_does_not_know_is_refused_at_its_field(tmp_path):
+    """A preset of the user's own whose ``speculative_methods`` names a method outside vLLM's
+    names (``warp``) is refused at that field of the preset file: before, the scenario's
+    method was refused with the preset's list as "valid: warp", a name the scenario schema
+    itself refuses."""
+    from importlib import resources
+    doc = yaml.safe_load(resources.files("capsim.profiles").joinpath(
+        "data", "engines", "vllm-v1.yaml").read_text(encoding="utf-8"))
+    doc["name"] = "myv1"
+    doc["speculative_methods"] = {"methods": {"warp": "WARP"}}
+    preset = tmp_path / "myv1.yaml"
+    preset.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    scenario = {"name": "t", "seed": 1, "model": "llama-3.1-8b", "hardware": "h100-sxm",
+                "engine": {"preset": str(preset), "max_model_len": 4096},
+                "workload": {"num_requests": 5,
+                             "arrival": {"process": "poisson", "rate_per_s": 1.0},
+                             "classes": [{"name": "c", "weight": 1,
+                                          "prompt_tokens": {"dist": "fixed", "value": 100},
+                                          "output_tokens": {"dist": "fixed", "value": 10}}]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario), encoding="utf-8")
+    with pytest.raises(ScenarioError) as err:
+        load(path)
+    text = str(err.value)
+    assert str(preset) in text and "speculative_methods" in text
+    assert "unknown speculative method(s) warp; valid: eagle, eagle3, mtp, draft_model, ngram" \
+        in text

@@ -133,9 +133,19 @@ def x_limits(dists: list[Distribution], extra: list[float]) -> tuple[float, floa
 
 
 def reference_lines(ax, lines: list[tuple[float, str, str, str]]) -> list[Line2D]:
-    """Draw vertical reference lines (value, label, colour, style); return legend handles."""
-    handles = []
+    """Draw vertical reference lines (value, label, colour, style); return legend handles.
+
+    Lines at the same value (a class limit equal to an SLO target) are drawn once, in the
+    first one's colour and style, with their labels joined: two lines on top of each other
+    would show only the one drawn last."""
+    merged: dict[float, list] = {}
     for value, label, colour, ls in lines:
+        if value in merged:
+            merged[value][0] += f" = {label}"
+        else:
+            merged[value] = [label, colour, ls]
+    handles = []
+    for value, (label, colour, ls) in merged.items():
         ax.axvline(value, color=colour, ls=ls, lw=1.3, zorder=1)
         handles.append(Line2D([], [], color=colour, ls=ls, lw=1.3, label=label))
     return handles

@@ -93,3 +93,20 @@ def test_in_view_log_locator_draws_what_matplotlibs_locator_draws(tmp_path):
         save(fig_ref, tmp_path / "ref.png")
         save(fig_ours, tmp_path / "ours.png")
     assert (tmp_path / "ours.png").read_bytes() == (tmp_path / "ref.png").read_bytes()
+
+
+def test_reference_lines_at_one_value_are_drawn_once_with_both_labels():
+    """rag_mix's class TTFT limit and its ttft_p99 target are both 3,000 ms: one line, both
+    names in its legend entry (two lines on top of each other show only the last)."""
+    from capsim.report.plotting import reference_lines
+    with matplotlib.rc_context(RC):
+        fig = figure(4.0, 3.0)
+        ax = fig.subplots()
+        handles = reference_lines(ax, [(3000.0, "TTFT limit rag 3000 ms", "#8E44AD", "--"),
+                                       (3000.0, "target ttft_p99_ms ≤ 3000 ms", "#C0392B", "-."),
+                                       (500.0, "TTFT limit 500 ms", "#C0392B", "--")])
+        assert [h.get_label() for h in handles] == [
+            "TTFT limit rag 3000 ms = target ttft_p99_ms ≤ 3000 ms", "TTFT limit 500 ms"]
+        assert len(ax.lines) == 2
+        assert handles[0].get_linestyle() == "--"
+        del fig

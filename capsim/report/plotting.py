@@ -23,6 +23,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from capsim.report.style import DPI, PNG_COMPRESS_LEVEL, STAT_MARKERS
 
 if TYPE_CHECKING:
+    from matplotlib.text import Text
+
     from capsim.report.run.cdf import Distribution
 
 NAME_CHARS = 40
@@ -42,8 +44,12 @@ def figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
 
 
-def save(fig: Figure, path: Path) -> None:
+def save(fig: Figure, path: Path, centre_over_axes: Text | None = None) -> None:
     """Write ``fig`` to ``path`` as a PNG at ``style.DPI`` without the Software metadata.
+
+    ``centre_over_axes``: a figure title (``fig.suptitle``'s artist) moved, once the layout
+    is solved, to the middle of the axes' span instead of the figure's, which a legend
+    column to the right of the panels would pull off-centre.
 
     The constrained layout is solved once here and then removed, so ``savefig`` draws the
     figure once instead of a trial draw of every artist before the real one (the same
@@ -58,6 +64,9 @@ def save(fig: Figure, path: Path) -> None:
         # None means "from the rc" to matplotlib: with both keys off it means no engine.
         with rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
             fig.set_layout_engine(None)
+    if centre_over_axes is not None and fig.axes:
+        boxes = [ax.get_position() for ax in fig.axes]
+        centre_over_axes.set_x((min(b.x0 for b in boxes) + max(b.x1 for b in boxes)) / 2)
     fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None},
                 pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
 

@@ -110,3 +110,19 @@ def test_reference_lines_at_one_value_are_drawn_once_with_both_labels():
         assert len(ax.lines) == 2
         assert handles[0].get_linestyle() == "--"
         del fig
+
+
+def test_save_centres_a_figure_title_over_the_axes_not_the_figure(tmp_path):
+    """A timeline's title sat off-centre over its panels: the legend column to their right
+    widens the figure, and ``suptitle`` centres on the figure."""
+    with matplotlib.rc_context(RC):
+        fig = figure(8.0, 3.0)
+        ax = fig.subplots()
+        ax.plot([1, 2], [1, 2], label="a line with a long legend label")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        title = fig.suptitle("Timeline — v")
+        save(fig, tmp_path / "t.png", centre_over_axes=title)
+        box = ax.get_position()
+        assert title.get_position()[0] == (box.x0 + box.x1) / 2
+        assert title.get_position()[0] < 0.45        # left of the figure's middle
+        assert (tmp_path / "t.png").stat().st_size > 0

@@ -191,11 +191,11 @@ def plot_timeline(result: RunResult, colour: str, path: Path, *,
         axes = fig.subplots(5 if split else 4, 1, sharex=True,
                             height_ratios=[1, 0.8, 1, 1] + ([1] if split else []))
         ax_tok, ax_step, ax_kv, ax_q = axes[:4]
-        fig.suptitle(f"Timeline — {result.variant}", fontsize=12, fontweight="bold",
-                     color=colour)
+        title = fig.suptitle(f"Timeline — {result.variant}", fontsize=12,
+                             fontweight="bold", color=colour)
         if not tls:
             ax_tok.text(0.5, 0.5, "no timeline recorded", ha="center", transform=ax_tok.transAxes)
-            save(fig, path)
+            save(fig, path, centre_over_axes=title)
             return
         width, n = display_grid(tls, result.sim_end_s)
         t_s = np.arange(n + 1) * width          # bin edges; each series repeats its last value
@@ -210,7 +210,7 @@ def plot_timeline(result: RunResult, colour: str, path: Path, *,
             disagg.draw_link(axes[4], result, width, n, t_s, _pad)
         axes[-1].set_xlabel("simulated time (s)")
         axes[-1].set_xlim(0, n * width)
-        save(fig, path)
+        save(fig, path, centre_over_axes=title)
 
 
 def _draw_tokens(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.ndarray,

@@ -39,7 +39,10 @@ _CAPTIONS = {
     "itl_bars.png": (
         "ITL percentiles and maximum",
         "One group per statistic, one bar per variant (log ms). A small gap between p99 and max "
-        "means a smooth stream; a max far above p99 means rare stalls p99 does not show."),
+        "means a smooth stream; a max far above p99 means rare stalls p99 does not show. "
+        "Goodput cannot show them either: it judges each request by its TTFT and its mean TPOT "
+        "(as vllm bench serve --goodput does), so a variant whose stream stalls can still "
+        "meet every per-request limit — read smoothness here, not in goodput."),
     "ttft_cdf.png": (
         "Time to first token",
         "Share of finished requests whose first token arrived within x ms (log scale). Curves "

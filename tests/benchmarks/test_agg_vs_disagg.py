@@ -81,7 +81,7 @@ def test_one_user_points(bench):
     capsim's 10.86 ms TP 4 FP8 step plus vLLM V0's host time, 0.7212 ms a step, 41.1 µs per
     running sequence and 0.735 ms per extra TP worker); the split's TTFT is a TP 1 prefill of
     3,000 tokens (400 ms) against the TP 4 replica's 162 ms. Tokens/s per user is genai-perf's
-    per-request figure of March 2025, 150 tokens / (TTFT + 149 TPOT): 67.5 and 60.9."""
+    per-request figure (the version Dynamo pinned), 150 tokens / (TTFT + 149 TPOT): 67.5 and 60.9."""
     agg = bench._simulate((bench.SCENARIO, "agg_c1"))
     disagg = bench._simulate((bench.SCENARIO, "disagg_c1"))
     assert agg.tpot_mean_ms == pytest.approx(13.83, abs=0.01)
@@ -94,9 +94,10 @@ def test_one_user_points(bench):
     assert disagg.tokens_per_s_per_user == pytest.approx(60.9, abs=0.1)
 
 
-def test_axes_are_genai_perfs_of_march_2025(bench):
+def test_axes_are_those_of_the_genai_perf_dynamo_pinned(bench):
     """Per user: the mean over measured requests of tokens / (last response - request sent),
-    genai-perf's output_token_throughput_per_request (perf_analyzer 4dca654f), not 1 / ITL;
+    genai-perf's output_token_throughput_per_request (perf_analyzer 25d01887, pinned by
+    Dynamo's container), not 1 / ITL;
     per GPU: tokens / (last response - first request sent) / GPUs. Warm-ups count in neither."""
     class Requests:
         status = ["warmup", "finished", "finished"]

@@ -154,7 +154,10 @@ def test_last_line(bench, monkeypatch, capsys):
         runs = [type("Run", (), {"variant": v}) for v in pts]
     monkeypatch.setattr(bench, "load", lambda path: Loaded)
     assert bench.main([]) == 0
-    *_, target, last = capsys.readouterr().out.strip().splitlines()
+    *_, figure, target, last = capsys.readouterr().out.strip().splitlines()
+    # The case's figure: its fronts 1.55x apart at 50 tokens/s/user; these points 1.96x.
+    assert figure == ("the figure's fronts at 50 tokens/s/user: 1.55x (its label: 1.30x); "
+                      "capsim 1.96x, error +26.0 % against it")
     assert target == "issue 33's target (the same winner, the ratio within 15 %): missed"
     assert last == ("agg-vs-disagg (Dynamo docs/architecture.md, 1 node, 8 x H100): published "
                     "1.30x, capsim 1.96x, error +50.5 %, winner disagg (same)")

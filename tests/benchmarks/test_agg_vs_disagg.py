@@ -77,32 +77,72 @@ def test_the_case_and_its_scenario_are_the_publications(bench):
 
 
 def test_one_user_points(bench):
-    """One user, 12 requests: both arms decode on a TP 4 worker at batch 1, so their
-    tokens/s per user agree (1000 / 13.83 ms: capsim's 10.86 ms TP 4 FP8 step plus vLLM V0's
-    host time, 0.7212 ms a step, 41.1 µs per running sequence and 0.735 ms per extra TP
-    worker); the split's TTFT is a TP 1 prefill
-    of 3,000 tokens (400 ms) against the TP 4 replica's 162 ms."""
+    """One user, 12 requests: both arms decode on a TP 4 worker at batch 1 (13.83 ms a token:
+    capsim's 10.86 ms TP 4 FP8 step plus vLLM V0's host time, 0.7212 ms a step, 41.1 µs per
+    running sequence and 0.735 ms per extra TP worker); the split's TTFT is a TP 1 prefill of
+    3,000 tokens (400 ms) against the TP 4 replica's 162 ms. Tokens/s per user is genai-perf's
+    per-request figure (the version Dynamo pinned), 150 tokens / (TTFT + 149 TPOT): 67.5 and 60.9."""
     agg = bench._simulate((bench.SCENARIO, "agg_c1"))
     disagg = bench._simulate((bench.SCENARIO, "disagg_c1"))
     assert agg.tpot_mean_ms == pytest.approx(13.83, abs=0.01)
-    assert disagg.tokens_per_s_per_user == pytest.approx(agg.tokens_per_s_per_user, rel=0.01)
     assert agg.ttft_mean_ms == pytest.approx(162, abs=1)
     assert disagg.ttft_mean_ms == pytest.approx(400, abs=1)
+    for p in (agg, disagg):
+        e2e_s = (p.ttft_mean_ms + 149 * p.tpot_mean_ms) / 1000.0
+        assert p.tokens_per_s_per_user == pytest.approx(150 / e2e_s, rel=0.002)
+    assert agg.tokens_per_s_per_user == pytest.approx(67.5, abs=0.1)
+    assert disagg.tokens_per_s_per_user == pytest.approx(60.9, abs=0.1)
 
 
-def test_axes_are_genai_perfs(bench):
-    """Per user: the mean over measured requests of (tokens - 1) / (last - first token), not
-    its reciprocal of the mean; per GPU: tokens / (last response - first request sent) / GPUs.
-    Warm-up requests count in neither."""
+def test_axes_are_those_of_the_genai_perf_dynamo_pinned(bench):
+    """Per user: the mean over measured requests of tokens / (last response - request sent),
+    genai-perf's output_token_throughput_per_request (perf_analyzer 25d01887, pinned by
+    Dynamo's container), not 1 / ITL;
+    per GPU: tokens / (last response - first request sent) / GPUs. Warm-ups count in neither."""
     class Requests:
         status = ["warmup", "finished", "finished"]
         arrival_s = [0.0, 1.0, 2.0]
         first_token_s = [0.5, 1.5, 2.5]
-        finish_s = [9.0, 3.5, 6.5]              # 2 s and 4 s for 100 tokens each
+        finish_s = [9.0, 3.5, 6.5]              # 2.5 s and 4.5 s for 101 tokens each
         output_tokens = [100, 101, 101]
     per_user, per_gpu = bench.genai_perf_axes(Requests, 2)
-    assert per_user == pytest.approx((100 / 2 + 100 / 4) / 2)         # 37.5, not 33.3
+    assert per_user == pytest.approx((101 / 2.5 + 101 / 4.5) / 2)      # 31.42
     assert per_gpu == pytest.approx(202 / (6.5 - 1.0) / 2)
+
+
+def test_the_figure_read_point_by_point(bench):
+    """The case's figure (Dynamo's one-node panel, digitized): nine points an arm; its fronts at
+    50 tokens/s/user stand 1.55x apart, not the label's 1.3x; and the closed-loop identity
+    tokens/s/GPU = C x tokens/s per request / 8 holds within 3 % at C <= 8 in both arms, which
+    is what fixes the y scale (20.3 tokens/s/GPU a gridline) and says the x axis is tokens
+    over request latency."""
+    case = bench.read_case()
+    pts = bench.figure_points(case)
+    assert sorted({(p.arm, len([q for q in pts if q.arm == p.arm])) for p in pts}) == [
+        ("agg", 9), ("disagg", 9)]
+    agg = bench.front_at([p for p in pts if p.arm == "agg"], 50.0)
+    disagg = bench.front_at([p for p in pts if p.arm == "disagg"], 50.0)
+    assert agg == pytest.approx(62.3, abs=0.1)
+    assert disagg == pytest.approx(96.8, abs=0.1)
+    assert disagg / agg == pytest.approx(case["figure"]["ratio_at_50_tokens_per_s_per_user"],
+                                         abs=0.005)
+    for p in pts:
+        if p.users <= 8:
+            assert p.users * p.tokens_per_s_per_user / 8 == pytest.approx(
+                p.tokens_per_s_per_gpu, rel=0.03)
+    # Each sweep's throughput grows with the users up to saturation: the order is the sweep's.
+    for arm in ("agg", "disagg"):
+        ys = [p.tokens_per_s_per_gpu for p in sorted(pts, key=lambda p: p.users) if p.arm == arm]
+        assert ys == sorted(ys)
+
+
+def test_print_beside(bench, capsys):
+    fig = [_pt(bench, "agg", 1, 86.0, 10.0), _pt(bench, "disagg", 16, 50.0, 100.0)]
+    mine = [_pt(bench, "agg", 1, 70.0, 8.0), _pt(bench, "disagg", 16, 55.0, 150.0)]
+    bench.print_beside(mine, fig)
+    _, a, d = capsys.readouterr().out.strip().splitlines()
+    assert a.split() == ["agg", "1", "86.0", "70.0", "10.0", "8.0", "-20%"]
+    assert d.split() == ["disagg", "16", "50.0", "55.0", "100.0", "150.0", "+50%"]
 
 
 def test_last_line(bench, monkeypatch, capsys):
@@ -114,7 +154,10 @@ def test_last_line(bench, monkeypatch, capsys):
         runs = [type("Run", (), {"variant": v}) for v in pts]
     monkeypatch.setattr(bench, "load", lambda path: Loaded)
     assert bench.main([]) == 0
-    *_, target, last = capsys.readouterr().out.strip().splitlines()
+    *_, figure, target, last = capsys.readouterr().out.strip().splitlines()
+    # The case's figure: its fronts 1.55x apart at 50 tokens/s/user; these points 1.96x.
+    assert figure == ("the figure's fronts at 50 tokens/s/user: 1.55x (its label: 1.30x); "
+                      "capsim 1.96x, error +26.0 % against it")
     assert target == "issue 33's target (the same winner, the ratio within 15 %): missed"
     assert last == ("agg-vs-disagg (Dynamo docs/architecture.md, 1 node, 8 x H100): published "
                     "1.30x, capsim 1.96x, error +50.5 %, winner disagg (same)")

@@ -276,6 +276,14 @@ class HostOverhead(StrictModel):
     operators per forward (:attr:`capsim.cost.operator_terms.OperatorTerms.eager_operators`);
     0: the engine's prefill runs in graphs, or the launches always hide behind the kernels.
 
+    ``draft_cuda_graph`` / ``draft_eager_op_s`` (speculative decoding): what an EAGLE / MTP /
+    draft-model pass runs in — ``full`` (CUDA graphs cover the pass: no floor), ``piecewise``
+    (vLLM's piecewise graphs, split at the attention op: each layer's attention, each graph
+    piece's replay and the LM head launched from Python) or ``none`` (every operator launched
+    eagerly) — and the host seconds to launch one such operator. A pass lasts at least
+    ``draft_eager_op_s ×`` its operators launched from Python
+    (:func:`capsim.cost.speculative.draft_eager_operators`), the unit of ``eager_prefill_op_s``.
+
     ``per_extra_tp_worker_s``: host seconds per step for each tensor-parallel worker beyond
     the first (:meth:`for_tensor_parallel` adds ``× (TP − 1)`` to ``per_step_s``). vLLM V0's
     driver prepares every step's model input alone and broadcasts it to the TP − 1 other
@@ -311,6 +319,8 @@ class HostOverhead(StrictModel):
     per_prefill_step_s: float = Field(0.0, ge=0)
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
+    draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
+    draft_eager_op_s: float = Field(0.0, ge=0)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
+from capsim.cost.speculative import draft_eager_operators
 from capsim.kv.capacity import KVCapacity
 from capsim.profiles.engines import EnginePreset, HostOverhead
 from capsim.profiles.hardware import HardwareProfile
@@ -105,6 +106,17 @@ class Pool:
         return StepPricer(self.spec.draft, self.hardware, self.engine.tensor_parallel_size,
                           scale_out=self._scale_out(),
                           **self._pricer_kwargs(moe=self.spec.draft.is_moe))
+
+    def draft_pass_floor_s(self, draft: StepPricer | None) -> float:
+        """The least one draft pass of ``draft`` (:meth:`draft_pricer`) lasts on this
+        pool's engine, s: the preset's ``draft_eager_op_s`` × the operators the pass
+        launches from Python under its ``draft_cuda_graph``
+        (:func:`~capsim.cost.speculative.draft_eager_operators`); 0.0 without a drafter or
+        where the preset sets no per-operator cost."""
+        host = self.preset.host_overhead
+        if draft is None or not host.draft_eager_op_s:
+            return 0.0
+        return host.draft_eager_op_s * draft_eager_operators(draft, host.draft_cuda_graph)
 
     def _scale_out(self) -> LinkProfile | None:
         """The link between nodes an expert-parallel all-to-all crosses beyond one node

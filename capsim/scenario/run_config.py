@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
-from capsim.cost.speculative import draft_eager_operators
+from capsim.cost.speculative import DraftHost
 from capsim.kv.capacity import KVCapacity
 from capsim.profiles.engines import EnginePreset, HostOverhead
 from capsim.profiles.hardware import HardwareProfile
@@ -107,16 +107,17 @@ class Pool:
                           scale_out=self._scale_out(),
                           **self._pricer_kwargs(moe=self.spec.draft.is_moe))
 
-    def draft_pass_floor_s(self, draft: StepPricer | None) -> float:
-        """The least one draft pass of ``draft`` (:meth:`draft_pricer`) lasts on this
-        pool's engine, s: the preset's ``draft_eager_op_s`` × the operators the pass
-        launches from Python under its ``draft_cuda_graph``
-        (:func:`~capsim.cost.speculative.draft_eager_operators`); 0.0 without a drafter or
-        where the preset sets no per-operator cost."""
+    def draft_host(self) -> DraftHost | None:
+        """The drafting's host launches on this pool's engine
+        (:class:`~capsim.cost.speculative.DraftHost`: the preset's ``draft_launch_s`` × its
+        launch counts per step, first pass and later pass); None without a GPU drafter or
+        where the preset prices no launches."""
         host = self.preset.host_overhead
-        if draft is None or not host.draft_eager_op_s:
-            return 0.0
-        return host.draft_eager_op_s * draft_eager_operators(draft, host.draft_cuda_graph)
+        if self.spec is None or self.spec.draft is None or not host.draft_launch_s:
+            return None
+        s = host.draft_launch_s
+        return DraftHost(s * host.draft_step_launches, s * host.draft_pass_launches,
+                         s * (host.draft_pass_launches + host.draft_update_launches))
 
     def _scale_out(self) -> LinkProfile | None:
         """The link between nodes an expert-parallel all-to-all crosses beyond one node

@@ -48,6 +48,12 @@ def _host_text(h) -> str:
     overlap = h.overlap + (f" (+{h.residual_s * 1e3:g} ms)" if h.residual_s else "") \
         + (" (engine.async_scheduling)" if h.async_scheduling_knob else "")
     text = ", ".join([*terms, overlap])
+    if h.draft_launch_s:
+        runs = {"none": "eager", "piecewise": "in piecewise CUDA graphs",
+                "full": "in CUDA graphs"}[h.draft_cuda_graph]
+        text += (f"; drafter {runs}, {h.draft_launch_s * 1e6:g} us/kernel launched from "
+                 f"Python ({h.draft_step_launches} a step, {h.draft_pass_launches} a pass "
+                 f"+ {h.draft_update_launches} between passes)")
     if h.request_before_s:
         text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
     if h.async_output_proc:

@@ -26,12 +26,28 @@ vllm/v1/spec_decode/eagle.py at f7eef1b ``propose``):
   a small batch a pass costs its launches, not only the layer's bytes. The later passes'
   context is approximated as the first's plus one token per pass.
   ``ngram`` has no GPU drafter (its host-side lookup is not priced).
+- **Drafting launched from Python** (the preset's ``host_overhead.draft_*``,
+  :class:`DraftHost`): in vLLM V1 before asynchronous scheduling the drafting runs in series
+  after the sampled tokens reach the host (gpu_model_runner.py ``execute_model``:
+  ``sampled_token_ids.tolist()`` / ``parse_output``, then ``propose``, whose ``.item()``
+  calls and the drafts' ``.tolist()`` synchronise again), so the GPU waits on every kernel
+  the host launches there. A pass lasts the longer of its kernels and its launches, and
+  each step adds the set-up's launches; the per-pass ``step_overhead_s`` stand-in is then
+  dropped (the launches and the argmax are counted). What runs, per version: vLLM 0.8.5
+  builds the EAGLE / EAGLE-3 head as a plain module and calls it eagerly (eagle.py
+  ``load_model`` / ``propose``, llama_eagle3.py without ``@support_torch_compile``, in the
+  v0.8.5 wheel); vLLM PR 17211 (EAGLE) and PR 17504 (EAGLE-3), merged 2025-05-01 and first
+  released in 0.9.0, compile the head and replay it in piecewise CUDA graphs split at
+  ``vllm.unified_attention`` (the v0.9.2 wheel), with ``compute_logits`` and the argmax
+  outside; the counts are the presets' (vllm-0.8, vllm-0.9).
 
 Public API:
-    SpecPricer, verify_aggregates(n, ctx_tokens, width)
+    SpecPricer, DraftHost, verify_aggregates(n, ctx_tokens, width)
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from capsim.cost.pricer import StepCost, StepPricer
 from capsim.cost.terms import PricedStep
@@ -48,6 +64,16 @@ def verify_aggregates(n: int, ctx_tokens: int, width: int) -> tuple[int, float, 
     return n * width, width * cached + n * width * (width + 1) / 2, cached + n * width
 
 
+class DraftHost(NamedTuple):
+    """The drafting's host launches, s (module docstring): ``step_s`` once per step with a
+    drafter pass, ``first_pass_s`` the least the first pass lasts, ``later_pass_s`` the
+    least each later pass lasts."""
+
+    step_s: float
+    first_pass_s: float
+    later_pass_s: float
+
+
 class SpecPricer:
     """Prices speculative steps for one replica.
 
@@ -56,10 +82,13 @@ class SpecPricer:
         draft: one draft pass's pricer (:meth:`capsim.scenario.run_config.Pool.draft_pricer`);
             None for ngram.
         k: ``num_speculative_tokens`` (the drafter's passes per step).
+        host: the drafting's host launches (:class:`DraftHost`); None: each pass costs its
+            kernels + the GPU's ``step_overhead_s``.
     """
 
-    def __init__(self, target: StepPricer, draft: StepPricer | None, k: int):
-        self.target, self.draft, self.k = target, draft, k
+    def __init__(self, target: StepPricer, draft: StepPricer | None, k: int,
+                 host: DraftHost | None = None):
+        self.target, self.draft, self.k, self.host = target, draft, k, host
 
     def price(self, step: PricedStep, logits_seqs: int, width: int
               ) -> tuple[StepCost, tuple[int, int, int, int, int], float, float]:
@@ -92,9 +121,17 @@ class SpecPricer:
         later = [self.draft.cost(decode_seqs=seqs, logits_seqs=seqs,
                                  decode_ctx_tokens=ctx + j * seqs)
                  for j in range(1, self.k)] if seqs else []
-        pass_overhead_s = self.draft.rates.step_overhead_s
-        for d in [first, *later]:
-            seconds += d.seconds - d.overhead_s + pass_overhead_s
+        passes, host = [first, *later], self.host
+        if host is None:                # each pass: its kernels + the per-forward overhead
+            per_pass_s = self.draft.rates.step_overhead_s
+            floors = (0.0,) * len(passes)
+        else:                           # launch-bound where the launches outlast the kernels
+            per_pass_s = 0.0
+            seconds += host.step_s
+            floors = (host.first_pass_s,) + (host.later_pass_s,) * len(later)
+        for d, floor_s in zip(passes, floors):
+            gpu_s = d.seconds - d.overhead_s
+            seconds += (gpu_s if gpu_s > floor_s else floor_s) + per_pass_s
             flops, nbytes = flops + d.flops, nbytes + d.bytes
             compute_s, memory_s, comm_s = compute_s + d.compute_s, memory_s + d.memory_s, \
                 comm_s + d.comm_s

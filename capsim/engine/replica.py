@@ -88,7 +88,8 @@ class Replica:
                                         num_classes, itl, pool.role, pool.preset.scheduler.knobs,
                                         pool.spec)
         if pool.spec is not None:       # speculative steps: priced and accounted their own way
-            self.spec_pricer = SpecPricer(pricer, pool.draft_pricer(), pool.spec.k)
+            self.spec_pricer = SpecPricer(pricer, pool.draft_pricer(), pool.spec.k,
+                                          pool.draft_host())
             self._start_step, self._complete_step = self._start_spec_step, self._complete_spec_step
         tracer = getattr(env, "step_trace", None)    # --trace-events (engine/step_trace.py)
         timeline = (TimelineRecorder(index, pool.role, timeline_bin_s) if tracer is None

@@ -276,6 +276,19 @@ class HostOverhead(StrictModel):
     operators per forward (:attr:`capsim.cost.operator_terms.OperatorTerms.eager_operators`);
     0: the engine's prefill runs in graphs, or the launches always hide behind the kernels.
 
+    ``draft_*`` (speculative decoding, an engine whose drafting runs in series after the
+    sampled tokens reach the host): ``draft_cuda_graph`` says what a draft pass's forward runs
+    in (``full``, ``piecewise`` — vLLM's graphs split at the attention op — or ``none``:
+    eagerly); ``draft_launch_s`` is the host seconds to launch one kernel from Python, and the
+    counts are the kernels the version's drafting launches from Python: ``draft_step_launches``
+    once per step (the drafter's inputs, the first pass's set-up, the rejection sampler's
+    bookkeeping, the drafts' return), ``draft_pass_launches`` in every pass (its forward as
+    ``draft_cuda_graph`` runs it, the LM head, the argmax) and ``draft_update_launches``
+    before every pass after the first (positions, sequence lengths, slot mapping). With
+    ``draft_launch_s`` set, a pass lasts the longer of its kernels and its launches, and the
+    step adds its set-up launches (:class:`capsim.cost.speculative.DraftHost`); 0: each pass
+    costs its kernels + the GPU's ``step_overhead_s``.
+
     ``per_extra_tp_worker_s``: host seconds per step for each tensor-parallel worker beyond
     the first (:meth:`for_tensor_parallel` adds ``× (TP − 1)`` to ``per_step_s``). vLLM V0's
     driver prepares every step's model input alone and broadcasts it to the TP − 1 other
@@ -311,6 +324,11 @@ class HostOverhead(StrictModel):
     per_prefill_step_s: float = Field(0.0, ge=0)
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
+    draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
+    draft_launch_s: float = Field(0.0, ge=0)
+    draft_step_launches: Int = Field(0, ge=0)
+    draft_pass_launches: Int = Field(0, ge=0)
+    draft_update_launches: Int = Field(0, ge=0)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
+from capsim.cost.speculative import DraftHost
 from capsim.kv.capacity import KVCapacity
 from capsim.profiles.engines import EnginePreset, HostOverhead
 from capsim.profiles.hardware import HardwareProfile
@@ -105,6 +106,18 @@ class Pool:
         return StepPricer(self.spec.draft, self.hardware, self.engine.tensor_parallel_size,
                           scale_out=self._scale_out(),
                           **self._pricer_kwargs(moe=self.spec.draft.is_moe))
+
+    def draft_host(self) -> DraftHost | None:
+        """The drafting's host launches on this pool's engine
+        (:class:`~capsim.cost.speculative.DraftHost`: the preset's ``draft_launch_s`` × its
+        launch counts per step, first pass and later pass); None without a GPU drafter or
+        where the preset prices no launches."""
+        host = self.preset.host_overhead
+        if self.spec is None or self.spec.draft is None or not host.draft_launch_s:
+            return None
+        s = host.draft_launch_s
+        return DraftHost(s * host.draft_step_launches, s * host.draft_pass_launches,
+                         s * (host.draft_pass_launches + host.draft_update_launches))
 
     def _scale_out(self) -> LinkProfile | None:
         """The link between nodes an expert-parallel all-to-all crosses beyond one node

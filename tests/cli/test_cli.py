@@ -86,7 +86,7 @@ BAD = [
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
                                 "sglang-0.3, sglang-0.4, sglang-0.5, tgi, trtllm, trtllm-bench, "
                                 "vllm-0.11, vllm-0.2.5, vllm-0.21, "
-                                "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-v1"),
+                                "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-0.8, vllm-0.9, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
     ("engine.mem_fraction_static", 0.8, "engine.mem_fraction_static: mem_fraction_static is not "
                                         "a knob of engine preset 'vllm-v1'"),
@@ -129,7 +129,8 @@ BAD = [
     # vLLM V1's long_prefill_token_threshold: V1 presets, chunked prefill, never negative.
     ("engine", {"preset": "vllm-0.6", "long_prefill_token_threshold": 2048},
      "engine.long_prefill_token_threshold: engine preset 'vllm-0.6' has no "
-     "long_prefill_token_threshold (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-v1)"),
+     "long_prefill_token_threshold (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-0.8, "
+     "vllm-0.9, vllm-v1)"),
     ("engine", {"long_prefill_token_threshold": 2048, "enable_chunked_prefill": False},
      "engine.long_prefill_token_threshold: it caps the prompt chunk a request gets per step: "
      "set enable_chunked_prefill: true"),

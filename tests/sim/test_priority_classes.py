@@ -53,12 +53,13 @@ def test_the_gateway_sheds_the_sheddable_class_only(tmp_path, write_scenario):
     ({}, {"priority": 1}, "workload.classes.1.priority", "set engine.scheduling_policy: "
                                                          "priority"),
     ({"scheduling_policy": "priority", "preset": "sglang"}, {}, "engine.scheduling_policy",
-     "has no priority scheduling (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-v1; else fcfs)"),
+     "has no priority scheduling (vLLM V1's; valid with: vllm-0.11, vllm-0.21, vllm-0.8, "
+     "vllm-0.9, vllm-v1; else fcfs)"),
     # A class priority on SGLang was told to set scheduling_policy: priority, which the
     # preset then refuses: the message names the presets that have it instead.
     ({"preset": "sglang"}, {"priority": 2}, "workload.classes.1.priority",
      "engine preset 'sglang-0.5' has no priority scheduling (valid with: vllm-0.11, vllm-0.21, "
-     "vllm-v1); give priority 0"),
+     "vllm-0.8, vllm-0.9, vllm-v1); give priority 0"),
 ])
 def test_a_priority_the_engine_cannot_honour_is_refused(tmp_path, write_scenario, engine,
                                                        batch, path, words):

@@ -7,7 +7,12 @@ GPU profile's measured curve for it where there is one
 (:meth:`~capsim.profiles.hardware.Efficiency.runner_curve`), else the generic entries.
 
 Sources:
-    vLLM: ``--moe-backend`` ``marlin`` (see the scenario schema's ``moe_backend``).
+    vLLM: ``--moe-backend`` (MoEBackend of vllm/config/kernel.py: auto, triton, deep_gemm,
+    cutlass, flashinfer_trtllm, flashinfer_cutlass, flashinfer_cutedsl, marlin, aiter, ...);
+    ``marlin`` see the scenario schema's ``moe_backend``; ``flashinfer_trtllm`` the
+    TRT-LLM-gen MoE via FlashInfer (fp8 / nvfp4 experts, and MXFP4 with bf16 activations,
+    FLASHINFER_TRTLLM_MXFP4_BF16 of vllm/model_executor/layers/fused_moe/oracle/mxfp4.py at
+    001eda31, the Blackwell default of moe_backend auto).
     SGLang: ``--moe-runner-backend``, MOE_RUNNER_BACKEND_CHOICES of
     python/sglang/srt/server_args.py in the sglang 0.5.6.post1 wheel (PyPI
     sglang-0.5.6.post1-py3-none-any.whl); ``flashinfer_trtllm`` asserts quantization
@@ -31,7 +36,8 @@ from __future__ import annotations
 
 #: engine family -> runner name -> the expert formats it runs (None: any).
 MOE_RUNNERS: dict[str, dict[str, tuple[str, ...] | None]] = {
-    "vllm": {"auto": None, "marlin": None},
+    "vllm": {"auto": None, "marlin": None,
+             "flashinfer_trtllm": ("fp8", "fp8_channel", "fp8_block", "nvfp4", "mxfp4")},
     "sglang": {"auto": None, "triton": None,
                "flashinfer_trtllm": ("fp8", "fp8_channel", "fp8_block", "nvfp4"),
                "flashinfer_mxfp4": ("mxfp4",)},

@@ -148,6 +148,7 @@ class EngineConfig(StrictModel):
     # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);
     # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only,
     # NVIDIA GPUs only (Marlin is CUDA-only; refused on a profile with platform: rocm).
+    # vLLM also flashinfer_trtllm (fp8 / nvfp4 / MXFP4 experts, the TRT-LLM-gen MoE).
     # SGLang presets: --moe-runner-backend's names triton, flashinfer_trtllm (fp8 / nvfp4
     # experts) and flashinfer_mxfp4 (MXFP4 experts); a named runner takes the GPU profile's
     # efficiency.fused_moe_runners curve for it (capsim/profiles/moe_runners.py).

@@ -157,9 +157,10 @@ BAD = [
      "engine.moe_backend: engine preset 'sglang-0.5' runs sglang: moe_backend 'marlin' is not "
      "a runner of SGLang's --moe-runner-backend that capsim prices (valid: auto, triton, "
      "flashinfer_trtllm, flashinfer_mxfp4)"),    # sglang is another name for sglang-0.5
-    ("engine.moe_backend", "flashinfer_trtllm",
-     "engine.moe_backend: engine preset 'vllm-v1' runs vllm: moe_backend 'flashinfer_trtllm' "
-     "is not a runner of vLLM's --moe-backend that capsim prices (valid: auto, marlin)"),
+    ("engine.moe_backend", "flashinfer_mxfp4",
+     "engine.moe_backend: engine preset 'vllm-v1' runs vllm: moe_backend 'flashinfer_mxfp4' "
+     "is not a runner of vLLM's --moe-backend that capsim prices (valid: auto, marlin, "
+     "flashinfer_trtllm)"),
     # Marlin's MoE kernels are CUDA-only (vLLM fused_marlin_moe.py MarlinExpertsBase).
     ("variants", [{"name": "a"}, {"name": "b", "model": "gpt-oss-20b", "hardware": "mi300x",
                                   "engine": {"moe_backend": "marlin"}}],

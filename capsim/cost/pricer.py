@@ -57,13 +57,16 @@ from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, SharedExp
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
+from capsim.profiles.moe_runners import MOE_RUNNERS
 from capsim.profiles.weight_layout import weight_layout
 
 __all__ = ["MOE_BACKENDS", "OperatorCost", "PricedStep", "StepCost", "StepInput", "StepPricer",
            "WorkTally"]
 
-#: vLLM's ``--moe-backend`` values capsim prices apart (StepPricer ``moe_backend``).
-MOE_BACKENDS = ("auto", "marlin")
+#: The MoE runner names capsim prices apart (StepPricer ``moe_backend``): vLLM's
+#: ``--moe-backend`` and SGLang's ``--moe-runner-backend`` values of
+#: :data:`~capsim.profiles.moe_runners.MOE_RUNNERS`.
+MOE_BACKENDS = tuple(dict.fromkeys(r for runners in MOE_RUNNERS.values() for r in runners))
 
 
 def _check_dtypes(weight_dtype: str, quantization: str | None, moe_backend: str) -> str | None:
@@ -162,10 +165,11 @@ class StepPricer:
             for the stages of a pipeline (:mod:`capsim.cost.pipeline`).
         all_reduce: the engine preset's tensor-parallel all-reduce
             (:class:`~capsim.profiles.engines.TpAllReduce`); None: NCCL's ring.
-        moe_backend: vLLM's ``--moe-backend`` for the routed experts: ``auto`` (the
+        moe_backend: the MoE runner of the routed experts: ``auto`` (the
             engine's default path; MXFP4 experts take the profile's ``fused_moe_mxfp4``
-            entry for ``engine`` where it has one) or ``marlin`` (``fused_moe``)
-            (:meth:`~capsim.profiles.hardware.Efficiency.moe_kernel`).
+            entry for ``engine`` where it has one), ``marlin`` (``fused_moe``)
+            (:meth:`~capsim.profiles.hardware.Efficiency.moe_kernel`), or a runner the
+            profile measured (``fused_moe_runners``: its curve and fixed time).
         shared_experts_fusion: the engine preset's rule (None: never): where it applies the
             shared expert runs inside the routed experts' grouped GEMM as experts every
             token selects (SGLang's shared-experts fusion), not as its own matmuls.

@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Float, Int, StrictModel
 from capsim.profiles.all_reduce_table import AllReduceTable
+from capsim.profiles.moe_runners import CURVE_OF
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
                                    packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
@@ -175,6 +176,12 @@ class Efficiency(StrictModel):
     multi-head attention over the up-projected keys and values, 192-wide q·k, 128-wide v,
     with their own kernel: FlashAttention 3 on Hopper, TRT-LLM's on Blackwell): it replaces
     ``attention_prefill`` for MLA models only, ``compute_curve`` over keys per query as there.
+    ``fused_moe_runners``: the fused-MoE call of one named MoE runner (the engines' own names:
+    SGLang's ``--moe-runner-backend``, vLLM's ``--moe-backend``), per expert format
+    (``fp8_block``, ``mxfp4``): a ``grouped_gemm_fp8``-style curve over rows per expert with
+    its own ``launch_s``, measured on that runner's kernel. It replaces the experts' curve,
+    cap and fixed time when the scenario's ``engine.moe_backend`` names the runner and the
+    model's experts are of that format (else the generic entries apply).
     ``gemm_fp8_block``: the layer matmuls (the shared expert and dense MLP included) with
     block-scaled fp8 weights (``fp8_block``: DeepSeek-V3, Qwen3-FP8), which the engines run
     with DeepGEMM on Hopper; without it they take ``gemm_fp8``.
@@ -197,6 +204,16 @@ class Efficiency(StrictModel):
     attention_decode_mla: KernelEfficiency | None = None
     gemm_fp8_block: GemmCurve | None = None
     attention_prefill_mla: KernelEfficiency | None = None
+    fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
+
+    def runner_curve(self, moe_backend: str, expert_format: str) -> GemmCurve | None:
+        """``fused_moe_runners[moe_backend][expert_format]``, a runner of the same kernels
+        under its measured twin's name (:data:`~capsim.profiles.moe_runners.CURVE_OF`; None:
+        the profile did not measure that runner with experts of that format)."""
+        if not self.fused_moe_runners:
+            return None
+        key = CURVE_OF.get(moe_backend, moe_backend)
+        return self.fused_moe_runners.get(key, {}).get(expert_format)
 
     def matmul_curve(self, weight_dtype: str, block_scaled: bool = False) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8_block`` for
@@ -255,8 +272,9 @@ class OperatorRates:
     routed experts at theirs; ``lm_head_*``: the LM head, 16-bit in every format;
     ``attention_peak_flops_per_s``: the bf16 (else fp16) peak attention runs at;
     ``fused_moe``: :meth:`Efficiency.moe_kernel` (None: two GEMM launches per MoE layer);
-    ``expert_grouped_curve``: ``grouped_gemm_fp8`` when the routed experts compute in fp8
-    (None: the experts take ``expert_curve`` capped at ``fused_moe.memory``).
+    ``expert_grouped_curve``: the named MoE runner's curve for the experts' format
+    (:meth:`Efficiency.runner_curve`), else ``grouped_gemm_fp8`` when the routed experts
+    compute in fp8 (None: the experts take ``expert_curve`` capped at ``fused_moe.memory``).
     """
 
     hbm_bandwidth_bytes_per_s: float
@@ -306,7 +324,7 @@ class Calibration(StrictModel):
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
                           "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
-                          "gemm_fp8_block", "attention_prefill_mla"]
+                          "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners"]
 
 
 class SameDie(StrictModel):
@@ -547,7 +565,8 @@ class HardwareProfile(StrictModel):
             elementwise=eff.kernel("elementwise"),
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
             step_overhead_s=self.step_overhead_s,
-            expert_grouped_curve=eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None)
+            expert_grouped_curve=eff.runner_curve(moe_backend, expert_format)
+            or (eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None))
 
     @property
     def memory_total_bytes(self) -> int:

@@ -24,6 +24,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
+from capsim.profiles.moe_runners import moe_runner_error
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
@@ -70,6 +71,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
+    _check_runner_format(engine, preset, model, hw, path, where, override)
     _check_fusion_model(engine, preset, model, path, where, override)
     _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
     _warn_all_reduce_table(engine, preset, hw, path)
@@ -179,6 +181,25 @@ def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: Hardware
             f"vLLM's Marlin MoE kernels run on NVIDIA GPUs only (CUDA, compute capability "
             f">= 8.0); hardware '{hw.name}' runs {hw.platform} (valid: auto)",
             file=str(path), path=at)
+
+
+def _check_runner_format(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                         hw: HardwareProfile, path: Path, where: str,
+                         override: dict[str, Any]) -> None:
+    """A named MoE runner must run the model's expert format; one the GPU profile has not
+    measured for that format is priced with the generic fused-MoE entries (warned)."""
+    if engine.moe_backend in ("auto", "marlin") or not model.is_moe:
+        return
+    experts = weight_layout(model, engine.quantization).experts.name
+    why = moe_runner_error(preset.engine, engine.moe_backend, experts)
+    at = f"{where}.engine.moe_backend" if where and "moe_backend" in override \
+        else "engine.moe_backend"
+    if why:
+        raise ScenarioError(why, file=str(path), path=at)
+    if hw.efficiency.runner_curve(engine.moe_backend, experts) is None:
+        log.warning("%s: %s: hardware '%s' has no measured %s curve for %s experts "
+                    "(efficiency.fused_moe_runners); they are priced as under auto",
+                    path, at, hw.name, engine.moe_backend, experts)
 
 
 def _resolved(engine: EngineConfig, model: ModelShape, knobs: set[str], user: dict[str, Any],
@@ -331,9 +352,9 @@ def _check_async_scheduling(engine: EngineConfig, preset: EnginePreset, given: _
 
 
 def _check_moe_backend(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:
-    if engine.moe_backend != "auto" and preset.engine != "vllm":
-        given.fail("moe_backend", f"moe_backend is vLLM's --moe-backend; engine preset "
-                                  f"'{preset.name}' runs {preset.engine} (valid: auto)")
+    why = moe_runner_error(preset.engine, engine.moe_backend, None)
+    if why:
+        given.fail("moe_backend", f"engine preset '{preset.name}' runs {preset.engine}: {why}")
 
 
 def _check_shared_fusion(engine: EngineConfig, preset: EnginePreset, given: _Given) -> None:

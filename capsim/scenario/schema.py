@@ -148,7 +148,13 @@ class EngineConfig(StrictModel):
     # and ROCm, FlashInfer TRT-LLM on Blackwell; the GPU profile's fused_moe_mxfp4 entry);
     # marlin: Marlin's fused MoE (priced as the profile's fused_moe). vLLM presets only,
     # NVIDIA GPUs only (Marlin is CUDA-only; refused on a profile with platform: rocm).
-    moe_backend: Literal["auto", "marlin"] = "auto"
+    # vLLM also flashinfer_trtllm (fp8 / nvfp4 / MXFP4 experts, the TRT-LLM-gen MoE).
+    # SGLang presets: --moe-runner-backend's names triton, flashinfer_trtllm (fp8 / nvfp4
+    # experts) and flashinfer_mxfp4 (MXFP4 experts); a named runner takes the GPU profile's
+    # efficiency.fused_moe_runners curve for it (capsim/profiles/moe_runners.py).
+    # TensorRT-LLM presets: moe_config.backend TRTLLM (fp8 block / nvfp4 experts).
+    moe_backend: Literal["auto", "marlin", "triton", "flashinfer_trtllm",
+                         "flashinfer_mxfp4", "TRTLLM"] = "auto"
     # SGLang --disable-shared-experts-fusion: by default SGLang runs DeepSeek-V3/R1's shared
     # expert inside the routed experts' fused-MoE kernel (the preset's shared_experts_fusion
     # rule); true prices it as its own dense GEMMs. SGLang presets only.

@@ -148,12 +148,20 @@ BAD = [
      "engine.async_scheduling: vLLM schedules asynchronously with EAGLE / MTP drafters only, "
      "not ngram"),
     ("engine.async_scheduling", "sometimes", "engine.async_scheduling: "),
-    # vLLM's --moe-backend: its values capsim prices apart, on vLLM presets only.
-    ("engine.moe_backend", "cutlass", "engine.moe_backend: Input should be 'auto' or 'marlin' "
+    # vLLM's --moe-backend / SGLang's --moe-runner-backend: the values capsim prices apart,
+    # each on its engine's presets only (capsim/profiles/moe_runners.py).
+    ("engine.moe_backend", "cutlass", "engine.moe_backend: Input should be 'auto', 'marlin', "
+                                      "'triton', 'flashinfer_trtllm', 'flashinfer_mxfp4' or "
+                                      "'TRTLLM' "
                                       "(got 'cutlass')"),
     ("engine", {"preset": "sglang", "moe_backend": "marlin"},
-     "engine.moe_backend: moe_backend is vLLM's --moe-backend; engine preset 'sglang-0.5' runs "
-     "sglang (valid: auto)"),    # sglang is another name for sglang-0.5
+     "engine.moe_backend: engine preset 'sglang-0.5' runs sglang: moe_backend 'marlin' is not "
+     "a runner of SGLang's --moe-runner-backend that capsim prices (valid: auto, triton, "
+     "flashinfer_trtllm, flashinfer_mxfp4)"),    # sglang is another name for sglang-0.5
+    ("engine.moe_backend", "flashinfer_mxfp4",
+     "engine.moe_backend: engine preset 'vllm-v1' runs vllm: moe_backend 'flashinfer_mxfp4' "
+     "is not a runner of vLLM's --moe-backend that capsim prices (valid: auto, marlin, "
+     "flashinfer_trtllm)"),
     # Marlin's MoE kernels are CUDA-only (vLLM fused_marlin_moe.py MarlinExpertsBase).
     ("variants", [{"name": "a"}, {"name": "b", "model": "gpt-oss-20b", "hardware": "mi300x",
                                   "engine": {"moe_backend": "marlin"}}],

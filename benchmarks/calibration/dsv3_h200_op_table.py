@@ -19,15 +19,18 @@ charges all 61 layers as MoE layers; this table charges the 3 dense layers their
 Groups (both sides; milliseconds per step, summed over the layers):
 
 - ``mla_attention``: capsim ``attention_prefill`` / ``attention_decode`` vs the context /
-  generation MLA table (decode: + the absorbed ``mla_bmm`` pre and post);
-- ``qkvo_proj``: q_a_kv_a, q_b, kv_b (prefill), o_proj vs the GEMM table at those shapes;
+  generation MLA table (bf16 KV; decode at ``DECODE_CONTEXT`` keys);
+- ``qkvo_proj``: q_a_kv_a, q_b, kv_b, o_proj vs the GEMM table at those shapes (decode: the
+  absorbed ``mla_bmm`` pre and post in kv_b's place, capsim's ``kv_b_proj`` row being the same
+  weights);
 - ``dense_mlp``: the 3 dense layers' gate-up and down vs the GEMM table;
 - ``router``: the bf16 router GEMM;
-- ``routed_moe + shared``: capsim ``experts`` (SGLang fuses the shared expert into the routed
-  experts' kernel as a 257th expert: one row) vs the fused-MoE table plus the shared expert's
-  GEMMs;
-- ``all_reduce``: capsim's TP communication vs 2 per layer of SGLang's custom all-reduce table
-  (NCCL's own table where SGLang's does not reach);
+- ``routed_moe + shared``: capsim ``experts`` and ``shared_expert`` (SGLang fuses the shared
+  expert into the routed experts' kernel as a 257th expert: one row) vs the fused-MoE table
+  (balanced routing where the version has it, else power_law_1.01) plus the shared expert's
+  GEMMs (also printed alone as ``shared_expert``);
+- ``all_reduce``: capsim's TP communication vs 2 per layer of the backend's own all-reduce
+  table (NCCL's table, comm/nccl/2.26.2, where the backend's does not reach);
 - ``elementwise``: capsim ``elementwise`` (+ embedding) vs aiconfigurator's analytic memory op
   (it has no table: bytes / (HBM x scaling) + a constant; printed, not measured);
 - ``host / launch``: capsim's step overhead and eager-prefill floor; aiconfigurator has none.

@@ -7,9 +7,12 @@ Tensor-parallel all-reduces run the engine preset's algorithm
 (Patarasuk & Yuan, JPDC 2009; NCCL's "bus bandwidth" definition), or the engine's own
 one-shot / two-shot kernels below its size limits
 (:func:`~capsim.cost.operators.one_shot_all_reduce_s`, ``two_shot_all_reduce_s``; costs
-from the GPU profile's ``custom_all_reduce``), or the engine's own dispatch as measured on
-the GPU (the profile's ``all_reduce_tables``, linear between measured sizes:
-:func:`table_pieces`). A message is the step's tokens × hidden ×
+from the GPU profile's ``custom_all_reduce``) and NCCL above them, or the engine's own
+dispatch as measured on the GPU (the profile's ``all_reduce_tables``, linear between
+measured sizes: :func:`table_pieces`). NCCL above the custom kernels' size limit is the
+profile's measured NCCL table where it has one (``all_reduce_tables[NCCL_TABLE]``, a row for
+the TP size; on 8 NVSwitch-connected H200s NCCL's NVLink-SHARP all-reduce outruns the ring
+bound by ~5 %), else the ring. A message is the step's tokens × hidden ×
 2 bytes, so the algorithm changes at fixed token counts: the step's communication is
 piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
 not overlap TP collectives by default).
@@ -26,7 +29,7 @@ Fast path and reference side by side: :class:`Communication` keeps the pieces as
 :meth:`Communication.seconds` is the sum they stand for.
 
 Public API:
-    Communication, NO_LIMIT_TOKENS, hierarchical_all_reduce_s, table_pieces
+    Communication, NCCL_TABLE, NO_LIMIT_TOKENS, hierarchical_all_reduce_s, table_pieces
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ from capsim.profiles.models import ModelShape
 
 #: "No token limit" for the all-reduce pieces.
 NO_LIMIT_TOKENS = 1 << 62
+
+#: The ``all_reduce_tables`` key of NCCL's own all-reduce as measured on the GPU: priced for
+#: the messages above an engine's custom kernels (``TpAllReduce.max_bytes``), where the
+#: engines hand the all-reduce to NCCL (vLLM / SGLang ``should_custom_ar``).
+NCCL_TABLE = "nccl"
 
 
 def hierarchical_all_reduce_s(message_bytes: float, gpus_per_node: int, nodes: int,
@@ -182,7 +190,7 @@ class Communication:
         """One all-reduce of a step's activations as ``(below_tokens, fixed_s,
         per_token_s)`` pieces in token order, the last unlimited: the engine's one-shot
         kernel, then its two-shot kernel, below their byte limits (``TpAllReduce``; a
-        message of n tokens is n × hidden × 2 bytes), then NCCL's ring. Only the ring
+        message of n tokens is n × hidden × 2 bytes), then NCCL (:meth:`nccl_tail`). Only the ring
         without a ``custom`` preset, a TP size its kernels lack, a group of more than 2
         GPUs without NVLink, or a profile without ``custom_all_reduce`` costs; a group
         across nodes costs :func:`hierarchical_all_reduce_s`."""
@@ -221,7 +229,17 @@ class Communication:
             pieces.append((max_tokens,
                            two_shot_all_reduce_s(0.0, tp, bw2, kernel.two_shot_latency_s),
                            two_shot_all_reduce_s(row, tp, bw2, 0.0)))
-        return pieces + [ring]
+        return pieces + self.nccl_tail(max_tokens, row, ring)
+
+    def nccl_tail(self, from_tokens: int, row: int, ring: tuple[int, float, float]
+                  ) -> list[tuple[int, float, float]]:
+        """NCCL's all-reduce for messages of ``from_tokens`` tokens and more (``row`` bytes a
+        token) as pieces: the profile's measured NCCL table (:data:`NCCL_TABLE`) where it has
+        a row for the TP size, else ``ring`` (one unlimited piece)."""
+        table = self.hw.all_reduce_tables.get(NCCL_TABLE)
+        if table is None or self.tp not in table.latency_us:
+            return [ring]
+        return [p for p in table_pieces(table.knots_s(self.tp), row) if p[0] > from_tokens]
 
     def terms(self, n: int) -> tuple[float, float]:
         """(fixed s, s per token) of a step's communication at ``n`` tokens."""

@@ -366,8 +366,10 @@ class TpAllReduce(StrictModel):
     TP in ``world_sizes``, a message of fewer than ``max_bytes`` bytes, and TP 2 or a
     fully NVLink-connected group (``custom_all_reduce.py should_custom_ar``) — as the
     one-shot kernel below ``one_shot_max_bytes[TP]`` (``None``: always) and the two-shot
-    kernel above (``csrc/custom_all_reduce.cuh`` ``allreduce``); NCCL's ring otherwise,
-    and wherever the GPU profile has no ``custom_all_reduce`` costs. ``table``: the
+    kernel above (``csrc/custom_all_reduce.cuh`` ``allreduce``); NCCL otherwise (above
+    ``max_bytes``: the profile's measured ``all_reduce_tables.nccl`` where it has one,
+    :data:`capsim.cost.communication.NCCL_TABLE`, else the ring), and NCCL's ring wherever
+    the GPU profile has no ``custom_all_reduce`` costs. ``table``: the
     engine's own dispatch as measured on the GPU, the profile's ``all_reduce_tables[table]``
     (:class:`~capsim.profiles.all_reduce_table.AllReduceTable`; TensorRT-LLM's AUTO strategy:
     ``trtllm_auto``) at every message size within a node; NCCL's ring where the GPU profile

@@ -1,0 +1,77 @@
+"""benchmarks/calibration/dsv3_h200_op_table.py without the aiconfigurator mirror: its table
+lookups on small hand-made tables, and capsim's side of the comparison (its own pricer).
+
+The figures below are the synthetic tables' (not measurements): each test checks the rule
+the script applies to aiconfigurator's rows (linear between grid points, NCCL's table above
+the engine's own, one prompt's attention scaled by the prompts)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tab():
+    spec = importlib.util.spec_from_file_location(
+        "dsv3_h200_op_table", ROOT / "benchmarks" / "calibration" / "dsv3_h200_op_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _aic(tab, **tables):
+    empty = pd.DataFrame()
+    base = dict(gemm=empty, moe=empty, ctx_mla=empty, gen_mla=empty, mla_bmm=None,
+                allreduce=empty, nccl=empty, mem_bw=4.8e12, mem_scaling=0.8, mem_const_s=3e-6,
+                used={}, backend="sglang")
+    return tab.Aic(**{**base, **tables})
+
+
+def test_a_gemm_between_grid_points_is_linear_in_m_and_n(tab):
+    """Rows at m 1 / 3 and n 2,048 / 2,560 (k 7,168): m 2, n 2,112 (the fused q_a + kv_a
+    width) lies 1/2 and 1/8 of the way: (1 + 3) / 2 = 2 ms at n 2,048, 6 ms at 2,560,
+    2 + (6 - 2) / 8 = 2.5 ms."""
+    gemm = pd.DataFrame({"gemm_dtype": "fp8_block", "m": [1, 3, 1, 3],
+                         "n": [2048, 2048, 2560, 2560], "k": 7168,
+                         "latency": [1.0, 3.0, 5.0, 7.0]})
+    assert tab.gemm_ms(_aic(tab, gemm=gemm), 2, 2112, 7168) == pytest.approx(2.5)
+
+
+def test_an_all_reduce_beyond_the_engines_table_is_nccls(tab):
+    """The engine's table to 1,024 elements (its faster implementation at each size), NCCL's
+    beyond: 8 GPUs, 1 token x 7,168 hidden = 7,168 elements -> NCCL's row."""
+    custom = pd.DataFrame({"num_gpus": 8, "message_size": [512, 512, 1024, 1024],
+                           "latency": [0.004, 0.02, 0.005, 0.02]})
+    nccl = pd.DataFrame({"op_name": "all_reduce", "num_gpus": 8, "nccl_dtype": "half",
+                         "message_size": [4096, 8192], "latency": [0.03, 0.05]})
+    a = _aic(tab, allreduce=custom, nccl=nccl)
+    assert tab.allreduce_ms(a, 1) == pytest.approx(0.03 + 0.02 * (7168 - 4096) / 4096)
+    small = pd.DataFrame({"num_gpus": 8, "message_size": [512, 65536], "latency": [0.004, 0.008]})
+    a = _aic(tab, allreduce=small, nccl=nccl)
+    assert tab.allreduce_ms(a, 1) == pytest.approx(0.004 + 0.004 * (7168 - 512) / 65024)
+
+
+def test_context_attention_of_many_prompts_scales_the_largest_batch_row(tab):
+    """Rows at batch 1 and 16 (isl 128 / 256): 32 prompts of 192 tokens take the batch-16
+    row at isl 192 (1.5 ms) twice: 3 ms."""
+    ctx = pd.DataFrame({"num_heads": 16, "tp_size": 8, "kv_cache_dtype": "bfloat16",
+                        "batch_size": [1, 1, 16, 16], "isl": [128, 256, 128, 256],
+                        "latency": [0.1, 0.2, 1.0, 2.0]})
+    assert tab.ctx_mla_ms(_aic(tab, ctx_mla=ctx), 32, 192) == pytest.approx(3.0)
+
+
+def test_capsims_side_sums_to_its_pricer_and_groups_every_operator(tab):
+    """capsim's groups of a 8,192-token SGLang 0.5 prefill: every operator in one group, the
+    groups and the host term adding up to the pricer's step (its communication apart)."""
+    pricer = tab.build_pricer("sglang")
+    g = tab.capsim_groups(pricer, 8192, 32, 0)
+    parts = sum(v for k, v in g.items() if k != "total")
+    assert parts == pytest.approx(g["total"], rel=1e-9)
+    assert set(g) >= {"mla_attention", "qkvo_proj", "routed_moe", "all_reduce"}

@@ -45,9 +45,10 @@ def hardware(template: str | None, base: str | None, out_file: Path | None) -> N
         for kernel in hw.all_reduce_tables:
             tables.setdefault(kernel, []).append(hw.name)
     if tables:
-        console.print("measured all-reduce tables (presets naming one price NCCL's ring on "
-                      "the other GPUs):\n" + "\n".join(f"  {k}: {', '.join(v)}"
-                                                     for k, v in sorted(tables.items())),
+        console.print("measured all-reduce tables (a preset naming one prices NCCL's ring on "
+                      "the other GPUs; nccl: messages above an engine's custom all-reduce "
+                      "limit, the ring where a GPU has none):\n"
+                      + "\n".join(f"  {k}: {', '.join(v)}" for k, v in sorted(tables.items())),
                       highlight=False)
     derived = [_derived_line(hw) for hw in list_hardware() if hw.derivation is not None]
     if derived:

@@ -446,6 +446,13 @@ class PiecewiseCudaGraph(StrictModel):
     mla_max_tokens: Int = Field(gt=0)
     platforms: list[Literal["cuda", "rocm"]] = Field(min_length=1)
     off_on: list[PiecewiseGraphOff] = Field(default_factory=list)
+    #: The graph's share of SGLang's default mem_fraction_static reserve, MiB: a flat sum for
+    #: an MLA model, else so much per captured size (:meth:`reserve_mib`).
+    reserve_mla_mib: float = Field(0.0, ge=0)
+    reserve_mib_per_size: float = Field(0.0, ge=0)
+    #: The captured sizes: [start, stop, step] ranges (stop null: up to the limit), each size
+    #: kept while it is at most the limit (_generate_piecewise_cuda_graph_tokens).
+    capture_ranges: list[tuple[Int, Int | None, Int]] = Field(default_factory=list)
 
     def max_tokens(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
                    dp_attention: bool) -> float:
@@ -458,6 +465,20 @@ class PiecewiseCudaGraph(StrictModel):
         if off:
             return 0.0
         return float(self.mla_max_tokens) if model.is_mla else float("inf")
+
+    def reserve_mib(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
+                    dp_attention: bool, chunked_prefill_tokens: int) -> float:
+        """MiB SGLang adds to its default reserve while the graph is on: ``reserve_mla_mib``
+        for an MLA model, else ``reserve_mib_per_size`` x the sizes captured up to
+        ``chunked_prefill_tokens`` (the limit of a model that is not MLA); 0 where it is off."""
+        if not self.max_tokens(model, hardware, platform, expert_format, dp_attention):
+            return 0.0
+        if model.is_mla:
+            return self.reserve_mla_mib
+        sizes = sum(len([t for t in range(a, (b if b is not None else chunked_prefill_tokens)
+                                          + 1, step) if t <= chunked_prefill_tokens])
+                    for a, b, step in self.capture_ranges)
+        return self.reserve_mib_per_size * sizes
 
 
 class AbsorbedBmmDequant(StrictModel):

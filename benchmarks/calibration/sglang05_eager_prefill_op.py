@@ -44,7 +44,8 @@ EPLB, disaggregation or the other listed cases turn it off (configs/model_config
 ``piecewise_cuda_graph_disabled_model_archs`` names DeepSeek-V3.2, not V3), capturing prefills
 of up to 2,048 tokens for MLA models (``piecewise_cuda_graph_max_tokens``; the same in the
 0.5.12 wheel). SGLang 0.5.10 and later prefill such DeepSeek-V3 / R1 batches from graphs, not
-eagerly.
+eagerly: the sglang-0.5.10 preset keeps this floor only above the graph's limit and where SGLang
+turns the graph off (its ``piecewise_cuda_graph``).
 
 Usage: python benchmarks/calibration/sglang05_eager_prefill_op.py   (prints op_s and the table)
 """

@@ -29,7 +29,8 @@ def engines() -> None:
         shown = name if p.name == name else f"{name} (= {p.name})"
         table.add_row(shown, p.display_name, p.version,
                       f"{p.memory.rule} ({p.memory.fraction_knob})", p.scheduler.policy,
-                      _host_text(p.host_overhead), defaults)
+                      _host_text(p.host_overhead) + _graph_text(p.piecewise_cuda_graph),
+                      defaults)
     make_console().print(table)
 
 
@@ -59,3 +60,14 @@ def _host_text(h) -> str:
     if h.async_output_proc:
         text += "; tokens streamed after the next step's host work"
     return text
+
+
+def _graph_text(g) -> str:
+    """``; piecewise CUDA graph on cuda: the floor only above 2048 tokens for MLA models, never
+    for others (off: deepseek_v3 on b200, DP attention, PP)``; empty without such a graph."""
+    if g is None:
+        return ""
+    off = [f"{'/'.join(o.model_types)} on {'/'.join(o.hardware)}" for o in g.off_on]
+    return (f"; piecewise CUDA graph on {', '.join(g.platforms)}: the floor only above "
+            f"{g.mla_max_tokens} tokens for MLA models, never for others (off: "
+            f"{', '.join([*off, 'DP attention', 'PP'])})")

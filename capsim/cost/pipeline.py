@@ -143,6 +143,9 @@ class PipelinePricer:
         # Each stage launches its own layers' operators: the eager-prefill floor per stage.
         eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s) \
             if host is not None and host.eager_prefill_op_s else None
+        # SGLang turns its piecewise prefill graph off with PP (server_args.py
+        # _handle_piecewise_cuda_graph, 0.5.10-0.5.12 wheels): every stage prefills eagerly.
+        pricer_kwargs.pop("piecewise_cuda_graph", None)
         for i, layers in enumerate(self.partition):
             last = i == pp - 1
             stages.append(StepPricer(stage_shape(model, start, start + layers),

@@ -52,8 +52,8 @@ from capsim.cost.operators import (ACTIVATION_BYTES, WEIGHT_DTYPE_BYTES, check_t
                                    windowed)
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
-from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, SharedExpertsFusion,
-                                     TpAllReduce)
+from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, PiecewiseCudaGraph,
+                                     SharedExpertsFusion, TpAllReduce)
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -176,6 +176,10 @@ class StepPricer:
         absorbed_bmm_dequant: the engine preset's rule (None: never): where it applies each
             decode step also rewrites the absorbed MLA weights to 16 bits
             (:meth:`absorbed_dequant_s`).
+        piecewise_cuda_graph: the engine preset's prefill graph (None: none): where it
+            applies, a prefill step of at most its token limit (prompt and decode tokens)
+            is not held to the ``host.eager_prefill_op_s`` floor
+            (:meth:`~capsim.profiles.engines.PiecewiseCudaGraph.max_tokens`).
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -192,6 +196,7 @@ class StepPricer:
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
         "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_s", "_dequant",
+        "_graph_tokens",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -201,10 +206,10 @@ class StepPricer:
                  scale_out: LinkProfile | None = None, embedding: bool = True,
                  lm_head: bool = True, quantization: str | None = None,
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
-                 moe_backend: str = "auto", attention_tp: int = 1,
-                 redundant_experts: int = 0,
+                 moe_backend: str = "auto", attention_tp: int = 1, redundant_experts: int = 0,
                  shared_experts_fusion: SharedExpertsFusion | None = None,
-                 absorbed_bmm_dequant: AbsorbedBmmDequant | None = None):
+                 absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
+                 piecewise_cuda_graph: PiecewiseCudaGraph | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
         check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
@@ -237,7 +242,7 @@ class StepPricer:
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
                                                            expert_parallel, redundant_experts)
-        self._init_host(host)
+        self._init_host(host, piecewise_cuda_graph)
         self._init_rates()
         self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
                                   lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
@@ -245,10 +250,14 @@ class StepPricer:
                                   attention_tp=attention_tp if dp_attention else 1)
         self._bind()
 
-    def _init_host(self, host: HostOverhead | None) -> None:
-        """The engine's host terms; None: the GPU step alone."""
+    def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None) -> None:
+        """The engine's host terms (None: the GPU step alone) and the tokens up to which a
+        prefill step replays the engine's piecewise graph, free of the eager floor (0: none)."""
         self.host = HostTime(host)
         self._eager_op_s = host.eager_prefill_op_s if host is not None else 0.0
+        self._graph_tokens = 0.0 if graph is None else graph.max_tokens(
+            self.model, self.hw.name, self.hw.platform, self.layout.experts.name,
+            self.dp_attention)
 
     def _init_rates(self) -> None:
         """The profile's rates, asked once, and every operator's terms built from them."""
@@ -344,7 +353,7 @@ class StepPricer:
                   + self._comm_per_logit_s * logits_seqs) if n < self._comm_split \
             else self.comm.seconds(n, logits_seqs)
         overhead_s = self._overhead_s
-        if prefill_tokens and roof_s + comm_s < self._eager_s:   # launch-bound eager prefill
+        if prefill_tokens and n > self._graph_tokens and roof_s + comm_s < self._eager_s:
             overhead_s += self._eager_s - roof_s - comm_s
         seconds = roof_s + comm_s + overhead_s
         if self._host_on:

@@ -23,7 +23,8 @@ holding only ``name`` and ``alias_of`` is another name for a packaged preset (``
 newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own name included.
 
 Public API:
-    EnginePreset, MemoryRule, HostOverhead, TpAllReduce, SharedExpertsFusion
+    EnginePreset, MemoryRule, HostOverhead, TpAllReduce, SharedExpertsFusion,
+    PiecewiseCudaGraph
     load_engine_preset(name_or_path) -> EnginePreset
     engine_preset_names() -> list[str]
 """
@@ -441,6 +442,65 @@ class SharedExpertsFusion(StrictModel):
                             for o in self.off_on))
 
 
+class PiecewiseGraphOff(StrictModel):
+    """Models, GPUs and expert formats on which SGLang turns its piecewise graph off by
+    default (the MoE runner or attention backend it picks there cannot be captured)."""
+
+    model_types: list[str] = Field(min_length=1)
+    hardware: list[str] = Field(min_length=1)
+    expert_formats: list[str] = Field(min_length=1)
+
+
+class PiecewiseCudaGraph(StrictModel):
+    """SGLang's piecewise CUDA graph for prefill (extend) forwards, on by default from 0.5.10
+    (``disable_piecewise_cuda_graph`` False): a forward of at most
+    ``piecewise_cuda_graph_max_tokens`` tokens (the whole batch, ``len(input_ids)``) replays
+    captured graph pieces, a larger one runs eagerly (PiecewiseCudaGraphRunner.can_run). The
+    limit is ``mla_max_tokens`` for MLA models and ``chunked_prefill_size`` (so every prefill
+    step) for the rest. SGLang turns the graph off on a platform outside ``platforms``, with
+    DP attention (and so with its all-to-all MoE), with pipeline parallelism
+    (:class:`~capsim.cost.pipeline.PipelinePricer` keeps the eager floor), and on a model,
+    GPU and expert format of ``off_on``. Where it applies, the preset's
+    ``host_overhead.eager_prefill_op_s`` floor holds only above the limit."""
+
+    mla_max_tokens: Int = Field(gt=0)
+    platforms: list[Literal["cuda", "rocm"]] = Field(min_length=1)
+    off_on: list[PiecewiseGraphOff] = Field(default_factory=list)
+    #: The graph's share of SGLang's default mem_fraction_static reserve, MiB: a flat sum for
+    #: an MLA model, else so much per captured size (:meth:`reserve_mib`).
+    reserve_mla_mib: float = Field(0.0, ge=0)
+    reserve_mib_per_size: float = Field(0.0, ge=0)
+    #: The captured sizes: [start, stop, step] ranges (stop null: up to the limit), each size
+    #: kept while it is at most the limit (_generate_piecewise_cuda_graph_tokens).
+    capture_ranges: list[tuple[Int, Int | None, Int]] = Field(default_factory=list)
+
+    def max_tokens(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
+                   dp_attention: bool) -> float:
+        """Tokens up to which a prefill step of ``model`` replays the graph on a
+        ``hardware`` GPU of ``platform`` with experts in ``expert_format``: 0 where SGLang
+        turns the graph off (every prefill eager), ``inf`` for a model that is not MLA."""
+        off = (platform not in self.platforms or dp_attention
+               or any(model.model_type in o.model_types and hardware in o.hardware
+                      and expert_format in o.expert_formats for o in self.off_on))
+        if off:
+            return 0.0
+        return float(self.mla_max_tokens) if model.is_mla else float("inf")
+
+    def reserve_mib(self, model: ModelShape, hardware: str, platform: str, expert_format: str,
+                    dp_attention: bool, chunked_prefill_tokens: int) -> float:
+        """MiB SGLang adds to its default reserve while the graph is on: ``reserve_mla_mib``
+        for an MLA model, else ``reserve_mib_per_size`` x the sizes captured up to
+        ``chunked_prefill_tokens`` (the limit of a model that is not MLA); 0 where it is off."""
+        if not self.max_tokens(model, hardware, platform, expert_format, dp_attention):
+            return 0.0
+        if model.is_mla:
+            return self.reserve_mla_mib
+        sizes = sum(len([t for t in range(a, (b if b is not None else chunked_prefill_tokens)
+                                          + 1, step) if t <= chunked_prefill_tokens])
+                    for a, b, step in self.capture_ranges)
+        return self.reserve_mib_per_size * sizes
+
+
 class AbsorbedBmmDequant(StrictModel):
     """SGLang's absorbed MLA decode on the GPUs in ``hardware`` (gfx942, CDNA 3): the two
     batched matmuls that absorb kv_b_proj (``w_kc`` into q, ``w_vc`` into the output) keep
@@ -508,6 +568,7 @@ class EnginePreset(StrictModel):
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     shared_experts_fusion: SharedExpertsFusion | None = None
     absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
+    piecewise_cuda_graph: PiecewiseCudaGraph | None = None
     # None: every method capsim models (vLLM's names); else the version's own list
     speculative_methods: SpeculativeMethods | None = None
     dataset_tuning: DatasetTuning | None = None

@@ -7,6 +7,8 @@ sglang 0.5.3 and 0.5.7 wheels; SGLang PR 10975)::
                   + per_graph_bs × cuda_graph_max_bs + per_tp_pp_over_8 × TP × PP / 8
                   [+ DP attention: dp_per_graph_bs × bs × dp (+ dp_large_per_graph_bs × bs
                      × dp when bs > dp_large_bs)]
+                  [+ graph_mib: 0.5.10 and later, the piecewise prefill graph's own reserve
+                     (:meth:`capsim.profiles.engines.PiecewiseCudaGraph.reserve_mib`)]
     reserve_MiB = max(reserve_MiB, floor_mib) on a GPU of more than floor_above_mib
     reserve_MiB += speculative_mib (EAGLE / EAGLE-3 / MTP drafters and their graphs), or
                    standalone_mib (a separate draft model: SGLang's STANDALONE; n-gram: 0)
@@ -32,14 +34,16 @@ class ReserveRule(StrictModel):
     reserve) / GPU memory, 3)``, the reserve from the subclass's ``reserve_mib``."""
 
     def reserve_mib(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                    dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+                    dp_attention_ranks: int = 0, drafter: str | None = None,
+                    graph_mib: float = 0.0) -> float:
         raise NotImplementedError
 
     def fraction(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                 dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+                 dp_attention_ranks: int = 0, drafter: str | None = None,
+                 graph_mib: float = 0.0) -> float:
         """SGLang's default ``mem_fraction_static`` (rounded to 3 places, as SGLang does)."""
         reserve = self.reserve_mib(gpu_mib, chunked_prefill_tokens, tp, pp,
-                                   dp_attention_ranks, drafter)
+                                   dp_attention_ranks, drafter, graph_mib)
         return round((gpu_mib - reserve) / gpu_mib, 3)
 
 
@@ -82,7 +86,8 @@ class StaticFraction(ReserveRule):
         return self.graph_bs[-1].max_bs(tp)
 
     def reserve_mib(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                    dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+                    dp_attention_ranks: int = 0, drafter: str | None = None,
+                    graph_mib: float = 0.0) -> float:
         """The memory SGLang leaves outside ``mem_fraction_static``, MiB.
 
         Args:
@@ -92,6 +97,8 @@ class StaticFraction(ReserveRule):
             tp, pp: tensor- and pipeline-parallel degrees.
             dp_attention_ranks: SGLang's ``dp_size`` with ``--enable-dp-attention`` (0: off).
             drafter: capsim's speculative ``method`` (None: no speculation).
+            graph_mib: the piecewise prefill graph's reserve, added before the floor (0:
+                none; SGLang 0.5.10 and later).
         """
         bs = self.cuda_graph_max_bs(gpu_mib, tp)
         reserve = (self.base_mib
@@ -102,6 +109,7 @@ class StaticFraction(ReserveRule):
             reserve += self.dp_mib_per_graph_bs * bs * dp_attention_ranks
             if bs > self.dp_large_bs:
                 reserve += self.dp_large_mib_per_graph_bs * bs * dp_attention_ranks
+        reserve += graph_mib
         if gpu_mib > self.floor_above_mib:
             reserve = max(reserve, self.floor_mib)
         if drafter == "draft_model":

@@ -41,7 +41,8 @@ class TieredFraction(ReserveRule):
     dp_attention_mib: float = Field(ge=0)
 
     def reserve_mib(self, gpu_mib: float, chunked_prefill_tokens: int, tp: int, pp: int = 1,
-                    dp_attention_ranks: int = 0, drafter: str | None = None) -> float:
+                    dp_attention_ranks: int = 0, drafter: str | None = None,
+                    graph_mib: float = 0.0) -> float:
         """The memory SGLang 0.4 leaves outside ``mem_fraction_static``, MiB.
 
         Args:
@@ -51,8 +52,9 @@ class TieredFraction(ReserveRule):
             tp, pp: tensor- and pipeline-parallel degrees.
             dp_attention_ranks: SGLang's ``dp_size`` with ``--enable-dp-attention`` (0: off).
             drafter: capsim's speculative ``method`` (None: no speculation).
+            graph_mib: not used (0.4 has no piecewise prefill graph by default).
         """
-        del chunked_prefill_tokens
+        del chunked_prefill_tokens, graph_mib
         tier = next((t for t in self.tiers if t.below_mib is None or gpu_mib < t.below_mib),
                     self.tiers[-1])
         reserve = (tier.base_gib + tier.per_parallel_gib * tp * pp) * 1024

@@ -67,7 +67,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
         engine = merged(EngineConfig, EngineConfig(),
                         {**scheduler_knobs, **defaults, **tuned, **user}, path, where,
                         "engine", user_keys=set(override))
-    engine = _default_static_fraction(engine, preset, hw, set(user))
+    engine = _default_static_fraction(engine, preset, hw, model, set(user))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
@@ -83,20 +83,33 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     return engine, preset
 
 
+def _expert_format(model: ModelShape, engine: EngineConfig) -> str:
+    """The routed experts' weight format (``""`` for a format the later checks refuse at its
+    field, so that this look-up does not refuse it first without one)."""
+    try:
+        return weight_layout(model, engine.weight_format).experts.name
+    except ScenarioError:
+        return ""
+
+
 def _default_static_fraction(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
-                             user: set[str]) -> EngineConfig:
+                             model: ModelShape, user: set[str]) -> EngineConfig:
     """SGLang's default ``mem_fraction_static`` (the preset's ``memory.static_fraction`` or
     ``static_fraction_tiers``) where the scenario leaves it unset: from the GPU's memory, the
-    prefill chunk (``max_num_batched_tokens``), TP, PP, the DP attention ranks and the
-    drafter."""
+    prefill chunk (``max_num_batched_tokens``), TP, PP, the DP attention ranks, the drafter
+    and, from SGLang 0.5.10, the piecewise prefill graph's reserve where the graph is on."""
     rule = preset.memory.fraction_rule
     if rule is None or "mem_fraction_static" in user:
         return engine
     tp = engine.tensor_parallel_size
     ranks = (engine.data_parallel_size or tp) if engine.enable_dp_attention else 0
     drafter = engine.speculative.method if engine.speculative is not None else None
+    graph, graph_mib = preset.piecewise_cuda_graph, 0.0
+    if graph is not None and engine.pipeline_parallel_size == 1:   # PP turns it off
+        graph_mib = graph.reserve_mib(model, hw.name, hw.platform, _expert_format(model, engine),
+                                      engine.enable_dp_attention, engine.max_num_batched_tokens)
     fraction = rule.fraction(hw.memory_total_bytes / 2**20, engine.max_num_batched_tokens, tp,
-                             engine.pipeline_parallel_size, ranks, drafter)
+                             engine.pipeline_parallel_size, ranks, drafter, graph_mib)
     return engine.model_copy(update={"mem_fraction_static": fraction})
 
 

@@ -129,7 +129,7 @@ class Pool:
         """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
         :class:`StepPricer`; DP attention and expert parallelism only where ``moe``; the
         preset's shared-experts fusion unless ``disable_shared_experts_fusion``; its ROCm
-        absorbed-MLA weight rewrite."""
+        absorbed-MLA weight rewrite; its piecewise prefill graph (co-located pools only)."""
         eng = self.engine
         fusion = None if eng.disable_shared_experts_fusion \
             else self.preset.shared_experts_fusion
@@ -143,7 +143,10 @@ class Pool:
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
                     engine=self.preset.engine, moe_backend=eng.moe_backend,
                     shared_experts_fusion=fusion,
-                    absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant)
+                    absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant,
+                    # SGLang turns the prefill graph off for PD disaggregation
+                    piecewise_cuda_graph=self.preset.piecewise_cuda_graph
+                    if self.role == "colocated" else None)
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,

@@ -84,7 +84,8 @@ BAD = [
      "workload.arrival.rate_per_s: expected a number, not a boolean"),
     # Engine presets and hardware overrides (issue "Fidelity I", bad input).
     ("engine.preset", "vllm-9", "engine.preset: unknown engine preset 'vllm-9'; valid: sglang, "
-                                "sglang-0.3, sglang-0.4, sglang-0.5, tgi, trtllm, trtllm-bench, "
+                                "sglang-0.3, sglang-0.4, sglang-0.5, sglang-0.5.10, tgi, trtllm, "
+                                "trtllm-bench, "
                                 "vllm-0.11, vllm-0.2.5, vllm-0.21, "
                                 "vllm-0.5, vllm-0.6, vllm-0.6.4, vllm-0.8, vllm-0.9, vllm-v1"),
     ("variants.1.engine.preset", "trt", "variants.1.engine.preset: unknown engine preset 'trt'"),
@@ -140,8 +141,8 @@ BAD = [
     ("engine.long_prefill_token_threshold", -1, "engine.long_prefill_token_threshold: "),
     ("engine", {"preset": "tgi", "async_scheduling": True},
      "engine.async_scheduling: engine preset 'tgi' has no async_scheduling knob (its host "
-     "work is serial with the GPU step; valid with: sglang, sglang-0.4, sglang-0.5, trtllm, "
-     "trtllm-bench, vllm-0.11, vllm-0.21, vllm-v1)"),
+     "work is serial with the GPU step; valid with: sglang, sglang-0.4, sglang-0.5, "
+     "sglang-0.5.10, trtllm, trtllm-bench, vllm-0.11, vllm-0.21, vllm-v1)"),
     ("engine", {"async_scheduling": True, "speculative": {"method": "ngram",
                                                           "num_speculative_tokens": 3,
                                                           "acceptance_rate": 0.6}},

@@ -55,7 +55,7 @@ def test_an_alias_of_an_alias_or_of_nothing_is_refused(tmp_path, target):
     with pytest.raises(ScenarioError) as err:
         load_engine_preset(path)
     assert err.value.path == "alias_of" and err.value.file == str(path)
-    assert f"got '{target}' (valid: sglang-0.3, sglang-0.4, sglang-0.5, tgi" in err.value.message
+    assert f"got '{target}' (valid: sglang-0.3, sglang-0.4, sglang-0.5, sglang-0.5.10, tgi" in err.value.message
 
 
 def test_an_alias_with_values_is_refused(tmp_path):

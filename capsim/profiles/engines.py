@@ -538,6 +538,8 @@ class EnginePreset(StrictModel):
     # None: every method capsim models (vLLM's names); else the version's own list
     speculative_methods: SpeculativeMethods | None = None
     dataset_tuning: DatasetTuning | None = None
+    # The GPU platforms the engine builds for (a GPU profile's ``platform``).
+    platforms: list[Literal["cuda", "rocm"]] = Field(default=["cuda", "rocm"], min_length=1)
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""

@@ -54,7 +54,7 @@ CURVE_OF: dict[str, str] = {"TRTLLM": "flashinfer_trtllm"}
 #: FlashInfer's TRT-LLM-gen MoE kernels: vLLM's experts that run them support "only
 #: Blackwell-family GPUs" (_supports_current_device: is_cuda() and device capability family
 #: 100, vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py at 296ce48d);
-#: TensorRT-LLM builds for NVIDIA GPUs only (its docs' overview, "on NVIDIA GPUs"). capsim
+#: TensorRT-LLM builds for NVIDIA GPUs only (its presets' ``platforms``). capsim
 #: has no compute capability per GPU profile, so a Hopper GPU is warned (no measured
 #: curve) rather than refused.
 CUDA_ONLY: dict[str, str] = {

@@ -55,6 +55,12 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     at = f"{where}.engine" if where and "preset" in override else "engine"
     preset = named(lambda n: load_engine_preset_at(n, path), name, path, f"{at}.preset")
     check_preset_knobs(preset, name, path, f"{at}.preset")
+    if hw.platform not in preset.platforms:
+        raise ScenarioError(f"engine preset '{preset.name}' ({preset.display_name}) runs on "
+                            f"{' / '.join(preset.platforms)} GPUs only; hardware '{hw.name}' "
+                            f"is a {hw.platform} GPU (valid: a {' / '.join(preset.platforms)} "
+                            f"GPU, or another engine preset)", file=str(path),
+                            path=f"{at}.preset")
     knobs = {k: v for k, v in user.items() if k != "preset"}
     defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
     scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()

@@ -165,6 +165,21 @@ CASES = [
                                                                       "moe_backend":
                                                                       "flashinfer_trtllm"}}]},
      None, None, "scenario", "variants.0.engine.moe_backend", "CUDA"),
+    ("trtllm-preset-on-mi300x", "spec", {"engine.preset": "trtllm", "engine.speculative": "DEL",
+                                         "hardware": "mi300x"}, None, None,
+     "scenario", "engine.preset", "engine preset 'trtllm' (TensorRT-LLM) runs on cuda GPUs only; "
+     "hardware 'mi300x' is a rocm GPU (valid: a cuda GPU, or another engine preset)"),
+    ("trtllm-bench-variant-on-mi325x", "spec", {"engine.speculative": "DEL", "variants": [
+        {"name": "v", "hardware": "mi325x", "engine": {"preset": "trtllm-bench"}}]}, None, None,
+     "scenario", "variants.0.engine.preset", "'trtllm-bench' (TensorRT-LLM (trtllm-bench)) runs "
+     "on cuda GPUs only"),
+    ("custom-preset-platforms-unknown", "spec", PRESET, {"platforms": ["tpu"]}, None,
+     "preset", "platforms.0", "'cuda' or 'rocm'"),
+    ("custom-preset-platforms-empty", "spec", PRESET, {"platforms": []}, None,
+     "preset", "platforms", "at least 1 item"),
+    ("custom-preset-cuda-only-on-mi300x", "spec", {**PRESET, "hardware": "mi300x"},
+     {"platforms": ["cuda"]}, None, "scenario", "engine.preset",
+     "runs on cuda GPUs only; hardware 'mi300x' is a rocm GPU"),
     ("runner-hardware-overrides-bad-curve", "oss", {"hardware_overrides": {
         "efficiency": {"fused_moe_runners": {"flashinfer_trtllm": {"mxfp4": {
             "tokens": [1], "efficiency": [2.0]}}}}}},

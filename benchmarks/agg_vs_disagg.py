@@ -45,13 +45,16 @@ the co-located arm saturates high too (188 against 150 tokens/s/GPU at C = 256):
 arms capsim's 3,000-token FP8 prefills run faster than the figure's.
 
 The last line reads ``agg-vs-disagg (SOURCE): published 1.30x, capsim R.RRx, error E %, winner
-W (same|different)``. Exit 2 with one line when the case or its scenario cannot be read.
+W (same|different)``. Exit 2 with one line, before anything is simulated, when the case or its
+scenario cannot be read, the scenario's variants are not ``agg_c<C>`` / ``disagg_c<C>``, the
+``--csv`` folder does not exist or ``--jobs`` is below 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capsim.common.errors import ScenarioError
 from capsim.common.yamlio import load_yaml
 from capsim.metrics.summary import summarize
 from capsim.scenario.load import load
@@ -210,6 +214,29 @@ def read_case() -> dict:
     return case
 
 
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_variants(scenario: Path, csv_path: Path | None) -> list[str]:
+    """The scenario's variants, each arm at one or more concurrencies (``agg_c<C>`` /
+    ``disagg_c<C>``); exit 2 with one line, before anything is simulated, when the scenario
+    cannot be read, its variants are not of that form or ``csv_path`` cannot be written."""
+    if csv_path is not None and not csv_path.parent.is_dir():
+        _fail(f"{csv_path}: --csv: no folder {csv_path.parent} to write it in")
+    try:
+        variants = [run.variant for run in load(scenario).runs]
+    except ScenarioError as exc:
+        _fail(str(exc))
+    odd = [v for v in variants if not re.fullmatch(r"(agg|disagg)_c\d+", v)]
+    arms = {v.split("_c")[0] for v in variants}
+    if odd or arms != set(ARMS):
+        _fail(f"{scenario}: variants: each arm needs variants named agg_c<C> and disagg_c<C> "
+              f"(C the closed-loop users), got {', '.join(variants)}")
+    return variants
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=1, help="child processes (default 1)")
@@ -218,9 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="another expression of the case (same agg_c<C> / disagg_c<C> "
                              "variants), e.g. to see what a knob moves")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"argument --jobs: must be >= 1, got {args.jobs}")
     case = read_case()
     measured = case["measured"]
-    variants = [run.variant for run in load(args.scenario).runs]
+    variants = read_variants(args.scenario, args.csv)
     jobs = [(args.scenario, v) for v in variants]
     if args.jobs <= 1:                      # in this process, one after the other
         points = [_simulate(job) for job in jobs]

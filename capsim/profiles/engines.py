@@ -255,6 +255,20 @@ class Admission(StrictModel):
         return {k: v for k, v in out.items() if v is not None}
 
 
+#: Ceiling on the host seconds to launch one kernel from Python (``draft_launch_s``): 1 ms,
+#: 6.6x the slowest per-operator launch a preset holds (sglang-0.5's eager_prefill_op_s,
+#: 151.36 us, from sgl-project/sglang PR 12160) and 28x vllm-0.9's 35.12 us (vllm-project/
+#: vllm PR 1440). Above it the value is a unit slip (ms or us written as s), not a launch.
+MAX_LAUNCH_S = 1e-3
+
+#: Ceiling on the kernels a draft step or pass launches from Python: 100,000, 300x the 322
+#: an eager Llama-2-7B forward launches (vllm-0.8's draft_launch_s source, vLLM PR 1440),
+#: so an eager drafter of any shipped model's depth fits; above it, a typo.
+MAX_DRAFT_LAUNCHES = 100_000
+
+_DRAFT_COUNTS = ("draft_step_launches", "draft_pass_launches", "draft_update_launches")
+
+
 class HostOverhead(StrictModel):
     """The engine's CPU work around the GPU (:mod:`capsim.cost.pricer` adds it to each step).
 
@@ -326,10 +340,10 @@ class HostOverhead(StrictModel):
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
     draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
-    draft_launch_s: float = Field(0.0, ge=0)
-    draft_step_launches: Int = Field(0, ge=0)
-    draft_pass_launches: Int = Field(0, ge=0)
-    draft_update_launches: Int = Field(0, ge=0)
+    draft_launch_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
+    draft_step_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
+    draft_pass_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
+    draft_update_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)
@@ -340,6 +354,21 @@ class HostOverhead(StrictModel):
     #: ``engine.async_scheduling`` (SGLang 0.5 without SGLANG_ENABLE_SPEC_V2:
     #: :attr:`capsim.scenario.run_config.Pool.host_overhead`).
     serial_with_speculation: Bool = False
+
+    @model_validator(mode="after")
+    def _check_draft_launches(self) -> "HostOverhead":
+        """The launch counts and ``draft_launch_s`` price together: either alone prices
+        nothing (:meth:`capsim.scenario.run_config.Pool.draft_host`), a preset slip."""
+        counts = [k for k in _DRAFT_COUNTS if getattr(self, k)]
+        if counts and not self.draft_launch_s:
+            raise ValueError(f"{', '.join(counts)} price nothing without draft_launch_s "
+                             f"(valid: draft_launch_s > 0, the host seconds to launch one "
+                             f"kernel, or the counts 0)")
+        if self.draft_launch_s and not self.draft_pass_launches:
+            raise ValueError("draft_launch_s prices no launch with draft_pass_launches 0 "
+                             "(valid: draft_pass_launches >= 1, the kernels one draft pass "
+                             "launches from Python, or draft_launch_s 0)")
+        return self
 
     def for_tensor_parallel(self, tensor_parallel_size: int) -> "HostOverhead":
         """These terms for ``tensor_parallel_size`` workers: ``per_extra_tp_worker_s × (TP −
@@ -572,6 +601,8 @@ class EnginePreset(StrictModel):
     # None: every method capsim models (vLLM's names); else the version's own list
     speculative_methods: SpeculativeMethods | None = None
     dataset_tuning: DatasetTuning | None = None
+    # The GPU platforms the engine builds for (a GPU profile's ``platform``).
+    platforms: list[Literal["cuda", "rocm"]] = Field(default=["cuda", "rocm"], min_length=1)
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Float, Int, StrictModel
 from capsim.profiles.all_reduce_table import AllReduceTable
-from capsim.profiles.moe_runners import CURVE_OF
+from capsim.profiles.moe_runners import CURVE_OF, runner_curve_error
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
                                    packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
@@ -205,6 +205,19 @@ class Efficiency(StrictModel):
     gemm_fp8_block: GemmCurve | None = None
     attention_prefill_mla: KernelEfficiency | None = None
     fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
+
+    @field_validator("fused_moe_runners")
+    @classmethod
+    def _check_runner_keys(cls, runners: dict[str, dict[str, GemmCurve]] | None
+                           ) -> dict[str, dict[str, GemmCurve]] | None:
+        """A runner or format key no scenario can reach is a typo, not a curve to ignore."""
+        for runner, curves in (runners or {}).items():
+            for expert_format in [None, *curves]:
+                why = runner_curve_error(runner, expert_format)
+                if why:
+                    at = runner if expert_format is None else f"{runner}.{expert_format}"
+                    raise ValueError(f"{at}: {why}")
+        return runners
 
     def runner_curve(self, moe_backend: str, expert_format: str) -> GemmCurve | None:
         """``fused_moe_runners[moe_backend][expert_format]``, a runner of the same kernels

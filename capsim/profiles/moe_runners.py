@@ -29,7 +29,7 @@ Sources:
     ``flashinfer_trtllm``: it is priced with that runner's curve (``CURVE_OF``).
 
 Public API:
-    MOE_RUNNERS, CURVE_OF, moe_runner_error
+    MOE_RUNNERS, CURVE_OF, CUDA_ONLY, EXPERT_FORMATS, moe_runner_error, runner_curve_error
 """
 
 from __future__ import annotations
@@ -49,6 +49,48 @@ MOE_RUNNERS: dict[str, dict[str, tuple[str, ...] | None]] = {
 #: A runner priced with another runner's measured curve (the same kernels): name -> key of
 #: ``efficiency.fused_moe_runners``.
 CURVE_OF: dict[str, str] = {"TRTLLM": "flashinfer_trtllm"}
+
+#: Runners whose kernels exist for NVIDIA GPUs only -> what they are (a ROCm GPU is refused).
+#: FlashInfer's TRT-LLM-gen MoE kernels: vLLM's experts that run them support "only
+#: Blackwell-family GPUs" (_supports_current_device: is_cuda() and device capability family
+#: 100, vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py at 296ce48d);
+#: TensorRT-LLM builds for NVIDIA GPUs only (its presets' ``platforms``). capsim
+#: has no compute capability per GPU profile, so a Hopper GPU is warned (no measured
+#: curve) rather than refused.
+CUDA_ONLY: dict[str, str] = {
+    "flashinfer_trtllm": "FlashInfer's TRT-LLM-gen MoE kernels",
+    "flashinfer_mxfp4": "FlashInfer's TRT-LLM-gen MXFP4 MoE kernels",
+    "TRTLLM": "TensorRT-LLM's TRT-LLM-gen MoE kernels",
+}
+
+#: The formats routed experts may be stored in: the keys of
+#: capsim/profiles/data/quantization/formats.yaml (tests/profiles/test_moe_runners.py holds
+#: them equal), spelled out here because the GPU profile, which checks its runner curves
+#: against them, sits below the quantization module.
+EXPERT_FORMATS = ("bf16", "fp8", "fp8_channel", "fp8_block", "int8", "awq", "gptq", "nvfp4",
+                  "mxfp4")
+
+
+def runner_curve_error(runner: str, expert_format: str | None) -> str | None:
+    """Why a GPU profile's ``efficiency.fused_moe_runners[runner][expert_format]`` curve
+    would never be read (None: some engine's runner of that name runs experts of that
+    format; ``expert_format`` None: the runner alone is checked), as one line ending in
+    what would be valid. ``auto`` and ``marlin`` price with
+    the generic entries and a runner in :data:`CURVE_OF` with its twin's curve, so neither
+    names a curve."""
+    measured: dict[str, set[str]] = {}
+    for runners in MOE_RUNNERS.values():
+        for name, formats in runners.items():
+            if name not in ("auto", "marlin") and name not in CURVE_OF:
+                measured.setdefault(name, set()).update(formats or EXPERT_FORMATS)
+    if runner not in measured:
+        return (f"no engine's MoE runner named {runner!r} reads a curve here "
+                f"(valid: {', '.join(sorted(measured))})")
+    if expert_format is not None and expert_format not in measured[runner]:
+        valid = [f for f in EXPERT_FORMATS if f in measured[runner]]
+        return (f"{runner} runs no experts of format {expert_format!r} "
+                f"(valid: {', '.join(valid)})")
+    return None
 
 
 def moe_runner_error(engine: str, moe_backend: str, expert_format: str | None) -> str | None:

@@ -24,7 +24,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.moe_runners import moe_runner_error
+from capsim.profiles.moe_runners import CUDA_ONLY, MOE_RUNNERS, moe_runner_error
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
@@ -55,6 +55,12 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     at = f"{where}.engine" if where and "preset" in override else "engine"
     preset = named(lambda n: load_engine_preset_at(n, path), name, path, f"{at}.preset")
     check_preset_knobs(preset, name, path, f"{at}.preset")
+    if hw.platform not in preset.platforms:
+        raise ScenarioError(f"engine preset '{preset.name}' ({preset.display_name}) runs on "
+                            f"{' / '.join(preset.platforms)} GPUs only; hardware '{hw.name}' "
+                            f"is a {hw.platform} GPU (valid: a {' / '.join(preset.platforms)} "
+                            f"GPU, or another engine preset)", file=str(path),
+                            path=f"{at}.preset")
     knobs = {k: v for k, v in user.items() if k != "preset"}
     defaults = preset.defaults_for(hw.name, hw.memory_total_bytes / GIB, knobs)
     scheduler_knobs = {k: v for k, v in preset.scheduler.knobs.items()
@@ -199,7 +205,8 @@ def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: Hardware
 def _check_runner_format(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
                          hw: HardwareProfile, path: Path, where: str,
                          override: dict[str, Any]) -> None:
-    """A named MoE runner must run the model's expert format; one the GPU profile has not
+    """A named MoE runner must run the model's expert format, and a CUDA-only one an NVIDIA
+    GPU (:data:`~capsim.profiles.moe_runners.CUDA_ONLY`); one the GPU profile has not
     measured for that format is priced with the generic fused-MoE entries (warned)."""
     if engine.moe_backend in ("auto", "marlin") or not model.is_moe:
         return
@@ -209,6 +216,13 @@ def _check_runner_format(engine: EngineConfig, preset: EnginePreset, model: Mode
         else "engine.moe_backend"
     if why:
         raise ScenarioError(why, file=str(path), path=at)
+    if engine.moe_backend in CUDA_ONLY and hw.platform != "cuda":
+        valid = [r for r in MOE_RUNNERS[preset.engine] if r not in CUDA_ONLY and r != "marlin"]
+        raise ScenarioError(
+            f"moe_backend {engine.moe_backend} runs {CUDA_ONLY[engine.moe_backend]}, built for "
+            f"NVIDIA GPUs (CUDA) only; hardware '{hw.name}' runs {hw.platform} "
+            f"(valid: {', '.join(valid)})",
+            file=str(path), path=at)
     if hw.efficiency.runner_curve(engine.moe_backend, experts) is None:
         log.warning("%s: %s: hardware '%s' has no measured %s curve for %s experts "
                     "(efficiency.fused_moe_runners); they are priced as under auto",

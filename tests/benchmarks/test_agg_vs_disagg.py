@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from capsim.scenario.load import load
 
@@ -161,3 +162,43 @@ def test_last_line(bench, monkeypatch, capsys):
     assert target == "issue 33's target (the same winner, the ratio within 15 %): missed"
     assert last == ("agg-vs-disagg (Dynamo docs/architecture.md, 1 node, 8 x H100): published "
                     "1.30x, capsim 1.96x, error +50.5 %, winner disagg (same)")
+
+
+@pytest.mark.parametrize("args, first_line", [
+    (["--scenario", "{T}/none.yaml"],
+     "error: {T}/none.yaml: cannot read scenario: No such file or directory"),
+    (["--scenario", "{T}/spec.yaml"],
+     "error: {T}/spec.yaml: variants: each arm needs variants named agg_c<C> and disagg_c<C> "
+     "(C the closed-loop users), got v1, v2"),
+    (["--scenario", "{T}/agg-only.yaml"],
+     "error: {T}/agg-only.yaml: variants: each arm needs variants named agg_c<C> and "
+     "disagg_c<C> (C the closed-loop users), got agg_c1, agg_c2"),
+    (["--csv", "{T}/no/dir/points.csv"],
+     "error: {T}/no/dir/points.csv: --csv: no folder {T}/no/dir to write it in"),
+])
+def test_bad_arguments_are_one_line_before_anything_runs(bench, args, first_line, tmp_path,
+                                                         monkeypatch, capsys):
+    monkeypatch.setattr(bench, "_simulate", lambda job: pytest.fail("simulated"))
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": {"max_model_len": 4096},
+            "workload": {"num_requests": 10, "arrival": {"process": "concurrency", "users": 1},
+                         "classes": [{"name": "c", "weight": 1,
+                                      "prompt_tokens": {"dist": "fixed", "value": 100},
+                                      "output_tokens": {"dist": "fixed", "value": 10}}]}}
+    for name, variants in (("spec", ["v1", "v2"]), ("agg-only", ["agg_c1", "agg_c2"])):
+        doc = {"name": name, **base, "variants": [{"name": v} for v in variants]}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([a.replace("{T}", str(tmp_path)) for a in args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err == first_line.replace("{T}", str(tmp_path)) + "\n"
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_jobs_below_one_are_refused(bench, jobs, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--jobs", jobs])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f": error: argument --jobs: must be >= 1, got {jobs}")

@@ -550,3 +550,15 @@ def test_folded_names_break_after_separators_not_inside_words():
     assert max(len(line) for line in text.splitlines()) <= 80
     for word in ("configuration", "chunked-512", "chunked-2048", "h100-sxm", "a100-80gb"):
         assert word in text, word
+
+
+def test_step_time_range_shows_the_stall_threshold_its_legend_names():
+    """The step-time panel's legend names the stall threshold; with steps of tens of ms and a
+    threshold far above them the line fell off the axis (seen with a 200 ms threshold and a
+    ~60 ms top). The shared range now reaches it, with the same 1.5x margin."""
+    r = make_result("a", stall_s=0.06)
+    lo, hi = timeline.step_time_range_ms([r])
+    assert hi < 1000.0
+    lo_t, hi_t = timeline.step_time_range_ms([r], stall_threshold_ms=1000.0)
+    assert (lo_t, hi_t) == (lo, 1000.0 * 1.5)
+    assert timeline.step_time_range_ms([r], stall_threshold_ms=0.001)[0] == 0.001 / 1.5

@@ -188,7 +188,7 @@ def _timelines(d: Path, results: list[RunResult], colours: dict[str, str],
     """One timeline figure per variant, their step-time panels on one scale."""
     slugs = unique_slugs(r.variant for r in results)
     timelines = []
-    step_ms_range = timeline.step_time_range_ms(results)
+    step_ms_range = timeline.step_time_range_ms(results, slo.stall_threshold_ms)
     for r in results:
         name = f"timeline_{slugs[r.variant]}.png"
         timeline.plot_timeline(r, colours[r.variant], d / name, step_ms_range=step_ms_range,

@@ -151,9 +151,12 @@ def _lines(ax, t_s: np.ndarray, data: np.ndarray, tls: list[ReplicaTimeline], co
         ax.plot(t_s, data[i], color=c, lw=1.5, ls=_LINESTYLES[i % len(_LINESTYLES)], label=label)
 
 
-def step_time_range_ms(results: list[RunResult]) -> tuple[float, float]:
+def step_time_range_ms(results: list[RunResult],
+                       stall_threshold_ms: float | None = None) -> tuple[float, float]:
     """(low, high) ms of the step-time panel shared by every variant's timeline: their
-    shortest mean step to their longest step, so two variants' panels compare at a glance."""
+    shortest mean step to their longest step, so two variants' panels compare at a glance;
+    widened to show ``stall_threshold_ms`` (its line is in the legend: off the axis, a
+    reader could not tell how far below it the steps stay)."""
     lo, hi = math.inf, 0.0
     for r in results:
         if not r.timelines:
@@ -165,7 +168,10 @@ def step_time_range_ms(results: list[RunResult]) -> tuple[float, float]:
         hi = max(hi, float(longest.max(initial=0.0)), float(mean.max(initial=0.0)))
     if hi <= 0:
         return 0.1, 1000.0
-    return (min(lo, hi) if lo < math.inf else hi / 10) / 1.5, hi * 1.5
+    lo = min(lo, hi) if lo < math.inf else hi / 10
+    if stall_threshold_ms is not None and stall_threshold_ms > 0:
+        lo, hi = min(lo, stall_threshold_ms), max(hi, stall_threshold_ms)
+    return lo / 1.5, hi * 1.5
 
 
 def plot_timeline(result: RunResult, colour: str, path: Path, *,
@@ -203,7 +209,8 @@ def plot_timeline(result: RunResult, colour: str, path: Path, *,
         # A bin's value is drawn from its start and held for its width ("steps-post").
         _draw_tokens(ax_tok, tls, width, n, t_s, split, per)
         _draw_step_times(ax_step, tls, width, n, t_s, colour, split, per,
-                         step_ms_range or step_time_range_ms([result]), stall_threshold_ms)
+                         step_ms_range or step_time_range_ms([result], stall_threshold_ms),
+                         stall_threshold_ms)
         _draw_kv(ax_kv, result, tls, width, n, t_s, colour, per)
         _draw_queue(ax_q, tls, width, n, t_s, colour, per)
         if split:

@@ -215,8 +215,8 @@ def test_a_host_cost_per_extra_worker_fits_v0_rows_and_would_break_v1_tp8(repo_r
         base = errors()
         init_host = StepPricer._init_host
 
-        def host(self, h):
-            init_host(self, h)
+        def host(self, h, *rest):
+            init_host(self, h, *rest)
             if self.tensor_parallel_size > 1 and (self.engine or "").startswith("vllm"):
                 self.host.step_s += HOST_PER_EXTRA_WORKER_S * (self.tensor_parallel_size - 1)
                 self.host.active = True

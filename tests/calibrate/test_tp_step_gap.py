@@ -107,8 +107,8 @@ def _patch(mp: pytest.MonkeyPatch, form: str, value: float) -> None:
     if form == "host":
         init_host = StepPricer._init_host
 
-        def host(self, h):
-            init_host(self, h)
+        def host(self, h, *rest):
+            init_host(self, h, *rest)
             if self.tensor_parallel_size > 1:
                 self.host.step_s += value
                 self.host.active = True

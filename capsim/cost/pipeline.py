@@ -141,7 +141,8 @@ class PipelinePricer:
         quiet = hw.model_copy(update={"step_overhead_s": 0.0})
         stages, start = [], 0
         # Each stage launches its own layers' operators: the eager-prefill floor per stage.
-        eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s) \
+        eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s,
+                             eager_all_reduce_ops=host.eager_all_reduce_ops) \
             if host is not None and host.eager_prefill_op_s else None
         for i, layers in enumerate(self.partition):
             last = i == pp - 1

@@ -275,6 +275,14 @@ class HostOverhead(StrictModel):
     its kernels. The GPU part of such a step is at least ``eager_prefill_op_s ×`` the model's
     operators per forward (:attr:`capsim.cost.operator_terms.OperatorTerms.eager_operators`);
     0: the engine's prefill runs in graphs, or the launches always hide behind the kernels.
+    ``eager_all_reduce_ops``: at tensor parallelism the floor also counts the collectives the
+    eager forward launches (:attr:`~capsim.cost.operator_terms.OperatorTerms.eager_all_reduces`:
+    two all-reduces per layer, the embedding's all-reduce and the logits' gather), each one more
+    Python dispatch and launch on every worker (vLLM V0: ``RowParallelLinear.forward``,
+    ``VocabParallelEmbedding.forward`` and ``LogitsProcessor._get_logits`` call the TP group's
+    collectives, and outside graph capture the custom all-reduce copies its input into the
+    registered buffer first, ``CustomAllreduce.all_reduce_unreg``). False where the per-operator
+    figure was derived with them inside it (SGLang 0.5's, from a tensor-parallel forward).
 
     ``per_extra_tp_worker_s``: host seconds per step for each tensor-parallel worker beyond
     the first (:meth:`for_tensor_parallel` adds ``× (TP − 1)`` to ``per_step_s``). vLLM V0's
@@ -311,6 +319,7 @@ class HostOverhead(StrictModel):
     per_prefill_step_s: float = Field(0.0, ge=0)
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
+    eager_all_reduce_ops: Bool = False
     overlap: Literal["serial", "async"] = "serial"
     residual_s: float = Field(0.0, ge=0)
     request_before_s: float = Field(0.0, ge=0)

@@ -299,6 +299,12 @@ class StepPricer:
                                        (t.win_frac, t.win_tokens), self._overhead_s,
                                        self.host).costs
 
+    @property
+    def eager_floor_s(self) -> float:
+        """Seconds of the host launches of one eagerly run prefill forward (the floor of a
+        step with prompt tokens; 0 where the preset has none)."""
+        return self._eager_s
+
     # -- pricing ----------------------------------------------------------------
 
     def price(self, step: PricedStep, logits_seqs: int, width: int = 1) -> StepCost:

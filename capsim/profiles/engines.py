@@ -300,7 +300,9 @@ class HostOverhead(StrictModel):
     (vllm/worker/model_runner.py ``execute_model``: ``async_callback()`` after
     ``compute_logits``, before ``sample``). So every chunk reaches its client one step's host
     work (``per_step_s`` with the TP term) after the step that computed it ends
-    (:attr:`capsim.scenario.run_config.Pool.output_delay_s`); vLLM 0.5 processed each step's
+    (:attr:`capsim.scenario.run_config.Pool.output_delay_s`), a first token the next step's
+    own host work, its sequences' ``per_seq_s`` and, if it prefills, its eager launches
+    included (:class:`capsim.engine.first_token.FirstTokenDelay`); vLLM 0.5 processed each step's
     outputs before scheduling the next, so they leave with the step (its ``per_seq_s`` is in
     series).
 

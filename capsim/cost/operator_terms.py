@@ -67,7 +67,7 @@ class OperatorTerms:
                  "lm_ginv", "ainv", "attn_p", "attn_d", "mem_only_t", "gemm_launch_one",
                  "gemm_launch_s", "lm_launch_s", "ew_launch_s", "expert_launch_s",
                  "flops_per_token", "bytes_fixed", "bytes_per_token", "layers",
-                 "eager_operators", "_memo")
+                 "eager_operators", "eager_all_reduces", "_memo")
 
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
@@ -94,6 +94,12 @@ class OperatorTerms:
         # layer, the routed experts on each MoE layer. DeepSeek-V3: 546.
         self.eager_operators = (sum(op.count for op in self.matmuls) + 2 * self.layers
                                 + (work.layers if work is not None else 0))
+        # The tensor-parallel collectives such a forward also launches one by one (counted
+        # where the preset says so: HostOverhead.eager_all_reduce_ops): each layer's two
+        # all-reduces (attention output, MLP / MoE output), the embedding's all-reduce and
+        # the logits' gather.
+        self.eager_all_reduces = (2 * self.layers + int(embedding) + int(lm_head)) \
+            if tp > 1 else 0
         self.flops_per_token = sum(op.flops_per_row for op in self.matmuls)
         self.bytes_fixed = sum(op.weight_bytes for op in self.matmuls)
         self.bytes_per_token = (sum(op.act_bytes_per_row for op in self.matmuls)

@@ -141,7 +141,8 @@ class PipelinePricer:
         quiet = hw.model_copy(update={"step_overhead_s": 0.0})
         stages, start = [], 0
         # Each stage launches its own layers' operators: the eager-prefill floor per stage.
-        eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s) \
+        eager = HostOverhead(eager_prefill_op_s=host.eager_prefill_op_s,
+                             eager_all_reduce_ops=host.eager_all_reduce_ops) \
             if host is not None and host.eager_prefill_op_s else None
         # SGLang turns its piecewise prefill graph off with PP (server_args.py
         # _handle_piecewise_cuda_graph, 0.5.10-0.5.12 wheels): every stage prefills eagerly.

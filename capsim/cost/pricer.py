@@ -195,8 +195,8 @@ class StepPricer:
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
-        "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_s", "_dequant",
-        "_graph_tokens",
+        "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_ar", "_eager_s",
+        "_dequant", "_graph_tokens",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -255,6 +255,7 @@ class StepPricer:
         prefill step replays the engine's piecewise graph, free of the eager floor (0: none)."""
         self.host = HostTime(host)
         self._eager_op_s = host.eager_prefill_op_s if host is not None else 0.0
+        self._eager_ar = host is not None and host.eager_all_reduce_ops
         self._graph_tokens = 0.0 if graph is None else graph.max_tokens(
             self.model, self.hw.name, self.hw.platform, self.layout.experts.name,
             self.dp_attention)
@@ -304,10 +305,17 @@ class StepPricer:
         self._overhead_s = self.rates.step_overhead_s
         self._host_on, self._host_apply = self.host.active, self.host.apply
         # An eagerly run prefill forward lasts at least its operators' host launches.
-        self._eager_s = self._eager_op_s * t.eager_operators
+        self._eager_s = self._eager_op_s * (t.eager_operators
+                                            + (t.eager_all_reduces if self._eager_ar else 0))
         self.decode_costs = DecodeRuns(t.base, c, self._lm_on, t.attn_d,
                                        (t.win_frac, t.win_tokens), self._overhead_s,
                                        self.host).costs
+
+    @property
+    def eager_floor_s(self) -> float:
+        """Seconds of the host launches of one eagerly run prefill forward (the floor of a
+        step with prompt tokens; 0 where the preset has none)."""
+        return self._eager_s
 
     # -- pricing ----------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from capsim.cost.pricer import StepPricer
 from capsim.cost.speculative import SpecPricer
 from capsim.engine.account import ReplicaAccount
 from capsim.engine.clock import Environment
+from capsim.engine.first_token import FirstTokenDelay
 from capsim.engine.held import HeldRequests
 from capsim.engine.macro.plan import MIN_RUN_STEPS, RunPlan
 from capsim.engine.macro.runner import DecodeRunner
@@ -106,6 +107,8 @@ class Replica:
         # vLLM V0's asynchronous output processing: tokens reach the client this long after
         # their step (Pool.output_delay_s; 0 for every other engine)
         self._output_delay_s = pool.output_delay_s
+        # ... and a first token waits for the next step's host work and eager launches
+        self._first_token = FirstTokenDelay.of(pool, pricer)
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._inflight = 0              # requests submitted here and not reported finished
@@ -283,7 +286,9 @@ class Replica:
         used, account = self.alloc.num_used_blocks, self.account
         if used > account.peak_kv_used_blocks:
             account.note_kv_peak(used, step)
-        hooks = self.hooks
+        hooks, first = self.hooks, self._first_token
+        if first is not None and first.fresh:
+            first.settle(step.decode_seqs, 0)
         first_end_s, self._step_s = yield from self.runner.advance(plan, hooks is not None)
         if hooks is not None:
             hooks.ran(first_end_s)
@@ -292,6 +297,9 @@ class Replica:
         """Price ``step`` (noting a new KV peak) and return the timeout it takes."""
         logits = step.logits_seqs          # before complete() moves the prefills on
         cost = self.pricer.price(step, logits)
+        first = self._first_token
+        if first is not None and first.fresh:
+            first.settle(step.decode_seqs + len(step.prefills), step.prefill_tokens)
         used, account = self.alloc.num_used_blocks, self.account
         if used > account.peak_kv_used_blocks:
             account.note_kv_peak(used, step)
@@ -305,6 +313,8 @@ class Replica:
         cost, used, logits, seconds = self._in_step
         sched, now = self.scheduler, self.env.now
         sched.complete(step, now)
+        if self._first_token is not None and step.prefills:
+            self._first_token.note(step.prefills, now)
         self.account.account_one(step, now, seconds, cost.compute_bound, logits, used,
                                  len(sched.waiting) + len(self._late))
         if self.hooks is not None:
@@ -349,8 +359,8 @@ class Replica:
     def _report_finished(self) -> None:
         """Hand each finished request to ``on_finish``, its first and last token moved to
         when its client receives them (:attr:`~capsim.scenario.run_config.Pool.output_delay_s`
-        later: every chunk alike,
-        so its gaps stay as recorded)."""
+        later; a first token also its wait beyond that for the next step's host work,
+        settled by :class:`~capsim.engine.first_token.FirstTokenDelay` when that step began)."""
         sched = self.scheduler
         if sched.finished:
             self._inflight -= len(sched.finished)

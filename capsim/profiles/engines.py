@@ -290,6 +290,14 @@ class HostOverhead(StrictModel):
     its kernels. The GPU part of such a step is at least ``eager_prefill_op_s ×`` the model's
     operators per forward (:attr:`capsim.cost.operator_terms.OperatorTerms.eager_operators`);
     0: the engine's prefill runs in graphs, or the launches always hide behind the kernels.
+    ``eager_all_reduce_ops``: at tensor parallelism the floor also counts the collectives the
+    eager forward launches (:attr:`~capsim.cost.operator_terms.OperatorTerms.eager_all_reduces`:
+    two all-reduces per layer, the embedding's all-reduce and the logits' gather), each one more
+    Python dispatch and launch on every worker (vLLM V0: ``RowParallelLinear.forward``,
+    ``VocabParallelEmbedding.forward`` and ``LogitsProcessor._get_logits`` call the TP group's
+    collectives, and outside graph capture the custom all-reduce copies its input into the
+    registered buffer first, ``CustomAllreduce.all_reduce_unreg``). False where the per-operator
+    figure was derived with them inside it (SGLang 0.5's, from a tensor-parallel forward).
 
     ``draft_*`` (speculative decoding, an engine whose drafting runs in series after the
     sampled tokens reach the host): ``draft_cuda_graph`` says what a draft pass's forward runs
@@ -320,7 +328,9 @@ class HostOverhead(StrictModel):
     (vllm/worker/model_runner.py ``execute_model``: ``async_callback()`` after
     ``compute_logits``, before ``sample``). So every chunk reaches its client one step's host
     work (``per_step_s`` with the TP term) after the step that computed it ends
-    (:attr:`capsim.scenario.run_config.Pool.output_delay_s`); vLLM 0.5 processed each step's
+    (:attr:`capsim.scenario.run_config.Pool.output_delay_s`), a first token the next step's
+    own host work, its sequences' ``per_seq_s`` and, if it prefills, its eager launches
+    included (:class:`capsim.engine.first_token.FirstTokenDelay`); vLLM 0.5 processed each step's
     outputs before scheduling the next, so they leave with the step (its ``per_seq_s`` is in
     series).
 
@@ -339,6 +349,7 @@ class HostOverhead(StrictModel):
     per_prefill_step_s: float = Field(0.0, ge=0)
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
+    eager_all_reduce_ops: Bool = False
     draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
     draft_launch_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
     draft_step_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)

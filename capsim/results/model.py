@@ -91,7 +91,8 @@ class RequestRecords(ColumnModel, _Result):
     first_scheduled_s: FloatColumn     # first step that computed any of its tokens
     first_token_s: FloatColumn         # client receives output token 1: end of the step that
     #                                    emitted it (static batching: end of its batch), + the
-    #                                    engine's output delay (Pool.output_delay_s: vLLM 0.6)
+    #                                    engine's output delay (vLLM 0.6: the next step's host
+    #                                    work, engine/first_token.py)
     finish_s: FloatColumn              # client receives its last token (same delay)
     num_preemptions: IntColumn
     max_itl_s: FloatColumn             # largest gap between two of its consecutive tokens

@@ -3,8 +3,10 @@ item 2): from 0.6.0 a step's outputs are streamed during the next step, after th
 host work (asynchronous output processing: vllm/engine/llm_engine.py ``step`` and
 vllm/worker/model_runner.py ``execute_model`` at v0.6.0, 32e7db2), and under multi-step
 scheduling a prefill step is a window of its own that schedules and prepares its input alone
-(vllm/core/scheduler.py ``_schedule_prefills``). Neither term is fitted: both are the
-preset's own ``per_step_s`` (with the TP term)."""
+(vllm/core/scheduler.py ``_schedule_prefills``). A first token leaves once the next step
+reaches the callback: its host work grows with its sequences, and a next step that prefills
+launches its eager forward first (capsim/engine/first_token.py). Nothing is fitted: the terms
+are the preset's own ``per_step_s`` (with the TP term), ``per_seq_s`` and eager floor."""
 
 from __future__ import annotations
 
@@ -76,15 +78,26 @@ def test_shipped_v0_6_presets_process_outputs_asynchronously(preset):
     assert load_engine_preset("vllm-0.5").host_overhead.async_output_proc is False
 
 
-def test_every_token_of_a_request_leaves_one_host_step_later(loaded, trace_of):
-    """The same requests with and without the term: TTFT and E2EL each grow by exactly the
-    delay (1.05 ms at TP 1), the gaps between tokens do not."""
+def test_every_token_of_a_request_leaves_during_the_next_step(loaded, trace_of):
+    """The same requests with and without asynchronous output processing (Llama-3.1-8B, H100,
+    TP 1). E2EL grows by the constant delay (per_step_s, 0.72 ms: the last chunk); TTFT by
+    the host work of the step after the prefill, up to the callback
+    (capsim/engine/first_token.py): request 0's next step is request 1's prefill (one
+    sequence, run eagerly: + its 192 launches x 58.9 us = 11.31 ms), 12.07 ms in all;
+    request 1's is the decode of both (per_step_s + 2 x per_seq_s, 0.80 ms), request 2's the
+    decode of itself alone (0.76 ms). The gaps between tokens do not move; TPOT shrinks by
+    what the first token gained over the last."""
     trace = trace_of([(0.0, 300, 25), (0.004, 800, 40), (0.5, 100, 10)])
     on = _requests(loaded({"preset": "vllm-0.6"}), trace)
     off = _requests(loaded({"preset": "vllm-0.6"}, preset_off=True), trace)
-    assert np.allclose(on["ttft_ms"] - off["ttft_ms"], V06_STEP_S * 1e3, rtol=0, atol=1e-9)
+    op_s, seq_s = _V06.eager_prefill_op_s, _V06.per_seq_s
+    first_s = np.array([V06_STEP_S + seq_s + 192 * op_s, V06_STEP_S + 2 * seq_s,
+                        V06_STEP_S + seq_s])
+    assert first_s * 1e3 == pytest.approx([12.0711, 0.8034, 0.7623], abs=1e-4)
+    assert np.allclose(on["ttft_ms"] - off["ttft_ms"], first_s * 1e3, rtol=0, atol=1e-9)
     assert np.allclose(on["e2el_ms"] - off["e2el_ms"], V06_STEP_S * 1e3, rtol=0, atol=1e-9)
-    assert np.allclose(on["tpot_ms"], off["tpot_ms"], rtol=1e-12)
+    gained_ms = (first_s - V06_STEP_S) * 1e3 / (np.array([25, 40, 10]) - 1)
+    assert np.allclose(off["tpot_ms"] - on["tpot_ms"], gained_ms, rtol=0, atol=1e-9)
     assert np.allclose(on["max_itl_ms"], off["max_itl_ms"], rtol=1e-12)
 
 

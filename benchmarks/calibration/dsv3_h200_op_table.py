@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from capsim.common.yamlio import load_yaml
 from capsim.cost.operators import attn_pairs
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.engines import load_engine_preset
@@ -145,8 +146,7 @@ def load_aic(repo: str, commit: str, backend: str, version: str) -> Aic:
     nccl = pd.read_parquet(io.BytesIO(raw))
     used["nccl_perf"] = "nccl 2.26.2"
     spec = _git_show(repo, commit, "aic-core/src/aiconfigurator_core/systems/h200_sxm.yaml")
-    import yaml
-    gpu = yaml.safe_load(spec)["gpu"]
+    gpu = load_yaml(spec.decode())["gpu"]
     return Aic(t["gemm_perf"], t["moe_perf"], t["context_mla_perf"], t["generation_mla_perf"],
                t["mla_bmm_perf"], t["custom_allreduce_perf"], nccl, float(gpu["mem_bw"]),
                float(gpu.get("mem_bw_empirical_scaling_factor", 1.0)),

@@ -117,6 +117,23 @@ class DecodeSet:
         req.dec_epoch0 = -1
         req.dec_version += 1
 
+    def delay_last_token(self, req: Request, later_s: float) -> bool:
+        """``req`` joined at ``req.last_token_s`` and has not decoded since; its client got
+        that token at ``later_s`` instead (a V0 first token: capsim/engine/first_token.py),
+        so its next gap, as the client measures it, runs from there. ``req`` must be a member
+        of this set or of none. False (nothing done): it is not waiting here for its first
+        decode step."""
+        counts = self._pending.get(req.last_token_s)
+        if req.dec_epoch0 < 0 or counts is None or not counts[req.class_id]:
+            return False
+        counts[req.class_id] -= 1
+        moved = self._pending.get(later_s)
+        if moved is None:
+            moved = self._pending[later_s] = [0] * self.num_classes
+        moved[req.class_id] += 1
+        req.last_token_s = later_s
+        return True
+
     def sync(self) -> None:
         """Materialise every member's counters (for inspection in tests)."""
         for bucket in self.buckets:

@@ -18,7 +18,8 @@ batch): ``eager_prefill_op_s`` per operator, the TP collectives included
 the TP term) stays what every other chunk, the last included, waits; a first token waits
 :meth:`FirstTokenDelay.seconds` instead, settled when the replica starts the step after it.
 A request whose only token is its first is reported before that step and keeps
-``output_delay_s``.
+``output_delay_s``. Its first gap starts when the client got the first token (see
+:meth:`FirstTokenDelay.settle`), so each request's gaps add up to E2EL − TTFT.
 """
 
 from __future__ import annotations
@@ -65,10 +66,24 @@ class FirstTokenDelay:
             if req.first_token_s == now and req.num_generated < req.output_tokens:
                 self.fresh.append(req)
 
-    def settle(self, seqs: int, prefill_tokens: int) -> None:
+    def settle(self, seqs: int, prefill_tokens: int, decoders) -> None:
         """The next step has started: move the kept first tokens to when their client gets
-        them (less ``output_delay_s``, which their finish adds)."""
+        them (less ``output_delay_s``, which their finish adds), and the start of each one's
+        first gap with it (``decoders``: the replica's
+        :class:`~capsim.engine.decode_set.DecodeSet`, None: none).
+
+        ``vllm bench serve`` times ITL between chunk arrivals at the client, so the first gap
+        is shorter by the wait beyond ``output_delay_s`` and a request's gaps add up to its
+        E2EL − TTFT. A request handed to another replica (or preempted) before this step
+        moves only its ``last_token_s``, from which its next gap runs when it joins one."""
         extra_s = self.seconds(seqs, prefill_tokens) - self.base_s
         for req in self.fresh:
-            req.first_token_s += extra_s
+            token_s = req.first_token_s
+            req.first_token_s = later_s = token_s + extra_s
+            if req.last_token_s != token_s or decoders is None:
+                continue                         # emitted since, or gaps kept elsewhere
+            if req.dec_epoch0 < 0:
+                req.last_token_s = later_s
+            else:
+                decoders.delay_last_token(req, later_s)
         self.fresh.clear()

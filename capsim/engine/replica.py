@@ -288,7 +288,7 @@ class Replica:
             account.note_kv_peak(used, step)
         hooks, first = self.hooks, self._first_token
         if first is not None and first.fresh:
-            first.settle(step.decode_seqs, 0)
+            first.settle(step.decode_seqs, 0, getattr(self.scheduler, "decoders", None))
         first_end_s, self._step_s = yield from self.runner.advance(plan, hooks is not None)
         if hooks is not None:
             hooks.ran(first_end_s)
@@ -299,7 +299,8 @@ class Replica:
         cost = self.pricer.price(step, logits)
         first = self._first_token
         if first is not None and first.fresh:
-            first.settle(step.decode_seqs + len(step.prefills), step.prefill_tokens)
+            first.settle(step.decode_seqs + len(step.prefills), step.prefill_tokens,
+                         getattr(self.scheduler, "decoders", None))
         used, account = self.alloc.num_used_blocks, self.account
         if used > account.peak_kv_used_blocks:
             account.note_kv_peak(used, step)

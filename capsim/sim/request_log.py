@@ -3,7 +3,7 @@
 The run keeps no :class:`~capsim.engine.request.Request` after it has finished
 or been rejected: :meth:`RequestLog.record` copies what the result needs
 (times, replica, preemptions, status, the reason of a rejection) and checks
-the request's token invariant there and then. Memory: 49 bytes per request of
+the request's token and gap invariants there and then. Memory: 49 bytes per request of
 the trace, allocated at the start (a closed loop bounded by time grows them as
 it draws rows), plus the reason strings of rejected ones.
 
@@ -78,8 +78,9 @@ class RequestLog:
     def record(self, req: Request) -> None:
         """Write ``req``'s outcome (it has just finished or been rejected) and check it.
 
-        A finished request must have emitted exactly ``output_tokens``; a request
-        must end once, finished or rejected. Violations are kept for
+        A finished request must have emitted exactly ``output_tokens`` and, with more
+        than one, a longest gap between its TPOT and E2EL − TTFT; a request must end
+        once, finished or rejected. Violations are kept for
         :meth:`problems`.
         """
         rid = req.rid
@@ -91,6 +92,8 @@ class RequestLog:
             if req.num_generated != req.output_tokens:
                 self._problems.append(f"request {rid} emitted {req.num_generated} of "
                                       f"{req.output_tokens} tokens")
+            elif req.output_tokens > 1:
+                self._check_gaps(req)
             self.gaps_expected += req.n * (req.output_tokens - 1)
         elif req.state == _REJECTED_STATE:
             code = _REJECTED
@@ -109,6 +112,16 @@ class RequestLog:
         self.replica[rid] = req.replica
         self.num_preemptions[rid] = req.num_preemptions
         self.written += 1
+
+    def _check_gaps(self, req: Request) -> None:
+        """Its gaps (one per streamed chunk, timed at the client) add up to E2EL − TTFT, so
+        the longest lies between their mean over its tokens (TPOT) and their sum."""
+        span_s = req.finish_s - req.first_token_s
+        slack_s = 1e-9 * span_s + 1e-12          # float rounding of the sums of step times
+        tpot_s = span_s / (req.output_tokens - 1)
+        if not tpot_s - slack_s <= req.max_itl_s <= span_s + slack_s:
+            self._problems.append(f"request {req.rid}: longest gap {req.max_itl_s:.9g} s "
+                                  f"outside [TPOT {tpot_s:.9g} s, E2EL − TTFT {span_s:.9g} s]")
 
     def add_lost_gaps(self, gaps: int) -> None:
         """Inter-token gaps streamed by attempts that a replica failure cut short (their

@@ -166,11 +166,11 @@ def reject_reason(req: Request, run: RunConfig) -> str:
 
 
 def _check_invariants(log: RequestLog, cluster: Cluster, itl: ItlRecorder) -> None:
-    """Every request ended once, finished ones with all their tokens (checked as they
-    ended); replicas drained, every KV block free; ITL gaps (plus the tokens that shared
-    a streamed chunk, under speculative decoding or multi-step scheduling) = what finished
-    requests imply; and
-    the cluster's own conservation (a disaggregated split's transfers)."""
+    """Every request ended once, finished ones with all their tokens and their longest
+    gap between TPOT and E2EL − TTFT (checked as they ended); replicas drained, every KV
+    block free; ITL gaps (plus the tokens that shared a streamed chunk, under speculative
+    decoding or multi-step scheduling) = what finished requests imply; and the cluster's
+    own conservation (a disaggregated split's transfers)."""
     problems = log.problems()
     if problems:
         raise InvariantError(problems[0])

@@ -40,21 +40,26 @@ def test_a_lone_reply_streams_a_gap_per_window_of_priced_steps(scenario, trace_o
     """One 512-token prompt, 31 output tokens, windows of 10: token 1 at the prefill, then
     three chunks of 10 tokens. Each gap is the sum of its window's 10 decode steps as the
     pricer prices them (context 513 + j at step j), so the median ITL is the middle window,
-    ~10 decode steps, while TPOT is the mean step: (E2EL − TTFT) / 30, less the first
-    token's wait for the next window's host work beyond the last token's (per_seq_s of its one
-    sequence: capsim/engine/first_token.py)."""
+    ~10 decode steps, while TPOT is the mean step: (E2EL − TTFT) / 30. The first token
+    waits for the next window's host work, per_seq_s of its one sequence longer than the last
+    chunk (capsim/engine/first_token.py), so the client's first gap is that much shorter than
+    its window and the gaps add up to E2EL − TTFT exactly."""
     loaded = load(scenario({**V06, "num_scheduler_steps": 10}))
     run = loaded.runs[0]
     result = simulate(run, trace_of([(0.0, 512, 31)]))
     pricer = run.pool().pricer(run.model)
     step_s = [pricer.cost(decode_seqs=1, decode_ctx_tokens=513 + j).seconds for j in range(30)]
     windows_s = [sum(step_s[w * 10:(w + 1) * 10]) for w in range(3)]
-    assert np.asarray(result.itl.gap_s) == pytest.approx(windows_s, rel=1e-12)
+    seq_s = run.pool().preset.host_overhead.per_seq_s
+    assert seq_s == pytest.approx(41.1e-6, rel=1e-12)       # the vllm-0.6 preset's
+    gaps_s = [windows_s[0] - seq_s, *windows_s[1:]]
+    assert np.asarray(result.itl.gap_s) == pytest.approx(gaps_s, rel=1e-12)
     assert np.asarray(result.itl.count).tolist() == [1, 1, 1]
+    req = result.requests
+    assert sum(gaps_s) == pytest.approx(req.finish_s[0] - req.first_token_s[0], rel=1e-12)
     row = summarize(result, loaded.spec.slo)[0]
     assert row.itl_p50_ms == pytest.approx(windows_s[1] * 1e3, rel=1e-12)
-    assert row.itl_max_ms == pytest.approx(max(windows_s) * 1e3, rel=1e-12)
-    seq_s = run.pool().preset.host_overhead.per_seq_s
+    assert row.itl_max_ms == pytest.approx(max(gaps_s) * 1e3, rel=1e-12)
     assert row.tpot_p50_ms == pytest.approx((sum(step_s) - seq_s) / 30 * 1e3, rel=1e-9)
     assert row.itl_p50_ms == pytest.approx(10 * row.tpot_p50_ms, rel=0.01)
 
@@ -66,16 +71,18 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, steps, monkeypatch):
     largest gap, and with windows of 10 the median gap is a window (several decode steps:
     above 5 × TPOT) where one step streams a token per gap (ITL ≈ TPOT). A first token
     waits for the next step's host work (capsim/engine/first_token.py), at least its own
-    sequence's per_seq_s longer than the last chunk's constant delay: the recorded gaps are
-    the engine's, so they add up to E2EL − TTFT plus those waits, which leave the engine's
-    steps and E2EL as they were."""
+    sequence's per_seq_s longer than the last chunk's constant delay; the engine's steps and
+    E2EL are as without that wait, and its first gap, timed at the client as ``vllm bench
+    serve`` does, is shorter by it: the recorded gaps add up to those without the wait less
+    Σ waits, and to Σ (E2EL − TTFT) exactly."""
     loaded = load(scenario({**V06, "num_scheduler_steps": steps}))
     trace = build(loaded.spec.workload, loaded.spec.seed, loaded.base_dir)
     result = simulate(loaded.runs[0], trace)
     df = request_frame(result)
     with monkeypatch.context() as mp:
         mp.setattr(FirstTokenDelay, "of", classmethod(lambda cls, pool, pricer: None))
-        flat = request_frame(simulate(loaded.runs[0], trace))
+        flat_result = simulate(loaded.runs[0], trace)
+        flat = request_frame(flat_result)
     waited_ms = df["ttft_ms"] - flat["ttft_ms"]
     assert (df["e2el_ms"] == flat["e2el_ms"]).all()
     seq_ms = loaded.runs[0].pool().preset.host_overhead.per_seq_s * 1e3
@@ -85,8 +92,14 @@ def test_ttft_tpot_itl_e2el_agree_per_request(scenario, steps, monkeypatch):
     assert (done["tpot_ms"] <= done["max_itl_ms"] + 1e-9).all()
     gaps_ms = np.asarray(result.itl.gap_s) * 1e3
     counts = np.asarray(result.itl.count, np.int64)
-    assert (done["e2el_ms"] - done["ttft_ms"] + waited_ms[done.index]).sum() == pytest.approx(
-        float((gaps_ms * counts).sum()), rel=1e-9)
+    assert (done["e2el_ms"] - done["ttft_ms"]).sum() == pytest.approx(
+        float((gaps_ms * counts).sum()), rel=1e-12)
+    flat_gaps_ms = np.asarray(flat_result.itl.gap_s) * 1e3
+    flat_counts = np.asarray(flat_result.itl.count, np.int64)
+    assert counts.sum() == flat_counts.sum()
+    assert float((flat_gaps_ms * flat_counts).sum()) - waited_ms[done.index].sum() == \
+        pytest.approx(float((gaps_ms * counts).sum()), rel=1e-12)
+    assert (df["max_itl_ms"] <= flat["max_itl_ms"] + 1e-9).all()
     row = summarize(result, loaded.spec.slo)[0]
     if steps == 1:
         assert counts.sum() == (done["output_tokens"] - 1).sum()

@@ -72,11 +72,12 @@ def test_log_writes_each_outcome_by_rid_and_builds_the_records():
     trace = conversation_trace()
     log = RequestLog(len(trace))
     log.record(ended(3, FINISHED, 8, 8, replica=1, first_scheduled_s=4.1, first_token_s=4.2,
-                     finish_s=4.9, num_preemptions=2, max_itl_s=0.05))
+                     finish_s=4.9, num_preemptions=2, max_itl_s=0.15))
     log.record(ended(1, REJECTED, 16, 0, n=2, reject_reason="too long"))
     for rid in (0, 2, 4):
         log.record(ended(rid, FINISHED, int(trace.output_tokens[rid]),
-                         int(trace.output_tokens[rid]), replica=0))
+                         int(trace.output_tokens[rid]), replica=0, first_token_s=1.0,
+                         finish_s=2.0, max_itl_s=0.5))
     assert log.problems() == []
     assert log.written == 5
     assert log.gaps_expected == 63 + 31 + 7 + 3    # finished: output − 1 each (n = 1)
@@ -87,7 +88,7 @@ def test_log_writes_each_outcome_by_rid_and_builds_the_records():
     assert rec.reject_reason.tolist() == ["", "too long", "", "", ""]
     assert rec.replica.tolist() == [0, -1, 0, 1, 0]
     assert rec.arrival_s.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert (rec.first_token_s[3], rec.finish_s[3], rec.max_itl_s[3]) == (4.2, 4.9, 0.05)
+    assert (rec.first_token_s[3], rec.finish_s[3], rec.max_itl_s[3]) == (4.2, 4.9, 0.15)
     assert np.isnan(rec.first_token_s[1]) and rec.num_preemptions.tolist() == [0, 0, 0, 2, 0]
     assert rec.prompt_tokens.tolist() == [340, 80, 424, 466, 409]       # the trace's columns
     assert rec.n.tolist() == [1, 2, 1, 1, 1] and rec.class_id.tolist() == [0, 1, 0, 0, 0]
@@ -106,5 +107,29 @@ def test_log_reports_lost_tokens_double_ends_and_requests_that_never_ended():
 
 def test_parallel_samples_count_their_gaps():
     log = RequestLog(1)
-    log.record(ended(0, FINISHED, 50, 50, n=4))
+    log.record(ended(0, FINISHED, 50, 50, n=4, first_token_s=1.0, finish_s=2.0, max_itl_s=0.1))
     assert log.gaps_expected == 4 * 49
+
+
+def test_a_longest_gap_outside_tpot_and_e2el_minus_ttft_is_reported():
+    """A request's gaps, timed at the client, add up to E2EL − TTFT (first token at 1 s, last
+    at 2 s, 11 tokens: TPOT 0.1 s), so its longest is in [0.1, 1] s. 1.2 s is what a V0
+    first gap timed from the engine's step instead of the client would give a 2-token reply
+    whose first token waited 0.2 s (capsim/engine/first_token.py); 0.05 s: below its TPOT;
+    a finished reply with no recorded gap is reported too."""
+    log = RequestLog(5)
+    log.record(ended(0, FINISHED, 11, 11, first_token_s=1.0, finish_s=2.0, max_itl_s=0.1))
+    log.record(ended(1, FINISHED, 2, 2, first_token_s=1.0, finish_s=2.0, max_itl_s=1.0))
+    log.record(ended(2, FINISHED, 2, 2, first_token_s=1.0, finish_s=2.0, max_itl_s=1.2))
+    log.record(ended(3, FINISHED, 11, 11, first_token_s=1.0, finish_s=2.0, max_itl_s=0.05))
+    log.record(ended(4, FINISHED, 11, 11, first_token_s=1.0, finish_s=2.0))
+    assert log.problems() == [
+        "request 2: longest gap 1.2 s outside [TPOT 1 s, E2EL − TTFT 1 s]",
+        "request 3: longest gap 0.05 s outside [TPOT 0.1 s, E2EL − TTFT 1 s]",
+        "request 4: longest gap nan s outside [TPOT 0.1 s, E2EL − TTFT 1 s]"]
+
+
+def test_a_one_token_reply_has_no_gap_to_check():
+    log = RequestLog(1)
+    log.record(ended(0, FINISHED, 1, 1, first_token_s=1.0, finish_s=1.0))
+    assert log.problems() == []

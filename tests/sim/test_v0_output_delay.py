@@ -85,11 +85,18 @@ def test_every_token_of_a_request_leaves_during_the_next_step(loaded, trace_of):
     (capsim/engine/first_token.py): request 0's next step is request 1's prefill (one
     sequence, run eagerly: + its 192 launches x 58.9 us = 11.31 ms), 12.07 ms in all;
     request 1's is the decode of both (per_step_s + 2 x per_seq_s, 0.80 ms), request 2's the
-    decode of itself alone (0.76 ms). The gaps between tokens do not move; TPOT shrinks by
-    what the first token gained over the last."""
+    decode of itself alone (0.76 ms). TPOT shrinks by what the first token gained over the
+    last, and so does its first gap as the client times it (``vllm bench serve``: between
+    chunk arrivals): request 0's, its longest (request 1's prefill inside it), by 11.35 ms;
+    requests 1 and 2 keep their longest gaps (later ones). Each request's gaps add up to its
+    E2EL − TTFT with and without the wait."""
     trace = trace_of([(0.0, 300, 25), (0.004, 800, 40), (0.5, 100, 10)])
-    on = _requests(loaded({"preset": "vllm-0.6"}), trace)
-    off = _requests(loaded({"preset": "vllm-0.6"}, preset_off=True), trace)
+    results = [simulate(ld.runs[0], trace) for ld in (
+        loaded({"preset": "vllm-0.6"}), loaded({"preset": "vllm-0.6"}, preset_off=True))]
+    on, off = (request_frame(r) for r in results)
+    for r, df in zip(results, (on, off)):
+        gaps_ms = np.asarray(r.itl.gap_s) * 1e3 @ np.asarray(r.itl.count, np.float64)
+        assert gaps_ms == pytest.approx((df["e2el_ms"] - df["ttft_ms"]).sum(), rel=1e-12)
     op_s, seq_s = _V06.eager_prefill_op_s, _V06.per_seq_s
     first_s = np.array([V06_STEP_S + seq_s + 192 * op_s, V06_STEP_S + 2 * seq_s,
                         V06_STEP_S + seq_s])
@@ -98,7 +105,9 @@ def test_every_token_of_a_request_leaves_during_the_next_step(loaded, trace_of):
     assert np.allclose(on["e2el_ms"] - off["e2el_ms"], V06_STEP_S * 1e3, rtol=0, atol=1e-9)
     gained_ms = (first_s - V06_STEP_S) * 1e3 / (np.array([25, 40, 10]) - 1)
     assert np.allclose(off["tpot_ms"] - on["tpot_ms"], gained_ms, rtol=0, atol=1e-9)
-    assert np.allclose(on["max_itl_ms"], off["max_itl_ms"], rtol=1e-12)
+    assert (first_s[0] - V06_STEP_S) * 1e3 == pytest.approx(11.3499, abs=1e-4)
+    assert np.allclose(off["max_itl_ms"] - on["max_itl_ms"],
+                       [(first_s[0] - V06_STEP_S) * 1e3, 0, 0], rtol=0, atol=1e-9)
 
 
 def test_multi_step_prefill_pays_the_whole_host_step(loaded, trace_of):
@@ -128,3 +137,21 @@ def test_a_closed_loop_user_sends_after_the_reply_reaches_it(loaded):
     rc = ld.runs[0]
     r = simulate(rc, build(rc.workload, rc.seed, ld.base_dir)).requests
     assert np.allclose(r.arrival_s[1:], r.finish_s[:-1] + 0.2, rtol=0, atol=1e-12)
+
+
+def test_a_two_token_reply_gap_is_its_e2el_minus_ttft(loaded, trace_of):
+    """Request 0 (2 tokens) waits for request 1's eager prefill before its first token
+    leaves (per_step_s + per_seq_s + 192 x 58.9 us = 12.07 ms, the constant 0.72 ms of its
+    last token included): its one gap, timed between the two chunks' arrivals, is its
+    E2EL − TTFT, 11.35 ms shorter than the engine's gap between the two steps (the run's
+    per-request gap invariant, sim/request_log.py, would fail otherwise)."""
+    trace = trace_of([(0.0, 300, 2), (0.004, 800, 2)])
+    on = simulate(loaded({"preset": "vllm-0.6"}).runs[0], trace)
+    off = simulate(loaded({"preset": "vllm-0.6"}, preset_off=True).runs[0], trace)
+    r, o = on.requests, off.requests
+    wait_s = _V06.per_seq_s + 192 * _V06.eager_prefill_op_s
+    assert wait_s * 1e3 == pytest.approx(11.3499, abs=1e-4)
+    assert r.max_itl_s[0] == pytest.approx(r.finish_s[0] - r.first_token_s[0], rel=1e-12)
+    assert r.max_itl_s[0] == pytest.approx(o.max_itl_s[0] - wait_s, rel=1e-12)
+    assert sorted(np.asarray(on.itl.gap_s)) == pytest.approx(
+        sorted([r.max_itl_s[0], r.max_itl_s[1]]), rel=1e-12)

@@ -813,19 +813,24 @@ def _files_at(value, files):
     return value
 
 
+def set_dotted(doc, dotted: str, value) -> None:
+    """Set ``doc``'s field at the YAML path ``dotted`` (list items by index, missing mappings
+    made) to a copy of ``value``; ``"DEL"`` deletes the field instead."""
+    parts = dotted.split(".")
+    node = doc
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    last = int(parts[-1]) if isinstance(node, list) else parts[-1]
+    if value == "DEL":
+        del node[last]
+    else:
+        node[last] = copy.deepcopy(value)
+
+
 def _edited(base: str, edits: dict, files) -> dict:
     doc = copy.deepcopy(BASES[base])
     for dotted, value in edits.items():
-        value = _files_at(value, files)
-        parts = dotted.split(".")
-        node = doc
-        for p in parts[:-1]:
-            node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
-        last = int(parts[-1]) if isinstance(node, list) else parts[-1]
-        if value == "DEL":
-            del node[last]
-        else:
-            node[last] = copy.deepcopy(value)
+        set_dotted(doc, dotted, _files_at(value, files))
     return doc
 
 

@@ -17,7 +17,7 @@ import copy
 import pytest
 import yaml
 
-from tests.cli.test_bad_input_late import _check, guarded  # noqa: F401 - a fixture
+from tests.cli.test_bad_input_late import _check, guarded, set_dotted  # noqa: F401 - a fixture
 
 CHAT = {"name": "chat", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 200},
         "output_tokens": {"dist": "fixed", "value": 20}}
@@ -329,25 +329,13 @@ CASES = [
 ]
 
 
-def _set(doc, dotted: str, value) -> None:
-    parts = dotted.split(".")
-    node = doc
-    for p in parts[:-1]:
-        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
-    last = int(parts[-1]) if isinstance(node, list) else parts[-1]
-    if value == "DEL":
-        del node[last]
-    else:
-        node[last] = copy.deepcopy(value)
-
-
 def _file(tmp_path, name: str, source, edits: dict | None) -> None:
     """``name`` in ``tmp_path``: ``source`` (a shipped YAML) with ``edits`` applied."""
     doc = yaml.safe_load(source.read_text())
     edits = dict(edits or {})
     replace, append = edits.pop("REPLACE", None), edits.pop("APPEND", None)
     for dotted, value in edits.items():
-        _set(doc, dotted, value)
+        set_dotted(doc, dotted, value)
     text = replace if replace is not None else yaml.safe_dump(doc, sort_keys=False)
     (tmp_path / name).write_text(text + (append or ""))
 
@@ -363,7 +351,7 @@ def test_a_bad_value_of_the_new_features_is_refused_alike_by_validate_and_run(
     for dotted, value in edits.items():
         if isinstance(value, str) and value.startswith("FILE:"):
             value = value.removeprefix("FILE:")
-        _set(doc, dotted, value)
+        set_dotted(doc, dotted, value)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     files = {"scenario": scenario, "preset": tmp_path / "preset.yaml",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tests.cli.test_bad_input_late import set_dotted
+
 #: (shipped scenario, dotted YAML path, YAML value or DEL to delete it, the error after
 #: "error: FILE: "). A dotted key of ``sweep:`` is given whole (``sweep: {a.b: [..]}``).
 SHIPPED_BAD = [
@@ -511,15 +513,7 @@ CLI_BAD = [
 
 
 def _edited(doc: dict, dotted: str, value: str) -> dict:
-    parts = dotted.split(".")
-    node = doc
-    for p in parts[:-1]:
-        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
-    last = int(parts[-1]) if isinstance(node, list) else parts[-1]
-    if value == "DEL":
-        del node[last]
-    else:
-        node[last] = yaml.safe_load(value)
+    set_dotted(doc, dotted, value if value == "DEL" else yaml.safe_load(value))
     return doc
 
 

@@ -115,7 +115,7 @@ class Coverage:
                    if self.project_case_ids else "")
         fitted = (f", {len(self.fit_case_ids)} fitted to (in-sample)"
                   if self.fit_case_ids else "")
-        line = (f"{self.preset} on {self.hardware}: median |error| over "
+        line = (f"{self.preset} on {self.hardware}: median |error| (n: figures) over "
                 f"{len(self.case_ids)} measured case(s){project}{fitted}: {here}")
         return (line + (f"; not measured here, held-out cases: {elsewhere}" if elsewhere else "")
                 + derived)

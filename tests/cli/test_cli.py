@@ -527,7 +527,7 @@ def test_run_writes_the_report_and_set_overrides(tmp_path, run_cli, write_scenar
     # benchmarks/fidelity/supplementary_cases.yaml) from capsim/profiles/data/trust.yaml.
     from capsim.profiles.trust import coverage
     line = coverage("vllm-v1", "h100-sxm").text()
-    assert ("how far to trust it: vllm-v1 on h100-sxm: median |error| over 11 measured case(s), "
+    assert ("how far to trust it: vllm-v1 on h100-sxm: median |error| (n: figures) over 11 measured case(s), "
             "4 project-collected") in out
     assert line in (out_dir / "index.html").read_text()
 

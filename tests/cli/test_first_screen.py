@@ -22,7 +22,7 @@ SMALL = {
 
 # A trust paragraph as capsim/profiles/trust.py writes it (Coverage.text), with the figure
 # issue 31 saw cut in two ("±6.5" / "% (n 57)").
-TRUST = ("how far to trust it: vllm-v1 on h100-sxm: median |error| over 11 measured "
+TRUST = ("how far to trust it: vllm-v1 on h100-sxm: median |error| (n: figures) over 11 measured "
          "case(s), 4 project-collected: TTFT ±11.2 % (n 4), TPOT/ITL ±5.2 % (n 14), "
          "throughput ±6.5 % (n 57), KV capacity ±0.0 % (n 40); not measured here, all "
          "cases: E2EL ±3.0 %")
@@ -72,7 +72,7 @@ def test_prose_renders_to_the_console_width():
     assert max(len(line) for line in text.splitlines()) <= 70
     assert "throughput ±6.5 % (n 57)," in text
     assert text.splitlines()[0] == ("how far to trust it: vllm-v1 on h100-sxm: median "
-                                    "|error| over 11")
+                                    "|error| (n: figures)")
 
 
 def test_help_lists_every_command_whole(run_cli, monkeypatch):

@@ -58,7 +58,7 @@ def test_a_measured_pair_reads_its_own_cases():
     # Three of them are in-sample (fit_test_split.yaml: the TP 1 and TP 2 start-up logs the
     # NCCL and context terms were fitted to, and the ITL line the FP8 / MXFP4 terms were).
     assert set(cov.fit_case_ids) <= set(cov.case_ids) and len(cov.fit_case_ids) == 3
-    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| over 11 measured case(s), "
+    assert cov.text().startswith("vllm-v1 on h100-sxm: median |error| (n: figures) over 11 measured case(s), "
                                  "4 project-collected, 3 fitted to (in-sample): TTFT ±")
     # The shared set alone: vLLM V0 on the H100 has its benchmark_latency case, a start-up log
     # and the perf-benchmark's 70B TP 4 serving / throughput rows (no TPOT or ITL: the stored

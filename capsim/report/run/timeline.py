@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from capsim.report.plotting import PLAIN, figure, log_axis, pinned_title, save
 from capsim.report.run import disagg
@@ -242,7 +243,7 @@ def _draw_kv(ax, result: RunResult, tls: list[ReplicaTimeline], width: float, n:
     """Panel 3: KV blocks in use, % of num_gpu_blocks (max per bin), per replica."""
     _lines(ax, t_s, _pad(kv_percent(result, tls, width, n)), tls, colour, "KV used")
     ax.set_ylim(0, 105)
-    ax.axhline(100, color="#C0392B", lw=0.8, ls=":")
+    ax.axhline(100, color="#C0392B", lw=0.8, ls=":", label="capacity (num_gpu_blocks)")
     ax.set_ylabel("KV cache used (%)")
     pinned_title(ax, f"KV-cache blocks in use, % of num_gpu_blocks (max per {per} bin)",
                  loc="left")
@@ -269,6 +270,7 @@ def _draw_queue(ax, tls: list[ReplicaTimeline], width: float, n: int, t_s: np.nd
     _lines(ax, t_s, _pad(queue), tls, colour, "waiting")
     ax.set_ylim(0, max(1.0, float(queue.max(initial=0))) * 1.15)
     ax.set_ylabel("waiting requests")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))     # requests: whole numbers
     ax.set_title(f"Waiting queue per replica and running batch (max per {per} bin)",
                  loc="left")
     handles, labels = ax.get_legend_handles_labels()

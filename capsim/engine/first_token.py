@@ -24,6 +24,7 @@ A request whose only token is its first is reported before that step and keeps
 
 from __future__ import annotations
 
+from capsim.cost.host import HostTime
 from capsim.engine.request import Request
 from capsim.scenario.run_config import Pool
 
@@ -37,11 +38,12 @@ class FirstTokenDelay:
         eager_floor_s: seconds of the launches of one eager prefill forward (0: none).
     """
 
-    __slots__ = ("step_s", "seq_s", "eager_s", "base_s", "fresh")
+    __slots__ = ("host", "eager_s", "base_s", "fresh")
 
     def __init__(self, pool: Pool, eager_floor_s: float) -> None:
-        host = pool.host_overhead.for_tensor_parallel(pool.engine.tensor_parallel_size)
-        self.step_s, self.seq_s, self.eager_s = host.per_step_s, host.per_seq_s, eager_floor_s
+        self.host = HostTime(pool.host_overhead.for_tensor_parallel(
+            pool.engine.tensor_parallel_size))
+        self.eager_s = eager_floor_s
         self.base_s = pool.output_delay_s          # already added when the request finishes
         self.fresh: list[Request] = []
 
@@ -55,8 +57,10 @@ class FirstTokenDelay:
 
     def seconds(self, seqs: int, prefill_tokens: int) -> float:
         """Seconds after its step that a first token reaches its client when the next step
-        carries ``seqs`` sequences and ``prefill_tokens`` prompt tokens."""
-        delay_s = self.step_s + self.seq_s * seqs
+        carries ``seqs`` sequences and ``prefill_tokens`` prompt tokens: that step's host
+        work (:meth:`capsim.cost.host.HostTime.seconds`, its prompt terms included) and, for
+        a prefill, its eager launches."""
+        delay_s = self.host.seconds(seqs, prefill_tokens)
         return delay_s + self.eager_s if prefill_tokens else delay_s
 
     def note(self, prefills: list, now: float) -> None:

@@ -207,3 +207,26 @@ def test_jobs_below_one_are_refused(bench, jobs, capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         f": error: argument --jobs: must be >= 1, got {jobs}")
+
+
+def test_saturation_lines_read_the_figure_as_requests(bench):
+    """The figure's tops (7.388 and 5.343 gridlines of 20.3 tokens/s/GPU, 8 GPUs, 150 tokens a
+    request) are 8.0 and 5.8 requests/s: 4 / 5.785 = 0.69 s a request on each TP 1 prefill
+    worker; at one user its split request takes 150 / 63.89 - 150 / 86.06 = 0.60 s longer.
+    Points that carry no request size (not simulated here) give no lines."""
+    figure = bench.figure_points(bench.read_case())
+
+    def mine(arm, users, per_user, per_gpu):
+        return bench.Point(arm, users, 8, per_user, per_gpu, 0.0, 0.0, 150.0,
+                           4 if arm == "disagg" else 0)
+    pts = [mine("agg", 1, 75.0, 9.4), mine("agg", 256, 6.0, 150.0),
+           mine("disagg", 1, 50.0, 6.3), mine("disagg", 256, 4.0, 75.0)]
+    sat, one = bench.saturation_lines(pts, figure)
+    assert sat == ("saturation (each arm's highest tokens/s/GPU): co-located capsim 8.0 "
+                   "requests/s, the figure 8.0 (+0 %); split capsim 4.0, the figure 5.8 "
+                   "(-31 %): 1.00 against 0.69 s a request on each of its 4 prefill workers")
+    # capsim: 150 / 50 - 150 / 75 = 1.00 s.
+    assert one == ("one user: the split's request takes 1.00 s longer than the co-located "
+                   "one's in capsim, 0.60 s in the figure")
+    assert bench.saturation_lines([_pt(bench, "agg", 1, 70.0, 9.0),
+                                   _pt(bench, "disagg", 1, 60.0, 8.0)], figure) == []

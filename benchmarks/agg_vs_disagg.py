@@ -36,13 +36,35 @@ tokens/s/user: 1.55, where the label says 1.3 (the case says how it was read).
 
     python benchmarks/agg_vs_disagg.py [--jobs N] [--csv points.csv]
 
-Where capsim stands (2026-12-06, this metric): 2.16x against the quoted 1.30x (+66 %) and the
-figure's 1.55x (+39 %), the same winner. Per arm at 50 tokens/s/user: co-located 65.4
-against the figure's 62.3 tokens/s/GPU (+5 %), split 141.5 against 96.8 (+46 %). The split
-misses at saturation: capsim's four TP 1 prefill workers serve 9.1 requests/s (a 3,000-token
-prefill priced at 0.40 s), the figure's 5.8 (0.69 s a request a worker), flat from C = 32 on;
-the co-located arm saturates high too (188 against 150 tokens/s/GPU at C = 256): in both
-arms capsim's 3,000-token FP8 prefills run faster than the figure's.
+It also prints where each arm saturates (requests/s at its highest tokens/s per GPU; for the
+split, seconds a request on each prefill worker) and how much longer one user's split request
+takes than a co-located one, capsim beside the figure: the two readings that locate an error
+in the prefill pool.
+
+Where capsim stands (2026-12-07, this metric): 2.14x against the quoted 1.30x (+65 %) and the
+figure's 1.55x (+38 %), the same winner. Per arm at 50 tokens/s/user: co-located 65.4 against
+the figure's 62.3 tokens/s/GPU (+5 %), split 139.9 against 96.8 (+45 %). Saturation: co-located
+10.0 against 8.0 requests/s (+25 %), split 9.3 against 5.8 (+60 %), 0.43 against 0.69 s a
+request on each TP 1 prefill worker; one user: the split's request 0.26 s longer than the
+co-located one's, 0.60 s in the figure. Both readings put the error in the prefill: the
+figure's prefill worker needs about 0.27 s more a request than capsim's 0.40 s TP 1 FP8
+prefill of 3,000 tokens, and its TP 4 replicas about 0.05 s more than capsim's 0.16 s (the
+co-located saturation): as if its FP8 GEMMs (305 and 76 ms in capsim) took 1.9x and 1.7x as
+long. Measured vLLM FP8 GEMMs at these shapes on an H100 SXM (M 2,048-4,096; the tables
+aiconfigurator collected: ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/
+data/h100_sxm/gemm/vllm/<version>/gemm_perf.parquet) run at 1,108-1,238 TFLOP/s under vLLM
+0.19.0 and 0.24.0 (TensorRT-LLM 1.2.0rc5's: 985-1,160; capsim's curve: ~1,350), so 10-20 %
+slower than capsim prices them, not 1.7x; only its vLLM 0.14.0 table (709-789) is as slow as
+the figure asks, with the same SM90 kernel for M > 128 as in vLLM's older source tree
+(csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh at 44d638a8: 128 x 128 x
+128 tile, 2 x 1 x 1 cluster, ping-pong FP8 fast accumulation). Not built: no constant is moved
+for a held-out case. What the split adds to a request in Dynamo's code, each sized in the
+case's header and small: the KV over InfiniBand, not NVLink (expressed: ~20 ms after the
+prefill, the worker free meanwhile), the NIXL write posted from the worker's step (not built:
+640-15,360 descriptors, 1.6-37 ms at the one published per-descriptor cost), the staging copy
+(never binding: 48 of 152 blocks). Not priced in capsim and common to both arms: vLLM's
+per-token activation quantization before every FP8 linear (memory-bound: ~0.48 GB a layer
+read and written, 12-22 ms a TP 1 prefill here, 3-6 ms a TP 4 one).
 
 The last line reads ``agg-vs-disagg (SOURCE): published 1.30x, capsim R.RRx, error E %, winner
 W (same|different)``. Exit 2 with one line, before anything is simulated, when the case or its
@@ -91,6 +113,8 @@ class Point:
     tokens_per_s_per_gpu: float
     ttft_mean_ms: float
     tpot_mean_ms: float
+    output_tokens_per_request: float = float("nan")   # mean over the measured requests
+    prefill_workers: int = 0                          # the split's prefill replicas (0: co-located)
 
 
 def _simulate(job: tuple[Path, str]) -> Point:
@@ -102,8 +126,11 @@ def _simulate(job: tuple[Path, str]) -> Point:
     result = simulate(run, traces.get(run.workload, run.seed))
     row = summarize(result, loaded.spec.slo, loaded.class_slos)[0]
     per_user, per_gpu = genai_perf_axes(result.requests, run.num_gpus)
+    done = np.asarray(result.requests.status) == "finished"
+    tokens = float(np.mean(np.asarray(result.requests.output_tokens)[done]))
+    workers = next((p.num_replicas for p in run.pools if p.role == "prefill"), 0)
     return Point(variant.split("_c")[0], run.workload.arrival.users, run.num_gpus, per_user,
-                 per_gpu, row.ttft_mean_ms, row.tpot_mean_ms)
+                 per_gpu, row.ttft_mean_ms, row.tpot_mean_ms, tokens, workers)
 
 
 def genai_perf_axes(requests, gpus: int) -> tuple[float, float]:
@@ -184,6 +211,39 @@ def verdict(points: list[Point], published_ratio: float, per_user: float,
     return ratio, error, winner, "same" if winner == published_winner else "different"
 
 
+def saturation_lines(points: list[Point], figure: list[Point]) -> list[str]:
+    """Where each arm saturates and what one user waits, capsim beside the figure: requests/s at
+    the arm's highest tokens/s per GPU (tokens/s x GPUs / output tokens a request, capsim's
+    workload for both), for the split also seconds a request on each prefill worker (workers /
+    requests/s: the prefill pool is what saturates it), and the one-user request latency (output
+    tokens / tokens/s per user) of the split less the co-located one's. [] when the points
+    carry no request size (not simulated here)."""
+    tokens = {p.arm: p.output_tokens_per_request for p in points}
+    if not all(tokens.get(arm, 0.0) > 0.0 for arm in ARMS):      # NaN or absent: nothing to say
+        return []
+    top = {}
+    for arm in ARMS:
+        rates = []
+        for pts in (points, figure):
+            best = max((p for p in pts if p.arm == arm), key=lambda p: p.tokens_per_s_per_gpu)
+            rates.append(best.tokens_per_s_per_gpu * best.gpus / tokens[arm])
+        top[arm] = rates
+    (ca, fa), (cd, fd) = top["agg"], top["disagg"]
+    workers = max(p.prefill_workers for p in points)
+    lines = [f"saturation (each arm's highest tokens/s/GPU): co-located capsim {ca:.1f} "
+             f"requests/s, the figure {fa:.1f} ({(ca / fa - 1.0) * 100.0:+.0f} %); split capsim "
+             f"{cd:.1f}, the figure {fd:.1f} ({(cd / fd - 1.0) * 100.0:+.0f} %): "
+             f"{workers / cd:.2f} against {workers / fd:.2f} s a request on each of its "
+             f"{workers} prefill workers"]
+    gaps = []
+    for pts in (points, figure):
+        one = {p.arm: tokens[p.arm] / p.tokens_per_s_per_user for p in pts if p.users == 1}
+        gaps.append(one["disagg"] - one["agg"] if len(one) == 2 else float("nan"))
+    lines.append(f"one user: the split's request takes {gaps[0]:.2f} s longer than the "
+                 f"co-located one's in capsim, {gaps[1]:.2f} s in the figure")
+    return lines
+
+
 def beside_the_figure(points: list[Point], case: dict, per_user: float, published: float,
                       ratio: float) -> None:
     """Print capsim's points beside the case's figure, each arm's front at ``per_user`` against
@@ -198,6 +258,8 @@ def beside_the_figure(points: list[Point], case: dict, per_user: float, publishe
         mine = front_at([p for p in points if p.arm == arm], per_user)
         print(f"{arm} front at {per_user:g} tokens/s/user: capsim {mine:.1f}, the figure "
               f"{fronts[arm]:.1f} tokens/s/GPU ({(mine / fronts[arm] - 1.0) * 100.0:+.0f} %)")
+    for line in saturation_lines(points, figure):
+        print(line)
     fig_ratio = fronts["disagg"] / fronts["agg"]
     print(f"the figure's fronts at {per_user:g} tokens/s/user: {fig_ratio:.2f}x (its label: "
           f"{published:.2f}x); capsim {ratio:.2f}x, error {(ratio / fig_ratio - 1.0) * 100.0:+.1f} "

@@ -81,8 +81,11 @@ def test_one_user_points(bench):
     """One user, 12 requests: both arms decode on a TP 4 worker at batch 1 (13.83 ms a token:
     capsim's 10.86 ms TP 4 FP8 step plus vLLM V0's host time, 0.7212 ms a step, 41.1 µs per
     running sequence and 0.735 ms per extra TP worker); the split's TTFT is a TP 1 prefill of
-    3,000 tokens (400 ms) against the TP 4 replica's 162 ms. Tokens/s per user is genai-perf's
-    per-request figure (the version Dynamo pinned), 150 tokens / (TTFT + 149 TPOT): 67.5 and 60.9."""
+    3,000 tokens (400 ms) against the TP 4 replica's 162 ms, and its KV (3,000 x 320 KiB, 0.98
+    GB) crosses the prefill GPU's InfiniBand NDR port (50 GB/s, 30 us; Dynamo's container keeps
+    UCX off CUDA IPC) before its first decode gap: 19.7 ms, 0.13 ms on its mean TPOT. Tokens/s
+    per user is genai-perf's per-request figure (the version Dynamo pinned), 150 tokens /
+    (TTFT + 149 TPOT): 67.5 and 60.5."""
     agg = bench._simulate((bench.SCENARIO, "agg_c1"))
     disagg = bench._simulate((bench.SCENARIO, "disagg_c1"))
     assert agg.tpot_mean_ms == pytest.approx(13.83, abs=0.01)
@@ -92,7 +95,9 @@ def test_one_user_points(bench):
         e2e_s = (p.ttft_mean_ms + 149 * p.tpot_mean_ms) / 1000.0
         assert p.tokens_per_s_per_user == pytest.approx(150 / e2e_s, rel=0.002)
     assert agg.tokens_per_s_per_user == pytest.approx(67.5, abs=0.1)
-    assert disagg.tokens_per_s_per_user == pytest.approx(60.9, abs=0.1)
+    assert disagg.tokens_per_s_per_user == pytest.approx(60.5, abs=0.1)
+    kv_s = 3000 * 80 * 2 * 8 * 128 * 2 / 50e9 + 30e-6       # Llama-70B: 80 layers, 8 KV heads
+    assert disagg.tpot_mean_ms - agg.tpot_mean_ms == pytest.approx(kv_s * 1000 / 149, abs=0.01)
 
 
 def test_axes_are_those_of_the_genai_perf_dynamo_pinned(bench):
@@ -202,3 +207,26 @@ def test_jobs_below_one_are_refused(bench, jobs, capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         f": error: argument --jobs: must be >= 1, got {jobs}")
+
+
+def test_saturation_lines_read_the_figure_as_requests(bench):
+    """The figure's tops (7.388 and 5.343 gridlines of 20.3 tokens/s/GPU, 8 GPUs, 150 tokens a
+    request) are 8.0 and 5.8 requests/s: 4 / 5.785 = 0.69 s a request on each TP 1 prefill
+    worker; at one user its split request takes 150 / 63.89 - 150 / 86.06 = 0.60 s longer.
+    Points that carry no request size (not simulated here) give no lines."""
+    figure = bench.figure_points(bench.read_case())
+
+    def mine(arm, users, per_user, per_gpu):
+        return bench.Point(arm, users, 8, per_user, per_gpu, 0.0, 0.0, 150.0,
+                           4 if arm == "disagg" else 0)
+    pts = [mine("agg", 1, 75.0, 9.4), mine("agg", 256, 6.0, 150.0),
+           mine("disagg", 1, 50.0, 6.3), mine("disagg", 256, 4.0, 75.0)]
+    sat, one = bench.saturation_lines(pts, figure)
+    assert sat == ("saturation (each arm's highest tokens/s/GPU): co-located capsim 8.0 "
+                   "requests/s, the figure 8.0 (+0 %); split capsim 4.0, the figure 5.8 "
+                   "(-31 %): 1.00 against 0.69 s a request on each of its 4 prefill workers")
+    # capsim: 150 / 50 - 150 / 75 = 1.00 s.
+    assert one == ("one user: the split's request takes 1.00 s longer than the co-located "
+                   "one's in capsim, 0.60 s in the figure")
+    assert bench.saturation_lines([_pt(bench, "agg", 1, 70.0, 9.0),
+                                   _pt(bench, "disagg", 1, 60.0, 8.0)], figure) == []

@@ -91,3 +91,12 @@ def test_the_pool_reads_sglangs_cuda_graph_max_bs():
     assert runs["trtllm_tp8_ep8"].pools[0].decode_graph_max_seqs is None
     sf = SGLANG.memory.static_fraction
     assert sf.cuda_graph_max_bs(H200.memory_total_bytes / 2**20, 1) == 256
+
+
+@pytest.mark.parametrize("name", ["sglang-0.5", "sglang-0.5.10"])
+def test_sglang_presets_run_large_decode_batches_eagerly(name):
+    """Both SGLang 0.5 presets (CudaGraphRunner.can_run is the same in the 0.5.3, 0.5.7 and
+    0.5.10 wheels); the vLLM V1 and TensorRT-LLM presets do not say so."""
+    assert load_engine_preset(name).host_overhead.eager_decode_above_graph_bs
+    for other in ("vllm-0.11", "vllm-v1", "trtllm"):
+        assert not load_engine_preset(other).host_overhead.eager_decode_above_graph_bs

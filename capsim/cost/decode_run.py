@@ -39,18 +39,23 @@ class DecodeRuns:
             token, launch s per step).
         window: (fraction of layers windowed, window tokens); fraction 0: none.
         overhead_s: the hardware's step overhead; ``host``: the engine's host terms.
+        eager: (launch floor s, sequences): a step of more sequences than that runs
+            eagerly, its GPU part at least the floor (the pricer's ``eager_floor_s`` and
+            decode graph limit); (0.0, inf): every decode step replays a graph.
     """
 
     __slots__ = ("_base", "_comm", "_lm_on", "_attn_d", "_window", "_win_frac",
-                 "_win_tokens", "_overhead_s", "_host", "_memo")
+                 "_win_tokens", "_overhead_s", "_host", "_memo", "_eager_s", "_graph_seqs")
 
     def __init__(self, base: BaseTerms, comm: Communication, lm_head: bool,
                  attn_d: tuple[float, float, float, float], window: tuple[float, int],
-                 overhead_s: float, host: HostTime) -> None:
+                 overhead_s: float, host: HostTime,
+                 eager: tuple[float, float] = (0.0, float("inf"))) -> None:
         self._base, self._comm, self._lm_on, self._attn_d = base, comm, lm_head, attn_d
         self._win_frac, self._win_tokens = window
         self._window = self._win_frac > 0
         self._overhead_s, self._host = overhead_s, host
+        self._eager_s, self._graph_seqs = eager
         self._memo: dict[int, tuple[float, ...]] = {}
 
     def costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
@@ -70,8 +75,8 @@ class DecodeRuns:
             array of ``cost().compute_bound``, or None when no step is compute-bound.
         """
         c_pair, m_kv, m_new, launch = self._attn_d
-        if self._window or c_pair * (1 + 1e-6) > m_kv or not self._never_compute_bound(
-                seqs, ctx0):
+        if self._window or c_pair * (1 + 1e-6) > m_kv or max(seqs) > self._graph_seqs \
+                or not self._never_compute_bound(seqs, ctx0):
             return self.general(seqs, ctx0, lengths)
         # The memory side always wins (max(c, m) is m): per segment its steps' constant
         # terms, in the order cost() adds them, and its host term; one np.repeat spreads
@@ -140,7 +145,13 @@ class DecodeRuns:
         c = launch + c_pair * ctx
         m += m_new * n
         bound = (compute_s + c) > (memory_s + m)
-        gpu = roof_s + np.maximum(c, m) + comm_s + self._overhead_s
+        roof_s += np.maximum(c, m)
+        gpu = roof_s + comm_s + self._overhead_s
+        if self._eager_s:            # eager steps: at least their launches (as cost())
+            low = (n > self._graph_seqs) & (roof_s + comm_s < self._eager_s)
+            if low.any():
+                r, k = roof_s[low], comm_s[low]
+                gpu[low] = r + k + (self._overhead_s + (self._eager_s - r - k))
         if self._host.active:
             gpu = self._host.apply_array(gpu, n)
         return gpu, bound if bound.any() else None

@@ -180,6 +180,10 @@ class StepPricer:
             applies, a prefill step of at most its token limit (prompt and decode tokens)
             is not held to the ``host.eager_prefill_op_s`` floor
             (:meth:`~capsim.profiles.engines.PiecewiseCudaGraph.max_tokens`).
+        decode_graph_max_seqs: the most sequences a decode-only step replays a captured
+            CUDA graph for (SGLang's ``cuda_graph_max_bs``, over all DP-attention ranks);
+            a larger one runs eagerly and is held to the same launch floor as an eager
+            prefill (:attr:`eager_floor_s`). None: every decode step replays a graph.
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -196,7 +200,7 @@ class StepPricer:
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
         "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_ar", "_eager_s",
-        "_dequant", "_graph_tokens",
+        "_dequant", "_graph_tokens", "_graph_seqs",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -209,7 +213,8 @@ class StepPricer:
                  moe_backend: str = "auto", attention_tp: int = 1, redundant_experts: int = 0,
                  shared_experts_fusion: SharedExpertsFusion | None = None,
                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
-                 piecewise_cuda_graph: PiecewiseCudaGraph | None = None):
+                 piecewise_cuda_graph: PiecewiseCudaGraph | None = None,
+                 decode_graph_max_seqs: int | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
         check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
@@ -219,9 +224,8 @@ class StepPricer:
         self.weight_dtype, self.kv_cache_dtype_bytes = weight_dtype, kv_cache_dtype_bytes
         self.engine, self.moe_backend = engine, moe_backend
         self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
-        # Each tensor group's format (the checkpoint's where it stores them apart, e.g.
-        # gpt-oss: bf16 attention, MXFP4 experts); the layer matmuls run at the attention
-        # format's peak, the routed experts at theirs.
+        # Each tensor group's format (the checkpoint's, e.g. gpt-oss: bf16 attention, MXFP4
+        # experts); the layer matmuls run at the attention format's peak, the experts at theirs.
         self.layout = weight_layout(model, quantization)
         self.quant = self.layout.attention
         # The engine's own kernels may multiply in another dtype than the format's (vLLM:
@@ -242,7 +246,7 @@ class StepPricer:
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
                                                            expert_parallel, redundant_experts)
-        self._init_host(host, piecewise_cuda_graph)
+        self._init_host(host, piecewise_cuda_graph, decode_graph_max_seqs)
         self._init_rates()
         self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
                                   lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
@@ -250,10 +254,13 @@ class StepPricer:
                                   attention_tp=attention_tp if dp_attention else 1)
         self._bind()
 
-    def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None) -> None:
-        """The engine's host terms (None: the GPU step alone) and the tokens up to which a
-        prefill step replays the engine's piecewise graph, free of the eager floor (0: none)."""
+    def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None,
+                   decode_graph_seqs: int | None) -> None:
+        """The engine's host terms (None: the GPU step alone), the tokens up to which a
+        prefill step replays the engine's piecewise graph, free of the eager floor (0: none),
+        and the sequences up to which a decode step replays one (None: any)."""
         self.host = HostTime(host)
+        self._graph_seqs = float("inf") if decode_graph_seqs is None else decode_graph_seqs
         self._eager_op_s = host.eager_prefill_op_s if host is not None else 0.0
         self._eager_ar = host is not None and host.eager_all_reduce_ops
         self._graph_tokens = 0.0 if graph is None else graph.max_tokens(
@@ -309,12 +316,13 @@ class StepPricer:
                                             + (t.eager_all_reduces if self._eager_ar else 0))
         self.decode_costs = DecodeRuns(t.base, c, self._lm_on, t.attn_d,
                                        (t.win_frac, t.win_tokens), self._overhead_s,
-                                       self.host).costs
+                                       self.host, (self._eager_s, self._graph_seqs)).costs
 
     @property
     def eager_floor_s(self) -> float:
-        """Seconds of the host launches of one eagerly run prefill forward (the floor of a
-        step with prompt tokens; 0 where the preset has none).
+        """Seconds of the host launches of one eagerly run forward (the floor of a step with
+        prompt tokens, and of a decode step beyond the captured graphs where the pricer has
+        ``decode_graph_max_seqs``; 0 where the preset has none).
 
         Such a step lasts ``max(launches, kernels + collectives)``: the host/GPU pipeline
         with the host free to queue ahead, which holds while nothing inside the forward
@@ -376,7 +384,7 @@ class StepPricer:
                   + self._comm_per_logit_s * logits_seqs) if n < self._comm_split \
             else self.comm.seconds(n, logits_seqs)
         overhead_s = self._overhead_s
-        if prefill_tokens and n > self._graph_tokens and roof_s + comm_s < self._eager_s:
+        if roof_s + comm_s < self._eager_s and self._runs_eagerly(prefill_tokens, n, seqs):
             overhead_s += self._eager_s - roof_s - comm_s
         seconds = roof_s + comm_s + overhead_s
         if self._host_on:
@@ -385,6 +393,11 @@ class StepPricer:
             overhead_s += seconds - gpu_s
         return StepCost(seconds, flops, nbytes, compute_s, memory_s, comm_s, overhead_s,
                         compute_s > memory_s)
+
+    def _runs_eagerly(self, prefill_tokens: int, tokens: int, seqs: int) -> bool:
+        """Whether a step runs outside CUDA graphs: a prefill beyond the piecewise graph's
+        tokens, a decode step of more sequences than the captured graphs."""
+        return tokens > self._graph_tokens if prefill_tokens else seqs > self._graph_seqs
 
     def _verify_keys(self, seqs: int, ctx_tokens: int, width: int) -> tuple[int, int]:
         """(query-key pairs, KV tokens read) of ``seqs`` sequences verifying ``width``

@@ -298,6 +298,10 @@ class HostOverhead(StrictModel):
     collectives, and outside graph capture the custom all-reduce copies its input into the
     registered buffer first, ``CustomAllreduce.all_reduce_unreg``). False where the per-operator
     figure was derived with them inside it (SGLang 0.5's, from a tensor-parallel forward).
+    ``eager_decode_above_graph_bs``: a decode step of more sequences than the engine
+    captured CUDA graphs for runs eagerly too, held to the same floor (SGLang: the graph
+    runner replays only batches up to ``cuda_graph_max_bs``, the preset's
+    ``memory.static_fraction`` table; :attr:`capsim.scenario.run_config.Pool.decode_graph_max_seqs`).
 
     ``draft_*`` (speculative decoding, an engine whose drafting runs in series after the
     sampled tokens reach the host): ``draft_cuda_graph`` says what a draft pass's forward runs
@@ -350,6 +354,7 @@ class HostOverhead(StrictModel):
     per_prefill_seq_s: float = Field(0.0, ge=0)
     eager_prefill_op_s: float = Field(0.0, ge=0)
     eager_all_reduce_ops: Bool = False
+    eager_decode_above_graph_bs: Bool = False
     draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
     draft_launch_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
     draft_step_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)

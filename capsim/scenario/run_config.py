@@ -146,7 +146,22 @@ class Pool:
                     absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant,
                     # SGLang turns the prefill graph off for PD disaggregation
                     piecewise_cuda_graph=self.preset.piecewise_cuda_graph
-                    if self.role == "colocated" else None)
+                    if self.role == "colocated" else None,
+                    decode_graph_max_seqs=self.decode_graph_max_seqs)
+
+    @property
+    def decode_graph_max_seqs(self) -> int | None:
+        """The most sequences a decode step of one replica replays a CUDA graph for, where
+        the preset says larger ones run eagerly (``host_overhead.eager_decode_above_graph_bs``):
+        SGLang's ``cuda_graph_max_bs`` default for the GPU's memory and TP (the preset's
+        ``memory.static_fraction`` table), per DP-attention rank, so x the ranks with DP
+        attention (a rank's batch is its share). None: no limit."""
+        sf, eng = self.preset.memory.static_fraction, self.engine
+        if not self.preset.host_overhead.eager_decode_above_graph_bs or sf is None:
+            return None
+        tp = eng.tensor_parallel_size
+        ranks = (eng.data_parallel_size or tp) if eng.enable_dp_attention else 1
+        return sf.cuda_graph_max_bs(self.hardware.memory_total_bytes / 2**20, tp) * ranks
 
     def pricer(self, model: ModelShape) -> StepPricer | PipelinePricer:
         """The roofline of one of its replicas running ``model`` (hardware, TP, PP, EP,

@@ -181,8 +181,9 @@ class InflightBatching(ContinuousScheduler):
                 break
             prompts += req.num_tokens
             room -= fits[0]
-        if not prompts or self.waited_iters >= self.wait_iters \
-                or prompts + gen >= self.wait_tokens:
+        if not prompts:                 # no context scheduled: the rule is not consulted
+            return False
+        if self.waited_iters >= self.wait_iters or prompts + gen >= self.wait_tokens:
             self.waited_iters = 0
             return False
         self.waited_iters += 1

@@ -79,8 +79,10 @@ _ROWS = (
         "continuous", "vllm", knobs=("long_prefill_token_threshold",), chunking=True,
         contiguous_kv=True, roles=ALL_ROLES, pipelining=True, speculative=True,
         failures=True),
-    PolicyCapabilities("trtllm", "trtllm", knobs=("capacity_scheduler_policy",), chunking=True,
-                       no_swap=_RESERVES),
+    PolicyCapabilities("trtllm", "trtllm",
+                       knobs=("capacity_scheduler_policy", "batch_wait_timeout_iters",
+                              "batch_wait_max_tokens_ratio"),
+                       chunking=True, no_swap=_RESERVES),
     # module sglang_spec: its build makes SGLang's scheduler, with or without speculation
     PolicyCapabilities("sglang", "sglang_spec",
                        knobs=("schedule_conservativeness", "scheduler_recv_interval"),

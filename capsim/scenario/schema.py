@@ -49,7 +49,8 @@ class EngineConfig(StrictModel):
     - memory fraction: ``gpu_memory_utilization`` (vLLM), ``mem_fraction_static``
       (SGLang), ``free_gpu_memory_fraction`` (TensorRT-LLM), ``cuda_memory_fraction``
       (TGI) — each valid only with its engine's preset;
-    - ``capacity_scheduler_policy`` (TensorRT-LLM), ``schedule_conservativeness`` and
+    - ``capacity_scheduler_policy``, ``batch_wait_timeout_iters`` and
+      ``batch_wait_max_tokens_ratio`` (TensorRT-LLM), ``schedule_conservativeness`` and
       ``scheduler_recv_interval`` (SGLang), ``max_waiting_tokens`` / ``waiting_served_ratio`` (TGI),
       ``num_scheduler_steps`` (vLLM 0.6), ``long_prefill_token_threshold`` (vLLM V1).
     """
@@ -106,6 +107,11 @@ class EngineConfig(StrictModel):
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     # TensorRT-LLM (scheduler: trtllm)
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] | None = None
+    # TensorRT-LLM batch waiting (LLM API batch_wait_timeout_iters / batch_wait_max_tokens_ratio):
+    # while requests decode, new contexts wait up to this many iterations for their prompts and
+    # the decode tokens to reach this share of max_num_tokens; None: the preset's (0: off).
+    batch_wait_timeout_iters: Int | None = Field(default=None, ge=0)
+    batch_wait_max_tokens_ratio: float | None = Field(default=None, ge=0)
     # SGLang (scheduler: sglang)
     schedule_conservativeness: float | None = Field(default=None, gt=0)
     # SGLang --scheduler-recv-interval: arrivals are taken in once every this many decode

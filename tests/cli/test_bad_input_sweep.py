@@ -323,8 +323,8 @@ SHIPPED_BAD = [
      'slo.ttft_ms: must be > 0 (got -3)'),
     ('rag_mix.yaml', 'variants.0.set', '{engine.max_num_seqss: 3}',
      "variants.0.set: engine.max_num_seqss: unknown key 'max_num_seqss' (did you mean "
-     "'max_num_seqs'?); valid keys: async_scheduling, block_size, "
-     "capacity_scheduler_policy,"),
+     "'max_num_seqs'?); valid keys: async_scheduling, batch_wait_max_tokens_ratio, "
+     "batch_wait_timeout_iters, block_size, capacity_scheduler_policy,"),
     ('rag_mix.yaml', 'kv_allocators', '3',
      "kv_allocators: unknown key 'kv_allocators'; valid keys: capsim_version, cluster, "
      'description, engine, hardware, hardware_overrides, model, name, seed, sizing,'),
@@ -362,8 +362,8 @@ SHIPPED_BAD = [
      '{signal: running, target: 12, min_replicas: 1, max_replicas: 4}'),
     ('hetero_fleet.yaml', 'cluster.pools.0.engine', '{max_num_seqz: 3}',
      "cluster.pools.0.engine.max_num_seqz: unknown key 'max_num_seqz' (did you mean "
-     "'max_num_seqs'?); valid keys: async_scheduling, block_size, "
-     "capacity_scheduler_policy,"),
+     "'max_num_seqs'?); valid keys: async_scheduling, batch_wait_max_tokens_ratio, "
+     "batch_wait_timeout_iters, block_size, capacity_scheduler_policy,"),
     ('day_in_the_life.yaml', 'variants.1.cluster.autoscaling.provisioning', '{delay_s: -5}',
      'variants.1.cluster.autoscaling.provisioning.delay_s: must be >= 0 '
      '(got -5)'),

@@ -29,6 +29,8 @@ def test_the_schemas_accept_exactly_the_table():
 def test_a_knob_belongs_to_one_policy():
     owners = knob_policies()
     assert owners == {"capacity_scheduler_policy": "trtllm",
+                      "batch_wait_timeout_iters": "trtllm",
+                      "batch_wait_max_tokens_ratio": "trtllm",
                       "schedule_conservativeness": "sglang",
                       "scheduler_recv_interval": "sglang", "max_waiting_tokens": "tgi",
                       "waiting_served_ratio": "tgi", "long_prefill_token_threshold": "continuous"}

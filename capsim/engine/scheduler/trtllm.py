@@ -56,6 +56,18 @@ by default), read in the same files:
   tokens are skipped afterwards; a chunk that does not end the prompt then ends on a
   block boundary.
 
+Batch waiting (LLM API ``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``, both 0
+by default, which turns it off; ``tensorrt_llm/llmapi/llm_args.py``, read in the stored copy
+of NVIDIA/TensorRT-LLM): ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` at
+0004396720054fd8e205cbf616f21f0b57c6b412 sets ``enable_batch_waiting`` when either is above 0,
+and, without attention DP, filters each iteration's scheduled contexts when the iteration
+also has generation requests (``_schedule`` / ``_waiting_requests`` in that file's earlier
+form, the request scheduler's ``_apply_batch_waiting`` in later ones): the contexts run when
+the iterations waited reach ``batch_wait_timeout_iters`` or the scheduled tokens (each
+context's whole prompt, ``get_tokens(0)``, plus one per generation request and its draft
+tokens) reach ``batch_wait_max_tokens_ratio`` x ``max_num_tokens``, and the count restarts;
+otherwise none runs this iteration and the count goes up by one.
+
 capsim reuses full blocks only. TensorRT-LLM 1.0 also reuses a partially matching block
 (``enable_partial_reuse`` and ``copy_on_partial_reuse``, both True in
 ``tensorrt_llm/llmapi/llm_args.py`` at fcd3f31682808ae56118ae43c1d7864a3a945e6f): where two
@@ -102,6 +114,17 @@ class InflightBatching(ContinuousScheduler):
     capabilities = policy_capabilities("trtllm")
     registers_when_scheduled = False
 
+    def __init__(self, *, batch_wait_timeout_iters: int = 0,
+                 batch_wait_max_tokens_ratio: float = 0.0, dp_attention: bool = False,
+                 **common) -> None:
+        super().__init__(**common)
+        # Batch waiting (module docstring); TensorRT-LLM skips it under attention DP.
+        on = (batch_wait_timeout_iters > 0 or batch_wait_max_tokens_ratio > 0) \
+            and not dp_attention
+        self.wait_iters = batch_wait_timeout_iters if on else 0
+        self.wait_tokens = batch_wait_max_tokens_ratio * self.budget if on else 0.0
+        self.waited_iters = 0
+
     def seq_blocks(self, req: Request) -> int:
         """Blocks one sequence of a new context takes (the capacity policy's)."""
         raise NotImplementedError
@@ -124,6 +147,8 @@ class InflightBatching(ContinuousScheduler):
         if self.decoders.size:
             self._grow_decoders()
             room -= self._add_decodes(step)
+            if self.wait_iters and self._contexts_wait(room, chunk):
+                return step                         # batch waiting: decodes only
         for req in list(self.prefilling.values()):      # started contexts, oldest first
             if req.state != RUNNING:
                 continue
@@ -134,6 +159,35 @@ class InflightBatching(ContinuousScheduler):
         if not self._preempted_now:
             self._admit_contexts(step, room, chunk)
         return step
+
+    def _contexts_wait(self, room: int, chunk: bool) -> bool:
+        """Whether batch waiting holds back this step's contexts (``room``: the token
+        budget the step's decodes leave). The contexts counted are those the step would
+        run: the started ones and the queue's head while each alone has its slot, its
+        tokens and its blocks (the blocks of several are not summed: the count only
+        decides whether to wait)."""
+        gen = self.budget - room
+        prompts = 0
+        for req in self.prefilling.values():
+            n = self._chunk(req.remaining_to_compute, room) if req.state == RUNNING else 0
+            if n:
+                prompts += req.num_tokens
+                room -= n
+        seqs = self.num_running
+        for req in self.waiting:
+            seqs += req.n
+            fits = self._context_fits(req, room, chunk) if seqs <= self.max_num_seqs else None
+            if fits is None:
+                break
+            prompts += req.num_tokens
+            room -= fits[0]
+        if not prompts:                 # no context scheduled: the rule is not consulted
+            return False
+        if self.waited_iters >= self.wait_iters or prompts + gen >= self.wait_tokens:
+            self.waited_iters = 0
+            return False
+        self.waited_iters += 1
+        return True
 
     def _chunk(self, todo: int, room: int) -> int:
         """FIRST_COME_FIRST_SERVED: the whole rest, or what room is left cut down to a
@@ -259,7 +313,17 @@ def build(args: PolicyArgs) -> InflightBatching:
     """TensorRT-LLM's policy from the engine config: ``capacity_scheduler_policy`` (the
     engine's, else the preset's knob, else GUARANTEED_NO_EVICT) picks the class."""
     common = own_policy_kwargs(args, InflightBatching.engine_kwargs(args))
-    policy = args.engine.capacity_scheduler_policy or (args.knobs or {}).get(
+    knobs = args.knobs or {}
+    policy = args.engine.capacity_scheduler_policy or knobs.get(
         "capacity_scheduler_policy", "GUARANTEED_NO_EVICT")
     cls = TrtllmMaxUtilizationScheduler if policy == "MAX_UTILIZATION" else TrtllmScheduler
-    return cls(**common)
+    wait = {key: value for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+            if (value := _knob_or_none(args, key)) is not None}
+    return cls(**common, **wait, dp_attention=args.engine.enable_dp_attention)
+
+
+def _knob_or_none(args: PolicyArgs, key: str):
+    """Knob ``key``: the engine config's, else the preset's ``scheduler.knobs``, else None
+    (TensorRT-LLM's default, off)."""
+    value = getattr(args.engine, key, None)
+    return value if value is not None else (args.knobs or {}).get(key)

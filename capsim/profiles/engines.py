@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Bool, Int, StrictModel
@@ -559,6 +559,11 @@ class AbsorbedBmmDequant(StrictModel):
         return model.is_mla and weight_compute == "fp8" and hardware in self.hardware
 
 
+#: The layer matmuls capsim prices by name (capsim/cost/operators.py layer_matmuls).
+LAYER_MATMULS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "q_a_kv_a_proj",
+                 "q_b_proj", "kv_a_proj", "q_proj", "kv_b_proj", "shared_expert", "router")
+
+
 class UntunedFp8Gemm(StrictModel):
     """SGLang on the GPUs in ``hardware`` (gfx942, CDNA 3) runs block-fp8 layer linears through
     aiter's Triton ``gemm_a8w8_blockscale`` (python/sglang/srt/layers/quantization/
@@ -571,11 +576,20 @@ class UntunedFp8Gemm(StrictModel):
     compute units (:func:`~capsim.cost.gemm_floor.k_loop_floor_s`)."""
 
     hardware: list[str] = Field(min_length=1)
-    matmuls: list[str] = Field(min_length=1)
+    matmuls: list[str] = Field(min_length=1)   # of LAYER_MATMULS
     block_m: Int = Field(gt=0)
     block_n: Int = Field(gt=0)
     block_k: Int = Field(gt=0)
     k_step_s: float = Field(gt=0)
+
+    @field_validator("matmuls")
+    @classmethod
+    def _known_matmuls(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in LAYER_MATMULS]
+        if unknown:
+            raise ValueError(f"unknown layer matmul(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(LAYER_MATMULS)}")
+        return names
 
     def applies(self, hardware: str, weight_compute: str, block_scaled: bool) -> bool:
         """Whether a ``hardware`` GPU runs the layer linears this way: block-scaled fp8

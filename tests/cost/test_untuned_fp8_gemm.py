@@ -98,3 +98,31 @@ def test_it_applies_only_to_block_fp8_on_gfx942_before_the_configs(case):
 def test_the_mi325x_is_gfx942_too():
     assert _rows(_pricer(True, hardware="mi325x"))["q_a_kv_a_proj"] == pytest.approx(
         61 * 56 * K_STEP_S, rel=1e-9)
+
+
+def test_the_preset_names_only_matmuls_capsim_prices():
+    """LAYER_MATMULS (capsim/profiles/engines.py) is every name layer_matmuls gives, so a
+    preset's list is checked against what the pricer can price."""
+    from capsim.cost.operators import layer_matmuls
+    from capsim.profiles.engines import LAYER_MATMULS
+    names = {op.name for m in ("deepseek-v3", "llama-3.1-8b", "qwen3-30b-a3b", "llama-4-scout")
+             for op in layer_matmuls(load_model(m), 1)}
+    assert names <= set(LAYER_MATMULS)
+    assert {"q_a_kv_a_proj", "q_b_proj", "kv_b_proj", "qkv_proj", "shared_expert",
+            "router"} <= names
+
+
+def test_a_preset_naming_an_unknown_matmul_is_refused(tmp_path):
+    import yaml
+    from capsim.common.errors import ScenarioError
+    from pathlib import Path
+    import capsim
+    preset = Path(capsim.__file__).parent / "profiles" / "data" / "engines" / "sglang-0.5.yaml"
+    data = yaml.safe_load(preset.read_text())
+    data["untuned_fp8_gemm"]["matmuls"] = ["q_a_proj"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError) as err:
+        load_engine_preset(str(path))
+    assert "untuned_fp8_gemm.matmuls" in str(err.value)
+    assert "unknown layer matmul(s) q_a_proj; valid: qkv_proj" in str(err.value)

@@ -27,10 +27,12 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.cost.experts import ExpertPricer
+from capsim.cost.gemm_floor import k_loop_floor_s, k_loop_floors
 from capsim.cost.operators import (ACTIVATION_BYTES, Matmul, attention_work, dp_attention_work,
                                    elementwise_bytes_per_token, expert_work, keys_per_query,
                                    layer_matmuls, lm_head, windowed)
 from capsim.cost.terms import GEMM_TABLE_TOKENS, WorkTally, inverse_at, inverse_table
+from capsim.profiles.engines import UntunedFp8Gemm
 from capsim.profiles.hardware import KernelEfficiency, OperatorRates
 from capsim.profiles.models import ModelShape
 from capsim.profiles.quantization import QuantFormat
@@ -59,6 +61,9 @@ class OperatorTerms:
         absorbed_dequant_s: seconds per layer every decode step adds to decode attention's
             fixed time (SGLang rewriting the absorbed MLA weights on ROCm,
             :meth:`~capsim.cost.pricer.StepPricer.absorbed_dequant_s`).
+        untuned_fp8_gemm, compute_units: the engine's untuned block-fp8 GEMM where it
+            applies (None: nowhere) and the GPU's compute units: each matmul it names
+            takes at least its K-loop floor (:mod:`capsim.cost.gemm_floor`).
     """
 
     __slots__ = ("matmuls", "lm", "attn", "experts", "window", "win_frac", "win_tokens",
@@ -67,18 +72,24 @@ class OperatorTerms:
                  "lm_ginv", "ainv", "attn_p", "attn_d", "mem_only_t", "gemm_launch_one",
                  "gemm_launch_s", "lm_launch_s", "ew_launch_s", "expert_launch_s",
                  "flops_per_token", "bytes_fixed", "bytes_per_token", "layers",
-                 "eager_operators", "eager_all_reduces", "_memo")
+                 "eager_operators", "eager_all_reduces", "floors", "floor_block_m",
+                 "compute_units", "_memo")
 
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
                  rates: OperatorRates, experts: tuple[float, np.ndarray | None, float, bool],
                  attention_tp: int = 1, fuse_shared_expert: bool = False,
-                 absorbed_dequant_s: float = 0.0) -> None:
+                 absorbed_dequant_s: float = 0.0,
+                 untuned_fp8_gemm: UntunedFp8Gemm | None = None,
+                 compute_units: int = 0) -> None:
         self.lm_on, self.rates, self.layers = lm_head, rates, model.num_hidden_layers
         weight_bytes = self._init_work(model, tp, layout, layout.attention, dp_attention,
                                        kv_cache_dtype_bytes, embedding, attention_tp,
                                        fuse_shared_expert)
         self._init_rates(rates)
+        self.floors = k_loop_floors(self.matmuls, untuned_fp8_gemm)
+        self.floor_block_m = untuned_fp8_gemm.block_m if untuned_fp8_gemm else 1
+        self.compute_units = max(compute_units, 1)
         if absorbed_dequant_s:          # once per layer of every step that decodes
             c_pair, m_kv, m_new, launch = self.attn_d
             self.attn_d = (c_pair, m_kv, m_new, launch + self.attn.layers * absorbed_dequant_s)
@@ -219,8 +230,11 @@ class OperatorTerms:
         fixed = self.gemm_launch_s + self.ew_launch_s
         mem_only = self.mem_only_t * n
         compute_s, memory_s, roof_s = fixed, fixed + mem_only, fixed + mem_only
-        for c_row, m_fixed, m_row in self.lin:
+        for (c_row, m_fixed, m_row), op, floor in zip(self.lin, self.matmuls, self.floors):
             c, m = c_row * n * g, (m_fixed + m_row * n) * g
+            if floor is not None:     # the K-loop floor, launches included (see __init__)
+                f = self.floor_s(floor, n) - op.count * self.gemm_launch_one
+                c, m = max(c, f), max(m, f)
             compute_s, memory_s = compute_s + c, memory_s + m
             roof_s += c if c > m else m
         flops, nbytes = self.flops_per_token * n, self.bytes_fixed + self.bytes_per_token * n
@@ -231,6 +245,10 @@ class OperatorTerms:
             roof_s += c if c > m else m
             flops, nbytes = flops + f, nbytes + b
         return compute_s, memory_s, roof_s, flops, nbytes
+
+    def floor_s(self, floor: tuple[float, float], n: int) -> float:
+        """A matmul's K-loop floor at ``n`` rows (:func:`~capsim.cost.gemm_floor.k_loop_floor_s`)."""
+        return k_loop_floor_s(floor, n, self.floor_block_m, self.compute_units)
 
     def windowed_prefill(self, tokens: int, pairs: float, kv_tokens: float
                          ) -> tuple[float, float]:
@@ -304,7 +322,8 @@ class OperatorTerms:
         """
         g = self.gemm_inv(n) if n > 0 else 1.0
         rows = [self._matmul_row(op, n, g, op.count * self.gemm_launch_one, self.mm_peak,
-                                 self.mm_bw) for op in self.matmuls]
+                                 self.mm_bw, self.floor_s(fl, n) if fl is not None else 0.0)
+                for op, fl in zip(self.matmuls, self.floors)]
         if self.experts is not None:
             if n > 0:
                 f, b, c, m = self.experts.terms(n)
@@ -336,11 +355,11 @@ class OperatorTerms:
 
     @staticmethod
     def _matmul_row(op: Matmul, rows: int, g: float, launch_s: float, peak: float,
-                    bw: float) -> Row:
+                    bw: float, floor_s: float = 0.0) -> Row:
         if rows <= 0:
             return (0.0, 0.0, 0.0, 0.0)
         f, b = op.flops_per_row * rows, op.weight_bytes + op.act_bytes_per_row * rows
-        return (f, b, launch_s + f / peak * g, launch_s + b / bw * g)
+        return (f, b, max(launch_s + f / peak * g, floor_s), max(launch_s + b / bw * g, floor_s))
 
     def _attn_row(self, coeffs: tuple[float, float, float, float], new_tokens: int,
                   pairs: float, kv_tokens: float, g: float, flops_per_pair: float) -> Row:

@@ -70,6 +70,9 @@ class Matmul:
     """A weight matmul as coefficients of its row count n (per GPU, over ``count`` layers).
 
     flops = ``flops_per_row × n``; HBM bytes = ``weight_bytes + act_bytes_per_row × n``.
+    ``k_in`` × ``n_out``: one layer's weight per GPU (input × output width, elements;
+    0: not given), for kernels whose time follows the shape, not only the work
+    (:class:`~capsim.profiles.engines.UntunedFp8Gemm`).
     """
 
     name: str
@@ -77,6 +80,8 @@ class Matmul:
     flops_per_row: float
     weight_bytes: float
     act_bytes_per_row: float
+    k_in: float = 0.0
+    n_out: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +282,7 @@ def _moe_layer_matmuls(model: ModelShape, tp: int, weight_bytes: float,
         if count > 0 and params > 0:
             out.append(Matmul(name, count, 2.0 * count * params * share,
                               count * params * per.get(group, weight_bytes),
-                              count * (w_in + w_out) * ACTIVATION_BYTES * share))
+                              count * (w_in + w_out) * ACTIVATION_BYTES * share, w_in, w_out))
 
     t_attn, share = (attention_tp, attention_tp / tp) if dp_attention else (tp, 1.0)
     if model.is_mla:
@@ -364,7 +369,7 @@ def layer_matmuls(model: ModelShape, tp: int, weight_bytes: float = 2,
 
     return tuple(
         Matmul(name, layers, 2.0 * layers * params, layers * stored(params, w_in, w_out, fmt),
-               layers * (w_in + w_out) * ACTIVATION_BYTES)
+               layers * (w_in + w_out) * ACTIVATION_BYTES, w_in, w_out)
         for name, params, w_in, w_out, fmt in shapes
     )
 

@@ -53,7 +53,7 @@ from capsim.cost.operators import (ACTIVATION_BYTES, WEIGHT_DTYPE_BYTES, check_t
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
 from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, PiecewiseCudaGraph,
-                                     SharedExpertsFusion, TpAllReduce)
+                                     SharedExpertsFusion, TpAllReduce, UntunedFp8Gemm)
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -176,6 +176,9 @@ class StepPricer:
         absorbed_bmm_dequant: the engine preset's rule (None: never): where it applies each
             decode step also rewrites the absorbed MLA weights to 16 bits
             (:meth:`absorbed_dequant_s`).
+        untuned_fp8_gemm: the engine preset's rule (None: never): where it applies the
+            layer matmuls it names take at least their K-loop floor
+            (:mod:`capsim.cost.gemm_floor`).
         piecewise_cuda_graph: the engine preset's prefill graph (None: none): where it
             applies, a prefill step of at most its token limit (prompt and decode tokens)
             is not held to the ``host.eager_prefill_op_s`` floor
@@ -200,7 +203,7 @@ class StepPricer:
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
         "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_ar", "_eager_s",
-        "_dequant", "_graph_tokens", "_graph_seqs",
+        "_dequant", "_untuned", "_graph_tokens", "_graph_seqs",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -214,6 +217,7 @@ class StepPricer:
                  shared_experts_fusion: SharedExpertsFusion | None = None,
                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
                  piecewise_cuda_graph: PiecewiseCudaGraph | None = None,
+                 untuned_fp8_gemm: UntunedFp8Gemm | None = None,
                  decode_graph_max_seqs: int | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
@@ -240,8 +244,7 @@ class StepPricer:
             and shared_experts_fusion.applies(model, hw.name, hw.platform,
                                               self.layout.experts.name, expert_parallel)
         self.attention_tp = attention_tp if dp_attention else tp
-        self._dequant = absorbed_bmm_dequant if absorbed_bmm_dequant is not None and \
-            absorbed_bmm_dequant.applies(model, hw.name, self.matmul_dtype) else None
+        self._init_kernel_rules(absorbed_bmm_dequant, untuned_fp8_gemm)
         self._lm_on, self._embedding_on = lm_head, embedding
         self._all_reduce, self._scale_out = all_reduce, scale_out
         self._ep_q, self._ep_imbalance = busiest_rank_load(model, tp, self._routing_skew,
@@ -253,6 +256,16 @@ class StepPricer:
                                   scale_out=scale_out, ep_imbalance=self._ep_imbalance,
                                   attention_tp=attention_tp if dp_attention else 1)
         self._bind()
+
+    def _init_kernel_rules(self, dequant: AbsorbedBmmDequant | None,
+                           untuned: UntunedFp8Gemm | None) -> None:
+        """The preset's ROCm kernel rules that apply to this model, GPU and format (None:
+        the rule is absent or does not apply)."""
+        hw, dtype = self.hw, self.matmul_dtype
+        self._dequant = dequant if dequant is not None and \
+            dequant.applies(self.model, hw.name, dtype) else None
+        self._untuned = untuned if untuned is not None and \
+            untuned.applies(hw.name, dtype, self.quant.scale == "block") else None
 
     def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None,
                    decode_graph_seqs: int | None) -> None:
@@ -279,7 +292,7 @@ class StepPricer:
             (self._routing_skew, self._ep_q, self._ep_imbalance,
              self.expert_dtype != self.matmul_dtype),
             self.attention_tp if self.dp_attention else 1, self.fuse_shared_expert,
-            self.absorbed_dequant_s())
+            self.absorbed_dequant_s(), self._untuned, self.hw.num_sms or 0)
 
     def absorbed_dequant_s(self) -> float:
         """Seconds per layer a decode step spends rewriting the absorbed MLA weights under

@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import Bool, Int, StrictModel
@@ -564,6 +564,44 @@ class AbsorbedBmmDequant(StrictModel):
         return model.is_mla and weight_compute == "fp8" and hardware in self.hardware
 
 
+#: The layer matmuls capsim prices by name (capsim/cost/operators.py layer_matmuls).
+LAYER_MATMULS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "q_a_kv_a_proj",
+                 "q_b_proj", "kv_a_proj", "q_proj", "kv_b_proj", "shared_expert", "router")
+
+
+class UntunedFp8Gemm(StrictModel):
+    """SGLang on the GPUs in ``hardware`` (gfx942, CDNA 3) runs block-fp8 layer linears through
+    aiter's Triton ``gemm_a8w8_blockscale`` (python/sglang/srt/layers/quantization/
+    fp8_utils.py, ``aiter_w8a8_block_fp8_linear``), and the aiter its ROCm image ran has no
+    config for DeepSeek's shapes on that GPU, so every call takes the generic one: one
+    ``block_m`` x ``block_n`` output tile per workgroup walking the whole K dimension in
+    ``block_k`` steps, no split-K. At decode sizes a handful of workgroups run the K loop
+    one step after another, whatever the rows: a matmul in ``matmuls`` costs at least
+    ``ceil(K / block_k) x k_step_s`` per layer, times the waves of tiles over the GPU's
+    compute units (:func:`~capsim.cost.gemm_floor.k_loop_floor_s`)."""
+
+    hardware: list[str] = Field(min_length=1)
+    matmuls: list[str] = Field(min_length=1)   # of LAYER_MATMULS
+    block_m: Int = Field(gt=0)
+    block_n: Int = Field(gt=0)
+    block_k: Int = Field(gt=0)
+    k_step_s: float = Field(gt=0)
+
+    @field_validator("matmuls")
+    @classmethod
+    def _known_matmuls(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in LAYER_MATMULS]
+        if unknown:
+            raise ValueError(f"unknown layer matmul(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(LAYER_MATMULS)}")
+        return names
+
+    def applies(self, hardware: str, weight_compute: str, block_scaled: bool) -> bool:
+        """Whether a ``hardware`` GPU runs the layer linears this way: block-scaled fp8
+        weights (``weight_compute`` fp8) on one of the GPUs."""
+        return block_scaled and weight_compute == "fp8" and hardware in self.hardware
+
+
 class SpeculativeMethods(StrictModel):
     """The speculative methods an engine version runs as capsim models them, by vLLM's
     ``method`` name → the engine's own (SGLang's ``--speculative-algorithm``), and those it
@@ -613,6 +651,7 @@ class EnginePreset(StrictModel):
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     shared_experts_fusion: SharedExpertsFusion | None = None
     absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
+    untuned_fp8_gemm: UntunedFp8Gemm | None = None
     piecewise_cuda_graph: PiecewiseCudaGraph | None = None
     # None: every method capsim models (vLLM's names); else the version's own list
     speculative_methods: SpeculativeMethods | None = None

@@ -144,6 +144,7 @@ class Pool:
                     engine=self.preset.engine, moe_backend=eng.moe_backend,
                     shared_experts_fusion=fusion,
                     absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant,
+                    untuned_fp8_gemm=self.preset.untuned_fp8_gemm,
                     # SGLang turns the prefill graph off for PD disaggregation
                     piecewise_cuda_graph=self.preset.piecewise_cuda_graph
                     if self.role == "colocated" else None,

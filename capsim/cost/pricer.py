@@ -52,8 +52,8 @@ from capsim.cost.operators import (ACTIVATION_BYTES, WEIGHT_DTYPE_BYTES, check_t
                                    windowed)
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
-from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, PiecewiseCudaGraph,
-                                     SharedExpertsFusion, TpAllReduce)
+from capsim.profiles.engines import (AbsorbedBmmDequant, AllReduceFusion, HostOverhead,
+                                     PiecewiseCudaGraph, SharedExpertsFusion, TpAllReduce)
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -173,6 +173,10 @@ class StepPricer:
         shared_experts_fusion: the engine preset's rule (None: never): where it applies the
             shared expert runs inside the routed experts' grouped GEMM as experts every
             token selects (SGLang's shared-experts fusion), not as its own matmuls.
+        all_reduce_fusion: the engine preset's fused all-reduce + RMSNorm (None: never):
+            where it applies (this model and GPU, no DP attention, one node) the layers'
+            all-reduces of a step under its token limit take the GPU's table of that kernel
+            (:class:`~capsim.cost.communication.Communication`).
         absorbed_bmm_dequant: the engine preset's rule (None: never): where it applies each
             decode step also rewrites the absorbed MLA weights to 16 bits
             (:meth:`absorbed_dequant_s`).
@@ -208,6 +212,7 @@ class StepPricer:
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
                  moe_backend: str = "auto", attention_tp: int = 1, redundant_experts: int = 0,
                  shared_experts_fusion: SharedExpertsFusion | None = None,
+                 all_reduce_fusion: AllReduceFusion | None = None,
                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
                  piecewise_cuda_graph: PiecewiseCudaGraph | None = None):
         tp = tensor_parallel_size
@@ -244,11 +249,22 @@ class StepPricer:
                                                            expert_parallel, redundant_experts)
         self._init_host(host, piecewise_cuda_graph)
         self._init_rates()
-        self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
-                                  lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
-                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance,
-                                  attention_tp=attention_tp if dp_attention else 1)
+        self.comm = self._communication(embedding, lm_head, attention_tp, all_reduce_fusion)
         self._bind()
+
+    def _communication(self, embedding: bool, lm_head: bool, attention_tp: int,
+                       fusion: AllReduceFusion | None) -> Communication:
+        """The step's collectives (:class:`Communication`), with the preset's fused
+        all-reduce + RMSNorm where it applies to this model and GPU (no DP attention, the TP
+        group on one node)."""
+        model, hw, tp, dp = self.model, self.hw, self.tensor_parallel_size, self.dp_attention
+        one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
+        if fusion is not None and not fusion.applies(model, hw.name, dp, one_node):
+            fusion = None
+        return Communication(model, hw, tp, self._all_reduce, embedding=embedding,
+                             lm_head=lm_head, all_to_all=self.expert_parallel and dp,
+                             scale_out=self._scale_out, ep_imbalance=self._ep_imbalance,
+                             attention_tp=attention_tp if dp else 1, fusion=fusion)
 
     def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None) -> None:
         """The engine's host terms (None: the GPU step alone) and the tokens up to which a

@@ -67,7 +67,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                           expert_parallel=expert_parallel, dp_attention=dp_attention,
                           all_reduce=all_reduce, engine=preset.engine,
                           shared_experts_fusion=preset.shared_experts_fusion,
-                          absorbed_bmm_dequant=preset.absorbed_bmm_dequant)
+                          absorbed_bmm_dequant=preset.absorbed_bmm_dequant,
+                          all_reduce_fusion=preset.all_reduce_fusion)
     except ScenarioError as exc:
         option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
                              (None, None))

@@ -14,7 +14,10 @@ profile's measured NCCL table where it has one (``all_reduce_tables[NCCL_TABLE]`
 the TP size; on 8 NVSwitch-connected H200s NCCL's NVLink-SHARP all-reduce outruns the ring
 bound by ~5 %), else the ring. A message is the step's tokens × hidden ×
 2 bytes, so the algorithm changes at fixed token counts: the step's communication is
-piecewise linear in its tokens. Communication is not overlapped with compute (vLLM does
+piecewise linear in its tokens. Where the preset fuses the all-reduce with the RMSNorm after it
+(:class:`~capsim.profiles.engines.AllReduceFusion`: SGLang's FlashInfer
+``trtllm_allreduce_fusion`` on B200), a step below the fusion's token limit prices those
+all-reduces at the GPU's measured table of that kernel family instead. Communication is not overlapped with compute (vLLM does
 not overlap TP collectives by default).
 
 A tensor-parallel group over several nodes of ``hw.gpus_per_node`` GPUs (SGLang's
@@ -39,7 +42,7 @@ from bisect import bisect_right
 from capsim.common.errors import ScenarioError
 from capsim.cost.operators import (ACTIVATION_BYTES, all_to_all_s, moe_all_to_all_bytes_per_token,
                                    one_shot_all_reduce_s, ring_all_reduce_s, two_shot_all_reduce_s)
-from capsim.profiles.engines import TpAllReduce
+from capsim.profiles.engines import AllReduceFusion, TpAllReduce
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -118,6 +121,11 @@ class Communication:
             above 1, each MoE layer's attention output is all-reduced inside the rank
             (NCCL's ring over the TP link, for the rank's attention_tp / TP of the step's
             tokens) before the dispatch.
+        fusion: the preset's fused all-reduce + RMSNorm where it applies (the caller checks
+            :meth:`~capsim.profiles.engines.AllReduceFusion.applies`; None: none): below its
+            ``max_tokens``, 2 × layers − 1 of the all-reduces are the profile's
+            ``all_reduce_tables[fusion.table]`` (:meth:`fused_pieces`); a profile without
+            that table or its TP row keeps the engine's all-reduce throughout.
 
     Raises:
         ScenarioError: a group across nodes without ``scale_out``, or over part of a node.
@@ -130,7 +138,7 @@ class Communication:
                  all_reduce: TpAllReduce | None = None, *, embedding: bool = True,
                  lm_head: bool = True, all_to_all: bool = False,
                  scale_out: LinkProfile | None = None, ep_imbalance: float = 1.0,
-                 attention_tp: int = 1) -> None:
+                 attention_tp: int = 1, fusion: AllReduceFusion | None = None) -> None:
         self.model, self.hw, self.tp = model, hw, tensor_parallel_size
         self.attention_tp = attention_tp
         self.all_reduce, self.scale_out, self.ep_imbalance = all_reduce, scale_out, ep_imbalance
@@ -146,8 +154,18 @@ class Communication:
             n_all_reduce -= 2 * m.moe_layers
         # + latency: the logits gather's; the all-to-alls added last (the float order
         # of the ring-only sum before the presets had algorithms)
-        pieces = [(limit, n_all_reduce * fixed + latency, n_all_reduce * per_token)
-                  for limit, fixed, per_token in self.all_reduce_pieces(bw, latency)]
+        per_ar = self.all_reduce_pieces(bw, latency)
+        fused = self.fused_pieces(fusion) if fusion is not None and not all_to_all else None
+        if fused is None:
+            pieces = [(limit, n_all_reduce * fixed + latency, n_all_reduce * per_token)
+                      for limit, fixed, per_token in per_ar]
+        else:
+            n_fused = 2 * m.num_hidden_layers - 1
+            pieces = [(limit, fixed + latency, per_token) for limit, fixed, per_token in
+                      _weighted_sum(((n_all_reduce - n_fused, per_ar), (n_fused, fused)),
+                                    fusion.max_tokens)
+                      + [(limit, n_all_reduce * fixed, n_all_reduce * per_token)
+                         for limit, fixed, per_token in per_ar if limit > fusion.max_tokens]]
         if all_to_all:
             a2a_fixed, a2a_per_token = self.all_to_all_terms()
             pieces = [(limit, fixed + a2a_fixed, per_token + a2a_per_token)
@@ -231,6 +249,17 @@ class Communication:
                            two_shot_all_reduce_s(row, tp, bw2, 0.0)))
         return pieces + self.nccl_tail(max_tokens, row, ring)
 
+    def fused_pieces(self, fusion: AllReduceFusion) -> list[tuple[int, float, float]] | None:
+        """One fused all-reduce + RMSNorm of a step's activations as ``(below_tokens,
+        fixed_s, per_token_s)`` pieces: the GPU profile's measured table ``fusion.table``
+        (:func:`table_pieces`; a message of n tokens is n × hidden × 2 bytes); None where the
+        profile has no such table or no row for this TP size, or the group spans nodes."""
+        table = self.hw.all_reduce_tables.get(fusion.table)
+        if table is None or self.tp not in table.latency_us or self._nodes() > 1:
+            return None
+        return table_pieces(table.knots_s(self.tp),
+                            self.model.hidden_size * ACTIVATION_BYTES)
+
     def nccl_tail(self, from_tokens: int, row: int, ring: tuple[int, float, float]
                   ) -> list[tuple[int, float, float]]:
         """NCCL's all-reduce for messages of ``from_tokens`` tokens and more (``row`` bytes a
@@ -285,3 +314,22 @@ class Communication:
             fixed += m.moe_layers * ring_all_reduce_s(0.0, t, bw, hw.tp_link_latency_s)
             per_token_s += m.moe_layers * ring_all_reduce_s(row, t, bw, 0.0)
         return fixed, per_token_s
+
+
+def _weighted_sum(terms: tuple[tuple[int, list[tuple[int, float, float]]], ...], below: int
+                  ) -> list[tuple[int, float, float]]:
+    """Σ weight × pieces over token counts under ``below``, as pieces: each
+    ``(below_tokens, fixed_s, per_token_s)`` list covers [previous limit, its limit) and
+    ends unlimited; the sum breaks wherever any of them does, its last piece at ``below``."""
+    limits = sorted({limit for _, pieces in terms for limit, _, _ in pieces
+                     if limit < below} | {below})
+    out, start = [], 0
+    for limit in limits:
+        fixed = per_token = 0.0
+        for weight, pieces in terms:
+            _, f, t = next(p for p in pieces if p[0] > start)
+            fixed += weight * f
+            per_token += weight * t
+        out.append((limit, fixed, per_token))
+        start = limit
+    return out

@@ -22,8 +22,8 @@ from capsim.cost.operators import attn_pairs
 from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.cost.terms import OperatorCost, StepCost, step_input
-from capsim.profiles.engines import (AbsorbedBmmDequant, SharedExpertsFusion, TpAllReduce,
-                                     UntunedFp8Gemm)
+from capsim.profiles.engines import (AbsorbedBmmDequant, AllReduceFusion, SharedExpertsFusion,
+                                     TpAllReduce, UntunedFp8Gemm)
 from capsim.profiles.hardware import HardwareProfile, load_hardware
 from capsim.profiles.links import resolve_link
 from capsim.profiles.models import ModelShape, load_model
@@ -65,7 +65,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   engine: str | None = None,
                   shared_experts_fusion: SharedExpertsFusion | None = None,
                   absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
-                  untuned_fp8_gemm: UntunedFp8Gemm | None = None) -> dict[str, Any]:
+                  untuned_fp8_gemm: UntunedFp8Gemm | None = None,
+                  all_reduce_fusion: AllReduceFusion | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table (its keys:
     the module docstring). The step holds one prompt of ``prefill_tokens`` tokens (no
     cached prefix; its last token samples) and ``decode_batch`` sequences that each
@@ -90,6 +91,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             attention's row includes rewriting the absorbed MLA weights.
         untuned_fp8_gemm: the preset's ROCm rule (SGLang): where it applies the layer
             matmuls it names take at least their K-loop floor (:mod:`capsim.cost.gemm_floor`).
+        all_reduce_fusion: the preset's fused all-reduce + RMSNorm (SGLang on B200): where
+            it applies the communication of a step under its token limit uses it.
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree, PP beyond the
@@ -104,7 +107,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                      dp_attention=dp_attention, all_reduce=all_reduce, engine=engine,
                      shared_experts_fusion=shared_experts_fusion,
                      absorbed_bmm_dequant=absorbed_bmm_dequant,
-                     untuned_fp8_gemm=untuned_fp8_gemm)
+                     untuned_fp8_gemm=untuned_fp8_gemm,
+                     all_reduce_fusion=all_reduce_fusion)
     inputs = _inputs(prefill_tokens, decode_batch, context)
     cost = pricer.cost(**inputs)
     return {

@@ -52,8 +52,9 @@ from capsim.cost.operators import (ACTIVATION_BYTES, WEIGHT_DTYPE_BYTES, check_t
                                    windowed)
 from capsim.cost.terms import (ZERO_COST, OperatorCost, PricedStep, StepCost, StepInput,
                                WorkTally, step_input)
-from capsim.profiles.engines import (AbsorbedBmmDequant, HostOverhead, PiecewiseCudaGraph,
-                                     SharedExpertsFusion, TpAllReduce, UntunedFp8Gemm)
+from capsim.profiles.engines import (AbsorbedBmmDequant, AllReduceFusion, HostOverhead,
+                                     PiecewiseCudaGraph, SharedExpertsFusion, TpAllReduce,
+                                     UntunedFp8Gemm)
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile
 from capsim.profiles.models import ModelShape
@@ -173,6 +174,10 @@ class StepPricer:
         shared_experts_fusion: the engine preset's rule (None: never): where it applies the
             shared expert runs inside the routed experts' grouped GEMM as experts every
             token selects (SGLang's shared-experts fusion), not as its own matmuls.
+        all_reduce_fusion: the engine preset's fused all-reduce + RMSNorm (None: never):
+            where it applies (this model and GPU, no DP attention, one node) the layers'
+            all-reduces of a step under its token limit take the GPU's table of that kernel
+            (:class:`~capsim.cost.communication.Communication`).
         absorbed_bmm_dequant: the engine preset's rule (None: never): where it applies each
             decode step also rewrites the absorbed MLA weights to 16 bits
             (:meth:`absorbed_dequant_s`).
@@ -198,7 +203,8 @@ class StepPricer:
     __slots__ = (
         "model", "hw", "tensor_parallel_size", "weight_dtype", "kv_cache_dtype_bytes", "engine",
         "quant", "matmul_dtype", "_model_dtype", "layout", "expert_dtype", "moe_backend",
-        "dp_attention", "attention_tp", "expert_parallel", "fuse_shared_expert", "rates", "terms", "comm", "host", "decode_costs",
+        "dp_attention", "attention_tp", "expert_parallel", "fuse_shared_expert", "rates", "terms",
+        "comm", "host", "decode_costs",
         "_routing_skew", "_ep_q", "_ep_imbalance", "_lm_on", "_embedding_on", "_all_reduce",
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
@@ -215,6 +221,7 @@ class StepPricer:
                  all_reduce: TpAllReduce | None = None, engine: str | None = None,
                  moe_backend: str = "auto", attention_tp: int = 1, redundant_experts: int = 0,
                  shared_experts_fusion: SharedExpertsFusion | None = None,
+                 all_reduce_fusion: AllReduceFusion | None = None,
                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
                  piecewise_cuda_graph: PiecewiseCudaGraph | None = None,
                  untuned_fp8_gemm: UntunedFp8Gemm | None = None,
@@ -251,10 +258,7 @@ class StepPricer:
                                                            expert_parallel, redundant_experts)
         self._init_host(host, piecewise_cuda_graph, decode_graph_max_seqs)
         self._init_rates()
-        self.comm = Communication(model, self.hw, tp, all_reduce, embedding=embedding,
-                                  lm_head=lm_head, all_to_all=expert_parallel and dp_attention,
-                                  scale_out=scale_out, ep_imbalance=self._ep_imbalance,
-                                  attention_tp=attention_tp if dp_attention else 1)
+        self.comm = self._communication(embedding, lm_head, attention_tp, all_reduce_fusion)
         self._bind()
 
     def _init_kernel_rules(self, dequant: AbsorbedBmmDequant | None,
@@ -266,6 +270,20 @@ class StepPricer:
             dequant.applies(self.model, hw.name, dtype) else None
         self._untuned = untuned if untuned is not None and \
             untuned.applies(hw.name, dtype, self.quant.scale == "block") else None
+
+    def _communication(self, embedding: bool, lm_head: bool, attention_tp: int,
+                       fusion: AllReduceFusion | None) -> Communication:
+        """The step's collectives (:class:`Communication`), with the preset's fused
+        all-reduce + RMSNorm where it applies to this model and GPU (no DP attention, the TP
+        group on one node)."""
+        model, hw, tp, dp = self.model, self.hw, self.tensor_parallel_size, self.dp_attention
+        one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
+        if fusion is not None and not fusion.applies(model, hw.name, dp, one_node):
+            fusion = None
+        return Communication(model, hw, tp, self._all_reduce, embedding=embedding,
+                             lm_head=lm_head, all_to_all=self.expert_parallel and dp,
+                             scale_out=self._scale_out, ep_imbalance=self._ep_imbalance,
+                             attention_tp=attention_tp if dp else 1, fusion=fusion)
 
     def _init_host(self, host: HostOverhead | None, graph: PiecewiseCudaGraph | None,
                    decode_graph_seqs: int | None) -> None:

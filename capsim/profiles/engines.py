@@ -24,7 +24,7 @@ newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own n
 
 Public API:
     EnginePreset, MemoryRule, HostOverhead, TpAllReduce, SharedExpertsFusion,
-    PiecewiseCudaGraph
+    PiecewiseCudaGraph, AllReduceFusion
     load_engine_preset(name_or_path) -> EnginePreset
     engine_preset_names() -> list[str]
 """
@@ -496,6 +496,36 @@ class PiecewiseGraphOff(StrictModel):
     expert_formats: list[str] = Field(min_length=1)
 
 
+class AllReduceFusion(StrictModel):
+    """SGLang's fused all-reduce + residual add + RMSNorm (``--enable-flashinfer-allreduce-
+    fusion``, which SGLang turns on by itself for some models on some GPUs): each layer's
+    attention-output and MoE-output all-reduce, and the add-RMSNorm after it, run as one
+    FlashInfer ``trtllm_allreduce_fusion`` kernel (TensorRT-LLM's one-shot / two-shot
+    all-reduce with the norm in its epilogue) on a forward of at most ``max_tokens`` tokens;
+    the last layer's MoE output and the embedding's all-reduce stay the engine's custom
+    kernel, and so does every all-reduce of a larger forward.
+
+    The rule (the preset's ``sources:`` name the wheel): the model's ``model_type`` in
+    ``model_types``, a GPU in ``hardware``, no DP attention, the TP group on one node. Where
+    it holds, capsim prices each fused all-reduce at the GPU profile's measured all-reduce
+    table ``table`` (``all_reduce_tables``: the same kernels timed through TensorRT-LLM);
+    the add-RMSNorm it absorbs stays in the step's element-wise term (capsim does not split
+    that term by kernel), so the saving priced is the all-reduce's alone.
+    """
+
+    model_types: list[str] = Field(min_length=1)
+    hardware: list[str] = Field(min_length=1)
+    max_tokens: Int = Field(gt=0)
+    table: str = Field(min_length=1)
+
+    def applies(self, model: ModelShape, hardware: str, dp_attention: bool,
+                one_node: bool) -> bool:
+        """Whether SGLang fuses ``model``'s all-reduces on a ``hardware`` GPU (DP attention
+        on or off, the TP group on one node or not): the rule above."""
+        return (model.model_type in self.model_types and hardware in self.hardware
+                and not dp_attention and one_node)
+
+
 class PiecewiseCudaGraph(StrictModel):
     """SGLang's piecewise CUDA graph for prefill (extend) forwards, on by default from 0.5.10
     (``disable_piecewise_cuda_graph`` False): a forward of at most
@@ -650,6 +680,7 @@ class EnginePreset(StrictModel):
     host_overhead: HostOverhead = Field(default_factory=HostOverhead)
     tp_all_reduce: TpAllReduce = Field(default_factory=TpAllReduce)
     shared_experts_fusion: SharedExpertsFusion | None = None
+    all_reduce_fusion: AllReduceFusion | None = None
     absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
     untuned_fp8_gemm: UntunedFp8Gemm | None = None
     piecewise_cuda_graph: PiecewiseCudaGraph | None = None

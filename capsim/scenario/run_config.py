@@ -128,7 +128,8 @@ class Pool:
     def _pricer_kwargs(self, moe: bool = True) -> dict:
         """The engine's dtypes, MoE placement and kernels, quantization and all-reduce for a
         :class:`StepPricer`; DP attention and expert parallelism only where ``moe``; the
-        preset's shared-experts fusion unless ``disable_shared_experts_fusion``; its ROCm
+        preset's shared-experts fusion unless ``disable_shared_experts_fusion``; its fused
+        all-reduce + RMSNorm (the pricer checks where it applies); its ROCm
         absorbed-MLA weight rewrite; its piecewise prefill graph (co-located pools only)."""
         eng = self.engine
         fusion = None if eng.disable_shared_experts_fusion \
@@ -143,6 +144,7 @@ class Pool:
                     quantization=eng.quantization, all_reduce=self.preset.tp_all_reduce,
                     engine=self.preset.engine, moe_backend=eng.moe_backend,
                     shared_experts_fusion=fusion,
+                    all_reduce_fusion=self.preset.all_reduce_fusion,
                     absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant,
                     untuned_fp8_gemm=self.preset.untuned_fp8_gemm,
                     # SGLang turns the prefill graph off for PD disaggregation

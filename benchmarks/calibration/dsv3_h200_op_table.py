@@ -42,6 +42,7 @@ it is not a capsim dependency).
 Usage:
     python benchmarks/calibration/dsv3_h200_op_table.py MIRROR_GIT_DIR [--commit 095f58a51]
         [--backend sglang|vllm|trtllm] [--version V] [--prompt-tokens P]
+        [--decode-batches 64,256,512,1024] [--decode-context C] [--decode-only]
 
 ``MIRROR_GIT_DIR`` is a git directory of ai-dynamo/aiconfigurator (e.g. the ``fetch`` mirror's
 ``repo``); ``--backend`` the engine whose tables and capsim preset are compared (sglang:
@@ -49,7 +50,10 @@ sglang-0.5, TP 8; vllm: vllm-0.11, TP 8; trtllm: trtllm, TP 8 EP 8, as the measu
 deployments ran); ``--version`` its table set (BACKENDS; default the oldest, the nearest to
 the measured engines; a table missing there is taken from the nearest version that has it,
 named in the output); ``--prompt-tokens`` splits each prefill step into prompts of P tokens
-(default: one prompt).
+(default: one prompt); ``--decode-batches`` the decode steps' sequence counts (default 64, 256,
+512) and ``--decode-context`` the keys each decoding sequence reads (default 2,048);
+``--decode-only`` prints the decode columns alone (the wide-batch study of issue 30: 1,000
+ShareGPT prompts decode at ~300-500 keys).
 """
 
 from __future__ import annotations
@@ -255,7 +259,8 @@ def mem_op_ms(a: Aic, nbytes: float) -> float:
     return (nbytes / (a.mem_bw * a.mem_scaling) + a.mem_const_s) * 1e3
 
 
-def aic_groups(a: Aic, tokens: int, prompts: int, decode_batch: int) -> dict[str, float]:
+def aic_groups(a: Aic, tokens: int, prompts: int, decode_batch: int,
+               context: int = DECODE_CONTEXT) -> dict[str, float]:
     """aiconfigurator's ms per step by group, for a prefill of ``tokens`` in ``prompts`` equal
     prompts (decode_batch 0) or a decode step of ``decode_batch`` sequences (tokens 0)."""
     n = tokens or decode_batch
@@ -268,7 +273,7 @@ def aic_groups(a: Aic, tokens: int, prompts: int, decode_batch: int) -> dict[str
         g["mla_attention"] = LAYERS * ctx_mla_ms(a, prompts, tokens // prompts)
     else:                               # absorbed: kv_b's weights as two batched GEMMs
         kv_b = mla_bmm_ms(a, decode_batch) or kv_b
-        g["mla_attention"] = LAYERS * gen_mla_ms(a, decode_batch, DECODE_CONTEXT)
+        g["mla_attention"] = LAYERS * gen_mla_ms(a, decode_batch, context)
     proj += kv_b
     g["qkvo_proj"] = LAYERS * proj
     g["dense_mlp"] = DENSE_LAYERS * (gemm_ms(a, n, 2 * DENSE_INTER // TP, HIDDEN)
@@ -295,15 +300,15 @@ CAPSIM_GROUPS = {
 }
 
 
-def capsim_groups(pricer: StepPricer, tokens: int, prompts: int,
-                  decode_batch: int) -> dict[str, float]:
+def capsim_groups(pricer: StepPricer, tokens: int, prompts: int, decode_batch: int,
+                  context: int = DECODE_CONTEXT) -> dict[str, float]:
     """capsim's ms per step by group (its own pricer under the backend's preset)."""
     if tokens:
         inputs = dict(prefill_tokens=tokens, prefill_kv_tokens=tokens,
                       prefill_attn_pairs=prompts * attn_pairs(tokens // prompts, 0),
                       logits_seqs=prompts)
     else:
-        inputs = dict(decode_seqs=decode_batch, decode_ctx_tokens=decode_batch * DECODE_CONTEXT)
+        inputs = dict(decode_seqs=decode_batch, decode_ctx_tokens=decode_batch * context)
     g: dict[str, float] = {}
     for op in pricer.breakdown(**inputs):
         key = CAPSIM_GROUPS[op.name]
@@ -330,17 +335,20 @@ ROWS = ("mla_attention", "qkvo_proj", "dense_mlp", "router", "routed_moe", "shar
         "all_reduce", "elementwise", "lm_head", "host / launch", "total")
 
 
-def table(a: Aic, pricer: StepPricer, prompt_tokens: int | None) -> str:
-    steps = [(f"prefill {n}", n, max(1, n // prompt_tokens) if prompt_tokens else 1, 0)
-             for n in PREFILL_TOKENS]
-    steps += [(f"decode {b}", 0, 0, b) for b in DECODE_BATCHES]
+def table(a: Aic, pricer: StepPricer, prompt_tokens: int | None,
+          decode_batches: tuple[int, ...] = DECODE_BATCHES, context: int = DECODE_CONTEXT,
+          decode_only: bool = False) -> str:
+    steps = [] if decode_only else [
+        (f"prefill {n}", n, max(1, n // prompt_tokens) if prompt_tokens else 1, 0)
+        for n in PREFILL_TOKENS]
+    steps += [(f"decode {b}", 0, 0, b) for b in decode_batches]
     lines = []
     head = f"{'group (ms per step)':22s}" + "".join(f"{s[0]:>26s}" for s in steps)
     lines += [head, f"{'':22s}" + "".join(f"{'capsim   aic   c/a':>26s}" for _ in steps)]
     cols = []
     for _, tokens, prompts, batch in steps:
-        c = capsim_groups(pricer, tokens, prompts, batch)
-        x = aic_groups(a, tokens, prompts, batch)
+        c = capsim_groups(pricer, tokens, prompts, batch, context)
+        x = aic_groups(a, tokens, prompts, batch, context)
         x["total"] = sum(x.values())
         cols.append((c, x))
     for row in ROWS:
@@ -371,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="the backend's table version (default: its oldest)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="split each prefill step into prompts of this many tokens")
+    p.add_argument("--decode-batches", default=",".join(map(str, DECODE_BATCHES)),
+                   help="comma-separated decode batch sizes (sequences per step)")
+    p.add_argument("--decode-context", type=int, default=DECODE_CONTEXT,
+                   help="keys each decoding sequence reads")
+    p.add_argument("--decode-only", action="store_true", help="print the decode steps alone")
     args = p.parse_args(argv)
     versions = BACKENDS[args.backend]["versions"]
     version = args.version or versions[0]
@@ -380,9 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"DeepSeek-V3 fp8_block, TP {TP}{' EP 8' if BACKENDS[args.backend]['ep'] else ''}, "
           f"h200-sxm, capsim preset {BACKENDS[args.backend]['preset']} vs aiconfigurator "
           f"{args.commit} {args.backend} {version} tables ({a.used}); decode context "
-          f"{DECODE_CONTEXT}; prompts of "
+          f"{args.decode_context}; prompts of "
           f"{args.prompt_tokens or 'the whole step'} tokens")
-    print(table(a, build_pricer(args.backend), args.prompt_tokens))
+    batches = tuple(int(b) for b in args.decode_batches.split(","))
+    print(table(a, build_pricer(args.backend), args.prompt_tokens, batches,
+                args.decode_context, args.decode_only))
     print("shared expert (aic, in the routed_moe + shared row): "
           + ", ".join(f"{n}: {aic_groups(a, n, 1, 0)['shared_expert']:.2f}"
                       for n in PREFILL_TOKENS))

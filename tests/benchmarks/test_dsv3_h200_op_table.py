@@ -75,3 +75,16 @@ def test_capsims_side_sums_to_its_pricer_and_groups_every_operator(tab):
     parts = sum(v for k, v in g.items() if k != "total")
     assert parts == pytest.approx(g["total"], rel=1e-9)
     assert set(g) >= {"mla_attention", "qkvo_proj", "routed_moe", "all_reduce"}
+
+
+def test_a_wide_decode_step_reads_the_context_it_is_given(tab):
+    """Issue 30's wide batch: 1,024 sequences of 400 keys (ShareGPT's ~200-token prompts and
+    outputs) price as the pricer's step of 1,024 x 400 = 409,600 context tokens, not the
+    default 2,048 keys a sequence; the attention group is the part that reads them."""
+    pricer = tab.build_pricer("sglang")
+    wide = tab.capsim_groups(pricer, 0, 0, 1024, 400)
+    cost = pricer.cost(decode_seqs=1024, decode_ctx_tokens=409_600)
+    assert wide["total"] == pytest.approx(cost.seconds * 1e3, rel=1e-12)
+    long = tab.capsim_groups(pricer, 0, 0, 1024)
+    assert long["mla_attention"] > wide["mla_attention"]
+    assert long["routed_moe"] == pytest.approx(wide["routed_moe"], rel=1e-12)

@@ -84,3 +84,18 @@ def test_a_vllm_pricer_prices_an_fp8_prefill_slower_than_tensorrt_llm():
     assert vllm.matmul_curve is hw.efficiency.gemm_fp8_engine["vllm"]
     assert trt.matmul_curve is hw.efficiency.gemm_fp8
     assert vllm.lm_head_curve is trt.lm_head_curve is hw.efficiency.gemm
+
+
+def test_an_unknown_engine_key_is_one_line_naming_the_file_and_the_key(tmp_path):
+    from capsim.common.errors import ScenarioError
+    from conftest import REPO
+
+    text = (REPO / "capsim" / "profiles" / "data" / "hardware" / "h100-sxm.yaml").read_text()
+    bad = tmp_path / "h100-bad.yaml"
+    bad.write_text(text.replace("\n    vllm:                         # aiconfigurator vLLM",
+                                "\n    vlm:                          # aiconfigurator vLLM"))
+    with pytest.raises(ScenarioError) as err:
+        load_hardware(str(bad))
+    message = str(err.value)
+    assert "\n" not in message and str(bad) in message
+    assert "efficiency.gemm_fp8_engine.vlm" in message and "'vllm'" in message

@@ -554,7 +554,8 @@ class HardwareProfile(StrictModel):
             model_dtype: the model's 16-bit dtype (``bf16`` / ``fp16``), the LM head's.
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
-            engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
+            engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
+                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
                 ``attention_decode_mla`` and ``attention_prefill_mla`` where the profile
                 has them).

@@ -185,6 +185,10 @@ class Efficiency(StrictModel):
     ``gemm_fp8_block``: the layer matmuls (the shared expert and dense MLP included) with
     block-scaled fp8 weights (``fp8_block``: DeepSeek-V3, Qwen3-FP8), which the engines run
     with DeepGEMM on Hopper; without it they take ``gemm_fp8``.
+    ``gemm_fp8_engine``: ``gemm_fp8`` as one engine family runs it, per family: the
+    engine's own fp8 linear measured whole (vLLM: the dynamic activation quant kernel and
+    ``cutlass_scaled_mm``, timed together), replacing ``gemm_fp8`` for that engine's
+    per-channel / per-tensor fp8 layer matmuls; an engine without an entry takes ``gemm_fp8``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -205,6 +209,7 @@ class Efficiency(StrictModel):
     gemm_fp8_block: GemmCurve | None = None
     attention_prefill_mla: KernelEfficiency | None = None
     fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
+    gemm_fp8_engine: dict[EngineFamily, GemmCurve] | None = None
 
     @field_validator("fused_moe_runners")
     @classmethod
@@ -228,14 +233,18 @@ class Efficiency(StrictModel):
         key = CURVE_OF.get(moe_backend, moe_backend)
         return self.fused_moe_runners.get(key, {}).get(expert_format)
 
-    def matmul_curve(self, weight_dtype: str, block_scaled: bool = False) -> GemmCurve | None:
+    def matmul_curve(self, weight_dtype: str, block_scaled: bool = False,
+                     engine: str | None = None) -> GemmCurve | None:
         """The GEMM curve weight matmuls of ``weight_dtype`` use: ``gemm_fp8_block`` for
         block-scaled fp8 weights (``block_scaled``) when the profile has one, else
-        ``gemm_fp8`` for fp8 weights when it has one, else ``gemm`` (None: the scalar
-        factors)."""
+        ``engine``'s ``gemm_fp8_engine`` entry for fp8 weights where there is one, else
+        ``gemm_fp8`` when the profile has it, else ``gemm`` (None: the scalar factors)."""
         if weight_dtype == "fp8":
             if block_scaled and self.gemm_fp8_block is not None:
                 return self.gemm_fp8_block
+            own = (self.gemm_fp8_engine or {}).get(engine) if engine is not None else None
+            if own is not None:
+                return own
             if self.gemm_fp8 is not None:
                 return self.gemm_fp8
         return self.gemm
@@ -337,7 +346,8 @@ class Calibration(StrictModel):
 EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                           "elementwise", "fused_moe", "attention_decode_fp8",
                           "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
-                          "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners"]
+                          "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
+                          "gemm_fp8_engine"]
 
 
 class SameDie(StrictModel):
@@ -544,7 +554,8 @@ class HardwareProfile(StrictModel):
             model_dtype: the model's 16-bit dtype (``bf16`` / ``fp16``), the LM head's.
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
-            engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`.
+            engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
+                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
                 ``attention_decode_mla`` and ``attention_prefill_mla`` where the profile
                 has them).
@@ -566,7 +577,7 @@ class HardwareProfile(StrictModel):
             matmul_peak_flops_per_s=matmul_peak, expert_peak_flops_per_s=expert_peak,
             lm_head_peak_flops_per_s=self.peak_flops(model_dtype),
             attention_peak_flops_per_s=attention_peak,
-            matmul_curve=eff.matmul_curve(matmul_dtype, block_scaled),
+            matmul_curve=eff.matmul_curve(matmul_dtype, block_scaled, engine),
             expert_curve=eff.matmul_curve(expert_dtype),
             lm_head_curve=eff.matmul_curve(model_dtype),
             attention_prefill=eff.attention_prefill_mla

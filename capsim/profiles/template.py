@@ -171,7 +171,8 @@ def _derivation(base: HardwareProfile) -> str:
     classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                            "elementwise", "fused_moe", "attention_decode_fp8",
                            "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
-                           "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners")
+                           "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
+                           "gemm_fp8_engine")
                if getattr(base.efficiency, c) is not None]
     if not classes:
         return ""

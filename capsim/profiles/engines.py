@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
@@ -515,7 +515,8 @@ class AllReduceFusion(StrictModel):
 
     model_types: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
-    max_tokens: Int = Field(gt=0)
+    # bounded: the priced pieces end at a finite token limit (capsim.cost.communication)
+    max_tokens: Int = Field(gt=0, le=MAX_TOKENS)
     table: str = Field(min_length=1)
 
     def applies(self, model: ModelShape, hardware: str, dp_attention: bool,

@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
 from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
@@ -693,6 +693,19 @@ class EnginePreset(StrictModel):
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""
+
+    @field_validator("host_overhead")
+    @classmethod
+    def _graph_sizes_known(cls, host: HostOverhead, info: ValidationInfo) -> HostOverhead:
+        """The largest captured decode batch is memory.static_fraction's cuda_graph_max_bs
+        (Pool.decode_graph_max_seqs): without it the flag would change nothing, silently."""
+        memory = info.data.get("memory")
+        if host.eager_decode_above_graph_bs and memory is not None \
+                and memory.static_fraction is None:
+            raise ValueError("eager_decode_above_graph_bs: true needs memory.static_fraction "
+                             "(its cuda_graph_max_bs is the largest captured decode batch); "
+                             "give memory.static_fraction or set it false")
+        return host
 
     def defaults_for(self, hardware_name: str, memory_total_gib: float,
                      knobs: dict[str, Any]) -> dict[str, Any]:

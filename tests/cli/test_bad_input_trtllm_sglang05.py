@@ -2,7 +2,8 @@
 TensorRT-LLM batch waiting (``engine.batch_wait_timeout_iters`` /
 ``engine.batch_wait_max_tokens_ratio``) in scenarios, and a custom preset file (a copy of
 sglang-0.5.yaml) with bad ``untuned_fp8_gemm``, ``all_reduce_fusion`` and
-``host_overhead.eager_decode_above_graph_bs`` fields.
+``host_overhead.eager_decode_above_graph_bs`` fields, and batch waiting in a custom preset's
+``scheduler.knobs`` (a copy of trtllm.yaml).
 
 Each case: exit code 2, one stderr line ``error: FILE: YAML.PATH: …`` naming the file the
 bad value is in and its YAML path, no traceback, no simulation started, no file written;
@@ -31,6 +32,9 @@ BASES = {
                        "batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8},
             "workload": WORKLOAD},
     # gpt-oss-20b on 2 B200s under a copy of sglang-0.5.yaml (its all-reduce fusion applies)
+    # InferenceX's batch waiting from a copy of trtllm.yaml's scheduler.knobs
+    "ctrt": {"name": "t", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+             "engine": {"preset": "preset.yaml", "max_model_len": 4096}, "workload": WORKLOAD},
     "cus": {"name": "c", "model": "gpt-oss-20b", "hardware": "b200",
             "engine": {"preset": "preset.yaml", "max_model_len": 4096,
                        "tensor_parallel_size": 2},
@@ -39,6 +43,7 @@ BASES = {
 BW, BR = "engine.batch_wait_timeout_iters", "engine.batch_wait_max_tokens_ratio"
 U, A = "untuned_fp8_gemm", "all_reduce_fusion"
 E = "host_overhead.eager_decode_above_graph_bs"
+K = "scheduler.knobs"
 NO_WAIT = {BW: "DEL", BR: "DEL"}
 
 #: (id, base, scenario edits, preset-file edits, the file the error names ("scenario",
@@ -135,7 +140,24 @@ CASES = [
     ("fusion-unknown-key", "cus", {}, {f"{A}.oneshot": True}, "preset", f"{A}.oneshot",
      "unknown key"),
     ("fusion-true", "cus", {}, {A: True}, "preset", A, "expected a mapping"),
+    # -- batch waiting in a custom preset's scheduler.knobs (a copy of trtllm.yaml): named
+    # the scenario's engine.* before, a field the scenario does not have
+    ("preset-ratio-negative", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BR[7:]}": -1.0},
+     "preset", f"{K}.batch_wait_max_tokens_ratio", "must be >= 0"),
+    ("preset-ratio-above-1", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BR[7:]}": 3.0},
+     "preset", f"{K}.batch_wait_max_tokens_ratio", "must be <= 1"),
+    ("preset-ratio-string", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BR[7:]}": "lots"},
+     "preset", f"{K}.batch_wait_max_tokens_ratio", "expected a number"),
+    ("preset-iters-negative", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BW[7:]}": -5},
+     "preset", f"{K}.batch_wait_timeout_iters", "must be >= 0"),
+    ("preset-iters-float", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BW[7:]}": 2.5},
+     "preset", f"{K}.batch_wait_timeout_iters", "expected an integer"),
     # -- host_overhead.eager_decode_above_graph_bs (preset file)
+    # without memory.static_fraction (cuda_graph_max_bs) it changed nothing, silently
+    ("eager-without-graph-sizes", "cus", {"model": "llama-3.1-8b", "hardware": "h100-sxm",
+                                          "engine.tensor_parallel_size": 1},
+     {"SOURCE": "vllm-v1", E: True}, "preset", "host_overhead",
+     "eager_decode_above_graph_bs: true needs memory.static_fraction"),
     ("eager-string", "cus", {}, {E: "yes please"}, "preset", E, "expected true or false"),
     ("eager-int", "cus", {}, {E: 2}, "preset", E, "expected true or false"),
     ("eager-null", "cus", {}, {E: None}, "preset", E, "expected true or false"),
@@ -146,10 +168,13 @@ CASES = [
 
 
 def _preset(tmp_path, repo_root, edits: dict | None) -> None:
-    """preset.yaml in ``tmp_path``: sglang-0.5.yaml with ``edits`` applied."""
-    doc = yaml.safe_load((repo_root / "capsim/profiles/data/engines/sglang-0.5.yaml")
+    """preset.yaml in ``tmp_path``: sglang-0.5.yaml (or ``edits["SOURCE"]``) with ``edits``
+    applied."""
+    edits = dict(edits or {})
+    source = edits.pop("SOURCE", "sglang-0.5")
+    doc = yaml.safe_load((repo_root / f"capsim/profiles/data/engines/{source}.yaml")
                          .read_text())
-    for dotted, value in (edits or {}).items():
+    for dotted, value in edits.items():
         set_dotted(doc, dotted, value)
     (tmp_path / "preset.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
@@ -214,5 +239,5 @@ def test_the_shipped_fusion_table_is_said_nothing_of(tmp_path, repo_root, caplog
     assert not [r for r in caplog.records if "all_reduce_fusion" in r.getMessage()]
 
 
-def test_the_sweep_has_at_least_55_cases():
-    assert len(CASES) >= 55
+def test_the_sweep_has_at_least_60_cases():
+    assert len(CASES) >= 60

@@ -69,7 +69,7 @@ read and written, 12-22 ms a TP 1 prefill here, 3-6 ms a TP 4 one).
 The last line reads ``agg-vs-disagg (SOURCE): published 1.30x, capsim R.RRx, error E %, winner
 W (same|different)``. Exit 2 with one line, before anything is simulated, when the case or its
 scenario cannot be read, the scenario's variants are not ``agg_c<C>`` / ``disagg_c<C>``, the
-``--csv`` folder does not exist or ``--jobs`` is below 1.
+``--csv`` folder does not exist (or ``--csv`` is a folder) or ``--jobs`` is below 1.
 """
 
 from __future__ import annotations
@@ -287,6 +287,9 @@ def read_variants(scenario: Path, csv_path: Path | None) -> list[str]:
     cannot be read, its variants are not of that form or ``csv_path`` cannot be written."""
     if csv_path is not None and not csv_path.parent.is_dir():
         _fail(f"{csv_path}: --csv: no folder {csv_path.parent} to write it in")
+    if csv_path is not None and csv_path.is_dir():     # found only at the end, a traceback
+        _fail(f"{csv_path}: --csv: is a folder; give a file name in it, e.g. "
+              f"{csv_path / 'points.csv'}")
     try:
         variants = [run.variant for run in load(scenario).runs]
     except ScenarioError as exc:

@@ -209,6 +209,20 @@ def _print_step(d: dict, model: str, hw: str, tp: int, ideal: bool, preset: str 
                      "takes the sum (only vLLM's continuous batching keeps batches in flight)")
         console.print(f"stages: {stages}; handoffs {hand} ms. One batch alone takes the sum; "
                       + after)
+    _print_notes(console, d, preset)
+
+
+def _print_notes(console, d: dict, preset: str) -> None:
+    """The lines under the table: the matmuls the preset's untuned block-fp8 GEMM floors, the
+    experts a MoE step reads."""
+    f = d.get("k_loop_floor")
+    if f:
+        rows = {op["name"] for op in d["operators"]}
+        names = ", ".join(n for n in f["matmuls"] if n in rows)
+        console.print(f"{names}: at least {preset}'s untuned block-fp8 GEMM floor "
+                      f"(untuned_fp8_gemm: ceil(K / {f['block_k']}) steps × "
+                      f"{f['k_step_s'] * 1e6:.3f} µs a layer): where longer, it is both their "
+                      "compute and memory ms")
     e = d.get("experts")
     if e:
         console.print(f"experts: {e['hit']:,.1f} of {e['num_experts']} read per MoE layer "

@@ -121,7 +121,17 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
         **_totals(cost, pricer.ridge_flops_per_byte),
         "operators": [_operator_row(op) for op in pricer.breakdown(**inputs)],
         "experts": _experts(model, pricer, prefill_tokens + decode_batch),
+        "k_loop_floor": _k_loop_floor(pricer),
     }
+
+
+def _k_loop_floor(pricer: StepPricer | PipelinePricer) -> dict[str, Any] | None:
+    """The preset's untuned block-fp8 GEMM rule where it applies (None: not): the matmuls
+    whose time is at least their K-loop floor, and the seconds per K step."""
+    rule = pricer.untuned_fp8_gemm
+    if rule is None:
+        return None
+    return {"matmuls": list(rule.matmuls), "block_k": rule.block_k, "k_step_s": rule.k_step_s}
 
 
 def _inputs(prefill_tokens: int, decode_batch: int, context: int) -> dict[str, Any]:

@@ -251,6 +251,11 @@ class PipelinePricer:
         return flops, nbytes
 
     @property
+    def untuned_fp8_gemm(self):
+        """The stages' untuned block-fp8 GEMM rule (the same on every stage)."""
+        return self.stages[0].untuned_fp8_gemm
+
+    @property
     def fuse_shared_expert(self) -> bool:
         """Whether the stages price the shared expert among the routed experts (SGLang's
         shared-experts fusion; the same on every stage)."""

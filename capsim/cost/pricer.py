@@ -510,6 +510,11 @@ class StepPricer:
         return self.terms.weight_bytes_per_gpu
 
     @property
+    def untuned_fp8_gemm(self) -> UntunedFp8Gemm | None:
+        """The preset's untuned block-fp8 GEMM rule where it applies here (None: not)."""
+        return self._untuned
+
+    @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity where a matmul turns compute-bound: effective peak ÷ bandwidth."""
         return self.terms.mm_peak / self.terms.mm_bw

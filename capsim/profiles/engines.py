@@ -34,10 +34,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Bool, Int, StrictModel
+from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
@@ -515,7 +515,8 @@ class AllReduceFusion(StrictModel):
 
     model_types: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
-    max_tokens: Int = Field(gt=0)
+    # bounded: the priced pieces end at a finite token limit (capsim.cost.communication)
+    max_tokens: Int = Field(gt=0, le=MAX_TOKENS)
     table: str = Field(min_length=1)
 
     def applies(self, model: ModelShape, hardware: str, dp_attention: bool,
@@ -692,6 +693,19 @@ class EnginePreset(StrictModel):
     sources: dict[str, str] = Field(min_length=1)
     fitted_to: FittedTo = Field(default_factory=dict)
     notes: str = ""
+
+    @field_validator("host_overhead")
+    @classmethod
+    def _graph_sizes_known(cls, host: HostOverhead, info: ValidationInfo) -> HostOverhead:
+        """The largest captured decode batch is memory.static_fraction's cuda_graph_max_bs
+        (Pool.decode_graph_max_seqs): without it the flag would change nothing, silently."""
+        memory = info.data.get("memory")
+        if host.eager_decode_above_graph_bs and memory is not None \
+                and memory.static_fraction is None:
+            raise ValueError("eager_decode_above_graph_bs: true needs memory.static_fraction "
+                             "(its cuda_graph_max_bs is the largest captured decode batch); "
+                             "give memory.static_fraction or set it false")
+        return host
 
     def defaults_for(self, hardware_name: str, memory_total_gib: float,
                      knobs: dict[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     _check_fusion_model(engine, preset, model, path, where, override)
     _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
     _warn_all_reduce_table(engine, preset, hw, path)
+    _warn_fusion_table(engine, preset, model, hw, path)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -154,6 +155,29 @@ def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: Hardw
             if table is not None else f"is not in {hw.name}'s all_reduce_tables (it has: {has})")
     log.warning("%s: engine.preset: engine preset '%s' runs the all-reduce table '%s', which %s; "
                 "NCCL's ring is priced instead", path, preset.name, ar.table, what)
+
+
+def _warn_fusion_table(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                       hw: HardwareProfile, path: Path) -> None:
+    """A preset whose ``all_reduce_fusion`` applies here (its model type and GPU, TP >= 2, no
+    DP attention, one node) naming a table the GPU profile lacks, or lacks the TP row of:
+    the engine's own all-reduce is priced instead (:meth:`Communication.fused_pieces`), so a
+    misspelt ``table`` would otherwise change the numbers without a word, as
+    ``tp_all_reduce.table`` would (:func:`_warn_all_reduce_table`)."""
+    fusion, tp = preset.all_reduce_fusion, engine.tensor_parallel_size
+    one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
+    if fusion is None or tp < 2 or not fusion.applies(model, hw.name,
+                                                       engine.enable_dp_attention, one_node):
+        return
+    table = hw.all_reduce_tables.get(fusion.table)
+    if table is not None and tp in table.latency_us:
+        return
+    has = ", ".join(hw.all_reduce_tables) or "none"
+    what = (f"has no row for TP {tp} (rows: {', '.join(map(str, table.latency_us))})"
+            if table is not None else f"is not in {hw.name}'s all_reduce_tables (it has: {has})")
+    log.warning("%s: engine.preset: engine preset '%s' fuses the all-reduce at the table '%s' "
+                "(all_reduce_fusion.table), which %s; the unfused all-reduce is priced instead",
+                path, preset.name, fusion.table, what)
 
 
 def _warn_fusion_off_anyway(engine: EngineConfig, preset: EnginePreset, model: ModelShape,

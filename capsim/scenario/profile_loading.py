@@ -69,16 +69,21 @@ def load_engine_preset_at(value: str, scenario: Path) -> EnginePreset:
 
 
 def check_preset_knobs(preset: EnginePreset, name: str, scenario: Path, field: str) -> None:
-    """The knobs a preset file sets (``defaults``, each ``conditional_defaults`` entry's
-    ``set``) must be valid engine knobs: an error names the preset's file and the key in
+    """The knobs a preset file sets (``defaults``, the engine knobs among
+    ``scheduler.knobs``, each ``conditional_defaults`` entry's ``set``) must be valid engine
+    knobs: an error names the preset's file and the key in
     it, then the scenario field that named the preset (not the scenario's engine knob,
     which the user never wrote)."""
     if name in engine_preset_names():
         return                      # shipped presets: tests/profiles hold them to it
     file = locate(name, scenario.parent, kind="engine preset", shipped=engine_preset_names(),
                   what="an engine preset YAML")
-    sets = [("defaults", preset.defaults)] + [(f"conditional_defaults.{i}.set", c.set)
-                                              for i, c in enumerate(preset.conditional_defaults)]
+    # scheduler.knobs also holds the engine's own constants; those that are engine knobs
+    # (batch_wait_timeout_iters, ...) fill unset knobs as defaults do
+    own = {k: v for k, v in preset.scheduler.knobs.items() if k in EngineConfig.model_fields}
+    sets = [("defaults", preset.defaults), ("scheduler.knobs", own)] + [
+        (f"conditional_defaults.{i}.set", c.set)
+        for i, c in enumerate(preset.conditional_defaults)]
     for at, knobs in sets:
         try:
             EngineConfig.model_validate(knobs)

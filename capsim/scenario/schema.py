@@ -110,8 +110,10 @@ class EngineConfig(StrictModel):
     # TensorRT-LLM batch waiting (LLM API batch_wait_timeout_iters / batch_wait_max_tokens_ratio):
     # while requests decode, new contexts wait up to this many iterations for their prompts and
     # the decode tokens to reach this share of max_num_tokens; None: the preset's (0: off).
+    # TensorRT-LLM refuses a ratio outside [0, 1] (tensorrt_llm/llmapi/llm_args.py, TorchLlmArgs
+    # validate_batch_wait_max_tokens_ratio), so capsim does too.
     batch_wait_timeout_iters: Int | None = Field(default=None, ge=0)
-    batch_wait_max_tokens_ratio: float | None = Field(default=None, ge=0)
+    batch_wait_max_tokens_ratio: float | None = Field(default=None, ge=0, le=1)
     # SGLang (scheduler: sglang)
     schedule_conservativeness: float | None = Field(default=None, gt=0)
     # SGLang --scheduler-recv-interval: arrivals are taken in once every this many decode

@@ -181,6 +181,9 @@ def test_last_line(bench, monkeypatch, capsys):
      "disagg_c<C> (C the closed-loop users), got agg_c1, agg_c2"),
     (["--csv", "{T}/no/dir/points.csv"],
      "error: {T}/no/dir/points.csv: --csv: no folder {T}/no/dir to write it in"),
+    # a folder: was a traceback (IsADirectoryError) after the whole benchmark had run
+    (["--csv", "{T}"],
+     "error: {T}: --csv: is a folder; give a file name in it, e.g. {T}/points.csv"),
 ])
 def test_bad_arguments_are_one_line_before_anything_runs(bench, args, first_line, tmp_path,
                                                          monkeypatch, capsys):

@@ -1233,3 +1233,23 @@ def test_listings_fold_to_a_narrow_terminal_without_cutting_a_name(run_cli, monk
              "models": ["llama-3.1-405b", "qwen3-235b-a22b"],
              "engines": ["sglang-0.3", "vllm-0.6.4"]}[command]
     assert all(f"│ {n} " in out for n in names)
+
+
+def test_roofline_says_which_matmuls_take_the_untuned_fp8_gemm_floor(run_cli):
+    """DeepSeek-V3 (block-fp8) TP 8 on an MI300X under sglang-0.5: the layer linears its
+    untuned_fp8_gemm names are priced at least at the K-loop floor (1.964 us a 128-wide K
+    step, sglang-0.5.yaml's fit to ROCm/aiter PR 1930), where compute and memory ms are the
+    same number; the table said "memory" bound with nothing to say why (q_a_kv_a_proj: 942 MB
+    in 6.7 ms on a 5.3 TB/s GPU). Under vllm-v1 (no such rule) nothing is said."""
+    base = ["roofline", "--model", "deepseek-v3", "--hardware", "mi300x", "--tp", "8",
+            "--decode-batch", "16", "--context", "2048"]
+    code, out, _ = run_cli([*base, "--preset", "sglang-0.5"])
+    assert code == 0
+    assert ("q_a_kv_a_proj, q_b_proj, o_proj, gate_up_proj, down_proj: at least sglang-0.5's "
+            "untuned block-fp8 GEMM floor (untuned_fp8_gemm: ceil(K / 128) steps × 1.964 µs"
+            in " ".join(out.split()))
+    row = next(line for line in out.splitlines() if "q_a_kv_a_proj" in line and "│" in line)
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[5] == cells[6] == "6.709"      # compute ms == memory ms: the floor
+    code, out, _ = run_cli(base)
+    assert code == 0 and "untuned" not in out

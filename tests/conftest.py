@@ -126,6 +126,31 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
 
 
+#: Modules that read one session-scoped fixture (the run of a scenario): loadscope hands
+#: each group to one worker as one unit, so the fixture is computed once, not once per worker.
+SAME_WORKER = {
+    "tests/shipped_scenarios/test_scenarios.py": "rag_mix_run",       # shipped_scenarios/
+    "tests/shipped_scenarios/test_disagg_scenarios.py": "rag_mix_run",  # conftest.py
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist controller, ``--dist loadscope``: loadscope's scheduling with the modules
+    of each :data:`SAME_WORKER` group as one scope (one work unit); any other ``--dist``:
+    pytest-xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = SAME_WORKER.get(nodeid.split("::")[0])
+            return f"same worker: {group}" if group else super()._split_scope(nodeid)
+
+    return GroupedScopes(config, log)
+
+
 def pytest_configure(config) -> None:
     """A pytest-xdist worker starts with COLUMNS and LINES set to the controller's terminal
     size even when the run had neither; the CLI would then fold its tables and one-line

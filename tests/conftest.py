@@ -11,15 +11,36 @@ the tests as fixtures.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-import numpy as np
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cache_bytecode() -> None:
+    """With PYTHONDONTWRITEBYTECODE set (as in many container images), every pytest process
+    (each xdist worker) would rewrite the asserts of all 3,000+ tests' modules and compile
+    capsim from source again: 13 s of CPU per process for collection alone, 6 s with the
+    compiled files kept. Keep them, but under .pytest_cache/pycache (sys.pycache_prefix,
+    which pytest's assertion rewriting honours), never beside the sources, and so for the
+    ``capsim`` subprocesses a test starts."""
+    if not sys.dont_write_bytecode:
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(REPO / ".pytest_cache" / "pycache")
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_cache_bytecode()
+
+import numpy as np  # after _cache_bytecode(): capsim compiles once
 import pytest
 import yaml
 
 from capsim.workload import RequestTrace
 
-REPO = Path(__file__).resolve().parents[1]
 #: The reference data (traces, Vidur's profiling, seeds) next to the repository:
 #: optional; the tests that read it are skipped without it.
 SHARED = REPO.parent / "shared"
@@ -66,18 +87,36 @@ def pytest_configure_node(node) -> None:
 #: a scenario or prices the fidelity cases before its first test).
 _SHARED_SCOPES = ("module", "package")
 
-#: The longest modules, started first: seconds of their tests among the 80 slowest of
-#: ``python -m pytest -p no:xdist --durations=80`` at commit 7eb1f54 (one process on the
-#: shared 2-CPU machine at load ~5.5, 80 min in all: only their order counts here).
+#: The longest modules, started first (longest-processing-time first: the short ones left
+#: for the end fill both workers up): CPU seconds of each module's tests (setup included) in
+#: one process (``-p no:xdist``), measured package by package at commit 43eee3e on the shared
+#: 2-CPU machine; for the studies modules, whose process pools are counted when the pool's
+#: server ends, half their wall time; test_report.py with its report written once. Every
+#: module of 2 s or more; only their order counts.
 _LONG_MODULES_S = {
-    "tests/engine/test_macro_steps.py": 582.5, "tests/profiles/test_trust.py": 422.3,
-    "tests/report/test_report.py": 377.6, "tests/shipped_scenarios/test_scenarios.py": 291.4,
-    "tests/report/test_day_report.py": 268.2, "tests/metrics/test_day.py": 243.6,
-    "tests/cli/test_cli.py": 222.8, "tests/report/test_results_json.py": 218.9,
-    "tests/sim/test_fleet.py": 190.9, "tests/shipped_scenarios/test_disagg_scenarios.py": 166.4,
-    "tests/shipped_scenarios/test_day_in_the_life.py": 128.0,
-    "tests/shipped_scenarios/test_hetero_fleet.py": 123.2,
-    "tests/shipped_scenarios/test_moe_deepseek_v3.py": 99.2,
+    "tests/engine/test_macro_steps.py": 55.6, "tests/profiles/test_trust.py": 34.9,
+    "tests/sim/test_fleet.py": 25.6, "tests/cli/test_cli.py": 17.5,
+    "tests/studies/test_sweep.py": 16.2, "tests/studies/test_sizing.py": 14.8,
+    "tests/studies/test_queueing.py": 14.1,
+    "tests/shipped_scenarios/test_disagg_scenarios.py": 13.2,
+    "tests/shipped_scenarios/test_scenarios.py": 12.7,
+    "tests/calibrate/test_tp_step_gap.py": 12.4, "tests/report/test_report.py": 11.2,
+    "tests/report/test_day_report.py": 11.1, "tests/metrics/test_day.py": 9.7,
+    "tests/cli/test_bad_input_late.py": 9.6, "tests/cli/test_bad_input_runners.py": 9.1,
+    "tests/report/test_results_json.py": 8.6, "tests/profiles/test_fitted.py": 8.3,
+    "tests/studies/test_mix.py": 7.4, "tests/engine/test_step_trace.py": 7.4,
+    "tests/studies/test_variants.py": 7.0, "tests/cli/test_multinode_cases.py": 6.3,
+    "tests/cli/test_stop.py": 6.1, "tests/calibrate/test_calibrate.py": 5.8,
+    "tests/shipped_scenarios/test_day_in_the_life.py": 5.0,
+    "tests/shipped_scenarios/test_hetero_fleet.py": 4.8, "tests/docs/test_site.py": 4.2,
+    "tests/report/test_compare_report.py": 4.2, "tests/cli/test_first_screen.py": 4.2,
+    "tests/studies/test_percentiles.py": 4.0, "tests/kv/test_allocator.py": 4.0,
+    "tests/shipped_scenarios/test_moe_deepseek_v3.py": 3.9,
+    "tests/sim/test_closed_loop.py": 3.4, "tests/sim/test_pooled.py": 3.2,
+    "tests/docs/test_commands.py": 3.2, "tests/calibrate/test_calibrate_vidur.py": 2.9,
+    "tests/cost/test_moe_cost.py": 2.9, "tests/calibrate/test_compare.py": 2.5,
+    "tests/cli/test_shedding_report.py": 2.2, "tests/cli/test_bad_input_sweep.py": 2.2,
+    "tests/docs/test_own_gpu.py": 2.0,
 }
 
 
@@ -103,6 +142,31 @@ def pytest_collection_modifyitems(config, items) -> None:
     first = {module: i for i, module in enumerate(sorted(
         count, key=lambda m: (-_LONG_MODULES_S.get(m, 0.0), m not in shared, -count[m])))}
     items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
+
+
+#: Modules that read one session-scoped fixture (the run of a scenario): loadscope hands
+#: each group to one worker as one unit, so the fixture is computed once, not once per worker.
+SAME_WORKER = {
+    "tests/shipped_scenarios/test_scenarios.py": "rag_mix_run",       # shipped_scenarios/
+    "tests/shipped_scenarios/test_disagg_scenarios.py": "rag_mix_run",  # conftest.py
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist controller, ``--dist loadscope``: loadscope's scheduling with the modules
+    of each :data:`SAME_WORKER` group as one scope (one work unit); any other ``--dist``:
+    pytest-xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = SAME_WORKER.get(nodeid.split("::")[0])
+            return f"same worker: {group}" if group else super()._split_scope(nodeid)
+
+    return GroupedScopes(config, log)
 
 
 def pytest_configure(config) -> None:

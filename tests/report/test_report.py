@@ -86,15 +86,23 @@ def make_result(variant: str, *, stall_s: float, replicas: int = 1,
              "Maximum concurrency for 4,096 tokens per request: 0.39x"])
 
 
-@pytest.fixture
-def results() -> list[RunResult]:
+def _results() -> list[RunResult]:
     return [make_result(EVIL, stall_s=0.45, reject_last=True),
             make_result("chunked 512", stall_s=0.06, replicas=2)]
 
 
+def _rows(results: list[RunResult]):
+    return [row for r in results for row in summarize(r, SLO, CLASS_SLOS)]
+
+
+@pytest.fixture
+def results() -> list[RunResult]:
+    return _results()
+
+
 @pytest.fixture
 def rows(results):
-    return [row for r in results for row in summarize(r, SLO, CLASS_SLOS)]
+    return _rows(results)
 
 
 def write(out_dir: Path, results, rows, **kw) -> Path:
@@ -104,11 +112,21 @@ def write(out_dir: Path, results, rows, **kw) -> Path:
                         slo=SLO, class_slos=CLASS_SLOS, notes=["note <i>"], **kw)
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, Path]:
+    """(the folder, what :func:`write` returned) of the report of ``results`` and ``rows``
+    (as those fixtures give them) written to REPORTS/rag_mix once, for the tests that only
+    read it (each write draws every figure: 1.7 s); the tests that write again or break a
+    write write their own."""
+    results = _results()
+    out = tmp_path_factory.mktemp("reports") / "rag_mix"
+    return out, write(out, results, _rows(results))
+
+
 # --- files and CSVs ---------------------------------------------------------------------------
 
-def test_writes_every_file(tmp_path, results, rows):
-    out = tmp_path / "reports" / "rag_mix"
-    index = write(out, results, rows)
+def test_writes_every_file(written):
+    out, index = written
     assert index == out / "index.html"
     names = {p.name for p in out.iterdir()}
     expected = {"index.html", "summary.csv", "requests.csv", "scenario.resolved.yaml",
@@ -120,9 +138,8 @@ def test_writes_every_file(tmp_path, results, rows):
     assert [p.name for p in out.parent.iterdir()] == ["rag_mix"]
 
 
-def test_pngs_are_valid(tmp_path, results, rows):
-    out = tmp_path / "r"
-    write(out, results, rows)
+def test_pngs_are_valid(written):
+    out, _ = written
     pngs = sorted(out.glob("*.png"))
     assert len(pngs) == 6
     for p in pngs:
@@ -132,9 +149,8 @@ def test_pngs_are_valid(tmp_path, results, rows):
         assert width >= 600 and height >= 300, (p.name, width, height)
 
 
-def test_summary_csv_matches_rows(tmp_path, results, rows):
-    out = tmp_path / "r"
-    write(out, results, rows)
+def test_summary_csv_matches_rows(written, rows):
+    out, _ = written
     df = pd.read_csv(out / "summary.csv")
     assert len(df) == len(rows) == 6          # 2 variants × (all, chat, rag)
     assert list(df["variant"]) == [r.variant for r in rows]
@@ -152,9 +168,8 @@ def test_summary_csv_matches_rows(tmp_path, results, rows):
     assert not evil_all["slo_pass"]
 
 
-def test_requests_csv_one_row_per_request(tmp_path, results, rows):
-    out = tmp_path / "r"
-    write(out, results, rows)
+def test_requests_csv_one_row_per_request(written, results):
+    out, _ = written
     df = pd.read_csv(out / "requests.csv")
     assert len(df) == sum(len(r.requests.request_id) for r in results) == 8
     assert df.groupby("variant").size().to_dict() == {EVIL: 4, "chunked 512": 4}
@@ -168,8 +183,8 @@ def test_requests_csv_one_row_per_request(tmp_path, results, rows):
 
 # --- HTML -------------------------------------------------------------------------------------
 
-def test_html_escapes_scenario_strings(tmp_path, results, rows):
-    html = write(tmp_path / "r", results, rows).read_text()
+def test_html_escapes_scenario_strings(written):
+    html = written[1].read_text()
     assert EVIL not in html
     assert EVIL_ESCAPED in html
     assert "<script>" not in html and "&lt;script&gt;" in html
@@ -177,9 +192,9 @@ def test_html_escapes_scenario_strings(tmp_path, results, rows):
     assert "note &lt;i&gt;" in html
 
 
-def test_html_is_offline(tmp_path, results, rows):
-    out = tmp_path / "r"
-    html = write(out, results, rows).read_text()
+def test_html_is_offline(written):
+    out, index = written
+    html = index.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
     assert "<script" not in html.lower()
     assert "<link" not in html.lower()
@@ -191,8 +206,8 @@ def test_html_is_offline(tmp_path, results, rows):
         assert "/" not in src and (out / src).is_file()
 
 
-def test_html_header_and_verdict(tmp_path, results, rows):
-    html = write(tmp_path / "r", results, rows).read_text()
+def test_html_header_and_verdict(written):
+    html = written[1].read_text()
     assert "capsim 0.1.0" in html
     assert "seed 7" in html
     assert "GPU KV cache size: 1,600 tokens" in html
@@ -208,14 +223,14 @@ def test_html_header_and_verdict(tmp_path, results, rows):
     assert "Per request class" in html
 
 
-def test_html_tables_fit_the_page(tmp_path, results, rows):
+def test_html_tables_fit_the_page(written):
     """Issue 16 item 8: the verdict table was wider than 1400 and 1920 px (stall, E2EL and
     preemption columns behind a scrollbar, lost in print). Every table now has at most
     MAX_HTML_COLUMNS value columns (wide sets are stacked tables, each with the variant),
     the verdict's latency columns come first, every verdict column is still shown once,
     header labels wrap, and print drops the scrollbars on a landscape page."""
     from capsim.report.run.table import MAX_HTML_COLUMNS, verdict_columns
-    html = write(tmp_path / "r", results, rows).read_text()
+    html = written[1].read_text()
     tables = re.findall(r"<table>(.*?)</table>", html, re.S)
     assert len(tables) >= 5                       # verdict ×2, by class ×2, KV
     for t in tables:
@@ -244,11 +259,11 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt: chromium)")
 @pytest.mark.parametrize("width_px", [1400, 1920])
-def test_html_tables_fit_in_headless_chromium(tmp_path, results, rows, width_px):
+def test_html_tables_fit_in_headless_chromium(tmp_path, written, width_px):
     """Issue 16 item 8, measured: at 1400 and 1920 px no table of index.html overflows its box
     (nothing behind a scrollbar) and the page has no horizontal scroll. A copy of the page gets
     a script writing the measured widths into the DOM, which Chromium prints (--dump-dom)."""
-    page = write(tmp_path / "r", results, rows)
+    page = Path(shutil.copytree(written[0], tmp_path / "r")) / written[1].name
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", """<script>
       const over = [...document.querySelectorAll('.scroll')]

@@ -19,7 +19,13 @@ def run_scenario(path: Path, out: Path) -> pd.DataFrame:
         main(["run", str(path), "-o", str(out)])
         raise SystemExit(0)
     assert exc.value.code == 0
-    (out.parent / "stdout.txt").write_text(printed.getvalue())
+    return read_report(out, printed.getvalue())
+
+
+def read_report(out: Path, printed: str) -> pd.DataFrame:
+    """summary.csv of the disaggregation report in ``out`` (its figures and section checked),
+    with the run's stdout (``printed``) saved beside it as stdout.txt."""
+    (out.parent / "stdout.txt").write_text(printed)
     for png in ("disagg_ratio.png", "kv_transfer.png"):
         assert (out / png).stat().st_size > 10_000
     html = (out / "index.html").read_text()
@@ -28,8 +34,8 @@ def run_scenario(path: Path, out: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def rag_mix(tmp_path_factory, scenarios_dir):
-    return run_scenario(scenarios_dir / "rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
+def rag_mix(rag_mix_run):
+    return read_report(*rag_mix_run)
 
 
 @pytest.fixture(scope="module")

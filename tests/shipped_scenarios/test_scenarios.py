@@ -15,14 +15,19 @@ def run_scenario(path: Path, out: Path, *extra: str) -> tuple[pd.DataFrame, pd.D
         main(["run", str(path), "-o", str(out), *extra])
         raise SystemExit(0)
     assert exc.value.code == 0
+    return read_report(out)
+
+
+def read_report(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary.csv by variant and class, requests.csv) of the report in ``out``."""
     summary = pd.read_csv(out / "summary.csv")
     requests = pd.read_csv(out / "requests.csv", keep_default_na=False, na_values=[""])
     return summary.set_index(["variant", "cls"]), requests
 
 
 @pytest.fixture(scope="module")
-def rag_mix(tmp_path_factory, scenarios_dir):
-    return run_scenario(scenarios_dir / "rag_mix.yaml", tmp_path_factory.mktemp("rag") / "report")
+def rag_mix(rag_mix_run):
+    return read_report(rag_mix_run[0])
 
 
 def test_rag_mix_unchunked_stalls_on_long_prefills_and_chunking_caps_it(rag_mix):

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from capsim.common.yamlio import load_yaml
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.engines import load_engine_preset
 from capsim.profiles.hardware import load_hardware
@@ -28,11 +27,11 @@ FIDELITY = Path(__file__).resolve().parents[1] / "fidelity"
 
 
 def _scenario(case_id: str) -> dict:
-    return yaml.safe_load((FIDELITY / "supplementary" / f"{case_id}.yaml").read_text())
+    return load_yaml((FIDELITY / "supplementary" / f"{case_id}.yaml").read_text())
 
 
 def _points(case_id: str) -> list[dict]:
-    cases = yaml.safe_load((FIDELITY / "supplementary_cases.yaml").read_text())
+    cases = load_yaml((FIDELITY / "supplementary_cases.yaml").read_text())
     measured = next(c for c in cases if c["id"] == case_id)["measured"]
     if "points" in measured:
         return measured["points"]

@@ -45,7 +45,8 @@ class DecodeRuns:
     """
 
     __slots__ = ("_base", "_comm", "_lm_on", "_attn_d", "_window", "_win_frac",
-                 "_win_tokens", "_overhead_s", "_host", "_memo", "_eager_s", "_graph_seqs")
+                 "_win_tokens", "_overhead_s", "_host", "_memo", "_eager_s", "_graph_seqs",
+                 "_eager_decode")
 
     def __init__(self, base: BaseTerms, comm: Communication, lm_head: bool,
                  attn_d: tuple[float, float, float, float], window: tuple[float, int],
@@ -56,6 +57,8 @@ class DecodeRuns:
         self._window = self._win_frac > 0
         self._overhead_s, self._host = overhead_s, host
         self._eager_s, self._graph_seqs = eager
+        # Only a finite graph limit with a launch floor ever raises a decode step.
+        self._eager_decode = self._eager_s > 0 and self._graph_seqs != float("inf")
         self._memo: dict[int, tuple[float, ...]] = {}
 
     def costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
@@ -75,7 +78,8 @@ class DecodeRuns:
             array of ``cost().compute_bound``, or None when no step is compute-bound.
         """
         c_pair, m_kv, m_new, launch = self._attn_d
-        if self._window or c_pair * (1 + 1e-6) > m_kv or max(seqs) > self._graph_seqs \
+        if self._window or c_pair * (1 + 1e-6) > m_kv \
+                or (self._eager_decode and max(seqs) > self._graph_seqs) \
                 or not self._never_compute_bound(seqs, ctx0):
             return self.general(seqs, ctx0, lengths)
         # The memory side always wins (max(c, m) is m): per segment its steps' constant
@@ -147,7 +151,7 @@ class DecodeRuns:
         bound = (compute_s + c) > (memory_s + m)
         roof_s += np.maximum(c, m)
         gpu = roof_s + comm_s + self._overhead_s
-        if self._eager_s:            # eager steps: at least their launches (as cost())
+        if self._eager_decode:       # eager steps: at least their launches (as cost())
             low = (n > self._graph_seqs) & (roof_s + comm_s < self._eager_s)
             if low.any():
                 r, k = roof_s[low], comm_s[low]

@@ -137,6 +137,18 @@ def _check_fusion_model(engine: EngineConfig, preset: EnginePreset, model: Model
         file=str(path), path=at)
 
 
+def _table_gap(hw: HardwareProfile, name: str, tp: int) -> str | None:
+    """Why ``hw`` cannot price TP ``tp`` from its all-reduce table ``name``, as the end of a
+    warning sentence (None: the table has that row)."""
+    table = hw.all_reduce_tables.get(name)
+    if table is not None and tp in table.latency_us:
+        return None
+    if table is not None:
+        return f"has no row for TP {tp} (rows: {', '.join(map(str, table.latency_us))})"
+    has = ", ".join(hw.all_reduce_tables) or "none"
+    return f"is not in {hw.name}'s all_reduce_tables (it has: {has})"
+
+
 def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
                            path: Path) -> None:
     """A preset that runs a measured all-reduce table (``tp_all_reduce: {algorithm: table}``)
@@ -147,12 +159,9 @@ def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: Hardw
     ar, tp = preset.tp_all_reduce, engine.tensor_parallel_size
     if ar.algorithm != "table" or tp < 2:
         return
-    table = hw.all_reduce_tables.get(ar.table)
-    if table is not None and tp in table.latency_us:
+    what = _table_gap(hw, ar.table, tp)
+    if what is None:
         return
-    has = ", ".join(hw.all_reduce_tables) or "none"
-    what = (f"has no row for TP {tp} (rows: {', '.join(map(str, table.latency_us))})"
-            if table is not None else f"is not in {hw.name}'s all_reduce_tables (it has: {has})")
     log.warning("%s: engine.preset: engine preset '%s' runs the all-reduce table '%s', which %s; "
                 "NCCL's ring is priced instead", path, preset.name, ar.table, what)
 
@@ -169,12 +178,9 @@ def _warn_fusion_table(engine: EngineConfig, preset: EnginePreset, model: ModelS
     if fusion is None or tp < 2 or not fusion.applies(model, hw.name,
                                                        engine.enable_dp_attention, one_node):
         return
-    table = hw.all_reduce_tables.get(fusion.table)
-    if table is not None and tp in table.latency_us:
+    what = _table_gap(hw, fusion.table, tp)
+    if what is None:
         return
-    has = ", ".join(hw.all_reduce_tables) or "none"
-    what = (f"has no row for TP {tp} (rows: {', '.join(map(str, table.latency_us))})"
-            if table is not None else f"is not in {hw.name}'s all_reduce_tables (it has: {has})")
     log.warning("%s: engine.preset: engine preset '%s' fuses the all-reduce at the table '%s' "
                 "(all_reduce_fusion.table), which %s; the unfused all-reduce is priced instead",
                 path, preset.name, fusion.table, what)

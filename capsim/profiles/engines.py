@@ -20,7 +20,7 @@ One YAML file per engine (and version era) under ``capsim/profiles/data/engines/
 
 A scenario picks one with ``engine: {preset: NAME}``; the default is ``vllm-v1``. A file
 holding only ``name`` and ``alias_of`` is another name for a packaged preset (``sglang``: the
-newest SGLang modelled, ``sglang-0.5``): loading it gives that preset, its own name included.
+newest SGLang modelled, ``sglang-0.5.10``): loading it gives that preset, its own name included.
 
 Public API:
     EnginePreset, MemoryRule, HostOverhead, TpAllReduce, SharedExpertsFusion,

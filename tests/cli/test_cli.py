@@ -156,9 +156,9 @@ BAD = [
                                       "'TRTLLM' "
                                       "(got 'cutlass')"),
     ("engine", {"preset": "sglang", "moe_backend": "marlin"},
-     "engine.moe_backend: engine preset 'sglang-0.5' runs sglang: moe_backend 'marlin' is not "
+     "engine.moe_backend: engine preset 'sglang-0.5.10' runs sglang: moe_backend 'marlin' is not "
      "a runner of SGLang's --moe-runner-backend that capsim prices (valid: auto, triton, "
-     "flashinfer_trtllm, flashinfer_mxfp4)"),    # sglang is another name for sglang-0.5
+     "flashinfer_trtllm, flashinfer_mxfp4)"),    # sglang is another name for sglang-0.5.10
     ("engine.moe_backend", "flashinfer_mxfp4",
      "engine.moe_backend: engine preset 'vllm-v1' runs vllm: moe_backend 'flashinfer_mxfp4' "
      "is not a runner of vLLM's --moe-backend that capsim prices (valid: auto, marlin, "
@@ -174,7 +174,7 @@ BAD = [
     ("engine.scheduler", "sglang", "engine.scheduler: engine preset 'vllm-v1' runs scheduler "
                                    "continuous, not sglang (valid: continuous, static)"),
     ("engine", {"preset": "sglang", "preemption_mode": "swap"},
-     "engine.preemption_mode: engine preset 'sglang-0.5' preempts by recompute only"),
+     "engine.preemption_mode: engine preset 'sglang-0.5.10' preempts by recompute only"),
     ("engine.preemption_mode", "swap", "engine.preemption_mode: engine preset 'vllm-v1' "
                                        "preempts by recompute only"),
     ("engine", {"preset": "trtllm", "kv_allocator": "contiguous_max_model_len"},

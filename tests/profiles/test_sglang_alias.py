@@ -1,5 +1,6 @@
-"""The ``sglang`` preset is another name for ``sglang-0.5`` (SGLang 0.5.7): its old values (a
-fixed mem_fraction_static 0.88 under a 0.5.23 version claim) matched no SGLang release."""
+"""The ``sglang`` preset is another name for the newest SGLang preset, ``sglang-0.5.10`` (SGLang
+0.5.12); before that it named ``sglang-0.5`` (0.5.7), and before that held its own values (a
+fixed mem_fraction_static 0.88 under a 0.5.23 version claim) that matched no SGLang release."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from capsim.profiles.engines import load_engine_preset
 from capsim.scenario.load import load
 
 
-def test_sglang_loads_sglang_05_itself():
-    alias, target = load_engine_preset("sglang"), load_engine_preset("sglang-0.5")
+def test_sglang_loads_sglang_0510_itself():
+    alias, target = load_engine_preset("sglang"), load_engine_preset("sglang-0.5.10")
     assert alias == target
-    assert alias.label == "sglang-0.5 (SGLang 0.5.7)"
+    assert alias.label == "sglang-0.5.10 (SGLang 0.5.12)"
+    assert alias.piecewise_cuda_graph is not None          # 0.5.10's graphed prefill
     assert alias.memory.static_fraction is not None        # 0.5's rule, not a fixed 0.88
     assert "mem_fraction_static" not in alias.defaults
 
@@ -24,12 +26,14 @@ def test_engines_lists_the_alias_with_its_target(run_cli):
     rows = [" ".join(line.split()) for line in out.splitlines()
             if line.startswith("│ sglang ")]
     assert code == 0 and len(rows) == 1
-    assert rows[0].startswith("│ sglang (= sglang-0.5) │ SGLang │ 0.5.7 │")
+    assert rows[0].startswith("│ sglang (= sglang-0.5.10) │ SGLang │ 0.5.12 │")
 
 
-def test_a_scenario_under_sglang_gets_05s_fraction(tmp_path):
-    """H200 TP 8 at chunk 8,192: 0.5's reserve gives 0.896 (tests/scenario/test_sglang_05.py),
-    where the old preset gave 0.88."""
+def test_a_scenario_under_sglang_gets_0510s_fraction(tmp_path):
+    """H200 TP 8 at chunk 8,192: 0.5's reserve gives 0.896 (tests/scenario/test_sglang_05.py);
+    0.5.10's adds 8 MiB for each of the piecewise graph's captured sizes of a non-MLA model
+    (the sglang-0.5.10 preset's memory.static_fraction source), 0.893; the old preset gave
+    0.88."""
     doc = {"name": "s", "model": "llama-3.1-70b", "hardware": "h200-sxm",
            "engine": {"preset": "sglang", "tensor_parallel_size": 8},
            "workload": {"num_requests": 1, "arrival": {"process": "constant", "rate_per_s": 1.0},
@@ -38,7 +42,7 @@ def test_a_scenario_under_sglang_gets_05s_fraction(tmp_path):
                                      "output_tokens": {"dist": "fixed", "value": 2}}]}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert load(path).runs[0].pool().engine.mem_fraction_static == 0.896
+    assert load(path).runs[0].pool().engine.mem_fraction_static == 0.893
 
 
 def test_a_users_alias_file_loads_its_target(tmp_path):

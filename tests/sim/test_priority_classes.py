@@ -58,7 +58,7 @@ def test_the_gateway_sheds_the_sheddable_class_only(tmp_path, write_scenario):
     # A class priority on SGLang was told to set scheduling_policy: priority, which the
     # preset then refuses: the message names the presets that have it instead.
     ({"preset": "sglang"}, {"priority": 2}, "workload.classes.1.priority",
-     "engine preset 'sglang-0.5' has no priority scheduling (valid with: vllm-0.11, vllm-0.21, "
+     "engine preset 'sglang-0.5.10' has no priority scheduling (valid with: vllm-0.11, vllm-0.21, "
      "vllm-0.8, vllm-0.9, vllm-v1); give priority 0"),
 ])
 def test_a_priority_the_engine_cannot_honour_is_refused(tmp_path, write_scenario, engine,

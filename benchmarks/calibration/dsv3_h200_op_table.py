@@ -83,8 +83,8 @@ DATA = "aic-core/src/aiconfigurator_core/systems/data/h200_sxm"
 #: block_quant_dequant) and runs torch.bmm in bf16 (the sglang-0.5 preset's
 #: absorbed_bmm_dequant source, the 0.5.7 wheel), not the fp8 rows aiconfigurator's DeepSeek
 #: model takes for an fp8 checkpoint (sdk/models/deepseek.py mla_bmm_quant_mode), which time
-#: per_tensor_quant_mla_fp8 + bmm_fp8 at ~4x the bf16 time from 256 tokens. vLLM / TensorRT-LLM
-#: keep aiconfigurator's fp8 (not checked).
+#: per_tensor_quant_mla_fp8 + bmm_fp8 at 2.7-4.0x the bf16 time at 256-1,024 tokens (H200).
+#: vLLM / TensorRT-LLM keep aiconfigurator's fp8 (not checked).
 BACKENDS = {
     "sglang": dict(versions=("0.5.6.post2", "0.5.9", "0.5.10", "0.5.14"), preset="sglang-0.5",
                    ep=False, ctx_mla=None, gen_mla=None, moe=None, gemm=None, bmm="bfloat16"),

@@ -78,14 +78,21 @@ DATA = "aic-core/src/aiconfigurator_core/systems/data/h200_sxm"
 #: Each backend's table versions (aiconfigurator's directories), its capsim preset, whether
 #: the experts run expert-parallel (the measured TensorRT-LLM deployment: --ep_size 8) and
 #: the kernel_source of its tables where they hold several.
+#: ``bmm``: the absorbed MLA batched GEMMs' dtype the engine runs. SGLang on CUDA dequantises
+#: DeepSeek's 128 x 128 block-fp8 kv_b_proj to bf16 once (post_load_weights,
+#: block_quant_dequant) and runs torch.bmm in bf16 (the sglang-0.5 preset's
+#: absorbed_bmm_dequant source, the 0.5.7 wheel), not the fp8 rows aiconfigurator's DeepSeek
+#: model takes for an fp8 checkpoint (sdk/models/deepseek.py mla_bmm_quant_mode), which time
+#: per_tensor_quant_mla_fp8 + bmm_fp8 at 2.7-4.0x the bf16 time at 256-1,024 tokens (H200).
+#: vLLM / TensorRT-LLM keep aiconfigurator's fp8 (not checked).
 BACKENDS = {
     "sglang": dict(versions=("0.5.6.post2", "0.5.9", "0.5.10", "0.5.14"), preset="sglang-0.5",
-                   ep=False, ctx_mla=None, gen_mla=None, moe=None, gemm=None),
+                   ep=False, ctx_mla=None, gen_mla=None, moe=None, gemm=None, bmm="bfloat16"),
     "vllm": dict(versions=("0.14.0", "0.18.0", "0.19.0", "0.24.0"), preset="vllm-0.11", ep=False,
                  ctx_mla="vllm_flash_attn_mla", gen_mla="vllm_flash_attn_mla", moe="vllm_fused_moe",
-                 gemm=None),
+                 gemm=None, bmm="fp8"),
     "trtllm": dict(versions=("1.2.0rc5", "1.3.0rc10", "1.3.0rc20"), preset="trtllm", ep=True,
-                   ctx_mla=None, gen_mla=None, moe=None, gemm="torch_flow"),
+                   ctx_mla=None, gen_mla=None, moe=None, gemm="torch_flow", bmm="fp8"),
 }
 TP = 8
 PREFILL_TOKENS = (1024, 4096, 8192, 16384)
@@ -223,12 +230,16 @@ def ctx_mla_ms(a: Aic, prompts: int, isl: int) -> float:
 
 
 def gen_mla_ms(a: Aic, batch: int, context: int) -> float:
+    """One layer's decode attention of ``batch`` sequences of ``context`` keys (``step`` + 1):
+    linear in the batch at each of the two table steps around the context, then linear in
+    the context between them (the table's time grows about linearly in the keys; the
+    nearest step alone priced 400 keys as 512, ~20 % dearer at 1,024 sequences)."""
     g = _source(a, a.gen_mla, "gen_mla")
     g = g[(g.num_heads == HEADS // TP) & (g.tp_size == TP) & (g.kv_cache_dtype == "bfloat16")]
-    steps = np.sort(g.step.unique())
-    s = int(steps[np.argmin(abs(np.log(steps + 1) - np.log(context)))])
-    r = g[g.step == s]
-    return _interp(batch, r.batch_size.values, r.latency.values)
+    keys = np.sort(g.step.unique()) + 1
+    at = [_interp(batch, g[g.step == k - 1].batch_size.values, g[g.step == k - 1].latency.values)
+          for k in keys]
+    return _interp(context, keys, np.array(at))
 
 
 def mla_bmm_ms(a: Aic, tokens: int) -> float:
@@ -236,7 +247,8 @@ def mla_bmm_ms(a: Aic, tokens: int) -> float:
     decode step; 0 where the backend has no table (vLLM 0.14: priced as kv_b instead)."""
     if a.mla_bmm is None:
         return 0.0
-    b = a.mla_bmm[(a.mla_bmm.num_heads == HEADS // TP) & (a.mla_bmm.bmm_dtype == "fp8")]
+    b = a.mla_bmm[(a.mla_bmm.num_heads == HEADS // TP)
+                  & (a.mla_bmm.bmm_dtype == BACKENDS[a.backend]["bmm"])]
     if b.empty:
         return 0.0
     return sum(_interp(tokens, b[b.op_name == op].num_tokens.values,

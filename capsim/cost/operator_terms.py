@@ -10,7 +10,8 @@ Per operator class (see :class:`capsim.profiles.hardware.Efficiency`):
   one), or ``max(flops / (peak × compute), bytes / (bw × memory))`` without one;
 - attention, split into the prefill part (chunks over their cached prefix) and the
   decode part (one token over its context), each with its own factors and per-layer
-  launch time, summed (as Vidur predicts them);
+  launch time, summed (as Vidur predicts them); decode's memory side also carries the
+  kernel's time per sequence where the profile measured one (``seq_s``);
 - elementwise kernels and the embedding gather: memory only, plus a per-layer launch time.
 
 One reference, one fast path, side by side: :meth:`OperatorTerms.operator_rows` prices
@@ -73,7 +74,7 @@ class OperatorTerms:
                  "gemm_launch_s", "lm_launch_s", "ew_launch_s", "expert_launch_s",
                  "flops_per_token", "bytes_fixed", "bytes_per_token", "layers",
                  "eager_operators", "eager_all_reduces", "floors", "floor_block_m",
-                 "compute_units", "_memo")
+                 "compute_units", "seq_share", "_memo")
 
     def __init__(self, model: ModelShape, tp: int, layout: WeightLayout, dp_attention: bool,
                  kv_cache_dtype_bytes: int, embedding: bool, lm_head: bool,
@@ -133,6 +134,8 @@ class OperatorTerms:
         self.lm = lm_head(m, tp, ACTIVATION_BYTES)            # 16-bit in every format
         self.attn = a = dp_attention_work(m, tp, kv_bytes, attention_tp) if dp_attention \
             else attention_work(m, tp, kv_bytes)
+        # Each GPU attends for its rank's share of the decoding sequences (balanced ranks).
+        self.seq_share = attention_tp / tp if dp_attention else 1.0
         self.window = a.window_fraction > 0
         self.win_frac, self.win_tokens = a.window_fraction, a.window_tokens
         self.elementwise = m.num_hidden_layers * elementwise_bytes_per_token(m, tp)
@@ -165,7 +168,8 @@ class OperatorTerms:
         self.attn_p = self._attn_coeffs(r.attention_prefill, self.attn.flops_per_pair)
         # An fp8 KV cache: the engine's own fp8 decode kernel where the profile measured
         # one (vLLM's FA3 reads fp8 KV at a lower fraction of bandwidth than bf16 KV).
-        self.attn_d = self._attn_coeffs(r.attention_decode, self.attn.decode_flops_per_pair)
+        self.attn_d = self._attn_coeffs(r.attention_decode, self.attn.decode_flops_per_pair,
+                                        self.seq_share)
         ew = r.elementwise
         self.mem_only_t = self.mem_only_bytes_per_token / (bw * ew.memory)
         self.ew_launch_s = self.layers * ew.launch_s
@@ -175,13 +179,20 @@ class OperatorTerms:
         return (op.flops_per_row / self.mm_peak, op.weight_bytes / self.mm_bw,
                 op.act_bytes_per_row / self.mm_bw)
 
-    def _attn_coeffs(self, k: KernelEfficiency,
-                     flops_per_pair: float) -> tuple[float, float, float, float]:
-        """(compute s per pair, s per KV token read, s per new token, launch s per step)."""
+    def _attn_coeffs(self, k: KernelEfficiency, flops_per_pair: float,
+                     seq_share: float = 0.0) -> tuple[float, float, float, float]:
+        """(compute s per pair, s per KV token read, s per new token, launch s per step).
+
+        ``seq_share``: the share of a step's decoding sequences this GPU attends for (1, or
+        attention TP / TP under data-parallel attention; 0: prefill). The kernel's time per
+        sequence (``k.seq_s``, per layer) is then part of the memory side's s per new token:
+        exact for decode (one new token a sequence); a verify step of w tokens a sequence
+        pays it w times (the kernel tables time one query a sequence)."""
         a, bw = self.attn, self.rates.hbm_bandwidth_bytes_per_s * k.memory
         compute = 1.0 if k.compute_curve is not None else k.compute   # the curve scales it
         return (flops_per_pair / (self.attn_peak * compute), a.kv_bytes_per_token / bw,
-                a.new_bytes_per_token / bw, a.layers * k.launch_s)
+                a.new_bytes_per_token / bw + a.layers * k.seq_s * seq_share,
+                a.layers * k.launch_s)
 
     # -- the fast path: aggregates, O(1) ------------------------------------------------
 

@@ -122,12 +122,18 @@ class KernelEfficiency(StrictModel):
     group of norm / RoPE / activation / add kernels). With ``compute_curve``
     (prefill attention), ``compute`` is replaced by ``e(keys per query)``:
     FlashAttention's inner loop over keys is short for a short context, and
-    then reaches a small fraction of peak.
+    then reaches a small fraction of peak. With ``seq_s`` (decode attention only)
+    each decoding sequence adds a fixed time per layer to the memory side:
+    ``bytes / (bandwidth × memory) + seq_s × sequences`` (the kernel's per-sequence
+    work: its split / tile scheduling and page-table reads, measured in the profiles'
+    sources), so ``t = launch_s + max(compute side, memory side)``.
     """
 
     compute: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak FLOP/s")
     memory: float = Field(1.0, gt=0.0, le=1.0, description="achieved ÷ peak HBM bytes/s")
     launch_s: float = Field(0.0, ge=0.0, description="fixed time per layer (s)")
+    seq_s: float = Field(0.0, ge=0.0, description="decode attention only: fixed time per "
+                                                   "decoding sequence and layer (s)")
     compute_curve: Curve | None = Field(
         None, description="attention_prefill only: compute efficiency over the whole number "
                           "of keys each query attends to (Σ pairs ÷ prefill tokens); "
@@ -171,7 +177,8 @@ class Efficiency(StrictModel):
     efficiency (the measured kernel tables in the profiles' sources).
     ``attention_decode_mla``: decode attention of an MLA model (DeepSeek-V2/V3) over its
     latent KV, as the MLA decode kernel (FlashMLA) runs it: it replaces
-    ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only.
+    ``attention_decode`` (and ``attention_decode_fp8``) for MLA models only; its ``seq_s``
+    is the kernel's time per decoding sequence and layer (measured where the profile says).
     ``attention_prefill_mla``: prefill attention of an MLA model (the engines run it as
     multi-head attention over the up-projected keys and values, 192-wide q·k, 128-wide v,
     with their own kernel: FlashAttention 3 on Hopper, TRT-LLM's on Blackwell): it replaces
@@ -210,6 +217,15 @@ class Efficiency(StrictModel):
     attention_prefill_mla: KernelEfficiency | None = None
     fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
     gemm_fp8_engine: dict[EngineFamily, GemmCurve] | None = None
+
+    @field_validator("attention_prefill", "attention_prefill_mla", "elementwise", "fused_moe")
+    @classmethod
+    def _check_no_seq_s(cls, k: KernelEfficiency | None) -> KernelEfficiency | None:
+        """``seq_s`` is a decode-attention term; anywhere else it would price nothing."""
+        if k is not None and k.seq_s:
+            raise ValueError("seq_s prices decode attention only (valid: 0 here; set it on "
+                             "attention_decode, attention_decode_mla or attention_decode_fp8)")
+        return k
 
     @field_validator("fused_moe_runners")
     @classmethod

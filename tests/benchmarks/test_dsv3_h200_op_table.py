@@ -88,3 +88,24 @@ def test_a_wide_decode_step_reads_the_context_it_is_given(tab):
     long = tab.capsim_groups(pricer, 0, 0, 1024)
     assert long["mla_attention"] > wide["mla_attention"]
     assert long["routed_moe"] == pytest.approx(wide["routed_moe"], rel=1e-12)
+
+
+def test_decode_attention_is_linear_in_keys_between_table_steps(tab):
+    """Rows at steps 255 / 511 (256 / 512 keys) and batches 1 / 3: 400 keys at batch 2 lie
+    (1 + 3) / 2 = 2 ms and 6 ms at the two steps, 144 / 256 of the way: 2 + 4 x 0.5625 =
+    4.25 ms (the nearest step alone gave 6 ms)."""
+    gen = pd.DataFrame({"num_heads": 16, "tp_size": 8, "kv_cache_dtype": "bfloat16",
+                        "batch_size": [1, 3, 1, 3], "step": [255, 255, 511, 511],
+                        "latency": [1.0, 3.0, 5.0, 7.0]})
+    assert tab.gen_mla_ms(_aic(tab, gen_mla=gen), 2, 400) == pytest.approx(4.25)
+
+
+@pytest.mark.parametrize("backend, ms", [("sglang", 0.1 + 0.2), ("trtllm", 0.4 + 0.8)])
+def test_sglang_takes_the_bf16_absorbed_bmm(tab, backend, ms):
+    """SGLang on CUDA runs the absorbed bmm in bf16 (kv_b_proj dequantised once); the other
+    backends keep aiconfigurator's fp8 rows."""
+    bmm = pd.DataFrame({"num_heads": 16, "num_tokens": 64,
+                        "op_name": ["mla_gen_pre", "mla_gen_post"] * 2,
+                        "bmm_dtype": ["bfloat16", "bfloat16", "fp8", "fp8"],
+                        "latency": [0.1, 0.2, 0.4, 0.8]})
+    assert tab.mla_bmm_ms(_aic(tab, mla_bmm=bmm, backend=backend), 64) == pytest.approx(ms)

@@ -42,11 +42,11 @@ def _decode_s(pricer: StepPricer, seqs: int) -> float:
 
 
 def test_a_decode_batch_above_the_graphs_costs_the_eager_forward():
-    """1,000 sequences of DeepSeek-V3 at TP 8 on H200: the kernels take ~61 ms, under the
+    """1,000 sequences of DeepSeek-V3 at TP 8 on H200: the kernels take ~71 ms, under the
     eager launches (82.64 ms, PR 12160), so the step costs the launches plus the profile's
     step overhead (SGLang's overlap scheduler hides its host work behind them)."""
     graphed, eager = _decode_s(_pricer(None), 1000), _decode_s(_pricer(512), 1000)
-    assert 0.055 < graphed - H200.step_overhead_s < 0.07
+    assert 0.055 < graphed - H200.step_overhead_s < 0.075
     assert eager == pytest.approx(PR12160_EAGER_S + H200.step_overhead_s, rel=1e-4)
 
 

@@ -1,7 +1,8 @@
-"""MLA decode attention at FlashMLA's published rates (``efficiency.attention_decode_mla``):
-the FlashMLA README (deepseek-ai/FlashMLA at 9241ae3e, "Performance") gives the dense MLA
-decoding kernel up to 3000 GB/s memory-bound and 660 TFLOPS compute-bound on H800 SXM5
-(= H100 SXM5 in SMs, clocks and HBM3)."""
+"""MLA decode attention (``efficiency.attention_decode_mla``): compute at FlashMLA's published
+rate (deepseek-ai/FlashMLA at 9241ae3e, README "Performance": the dense MLA decoding kernel up
+to 660 TFLOPS compute-bound on H800 SXM5, = H100 SXM5 in SMs and clocks); memory, launch and
+the per-sequence time fitted to aiconfigurator's SGLang 0.5.10 generation-MLA tables of each
+GPU (tests/profiles/test_mla_decode_aiconfigurator.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,22 @@ def _decode_attention(p: StepPricer, seqs: int, ctx: int):
     return rows["attention_decode"]
 
 
-def test_memory_bound_tp8_reads_the_latent_at_3000_gb_s():
+def _fixed_s(hw, seqs: int) -> float:
+    """The entry's launch and per-sequence time over DeepSeek-V3's 61 layers."""
+    mla = hw.efficiency.attention_decode_mla
+    return 61 * (mla.launch_s + seqs * mla.seq_s)
+
+
+def test_memory_bound_tp8_reads_the_latent_at_the_fitted_fraction():
     """TP 8: 16 heads per GPU, 30 FLOP per latent byte (FlashMLA's ratio ≈ 2 × heads),
-    memory-bound: the latent KV streams at 3000 GB/s on an H100 SXM (the H800's HBM3)."""
+    memory-bound: the latent KV streams at 0.878 of an H100 SXM's 3.35 TB/s (2,941 GB/s;
+    FlashMLA's README: 3000 GB/s on the H800), on top of the launch and per-sequence time."""
     hw = load_hardware("h100-sxm")
     p = StepPricer(load_model("deepseek-v3"), hw, 8, quantization="fp8_block")
     op = _decode_attention(p, 64, 4096)
-    launch = 61 * hw.efficiency.attention_decode_mla.launch_s
     assert not op.compute_bound
-    assert op.bytes / (op.memory_s - launch) == pytest.approx(3000e9, rel=0.001)
+    assert op.bytes / (op.memory_s - _fixed_s(hw, 64)) == pytest.approx(0.878 * 3.35e12,
+                                                                          rel=0.001)
 
 
 def test_compute_bound_dp_attention_runs_at_660_tflops():
@@ -41,13 +49,14 @@ def test_compute_bound_dp_attention_runs_at_660_tflops():
 
 
 def test_h200_streams_at_its_measured_fraction():
-    """H200: 0.871 of its 4.8 TB/s, fitted to SGLang's MLA decode on an H200
-    (tests/profiles/test_mla_decode_aiconfigurator.py; FlashMLA's H800 0.896 before)."""
+    """H200: 0.895 of its 4.8 TB/s, fitted with the per-sequence time to SGLang's MLA decode
+    on an H200 (tests/profiles/test_mla_decode_aiconfigurator.py; 0.871 without it,
+    FlashMLA's H800 0.896 before that)."""
     hw = load_hardware("h200-sxm")
     p = StepPricer(load_model("deepseek-v3"), hw, 8, quantization="fp8_block")
     op = _decode_attention(p, 64, 4096)
-    launch = 61 * hw.efficiency.attention_decode_mla.launch_s
-    assert op.bytes / (op.memory_s - launch) == pytest.approx(0.871 * 4.8e12, rel=0.001)
+    assert op.bytes / (op.memory_s - _fixed_s(hw, 64)) == pytest.approx(0.895 * 4.8e12,
+                                                                          rel=0.001)
 
 
 def test_models_without_mla_keep_attention_decode():

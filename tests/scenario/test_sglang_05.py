@@ -122,7 +122,7 @@ def test_mtp_under_sglang_runs_and_shortens_tpot(tmp_path):
     """A short closed loop of 4 users on DeepSeek-V3 TP 8: every request finishes and MTP
     (k 3, acceptance 0.85: E = (1 - 0.85^4) / 0.15 = 3.26 tokens per verification) shortens
     the TPOT of a request no prefill stalls (the fastest: 6.08 ms against plain decoding's
-    10.53), by less than E: the overlap is off, each verification prices 16 tokens instead
+    10.52; 10.53 before MLA decode's per-sequence time), by less than E: the overlap is off, each verification prices 16 tokens instead
     of 4 (on a MoE model they touch ~3x the experts) and 3 draft passes. The other users'
     prefills, eager in SGLang 0.5 (at least 82.64 ms each on DeepSeek-V3, sgl-project/sglang
     PR 12160) and not mixed with decodes, stall the MTP requests more often (they finish
@@ -143,4 +143,4 @@ def test_mtp_under_sglang_runs_and_shortens_tpot(tmp_path):
     expected_tokens = (1 - 0.85 ** 4) / 0.15
     assert tpot["plain"] / expected_tokens < tpot["mtp"] < tpot["plain"]
     assert tpot["mtp"] * 1e3 == pytest.approx(6.08, abs=0.01)
-    assert tpot["plain"] * 1e3 == pytest.approx(10.53, abs=0.01)
+    assert tpot["plain"] * 1e3 == pytest.approx(10.52, abs=0.01)

@@ -58,7 +58,9 @@ def _host_text(h) -> str:
     if h.request_before_s:
         text += f"; {h.request_before_s * 1e3:g} ms before scheduling"
     if h.eager_decode_above_graph_bs:
-        text += "; decode batches above cuda_graph_max_bs eager (the same floor)"
+        text += (f"; decode batches above the largest capture size eager "
+                 f"({h.eager_decode_op_s * 1e6:g} us/operator floor)" if h.eager_decode_op_s
+                 else "; decode batches above cuda_graph_max_bs eager (the same floor)")
     if h.async_output_proc:
         text += "; tokens streamed after the next step's host work"
     return text

@@ -40,7 +40,7 @@ class DecodeRuns:
         window: (fraction of layers windowed, window tokens); fraction 0: none.
         overhead_s: the hardware's step overhead; ``host``: the engine's host terms.
         eager: (launch floor s, sequences): a step of more sequences than that runs
-            eagerly, its GPU part at least the floor (the pricer's ``eager_floor_s`` and
+            eagerly, its GPU part at least the floor (the pricer's decode launch floor and
             decode graph limit); (0.0, inf): every decode step replays a graph.
     """
 

@@ -189,9 +189,10 @@ class StepPricer:
             is not held to the ``host.eager_prefill_op_s`` floor
             (:meth:`~capsim.profiles.engines.PiecewiseCudaGraph.max_tokens`).
         decode_graph_max_seqs: the most sequences a decode-only step replays a captured
-            CUDA graph for (SGLang's ``cuda_graph_max_bs``, over all DP-attention ranks);
-            a larger one runs eagerly and is held to the same launch floor as an eager
-            prefill (:attr:`eager_floor_s`). None: every decode step replays a graph.
+            CUDA graph for (SGLang's ``cuda_graph_max_bs``, over all DP-attention ranks;
+            vLLM V1's largest capture size); a larger one runs eagerly and is held to the
+            launch floor of ``host.eager_decode_op_s`` per operator (0: the eager prefill's,
+            :attr:`eager_floor_s`). None: every decode step replays a graph.
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -209,6 +210,7 @@ class StepPricer:
         "_scale_out", "_base", "_attn", "_attn_d", "_window", "_win_frac", "_win_tokens",
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
         "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_ar", "_eager_s",
+        "_eager_dec_op_s", "_eager_dec_s",
         "_dequant", "_untuned", "_graph_tokens", "_graph_seqs",
     )
 
@@ -293,6 +295,9 @@ class StepPricer:
         self.host = HostTime(host)
         self._graph_seqs = float("inf") if decode_graph_seqs is None else decode_graph_seqs
         self._eager_op_s = host.eager_prefill_op_s if host is not None else 0.0
+        # An ungraphed decode forward's launches: its own per-operator figure or the prefill's
+        self._eager_dec_op_s = (host.eager_decode_op_s or self._eager_op_s) \
+            if host is not None else 0.0
         self._eager_ar = host is not None and host.eager_all_reduce_ops
         self._graph_tokens = 0.0 if graph is None else graph.max_tokens(
             self.model, self.hw.name, self.hw.platform, self.layout.experts.name,
@@ -342,18 +347,20 @@ class StepPricer:
         self._comm_per_token_s, self._comm_per_logit_s = c.per_token_s, c.per_logit_s
         self._overhead_s = self.rates.step_overhead_s
         self._host_on, self._host_apply = self.host.active, self.host.apply
-        # An eagerly run prefill forward lasts at least its operators' host launches.
-        self._eager_s = self._eager_op_s * (t.eager_operators
-                                            + (t.eager_all_reduces if self._eager_ar else 0))
+        # An eagerly run forward lasts at least its operators' host launches.
+        ops = t.eager_operators + (t.eager_all_reduces if self._eager_ar else 0)
+        self._eager_s = self._eager_op_s * ops
+        self._eager_dec_s = self._eager_dec_op_s * ops
         self.decode_costs = DecodeRuns(t.base, c, self._lm_on, t.attn_d,
                                        (t.win_frac, t.win_tokens), self._overhead_s,
-                                       self.host, (self._eager_s, self._graph_seqs)).costs
+                                       self.host, (self._eager_dec_s, self._graph_seqs)).costs
 
     @property
     def eager_floor_s(self) -> float:
         """Seconds of the host launches of one eagerly run forward (the floor of a step with
         prompt tokens, and of a decode step beyond the captured graphs where the pricer has
-        ``decode_graph_max_seqs``; 0 where the preset has none).
+        ``decode_graph_max_seqs`` and the preset no ``eager_decode_op_s`` of its own; 0 where
+        the preset has none).
 
         Such a step lasts ``max(launches, kernels + collectives)``: the host/GPU pipeline
         with the host free to queue ahead, which holds while nothing inside the forward
@@ -415,8 +422,9 @@ class StepPricer:
                   + self._comm_per_logit_s * logits_seqs) if n < self._comm_split \
             else self.comm.seconds(n, logits_seqs)
         overhead_s = self._overhead_s
-        if roof_s + comm_s < self._eager_s and self._runs_eagerly(prefill_tokens, n, seqs):
-            overhead_s += self._eager_s - roof_s - comm_s
+        floor_s = self._eager_s if prefill_tokens else self._eager_dec_s
+        if roof_s + comm_s < floor_s and self._runs_eagerly(prefill_tokens, n, seqs):
+            overhead_s += floor_s - roof_s - comm_s
         seconds = roof_s + comm_s + overhead_s
         if self._host_on:
             gpu_s = seconds

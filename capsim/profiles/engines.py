@@ -299,9 +299,14 @@ class HostOverhead(StrictModel):
     registered buffer first, ``CustomAllreduce.all_reduce_unreg``). False where the per-operator
     figure was derived with them inside it (SGLang 0.5's, from a tensor-parallel forward).
     ``eager_decode_above_graph_bs``: a decode step of more sequences than the engine
-    captured CUDA graphs for runs eagerly too, held to the same floor (SGLang: the graph
-    runner replays only batches up to ``cuda_graph_max_bs``, the preset's
-    ``memory.static_fraction`` table; :attr:`capsim.scenario.run_config.Pool.decode_graph_max_seqs`).
+    captured CUDA graphs for runs without them, held to a launch floor too
+    (:attr:`capsim.scenario.run_config.Pool.decode_graph_max_seqs` reads the largest
+    captured batch: SGLang's ``cuda_graph_max_bs``, the preset's ``memory.static_fraction``
+    table; vLLM V1's largest capture size, the preset's ``memory.cudagraph_capture``).
+    ``eager_decode_op_s``: host seconds per operator of such an ungraphed decode forward
+    (the floor is it × the operators, collectives included with ``eager_all_reduce_ops``);
+    0: ``eager_prefill_op_s`` (SGLang's decode and prefill forwards launch alike; vLLM V1
+    prefills in its piecewise graphs and has no prefill floor, so it gives the decode one).
 
     ``draft_*`` (speculative decoding, an engine whose drafting runs in series after the
     sampled tokens reach the host): ``draft_cuda_graph`` says what a draft pass's forward runs
@@ -355,6 +360,7 @@ class HostOverhead(StrictModel):
     eager_prefill_op_s: float = Field(0.0, ge=0)
     eager_all_reduce_ops: Bool = False
     eager_decode_above_graph_bs: Bool = False
+    eager_decode_op_s: float = Field(0.0, ge=0)
     draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
     draft_launch_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
     draft_step_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
@@ -698,13 +704,20 @@ class EnginePreset(StrictModel):
     @classmethod
     def _graph_sizes_known(cls, host: HostOverhead, info: ValidationInfo) -> HostOverhead:
         """The largest captured decode batch is memory.static_fraction's cuda_graph_max_bs
-        (Pool.decode_graph_max_seqs): without it the flag would change nothing, silently."""
+        or memory.cudagraph_capture's largest size (Pool.decode_graph_max_seqs): without
+        either the flag would change nothing, silently; nor would eager_decode_op_s
+        without the flag."""
         memory = info.data.get("memory")
         if host.eager_decode_above_graph_bs and memory is not None \
-                and memory.static_fraction is None:
+                and memory.static_fraction is None and memory.cudagraph_capture == "none":
             raise ValueError("eager_decode_above_graph_bs: true needs memory.static_fraction "
-                             "(its cuda_graph_max_bs is the largest captured decode batch); "
-                             "give memory.static_fraction or set it false")
+                             "(its cuda_graph_max_bs is the largest captured decode batch) "
+                             "or memory.cudagraph_capture (vLLM's capture sizes); give one "
+                             "or set it false")
+        if host.eager_decode_op_s and not host.eager_decode_above_graph_bs:
+            raise ValueError("eager_decode_op_s prices nothing without "
+                             "eager_decode_above_graph_bs: true (valid: set it true, or "
+                             "eager_decode_op_s 0)")
         return host
 
     def defaults_for(self, hardware_name: str, memory_total_gib: float,

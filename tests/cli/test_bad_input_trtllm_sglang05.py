@@ -153,10 +153,11 @@ CASES = [
     ("preset-iters-float", "ctrt", {}, {"SOURCE": "trtllm", f"{K}.{BW[7:]}": 2.5},
      "preset", f"{K}.batch_wait_timeout_iters", "expected an integer"),
     # -- host_overhead.eager_decode_above_graph_bs (preset file)
-    # without memory.static_fraction (cuda_graph_max_bs) it changed nothing, silently
+    # without memory.static_fraction (cuda_graph_max_bs) or memory.cudagraph_capture (vLLM's
+    # capture sizes) it changed nothing, silently
     ("eager-without-graph-sizes", "cus", {"model": "llama-3.1-8b", "hardware": "h100-sxm",
                                           "engine.tensor_parallel_size": 1},
-     {"SOURCE": "vllm-v1", E: True}, "preset", "host_overhead",
+     {"SOURCE": "trtllm", E: True}, "preset", "host_overhead",
      "eager_decode_above_graph_bs: true needs memory.static_fraction"),
     ("eager-string", "cus", {}, {E: "yes please"}, "preset", E, "expected true or false"),
     ("eager-int", "cus", {}, {E: 2}, "preset", E, "expected true or false"),

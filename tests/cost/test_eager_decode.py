@@ -82,12 +82,13 @@ def test_a_decode_run_is_priced_as_its_steps(limit):
 
 def test_the_pool_reads_sglangs_cuda_graph_max_bs():
     """The measured case's SGLang variants: 512 at TP 8 on H200 (141 GB: the 90-160 GB row);
-    with DP attention the limit is per rank, 8 ranks of 512; vLLM and TensorRT-LLM presets
-    leave decode graphed (no limit)."""
+    with DP attention the limit is per rank, 8 ranks of 512; vLLM 0.11's largest capture size
+    (min(2 x 1,024, 512), tests/cost/test_eager_decode_vllm.py); the TensorRT-LLM preset
+    leaves decode graphed (no limit)."""
     runs = {rc.variant: rc for rc in load(CASE).runs}
     assert runs["sglang_tp8"].pools[0].decode_graph_max_seqs == 512
     assert runs["sglang_tp8_dp_attention"].pools[0].decode_graph_max_seqs == 8 * 512
-    assert runs["vllm_tp8"].pools[0].decode_graph_max_seqs is None
+    assert runs["vllm_tp8"].pools[0].decode_graph_max_seqs == 512
     assert runs["trtllm_tp8_ep8"].pools[0].decode_graph_max_seqs is None
     sf = SGLANG.memory.static_fraction
     assert sf.cuda_graph_max_bs(H200.memory_total_bytes / 2**20, 1) == 256
@@ -96,7 +97,10 @@ def test_the_pool_reads_sglangs_cuda_graph_max_bs():
 @pytest.mark.parametrize("name", ["sglang-0.5", "sglang-0.5.10"])
 def test_sglang_presets_run_large_decode_batches_eagerly(name):
     """Both SGLang 0.5 presets (CudaGraphRunner.can_run is the same in the 0.5.3, 0.5.7 and
-    0.5.10 wheels); the vLLM V1 and TensorRT-LLM presets do not say so."""
-    assert load_engine_preset(name).host_overhead.eager_decode_above_graph_bs
-    for other in ("vllm-0.11", "vllm-v1", "trtllm"):
+    0.5.10 wheels), at their eager prefill's per-operator floor (no eager_decode_op_s of their
+    own); the TensorRT-LLM presets do not say so (the vLLM V1 presets:
+    tests/cost/test_eager_decode_vllm.py)."""
+    host = load_engine_preset(name).host_overhead
+    assert host.eager_decode_above_graph_bs and host.eager_decode_op_s == 0
+    for other in ("trtllm", "trtllm-bench"):
         assert not load_engine_preset(other).host_overhead.eager_decode_above_graph_bs

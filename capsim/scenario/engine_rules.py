@@ -28,6 +28,7 @@ from capsim.profiles.moe_runners import CUDA_ONLY, MOE_RUNNERS, moe_runner_error
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
+from capsim.scenario.preset_rules import fusion_applies
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS
@@ -173,12 +174,10 @@ def _warn_fusion_table(engine: EngineConfig, preset: EnginePreset, model: ModelS
     the engine's own all-reduce is priced instead (:meth:`Communication.fused_pieces`), so a
     misspelt ``table`` would otherwise change the numbers without a word, as
     ``tp_all_reduce.table`` would (:func:`_warn_all_reduce_table`)."""
-    fusion, tp = preset.all_reduce_fusion, engine.tensor_parallel_size
-    one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
-    if fusion is None or tp < 2 or not fusion.applies(model, hw.name,
-                                                       engine.enable_dp_attention, one_node):
+    fusion = preset.all_reduce_fusion
+    if fusion is None or not fusion_applies(engine, preset, model, hw):
         return
-    what = _table_gap(hw, fusion.table, tp)
+    what = _table_gap(hw, fusion.table, engine.tensor_parallel_size)
     if what is None:
         return
     log.warning("%s: engine.preset: engine preset '%s' fuses the all-reduce at the table '%s' "

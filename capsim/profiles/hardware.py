@@ -47,6 +47,7 @@ _SOURCED_FIELDS = (
     "memory_total_gib",
     "num_sms",
     "max_threads_per_sm",
+    "compute_capability",
     "hbm_bandwidth_bytes_per_s",
     "nvlink_bandwidth_bytes_per_s",
     "nvlink_latency_s",
@@ -454,7 +455,10 @@ class HardwareProfile(StrictModel):
     ``trtllm_auto``; :class:`~capsim.profiles.all_reduce_table.AllReduceTable`), which an
     engine preset names (``tp_all_reduce.table``). ``platform``: the software stack the engines run on, ``cuda``
     (NVIDIA) or ``rocm`` (AMD): kernels that exist on one only (vLLM's Marlin MoE) are
-    refused on the other.
+    refused on the other. ``compute_capability``: an NVIDIA GPU's CUDA compute capability,
+    ``"9.0"`` (Hopper), ``"10.0"`` (B200): kernels built for one architecture family only
+    (vLLM's TRT-LLM-gen MoE, Blackwell's 10.x) are refused on the others; None (a ROCm GPU,
+    or a profile that does not say) checks nothing.
     """
 
     name: str = Field(min_length=1)
@@ -465,6 +469,8 @@ class HardwareProfile(StrictModel):
     memory_total_gib: float | None = Field(None, gt=0)
     num_sms: Int | None = Field(None, gt=0)
     max_threads_per_sm: Int | None = Field(None, gt=0)
+    compute_capability: str | None = Field(None, pattern=r"^[1-9][0-9]?\.[0-9]$",
+                                           examples=["9.0", "10.0"])
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
                                                 "(NVLink generation, Infinity Fabric, PCIe)")
@@ -502,6 +508,9 @@ class HardwareProfile(StrictModel):
                              f"engines see the device memory less the driver's reserve (valid: "
                              f"0 < memory_total_gib <= {self.hbm_bytes / 2**30:g}; for a "
                              f"larger GPU set hbm_bytes too)")
+        if self.compute_capability is not None and self.platform != "cuda":
+            raise ValueError(f"compute_capability is NVIDIA's (CUDA); a {self.platform} GPU "
+                             f"has none (valid: null, or platform cuda)")
         if (self.gpus_per_node is None) != (self.scale_out_link is None):
             raise ValueError("gpus_per_node and scale_out_link must both be set (a node of "
                              "that many GPUs, joined by that link) or both be null")

@@ -24,7 +24,7 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.moe_runners import CUDA_ONLY, MOE_RUNNERS, moe_runner_error
+from capsim.profiles.moe_runners import ARCH_FAMILY, CUDA_ONLY, MOE_RUNNERS, moe_runner_error
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
@@ -254,10 +254,29 @@ def _check_runner_format(engine: EngineConfig, preset: EnginePreset, model: Mode
             f"NVIDIA GPUs (CUDA) only; hardware '{hw.name}' runs {hw.platform} "
             f"(valid: {', '.join(valid)})",
             file=str(path), path=at)
+    _check_runner_arch(engine.moe_backend, preset, hw, path, at)
     if hw.efficiency.runner_curve(engine.moe_backend, experts) is None:
         log.warning("%s: %s: hardware '%s' has no measured %s curve for %s experts "
                     "(efficiency.fused_moe_runners); they are priced as under auto",
                     path, at, hw.name, engine.moe_backend, experts)
+
+
+def _check_runner_arch(runner: str, preset: EnginePreset, hw: HardwareProfile, path: Path,
+                       at: str) -> None:
+    """A runner the engine builds for one GPU architecture family only
+    (:data:`~capsim.profiles.moe_runners.ARCH_FAMILY`) on a GPU whose profile names another
+    compute capability; a profile that names none is not checked (the curve warning says
+    the rest)."""
+    family = ARCH_FAMILY.get((preset.engine, runner))
+    cc = hw.compute_capability
+    if family is None or cc is None or int(cc.split(".")[0]) == family[0]:
+        return
+    valid = [r for r in MOE_RUNNERS[preset.engine] if (preset.engine, r) not in ARCH_FAMILY]
+    raise ScenarioError(
+        f"moe_backend {runner} runs {CUDA_ONLY.get(runner, runner)}, which {preset.display_name} "
+        f"runs on {family[1]} GPUs only (it refuses them at start-up elsewhere); hardware "
+        f"'{hw.name}' has compute capability {cc} (valid: {', '.join(valid)}, or a "
+        f"compute capability {family[0]}.x GPU)", file=str(path), path=at)
 
 
 def _resolved(engine: EngineConfig, model: ModelShape, knobs: set[str], user: dict[str, Any],

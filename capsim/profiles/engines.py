@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, MAX_TOKENS, Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
@@ -347,12 +347,15 @@ class HostOverhead(StrictModel):
     ``_handle_speculative_decoding``), unless ``engine.async_scheduling`` says otherwise.
     """
 
-    per_step_s: float = Field(0.0, ge=0)
-    per_seq_s: float = Field(0.0, ge=0)
-    per_prefill_token_s: float = Field(0.0, ge=0)
-    per_prefill_step_s: float = Field(0.0, ge=0)
-    per_prefill_seq_s: float = Field(0.0, ge=0)
-    eager_prefill_op_s: float = Field(0.0, ge=0)
+    # Bounded: a term of 1e30 s passed validation and broke the run's timeline (an
+    # IndexError traceback); per step and per request up to MAX_SECONDS, per sequence, token
+    # and operator up to MAX_LAUNCH_S (a unit slip above, as for draft_launch_s).
+    per_step_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
+    per_seq_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
+    per_prefill_token_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
+    per_prefill_step_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
+    per_prefill_seq_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
+    eager_prefill_op_s: float = Field(0.0, ge=0, le=MAX_LAUNCH_S)
     eager_all_reduce_ops: Bool = False
     eager_decode_above_graph_bs: Bool = False
     draft_cuda_graph: Literal["full", "piecewise", "none"] = "full"
@@ -361,9 +364,9 @@ class HostOverhead(StrictModel):
     draft_pass_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
     draft_update_launches: Int = Field(0, ge=0, le=MAX_DRAFT_LAUNCHES)
     overlap: Literal["serial", "async"] = "serial"
-    residual_s: float = Field(0.0, ge=0)
-    request_before_s: float = Field(0.0, ge=0)
-    per_extra_tp_worker_s: float = Field(0.0, ge=0)
+    residual_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
+    request_before_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
+    per_extra_tp_worker_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
     async_scheduling_knob: Bool = False
     async_output_proc: Bool = False
     #: The overlap is off while a drafter runs unless the scenario sets
@@ -616,7 +619,8 @@ class UntunedFp8Gemm(StrictModel):
     block_m: Int = Field(gt=0)
     block_n: Int = Field(gt=0)
     block_k: Int = Field(gt=0)
-    k_step_s: float = Field(gt=0)
+    # bounded as a launch: 1e30 s a K step passed validation and broke the run (IndexError)
+    k_step_s: float = Field(gt=0, le=MAX_LAUNCH_S)
 
     @field_validator("matmuls")
     @classmethod
@@ -698,13 +702,19 @@ class EnginePreset(StrictModel):
     @classmethod
     def _graph_sizes_known(cls, host: HostOverhead, info: ValidationInfo) -> HostOverhead:
         """The largest captured decode batch is memory.static_fraction's cuda_graph_max_bs
-        (Pool.decode_graph_max_seqs): without it the flag would change nothing, silently."""
+        (Pool.decode_graph_max_seqs) and the eager decode is held to eager_prefill_op_s's
+        floor: without either the flag would change nothing, silently."""
         memory = info.data.get("memory")
         if host.eager_decode_above_graph_bs and memory is not None \
                 and memory.static_fraction is None:
             raise ValueError("eager_decode_above_graph_bs: true needs memory.static_fraction "
                              "(its cuda_graph_max_bs is the largest captured decode batch); "
                              "give memory.static_fraction or set it false")
+        if host.eager_decode_above_graph_bs and not host.eager_prefill_op_s:
+            raise ValueError("eager_decode_above_graph_bs: true prices nothing with "
+                             "eager_prefill_op_s 0 (the eager decode is held to that floor); "
+                             "valid: eager_prefill_op_s > 0, the host seconds to launch one "
+                             "operator, or eager_decode_above_graph_bs false")
         return host
 
     def defaults_for(self, hardware_name: str, memory_total_gib: float,

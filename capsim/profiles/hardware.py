@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Float, Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, Float, Int, StrictModel
 from capsim.profiles.all_reduce_table import AllReduceTable
 from capsim.profiles.moe_runners import CURVE_OF, runner_curve_error
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
@@ -475,15 +475,16 @@ class HardwareProfile(StrictModel):
     scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
                                                 "(NVLink generation, Infinity Fabric, PCIe)")
     nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
-    nvlink_latency_s: float | None = Field(None, gt=0)
+    # bounded: 1e30 s passed and broke the run's timeline (IndexError traceback)
+    nvlink_latency_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     pcie_bandwidth_bytes_per_s: float = Field(gt=0)
-    pcie_latency_s: float = Field(gt=0)
+    pcie_latency_s: float = Field(gt=0, le=MAX_SECONDS)
     gpus_per_node: Int | None = Field(None, gt=0)
     scale_out_link: str | None = Field(None, min_length=1)
     custom_all_reduce: CustomAllReduceCost | None = None
     all_reduce_tables: dict[str, AllReduceTable] = Field(default_factory=dict)
     efficiency: Efficiency
-    step_overhead_s: float = Field(ge=0)
+    step_overhead_s: float = Field(ge=0, le=MAX_SECONDS)
     price_per_gpu_hour_usd: float = Field(gt=0)
     sources: dict[str, str] = Field(default_factory=dict)
     fitted_to: FittedTo = Field(default_factory=dict)

@@ -78,13 +78,13 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
                         "engine", user_keys=set(override))
     engine = _default_static_fraction(engine, preset, hw, model, set(user))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    _warn_batch_waiting_idle(engine, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
     _check_runner_format(engine, preset, model, hw, path, where, override)
     _check_fusion_model(engine, preset, model, path, where, override)
     _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
-    _warn_all_reduce_table(engine, preset, hw, path)
-    _warn_fusion_table(engine, preset, model, hw, path)
+    _warn_tables(engine, preset, model, hw, path)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -152,6 +152,14 @@ def _table_gap(hw: HardwareProfile, name: str, tp: int) -> str | None:
     return f"is not in {hw.name}'s all_reduce_tables (it has: {has})"
 
 
+def _warn_tables(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                 hw: HardwareProfile, path: Path) -> None:
+    """The measured all-reduce tables the preset names that the GPU profile lacks
+    (:func:`_warn_all_reduce_table`, :func:`_warn_fusion_table`)."""
+    _warn_all_reduce_table(engine, preset, hw, path)
+    _warn_fusion_table(engine, preset, model, hw, path)
+
+
 def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
                            path: Path) -> None:
     """A preset that runs a measured all-reduce table (``tp_all_reduce: {algorithm: table}``)
@@ -215,6 +223,37 @@ def _warn_fusion_off_anyway(engine: EngineConfig, preset: EnginePreset, model: M
                 f"{experts} experts")
     log.warning("%s: %s: %s, so disable_shared_experts_fusion: true changes nothing here",
                 path, at, why)
+
+
+_WAIT_KNOBS = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+
+
+def _warn_batch_waiting_idle(engine: EngineConfig, user: set[str], path: Path, where: str,
+                             variant_keys: set[str]) -> None:
+    """TensorRT-LLM batch waiting the scenario asked for that never holds a prompt back:
+    one knob above 0 with the other 0 (the executor stops waiting once either limit is
+    reached, and a 0 limit is reached at once), or either under attention DP, which skips
+    the waiting (``_schedule`` / ``_waiting_requests`` in
+    tensorrt_llm/_torch/pyexecutor/py_executor.py at
+    0004396720054fd8e205cbf616f21f0b57c6b412). TensorRT-LLM starts either way; capsim warns
+    so that the knob is not taken to have changed the numbers."""
+    given = [k for k in _WAIT_KNOBS if k in user and getattr(engine, k)]
+    if engine.scheduler != "trtllm" or not given:
+        return
+    key = given[0]
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    iters, ratio = engine.batch_wait_timeout_iters or 0, engine.batch_wait_max_tokens_ratio or 0
+    if engine.enable_dp_attention:
+        why = ("TensorRT-LLM skips batch waiting under attention DP (enable_dp_attention: "
+               "true), so it changes nothing here")
+    elif not (iters and ratio):
+        why = (f"batch_wait_timeout_iters {iters} with batch_wait_max_tokens_ratio {ratio:g} "
+               f"never holds a prompt back: TensorRT-LLM stops waiting once either limit is "
+               f"reached, and a 0 limit is reached at once (valid: both above 0, e.g. 40 and "
+               f"0.8, or both 0)")
+    else:
+        return
+    log.warning("%s: %s: %s", path, at, why)
 
 
 def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,

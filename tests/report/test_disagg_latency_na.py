@@ -63,3 +63,22 @@ def test_the_panel_draws_it_where_the_bars_are_missing(ran, monkeypatch, tmp_pat
     static_x = [r.variant for r in disagg.ordered(rows, results)].index("static")
     assert note.get_position()[0] == pytest.approx(static_x + 0.05)
     assert "the wait is in TTFT" in note.get_text()
+
+
+@pytest.mark.parametrize("cls", [None, "chat"])
+def test_results_json_has_no_itl_for_held_replies(ran, cls):
+    """results.json (bench_fields) wrote ITL 0 ms for the static variant while summary.csv
+    left it empty: now null (strict JSON's "no value"), as summary.csv; TPOT stays vLLM's
+    formula, (E2EL - TTFT) / (tokens - 1) = 0 for a reply returned whole."""
+    from capsim.metrics.bench import bench_fields
+    from capsim.metrics.summary import request_frame
+
+    results, _ = ran
+    by_name = {r.variant: r for r in results}
+    static = bench_fields(by_name["static"], request_frame(by_name["static"]), (99.0,), None,
+                          cls=cls)
+    assert static["mean_itl_ms"] is None and static["p99_itl_ms"] is None
+    assert static["mean_tpot_ms"] == 0.0
+    chunked = bench_fields(by_name["chunked"], request_frame(by_name["chunked"]), (99.0,),
+                           None, cls=cls)
+    assert chunked["mean_itl_ms"] > 1 and chunked["p99_itl_ms"] >= chunked["mean_itl_ms"]

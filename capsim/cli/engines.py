@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from capsim.cli.common import listing, make_console
+from capsim.common.errors import ScenarioError
 
 
 @click.command(help="List the engine presets: version, memory rule, scheduler and defaults. "
@@ -31,10 +32,24 @@ def _one_preset(preset: str) -> None:
     """``capsim engines PRESET``: the preset's row, then one line per rule
     (:func:`~capsim.scenario.preset_rules.preset_rules`) and its source, folded to the
     terminal; a preset file's own rules read as they would in a scenario."""
-    from capsim.profiles.engines import load_engine_preset
+    from pathlib import Path
+
+    from capsim.profiles.engines import engine_preset_names, load_engine_preset
+    from capsim.scenario.paths import locate
     from capsim.scenario.preset_rules import preset_rules
 
-    p = load_engine_preset(preset)
+    # a shipped name, or a file relative to here: the scenario's rule, with its messages
+    # (a folder, a missing file, an unknown name with the valid ones)
+    try:
+        found = locate(preset, Path.cwd(), kind="engine preset", shipped=engine_preset_names(),
+                       what="an engine preset YAML")
+    except ScenarioError as exc:        # here a relative path is the working directory's
+        raise ScenarioError(exc.message.replace("paths in a scenario are relative to the "
+                                                "scenario's directory", "the working "
+                                                "directory").replace(
+            "relative to the scenario's directory", "relative to the working directory"),
+            file=exc.file, path=exc.path) from None
+    p = load_engine_preset(found)
     table = listing(f"Engine preset {p.name}", _COLUMNS)
     _add_row(table, preset, p)
     console = make_console()

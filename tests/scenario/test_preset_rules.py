@@ -149,10 +149,28 @@ def test_engines_trtllm_says_batch_waiting_is_off_by_default(run_cli):
     assert "source: LLM API TorchLlmArgs batch_wait_timeout_iters 0" in flat
 
 
-def test_engines_unknown_preset_is_one_error_line(run_cli):
-    code, out, err = run_cli(["engines", "sglang-9"])
-    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-    assert "sglang-0.5" in err                  # the valid names
+@pytest.mark.parametrize("arg, start", [
+    ("sglang-9", "error: unknown engine preset 'sglang-9'; valid: sglang, sglang-0.3"),
+    ("", "error: empty; valid: sglang"),
+    ("DIR", "error: DIR is a directory; name an engine preset YAML in it"),
+    ("DIR/none.yaml", "error: file not found: DIR/none.yaml"),
+    ("gone/x", "error: file not found: gone/x (searched CWD: the working directory)"),
+])
+def test_engines_bad_preset_is_one_error_line(run_cli, tmp_path, monkeypatch, arg, start):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["engines", arg.replace("DIR", str(tmp_path))])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(start.replace("DIR", str(tmp_path)).replace("CWD", str(tmp_path))), err
+
+
+def test_engines_reads_a_preset_file_of_ones_own(run_cli, tmp_path, monkeypatch):
+    with open("capsim/profiles/data/engines/sglang-0.5.yaml") as f:
+        doc = f.read().replace("name: sglang-0.5\n", "name: mine\n", 1)
+    (tmp_path / "mine.yaml").write_text(doc)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["engines", "mine.yaml"])
+    assert code == 0, err
+    assert "rules of mine" in out and "all_reduce_fusion: all-reduce + RMSNorm" in out
 
 
 def test_engines_without_a_preset_still_lists_them_all(run_cli):

@@ -32,7 +32,7 @@ Public API:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -516,6 +516,9 @@ class AllReduceFusion(StrictModel):
     that term by kernel), so the saving priced is the all-reduce's alone.
     """
 
+    #: The platform its kernels run on (FlashInfer's trtllm_allreduce_fusion: CUDA).
+    PLATFORM: ClassVar[str] = "cuda"
+
     model_types: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
     # bounded: the priced pieces end at a finite token limit (capsim.cost.communication)
@@ -589,6 +592,9 @@ class AbsorbedBmmDequant(StrictModel):
     each layer rewrites both weights ``passes`` times (the cast, the scale multiply) before
     a 16-bit bmm reads them. The CUDA path dequantises them to bf16 once at load."""
 
+    #: The platform of the code path (the ``_is_hip`` branch): ROCm.
+    PLATFORM: ClassVar[str] = "rocm"
+
     hardware: list[str] = Field(min_length=1)
     passes: Int = Field(gt=0)
 
@@ -613,6 +619,9 @@ class UntunedFp8Gemm(StrictModel):
     one step after another, whatever the rows: a matmul in ``matmuls`` costs at least
     ``ceil(K / block_k) x k_step_s`` per layer, times the waves of tiles over the GPU's
     compute units (:func:`~capsim.cost.gemm_floor.k_loop_floor_s`)."""
+
+    #: The platform of aiter's kernels: ROCm.
+    PLATFORM: ClassVar[str] = "rocm"
 
     hardware: list[str] = Field(min_length=1)
     matmuls: list[str] = Field(min_length=1)   # of LAYER_MATMULS

@@ -28,7 +28,7 @@ from capsim.profiles.moe_runners import ARCH_FAMILY, CUDA_ONLY, MOE_RUNNERS, moe
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
-from capsim.scenario.preset_names import warn_user_preset_names
+from capsim.scenario.preset_names import check_user_preset_names
 from capsim.scenario.preset_rules import fusion_applies
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
@@ -57,7 +57,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     at = f"{where}.engine" if where and "preset" in override else "engine"
     preset = named(lambda n: load_engine_preset_at(n, path), name, path, f"{at}.preset")
     check_preset_knobs(preset, name, path, f"{at}.preset")
-    warn_user_preset_names(name, preset, path, hw.name)
+    check_user_preset_names(name, preset, path, hw)
     if hw.platform not in preset.platforms:
         raise ScenarioError(f"engine preset '{preset.name}' ({preset.display_name}) runs on "
                             f"{' / '.join(preset.platforms)} GPUs only; hardware '{hw.name}' "

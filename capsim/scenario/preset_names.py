@@ -8,9 +8,14 @@ scenario, beside the preset file, or in a ``hardware/`` folder of either (or is 
 variant runs on), so a custom GPU is not taken for a typo. Shipped presets are held to
 known names by their tests, not here.
 
+A rule whose ``hardware:`` names the GPU the variant runs on, of a platform its kernels do
+not run on (FlashInfer's fused all-reduce on a ROCm GPU, aiter's GEMM on an NVIDIA one: each
+rule's ``PLATFORM``), is refused: it would price a kernel the engine cannot run there.
+
 Public API:
-    warn_user_preset_names(name, preset, scenario, hw_name)
+    check_user_preset_names(name, preset, scenario, hw)
     warn_unknown_rule_names(preset, file, scenario, hw_name)
+    check_rule_platforms(preset, file, hw)
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Iterator
 from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names
 from capsim.profiles.files import read_yaml_mapping
-from capsim.profiles.hardware import hardware_names
+from capsim.profiles.hardware import HardwareProfile, hardware_names
 from capsim.profiles.hf_config import MODEL_TYPES
 from capsim.profiles.quantization import quant_format_names
 from capsim.scenario.paths import locate
@@ -37,15 +42,39 @@ _KINDS = {"hardware": "GPU", "model_types": "model_type", "expert_formats": "exp
 _SEEN: dict[tuple[str, int], frozenset[str]] = {}
 
 
-def warn_user_preset_names(name: str, preset: EnginePreset, scenario: Path,
-                           hw_name: str) -> None:
-    """:func:`warn_unknown_rule_names` for the preset a scenario names as ``name``, when it
-    is a file of the user's (a shipped preset: nothing)."""
+def check_user_preset_names(name: str, preset: EnginePreset, scenario: Path,
+                            hw: HardwareProfile) -> None:
+    """:func:`warn_unknown_rule_names` and :func:`check_rule_platforms` for the preset a
+    scenario names as ``name``, when it is a file of the user's (a shipped preset: nothing).
+
+    Raises:
+        ScenarioError: :func:`check_rule_platforms`'s.
+    """
     if name in engine_preset_names():
         return
-    file = locate(name, scenario.parent, kind="engine preset", shipped=engine_preset_names(),
-                  what="an engine preset YAML")
-    warn_unknown_rule_names(preset, Path(file), scenario, hw_name)
+    file = Path(locate(name, scenario.parent, kind="engine preset",
+                       shipped=engine_preset_names(), what="an engine preset YAML"))
+    warn_unknown_rule_names(preset, file, scenario, hw.name)
+    check_rule_platforms(preset, file, hw)
+
+
+def check_rule_platforms(preset: EnginePreset, file: Path, hw: HardwareProfile) -> None:
+    """A rule that names ``hw`` in its ``hardware:`` list, whose kernels do not run on
+    ``hw``'s platform.
+
+    Raises:
+        ScenarioError: naming the preset ``file`` and the list entry, and the platform the
+            rule's kernels run on.
+    """
+    for key in ("all_reduce_fusion", "untuned_fp8_gemm", "absorbed_bmm_dequant"):
+        rule = getattr(preset, key)
+        if rule is None or hw.name not in rule.hardware or hw.platform == rule.PLATFORM:
+            continue
+        raise ScenarioError(
+            f"{key} runs on {rule.PLATFORM} GPUs only, and '{hw.name}' is a {hw.platform} "
+            f"GPU: the rule would price a kernel the engine cannot run there (valid: "
+            f"{rule.PLATFORM} GPUs only in this list)", file=str(file),
+            path=f"{key}.hardware.{rule.hardware.index(hw.name)}")
 
 
 def warn_unknown_rule_names(preset: EnginePreset, file: Path, scenario: Path,

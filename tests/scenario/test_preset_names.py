@@ -123,3 +123,39 @@ def test_every_shipped_rule_list_names_known_things():
             assert set(names) <= known[_KINDS[at.rsplit(".", 1)[-1]]], (name, at, names)
             checked += 1
     assert checked >= 10          # sglang-0.4 / 0.5 / 0.5.10's lists
+
+
+@pytest.mark.parametrize("edit, doc, path, message", [
+    # aiter's Triton GEMM (SGLang's ROCm path) listed for an NVIDIA GPU
+    (lambda d: d["untuned_fp8_gemm"].update(hardware=["mi300x", "h200-sxm"]),
+     {"model": "deepseek-v3", "hardware": "h200-sxm", "engine.tensor_parallel_size": 8},
+     "untuned_fp8_gemm.hardware.1",
+     "untuned_fp8_gemm runs on rocm GPUs only, and 'h200-sxm' is a cuda GPU"),
+    # FlashInfer's fused all-reduce listed for an AMD GPU
+    (lambda d: d["all_reduce_fusion"].update(hardware=["b200", "mi300x"]),
+     {"hardware": "mi300x"}, "all_reduce_fusion.hardware.1",
+     "all_reduce_fusion runs on cuda GPUs only, and 'mi300x' is a rocm GPU"),
+    (lambda d: d["absorbed_bmm_dequant"].update(hardware=["b200"]),
+     {"model": "deepseek-v3", "engine.tensor_parallel_size": 8},
+     "absorbed_bmm_dequant.hardware.0",
+     "absorbed_bmm_dequant runs on rocm GPUs only, and 'b200' is a cuda GPU"),
+])
+def test_a_rule_listing_a_gpu_of_the_wrong_platform_is_refused(tmp_path, write_scenario, edit,
+                                                               doc, path, message):
+    from capsim.common.errors import ScenarioError
+    from tests.cli.test_bad_input_late import set_dotted
+
+    _preset(tmp_path, edit)
+    scenario = copy.deepcopy(DOC)
+    for dotted, value in doc.items():
+        set_dotted(scenario, dotted, value)
+    with pytest.raises(ScenarioError) as exc:
+        load(write_scenario(tmp_path, scenario), [])
+    assert exc.value.file == str(tmp_path / "preset.yaml") and exc.value.path == path
+    assert exc.value.message.startswith(message)
+
+
+def test_a_wrong_platform_gpu_the_variant_does_not_run_on_is_not_checked(tmp_path,
+                                                                          write_scenario):
+    _preset(tmp_path, lambda d: d["untuned_fp8_gemm"].update(hardware=["mi300x", "h200-sxm"]))
+    assert load(write_scenario(tmp_path, copy.deepcopy(DOC)), []).runs   # on a b200

@@ -22,6 +22,7 @@ Public API:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -469,8 +470,7 @@ class HardwareProfile(StrictModel):
     memory_total_gib: float | None = Field(None, gt=0)
     num_sms: Int | None = Field(None, gt=0)
     max_threads_per_sm: Int | None = Field(None, gt=0)
-    compute_capability: str | None = Field(None, pattern=r"^[1-9][0-9]?\.[0-9]$",
-                                           examples=["9.0", "10.0"])
+    compute_capability: str | None = Field(None, examples=['"9.0"', '"10.0"'])
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
                                                 "(NVLink generation, Infinity Fabric, PCIe)")
@@ -491,6 +491,17 @@ class HardwareProfile(StrictModel):
     calibration: Calibration | None = None
     derivation: Derivation | None = None
     notes: str = ""
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability_text(cls, value: Any) -> Any:
+        """``MAJOR.MINOR``; ``9.0`` written unquoted is YAML's float, read as ``"9.0"``."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value:.1f}"
+        if isinstance(value, str) and not re.fullmatch(r"[1-9][0-9]?\.[0-9]", value):
+            raise ValueError(f"not MAJOR.MINOR (valid: e.g. "
+                             f'"9.0" for Hopper, "10.0" for the B200; NVIDIA\'s CUDA GPUs list)')
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "HardwareProfile":

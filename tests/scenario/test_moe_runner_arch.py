@@ -70,8 +70,9 @@ def test_every_cuda_profile_says_its_compute_capability_and_rocm_none():
     assert load_hardware("b200").compute_capability == "10.0"
 
 
-@pytest.mark.parametrize("value, phrase", [("9", "should match pattern"),
-                                           ("sm_90", "should match pattern")])
+@pytest.mark.parametrize("value, phrase", [("9", "not MAJOR.MINOR (valid: e.g. \"9.0\""),
+                                           ("sm_90", "not MAJOR.MINOR"),
+                                           (True, "valid string")])
 def test_a_malformed_compute_capability_is_refused(value, phrase):
     with open("capsim/profiles/data/hardware/h100-sxm.yaml") as f:
         doc = yaml.safe_load(f)
@@ -88,3 +89,11 @@ def test_a_rocm_profile_with_one_is_refused():
     with pytest.raises(Exception) as exc:
         HardwareProfile.model_validate(doc)
     assert "compute_capability is NVIDIA's (CUDA); a rocm GPU has none" in str(exc.value)
+
+
+@pytest.mark.parametrize("value, text", [(9.0, "9.0"), (10, "10.0"), (8.9, "8.9")])
+def test_an_unquoted_compute_capability_reads_as_text(value, text):
+    with open("capsim/profiles/data/hardware/h100-sxm.yaml") as f:
+        doc = yaml.safe_load(f)
+    doc["compute_capability"] = value            # YAML's 9.0 unquoted is a float
+    assert HardwareProfile.model_validate(doc).compute_capability == text

@@ -516,9 +516,7 @@ class AllReduceFusion(StrictModel):
     that term by kernel), so the saving priced is the all-reduce's alone.
     """
 
-    #: The platform its kernels run on (FlashInfer's trtllm_allreduce_fusion: CUDA).
-    PLATFORM: ClassVar[str] = "cuda"
-
+    PLATFORM: ClassVar[str] = "cuda"   # FlashInfer's trtllm_allreduce_fusion's platform
     model_types: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
     # bounded: the priced pieces end at a finite token limit (capsim.cost.communication)
@@ -592,9 +590,7 @@ class AbsorbedBmmDequant(StrictModel):
     each layer rewrites both weights ``passes`` times (the cast, the scale multiply) before
     a 16-bit bmm reads them. The CUDA path dequantises them to bf16 once at load."""
 
-    #: The platform of the code path (the ``_is_hip`` branch): ROCm.
-    PLATFORM: ClassVar[str] = "rocm"
-
+    PLATFORM: ClassVar[str] = "rocm"   # the code path's platform (the _is_hip branch)
     hardware: list[str] = Field(min_length=1)
     passes: Int = Field(gt=0)
 
@@ -620,9 +616,7 @@ class UntunedFp8Gemm(StrictModel):
     ``ceil(K / block_k) x k_step_s`` per layer, times the waves of tiles over the GPU's
     compute units (:func:`~capsim.cost.gemm_floor.k_loop_floor_s`)."""
 
-    #: The platform of aiter's kernels: ROCm.
-    PLATFORM: ClassVar[str] = "rocm"
-
+    PLATFORM: ClassVar[str] = "rocm"   # aiter's kernels' platform
     hardware: list[str] = Field(min_length=1)
     matmuls: list[str] = Field(min_length=1)   # of LAYER_MATMULS
     block_m: Int = Field(gt=0)

@@ -29,8 +29,8 @@ def as_option(option: str, field: str | None = None):
     """A ScenarioError raised inside names the CLI option the user typed, not the scenario
     field it stands for: ``field`` (``pipeline_parallel_size``) in the message becomes
     ``option`` (``--pp``); a message without it is prefixed ``--option: ``. An error inside
-    a file the option names (a profile's field) keeps its file and path; one about the
-    file itself (missing, not YAML) names the option before it."""
+    a file the option names reads ``--option FILE: YAML.PATH: message`` in one form, whether
+    it is about a field (its path kept) or the file itself (missing, not YAML: no path)."""
     try:
         yield
     except ScenarioError as exc:
@@ -40,8 +40,8 @@ def as_option(option: str, field: str | None = None):
 def option_error(exc: ScenarioError, option: str, field: str | None = None) -> ScenarioError:
     """``exc`` naming ``option`` (see :func:`as_option`)."""
     if exc.file is not None:
-        return ScenarioError(exc.message, file=f"{option} {exc.file}") if exc.path is None \
-            else exc
+        named = exc.file if exc.file.startswith(f"{option} ") else f"{option} {exc.file}"
+        return ScenarioError(exc.message, file=named, path=exc.path)
     msg = exc.message
     if field and field in msg:
         return ScenarioError(msg.replace(field, option))

@@ -44,6 +44,7 @@ def _variant_lines(rc) -> list[str]:
     from capsim.scenario.describe import (engine_extras_text, fleet_lines, limits_text,
                                           pool_lines, pool_log_lines, replica_shape,
                                           router_text)
+    from capsim.scenario.preset_rules import applied_rule_lines
 
     if rc.fleet is not None:      # pooled fleet: one line per pool
         return [f"  {line}" for line in fleet_lines(rc)]
@@ -60,7 +61,8 @@ def _variant_lines(rc) -> list[str]:
             f"{' chunked' if eng.chunked else ''}, max_num_seqs {eng.max_num_seqs}, "
             f"max_num_batched_tokens {eng.max_num_batched_tokens}{engine_extras_text(pool)}"
             f"{limits_text(rc, pool)}{router_text(rc)}")
-    return [head, *(f"    {line}" for line in pool_log_lines(pool))]
+    rules = [f"preset rule: {line}" for line in applied_rule_lines(pool, rc.model)]
+    return [head, *(f"    {line}" for line in [*rules, *pool_log_lines(pool)])]
 
 
 def _refuse_all_rejected(loaded, traces, rejected: list[list[tuple[int, str]]]) -> None:

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from capsim.metrics.summary import (LATENCY_METRICS, _exact_sum_ms, _nonempty,
-                                    _sorted_percentiles, merge_equal, percentile_key,
-                                    sorted_itl, sorted_runs)
+                                    _sorted_percentiles, held_runs, merge_equal,
+                                    percentile_key, sorted_itl, sorted_runs)
 from capsim.results.model import FINISHED, RunResult, SummaryRow
 from capsim.scenario.slo import RequestSlo, SloConfig
 from capsim.scenario.workload import WorkloadConfig
@@ -181,14 +181,19 @@ def _itl_runs(result: RunResult, cls: str | None) -> tuple[np.ndarray, np.ndarra
 
     For all classes of a run with no held reply, read from the summary's sorted runs
     (:func:`~capsim.metrics.summary.sorted_itl`): the same arrays as sorting these runs
-    again (merged per gap where that sort merges, else in the same argsort order)."""
+    again (merged per gap where that sort merges, else in the same argsort order). Held
+    replies' runs are left out, as summary.csv leaves them out: a reply returned whole
+    shows its client no gap (vLLM's bench adds no ITL for a one-chunk reply), so a run of
+    held replies only has no ITL (``null``; it wrote 0 ms)."""
     if cls is None:
         shared = sorted_itl(result)
         if not shared.held:
             return (merge_equal(shared.gaps_s, shared.counts) if shared.merged
                     else (shared.gaps_s, shared.counts))
     itl = result.itl
-    gaps, counts, ids = _nonempty(itl.gap_s, itl.count, itl.class_id)
+    held = held_runs(result)
+    counts = np.where(held, 0, np.asarray(itl.count)) if held.any() else itl.count
+    gaps, counts, ids = _nonempty(itl.gap_s, counts, itl.class_id)
     if cls is not None:
         keep = np.asarray(ids) == result.class_names.index(cls)
         gaps, counts = gaps[keep], counts[keep]

@@ -22,6 +22,7 @@ Public API:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from capsim.common.errors import ScenarioError
-from capsim.common.schema import Float, Int, StrictModel
+from capsim.common.schema import MAX_SECONDS, Float, Int, StrictModel
 from capsim.profiles.all_reduce_table import AllReduceTable
 from capsim.profiles.moe_runners import CURVE_OF, runner_curve_error
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
@@ -47,6 +48,7 @@ _SOURCED_FIELDS = (
     "memory_total_gib",
     "num_sms",
     "max_threads_per_sm",
+    "compute_capability",
     "hbm_bandwidth_bytes_per_s",
     "nvlink_bandwidth_bytes_per_s",
     "nvlink_latency_s",
@@ -470,7 +472,10 @@ class HardwareProfile(StrictModel):
     ``trtllm_auto``; :class:`~capsim.profiles.all_reduce_table.AllReduceTable`), which an
     engine preset names (``tp_all_reduce.table``). ``platform``: the software stack the engines run on, ``cuda``
     (NVIDIA) or ``rocm`` (AMD): kernels that exist on one only (vLLM's Marlin MoE) are
-    refused on the other.
+    refused on the other. ``compute_capability``: an NVIDIA GPU's CUDA compute capability,
+    ``"9.0"`` (Hopper), ``"10.0"`` (B200): kernels built for one architecture family only
+    (vLLM's TRT-LLM-gen MoE, Blackwell's 10.x) are refused on the others; None (a ROCm GPU,
+    or a profile that does not say) checks nothing.
     """
 
     name: str = Field(min_length=1)
@@ -481,25 +486,38 @@ class HardwareProfile(StrictModel):
     memory_total_gib: float | None = Field(None, gt=0)
     num_sms: Int | None = Field(None, gt=0)
     max_threads_per_sm: Int | None = Field(None, gt=0)
+    compute_capability: str | None = Field(None, examples=['"9.0"', '"10.0"'])
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     scale_up_link: str = Field("", description="the GPU-to-GPU link tensor parallelism uses "
                                                 "(NVLink generation, Infinity Fabric, PCIe)")
     nvlink_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
-    nvlink_latency_s: float | None = Field(None, gt=0)
+    # bounded: 1e30 s passed and broke the run's timeline (IndexError traceback)
+    nvlink_latency_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     pcie_bandwidth_bytes_per_s: float = Field(gt=0)
-    pcie_latency_s: float = Field(gt=0)
+    pcie_latency_s: float = Field(gt=0, le=MAX_SECONDS)
     gpus_per_node: Int | None = Field(None, gt=0)
     scale_out_link: str | None = Field(None, min_length=1)
     custom_all_reduce: CustomAllReduceCost | None = None
     all_reduce_tables: dict[str, AllReduceTable] = Field(default_factory=dict)
     efficiency: Efficiency
-    step_overhead_s: float = Field(ge=0)
+    step_overhead_s: float = Field(ge=0, le=MAX_SECONDS)
     price_per_gpu_hour_usd: float = Field(gt=0)
     sources: dict[str, str] = Field(default_factory=dict)
     fitted_to: FittedTo = Field(default_factory=dict)
     calibration: Calibration | None = None
     derivation: Derivation | None = None
     notes: str = ""
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability_text(cls, value: Any) -> Any:
+        """``MAJOR.MINOR``; ``9.0`` written unquoted is YAML's float, read as ``"9.0"``."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value:.1f}"
+        if isinstance(value, str) and not re.fullmatch(r"[1-9][0-9]?\.[0-9]", value):
+            raise ValueError(f"not MAJOR.MINOR (valid: e.g. "
+                             f'"9.0" for Hopper, "10.0" for the B200; NVIDIA\'s CUDA GPUs list)')
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "HardwareProfile":
@@ -518,6 +536,9 @@ class HardwareProfile(StrictModel):
                              f"engines see the device memory less the driver's reserve (valid: "
                              f"0 < memory_total_gib <= {self.hbm_bytes / 2**30:g}; for a "
                              f"larger GPU set hbm_bytes too)")
+        if self.compute_capability is not None and self.platform != "cuda":
+            raise ValueError(f"compute_capability is NVIDIA's (CUDA); a {self.platform} GPU "
+                             f"has none (valid: null, or platform cuda)")
         if (self.gpus_per_node is None) != (self.scale_out_link is None):
             raise ValueError("gpus_per_node and scale_out_link must both be set (a node of "
                              "that many GPUs, joined by that link) or both be null")

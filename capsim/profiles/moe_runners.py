@@ -29,7 +29,8 @@ Sources:
     ``flashinfer_trtllm``: it is priced with that runner's curve (``CURVE_OF``).
 
 Public API:
-    MOE_RUNNERS, CURVE_OF, CUDA_ONLY, EXPERT_FORMATS, moe_runner_error, runner_curve_error
+    MOE_RUNNERS, CURVE_OF, CUDA_ONLY, ARCH_FAMILY, EXPERT_FORMATS, moe_runner_error,
+    runner_curve_error
 """
 
 from __future__ import annotations
@@ -54,13 +55,27 @@ CURVE_OF: dict[str, str] = {"TRTLLM": "flashinfer_trtllm"}
 #: FlashInfer's TRT-LLM-gen MoE kernels: vLLM's experts that run them support "only
 #: Blackwell-family GPUs" (_supports_current_device: is_cuda() and device capability family
 #: 100, vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py at 296ce48d);
-#: TensorRT-LLM builds for NVIDIA GPUs only (its presets' ``platforms``). capsim
-#: has no compute capability per GPU profile, so a Hopper GPU is warned (no measured
-#: curve) rather than refused.
+#: TensorRT-LLM builds for NVIDIA GPUs only (its presets' ``platforms``). Where a runner is
+#: built for one architecture family only, :data:`ARCH_FAMILY` says which.
 CUDA_ONLY: dict[str, str] = {
     "flashinfer_trtllm": "FlashInfer's TRT-LLM-gen MoE kernels",
     "flashinfer_mxfp4": "FlashInfer's TRT-LLM-gen MXFP4 MoE kernels",
     "TRTLLM": "TensorRT-LLM's TRT-LLM-gen MoE kernels",
+}
+
+#: (engine family, runner) -> (compute capability major, the family): runners the engine
+#: refuses at start-up on a GPU of another family (a GPU profile's ``compute_capability``).
+#: vLLM's flashinfer_trtllm: an explicit ``--moe-backend`` goes to the oracle's
+#: ``_return_or_raise``, which raises ValueError ("... does not support the deployment
+#: configuration") when the experts class's ``is_supported_config`` fails
+#: (select_fp8_moe_backend, vllm/model_executor/layers/fused_moe/oracle/fp8.py; likewise
+#: oracle/nvfp4.py), and ``TrtLlmFp8Experts._supports_current_device`` is ``is_cuda() and
+#: is_device_capability_family(100)``, "Supports only Blackwell-family GPUs"
+#: (vllm/model_executor/layers/fused_moe/experts/trtllm_fp8_moe.py at 903fcbb2; the NVFP4
+#: experts the same, flashinfer_fp4_moe.py at 296ce48d). SGLang's and TensorRT-LLM's
+#: TRT-LLM-gen runners were not read for this: they stay warned (no measured curve).
+ARCH_FAMILY: dict[tuple[str, str], tuple[int, str]] = {
+    ("vllm", "flashinfer_trtllm"): (10, "Blackwell (compute capability 10.x)"),
 }
 
 #: The formats routed experts may be stored in: the keys of

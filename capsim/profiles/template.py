@@ -109,6 +109,9 @@ def _hardware_head(name: str, base: HardwareProfile) -> str:
         ("display_name", name, "free text"),
         ("platform", base.platform, "cuda (NVIDIA) or rocm (AMD): CUDA-only kernels are "
                                     "refused on rocm"),
+        ("compute_capability", f'"{base.compute_capability}"' if base.compute_capability
+         else "null", "optional, NVIDIA only: '9.0' Hopper, '10.0' B200; kernels an engine "
+                      "runs on one architecture only are refused on another"),
         ("peak_flops_per_s", "", "dense FLOP/s per dtype: bf16, fp16, fp8 (if it has FP8), int8, "
                                  "fp4 (Blackwell)"),
     ])

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capsim.common.labels import parallel_label
+from capsim.scenario.preset_rules import applied_rule_lines
 from capsim.scenario.routing import CACHE_ROUTERS, KV_ROUTERS, RouterOptions, SaturationConfig
 from capsim.scenario.run_config import Pool, RunConfig
 from capsim.scenario.schema import EngineConfig
@@ -146,7 +147,8 @@ def pool_lines(run: RunConfig) -> list[str]:
                    f"{replica_shape(eng)}, {'chunked' if eng.chunked else 'unchunked'}, "
                    f"max_num_seqs {eng.max_num_seqs}, max_num_batched_tokens "
                    f"{eng.max_num_batched_tokens}")
-        out += [f"    {line}" for line in pool_log_lines(pool)]
+        out += [f"    {line}" for line in [*_rules(pool, run.model),
+                                              *pool_log_lines(pool)]]
     return out
 
 
@@ -169,5 +171,12 @@ def fleet_lines(run: RunConfig) -> list[str]:
                    f"${fp.price_per_replica_hour_usd:,.2f}/h per replica{scaling}"
                    + limits_text(replace(run, router_max_queued_requests=None,
                                          router_rate_limit=None), fp.pool))
-        out += [f"    {line}" for line in pool_log_lines(fp.pool)]
+        out += [f"    {line}" for line in [*_rules(fp.pool, fp.model),
+                                              *pool_log_lines(fp.pool)]]
     return out
+
+
+def _rules(pool: Pool, model) -> list[str]:
+    """``preset rule: …``: the preset's rules that apply to ``pool`` running ``model``
+    (:func:`~capsim.scenario.preset_rules.applied_rule_lines`), for ``capsim validate``."""
+    return [f"preset rule: {line}" for line in applied_rule_lines(pool, model)]

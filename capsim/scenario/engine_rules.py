@@ -24,10 +24,12 @@ from capsim.common.errors import ScenarioError
 from capsim.profiles.engines import EnginePreset, engine_preset_names, load_engine_preset
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.models import ModelShape
-from capsim.profiles.moe_runners import CUDA_ONLY, MOE_RUNNERS, moe_runner_error
+from capsim.profiles.moe_runners import ARCH_FAMILY, CUDA_ONLY, MOE_RUNNERS, moe_runner_error
 from capsim.profiles.policies import RECV_SKIPPER_KNOBS, knob_policies, policy_capabilities
 from capsim.profiles.weight_layout import weight_layout
 from capsim.scenario.bench_settings import tuned_knobs
+from capsim.scenario.preset_names import check_user_preset_names
+from capsim.scenario.preset_rules import fusion_applies
 from capsim.scenario.profile_loading import check_preset_knobs, load_engine_preset_at, named
 from capsim.scenario.schema import EngineConfig
 from capsim.scenario.speculative import SERIAL_DRAFTERS
@@ -55,6 +57,7 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
     at = f"{where}.engine" if where and "preset" in override else "engine"
     preset = named(lambda n: load_engine_preset_at(n, path), name, path, f"{at}.preset")
     check_preset_knobs(preset, name, path, f"{at}.preset")
+    check_user_preset_names(name, preset, path, hw)
     if hw.platform not in preset.platforms:
         raise ScenarioError(f"engine preset '{preset.name}' ({preset.display_name}) runs on "
                             f"{' / '.join(preset.platforms)} GPUs only; hardware '{hw.name}' "
@@ -75,13 +78,13 @@ def resolve_engine(base: EngineConfig, override: dict[str, Any], model: ModelSha
                         "engine", user_keys=set(override))
     engine = _default_static_fraction(engine, preset, hw, model, set(user))
     check_engine_knobs(engine, preset, set(user), path, where, set(override))
+    _warn_batch_waiting_idle(engine, set(user), path, where, set(override))
     check_class_priorities(engine, workload, path, preset)
     _check_marlin_platform(engine, model, hw, path, where, override)
     _check_runner_format(engine, preset, model, hw, path, where, override)
     _check_fusion_model(engine, preset, model, path, where, override)
     _warn_fusion_off_anyway(engine, preset, model, hw, path, where, override)
-    _warn_all_reduce_table(engine, preset, hw, path)
-    _warn_fusion_table(engine, preset, model, hw, path)
+    _warn_tables(engine, preset, model, hw, path)
     if engine.enable_prefix_caching and _no_prefix_cache(engine):
         # a default the scenario did not give (vLLM V1's, the schema's) does not apply
         engine = engine.model_copy(update={"enable_prefix_caching": False})
@@ -149,6 +152,14 @@ def _table_gap(hw: HardwareProfile, name: str, tp: int) -> str | None:
     return f"is not in {hw.name}'s all_reduce_tables (it has: {has})"
 
 
+def _warn_tables(engine: EngineConfig, preset: EnginePreset, model: ModelShape,
+                 hw: HardwareProfile, path: Path) -> None:
+    """The measured all-reduce tables the preset names that the GPU profile lacks
+    (:func:`_warn_all_reduce_table`, :func:`_warn_fusion_table`)."""
+    _warn_all_reduce_table(engine, preset, hw, path)
+    _warn_fusion_table(engine, preset, model, hw, path)
+
+
 def _warn_all_reduce_table(engine: EngineConfig, preset: EnginePreset, hw: HardwareProfile,
                            path: Path) -> None:
     """A preset that runs a measured all-reduce table (``tp_all_reduce: {algorithm: table}``)
@@ -173,12 +184,10 @@ def _warn_fusion_table(engine: EngineConfig, preset: EnginePreset, model: ModelS
     the engine's own all-reduce is priced instead (:meth:`Communication.fused_pieces`), so a
     misspelt ``table`` would otherwise change the numbers without a word, as
     ``tp_all_reduce.table`` would (:func:`_warn_all_reduce_table`)."""
-    fusion, tp = preset.all_reduce_fusion, engine.tensor_parallel_size
-    one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
-    if fusion is None or tp < 2 or not fusion.applies(model, hw.name,
-                                                       engine.enable_dp_attention, one_node):
+    fusion = preset.all_reduce_fusion
+    if fusion is None or not fusion_applies(engine, preset, model, hw):
         return
-    what = _table_gap(hw, fusion.table, tp)
+    what = _table_gap(hw, fusion.table, engine.tensor_parallel_size)
     if what is None:
         return
     log.warning("%s: engine.preset: engine preset '%s' fuses the all-reduce at the table '%s' "
@@ -214,6 +223,37 @@ def _warn_fusion_off_anyway(engine: EngineConfig, preset: EnginePreset, model: M
                 f"{experts} experts")
     log.warning("%s: %s: %s, so disable_shared_experts_fusion: true changes nothing here",
                 path, at, why)
+
+
+_WAIT_KNOBS = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+
+
+def _warn_batch_waiting_idle(engine: EngineConfig, user: set[str], path: Path, where: str,
+                             variant_keys: set[str]) -> None:
+    """TensorRT-LLM batch waiting the scenario asked for that never holds a prompt back:
+    one knob above 0 with the other 0 (the executor stops waiting once either limit is
+    reached, and a 0 limit is reached at once), or either under attention DP, which skips
+    the waiting (``_schedule`` / ``_waiting_requests`` in
+    tensorrt_llm/_torch/pyexecutor/py_executor.py at
+    0004396720054fd8e205cbf616f21f0b57c6b412). TensorRT-LLM starts either way; capsim warns
+    so that the knob is not taken to have changed the numbers."""
+    given = [k for k in _WAIT_KNOBS if k in user and getattr(engine, k)]
+    if engine.scheduler != "trtllm" or not given:
+        return
+    key = given[0]
+    at = f"{where}.engine.{key}" if where and key in variant_keys else f"engine.{key}"
+    iters, ratio = engine.batch_wait_timeout_iters or 0, engine.batch_wait_max_tokens_ratio or 0
+    if engine.enable_dp_attention:
+        why = ("TensorRT-LLM skips batch waiting under attention DP (enable_dp_attention: "
+               "true), so it changes nothing here")
+    elif not (iters and ratio):
+        why = (f"batch_wait_timeout_iters {iters} with batch_wait_max_tokens_ratio {ratio:g} "
+               f"never holds a prompt back: TensorRT-LLM stops waiting once either limit is "
+               f"reached, and a 0 limit is reached at once (valid: both above 0, e.g. 40 and "
+               f"0.8, or both 0)")
+    else:
+        return
+    log.warning("%s: %s: %s", path, at, why)
 
 
 def _check_marlin_platform(engine: EngineConfig, model: ModelShape, hw: HardwareProfile,
@@ -253,10 +293,29 @@ def _check_runner_format(engine: EngineConfig, preset: EnginePreset, model: Mode
             f"NVIDIA GPUs (CUDA) only; hardware '{hw.name}' runs {hw.platform} "
             f"(valid: {', '.join(valid)})",
             file=str(path), path=at)
+    _check_runner_arch(engine.moe_backend, preset, hw, path, at)
     if hw.efficiency.runner_curve(engine.moe_backend, experts) is None:
         log.warning("%s: %s: hardware '%s' has no measured %s curve for %s experts "
                     "(efficiency.fused_moe_runners); they are priced as under auto",
                     path, at, hw.name, engine.moe_backend, experts)
+
+
+def _check_runner_arch(runner: str, preset: EnginePreset, hw: HardwareProfile, path: Path,
+                       at: str) -> None:
+    """A runner the engine builds for one GPU architecture family only
+    (:data:`~capsim.profiles.moe_runners.ARCH_FAMILY`) on a GPU whose profile names another
+    compute capability; a profile that names none is not checked (the curve warning says
+    the rest)."""
+    family = ARCH_FAMILY.get((preset.engine, runner))
+    cc = hw.compute_capability
+    if family is None or cc is None or int(cc.split(".")[0]) == family[0]:
+        return
+    valid = [r for r in MOE_RUNNERS[preset.engine] if (preset.engine, r) not in ARCH_FAMILY]
+    raise ScenarioError(
+        f"moe_backend {runner} runs {CUDA_ONLY.get(runner, runner)}, which {preset.display_name} "
+        f"runs on {family[1]} GPUs only (it refuses them at start-up elsewhere); hardware "
+        f"'{hw.name}' has compute capability {cc} (valid: {', '.join(valid)}, or a "
+        f"compute capability {family[0]}.x GPU)", file=str(path), path=at)
 
 
 def _resolved(engine: EngineConfig, model: ModelShape, knobs: set[str], user: dict[str, Any],

@@ -588,19 +588,20 @@ CLI_BAD = [
     # issue 31 item 6 through roofline and the templates
     ("roofline-mamba", "roofline --hardware h100-sxm --prefill-tokens 512 --model "
                        "{F}/mamba.json",
-     "{F}/mamba.json: model_type: model_type 'mamba' is not a model capsim prices", ""),
+     "--model {F}/mamba.json: model_type: model_type 'mamba' is not a model capsim prices",
+     ""),
     ("roofline-no-model-type", "roofline --hardware h100-sxm --prefill-tokens 5 --model "
                                "{F}/notype.json",
-     "{F}/notype.json: model_type: no model_type", ""),
+     "--model {F}/notype.json: model_type: no model_type", ""),
     ("roofline-mixtral-0", "roofline --hardware h100-sxm --prefill-tokens 5 --model "
                            "{F}/mixtral0.json",
-     "{F}/mixtral0.json: num_local_experts: must be >= 1", ""),
+     "--model {F}/mixtral0.json: num_local_experts: must be >= 1", ""),
     ("roofline-head-dim-125", "roofline --hardware h100-sxm --prefill-tokens 5 --model "
                               "{F}/h4000.json",
      "--model {F}/h4000.json: head_dim 125", ""),
     ("roofline-mxfp4-config", "roofline --hardware h100-sxm --prefill-tokens 5 --model "
                               "{F}/mxfp4.json",
-     "{F}/mxfp4.json: quantization_config.quant_method: quant_method mxfp4", ""),
+     "--model {F}/mxfp4.json: quantization_config.quant_method: quant_method mxfp4", ""),
     ("roofline-mxfp4-dense", "roofline --hardware h100-sxm --prefill-tokens 5 --model "
                              "llama-3.1-8b --quantization mxfp4",
      "--quantization mxfp4 stores only a mixture-of-experts model's experts", ""),
@@ -631,7 +632,8 @@ CLI_BAD = [
                                 "llama-3.1-8b --preset vllm-9",
      "--preset: unknown engine preset 'vllm-9'", ""),
     ("roofline-bad-gpu-file", "roofline --hardware {F}/gpu.yaml --prefill-tokens 5 --model "
-                              "llama-3.1-8b", "{F}/gpu.yaml: ", "required field is missing"),
+                              "llama-3.1-8b", "--hardware {F}/gpu.yaml: ",
+     "required field is missing"),
     ("models-template-from-mamba", "models --template x --from {F}/mamba.json",
      "{F}/mamba.json: --from.model_type: model_type 'mamba'", ""),
     ("models-template-over-a-file", "models --template x -o {F}/mamba.json",
@@ -677,7 +679,7 @@ CLI_BAD = [
      "{F}/ab.csv: missing column(s) operator", ""),
     ("calibrate-csv-of-mamba", "calibrate --hardware h100-sxm --csv {F}/ab.csv "
                                "--model {F}/mamba.json -o {W}/o",
-     "{F}/mamba.json: model_type: model_type 'mamba'", ""),
+     "--model {F}/mamba.json: model_type: model_type 'mamba'", ""),
     ("calibrate-vidur-a-file", "calibrate --hardware h100-sxm --vidur {F}/ab.csv -o {W}/o",
      "Invalid value for '--vidur'", ""),
     ("calibrate-nothing", "calibrate --hardware h100-sxm -o {W}/o",

@@ -199,7 +199,8 @@ def test_a_profile_with_no_sources_at_all_warns_on_the_command_line(tmp_path, re
     code, out, err = run_cli(["validate", str(write_scenario(tmp_path, doc))])
     assert code == 0 and "ok" in out
     assert err == (f"warning: {gpu}: sources has no entry for peak_flops_per_s, hbm_bytes, "
-                   "memory_total_gib, num_sms, max_threads_per_sm, hbm_bandwidth_bytes_per_s, "
+                   "memory_total_gib, num_sms, max_threads_per_sm, compute_capability, "
+                   "hbm_bandwidth_bytes_per_s, "
                    "nvlink_bandwidth_bytes_per_s, nvlink_latency_s, pcie_bandwidth_bytes_per_s, "
                    "pcie_latency_s, gpus_per_node, scale_out_link, custom_all_reduce, efficiency, "
                    "step_overhead_s, "

@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from capsim.profiles.policies import label_holds_replies
 from capsim.report.cells import fmt
 from capsim.report.plotting import (PERCENT, PLAIN, bar_text, cdf_y, draw_cdf, figure, log_axis,
                                     mark, marker_handles, ms_axis, save, short, x_limits)
@@ -140,6 +141,14 @@ _LATENCIES = (("ttft_p99_ms", "TTFT p99", "#555555"), ("itl_p99_ms", "ITL p99", 
               ("second_token_p99_ms", "token 1→2 p99", "#009E73"))
 
 
+def latency_notes(rows: list[SummaryRow], by_name: dict[str, RunResult]) -> list[tuple[int, str]]:
+    """(index, text) of each variant whose ITL bars the latency panel leaves out, saying
+    why, as the ITL charts do: static batching holds each reply until its batch ends, so a
+    client sees no gap between tokens (ITL n/a; the wait is in TTFT)."""
+    return [(i, "ITL n/a: replies held\nuntil the batch ends\n(the wait is in TTFT)")
+            for i, r in enumerate(rows) if label_holds_replies(by_name[r.variant].scheduler)]
+
+
 def _latency_panel(ax, rows, by_name, x) -> None:
     width = 0.8 / len(_LATENCIES)
     finite = []
@@ -158,6 +167,9 @@ def _latency_panel(ax, rows, by_name, x) -> None:
     log_axis(ax.yaxis, PLAIN, lo, hi)
     ax.set_ylabel("ms (log scale)")
     ax.set_title("Latency: TTFT p99, ITL p99 / max, token 1→2 gap p99 (splits only)", loc="left")
+    for i, text in latency_notes(rows, by_name):      # n/a, with why, where bars are missing
+        ax.text(x[i] + 0.05, 0.04, text, transform=ax.get_xaxis_transform(), rotation=90,
+                ha="center", va="bottom", fontsize=7, color="#555555")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -196,6 +196,11 @@ class Efficiency(StrictModel):
     engine's own fp8 linear measured whole (vLLM: the dynamic activation quant kernel and
     ``cutlass_scaled_mm``, timed together), replacing ``gemm_fp8`` for that engine's
     per-channel / per-tensor fp8 layer matmuls; an engine without an entry takes ``gemm_fp8``.
+    ``grouped_gemm_fp8_engine``: ``grouped_gemm_fp8`` as one engine build runs it, keyed
+    ``<family>-<version>`` (``sglang-0.5.14``): the same fused-MoE call timed under that
+    build (its kernel code, tuned configs and Triton); an engine preset naming the key
+    (its ``grouped_gemm_fp8_engine``) prices its fp8 routed experts with it, any other
+    preset, or a GPU profile without the key, with ``grouped_gemm_fp8``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -217,6 +222,27 @@ class Efficiency(StrictModel):
     attention_prefill_mla: KernelEfficiency | None = None
     fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
     gemm_fp8_engine: dict[EngineFamily, GemmCurve] | None = None
+    grouped_gemm_fp8_engine: dict[str, GemmCurve] | None = None
+
+    @field_validator("grouped_gemm_fp8_engine")
+    @classmethod
+    def _check_build_keys(cls, curves: dict[str, GemmCurve] | None
+                          ) -> dict[str, GemmCurve] | None:
+        """A key is an engine build, ``<family>-<version>``, that a preset can name."""
+        families = get_args(EngineFamily)
+        for key in curves or {}:
+            family, _, version = key.rpartition("-")
+            if family not in families or not version:
+                raise ValueError(f"{key!r} is not an engine build (valid: <family>-<version>, "
+                                 f"family one of {', '.join(families)}; e.g. sglang-0.5.14)")
+        return curves
+
+    def grouped_curve(self, build: str | None) -> GemmCurve | None:
+        """The fused-MoE curve of fp8 routed experts under engine ``build`` (a preset's
+        ``grouped_gemm_fp8_engine``): its ``grouped_gemm_fp8_engine`` entry where the
+        profile measured that build, else ``grouped_gemm_fp8`` (None: neither)."""
+        own = (self.grouped_gemm_fp8_engine or {}).get(build) if build is not None else None
+        return own if own is not None else self.grouped_gemm_fp8
 
     @field_validator("attention_prefill", "attention_prefill_mla", "elementwise", "fused_moe")
     @classmethod
@@ -363,7 +389,7 @@ EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_de
                           "elementwise", "fused_moe", "attention_decode_fp8",
                           "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
                           "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
-                          "gemm_fp8_engine"]
+                          "gemm_fp8_engine", "grouped_gemm_fp8_engine"]
 
 
 class SameDie(StrictModel):
@@ -561,7 +587,8 @@ class HardwareProfile(StrictModel):
     def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
                        kv_cache_dtype_bytes: int, engine: str | None = None,
                        expert_format: str = "", moe_backend: str = "auto",
-                       mla: bool = False, block_scaled: bool = False) -> OperatorRates:
+                       mla: bool = False, block_scaled: bool = False,
+                       moe_build: str | None = None) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
@@ -578,6 +605,8 @@ class HardwareProfile(StrictModel):
             block_scaled: the layer matmuls' weights are block-scaled
                 (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
                 affected).
+            moe_build: the engine build whose fused-MoE curve fp8 routed experts take
+                (:meth:`Efficiency.grouped_curve`; None: ``grouped_gemm_fp8``).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
@@ -606,7 +635,7 @@ class HardwareProfile(StrictModel):
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
             step_overhead_s=self.step_overhead_s,
             expert_grouped_curve=eff.runner_curve(moe_backend, expert_format)
-            or (eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None))
+            or (eff.grouped_curve(moe_build) if expert_dtype == "fp8" else None))
 
     @property
     def memory_total_bytes(self) -> int:

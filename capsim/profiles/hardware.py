@@ -598,15 +598,13 @@ class HardwareProfile(StrictModel):
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
-                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`).
+                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`),
+                ``moe_build`` its fp8 experts' curve (:meth:`Efficiency.grouped_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
-                ``attention_decode_mla`` and ``attention_prefill_mla`` where the profile
-                has them).
+                ``attention_decode_mla`` and ``attention_prefill_mla`` where there).
             block_scaled: the layer matmuls' weights are block-scaled
                 (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
                 affected).
-            moe_build: the engine build whose fused-MoE curve fp8 routed experts take
-                (:meth:`Efficiency.grouped_curve`; None: ``grouped_gemm_fp8``).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;

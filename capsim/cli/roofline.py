@@ -69,7 +69,8 @@ def roofline(model_name: str, hw_name: str, prefill_tokens: int, decode_batch: i
                           shared_experts_fusion=preset.shared_experts_fusion,
                           absorbed_bmm_dequant=preset.absorbed_bmm_dequant,
                           untuned_fp8_gemm=preset.untuned_fp8_gemm,
-                          all_reduce_fusion=preset.all_reduce_fusion)
+                          all_reduce_fusion=preset.all_reduce_fusion,
+                          moe_build=preset.grouped_gemm_fp8_engine)
     except ScenarioError as exc:
         option, field = next(((o, f) for f, o in _ROOFLINE_OPTIONS if f in exc.message),
                              (None, None))

@@ -66,7 +66,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                   shared_experts_fusion: SharedExpertsFusion | None = None,
                   absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
                   untuned_fp8_gemm: UntunedFp8Gemm | None = None,
-                  all_reduce_fusion: AllReduceFusion | None = None) -> dict[str, Any]:
+                  all_reduce_fusion: AllReduceFusion | None = None,
+                  moe_build: str | None = None) -> dict[str, Any]:
     """Roofline summary of one step, for ``capsim roofline`` to print as a table (its keys:
     the module docstring). The step holds one prompt of ``prefill_tokens`` tokens (no
     cached prefix; its last token samples) and ``decode_batch`` sequences that each
@@ -93,6 +94,8 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
             matmuls it names take at least their K-loop floor (:mod:`capsim.cost.gemm_floor`).
         all_reduce_fusion: the preset's fused all-reduce + RMSNorm (SGLang on B200): where
             it applies the communication of a step under its token limit uses it.
+        moe_build: the preset's ``grouped_gemm_fp8_engine``: fp8 routed experts take that
+            build's fused-MoE curve where the profile measured it.
 
     Raises:
         ScenarioError: unknown names, negative counts, bad TP degree, PP beyond the
@@ -108,7 +111,7 @@ def describe_step(model: ModelShape | str, hw: HardwareProfile | str, tp: int = 
                      shared_experts_fusion=shared_experts_fusion,
                      absorbed_bmm_dequant=absorbed_bmm_dequant,
                      untuned_fp8_gemm=untuned_fp8_gemm,
-                     all_reduce_fusion=all_reduce_fusion)
+                     all_reduce_fusion=all_reduce_fusion, moe_build=moe_build)
     inputs = _inputs(prefill_tokens, decode_batch, context)
     cost = pricer.cost(**inputs)
     return {

@@ -193,6 +193,9 @@ class StepPricer:
             vLLM V1's largest capture size); a larger one runs eagerly and is held to the
             launch floor of ``host.eager_decode_op_s`` per operator (0: the eager prefill's,
             :attr:`eager_floor_s`). None: every decode step replays a graph.
+        moe_build: the engine build (``sglang-0.5.14``) whose fused-MoE curve fp8 routed
+            experts take where the profile measured it (the preset's
+            ``grouped_gemm_fp8_engine``; None: the profile's ``grouped_gemm_fp8``).
 
     Raises:
         ScenarioError: TP does not shard the heads evenly, an unknown weight
@@ -211,7 +214,7 @@ class StepPricer:
         "_comm_split", "_comm_fixed_s", "_comm_per_token_s", "_comm_per_logit_s",
         "_overhead_s", "_host_on", "_host_apply", "_eager_op_s", "_eager_ar", "_eager_s",
         "_eager_dec_op_s", "_eager_dec_s",
-        "_dequant", "_untuned", "_graph_tokens", "_graph_seqs",
+        "_dequant", "_untuned", "_graph_tokens", "_graph_seqs", "moe_build",
     )
 
     def __init__(self, model: ModelShape, hw: HardwareProfile, tensor_parallel_size: int = 1,
@@ -227,7 +230,7 @@ class StepPricer:
                  absorbed_bmm_dequant: AbsorbedBmmDequant | None = None,
                  piecewise_cuda_graph: PiecewiseCudaGraph | None = None,
                  untuned_fp8_gemm: UntunedFp8Gemm | None = None,
-                 decode_graph_max_seqs: int | None = None):
+                 decode_graph_max_seqs: int | None = None, moe_build: str | None = None):
         tp = tensor_parallel_size
         # DP attention shards the heads over a rank's GPUs only (SGLang's attn_tp_size)
         check_tensor_parallel(model, tp if not dp_attention or not model.is_moe
@@ -235,7 +238,7 @@ class StepPricer:
         quantization = _check_dtypes(weight_dtype, quantization, moe_backend)
         self.model, self.hw, self.tensor_parallel_size = model, hw, tp
         self.weight_dtype, self.kv_cache_dtype_bytes = weight_dtype, kv_cache_dtype_bytes
-        self.engine, self.moe_backend = engine, moe_backend
+        self.engine, self.moe_backend, self.moe_build = engine, moe_backend, moe_build
         self._model_dtype = "fp16" if weight_dtype == "fp16" else "bf16"
         # Each tensor group's format (the checkpoint's, e.g. gpt-oss: bf16 attention, MXFP4
         # experts); the layer matmuls run at the attention format's peak, the experts at theirs.
@@ -308,7 +311,7 @@ class StepPricer:
         self.rates = self.hw.operator_rates(
             self.matmul_dtype, self.expert_dtype, self._model_dtype, self.kv_cache_dtype_bytes,
             self.engine, self.layout.experts.name, self.moe_backend, self.model.is_mla,
-            self.quant.scale == "block")
+            self.quant.scale == "block", self.moe_build)
         self.terms = OperatorTerms(
             self.model, self.tensor_parallel_size, self.layout, self.dp_attention,
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,

@@ -542,6 +542,11 @@ class EnginePreset(StrictModel):
     absorbed_bmm_dequant: AbsorbedBmmDequant | None = None
     untuned_fp8_gemm: UntunedFp8Gemm | None = None
     piecewise_cuda_graph: PiecewiseCudaGraph | None = None
+    # The engine build (<family>-<version>) whose fused-MoE curve a GPU profile may hold
+    # (efficiency.grouped_gemm_fp8_engine): fp8 routed experts take it there (None: the
+    # profile's grouped_gemm_fp8).
+    grouped_gemm_fp8_engine: str | None = Field(
+        None, pattern=r"^(vllm|sglang|tensorrt-llm|tgi)-[0-9][^\s]*$")
     # None: every method capsim models (vLLM's names); else the version's own list
     speculative_methods: SpeculativeMethods | None = None
     dataset_tuning: DatasetTuning | None = None

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -36,6 +36,8 @@ from capsim.profiles.moe_runners import CURVE_OF, runner_curve_error
 from capsim.profiles.files import (FittedTo, check_sources, is_path, packaged_file,
                                    packaged_names, read_yaml_mapping,
                                    scenario_error_from_validation)
+from capsim.profiles.provenance import (Calibration, ClassError, Derivation,  # noqa: F401
+                                        ErrorFigures, SameDie, check_derivation_sources)
 
 #: Numeric formats a profile may quote peak Tensor-Core throughput for (``fp4``: the
 #: NVFP4 / MXFP4 block-scaled rate of Blackwell's tensor cores).
@@ -198,6 +200,11 @@ class Efficiency(StrictModel):
     engine's own fp8 linear measured whole (vLLM: the dynamic activation quant kernel and
     ``cutlass_scaled_mm``, timed together), replacing ``gemm_fp8`` for that engine's
     per-channel / per-tensor fp8 layer matmuls; an engine without an entry takes ``gemm_fp8``.
+    ``grouped_gemm_fp8_engine``: ``grouped_gemm_fp8`` as one engine build runs it, keyed
+    ``<family>-<version>`` (``sglang-0.5.14``): the same fused-MoE call timed under that
+    build (its kernel code, tuned configs and Triton); an engine preset naming the key
+    (its ``grouped_gemm_fp8_engine``) prices its fp8 routed experts with it, any other
+    preset, or a GPU profile without the key, with ``grouped_gemm_fp8``.
     """
 
     compute: float = Field(gt=0.0, le=1.0, description="achieved ÷ peak Tensor-Core FLOP/s")
@@ -219,6 +226,27 @@ class Efficiency(StrictModel):
     attention_prefill_mla: KernelEfficiency | None = None
     fused_moe_runners: dict[str, dict[str, GemmCurve]] | None = None
     gemm_fp8_engine: dict[EngineFamily, GemmCurve] | None = None
+    grouped_gemm_fp8_engine: dict[str, GemmCurve] | None = None
+
+    @field_validator("grouped_gemm_fp8_engine")
+    @classmethod
+    def _check_build_keys(cls, curves: dict[str, GemmCurve] | None
+                          ) -> dict[str, GemmCurve] | None:
+        """A key is an engine build, ``<family>-<version>``, that a preset can name."""
+        families = get_args(EngineFamily)
+        for key in curves or {}:
+            family, _, version = key.rpartition("-")
+            if family not in families or not version:
+                raise ValueError(f"{key!r} is not an engine build (valid: <family>-<version>, "
+                                 f"family one of {', '.join(families)}; e.g. sglang-0.5.14)")
+        return curves
+
+    def grouped_curve(self, build: str | None) -> GemmCurve | None:
+        """The fused-MoE curve of fp8 routed experts under engine ``build`` (a preset's
+        ``grouped_gemm_fp8_engine``): its ``grouped_gemm_fp8_engine`` entry where the
+        profile measured that build, else ``grouped_gemm_fp8`` (None: neither)."""
+        own = (self.grouped_gemm_fp8_engine or {}).get(build) if build is not None else None
+        return own if own is not None else self.grouped_gemm_fp8
 
     @field_validator("attention_prefill", "attention_prefill_mla", "elementwise", "fused_moe")
     @classmethod
@@ -333,100 +361,6 @@ class OperatorRates:
     fused_moe: KernelEfficiency | None
     step_overhead_s: float
     expert_grouped_curve: GemmCurve | None = None
-
-
-class ErrorFigures(StrictModel):
-    """Absolute percentage error of predicted vs measured times over ``n`` rows."""
-
-    n: Int = Field(ge=0)
-    median_pct: float = Field(ge=0.0)
-    p90_pct: float = Field(ge=0.0)
-
-
-class ClassError(StrictModel):
-    """One operator class's error with the profile before and after calibration."""
-
-    before: ErrorFigures
-    after: ErrorFigures
-
-
-class Calibration(StrictModel):
-    """Where a profile's efficiencies came from: data, date, method and resulting error."""
-
-    date: str = Field(min_length=1, description="ISO date the fit was run")
-    tool: str = ""
-    data: list[str] = Field(min_length=1, description="measured files and their provenance")
-    method: str = ""
-    error: dict[str, ClassError] = Field(default_factory=dict)
-
-
-#: Efficiency entries a :class:`Derivation` may list.
-EfficiencyClass = Literal["gemm", "gemm_fp8", "attention_prefill", "attention_decode",
-                          "elementwise", "fused_moe", "attention_decode_fp8",
-                          "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
-                          "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
-                          "gemm_fp8_engine"]
-
-
-class SameDie(StrictModel):
-    """Efficiency entries measured on another GPU of the same die, carried over unchanged as
-    fractions of this GPU's own roofline (the MI325X takes the MI300X's: one gfx942 die, one
-    clock, faster HBM). Not derived by a scaling, but not measured on this GPU either.
-
-    Attributes:
-        from_profile: the profile they were measured on (``mi300x``).
-        classes: the efficiency entries carried over (each must be set in ``efficiency``).
-    """
-
-    from_profile: str = Field(min_length=1)
-    classes: list[EfficiencyClass] = Field(min_length=1)
-
-
-class Derivation(StrictModel):
-    """Efficiencies derived from another (measured) profile, not fitted to this GPU.
-
-    Marks a profile whose per-operator-class curves were carried over from the
-    closest calibrated GPU with a documented scaling, because no kernel timings of
-    this GPU were at hand. ``status`` is always ``"derived, uncalibrated"``: treat
-    its timings as an estimate until ``capsim calibrate`` fits measured ones.
-
-    Attributes:
-        status: the flag, ``"derived, uncalibrated"``.
-        from_profile: the calibrated profile the entries come from (``h100-sxm``).
-        classes: the efficiency entries derived (each must be set in ``efficiency``).
-        method: how they were carried over (the scaling and why).
-        date: ISO date of the derivation.
-        same_die: entries measured on a GPU of the same die instead (:class:`SameDie`), or
-            None.
-    """
-
-    status: Literal["derived, uncalibrated"]
-    from_profile: str = Field(min_length=1)
-    classes: list[EfficiencyClass] = Field(min_length=1)
-    method: str = Field(min_length=1)
-    date: str = Field(min_length=1)
-    same_die: SameDie | None = None
-
-
-def _check_derivation_sources(d: Derivation, name: str) -> None:
-    """Each class carried over once, from a packaged profile that is not this one.
-
-    Raises:
-        ValueError: a class listed twice (or both derived and same-die), or a
-            ``from_profile`` that is this profile or no packaged one (naming the valid).
-    """
-    same = d.same_die.classes if d.same_die else []
-    twice = sorted({c for c in d.classes + same if (d.classes + same).count(c) > 1})
-    if twice:
-        raise ValueError(f"derivation lists {', '.join(twice)} twice (each class comes from "
-                         f"one place: derivation.classes or derivation.same_die.classes)")
-    valid = [n for n in packaged_names(_FOLDER) if n != name]
-    for where, source in (("derivation.from_profile", d.from_profile),
-                          ("derivation.same_die.from_profile",
-                           d.same_die.from_profile if d.same_die else None)):
-        if source is not None and source not in valid:
-            raise ValueError(f"{where} {source!r} is not a packaged profile other than this "
-                             f"one (valid: {', '.join(valid)})")
 
 
 class CustomAllReduceCost(StrictModel):
@@ -554,7 +488,7 @@ class HardwareProfile(StrictModel):
             if unset:
                 raise ValueError(f"derivation lists efficiency entries the profile does not "
                                  f"set: {', '.join(unset)}")
-            _check_derivation_sources(d, self.name)
+            check_derivation_sources(d, self.name)
         return self
 
     def missing_sources(self) -> list[str]:
@@ -582,7 +516,8 @@ class HardwareProfile(StrictModel):
     def operator_rates(self, matmul_dtype: str, expert_dtype: str, model_dtype: str,
                        kv_cache_dtype_bytes: int, engine: str | None = None,
                        expert_format: str = "", moe_backend: str = "auto",
-                       mla: bool = False, block_scaled: bool = False) -> OperatorRates:
+                       mla: bool = False, block_scaled: bool = False,
+                       moe_build: str | None = None) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
@@ -592,10 +527,10 @@ class HardwareProfile(StrictModel):
             kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
                 ``engine``'s ``attention_decode_fp8`` entry where there is one).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
-                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`).
+                also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`),
+                ``moe_build`` its fp8 experts' curve (:meth:`Efficiency.grouped_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
-                ``attention_decode_mla`` and ``attention_prefill_mla`` where the profile
-                has them).
+                ``attention_decode_mla`` and ``attention_prefill_mla`` where there).
             block_scaled: the layer matmuls' weights are block-scaled
                 (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
                 affected).
@@ -627,7 +562,7 @@ class HardwareProfile(StrictModel):
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
             step_overhead_s=self.step_overhead_s,
             expert_grouped_curve=eff.runner_curve(moe_backend, expert_format)
-            or (eff.grouped_gemm_fp8 if expert_dtype == "fp8" else None))
+            or (eff.grouped_curve(moe_build) if expert_dtype == "fp8" else None))
 
     @property
     def memory_total_bytes(self) -> int:

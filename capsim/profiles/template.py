@@ -175,7 +175,7 @@ def _derivation(base: HardwareProfile) -> str:
                            "elementwise", "fused_moe", "attention_decode_fp8",
                            "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
                            "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
-                           "gemm_fp8_engine")
+                           "gemm_fp8_engine", "grouped_gemm_fp8_engine")
                if getattr(base.efficiency, c) is not None]
     if not classes:
         return ""

@@ -148,6 +148,7 @@ class Pool:
                     all_reduce_fusion=self.preset.all_reduce_fusion,
                     absorbed_bmm_dequant=self.preset.absorbed_bmm_dequant,
                     untuned_fp8_gemm=self.preset.untuned_fp8_gemm,
+                    moe_build=self.preset.grouped_gemm_fp8_engine,
                     # SGLang turns the prefill graph off for PD disaggregation
                     piecewise_cuda_graph=self.preset.piecewise_cuda_graph
                     if self.role == "colocated" else None,

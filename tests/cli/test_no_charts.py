@@ -13,8 +13,8 @@ from capsim.report.run.page import NO_CHARTS_NOTE
 DOC = {
     "name": "nocharts", "seed": 5, "model": "llama-3.1-8b", "hardware": "h100-sxm",
     "engine": {"max_model_len": 4096, "max_num_seqs": 32},
-    "workload": {"duration_s": 120, "arrival": {"process": "poisson", "rate_per_s": 3.0},
-                 "schedule": {"kind": "piecewise", "step_s": 30, "factors": [1, 3, 3, 1]},
+    "workload": {"duration_s": 60, "arrival": {"process": "poisson", "rate_per_s": 2.0},
+                 "schedule": {"kind": "piecewise", "step_s": 15, "factors": [1, 3, 3, 1]},
                  "classes": [{"name": "chat", "weight": 1,
                               "prompt_tokens": {"dist": "uniform", "min": 100, "max": 1500},
                               "output_tokens": {"dist": "uniform", "min": 20, "max": 200}}]},

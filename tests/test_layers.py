@@ -14,6 +14,7 @@ importing it back would be a real loop.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,14 @@ def _imports(path: Path, module: str | None = None) -> set[str]:
 
 
 MODULES = {_module(p): p for p in sorted(ROOT.rglob("*.py"))}
-GRAPH = {mod: {m for m in _imports(path) if m in MODULES and m != mod}
-         for mod, path in MODULES.items()}
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """Module → the capsim modules it imports: read when a test first asks (once per
+    process), not at import: every pytest-xdist worker collects this file, one runs it."""
+    return {mod: {m for m in _imports(path) if m in MODULES and m != mod}
+            for mod, path in MODULES.items()}
 
 
 def _layer(module: str) -> str | None:
@@ -80,7 +87,7 @@ def test_every_folder_of_modules_is_a_package():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))
 def test_imports_point_down_the_layers(module):
     rank = LAYERS.index(_layer(module))
-    upward = sorted(m for m in GRAPH[module]
+    upward = sorted(m for m in _graph()[module]
                     if _layer(m) is not None and LAYERS.index(_layer(m)) > rank)
     assert not upward, f"{module} ({_layer(module)}) imports from a higher layer: {upward}"
 
@@ -123,12 +130,12 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 def test_no_import_cycle():
     """Every strongly connected component of the module graph is one module
     (``TYPE_CHECKING`` imports included: a loop dodged at run time is still a loop)."""
-    assert sorted(sorted(c) for c in _cycles(GRAPH)) == []
+    assert sorted(sorted(c) for c in _cycles(_graph())) == []
 
 
 def test_a_new_loop_fails():
     """An edge that closes a loop, directly or through a third module, is found whole."""
-    graph = {m: set(ts) for m, ts in GRAPH.items()}
+    graph = {m: set(ts) for m, ts in _graph().items()}
     graph["capsim.common.errors"] |= {"capsim.cli.main"}
     graph["capsim.profiles.models"] |= {"capsim.profiles.hardware"}
     graph["capsim.profiles.hardware"] |= {"capsim.profiles.quantization"}
@@ -148,8 +155,8 @@ def test_the_reader_counts_every_import(tmp_path):
     assert _imports(tmp_path / "a.py") == {"capsim.cli.main", "capsim.cli.main.main",
                                            "capsim.report", "capsim.report.run",
                                            "capsim.sim.simulate"}
-    assert sum(map(len, GRAPH.values())) > 300              # the real graph was read
-    assert "capsim.scenario.run_config" in GRAPH["capsim.engine.replica"]
+    assert sum(map(len, _graph().values())) > 300              # the real graph was read
+    assert "capsim.scenario.run_config" in _graph()["capsim.engine.replica"]
 
 
 def test_the_reader_resolves_relative_imports(tmp_path):

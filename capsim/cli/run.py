@@ -51,13 +51,16 @@ class TraceWindow(click.ParamType):
                    "steps between START and END simulated seconds (kind, batch, prefill and "
                    "decode tokens, KV use, preemptions, KV transfers) as a Chrome / Perfetto "
                    "trace for ui.perfetto.dev. The replicas run step by step until END.")
+@click.option("--no-charts", "no_charts", is_flag=True,
+              help="Draw no PNG figure: the report's tables, summary.csv, requests.csv and "
+                   "results.json are written in full, faster when only the numbers are read.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Also print each variant's vLLM-style start-up lines (KV cache size, "
                    "memory) before simulating; the report keeps them either way.")
 @set_option
 def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | None,
         percentiles: tuple[float, ...] | None, trace_window: tuple[float, float] | None,
-        verbose: bool, overrides: tuple[str, ...]) -> None:
+        no_charts: bool, verbose: bool, overrides: tuple[str, ...]) -> None:
     from capsim import report
     from capsim.report.run import day
     from capsim.scenario.load import dump_resolved, load
@@ -80,7 +83,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
                          results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
                          day_frames=frames, percentiles=percentiles,
                          workloads={rc.variant: rc.workload for rc in loaded.runs},
-                         version=__version__)
+                         version=__version__, charts=not no_charts)
     _print_outcome(console, loaded, results, rows, frames, percentiles)
     if not verbose:
         console.print("[dim]engine start-up lines: capsim run -v, or the report's "

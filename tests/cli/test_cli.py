@@ -493,7 +493,7 @@ def test_a_boolean_set_on_the_command_line_is_yamls_boolean(tmp_path, run_cli,
     path = write_scenario(tmp_path, GOOD)
     code, out, _ = run_cli(["validate", str(path), "--set", "engine.async_scheduling=false"])
     assert code == 0 and "async scheduling off" in out
-    code, _, _ = run_cli(["run", str(path), "-o", str(tmp_path / "r"),
+    code, _, _ = run_cli(["run", str(path), "-o", str(tmp_path / "r"), "--no-charts",
                           "--set", "engine.async_scheduling=false"])
     text = (tmp_path / "r" / "scenario.resolved.yaml").read_text()
     assert code == 0 and "  async_scheduling: false\n" in text
@@ -806,7 +806,8 @@ def test_some_rejections_are_a_report_alert_not_an_error(tmp_path, run_cli, writ
         {**GOOD["workload"]["classes"][0], "name": "long", "weight": 1,
          "prompt_tokens": {"dist": "fixed", "value": 5000}}])
     out_dir = tmp_path / "r"
-    code, out, err = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir)])
+    code, out, err = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir),
+                              "--no-charts"])
     summary = out_dir / "summary.csv"
     import pandas as pd
 
@@ -940,7 +941,8 @@ def test_stale_temporary_report_folders_are_removed_live_ones_kept(tmp_path, run
         if owner is not None:
             (tmp_path / name / OWNER_FILE).write_text(owner)
     assert dead.returncode == 0
-    code, _, _ = run_cli(["run", str(write_scenario(tmp_path, GOOD)), "-o", str(tmp_path / "r")])
+    code, _, _ = run_cli(["run", str(write_scenario(tmp_path, GOOD)), "-o", str(tmp_path / "r"),
+                          "--no-charts"])
     assert code == 0
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".r."))
     assert left == [".r.tmp-live", ".r.tmp-no-owner", ".r.tmp-other-host"]
@@ -1036,7 +1038,8 @@ def test_the_run_summary_reads_in_a_narrow_terminal(tmp_path, run_cli, write_sce
     monkeypatch.setenv("COLUMNS", columns)
     doc = with_(GOOD, "slo", {"targets": {"ttft_p99_ms": 200, "itl_p99_ms": 60}})
     out_dir = tmp_path / "r"
-    code, out, _ = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir)])
+    code, out, _ = run_cli(["run", str(write_scenario(tmp_path, doc)), "-o", str(out_dir),
+                            "--no-charts"])
     assert code == 0 and "…" not in out
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= int(columns)

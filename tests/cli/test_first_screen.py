@@ -31,7 +31,8 @@ FIGURES = re.findall(r"±[\d.]+ %(?: \(n \d+\))?", TRUST)
 
 def test_run_prints_the_summary_without_start_up_lines(tmp_path, run_cli, write_scenario):
     path = write_scenario(tmp_path, SMALL)
-    code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r"), "--workers", "1"])
+    code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r"), "--workers", "1",
+                              "--no-charts"])
     assert code == 0, err
     assert "capsim summary" in out
     assert "GPU KV cache size" not in out and "Model loading took" not in out
@@ -46,7 +47,7 @@ def test_run_verbose_prints_start_up_lines_before_the_summary(tmp_path, run_cli,
                                                               write_scenario):
     path = write_scenario(tmp_path, SMALL)
     code, out, err = run_cli(["run", str(path), "-o", str(tmp_path / "r"), "--workers", "1",
-                              "-v"])
+                              "--no-charts", "-v"])
     assert code == 0, err
     # vLLM's two lines per variant (2 variants), then the results.
     assert out.count("GPU KV cache size:") == 2 and out.count("Model loading took") == 2

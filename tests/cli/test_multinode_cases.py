@@ -24,7 +24,8 @@ def _both(tmp_path, run_cli, doc: dict) -> tuple[int, str, str]:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     code_v, out_v, err_v = run_cli(["validate", str(path)])
     out_dir = tmp_path / "out"
-    code_r, _, err_r = run_cli(["run", str(path), "--workers", "1", "-o", str(out_dir)])
+    code_r, _, err_r = run_cli(["run", str(path), "--workers", "1", "--no-charts", "-o",
+                                str(out_dir)])
     assert code_v == code_r, (err_v, err_r)
     assert "Traceback" not in err_v + err_r
     if code_v:

@@ -9,7 +9,8 @@ import pandas as pd
 def test_shed_requests_are_counted_in_every_table(tmp_path, run_cli, scenarios_dir):
     out_dir = tmp_path / "r"
     code, out, err = run_cli(["run", str(scenarios_dir / "kv_allocators.yaml"), "-o",
-                              str(out_dir), "--set", "workload.num_requests=200"])
+                              str(out_dir), "--set", "workload.num_requests=200",
+                              "--no-charts"])
     assert code == 0 and err == ""
     summary = pd.read_csv(out_dir / "summary.csv").query("cls == 'all'").set_index("variant")
     assert [c for c in summary.columns if c.startswith("rejected_")] == ["rejected_queue_full"]

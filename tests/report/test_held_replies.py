@@ -50,7 +50,7 @@ def ran(tmp_path_factory):
         so, se = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se), \
                 pytest.raises(SystemExit) as exc:
-            main(["run", str(path), "-o", str(out), "--workers", "1"])
+            main(["run", str(path), "-o", str(out), "--workers", "1", "--no-charts"])
             raise SystemExit(0)
     assert exc.value.code == 0, se.getvalue()
     return so.getvalue(), se.getvalue(), out

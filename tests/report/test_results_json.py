@@ -37,14 +37,15 @@ KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "co
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """The report of DOC with --percentiles 50,99,99.9 --trace-events 1:4 (one worker), and
-    the same run again without the flags."""
+    the same run again without the flags (no figures: no test here reads one)."""
     from capsim.cli.main import main
 
     d = tmp_path_factory.mktemp("rj")
     (d / "s.yaml").write_text(json.dumps(DOC))
     for out, extra in (("flags", ["--percentiles", "50,99,99.9", "--trace-events", "1:4"]),
                        ("plain", []), ("again", [])):
-        main(["run", str(d / "s.yaml"), "-o", str(d / out), "--workers", "1", *extra])
+        main(["run", str(d / "s.yaml"), "-o", str(d / out), "--workers", "1", "--no-charts",
+              *extra])                          # JSON, CSV and the page's tables are read
     return d
 
 

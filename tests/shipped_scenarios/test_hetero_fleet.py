@@ -13,7 +13,7 @@ from capsim.cli.main import main
 def hetero(tmp_path_factory, scenarios_dir):
     out = tmp_path_factory.mktemp("hetero") / "report"
     with pytest.raises(SystemExit) as exc:
-        main(["run", str(scenarios_dir / "hetero_fleet.yaml"), "-o", str(out)])
+        main(["run", str(scenarios_dir / "hetero_fleet.yaml"), "-o", str(out), "--no-charts"])
         raise SystemExit(0)
     assert exc.value.code == 0
     summary = pd.read_csv(out / "summary.csv").set_index(["variant", "cls"])

@@ -63,6 +63,10 @@ _TIMELINE_CAPTION = (
     "100 % means admission is memory-bound and preemptions are likely. Last: waiting requests "
     "per replica over the running batch; a queue that grows without draining means the fleet is "
     "under-sized for the offered load.")
+#: The page's note when no chart was drawn (``capsim run --no-charts``).
+NO_CHARTS_NOTE = ("Charts not drawn (capsim run --no-charts): the tables, summary.csv, "
+                  "requests.csv and results.json are complete; run without --no-charts for "
+                  "the figures.")
 
 
 def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml: str,
@@ -70,7 +74,8 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
           class_slos: dict[str, RequestSlo], notes: list[str] | None = None,
           day_frames: dict[str, pd.DataFrame] | None = None,
           percentiles: tuple[float, ...] | None = None,
-          workloads: dict[str, WorkloadConfig] | None = None, version: str = "") -> Path:
+          workloads: dict[str, WorkloadConfig] | None = None, version: str = "",
+          charts: bool = True) -> Path:
     """Write index.html + PNGs + summary.csv + requests.csv + results.json +
     scenario.resolved.yaml into out_dir (and trace_<variant>.json for each result with a
     step trace: ``--trace-events``).
@@ -92,6 +97,9 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         workloads: each variant's workload (results.json's ``request_rate``,
             ``burstiness``, ``max_concurrency``).
         version: capsim's version, written in results.json.
+        charts: False (``capsim run --no-charts``): no PNG figure is drawn; every table,
+            CSV file and results.json is written as with charts, and the page says the
+            figures were skipped.
 
     Returns:
         Path of ``out_dir / "index.html"``.
@@ -101,11 +109,13 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
     exception propagates.
     """
     notes = list(notes or [])
+    if not charts:
+        notes.append(NO_CHARTS_NOTE)
     out_dir = write_atomically(out_dir, lambda d: _build(
         d, scenario_name=scenario_name, description=description, resolved_yaml=resolved_yaml,
         results=results, rows=rows, slo=slo, class_slos=class_slos, notes=notes,
         day_frames=day_frames, percentiles=percentiles, workloads=workloads or {},
-        version=version))
+        version=version, charts=charts))
     return out_dir / "index.html"
 
 
@@ -113,8 +123,9 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], notes: list[str],
            day_frames: dict[str, pd.DataFrame] | None, percentiles: tuple[float, ...] | None,
-           workloads: dict[str, WorkloadConfig], version: str) -> None:
-    """Write every file of the report into the (empty) directory ``d``."""
+           workloads: dict[str, WorkloadConfig], version: str, charts: bool) -> None:
+    """Write every file of the report into the (empty) directory ``d`` (the PNG figures
+    only when ``charts``)."""
     colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
     frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
     summary_frame(rows).to_csv(d / "summary.csv", index=False)
@@ -128,33 +139,37 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
     files = [results_json.FILE, *step_trace.write_all(d, results)]
 
     all_rows = [r for r in rows if r.cls == "all"]
-    figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
-    figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
-    figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
-    figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
-    figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
+    figs: list[FigureRef] | None = None          # None: no chart drawn (--no-charts)
+    if charts:
+        figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
+        figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
+        figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
+        figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
+        figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
     split_table = _split_view(d, results, all_rows, colours, figs)
     pool_table = _pool_view(d, results, slo, class_slos, colours)
     day_table = _day_view(d, results, day_frames, colours, slo, figs)
-    timelines = _timelines(d, results, colours, slo)
+    timelines = _timelines(d, results, colours, slo) if charts else []
 
     html = render(scenario_name=scenario_name, description=description,
                   resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
-                  class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
+                  class_slos=class_slos, colours=colours, figures=figs or [], timelines=timelines,
                   notes=notes, disagg=split_table, day=day_table, pools=pool_table,
                   percentiles=percentiles, files=files)
     (d / "index.html").write_text(html, encoding="utf-8")
 
 
 def _split_view(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
-                colours: dict[str, str], figs: list[FigureRef]) -> dict | None:
+                colours: dict[str, str], figs: list[FigureRef] | None) -> dict | None:
     """Prefill/decode pools: the P:D and KV transfer figures (captions appended to
-    ``figs``) and the split table; None without a disaggregated variant."""
+    ``figs``; none drawn when ``figs`` is None) and the split table; None without a
+    disaggregated variant."""
     if not disagg.has_disagg(results):
         return None
-    disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
-    disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
-    figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+    if figs is not None:
+        disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
+        disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
+        figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
     return disagg.table(all_rows, results, colours)
 
 
@@ -170,16 +185,18 @@ def _pool_view(d: Path, results: list[RunResult], slo: SloConfig,
 
 
 def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFrame] | None,
-              colours: dict[str, str], slo: SloConfig, figs: list[FigureRef]) -> dict | None:
-    """Time-varying load or fleet: ``day.csv``, the day figure (first in ``figs``) and the
-    fleet table; None when no variant has day samples. ``day_frames``: the windows when
-    already computed."""
+              colours: dict[str, str], slo: SloConfig,
+              figs: list[FigureRef] | None) -> dict | None:
+    """Time-varying load or fleet: ``day.csv``, the day figure (first in ``figs``; not
+    drawn when ``figs`` is None) and the fleet table; None when no variant has day samples.
+    ``day_frames``: the windows when already computed."""
     if not day.has_day(results):
         return None
     frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
     day.write_csv(frames_by_window, d / day.CSV)
-    day.plot(frames_by_window, colours, slo, d / day.FIG)
-    figs.insert(0, FigureRef(day.FIG, *day.caption(frames_by_window)))
+    if figs is not None:
+        day.plot(frames_by_window, colours, slo, d / day.FIG)
+        figs.insert(0, FigureRef(day.FIG, *day.caption(frames_by_window)))
     return day.table(results, frames_by_window, colours)
 
 

@@ -46,7 +46,7 @@ class DecodeRuns:
 
     __slots__ = ("_base", "_comm", "_lm_on", "_attn_d", "_window", "_win_frac",
                  "_win_tokens", "_overhead_s", "_host", "_memo", "_eager_s", "_graph_seqs",
-                 "_eager_decode")
+                 "_eager_decode", "_fast", "_fast_memo")
 
     def __init__(self, base: BaseTerms, comm: Communication, lm_head: bool,
                  attn_d: tuple[float, float, float, float], window: tuple[float, int],
@@ -60,6 +60,11 @@ class DecodeRuns:
         # Only a finite graph limit with a launch floor ever raises a decode step.
         self._eager_decode = self._eager_s > 0 and self._graph_seqs != float("inf")
         self._memo: dict[int, tuple[float, ...]] = {}
+        # The memory-bound fast path needs unwindowed layers and memory growing faster per
+        # context token than compute (then a segment's first step decides: _fast_row).
+        c_pair, m_kv, _, _ = attn_d
+        self._fast = not self._window and not c_pair * (1 + 1e-6) > m_kv
+        self._fast_memo: dict[int, tuple] = {}    # n → (compute_s, memory_s, _fast_row's row)
 
     def costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
               ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -77,20 +82,24 @@ class DecodeRuns:
             decode_ctx_tokens=ctx, logits_seqs=n).seconds`` of each step; the (k,) bool
             array of ``cost().compute_bound``, or None when no step is compute-bound.
         """
-        c_pair, m_kv, m_new, launch = self._attn_d
-        if self._window or c_pair * (1 + 1e-6) > m_kv \
-                or (self._eager_decode and max(seqs) > self._graph_seqs) \
-                or not self._never_compute_bound(seqs, ctx0):
+        if not self._fast or (self._eager_decode and max(seqs) > self._graph_seqs):
             return self.general(seqs, ctx0, lengths)
-        # The memory side always wins (max(c, m) is m): per segment its steps' constant
-        # terms, in the order cost() adds them, and its host term; one np.repeat spreads
-        # them over the steps (numpy calls, not the steps, are what a run's pricing costs).
-        rows = self._segment_rows(seqs, ctx0, lengths, m_new)
+        # The memory side always wins (max(c, m) is m) when every segment passes the
+        # margin check: per segment its steps' constant terms, in the order cost() adds
+        # them, and its host term; one np.repeat spreads them over the steps (numpy
+        # calls, not the steps, are what a run's pricing costs).
+        _, m_kv, _, launch = self._attn_d
         if len(seqs) == 1:
-            new_s, roof_s, comm_s, host_s, _, _ = (r[0] for r in rows)
-            n = seqs[0]
-            m = np.arange(ctx0[0], ctx0[0] + n * lengths[0], n, dtype=np.float64)
+            n, c = seqs[0], ctx0[0]
+            row = self._fast_row(n, c)
+            if row is None:
+                return self.general(seqs, ctx0, lengths)
+            new_s, roof_s, comm_s, host_s = row
+            m = np.arange(c, c + n * lengths[0], n, dtype=np.float64)
         else:
+            rows = self._segment_rows(seqs, ctx0, lengths)
+            if rows is None:
+                return self.general(seqs, ctx0, lengths)
             # One array, one repeat (the method: no dispatch wrapper); the integers are exact
             # in float64.
             new_s, roof_s, comm_s, host_s, base, n = np.array(rows).repeat(lengths, axis=1)
@@ -112,21 +121,44 @@ class DecodeRuns:
                 m += h.residual_s
         return m, None
 
-    def _segment_rows(self, seqs: list[int], ctx0: list[int], lengths: list[int],
-                      m_new: float) -> list[list[float]]:
+    def _fast_row(self, n: int, c: int) -> tuple[float, float, float, float] | None:
+        """(new-token s, roof s, comm s, host s) of a segment of ``n`` sequences whose first
+        step attends over ``c`` tokens, or None when a step of it may be compute-bound.
+        The margin check, with a margin far above rounding: the memory side of its first
+        step exceeds the compute side by more than 1e-9 of itself, and it grows faster per
+        context token (``_fast``: ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
+        memory-bound too. The rest depends on n alone (memoised per n)."""
+        f = self._fast_memo.get(n)
+        if f is None:
+            compute_s, memory_s, roof_s, comm_s, _ = self.terms(n)
+            h = self._host
+            host_s = h.step_s + h.seq_s * n + h.token_s * 0 if h.active else 0.0
+            f = self._fast_memo[n] = (compute_s, memory_s,
+                                      (self._attn_d[2] * n, roof_s, comm_s, host_s))
+        c_pair, m_kv, m_new, launch = self._attn_d
+        compute_s, memory_s, row = f
+        mem = memory_s + launch + m_kv * c + m_new * n
+        if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
+            return None
+        return row
+
+    def _segment_rows(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                      ) -> list[list[float]] | None:
         """Per segment: (new-token s, roof s, comm s, host s, context base, n), where step
-        j of the run has context base + n·j (exact integers)."""
-        h = self._host
-        step_s, seq_s, token_s = h.step_s, h.seq_s, h.token_s
+        j of the run has context base + n·j (exact integers); None when a step of some
+        segment may be compute-bound (:meth:`_fast_row`)."""
         rows: list[list[float]] = [[], [], [], [], [], []]
         a_new, a_roof, a_comm, a_host, a_base, a_seqs = rows
-        lo = 0
+        lo, fast_row = 0, self._fast_row
         for n, c, length in zip(seqs, ctx0, lengths):
-            _, _, roof_s, comm_s, _ = self._memo[n]    # memoised by the margin check
-            a_new.append(m_new * n)
+            row = fast_row(n, c)
+            if row is None:
+                return None
+            new_s, roof_s, comm_s, host_s = row
+            a_new.append(new_s)
             a_roof.append(roof_s)
             a_comm.append(comm_s)
-            a_host.append(step_s + seq_s * n + token_s * 0 if h.active else 0.0)
+            a_host.append(host_s)
             a_base.append(c - n * lo)
             a_seqs.append(n)
             lo += length
@@ -159,20 +191,6 @@ class DecodeRuns:
         if self._host.active:
             gpu = self._host.apply_array(gpu, n)
         return gpu, bound if bound.any() else None
-
-    def _never_compute_bound(self, seqs: list[int], ctx0: list[int]) -> bool:
-        """Whether no step of a decode run is compute-bound, with a margin far above
-        rounding: in each segment the memory side of its first step exceeds the compute
-        side by more than 1e-9 of itself, and it grows faster per context token (the
-        caller checked ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
-        memory-bound too."""
-        c_pair, m_kv, m_new, launch = self._attn_d
-        for n, c in zip(seqs, ctx0):
-            compute_s, memory_s, _, _, _ = self.terms(n)
-            mem = memory_s + launch + m_kv * c + m_new * n
-            if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
-                return False
-        return True
 
     def terms(self, n: int) -> tuple[float, ...]:
         """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``

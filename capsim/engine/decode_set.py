@@ -227,8 +227,8 @@ class DecodeSet:
             gaps = ends - clock_s[:-1]
             if not had_epoch:
                 gaps[0] = math.nan
-            elif self._cohort_t != clock_s[0]:      # the step before decoded nothing
-                gaps[0] = ends[0] - self._cohort_t
+            elif self._cohort_t != float(clock_s[0]):   # the step before decoded nothing
+                gaps[0] = float(ends[0]) - self._cohort_t
             if self._pending:                    # the first step merges the new cohorts
                 if had_epoch:
                     itl.add(float(gaps[0]), cohort)

@@ -155,8 +155,13 @@ class DecodeSet:
     def crossings(self, first: int, m: int) -> list[dict[int, Request]]:
         """The crossing buckets of steps ``first``..``min(m, first + block_size) − 1``: one
         cycle at most (the buckets repeat with period ``block_size``)."""
-        rot = (self.epoch + first) % self.bs
-        return (self.buckets[rot:] + self.buckets[:rot])[:m - first] if m > first else []
+        count, bs, buckets = m - first, self.bs, self.buckets
+        if count <= 0:
+            return []
+        rot = (self.epoch + first) % bs
+        if rot + count <= bs:               # no wrap: one slice
+            return buckets[rot:rot + count]
+        return buckets[rot:] + buckets[:min(count, bs) - (bs - rot)]
 
     def blocks_ahead(self, start: int, count: int) -> int:
         """Blocks the members take in steps ``start``..``start + count − 1`` from now, the

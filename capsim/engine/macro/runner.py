@@ -49,7 +49,10 @@ def _cumulated(first, secs: np.ndarray, bound: np.ndarray | None) -> np.ndarray:
     steps] (the last with ``bound``), from ``first`` (column 0) on: column j + 1 adds step
     j's ``secs`` (and ``bound``) to column j."""
     acc = np.empty((3 if bound is None else 4, len(secs) + 1))
-    acc[:, 0] = first
+    if bound is None:                   # scalar stores: no tuple to convert
+        acc[0, 0], acc[1, 0], acc[2, 0] = first
+    else:
+        acc[:, 0] = first
     acc[:3, 1:] = secs
     if bound is not None:
         acc[3, 1:] = bound

@@ -46,7 +46,7 @@ class DecodeRuns:
 
     __slots__ = ("_base", "_comm", "_lm_on", "_attn_d", "_window", "_win_frac",
                  "_win_tokens", "_overhead_s", "_host", "_memo", "_eager_s", "_graph_seqs",
-                 "_eager_decode")
+                 "_eager_decode", "_fast", "_fast_memo", "_consts")
 
     def __init__(self, base: BaseTerms, comm: Communication, lm_head: bool,
                  attn_d: tuple[float, float, float, float], window: tuple[float, int],
@@ -60,6 +60,14 @@ class DecodeRuns:
         # Only a finite graph limit with a launch floor ever raises a decode step.
         self._eager_decode = self._eager_s > 0 and self._graph_seqs != float("inf")
         self._memo: dict[int, tuple[float, ...]] = {}
+        # The memory-bound fast path needs unwindowed layers and memory growing faster per
+        # context token than compute (then a segment's first step decides: _fast_row).
+        c_pair, m_kv, _, _ = attn_d
+        self._fast = not self._window and not c_pair * (1 + 1e-6) > m_kv
+        # n → what _fast_row returns: (compute_s, memory_s, row, row as 0-d arrays)
+        self._fast_memo: dict[int, tuple] = {}
+        # The fast path's constants as 0-d float64 arrays (see _fast_row)
+        self._consts = tuple(np.array(x) for x in (m_kv, attn_d[3], overhead_s, host.residual_s))
 
     def costs(self, seqs: list[int], ctx0: list[int], lengths: list[int]
               ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -73,26 +81,26 @@ class DecodeRuns:
             lengths: steps in each segment (> 0); k = Σ lengths.
 
         Returns:
-            (seconds, compute_bound): shape (k,) float64, bit-for-bit ``cost(decode_seqs=n,
-            decode_ctx_tokens=ctx, logits_seqs=n).seconds`` of each step; the (k,) bool
-            array of ``cost().compute_bound``, or None when no step is compute-bound.
+            (seconds, compute_bound): (k,) float64, bit-for-bit ``cost(decode_seqs=n,
+            decode_ctx_tokens=ctx, logits_seqs=n).seconds`` of each step; (k,) bool
+            ``cost().compute_bound``, or None when no step is compute-bound.
         """
-        c_pair, m_kv, m_new, launch = self._attn_d
-        if self._window or c_pair * (1 + 1e-6) > m_kv \
-                or (self._eager_decode and max(seqs) > self._graph_seqs) \
-                or not self._never_compute_bound(seqs, ctx0):
+        if not self._fast or (self._eager_decode and max(seqs) > self._graph_seqs):
             return self.general(seqs, ctx0, lengths)
-        # The memory side always wins (max(c, m) is m): per segment its steps' constant
-        # terms, in the order cost() adds them, and its host term; one np.repeat spreads
-        # them over the steps (numpy calls, not the steps, are what a run's pricing costs).
-        rows = self._segment_rows(seqs, ctx0, lengths, m_new)
+        # Every segment memory-bound (_fast_row): its terms added in cost()'s order
+        m_kv, launch, overhead_s, residual_s = self._consts
         if len(seqs) == 1:
-            new_s, roof_s, comm_s, host_s, _, _ = (r[0] for r in rows)
-            n = seqs[0]
-            m = np.arange(ctx0[0], ctx0[0] + n * lengths[0], n, dtype=np.float64)
+            n, c = seqs[0], ctx0[0]
+            f = self._fast_row(n, c)
+            if f is None:
+                return self.general(seqs, ctx0, lengths)
+            new_s, roof_s, comm_s, host_s = f[3]
+            m = np.arange(c, c + n * lengths[0], n, dtype=np.float64)
         else:
-            # One array, one repeat (the method: no dispatch wrapper); the integers are exact
-            # in float64.
+            rows = self._segment_rows(seqs, ctx0, lengths)
+            if rows is None:
+                return self.general(seqs, ctx0, lengths)
+            # (the method: no dispatch wrapper; the integers are exact in float64)
             new_s, roof_s, comm_s, host_s, base, n = np.array(rows).repeat(lengths, axis=1)
             m = np.arange(sum(lengths), dtype=np.float64)
             m *= n
@@ -102,31 +110,58 @@ class DecodeRuns:
         m += new_s
         m += roof_s
         m += comm_s
-        m += self._overhead_s
+        m += overhead_s
         h = self._host
         if h.active:
             if not h.overlapped:
                 m += host_s
             else:
                 np.maximum(m, host_s, out=m)
-                m += h.residual_s
+                m += residual_s
         return m, None
 
-    def _segment_rows(self, seqs: list[int], ctx0: list[int], lengths: list[int],
-                      m_new: float) -> list[list[float]]:
+    def _fast_row(self, n: int, c: int) -> tuple | None:
+        """(compute s, memory s, row, row as 0-d float64 arrays) of a segment of ``n``
+        sequences whose first step attends over ``c`` tokens, where row is (new-token s,
+        roof s, comm s, host s); None when a step of it may be compute-bound.
+        The margin check, with a margin far above rounding: the memory side of its first
+        step exceeds the compute side by more than 1e-9 of itself, and it grows faster per
+        context token (``_fast``: ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
+        memory-bound too. The rest depends on n alone (memoised per n)."""
+        f = self._fast_memo.get(n)
+        if f is None:
+            compute_s, memory_s, roof_s, comm_s, _ = self.terms(n)
+            h = self._host
+            host_s = h.step_s + h.seq_s * n + h.token_s * 0 if h.active else 0.0
+            row = (self._attn_d[2] * n, roof_s, comm_s, host_s)
+            # also as 0-d arrays: numpy adds those to a run's steps without converting a
+            # Python float per operation (the same float64 sums)
+            f = self._fast_memo[n] = (compute_s, memory_s, row,
+                                      tuple(np.array(x) for x in row))
+        c_pair, m_kv, m_new, launch = self._attn_d
+        compute_s, memory_s, _, _ = f
+        mem = memory_s + launch + m_kv * c + m_new * n
+        if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
+            return None
+        return f
+
+    def _segment_rows(self, seqs: list[int], ctx0: list[int], lengths: list[int]
+                      ) -> list[list[float]] | None:
         """Per segment: (new-token s, roof s, comm s, host s, context base, n), where step
-        j of the run has context base + n·j (exact integers)."""
-        h = self._host
-        step_s, seq_s, token_s = h.step_s, h.seq_s, h.token_s
+        j of the run has context base + n·j (exact integers); None when a step of some
+        segment may be compute-bound (:meth:`_fast_row`)."""
         rows: list[list[float]] = [[], [], [], [], [], []]
         a_new, a_roof, a_comm, a_host, a_base, a_seqs = rows
-        lo = 0
+        lo, fast_row = 0, self._fast_row
         for n, c, length in zip(seqs, ctx0, lengths):
-            _, _, roof_s, comm_s, _ = self._memo[n]    # memoised by the margin check
-            a_new.append(m_new * n)
+            f = fast_row(n, c)
+            if f is None:
+                return None
+            new_s, roof_s, comm_s, host_s = f[2]
+            a_new.append(new_s)
             a_roof.append(roof_s)
             a_comm.append(comm_s)
-            a_host.append(step_s + seq_s * n + token_s * 0 if h.active else 0.0)
+            a_host.append(host_s)
             a_base.append(c - n * lo)
             a_seqs.append(n)
             lo += length
@@ -159,20 +194,6 @@ class DecodeRuns:
         if self._host.active:
             gpu = self._host.apply_array(gpu, n)
         return gpu, bound if bound.any() else None
-
-    def _never_compute_bound(self, seqs: list[int], ctx0: list[int]) -> bool:
-        """Whether no step of a decode run is compute-bound, with a margin far above
-        rounding: in each segment the memory side of its first step exceeds the compute
-        side by more than 1e-9 of itself, and it grows faster per context token (the
-        caller checked ``m_kv ≥ c_pair · (1 + 1e-6)``), so every later step is
-        memory-bound too."""
-        c_pair, m_kv, m_new, launch = self._attn_d
-        for n, c in zip(seqs, ctx0):
-            compute_s, memory_s, _, _, _ = self.terms(n)
-            mem = memory_s + launch + m_kv * c + m_new * n
-            if not mem - (compute_s + launch + c_pair * c) > 1e-9 * mem:
-                return False
-        return True
 
     def terms(self, n: int) -> tuple[float, ...]:
         """(compute_s, memory_s, roof_s, comm_s, n) of a decode-only step of ``n``

@@ -155,8 +155,13 @@ class DecodeSet:
     def crossings(self, first: int, m: int) -> list[dict[int, Request]]:
         """The crossing buckets of steps ``first``..``min(m, first + block_size) − 1``: one
         cycle at most (the buckets repeat with period ``block_size``)."""
-        rot = (self.epoch + first) % self.bs
-        return (self.buckets[rot:] + self.buckets[:rot])[:m - first] if m > first else []
+        count, bs, buckets = m - first, self.bs, self.buckets
+        if count <= 0:
+            return []
+        rot = (self.epoch + first) % bs
+        if rot + count <= bs:               # no wrap: one slice
+            return buckets[rot:rot + count]
+        return buckets[rot:] + buckets[:min(count, bs) - (bs - rot)]
 
     def blocks_ahead(self, start: int, count: int) -> int:
         """Blocks the members take in steps ``start``..``start + count − 1`` from now, the
@@ -227,8 +232,8 @@ class DecodeSet:
             gaps = ends - clock_s[:-1]
             if not had_epoch:
                 gaps[0] = math.nan
-            elif self._cohort_t != clock_s[0]:      # the step before decoded nothing
-                gaps[0] = ends[0] - self._cohort_t
+            elif self._cohort_t != float(clock_s[0]):   # the step before decoded nothing
+                gaps[0] = float(ends[0]) - self._cohort_t
             if self._pending:                    # the first step merges the new cohorts
                 if had_epoch:
                     itl.add(float(gaps[0]), cohort)

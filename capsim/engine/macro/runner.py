@@ -49,7 +49,10 @@ def _cumulated(first, secs: np.ndarray, bound: np.ndarray | None) -> np.ndarray:
     steps] (the last with ``bound``), from ``first`` (column 0) on: column j + 1 adds step
     j's ``secs`` (and ``bound``) to column j."""
     acc = np.empty((3 if bound is None else 4, len(secs) + 1))
-    acc[:, 0] = first
+    if bound is None:                   # scalar stores: no tuple to convert
+        acc[0, 0], acc[1, 0], acc[2, 0] = first
+    else:
+        acc[:, 0] = first
     acc[:3, 1:] = secs
     if bound is not None:
         acc[3, 1:] = bound
@@ -83,8 +86,12 @@ class _Run:
         self.acc, self.clock, self.secs, self.bin_busy = acc, acc[0], secs, acc[2]
         ends = self.plan.ends
         self.end = ends[-1]             # the step count it ends after (cut: fewer)
-        self.done_times = self.clock[ends[:-1]].tolist() if len(ends) > 1 else []
-        self.done_tokens = [0, *accumulate(self.plan.done_tokens)]
+        if len(ends) > 1:               # finishes inside the run (most runs have none)
+            clock = self.clock
+            self.done_times = [float(clock[e]) for e in ends[:-1]]
+            self.done_tokens = [0, *accumulate(self.plan.done_tokens)]
+        else:
+            self.done_times = []
 
     def step_at(self, t_s: float) -> int:
         """The step in progress at ``t_s``: the first one ending at or after it."""
@@ -185,7 +192,7 @@ class DecodeRunner:
         timeline = account.timeline
         ends = plan.ends
         k = ends[-1]
-        lengths = [b - a for a, b in zip([0, *ends], ends)]
+        lengths = [k] if len(ends) == 1 else [b - a for a, b in zip([0, *ends], ends)]
         secs, bound = self.pricer.decode_costs(plan.seqs, plan.ctx0, lengths)
         now = env.now
         bin_now = timeline.bin_of(now)
@@ -230,14 +237,19 @@ class DecodeRunner:
         ends = plan.ends[i - 1:]
         secs, bound = self.pricer.decode_costs(plan.seqs[i:], plan.ctx0[i:],
                                               [b - a for a, b in zip(ends, ends[1:])])
-        old = run.acc[:, :k + 1]
-        if bound is not None and len(old) == 3:     # the compute-bound row starts here
-            old = np.vstack((old, np.zeros(k + 1)))
+        old = run.acc
+        rows = 4 if bound is not None else len(old)
+        acc = np.empty((rows, k + 1 + len(secs)))
+        acc[:len(old), :k + 1] = old[:, :k + 1]
+        if rows > len(old):                         # the compute-bound row starts here
+            acc[3, :k + 1] = 0.0
+        acc[:3, k + 1:] = secs
+        if rows == 4:
+            acc[3, k + 1:] = 0.0 if bound is None else bound
         # From step k − 1's sums on: the same sums in the same order as one cumsum.
-        new = _cumulated(old[:, k], secs, bound if bound is not None or len(old) == 3
-                         else np.zeros(len(secs)))
-        run.set_clock(np.concatenate((old, new[:, 1:]), axis=1),
-                      np.concatenate((run.secs, secs)))
+        tail = acc[:, k:]
+        tail.cumsum(axis=1, out=tail)
+        run.set_clock(acc, np.concatenate((run.secs, secs)))
 
     @staticmethod
     def _late_run_end(run: _Run, t_s: float) -> int:
@@ -277,41 +289,46 @@ class DecodeRunner:
         requests waiting, the others ``run.queue0``. When they all end in the timeline bin
         the run started in, the timeline takes them in one entry (the same sums and maxima
         as one entry per segment: :meth:`TimelineRecorder.add_in_bin
-        <capsim.engine.recorder.TimelineRecorder.add_in_bin>`)."""
+        <capsim.engine.recorder.TimelineRecorder.add_in_bin>`), its maxima kept as the
+        segments commit (no per-segment entries to gather)."""
         run = self.run
-        plan, lo, seg_start = run.plan, run.done, 0
+        plan, lo, seg_start, queue0 = run.plan, run.done, 0, run.queue0
         timeline = self.account.timeline
-        one_bin: list[tuple[int, int, int, int, int]] | None = [] if (
-            timeline.bin_s == run.bin_s and run.bin_now < timeline.max_bins
-            and timeline.bin_of(float(run.clock[m])) == run.bin_now) else None
+        one_bin = (timeline.bin_s == run.bin_s and run.bin_now < timeline.max_bins
+                   and timeline.bin_of(float(run.clock[m])) == run.bin_now)
+        tokens = kv = queue = running = 0
         for n, ctx0, end in zip(plan.seqs, plan.ctx0, plan.ends):
             if end > lo:
                 hi = min(end, m)
                 if hi <= lo:
                     break
-                self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start),
-                                     last_queue if hi == m else run.queue0, one_bin)
+                lq = last_queue if hi == m else queue0
+                top = self._commit_segment(run, lo, hi, n, ctx0 + n * (lo - seg_start), lq,
+                                           one_bin)
+                if one_bin:              # the entry's sums and maxima, as the step loop's
+                    steps = hi - lo
+                    tokens += n * steps
+                    kv = max(kv, top[0])
+                    queue = max(queue, max(queue0, lq) if steps > 1 else lq)
+                    running = max(running, max(top[1], top[2]) if steps > 1 else top[2])
                 lo = hi
             seg_start = end
         if one_bin:
-            steps, tokens, kv, queue, running = zip(*one_bin)
-            timeline.add_in_bin(run.bin_now, sum(steps), 0, sum(tokens), float(run.bin_busy[m]),
-                                float(_MAX(run.secs[run.done:m])), max(kv), max(queue),
-                                max(running))
+            timeline.add_in_bin(run.bin_now, m - run.done, 0, tokens, float(run.bin_busy[m]),
+                                float(_MAX(run.secs[run.done:m])), kv, queue, running)
         run.done = max(run.done, m)
         run.grown = max(run.grown, m)
 
     def _commit_segment(self, run: _Run, start: int, stop: int, n: int, ctx0: int,
-                        last_queue: int, one_bin: list | None) -> None:
+                        last_queue: int, one_bin: bool) -> tuple[int, int, int] | None:
         """Commit steps ``start``..``stop − 1`` of a run, within one segment where ``n``
         decode over ``ctx0`` tokens in step ``start``; step j ends at ``run.clock[j + 1]``.
         The waiting queue was ``run.queue0`` long in every step but the last one, which saw
-        ``last_queue``. ``one_bin``: the timeline entry (steps, decode tokens, and the
-        largest KV blocks, queue and batch its steps saw, as :meth:`TimelineRecorder.record
-        <capsim.engine.recorder.TimelineRecorder.record>` takes them) is appended there
-        for the caller to record, else recorded now."""
+        ``last_queue``. ``one_bin``: the caller records the timeline entry; this returns
+        (KV blocks in use in the last step, batch before, batch after), as
+        :meth:`TimelineRecorder.record <capsim.engine.recorder.TimelineRecorder.record>`
+        takes them; else the steps are recorded now (None)."""
         sched, account = self.scheduler, self.account
-        timeline = account.timeline
         m = stop - start
         running0 = sched.num_running
         if start < run.grown:                    # its blocks were taken before
@@ -322,13 +339,10 @@ class DecodeRunner:
         account.note_run_peak(blocks, n)  # a peak already noted (a synced step's) is kept
         sched.commit_decode_run(run.clock[start:stop + 1])
         ctx = m * ctx0 + n * (m * (m - 1) // 2)     # Σ context: +n per step
-        if one_bin is not None:
+        if one_bin:
             account.add_decode(n * m, (m, n * m, n * m, ctx, ctx, m))
-            running = sched.num_running
-            one_bin.append((m, n * m, blocks.at(m - 1),
-                            max(run.queue0, last_queue) if m > 1 else last_queue,
-                            max(running0, running) if m > 1 else running))
-            return
+            return blocks.at(m - 1), running0, sched.num_running
+        timeline = account.timeline
         ends = run.clock[start + 1:stop + 1]
         # Steps ending in the bin the run started in: their busy time is the run's sum.
         in_first_bin = timeline.bin_of(ends[0]) == run.bin_now and timeline.bin_s == run.bin_s
@@ -337,6 +351,7 @@ class DecodeRunner:
             blocks.at if m > 1 else blocks.at(0), run.queue0, running0,
             last_queue,
             busy_s=float(run.bin_busy[stop]) if in_first_bin else None)
+        return None
 
     # ------------------------------------------------------------ readers mid-run
     def sync(self) -> None:

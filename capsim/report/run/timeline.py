@@ -175,6 +175,16 @@ def step_time_range_ms(results: list[RunResult],
     return lo / 1.5, hi * 1.5
 
 
+def plot_timelines(results: list[RunResult], colours: dict[str, str], paths: list[Path],
+                   stall_threshold_ms: float | None) -> None:
+    """:func:`plot_timeline` of each result to its path, their step-time panels on one
+    scale (:func:`step_time_range_ms`); ``colours`` by variant."""
+    step_ms_range = step_time_range_ms(results, stall_threshold_ms)
+    for r, path in zip(results, paths):
+        plot_timeline(r, colours[r.variant], path, step_ms_range=step_ms_range,
+                      stall_threshold_ms=stall_threshold_ms)
+
+
 def plot_timeline(result: RunResult, colour: str, path: Path, *,
                   step_ms_range: tuple[float, float] | None = None,
                   stall_threshold_ms: float | None = None) -> None:

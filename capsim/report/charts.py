@@ -1,0 +1,224 @@
+"""Drawing a report's charts: in this process, or in a child forked before the simulation.
+
+A report's PNGs (matplotlib, ~1–2 CPU-s for ``azure_conv_replay``) and importing
+matplotlib for them (~0.9 s) were on the critical path of ``capsim run`` after the
+simulation, on one CPU of a machine that usually has two. :class:`ChartProcess` forks a
+child (POSIX only) before the simulation: the child imports matplotlib and the plotting
+modules while the parent simulates, then waits; after the simulation the parent hands it
+the chart jobs (pickled over a pipe) and writes the CSVs, results.json and index.html while
+the child draws. The same functions draw the same PNGs either way. :class:`InProcess` is
+the serial path (one CPU, no ``fork``, ``capsim run --workers 1``, every other report).
+
+A job is ``("module:function", args, kwargs)``; every chart function writes one file and
+returns nothing. The caller submits once and then waits; an error in the child comes back
+as one line (:class:`ChartError`). The child leaves with the parent: SIGINT is ignored in
+it (Ctrl-C reaches the whole process group; the parent decides), the parent kills it on
+any error or signal (:meth:`ChartProcess.close`) before removing the report's temporary
+directory, and on Linux it is sent SIGKILL if the parent dies without closing it
+(``PR_SET_PDEATHSIG``); elsewhere it ends at the closed pipe.
+
+Public API: ChartJob, ChartError, InProcess, ChartProcess, draw.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import signal
+import threading
+from typing import Any
+
+#: ("module:function", positional args, keyword args) of one chart.
+ChartJob = tuple[str, tuple, dict]
+
+#: Imported by the chart child while the parent simulates (everything a run report draws).
+WARM_MODULES = ("capsim.report.run.figures", "capsim.report.run.timeline",
+                "capsim.report.run.day", "capsim.report.run.disagg",
+                "matplotlib.backends.backend_agg", "PIL.PngImagePlugin")
+
+_PR_SET_PDEATHSIG = 1          # linux/prctl.h
+
+
+class ChartError(Exception):
+    """Drawing a chart failed in the chart process; ``str()`` is one line."""
+
+
+def draw(jobs: list[ChartJob]) -> None:
+    """Run each chart job in this process, in order."""
+    for target, args, kwargs in jobs:
+        module, function = target.split(":")
+        getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+
+class InProcess:
+    """Charts drawn here, when waited for."""
+
+    def __init__(self) -> None:
+        self._jobs: list[ChartJob] = []
+
+    def submit(self, jobs: list[ChartJob]) -> None:
+        self._jobs = list(jobs)
+
+    def wait(self) -> None:
+        jobs, self._jobs = self._jobs, []
+        draw(jobs)
+
+    def close(self) -> None:
+        self._jobs = []
+
+
+class ChartProcess:
+    """A forked child that draws the submitted charts (see the module docstring).
+
+    Use :meth:`start` (None where it cannot fork) as a context manager: leaving it kills
+    and reaps the child if it is still there. One :meth:`submit`, then :meth:`wait`.
+    """
+
+    def __init__(self, pid: int, jobs_fd: int, reply_fd: int) -> None:
+        self.pid = pid
+        self._jobs_fd: int | None = jobs_fd
+        self._reply_fd: int | None = reply_fd
+
+    @classmethod
+    def start(cls, warm: tuple[str, ...] = WARM_MODULES) -> ChartProcess | None:
+        """Fork the chart child, which imports ``warm`` and waits for its jobs; None
+        without ``os.fork``, with fewer than two CPUs to run on, or with other threads
+        running (a fork copies only the calling thread)."""
+        if not hasattr(os, "fork") or _cpus() < 2 or threading.active_count() > 1:
+            return None
+        parent = os.getpid()
+        jobs_r, jobs_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                      # the child never returns
+            code = 1
+            try:
+                os.close(jobs_w)
+                os.close(reply_r)
+                code = _child(parent, jobs_r, reply_w, warm)
+            finally:
+                os._exit(code)
+        os.close(jobs_r)
+        os.close(reply_w)
+        return cls(pid, jobs_w, reply_r)
+
+    def submit(self, jobs: list[ChartJob]) -> None:
+        """Hand the child its jobs (blocks until it has read them)."""
+        fd, self._jobs_fd = self._jobs_fd, None
+        if fd is None:
+            raise RuntimeError("chart jobs already submitted")
+        with os.fdopen(fd, "wb") as pipe:
+            try:
+                pickle.dump(list(jobs), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            except BrokenPipeError:
+                pass                       # the child is gone: wait() says how
+
+    def wait(self) -> None:
+        """Wait until the child has drawn every chart.
+
+        Raises:
+            ChartError: a chart failed (its exception type and message), or the child
+                ended without an answer (how: its exit code or signal).
+        """
+        fd, self._reply_fd = self._reply_fd, None
+        reply: Any = None
+        if fd is not None:
+            with os.fdopen(fd, "rb") as pipe:
+                try:
+                    reply = pickle.load(pipe)
+                except (EOFError, pickle.UnpicklingError):
+                    reply = EOFError
+        status = self._reap()
+        if reply is EOFError:
+            raise ChartError(f"the report's chart process ended without drawing "
+                             f"({_how(status)})")
+        if reply is not None:
+            raise ChartError(f"drawing the report's charts failed: {reply}")
+
+    def close(self) -> None:
+        """Kill and reap the child if it is still there; close the pipes. Idempotent."""
+        for name in ("_jobs_fd", "_reply_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap()
+
+    def _reap(self) -> int | None:
+        pid, self.pid = self.pid, 0
+        if not pid:
+            return None
+        while True:
+            try:
+                return os.waitpid(pid, 0)[1]
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                return None
+
+    def __enter__(self) -> ChartProcess:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                          # not on Linux
+        return os.cpu_count() or 1
+
+
+def _how(status: int | None) -> str:
+    if status is None:
+        return "no exit status"
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...]) -> int:
+    """The chart child's whole life: import ``warm``, read the jobs, draw, answer."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with(parent)
+    warm_error = None
+    try:
+        for module in warm:
+            importlib.import_module(module)
+    except Exception as exc:                     # said when the jobs come (if they do)
+        warm_error = exc
+    try:
+        with os.fdopen(jobs_fd, "rb") as pipe:
+            jobs = pickle.load(pipe)
+    except (EOFError, pickle.UnpicklingError, OSError):
+        return 0                                  # the parent gave up on the charts
+    reply = None
+    try:
+        if warm_error is not None:
+            raise warm_error
+        draw(jobs)
+    except Exception as exc:
+        reply = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    with os.fdopen(reply_fd, "wb") as pipe:
+        pickle.dump(reply, pipe)
+    return 0
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux); if it already has, exit."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(0)

@@ -38,6 +38,7 @@ WARM_MODULES = ("capsim.report.run.figures", "capsim.report.run.timeline",
                 "matplotlib.backends.backend_agg", "PIL.PngImagePlugin")
 
 _PR_SET_PDEATHSIG = 1          # linux/prctl.h
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class ChartError(Exception):
@@ -83,22 +84,31 @@ class ChartProcess:
     @classmethod
     def start(cls, warm: tuple[str, ...] = WARM_MODULES) -> ChartProcess | None:
         """Fork the chart child, which imports ``warm`` and waits for its jobs; None
-        without ``os.fork``, with fewer than two CPUs to run on, or with other threads
-        running (a fork copies only the calling thread)."""
+        without ``os.fork``, with fewer than two CPUs to run on, with other threads
+        running (a fork copies only the calling thread) or when the fork fails."""
         if not hasattr(os, "fork") or _cpus() < 2 or threading.active_count() > 1:
             return None
         parent = os.getpid()
         jobs_r, jobs_w = os.pipe()
         reply_r, reply_w = os.pipe()
-        pid = os.fork()
+        # Signals held over the fork: the child sets its own handlers before any arrives.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            pid = os.fork()
+        except OSError:                                   # no room for a process: here
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for fd in (jobs_r, jobs_w, reply_r, reply_w):
+                os.close(fd)
+            return None
         if pid == 0:                                      # the child never returns
             code = 1
             try:
                 os.close(jobs_w)
                 os.close(reply_r)
-                code = _child(parent, jobs_r, reply_w, warm)
+                code = _child(parent, jobs_r, reply_w, warm, mask)
             finally:
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(jobs_r)
         os.close(reply_w)
         return cls(pid, jobs_w, reply_r)
@@ -108,11 +118,11 @@ class ChartProcess:
         fd, self._jobs_fd = self._jobs_fd, None
         if fd is None:
             raise RuntimeError("chart jobs already submitted")
-        with os.fdopen(fd, "wb") as pipe:
-            try:
+        try:
+            with os.fdopen(fd, "wb") as pipe:
                 pickle.dump(list(jobs), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-            except BrokenPipeError:
-                pass                       # the child is gone: wait() says how
+        except BrokenPipeError:
+            pass                           # the child is gone: wait() says how
 
     def wait(self) -> None:
         """Wait until the child has drawn every chart.
@@ -184,10 +194,12 @@ def _how(status: int | None) -> str:
     return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
-def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...]) -> int:
-    """The chart child's whole life: import ``warm``, read the jobs, draw, answer."""
+def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...], mask) -> int:
+    """The chart child's whole life: import ``warm``, read the jobs, draw, answer.
+    ``mask``: the signal mask to restore once its own handlers are set."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     _die_with(parent)
     warm_error = None
     try:

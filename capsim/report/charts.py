@@ -6,18 +6,21 @@ simulation, on one CPU of a machine that usually has two. :class:`ChartProcess` 
 child (POSIX only) before the simulation: the child imports matplotlib and the plotting
 modules while the parent simulates, then waits; after the simulation the parent hands it
 the chart jobs (pickled over a pipe) and writes the CSVs, results.json and index.html while
-the child draws. The same functions draw the same PNGs either way. :class:`InProcess` is
-the serial path (one CPU, no ``fork``, ``capsim run --workers 1``, every other report).
+the child draws. The child forks a helper of its own (sharing its imports and the jobs at
+no cost) and the two draw about half of the charts each, by their weights. The same
+functions draw the same PNGs either way. :class:`InProcess` is the serial path (one CPU, no
+``fork``, ``capsim run --workers 1``, every other report).
 
 A job is ``("module:function", args, kwargs)``; every chart function writes one file and
-returns nothing. The caller submits once and then waits; an error in the child comes back
-as one line (:class:`ChartError`). The child leaves with the parent: SIGINT is ignored in
-it (Ctrl-C reaches the whole process group; the parent decides), the parent kills it on
-any error or signal (:meth:`ChartProcess.close`) before removing the report's temporary
-directory, and on Linux it is sent SIGKILL if the parent dies without closing it
-(``PR_SET_PDEATHSIG``); elsewhere it ends at the closed pipe.
+returns nothing. The caller submits once and then waits; an error in a chart comes back as
+one line (:class:`ChartError`). No process outlives the parent: the child runs in a process
+group of its own with its helper, which the parent kills (SIGKILL) and reaps on any error
+or signal (:meth:`ChartProcess.close`) before the report's temporary directory is removed;
+a terminal's Ctrl-C reaches the parent alone (the child ignores SIGINT too); on Linux each
+is sent SIGKILL when its parent dies without closing it (``PR_SET_PDEATHSIG``), elsewhere
+the child ends at the closed pipe.
 
-Public API: ChartJob, ChartError, InProcess, ChartProcess, draw.
+Public API: ChartJob, ChartError, InProcess, ChartProcess, draw, halves.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class InProcess:
     def __init__(self) -> None:
         self._jobs: list[ChartJob] = []
 
-    def submit(self, jobs: list[ChartJob]) -> None:
+    def submit(self, jobs: list[ChartJob], weights: list[float] | None = None) -> None:
         self._jobs = list(jobs)
 
     def wait(self) -> None:
@@ -109,18 +112,21 @@ class ChartProcess:
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _own_group(pid)
         os.close(jobs_r)
         os.close(reply_w)
         return cls(pid, jobs_w, reply_r)
 
-    def submit(self, jobs: list[ChartJob]) -> None:
-        """Hand the child its jobs (blocks until it has read them)."""
+    def submit(self, jobs: list[ChartJob], weights: list[float] | None = None) -> None:
+        """Hand the child its jobs (blocks until it has read them); it shares them with a
+        helper by ``weights`` (their relative cost; default: equal)."""
         fd, self._jobs_fd = self._jobs_fd, None
         if fd is None:
             raise RuntimeError("chart jobs already submitted")
         try:
             with os.fdopen(fd, "wb") as pipe:
-                pickle.dump(list(jobs), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((list(jobs), list(weights or [1.0] * len(jobs))), pipe,
+                            protocol=pickle.HIGHEST_PROTOCOL)
         except BrokenPipeError:
             pass                           # the child is gone: wait() says how
 
@@ -154,10 +160,12 @@ class ChartProcess:
                 setattr(self, name, None)
                 os.close(fd)
         if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for kill, target in ((os.killpg, self.pid), (os.kill, self.pid)):
+                try:                      # the child's group: the child and its helper
+                    kill(target, signal.SIGKILL)
+                    break
+                except (ProcessLookupError, PermissionError):
+                    continue
             self._reap()
 
     def _reap(self) -> int | None:
@@ -195,11 +203,13 @@ def _how(status: int | None) -> str:
 
 
 def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...], mask) -> int:
-    """The chart child's whole life: import ``warm``, read the jobs, draw, answer.
-    ``mask``: the signal mask to restore once its own handlers are set."""
+    """The chart child's whole life: import ``warm``, read the jobs, draw (with a helper
+    forked from itself for part of them), answer. ``mask``: the signal mask to restore
+    once its own handlers are set."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _own_group(0)
     _die_with(parent)
     warm_error = None
     try:
@@ -209,19 +219,85 @@ def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...], mask
         warm_error = exc
     try:
         with os.fdopen(jobs_fd, "rb") as pipe:
-            jobs = pickle.load(pipe)
+            jobs, weights = pickle.load(pipe)
     except (EOFError, pickle.UnpicklingError, OSError):
         return 0                                  # the parent gave up on the charts
-    reply = None
-    try:
-        if warm_error is not None:
-            raise warm_error
-        draw(jobs)
-    except Exception as exc:
-        reply = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    mine, theirs = halves(jobs, weights)
+    helper = _fork_helper(theirs) if theirs and warm_error is None else None
+    reply = _draw_reply(mine if helper else jobs, warm_error)
+    if helper is not None:
+        reply = reply or _helper_reply(*helper)
     with os.fdopen(reply_fd, "wb") as pipe:
         pickle.dump(reply, pipe)
     return 0
+
+
+def halves(jobs: list[ChartJob], weights: list[float]) -> tuple[list[ChartJob], list[ChartJob]]:
+    """``jobs`` in two lists of about equal total weight (heaviest first, each to the
+    lighter list), each in the jobs' order."""
+    load, out = [0.0, 0.0], ([], [])
+    for i in sorted(range(len(jobs)), key=lambda i: -weights[i]):
+        side = 0 if load[0] <= load[1] else 1
+        load[side] += weights[i]
+        out[side].append(i)
+    return [jobs[i] for i in sorted(out[0])], [jobs[i] for i in sorted(out[1])]
+
+
+def _draw_reply(jobs: list[ChartJob], error: Exception | None = None) -> str | None:
+    """Draw ``jobs``; None, or the first error as one line."""
+    try:
+        if error is not None:
+            raise error
+        draw(jobs)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def _fork_helper(jobs: list[ChartJob]) -> tuple[int, int] | None:
+    """A helper forked from the chart child (it shares its imports and jobs) that draws
+    ``jobs`` and answers on a pipe: (its pid, the pipe's read end); None if the fork fails."""
+    reply_r, reply_w = os.pipe()
+    me = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(reply_r)
+        os.close(reply_w)
+        return None
+    if pid == 0:
+        try:
+            os.close(reply_r)
+            _die_with(me)
+            reply = _draw_reply(jobs)
+            with os.fdopen(reply_w, "wb") as pipe:
+                pickle.dump(reply, pipe)
+        finally:
+            os._exit(0)
+    os.close(reply_w)
+    return pid, reply_r
+
+
+def _helper_reply(pid: int, reply_fd: int) -> str | None:
+    with os.fdopen(reply_fd, "rb") as pipe:
+        try:
+            reply = pickle.load(pipe)
+        except (EOFError, pickle.UnpicklingError):
+            reply = EOFError
+    status = os.waitpid(pid, 0)[1]
+    if reply is EOFError:
+        return f"its helper ended without drawing ({_how(status)})"
+    return reply
+
+
+def _own_group(pid: int) -> None:
+    """Put the chart child (``pid``; 0: this process) in a process group of its own, so
+    that :meth:`ChartProcess.close` kills it and its helper at once; called on both sides
+    of the fork, whichever runs first. A terminal's Ctrl-C then reaches the parent only."""
+    try:
+        os.setpgid(pid, 0)
+    except (OSError, AttributeError):       # already done by the other side, or exited
+        pass
 
 
 def _die_with(parent: int) -> None:

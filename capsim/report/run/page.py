@@ -132,7 +132,7 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
             day_frames = day.windows(results, slo)
         figs, timelines, jobs = _figures(d, results, all_rows, frames, colours, slo, class_slos,
                                          day_frames)
-        charts.submit(jobs)
+        charts.submit(jobs, [_CHART_COST.get(target, 1.0) for target, *_ in jobs])
         _write_tables(d, results, rows, frames, slo, class_slos, resolved_yaml, scenario_name,
                       version, percentiles, workloads)
         files = [results_json.FILE, *step_trace.write_all(d, results)]
@@ -168,6 +168,15 @@ def _write_tables(d: Path, results: list[RunResult], rows: list[SummaryRow],
 
 _FIGURES = "capsim.report.run.figures:"
 _DISAGG = "capsim.report.run.disagg:"
+_TIMELINE = "capsim.report.run.timeline:plot_timeline_among"
+_DAY = "capsim.report.run.day:plot"
+#: Relative CPU cost of each chart, by which the chart process shares them with its helper
+#: (capsim.report.charts); any other 1. Tenths of a CPU-second drawing azure_conv_replay's
+#: report at 3b553dd (one timeline; the split's and the day's charts: estimates).
+_CHART_COST = {_FIGURES + "plot_itl_cdf": 4.5, _FIGURES + "plot_itl_bars": 1.3,
+               _FIGURES + "plot_ttft_cdf": 1.6, _FIGURES + "plot_throughput_cost": 1.3,
+               _TIMELINE: 5.3, _DAY: 3.0, _DISAGG + "plot_ratio": 2.0,
+               _DISAGG + "plot_transfers": 2.0}
 
 
 def _figures(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
@@ -192,12 +201,12 @@ def _figures(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
                                                d / disagg.TRANSFER_FIG), {})]
         figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
     if day_frames is not None:
-        jobs.append(("capsim.report.run.day:plot", (day_frames, colours, slo, d / day.FIG), {}))
+        jobs.append((_DAY, (day_frames, colours, slo, d / day.FIG), {}))
         figs.insert(0, FigureRef(day.FIG, *day.caption(day_frames)))
     slugs = unique_slugs(r.variant for r in results)
     names = [f"timeline_{slugs[r.variant]}.png" for r in results]
-    jobs.append(("capsim.report.run.timeline:plot_timelines",
-                 (results, colours, [d / n for n in names], slo.stall_threshold_ms), {}))
+    jobs += [(_TIMELINE, (results, i, colours, d / name, slo.stall_threshold_ms), {})
+             for i, name in enumerate(names)]
     timelines = [FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION)
                  for r, name in zip(results, names)]
     return figs, timelines, jobs

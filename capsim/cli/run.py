@@ -45,7 +45,9 @@ class TraceWindow(click.ParamType):
 @click.option("--workers", type=click.IntRange(min=1), metavar="N",
               help="Variants simulated at once, one worker process each [default: one per "
                    "CPU, at most one per variant]; 1 runs them one after the other in this "
-                   "process. The report is the same either way.")
+                   "process and draws the report's charts here too (otherwise a process "
+                   "forked at the start draws them while this one writes the tables). The "
+                   "report is the same either way.")
 @percentiles_option
 @click.option("--trace-events", "trace_window", type=TraceWindow(), default=None,
               help="Write trace_<variant>.json beside the report: every replica's engine "

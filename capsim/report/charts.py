@@ -29,6 +29,7 @@ import importlib
 import os
 import pickle
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -91,6 +92,9 @@ class ChartProcess:
         running (a fork copies only the calling thread) or when the fork fails."""
         if not hasattr(os, "fork") or _cpus() < 2 or threading.active_count() > 1:
             return None
+        for stream in (sys.stdout, sys.stderr):     # or the child holds a copy of their buffers
+            if stream is not None:
+                stream.flush()
         parent = os.getpid()
         jobs_r, jobs_w = os.pipe()
         reply_r, reply_w = os.pipe()
@@ -208,6 +212,8 @@ def _child(parent: int, jobs_fd: int, reply_fd: int, warm: tuple[str, ...], mask
     once its own handlers are set."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Out of the terminal's foreground group: a warning on stderr must not stop it (tostop).
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     _own_group(0)
     _die_with(parent)

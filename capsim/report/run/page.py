@@ -18,6 +18,7 @@ from capsim.report.charts import ChartJob, InProcess
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
 from capsim.report.run import day, pools, results_json, step_trace
+from capsim.report.run.cdf import itl_distribution
 from capsim.report.run.html import render
 from capsim.report.run.table import held_variants
 from capsim.report.style import unique_slugs, variant_colours
@@ -187,7 +188,8 @@ def _figures(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
     split's), its timelines, and the chart jobs that draw all of them into ``d``."""
     ttft_frames = {v: f[["ttft_ms", "status"]] for v, f in frames.items()}
     jobs: list[ChartJob] = [
-        (_FIGURES + "plot_itl_cdf", (results, colours, slo, d / "itl_cdf.png"), {}),
+        (_FIGURES + "plot_itl_cdf", (results, colours, slo, d / "itl_cdf.png"),
+         {"dists": [itl_distribution(r) for r in results]}),     # sorted ITL runs: here
         (_FIGURES + "plot_itl_bars", (all_rows, colours, slo, d / "itl_bars.png",
                                       held_variants(results)), {}),
         (_FIGURES + "plot_ttft_cdf", (results, ttft_frames, colours, slo, class_slos,

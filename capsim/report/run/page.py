@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.metrics.summary import PERCENTILES, request_frame, summary_frame
-from capsim.report.charts import ChartJob, InProcess
+from capsim.report.charts import ChartJob, ChartProcess, InProcess
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
 from capsim.report.run import day, pools, results_json, step_trace
@@ -72,7 +72,7 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
           day_frames: dict[str, pd.DataFrame] | None = None,
           percentiles: tuple[float, ...] | None = None,
           workloads: dict[str, WorkloadConfig] | None = None, version: str = "",
-          charts=None) -> Path:
+          charts: InProcess | ChartProcess | None = None) -> Path:
     """Write index.html + PNGs + summary.csv + requests.csv + results.json +
     scenario.resolved.yaml into out_dir (and trace_<variant>.json for each result with a
     step trace: ``--trace-events``).
@@ -119,7 +119,8 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], notes: list[str],
            day_frames: dict[str, pd.DataFrame] | None, percentiles: tuple[float, ...] | None,
-           workloads: dict[str, WorkloadConfig], version: str, charts) -> None:
+           workloads: dict[str, WorkloadConfig], version: str,
+           charts: InProcess | ChartProcess) -> None:
     """Write every file of the report into the (empty) directory ``d``: the charts are
     submitted to ``charts`` first, drawn while the tables and pages are written, and
     waited for last; on any error ``charts`` is closed before the error propagates."""

@@ -103,7 +103,7 @@ def _chart_drawer(workers: int | None):
     """A chart process forked now, to import matplotlib while this process simulates and
     to draw the report's PNGs while it writes the rest (:mod:`capsim.report.charts`);
     None — the charts drawn here — with ``--workers 1`` ("in this process"), one CPU or
-    no ``fork``."""
+    not on Linux."""
     from capsim.report.charts import ChartProcess
 
     return None if workers == 1 else ChartProcess.start()

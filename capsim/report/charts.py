@@ -3,7 +3,7 @@
 A report's PNGs (matplotlib, ~1–2 CPU-s for ``azure_conv_replay``) and importing
 matplotlib for them (~0.9 s) were on the critical path of ``capsim run`` after the
 simulation, on one CPU of a machine that usually has two. :class:`ChartProcess` forks a
-child (POSIX only) before the simulation: the child imports matplotlib and the plotting
+child (Linux only) before the simulation: the child imports matplotlib and the plotting
 modules while the parent simulates, then waits; after the simulation the parent hands it
 the chart jobs (pickled over a pipe) and writes the CSVs, results.json and index.html while
 the child draws. The child forks a helper of its own (sharing its imports and the jobs at
@@ -16,9 +16,8 @@ returns nothing. The caller submits once and then waits; an error in a chart com
 one line (:class:`ChartError`). No process outlives the parent: the child runs in a process
 group of its own with its helper, which the parent kills (SIGKILL) and reaps on any error
 or signal (:meth:`ChartProcess.close`) before the report's temporary directory is removed;
-a terminal's Ctrl-C reaches the parent alone (the child ignores SIGINT too); on Linux each
-is sent SIGKILL when its parent dies without closing it (``PR_SET_PDEATHSIG``), elsewhere
-the child ends at the closed pipe.
+a terminal's Ctrl-C reaches the parent alone (the child ignores SIGINT too); each is sent
+SIGKILL when its parent dies without closing it (``PR_SET_PDEATHSIG``).
 
 Public API: ChartJob, ChartError, InProcess, ChartProcess, draw, halves.
 """
@@ -88,9 +87,12 @@ class ChartProcess:
     @classmethod
     def start(cls, warm: tuple[str, ...] = WARM_MODULES) -> ChartProcess | None:
         """Fork the chart child, which imports ``warm`` and waits for its jobs; None
-        without ``os.fork``, with fewer than two CPUs to run on, with other threads
-        running (a fork copies only the calling thread) or when the fork fails."""
-        if not hasattr(os, "fork") or _cpus() < 2 or threading.active_count() > 1:
+        off Linux (macOS's system libraries are not safe to use in a forked child, which
+        is why Python's own multiprocessing spawns there), with fewer than two CPUs to run
+        on, with other threads running (a fork copies only the calling thread) or when
+        the fork fails."""
+        if not sys.platform.startswith("linux") or _cpus() < 2 or \
+                threading.active_count() > 1:
             return None
         for stream in (sys.stdout, sys.stderr):     # or the child holds a copy of their buffers
             if stream is not None:
@@ -192,10 +194,7 @@ class ChartProcess:
 
 
 def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:                          # not on Linux
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0))
 
 
 def _how(status: int | None) -> str:

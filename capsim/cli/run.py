@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -44,7 +45,9 @@ class TraceWindow(click.ParamType):
 @click.option("--workers", type=click.IntRange(min=1), metavar="N",
               help="Variants simulated at once, one worker process each [default: one per "
                    "CPU, at most one per variant]; 1 runs them one after the other in this "
-                   "process. The report is the same either way.")
+                   "process and draws the report's charts here too (otherwise a process "
+                   "forked at the start draws them while this one writes the tables). The "
+                   "report is the same either way.")
 @percentiles_option
 @click.option("--trace-events", "trace_window", type=TraceWindow(), default=None,
               help="Write trace_<variant>.json beside the report: every replica's engine "
@@ -62,6 +65,7 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
         percentiles: tuple[float, ...] | None, trace_window: tuple[float, float] | None,
         no_charts: bool, verbose: bool, overrides: tuple[str, ...]) -> None:
     from capsim import report
+    from capsim.report.charts import ChartError, NoCharts
     from capsim.report.run import day
     from capsim.scenario.load import dump_resolved, load
 
@@ -74,22 +78,38 @@ def run(scenario: Path, out_dir: Path | None, seed: int | None, workers: int | N
     sizes = sorted({len(t) for t in traces.traces.values()})
     console.print(f"[bold]{spec.name}[/]: {'/'.join(f'{n:,}' for n in sizes)} requests, "
                   f"{len(loaded.runs)} variant(s), seed {spec.seed}")
+    charts = NoCharts() if no_charts else _chart_drawer(workers)
     workers = min(workers or os.cpu_count() or 1, len(loaded.runs))
     extra = {"percentiles": percentiles or (), "trace_window": trace_window}
-    results, rows = _simulate(loaded, traces, workers, console, extra, verbose)
-    frames = day.windows(results, spec.slo) if day.has_day(results) else None
-    index = report.write(out, scenario_name=spec.name, description=spec.description,
-                         resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
-                         results=results, rows=rows, slo=spec.slo, class_slos=loaded.class_slos,
-                         day_frames=frames, percentiles=percentiles,
-                         workloads={rc.variant: rc.workload for rc in loaded.runs},
-                         version=__version__, charts=not no_charts)
+    with charts or nullcontext():
+        results, rows = _simulate(loaded, traces, workers, console, extra, verbose)
+        frames = day.windows(results, spec.slo) if day.has_day(results) else None
+        try:
+            index = report.write(out, scenario_name=spec.name, description=spec.description,
+                                 resolved_yaml=dump_resolved(loaded, __version__, spec.seed),
+                                 results=results, rows=rows, slo=spec.slo,
+                                 class_slos=loaded.class_slos, day_frames=frames,
+                                 percentiles=percentiles,
+                                 workloads={rc.variant: rc.workload for rc in loaded.runs},
+                                 version=__version__, charts=charts)
+        except ChartError as exc:          # one line, exit 1 (not bad input: exit 2)
+            raise click.ClickException(str(exc)) from None
     _print_outcome(console, loaded, results, rows, frames, percentiles)
     if not verbose:
         console.print("[dim]engine start-up lines: capsim run -v, or the report's "
                       "\"Engine start-up logs\"[/]")
     console.print(f"report: {index}")
     _refuse_empty_variants(loaded, rows, index)
+
+
+def _chart_drawer(workers: int | None):
+    """A chart process forked now, to import matplotlib while this process simulates and
+    to draw the report's PNGs while it writes the rest (:mod:`capsim.report.charts`);
+    None — the charts drawn here — with ``--workers 1`` ("in this process"), one CPU or
+    not on Linux."""
+    from capsim.report.charts import ChartProcess
+
+    return None if workers == 1 else ChartProcess.start()
 
 
 def _simulate(loaded, traces, workers: int, console, extra: dict,
@@ -160,7 +180,6 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
     from capsim.report.run.pools import trust_pairs
     from capsim.report.run.table import held_variants
     from capsim.report.terminal import Prose
-    from capsim.scenario.preset_rules import engine_rule_lines
 
     spec = loaded.spec
     held = held_variants(results)
@@ -173,8 +192,6 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
             console.print(f"[yellow]warning[/]: {line}")
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
-        for line in engine_rule_lines(loaded.runs, names):     # the preset's rules applied
-            console.print(Prose(f"preset rule: {line}"))
     for line in trust.lines(trust_pairs(results)):
         console.print(Prose(f"how far to trust it: {line}"))
     for line in [*_rejection_lines(results, rows), *skipped_failure_notes(results)]:

@@ -6,6 +6,8 @@
 - :mod:`capsim.report.calibration` — the fidelity page of ``capsim calibrate``;
 - :mod:`capsim.report.outdir` — which ``-o`` directories may be replaced
   (:func:`check_out_dir`) and replacing one whole;
+- :mod:`capsim.report.charts` — who draws a report's PNGs: this process, or (``capsim
+  run``) a process forked before the simulation, while this one writes the rest;
 - :mod:`capsim.report.plotting`, :mod:`capsim.report.style`, :mod:`capsim.report.cells`
   and :mod:`capsim.report.pages` — what the figures, tables and pages share.
 

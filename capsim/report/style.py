@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from matplotlib.colors import to_rgb
-
 DPI = 120
 #: zlib level of the PNG figures (lossless: the pixels are the same at any level). 1 rather
 #: than Pillow's default 6: on the azure_conv_replay report's figures it encodes about twice
@@ -58,6 +56,8 @@ def variant_colours(variants: Iterable[str]) -> dict[str, str]:
 
 def shades(colour: str, n: int) -> list[tuple[float, float, float]]:
     """``n`` shades of ``colour`` from darker to lighter (one per replica line)."""
+    from matplotlib.colors import to_rgb    # here: the tables use this module without it
+
     rgb = to_rgb(colour)
     if n <= 1:
         return [rgb]

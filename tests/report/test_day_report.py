@@ -193,6 +193,7 @@ def test_day_figure_gives_each_variant_its_own_replicas_panel(tmp_path, monkeypa
     import numpy as np
 
     import capsim.report.run.day as day_module
+    from capsim.report import plotting     # day.plot imports its helpers when it draws
     from capsim.scenario.slo import SloConfig
 
     starts = np.arange(6) * 300.0
@@ -204,7 +205,7 @@ def test_day_figure_gives_each_variant_its_own_replicas_panel(tmp_path, monkeypa
     frames = {"a": frame, "b": frame.assign(replicas_serving=[2.0, 2, 1, 1, 2, 2]),
               "c": frame}
     drawn = {}
-    monkeypatch.setattr(day_module, "save", lambda fig, path: drawn.setdefault("fig", fig))
+    monkeypatch.setattr(plotting, "save", lambda fig, path: drawn.setdefault("fig", fig))
     day_module.plot(frames, {"a": "#0072B2", "b": "#D55E00", "c": "#009E73"},
                     SloConfig(targets={"itl_p99_ms": 50}), tmp_path / "day.png")
     axes = drawn["fig"].axes
@@ -222,6 +223,7 @@ def test_day_figure_marks_windows_where_no_token_was_sent(tmp_path, monkeypatch)
     import numpy as np
 
     import capsim.report.run.day as day_module
+    from capsim.report import plotting     # day.plot imports its helpers when it draws
     from capsim.scenario.slo import SloConfig
 
     frame = pd.DataFrame({"window_start_s": np.arange(4) * 300.0, "window_s": [300.0] * 4,
@@ -231,7 +233,7 @@ def test_day_figure_marks_windows_where_no_token_was_sent(tmp_path, monkeypatch)
                           "ttft_p99_ms": [200.0, np.inf, np.inf, 900.0],
                           "violation": [False, True, True, False]})
     drawn = {}
-    monkeypatch.setattr(day_module, "save", lambda fig, path: drawn.setdefault("fig", fig))
+    monkeypatch.setattr(plotting, "save", lambda fig, path: drawn.setdefault("fig", fig))
     day_module.plot({"a": frame}, {"a": "#0072B2"}, SloConfig(targets={"itl_p99_ms": 50}),
                     tmp_path / "day.png")
     itl_ax = drawn["fig"].axes[-1]

@@ -12,14 +12,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
-from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
 from capsim.metrics.day import day_cost, day_windows, violation_minutes, window_label
 from capsim.report.cells import fmt
-from capsim.report.plotting import figure, save
 from capsim.report.style import RC
 from capsim.results.model import RunResult
 from capsim.scenario.slo import SloConfig
@@ -82,6 +79,7 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
     every variant replays the same trace), replicas serving in one small panel per variant
     (their steps coincide for hours: overlaid, one hid the other), requests waiting and p99
     ITL overlaid with a line style per variant."""
+    from capsim.report.plotting import figure, rc_context, save   # matplotlib: here only
     names = list(frames)
     n = len(names)
     same_load = all(np.array_equal(frames[v].offered_rate_per_s.to_numpy(),
@@ -89,7 +87,7 @@ def plot(frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfi
                                    equal_nan=True) for v in names)
     ratios = [1.0, *([0.42] * n), 1.0, 1.2]
     unit, unit_s = _time_unit(frames)
-    with matplotlib.rc_context(RC):
+    with rc_context(RC):
         fig = figure(10.0, 6.9 + 0.55 * n)
         axes = fig.subplots(len(ratios), 1, sharex=True, gridspec_kw={"height_ratios": ratios})
         load_ax, fleet_axes, queue_ax, itl_ax = axes[0], axes[1:1 + n], axes[-2], axes[-1]
@@ -139,6 +137,8 @@ def _draw_fleet(ax, x_h: np.ndarray, w: pd.DataFrame, variant: str, colour: str,
     """One variant's replicas-serving panel: its steps at window midpoints ``x_h`` (the
     x axis's unit),
     on a y scale shared by every variant (``most``: the largest count of any)."""
+    from matplotlib.ticker import MaxNLocator
+
     ax.step(x_h, w.replicas_serving, where="mid", color=colour, lw=1.4)
     ax.fill_between(x_h, w.replicas_serving.fillna(0), step="mid", color=colour, alpha=0.25,
                     lw=0)

@@ -28,8 +28,10 @@ from capsim.scenario.slo import RequestSlo, SloConfig
 
 
 def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConfig,
-                 path: Path) -> None:
+                 path: Path, dists: list[Distribution] | None = None) -> None:
     """Two panels: ITL CDF (linear y) and its tail P(gap ≥ x) (log y), all variants.
+    ``dists``: each result's :func:`~capsim.report.run.cdf.itl_distribution`, when the
+    caller has them (a chart process would sort every ITL run again).
 
     Markers: p50 ○, p99 △, p99.9 ◇, max ★ (from the exact weighted percentiles).
     Vertical lines: every ``itl_*_ms`` SLO target (red, one dash pattern each) and the stall
@@ -38,7 +40,7 @@ def plot_itl_cdf(results: list[RunResult], colours: dict[str, str], slo: SloConf
     with matplotlib.rc_context(RC):
         fig = figure(12.0, 5.4)
         ax_cdf, ax_tail = fig.subplots(1, 2)
-        dists = [itl_distribution(r) for r in results]
+        dists = dists if dists is not None else [itl_distribution(r) for r in results]
         refs = _itl_references(slo)
         variant_handles = [_draw_itl_variant(ax_cdf, ax_tail, r, d, colours[r.variant], slo)
                            for r, d in zip(results, dists)]

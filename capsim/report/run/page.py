@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from capsim.metrics.summary import request_frame, summary_frame
+from capsim.metrics.summary import PERCENTILES, request_frame, summary_frame
+from capsim.report.charts import ChartJob, ChartProcess, InProcess, NoCharts
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
-from capsim.metrics.summary import PERCENTILES
-from capsim.report.run import day, disagg, figures, pools, results_json, step_trace, timeline
+from capsim.report.run import day, pools, results_json, step_trace
+from capsim.report.run.cdf import itl_distribution
 from capsim.report.run.html import render
 from capsim.report.run.table import held_variants
 from capsim.report.style import unique_slugs, variant_colours
@@ -63,6 +64,8 @@ _TIMELINE_CAPTION = (
     "100 % means admission is memory-bound and preemptions are likely. Last: waiting requests "
     "per replica over the running batch; a queue that grows without draining means the fleet is "
     "under-sized for the offered load.")
+
+
 #: The page's note when no chart was drawn (``capsim run --no-charts``).
 NO_CHARTS_NOTE = ("Charts not drawn (capsim run --no-charts): the tables, summary.csv, "
                   "requests.csv and results.json are complete; run without --no-charts for "
@@ -75,7 +78,7 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
           day_frames: dict[str, pd.DataFrame] | None = None,
           percentiles: tuple[float, ...] | None = None,
           workloads: dict[str, WorkloadConfig] | None = None, version: str = "",
-          charts: bool = True) -> Path:
+          charts: InProcess | ChartProcess | NoCharts | None = None) -> Path:
     """Write index.html + PNGs + summary.csv + requests.csv + results.json +
     scenario.resolved.yaml into out_dir (and trace_<variant>.json for each result with a
     step trace: ``--trace-events``).
@@ -97,19 +100,20 @@ def write(out_dir: Path, *, scenario_name: str, description: str, resolved_yaml:
         workloads: each variant's workload (results.json's ``request_rate``,
             ``burstiness``, ``max_concurrency``).
         version: capsim's version, written in results.json.
-        charts: False (``capsim run --no-charts``): no PNG figure is drawn; every table,
-            CSV file and results.json is written as with charts, and the page says the
-            figures were skipped.
+        charts: who draws the PNGs (:mod:`capsim.report.charts`): a started
+            ``ChartProcess`` while this process writes the rest, None here (the same files
+            either way), ``NoCharts`` none (``--no-charts``: the page says so).
 
     Returns:
         Path of ``out_dir / "index.html"``.
 
     Everything is built in a hidden sibling temporary directory first; on any
-    exception it is removed, the previous ``out_dir`` is left untouched and the
-    exception propagates.
+    exception it is removed (after ``charts`` is closed: nothing writes into it any more),
+    the previous ``out_dir`` is left untouched and the exception propagates.
     """
     notes = list(notes or [])
-    if not charts:
+    charts = charts if charts is not None else InProcess()
+    if not charts.draws:
         notes.append(NO_CHARTS_NOTE)
     out_dir = write_atomically(out_dir, lambda d: _build(
         d, scenario_name=scenario_name, description=description, resolved_yaml=resolved_yaml,
@@ -123,11 +127,48 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
            results: list[RunResult], rows: list[SummaryRow], slo: SloConfig,
            class_slos: dict[str, RequestSlo], notes: list[str],
            day_frames: dict[str, pd.DataFrame] | None, percentiles: tuple[float, ...] | None,
-           workloads: dict[str, WorkloadConfig], version: str, charts: bool) -> None:
-    """Write every file of the report into the (empty) directory ``d`` (the PNG figures
-    only when ``charts``)."""
-    colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
-    frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
+           workloads: dict[str, WorkloadConfig], version: str,
+           charts: InProcess | ChartProcess | NoCharts) -> None:
+    """Write every file of the report into the (empty) directory ``d``: the charts are
+    submitted to ``charts`` first, drawn while the tables and pages are written, and
+    waited for last; on any error ``charts`` is closed before the error propagates."""
+    try:
+        colours = variant_colours([r.variant for r in results] + [r.variant for r in rows])
+        frames = {r.variant: request_frame(r, slo, class_slos) for r in results}
+        all_rows = [r for r in rows if r.cls == "all"]
+        if not day.has_day(results):
+            day_frames = None
+        elif day_frames is None:
+            day_frames = day.windows(results, slo)
+        figs: list[FigureRef] = []
+        timelines: list[FigureRef] = []
+        if charts.draws:
+            figs, timelines, jobs = _figures(d, results, all_rows, frames, colours, slo,
+                                             class_slos, day_frames)
+            charts.submit(jobs, [_CHART_COST.get(target, 1.0) for target, *_ in jobs])
+        _write_tables(d, results, rows, frames, slo, class_slos, resolved_yaml, scenario_name,
+                      version, percentiles, workloads)
+        files = [results_json.FILE, *step_trace.write_all(d, results)]
+        pool_table = _pool_view(d, results, slo, class_slos, colours)
+        day_table = _day_view(d, results, day_frames, colours)
+        html = render(scenario_name=scenario_name, description=description,
+                      resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
+                      class_slos=class_slos, colours=colours, figures=figs, timelines=timelines,
+                      notes=notes, disagg=_split_table(results, all_rows, colours),
+                      day=day_table, pools=pool_table, percentiles=percentiles, files=files)
+        (d / "index.html").write_text(html, encoding="utf-8")
+        charts.wait()
+    except BaseException:
+        charts.close()
+        raise
+
+
+def _write_tables(d: Path, results: list[RunResult], rows: list[SummaryRow],
+                  frames: dict[str, pd.DataFrame], slo: SloConfig,
+                  class_slos: dict[str, RequestSlo], resolved_yaml: str, scenario_name: str,
+                  version: str, percentiles: tuple[float, ...] | None,
+                  workloads: dict[str, WorkloadConfig]) -> None:
+    """summary.csv, requests.csv, scenario.resolved.yaml and results.json."""
     summary_frame(rows).to_csv(d / "summary.csv", index=False)
     requests = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame()
     requests.to_csv(d / "requests.csv", index=False)
@@ -136,40 +177,61 @@ def _build(d: Path, *, scenario_name: str, description: str, resolved_yaml: str,
         scenario_name=scenario_name, version=version, results=results, rows=rows,
         frames=frames, slo=slo, class_slos=class_slos,
         percentiles=PERCENTILES if percentiles is None else percentiles, workloads=workloads))
-    files = [results_json.FILE, *step_trace.write_all(d, results)]
-
-    all_rows = [r for r in rows if r.cls == "all"]
-    figs: list[FigureRef] | None = None          # None: no chart drawn (--no-charts)
-    if charts:
-        figures.plot_itl_cdf(results, colours, slo, d / "itl_cdf.png")
-        figures.plot_itl_bars(all_rows, colours, slo, d / "itl_bars.png", held_variants(results))
-        figures.plot_ttft_cdf(results, frames, colours, slo, class_slos, d / "ttft_cdf.png")
-        figures.plot_throughput_cost(all_rows, colours, d / "throughput_cost.png")
-        figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
-    split_table = _split_view(d, results, all_rows, colours, figs)
-    pool_table = _pool_view(d, results, slo, class_slos, colours)
-    day_table = _day_view(d, results, day_frames, colours, slo, figs)
-    timelines = _timelines(d, results, colours, slo) if charts else []
-
-    html = render(scenario_name=scenario_name, description=description,
-                  resolved_yaml=resolved_yaml, results=results, rows=rows, slo=slo,
-                  class_slos=class_slos, colours=colours, figures=figs or [], timelines=timelines,
-                  notes=notes, disagg=split_table, day=day_table, pools=pool_table,
-                  percentiles=percentiles, files=files)
-    (d / "index.html").write_text(html, encoding="utf-8")
 
 
-def _split_view(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
-                colours: dict[str, str], figs: list[FigureRef] | None) -> dict | None:
-    """Prefill/decode pools: the P:D and KV transfer figures (captions appended to
-    ``figs``; none drawn when ``figs`` is None) and the split table; None without a
-    disaggregated variant."""
-    if not disagg.has_disagg(results):
-        return None
-    if figs is not None:
-        disagg.plot_ratio(all_rows, results, colours, d / disagg.RATIO_FIG)
-        disagg.plot_transfers(results, all_rows, colours, d / disagg.TRANSFER_FIG)
+_FIGURES = "capsim.report.run.figures:"
+_DISAGG = "capsim.report.run.disagg:"
+_TIMELINE = "capsim.report.run.timeline:plot_timeline_among"
+_DAY = "capsim.report.run.day:plot"
+#: Relative CPU cost of each chart, by which the chart process shares them with its helper
+#: (capsim.report.charts); any other 1. Tenths of a CPU-second drawing azure_conv_replay's
+#: report at 3b553dd (one timeline; the split's and the day's charts: estimates).
+_CHART_COST = {_FIGURES + "plot_itl_cdf": 4.5, _FIGURES + "plot_itl_bars": 1.3,
+               _FIGURES + "plot_ttft_cdf": 1.6, _FIGURES + "plot_throughput_cost": 1.3,
+               _TIMELINE: 5.3, _DAY: 3.0, _DISAGG + "plot_ratio": 2.0,
+               _DISAGG + "plot_transfers": 2.0}
+
+
+def _figures(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
+             frames: dict[str, pd.DataFrame], colours: dict[str, str], slo: SloConfig,
+             class_slos: dict[str, RequestSlo], day_frames: dict[str, pd.DataFrame] | None
+             ) -> tuple[list[FigureRef], list[FigureRef], list[ChartJob]]:
+    """The report's figures (the day figure first, then the comparison charts, then the
+    split's), its timelines, and the chart jobs that draw all of them into ``d``."""
+    ttft_frames = {v: f[["ttft_ms", "status"]] for v, f in frames.items()}
+    jobs: list[ChartJob] = [
+        (_FIGURES + "plot_itl_cdf", (results, colours, slo, d / "itl_cdf.png"),
+         {"dists": [itl_distribution(r) for r in results]}),     # sorted ITL runs: here
+        (_FIGURES + "plot_itl_bars", (all_rows, colours, slo, d / "itl_bars.png",
+                                      held_variants(results)), {}),
+        (_FIGURES + "plot_ttft_cdf", (results, ttft_frames, colours, slo, class_slos,
+                                      d / "ttft_cdf.png"), {}),
+        (_FIGURES + "plot_throughput_cost", (all_rows, colours, d / "throughput_cost.png"), {})]
+    figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
+    if any(r.disagg is not None for r in results):
+        from capsim.report.run import disagg    # matplotlib: only for a split
+        jobs += [(_DISAGG + "plot_ratio", (all_rows, results, colours, d / disagg.RATIO_FIG), {}),
+                 (_DISAGG + "plot_transfers", (results, all_rows, colours,
+                                               d / disagg.TRANSFER_FIG), {})]
         figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+    if day_frames is not None:
+        jobs.append((_DAY, (day_frames, colours, slo, d / day.FIG), {}))
+        figs.insert(0, FigureRef(day.FIG, *day.caption(day_frames)))
+    slugs = unique_slugs(r.variant for r in results)
+    names = [f"timeline_{slugs[r.variant]}.png" for r in results]
+    jobs += [(_TIMELINE, (results, i, colours, d / name, slo.stall_threshold_ms), {})
+             for i, name in enumerate(names)]
+    timelines = [FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION)
+                 for r, name in zip(results, names)]
+    return figs, timelines, jobs
+
+
+def _split_table(results: list[RunResult], all_rows: list[SummaryRow],
+                 colours: dict[str, str]) -> dict | None:
+    """Prefill/decode pools: the split table; None without a disaggregated variant."""
+    if not any(r.disagg is not None for r in results):
+        return None
+    from capsim.report.run import disagg
     return disagg.table(all_rows, results, colours)
 
 
@@ -185,30 +247,10 @@ def _pool_view(d: Path, results: list[RunResult], slo: SloConfig,
 
 
 def _day_view(d: Path, results: list[RunResult], day_frames: dict[str, pd.DataFrame] | None,
-              colours: dict[str, str], slo: SloConfig,
-              figs: list[FigureRef] | None) -> dict | None:
-    """Time-varying load or fleet: ``day.csv``, the day figure (first in ``figs``; not
-    drawn when ``figs`` is None) and the fleet table; None when no variant has day samples.
-    ``day_frames``: the windows when already computed."""
-    if not day.has_day(results):
+              colours: dict[str, str]) -> dict | None:
+    """Time-varying load or fleet: ``day.csv`` and the fleet table; None when no variant
+    has day samples (``day_frames`` None)."""
+    if day_frames is None:
         return None
-    frames_by_window = day_frames if day_frames is not None else day.windows(results, slo)
-    day.write_csv(frames_by_window, d / day.CSV)
-    if figs is not None:
-        day.plot(frames_by_window, colours, slo, d / day.FIG)
-        figs.insert(0, FigureRef(day.FIG, *day.caption(frames_by_window)))
-    return day.table(results, frames_by_window, colours)
-
-
-def _timelines(d: Path, results: list[RunResult], colours: dict[str, str],
-               slo: SloConfig) -> list[FigureRef]:
-    """One timeline figure per variant, their step-time panels on one scale."""
-    slugs = unique_slugs(r.variant for r in results)
-    timelines = []
-    step_ms_range = timeline.step_time_range_ms(results, slo.stall_threshold_ms)
-    for r in results:
-        name = f"timeline_{slugs[r.variant]}.png"
-        timeline.plot_timeline(r, colours[r.variant], d / name, step_ms_range=step_ms_range,
-                               stall_threshold_ms=slo.stall_threshold_ms)
-        timelines.append(FigureRef(name, f"Timeline — {r.variant}", _TIMELINE_CAPTION))
-    return timelines
+    day.write_csv(day_frames, d / day.CSV)
+    return day.table(results, day_frames, colours)

@@ -175,6 +175,16 @@ def step_time_range_ms(results: list[RunResult],
     return lo / 1.5, hi * 1.5
 
 
+def plot_timeline_among(results: list[RunResult], index: int, colours: dict[str, str],
+                        path: Path, stall_threshold_ms: float | None) -> None:
+    """:func:`plot_timeline` of ``results[index]``, its step-time panel on the scale shared
+    by every result of the report (:func:`step_time_range_ms`); ``colours`` by variant."""
+    result = results[index]
+    plot_timeline(result, colours[result.variant], path,
+                  step_ms_range=step_time_range_ms(results, stall_threshold_ms),
+                  stall_threshold_ms=stall_threshold_ms)
+
+
 def plot_timeline(result: RunResult, colour: str, path: Path, *,
                   step_ms_range: tuple[float, float] | None = None,
                   stall_threshold_ms: float | None = None) -> None:

@@ -180,6 +180,7 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
     from capsim.report.run.pools import trust_pairs
     from capsim.report.run.table import held_variants
     from capsim.report.terminal import Prose
+    from capsim.scenario.preset_rules import engine_rule_lines
 
     spec = loaded.spec
     held = held_variants(results)
@@ -192,6 +193,8 @@ def _print_outcome(console, loaded, results: list, rows: list, frames,
             console.print(f"[yellow]warning[/]: {line}")
     for label, names in _by_engine(results).items():
         console.print(f"engine {label}: {', '.join(names)}")
+        for line in engine_rule_lines(loaded.runs, names):     # the preset's rules applied
+            console.print(Prose(f"preset rule: {line}"))
     for line in trust.lines(trust_pairs(results)):
         console.print(Prose(f"how far to trust it: {line}"))
     for line in [*_rejection_lines(results, rows), *skipped_failure_notes(results)]:

@@ -21,6 +21,7 @@ import copy
 import json
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -810,6 +811,22 @@ def _check(code, err: str, started: int, expected: list[str]) -> None:
         f"WRONG MESSAGE: exit {code}, {err!r}"
     for part in expected:
         assert part in err, f"WRONG MESSAGE: {part!r} not in {err!r}"
+
+
+def refused_alike(guarded, capsys, scenario: Path, where: str, phrase: str,
+                  folder: Path) -> None:
+    """``validate`` refuses ``scenario`` with one line starting ``where`` and holding
+    ``phrase``; ``run`` refuses it with the same line before simulating; neither writes a
+    file into ``folder``."""
+    before = sorted(p.name for p in folder.iterdir())
+    code, _, err, started = guarded(["validate", str(scenario)], capsys)
+    _check(code, err, started, [phrase])
+    assert err.startswith(where), f"WRONG MESSAGE: {err!r} does not start {where!r}"
+    code, _, run_err, started = guarded(
+        ["run", str(scenario), "--workers", "1", "-o", str(folder / "out")], capsys)
+    _check(code, run_err, started, [])
+    assert run_err == err, f"LATE FAILURE: run and validate differ: {run_err!r} vs {err!r}"
+    assert sorted(p.name for p in folder.iterdir()) == before, "WROTE FILES"
 
 
 def _files_at(value, files):

@@ -8,7 +8,7 @@ sglang-0.5.yaml) with bad ``untuned_fp8_gemm``, ``all_reduce_fusion`` and
 Each case: exit code 2, one stderr line ``error: FILE: YAML.PATH: …`` naming the file the
 bad value is in and its YAML path, no traceback, no simulation started, no file written;
 ``capsim validate`` and ``capsim run`` print the same line. The harness (``guarded``,
-``_check``) is test_bad_input_late.py's.
+``_check``, ``refused_alike``) is test_bad_input_late.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import logging
 import pytest
 import yaml
 
-from tests.cli.test_bad_input_late import _check, guarded, set_dotted  # noqa: F401 - a fixture
+from tests.cli.test_bad_input_late import guarded, refused_alike, set_dotted  # noqa: F401 - a fixture
 
 CHAT = {"name": "chat", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 64},
         "output_tokens": {"dist": "fixed", "value": 8}}
@@ -197,15 +197,7 @@ def test_a_bad_value_of_the_new_features_is_refused_alike_by_validate_and_run(
     scenario = _scenario(tmp_path, base, edits)
     files = {"scenario": scenario, "preset": tmp_path / "preset.yaml"}
     where = f"error: {files[in_file]}: {path}: "
-    before = sorted(p.name for p in tmp_path.iterdir())
-    code, out, err, started = guarded(["validate", str(scenario)], capsys)
-    _check(code, err, started, [phrase])
-    assert err.startswith(where), f"WRONG MESSAGE: {err!r} does not start {where!r}"
-    code, _, run_err, started = guarded(
-        ["run", str(scenario), "--workers", "1", "-o", str(tmp_path / "out")], capsys)
-    _check(code, run_err, started, [])
-    assert run_err == err, f"LATE FAILURE: run and validate differ: {run_err!r} vs {err!r}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == before, "WROTE FILES"
+    refused_alike(guarded, capsys, scenario, where, phrase, tmp_path)
 
 
 def test_a_ratio_of_1_is_trtllms_bound_and_taken(tmp_path, guarded, capsys):  # noqa: F811

@@ -16,7 +16,7 @@ import logging
 
 import pytest
 
-from tests.cli.test_bad_input_late import _check, guarded  # noqa: F401 - a fixture
+from tests.cli.test_bad_input_late import guarded, refused_alike  # noqa: F401 - a fixture
 from tests.cli.test_bad_input_trtllm_sglang05 import _preset, _scenario
 
 HO, U = "host_overhead", "untuned_fp8_gemm"
@@ -57,15 +57,7 @@ def test_refused_at_once_by_validate_and_run(case, tmp_path, guarded, capsys,  #
     scenario = _scenario(tmp_path, base, edits)
     files = {"scenario": scenario, "preset": tmp_path / "preset.yaml"}
     where = f"error: {files[in_file]}: {path}: "
-    before = sorted(p.name for p in tmp_path.iterdir())
-    code, out, err, started = guarded(["validate", str(scenario)], capsys)
-    _check(code, err, started, [phrase])
-    assert err.startswith(where), f"WRONG MESSAGE: {err!r} does not start {where!r}"
-    code, _, run_err, started = guarded(
-        ["run", str(scenario), "--workers", "1", "-o", str(tmp_path / "out")], capsys)
-    _check(code, run_err, started, [])
-    assert run_err == err
-    assert sorted(p.name for p in tmp_path.iterdir()) == before, "WROTE FILES"
+    refused_alike(guarded, capsys, scenario, where, phrase, tmp_path)
 
 
 def test_the_bounds_hold_every_shipped_value(repo_root):

@@ -447,7 +447,7 @@ class HardwareProfile(StrictModel):
     def _capability_text(cls, value: Any) -> Any:
         """``MAJOR.MINOR``; ``9.0`` written unquoted is YAML's float, read as ``"9.0"``."""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = f"{value:.1f}"
+            value = f"{value:.1f}" if round(value, 1) == value else repr(value)   # 8.65: refused
         if isinstance(value, str) and not re.fullmatch(r"[1-9][0-9]?\.[0-9]", value):
             raise ValueError(f"not MAJOR.MINOR (valid: e.g. "
                              f'"9.0" for Hopper, "10.0" for the B200; NVIDIA\'s CUDA GPUs list)')

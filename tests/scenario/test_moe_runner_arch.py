@@ -72,6 +72,7 @@ def test_every_cuda_profile_says_its_compute_capability_and_rocm_none():
 
 @pytest.mark.parametrize("value, phrase", [("9", "not MAJOR.MINOR (valid: e.g. \"9.0\""),
                                            ("sm_90", "not MAJOR.MINOR"),
+                                           (8.65, "not MAJOR.MINOR"),   # not rounded to 8.7
                                            (True, "valid string")])
 def test_a_malformed_compute_capability_is_refused(value, phrase):
     with open("capsim/profiles/data/hardware/h100-sxm.yaml") as f:

@@ -62,7 +62,8 @@ def _variant_lines(rc) -> list[str]:
             f"max_num_batched_tokens {eng.max_num_batched_tokens}{engine_extras_text(pool)}"
             f"{limits_text(rc, pool)}{router_text(rc)}")
     rules = [f"preset rule: {line}" for line in applied_rule_lines(pool, rc.model)]
-    return [head, *(f"    {line}" for line in [*rules, *pool_log_lines(pool)])]
+    logs = pool_log_lines(pool)     # the engine line first, its rules under it (as run)
+    return [head, *(f"    {line}" for line in [*logs[:1], *rules, *logs[1:]])]
 
 
 def _refuse_all_rejected(loaded, traces, rejected: list[list[tuple[int, str]]]) -> None:

@@ -118,12 +118,15 @@ def _simulate(loaded, traces, workers: int, console, extra: dict,
     ``verbose`` (the first screen is the results, not ~10 log lines per variant): (the
     results, their summary rows), in the scenario's order. ``extra``: ``percentiles`` and
     ``trace_window`` (:class:`~capsim.studies.task.RunTask`'s)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
+                               TimeElapsedColumn)
 
     from capsim.scenario.describe import kv_log_lines
 
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                  TimeElapsedColumn(), console=console, transient=False) as bar:
+    # No percentage while a bar has no total (variants on worker processes: it pulses).
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(),
+                  TaskProgressColumn("{task.percentage:>5.1f}%", " " * 6), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
         for rc in loaded.runs if verbose else ():
             for line in kv_log_lines(rc):
                 bar.console.print(f"  [dim]{rc.variant}: {line}[/]")

@@ -282,8 +282,7 @@ class StepPricer:
         all-reduce + RMSNorm where it applies to this model and GPU (no DP attention, the TP
         group on one node)."""
         model, hw, tp, dp = self.model, self.hw, self.tensor_parallel_size, self.dp_attention
-        one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
-        if fusion is not None and not fusion.applies(model, hw.name, dp, one_node):
+        if fusion is not None and not fusion.applies_to(model, hw, tp, dp):
             fusion = None
         return Communication(model, hw, tp, self._all_reduce, embedding=embedding,
                              lm_head=lm_head, all_to_all=self.expert_parallel and dp,

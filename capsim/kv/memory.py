@@ -462,6 +462,16 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int,
     return sorted(set(sizes))
 
 
+def rule_capture_sizes(rule: MemoryRule, max_num_seqs: int,
+                       max_num_batched_tokens: int) -> list[int]:
+    """The batch sizes the engine captures under ``rule.cudagraph_capture``
+    (:func:`cudagraph_capture_sizes` on 0.19's or 0.11's grid; [] for ``none``)."""
+    if rule.cudagraph_capture == "none":
+        return []
+    return cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens,
+                                   None if rule.cudagraph_capture == "vllm_0_11" else 256)
+
+
 def cudagraph_count(rule: MemoryRule, max_num_seqs: int, max_num_batched_tokens: int) -> int:
     """Graphs the engine captures (``rule.cudagraph_capture``; 0 for ``none``).
 
@@ -472,10 +482,7 @@ def cudagraph_count(rule: MemoryRule, max_num_seqs: int, max_num_batched_tokens:
     "graph" is one graph per piece between attention layers; capsim prices every graph per
     layer, so pieces need no separate count.
     """
-    if rule.cudagraph_capture == "none":
-        return 0
-    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens,
-                                    None if rule.cudagraph_capture == "vllm_0_11" else 256)
+    sizes = rule_capture_sizes(rule, max_num_seqs, max_num_batched_tokens)
     return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
 
 

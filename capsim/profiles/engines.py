@@ -41,7 +41,7 @@ from capsim.common.schema import MAX_TOKENS, Bool, Int, StrictModel
 from capsim.profiles.bench_tuning import DatasetTuning
 from capsim.profiles.files import (FittedTo, is_path, packaged_file, packaged_names,
                                    read_yaml_mapping, scenario_error_from_validation)
-from capsim.profiles.hardware import EngineFamily
+from capsim.profiles.hardware import EngineFamily, HardwareProfile
 from capsim.profiles.host_overhead import MAX_LAUNCH_S, HostOverhead
 from capsim.profiles.models import ModelShape
 from capsim.profiles.policies import POLICY_NAMES
@@ -379,6 +379,14 @@ class AllReduceFusion(StrictModel):
         on or off, the TP group on one node or not): the rule above."""
         return (model.model_type in self.model_types and hardware in self.hardware
                 and not dp_attention and one_node)
+
+    def applies_to(self, model: ModelShape, hw: HardwareProfile, tp: int,
+                   dp_attention: bool) -> bool:
+        """:meth:`applies` to a TP-``tp`` group (>= 2: else no all-reduce) on ``hw``, one
+        node when the group fits in ``hw.gpus_per_node`` (the pricer's and the preset-rule
+        lines' one test)."""
+        one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
+        return tp >= 2 and self.applies(model, hw.name, dp_attention, one_node)
 
 
 class PiecewiseCudaGraph(StrictModel):

@@ -46,11 +46,9 @@ def fusion_applies(engine: EngineConfig, preset: EnginePreset, model: ModelShape
     """Whether the preset's ``all_reduce_fusion`` applies to this pool as the pricer applies
     it (:meth:`capsim.cost.pricer.StepPricer._communication`): TP >= 2, the model type and
     GPU named, no DP attention, the TP group on one node."""
-    fusion, tp = preset.all_reduce_fusion, engine.tensor_parallel_size
-    one_node = hw.gpus_per_node is None or tp <= hw.gpus_per_node
-    return fusion is not None and tp >= 2 and fusion.applies(model, hw.name,
-                                                             engine.enable_dp_attention,
-                                                             one_node)
+    fusion = preset.all_reduce_fusion
+    return fusion is not None and fusion.applies_to(model, hw, engine.tensor_parallel_size,
+                                                    engine.enable_dp_attention)
 
 
 def batch_waiting(engine: EngineConfig) -> bool:

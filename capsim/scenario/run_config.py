@@ -18,7 +18,7 @@ from capsim.cost.pipeline import PipelinePricer
 from capsim.cost.pricer import StepPricer
 from capsim.cost.speculative import DraftHost
 from capsim.kv.capacity import KVCapacity
-from capsim.kv.memory import cudagraph_capture_sizes
+from capsim.kv.memory import rule_capture_sizes
 from capsim.profiles.engines import EnginePreset, HostOverhead
 from capsim.profiles.hardware import HardwareProfile
 from capsim.profiles.links import LinkProfile, resolve_link
@@ -163,18 +163,15 @@ class Pool:
         attention (a rank's batch is its share); vLLM V1's largest default capture size
         (the preset's ``memory.cudagraph_capture``: min(2 x max_num_seqs, 512,
         max_num_batched_tokens) on its size grid, :func:`capsim.kv.memory.
-        cudagraph_capture_sizes`; above it the model runner dispatches CUDAGraphMode.NONE).
+        rule_capture_sizes`; above it the model runner dispatches CUDAGraphMode.NONE).
         None: no limit."""
         memory, eng = self.preset.memory, self.engine
         sf = memory.static_fraction
         if not self.preset.host_overhead.eager_decode_above_graph_bs:
             return None
         if sf is None:
-            if memory.cudagraph_capture == "none":
-                return None
-            return max(cudagraph_capture_sizes(
-                eng.max_num_seqs, eng.max_num_batched_tokens,
-                None if memory.cudagraph_capture == "vllm_0_11" else 256))
+            sizes = rule_capture_sizes(memory, eng.max_num_seqs, eng.max_num_batched_tokens)
+            return max(sizes) if sizes else None
         tp = eng.tensor_parallel_size
         ranks = (eng.data_parallel_size or tp) if eng.enable_dp_attention else 1
         return sf.cuda_graph_max_bs(self.hardware.memory_total_bytes / 2**20, tp) * ranks

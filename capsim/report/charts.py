@@ -9,7 +9,8 @@ the chart jobs (pickled over a pipe) and writes the CSVs, results.json and index
 the child draws. The child forks a helper of its own (sharing its imports and the jobs at
 no cost) and the two draw about half of the charts each, by their weights. The same
 functions draw the same PNGs either way. :class:`InProcess` is the serial path (one CPU, no
-``fork``, ``capsim run --workers 1``, every other report).
+``fork``, ``capsim run --workers 1``, every other report); :class:`NoCharts` draws none
+(``capsim run --no-charts``).
 
 A job is ``("module:function", args, kwargs)``; every chart function writes one file and
 returns nothing. The caller submits once and then waits; an error in a chart comes back as
@@ -19,7 +20,7 @@ or signal (:meth:`ChartProcess.close`) before the report's temporary directory i
 a terminal's Ctrl-C reaches the parent alone (the child ignores SIGINT too); each is sent
 SIGKILL when its parent dies without closing it (``PR_SET_PDEATHSIG``).
 
-Public API: ChartJob, ChartError, InProcess, ChartProcess, draw, halves.
+Public API: ChartJob, ChartError, InProcess, ChartProcess, NoCharts, draw, halves.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_what_capsim_run_imports_itself_needs_no_matplotlib():
     (~0.9 s of a run's start-up that was on the critical path)."""
     code = ("import sys\n"
             "import capsim.cli.main, capsim.report\n"
-            "from capsim.report.run import console, day, html, page, pools, table\n"
+            "from capsim.report.run import console, day, html, page, pools, split_table, table\n"
             "from capsim.report.run.cdf import itl_distribution\n"
             "from capsim.report import style, terminal\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n")

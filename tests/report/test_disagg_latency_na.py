@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from capsim.report.run import disagg
+from capsim.report.run import disagg, split_table
 
 DOC = {
     "name": "pd", "model": "llama-3.1-8b", "hardware": "h100-sxm", "seed": 1,
@@ -46,7 +46,7 @@ def ran(tmp_path_factory):
 def test_the_static_variant_alone_gets_the_note(ran):
     results, rows = ran
     by_name = {r.variant: r for r in results}
-    ordered = disagg.ordered(rows, results)
+    ordered = split_table.ordered(rows, results)
     notes = disagg.latency_notes(ordered, by_name)
     assert [ordered[i].variant for i, _ in notes] == ["static"]
     assert notes[0][1].startswith("ITL n/a: replies held")
@@ -60,7 +60,7 @@ def test_the_panel_draws_it_where_the_bars_are_missing(ran, monkeypatch, tmp_pat
                       tmp_path / "x.png")
     ax_lat = drawn["fig"].axes[1]
     (note,) = [t for t in ax_lat.texts if t.get_text().startswith("ITL n/a")]
-    static_x = [r.variant for r in disagg.ordered(rows, results)].index("static")
+    static_x = [r.variant for r in split_table.ordered(rows, results)].index("static")
     assert note.get_position()[0] == pytest.approx(static_x + 0.05)
     assert "the wait is in TTFT" in note.get_text()
 

@@ -179,7 +179,7 @@ def render(*, scenario_name: str, description: str, resolved_yaml: str,
     the default columns); ``files``: extra files of the report to link (results.json, the
     step traces).
 
-    ``disagg``: the prefill/decode table (:func:`capsim.report.run.disagg.table`), or None;
+    ``disagg``: the prefill/decode table (:func:`capsim.report.run.split_table.table`), or None;
     ``day``: the fleet table of the day view (:func:`capsim.report.run.day.table`), or None;
     ``pools``: the pooled fleets' table (:func:`capsim.report.run.pools.table`), or None.
     """

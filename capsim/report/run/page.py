@@ -17,7 +17,7 @@ from capsim.metrics.summary import PERCENTILES, request_frame, summary_frame
 from capsim.report.charts import ChartJob, ChartProcess, InProcess, NoCharts
 from capsim.report.outdir import write_atomically
 from capsim.report.pages import FigureRef
-from capsim.report.run import day, pools, results_json, step_trace
+from capsim.report.run import day, pools, results_json, split_table, step_trace
 from capsim.report.run.cdf import itl_distribution
 from capsim.report.run.html import render
 from capsim.report.run.table import held_variants
@@ -209,11 +209,11 @@ def _figures(d: Path, results: list[RunResult], all_rows: list[SummaryRow],
         (_FIGURES + "plot_throughput_cost", (all_rows, colours, d / "throughput_cost.png"), {})]
     figs = [FigureRef(name, *_CAPTIONS[name]) for name in _CAPTIONS]
     if any(r.disagg is not None for r in results):
-        from capsim.report.run import disagg    # matplotlib: only for a split
-        jobs += [(_DISAGG + "plot_ratio", (all_rows, results, colours, d / disagg.RATIO_FIG), {}),
+        jobs += [(_DISAGG + "plot_ratio", (all_rows, results, colours,
+                                           d / split_table.RATIO_FIG), {}),
                  (_DISAGG + "plot_transfers", (results, all_rows, colours,
-                                               d / disagg.TRANSFER_FIG), {})]
-        figs += [FigureRef(name, *disagg.CAPTIONS[name]) for name in disagg.CAPTIONS]
+                                               d / split_table.TRANSFER_FIG), {})]
+        figs += [FigureRef(name, *split_table.CAPTIONS[name]) for name in split_table.CAPTIONS]
     if day_frames is not None:
         jobs.append((_DAY, (day_frames, colours, slo, d / day.FIG), {}))
         figs.insert(0, FigureRef(day.FIG, *day.caption(day_frames)))
@@ -231,8 +231,7 @@ def _split_table(results: list[RunResult], all_rows: list[SummaryRow],
     """Prefill/decode pools: the split table; None without a disaggregated variant."""
     if not any(r.disagg is not None for r in results):
         return None
-    from capsim.report.run import disagg
-    return disagg.table(all_rows, results, colours)
+    return split_table.table(all_rows, results, colours)
 
 
 def _pool_view(d: Path, results: list[RunResult], slo: SloConfig,

@@ -78,6 +78,7 @@ def test_no_charts_page_says_so_and_keeps_everything_else(both_reports):
     assert "<img" not in page and full.count("<img") == 10
     note = f'<div class="notes"><b>Notes</b><ul><li>{NO_CHARTS_NOTE}</li></ul></div>'
     assert note in page and NO_CHARTS_NOTE not in full
-    # the same page less the figures and the note: every table, alert and log is there
-    assert _without(page, re.escape(note)) == _without(full, r"<figure>.*?</figure>\s*",
-                                                       r"<h2>Timelines</h2>\s*")
+    assert "<h2>Figures</h2>" not in page and "<h2>Figures</h2>" in full   # no empty heading
+    # the same page less the figures' section and the note: every table, alert and log is there
+    assert _without(page, re.escape(note)) == _without(
+        full, r"<section>\s*<h2>Figures</h2>.*?</section>\s*")

@@ -78,17 +78,19 @@ def check_rule_platforms(preset: EnginePreset, file: Path, hw: HardwareProfile) 
 
 
 def warn_unknown_rule_names(preset: EnginePreset, file: Path, scenario: Path,
-                            hw_name: str) -> None:
+                            hw_name: str | None) -> None:
     """Warn (on the ``capsim`` logger) for each name in ``preset``'s rule lists, read from
     the user's preset ``file``, that capsim does not know: a GPU that is neither shipped,
     ``hw_name`` nor a GPU profile file of the user's (see the module docstring), a
-    ``model_type`` capsim does not price, or an expert format it does not have."""
+    ``model_type`` capsim does not price, or an expert format it does not have.
+    ``capsim engines FILE`` has no scenario and no GPU: ``scenario`` is then a path in the
+    working directory and ``hw_name`` None."""
     known = {"GPU": None, "model_type": set(MODEL_TYPES),
              "expert format": set(quant_format_names())}
     for at, names in _rule_lists(preset):
         kind = _KINDS[at.rsplit(".", 1)[-1]]
         if known[kind] is None:          # scanned once, and only when a list names GPUs
-            known[kind] = {*hardware_names(), hw_name,
+            known[kind] = {*hardware_names(), *([hw_name] if hw_name else []),
                            *_user_gpu_names([scenario.parent, file.parent])}
         for i, name in enumerate(names):
             if name not in known[kind]:

@@ -82,6 +82,19 @@ def test_the_cli_prints_the_warning_once_and_runs(tmp_path, write_scenario, run_
     assert "all-reduce + RMSNorm fused" not in out           # it does not apply, as warned
 
 
+def test_capsim_engines_on_a_preset_file_warns_its_typos_as_run_does(tmp_path, run_cli,
+                                                                    monkeypatch):
+    _preset(tmp_path, lambda d: d["all_reduce_fusion"].update(hardware=["b20", "my-b200"]))
+    _gpu(tmp_path / "hardware", "my-b200")          # a GPU of the user's beside it: no typo
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["engines", "preset.yaml"])
+    assert code == 0, err
+    assert err.count("all_reduce_fusion.hardware.0: unknown GPU 'b20'") == 1
+    assert "my-b200'" not in err and "all_reduce_fusion" in out
+    code, _, err = run_cli(["engines", "sglang-0.5"])     # a shipped preset: nothing to say
+    assert (code, err) == (0, "")
+
+
 @pytest.mark.parametrize("folder", ["", "hardware"])
 def test_a_gpu_profile_of_the_users_own_is_not_a_typo(tmp_path, write_scenario, caplog,
                                                       folder):

@@ -36,7 +36,7 @@ def _one_preset(preset: str) -> None:
 
     from capsim.profiles.engines import engine_preset_names, load_engine_preset
     from capsim.scenario.paths import locate
-    from capsim.scenario.preset_names import warn_unknown_rule_names
+    from capsim.scenario.preset_names import warn_shipped_name, warn_unknown_rule_names
     from capsim.scenario.preset_rules import preset_rules
 
     # a shipped name, or a file relative to here: the scenario's rule, with its messages
@@ -52,6 +52,7 @@ def _one_preset(preset: str) -> None:
             file=exc.file, path=exc.path) from None
     p = load_engine_preset(found)
     if preset not in engine_preset_names():      # a file of the user's: its typos, as run says
+        warn_shipped_name(p, Path(found))
         warn_unknown_rule_names(p, Path(found), Path.cwd() / "capsim-engines", None)
     table = listing(f"Engine preset {p.name}", _COLUMNS)
     _add_row(table, preset, p)

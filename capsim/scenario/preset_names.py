@@ -14,6 +14,7 @@ rule's ``PLATFORM``), is refused: it would price a kernel the engine cannot run 
 
 Public API:
     check_user_preset_names(name, preset, scenario, hw)
+    warn_shipped_name(preset, file)
     warn_unknown_rule_names(preset, file, scenario, hw_name)
     check_rule_platforms(preset, file, hw)
 """
@@ -54,8 +55,19 @@ def check_user_preset_names(name: str, preset: EnginePreset, scenario: Path,
         return
     file = Path(locate(name, scenario.parent, kind="engine preset",
                        shipped=engine_preset_names(), what="an engine preset YAML"))
+    warn_shipped_name(preset, file)
     warn_unknown_rule_names(preset, file, scenario, hw.name)
     check_rule_platforms(preset, file, hw)
+
+
+def warn_shipped_name(preset: EnginePreset, file: Path) -> None:
+    """Warn when the user's preset ``file`` calls itself by a shipped preset's ``name:``
+    (a copy edited but not renamed): every table and line would name it as the shipped
+    preset, whose values it may no longer have."""
+    if preset.name in engine_preset_names():
+        log.warning("%s: name: '%s' is the name of a shipped preset, so capsim's tables and "
+                    "lines will call this file by it (valid: a name of your own, e.g. "
+                    "'my-%s')", file, preset.name, preset.name)
 
 
 def check_rule_platforms(preset: EnginePreset, file: Path, hw: HardwareProfile) -> None:

@@ -95,6 +95,21 @@ def test_capsim_engines_on_a_preset_file_warns_its_typos_as_run_does(tmp_path, r
     assert (code, err) == (0, "")
 
 
+def test_a_preset_file_that_keeps_a_shipped_name_is_warned(tmp_path, write_scenario, caplog,
+                                                           run_cli, monkeypatch):
+    _preset(tmp_path, lambda d: d.update(name="sglang-0.5", version="0.5.7-mine"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="capsim"):
+        load(write_scenario(tmp_path, copy.deepcopy(DOC)), [])
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (f"{tmp_path / 'preset.yaml'}: name: 'sglang-0.5' is the name of a shipped "
+                    "preset, so capsim's tables and lines will call this file by it (valid: "
+                    "a name of your own, e.g. 'my-sglang-0.5')")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["engines", "preset.yaml"])
+    assert code == 0 and err.count("is the name of a shipped preset") == 1
+
+
 @pytest.mark.parametrize("folder", ["", "hardware"])
 def test_a_gpu_profile_of_the_users_own_is_not_a_typo(tmp_path, write_scenario, caplog,
                                                       folder):

@@ -13,7 +13,8 @@ from capsim.cost.pricer import StepPricer
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.models import load_model
 
-CARRIED = ("gemm", "gemm_fp8_block", "fused_moe", "grouped_gemm_fp8", "fused_moe_mxfp4")
+CARRIED = ("gemm", "gemm_fp8_block", "fused_moe", "grouped_gemm_fp8", "fused_moe_mxfp4",
+           "attention_prefill")
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +43,12 @@ def test_all_reduce_is_the_mi300x_fit(gpus):
     assert mi325x.tp_link_bandwidth_bytes_per_s == mi300x.tp_link_bandwidth_bytes_per_s
 
 
-def test_only_attention_and_elementwise_are_still_derived(gpus):
+def test_only_decode_attention_and_elementwise_are_still_derived(gpus):
+    """Prefill attention is measured on an MI300X since 2026-12-07 (aiter's fmha v3 table,
+    benchmarks/calibration/mi300x_fmha_fwd.py); decode attention and elementwise are not."""
     for hw in gpus:
         assert hw.derivation.from_profile == "h100-sxm"
-        assert hw.derivation.classes == ["attention_prefill", "attention_decode", "elementwise"]
+        assert hw.derivation.classes == ["attention_decode", "elementwise"]
 
 
 def test_a_weight_bound_decode_step_scales_with_the_bandwidth(gpus):
@@ -65,10 +68,10 @@ def test_the_trust_line_names_the_derived_and_the_same_die_entries():
     """issue 30 item 3: what no kernel of this GPU measured, said in the trust line."""
     from capsim.profiles import trust
     note = trust.derived_note("mi325x")
-    assert note == ("; mi325x's attention_prefill, attention_decode, elementwise efficiencies "
+    assert note == ("; mi325x's attention_decode, elementwise efficiencies "
                     "are derived from h100-sxm, not measured on it; its gemm, gemm_fp8_block, "
-                    "fused_moe, grouped_gemm_fp8, fused_moe_mxfp4 efficiencies are mi300x's "
-                    "(the same die)")
+                    "fused_moe, grouped_gemm_fp8, fused_moe_mxfp4, attention_prefill "
+                    "efficiencies are mi300x's (the same die)")
     assert "same die" not in trust.derived_note("mi300x")
 
 
@@ -129,6 +132,6 @@ def test_capsim_hardware_names_what_is_still_derived():
     assert result.exit_code == 0
     lines = {ln.split(":")[0].strip(): ln for ln in result.output.splitlines()
              if ln.startswith("  ") and " from " in ln}
-    assert lines["mi300x"] == "  mi300x: attention_prefill, attention_decode, elementwise from h100-sxm"
+    assert lines["mi300x"] == "  mi300x: attention_decode, elementwise from h100-sxm"
     assert lines["mi325x"].endswith("; gemm, gemm_fp8_block, fused_moe, grouped_gemm_fp8, "
-                                    "fused_moe_mxfp4 mi300x's (the same die)")
+                                    "fused_moe_mxfp4, attention_prefill mi300x's (the same die)")

@@ -54,17 +54,19 @@ long. Measured vLLM FP8 GEMMs at these shapes on an H100 SXM (M 2,048-4,096; the
 aiconfigurator collected: ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/
 data/h100_sxm/gemm/vllm/<version>/gemm_perf.parquet) run at 1,108-1,238 TFLOP/s under vLLM
 0.19.0 and 0.24.0 (TensorRT-LLM 1.2.0rc5's: 985-1,160; capsim's curve: ~1,350), so 10-20 %
-slower than capsim prices them, not 1.7x; only its vLLM 0.14.0 table (709-789) is as slow as
-the figure asks, with the same SM90 kernel for M > 128 as in vLLM's older source tree
-(csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh at 44d638a8: 128 x 128 x
-128 tile, 2 x 1 x 1 cluster, ping-pong FP8 fast accumulation). Not built: no constant is moved
-for a held-out case. What the split adds to a request in Dynamo's code, each sized in the
-case's header and small: the KV over InfiniBand, not NVLink (expressed: ~20 ms after the
+slower than capsim prices them, not 1.7x. Its vLLM 0.14.0 table (709-789) is as slow as the
+figure asks, but not for the GEMM: that collection ran vLLM's activation quantization as eager
+PyTorch ops (~10 ps an M x K element), which neither vLLM 0.7.2 (one CUDA kernel) nor a
+serving 0.14.0 runs, and 0.7.2, 0.14.0 and 0.19.0 run the same SM90 CUTLASS tile above 128
+rows (128 x 128 x 128, 2 x 1 x 1 cluster;
+benchmarks/calibration/vllm_fp8_gemm_versions.md). Not built: no version of vLLM prices its
+FP8 linear slower, and no constant is moved for a held-out case. What the split adds to a
+request in Dynamo's code, each sized in the case's header and small: the KV over InfiniBand, not NVLink (expressed: ~20 ms after the
 prefill, the worker free meanwhile), the NIXL write posted from the worker's step (not built:
 640-15,360 descriptors, 1.6-37 ms at the one published per-descriptor cost), the staging copy
-(never binding: 48 of 152 blocks). Not priced in capsim and common to both arms: vLLM's
-per-token activation quantization before every FP8 linear (memory-bound: ~0.48 GB a layer
-read and written, 12-22 ms a TP 1 prefill here, 3-6 ms a TP 4 one).
+(never binding: 48 of 152 blocks). Common to both arms: vLLM's activation quantization
+before every FP8 linear, priced inside the vLLM FP8 curve as the static per-tensor pass the
+0.19.0 tables timed; the per-token remainder is not (under 8 ms, 2 % of the TP 1 prefill).
 
 The last line reads ``agg-vs-disagg (SOURCE): published 1.30x, capsim R.RRx, error E %, winner
 W (same|different)``. Exit 2 with one line, before anything is simulated, when the case or its

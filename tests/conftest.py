@@ -202,17 +202,9 @@ def scenarios_dir() -> Path:
 def load_fidelity(name: str):
     """benchmarks/fidelity.py imported as module ``name`` (registered while it executes:
     its dataclasses look their module up)."""
-    import importlib.util
-    import sys
+    from support.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script("benchmarks/fidelity.py", name, keep=False)
 
 
 def shared_or_skip(relative: str, what: str) -> Path:

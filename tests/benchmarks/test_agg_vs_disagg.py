@@ -5,28 +5,16 @@ and the case and scenario it reads (Dynamo's one-node comparison, docs/architect
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
 from capsim.scenario.load import load
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("agg_vs_disagg", BENCH / "agg_vs_disagg.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                  # its dataclasses look themselves up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script("benchmarks/agg_vs_disagg.py", keep=False)
 
 
 def _pt(bench, arm, users, per_user, per_gpu):

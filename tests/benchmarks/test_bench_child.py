@@ -5,19 +5,11 @@ patches would break every benchmark silently (no test runs them). Benchmark 3's 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from support.scripts import load_script
 
 
 def _common():
-    spec = importlib.util.spec_from_file_location("bench_common", BENCH / "common.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                  # its dataclasses look themselves up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/common.py", "bench_common")
 
 
 def test_the_benchmark_child_simulates_and_reports_its_figures():

@@ -3,23 +3,15 @@ mean of each load stage's output tokens/s, the warm-up stage left out)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("cache_routing",
-                                                  REPO / "benchmarks" / "cache_routing.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/cache_routing.py")
 
 
 def _rows(variant: str, arrivals, e2el_ms, tokens=1000, status="finished") -> pd.DataFrame:

@@ -6,24 +6,14 @@ the script applies to aiconfigurator's rows (linear between grid points, NCCL's 
 the engine's own, one prompt's attention scaled by the prompts)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def tab():
-    spec = importlib.util.spec_from_file_location(
-        "dsv3_h200_op_table", ROOT / "benchmarks" / "calibration" / "dsv3_h200_op_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/dsv3_h200_op_table.py")
 
 
 def _aic(tab, **tables):

@@ -4,26 +4,18 @@ fmha v3 asm kernel, bf16, head_dim 128, the MI300X TFLOPS column). The rows quot
 that README's; the profile must reproduce them through capsim's own pricer."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.models import ModelShape
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "mi300x_fmha_fwd", ROOT / "benchmarks" / "calibration" / "mi300x_fmha_fwd.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/mi300x_fmha_fwd.py")
 
 
 def test_the_script_refits_the_profile(script):

@@ -5,20 +5,13 @@ Llama-4-Scout, SGLang 0.5.9, 855445bd) and InferenceX's (MI325X, SGLang 0.5.19),
 benchmarks/fidelity/supplementary_cases.yaml holds them; capsim's at this commit."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def rows():
-    spec = importlib.util.spec_from_file_location(
-        "mi3xx_decode_gap", ROOT / "benchmarks" / "calibration" / "mi3xx_decode_gap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/calibration/mi3xx_decode_gap.py")
     return {(case.split("_")[1], label): r for case, label, *r in module.rows()}
 
 

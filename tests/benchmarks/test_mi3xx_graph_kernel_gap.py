@@ -6,23 +6,14 @@ InferenceX's (DeepSeek-R1 on 8 x MI325X, SGLang 0.5.19), as supplementary_cases.
 them; capsim's figures at this commit (nothing is fitted or priced by the script)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def module():
-    path = ROOT / "benchmarks" / "calibration" / "mi3xx_graph_kernel_gap.py"
-    spec = importlib.util.spec_from_file_location("mi3xx_graph_kernel_gap", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/calibration/mi3xx_graph_kernel_gap.py")
 
 
 @pytest.fixture(scope="module")

@@ -4,27 +4,17 @@ real tables is held by tests/profiles/test_mla_decode_aiconfigurator.py (the ent
 table rows)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from capsim.profiles.hardware import load_hardware
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def fit_script():
-    spec = importlib.util.spec_from_file_location(
-        "mla_decode_per_seq", ROOT / "benchmarks" / "calibration" / "mla_decode_per_seq.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/mla_decode_per_seq.py")
 
 
 def test_the_model_is_capsims_layer(fit_script):

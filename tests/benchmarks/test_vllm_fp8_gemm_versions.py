@@ -5,24 +5,14 @@ and 8 KV heads of 128, intermediate 28,672: meta-llama/Llama-3.1-70B config.json
 findings themselves are in benchmarks/calibration/vllm_fp8_gemm_versions.md."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "vllm_fp8_gemm_versions", ROOT / "benchmarks" / "calibration" / "vllm_fp8_gemm_versions.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/vllm_fp8_gemm_versions.py")
 
 
 def test_fit_recovers_a_per_element_cost(script):

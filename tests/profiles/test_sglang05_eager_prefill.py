@@ -6,25 +6,18 @@ script's rule (SGLang 0.5.x eager, one node, stated GPU and prompt, not a capsim
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from capsim.profiles.engines import load_engine_preset
+from support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _calibration():
-    spec = importlib.util.spec_from_file_location(
-        "sglang05_eager_prefill_op",
-        ROOT / "benchmarks" / "calibration" / "sglang05_eager_prefill_op.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/sglang05_eager_prefill_op.py")
 
 
 def test_shipped_floor_is_the_derived_one():

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import yaml
 
@@ -12,17 +9,11 @@ from capsim.profiles import trust
 from capsim.profiles.trust import FAMILIES
 
 from conftest import REPO, shared_or_skip
+from support.scripts import load_script
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("fidelity", REPO / "benchmarks" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fidelity"] = module          # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["fidelity"]
-    return module
+    return load_script("benchmarks/fidelity.py", keep=False)
 
 
 def test_shipped_table_is_what_the_fidelity_benchmark_prints_today(monkeypatch):

@@ -10,26 +10,19 @@ CUDA graph) by benchmarks/calibration/v0_eager_prefill_op.py.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from capsim.cost.pricer import StepPricer
 from capsim.profiles.engines import load_engine_preset
 from capsim.profiles.hardware import load_hardware
 from capsim.profiles.models import load_model
+from support.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 V0_PRESETS = ("vllm-0.2.5", "vllm-0.5", "vllm-0.6", "vllm-0.6.4")
 
 
 def _calibration():
-    spec = importlib.util.spec_from_file_location(
-        "v0_eager_prefill_op", ROOT / "benchmarks" / "calibration" / "v0_eager_prefill_op.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/v0_eager_prefill_op.py")
 
 
 def test_pr1440_derivation():

@@ -8,7 +8,6 @@ benchmarks/calibration/v0_host_per_seq.py.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,11 @@ import yaml
 
 from capsim.cost.host import HostTime
 from capsim.profiles.engines import HostOverhead, load_engine_preset
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 def _calibration():
-    spec = importlib.util.spec_from_file_location(
-        "v0_host_per_seq", ROOT / "benchmarks" / "calibration" / "v0_host_per_seq.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/calibration/v0_host_per_seq.py")
 
 
 def test_shipped_per_seq_is_what_the_derivation_gives(tmp_path: Path) -> None:
@@ -68,10 +62,7 @@ def test_every_v0_preset_keeps_the_fitted_host_time_of_a_batch_8_step() -> None:
 def test_the_split_is_what_its_derivation_gives(tmp_path: Path) -> None:
     """benchmarks/calibration/v0_host_split.py solves the serial part, per_step_s and 0.5's
     total together; the presets carry its figures (to 0.1 µs / 1 µs)."""
-    spec = importlib.util.spec_from_file_location(
-        "v0_host_split", ROOT / "benchmarks" / "calibration" / "v0_host_split.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/calibration/v0_host_split.py")
     path = tmp_path / "blog.yaml"
     path.write_text(yaml.safe_dump(_calibration().SCENARIO))
     out = module.solve(path)

@@ -285,6 +285,8 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
     def _schedule_unchunked(self) -> Step:
         step = Step()
         in_window = self._window_left > 0 and self.decoders.size
+        if self._hold and not in_window and self.decoders.held:
+            self.release_held(self._now)     # a window cut short (all preempted): they leave
         if not self.swapped and not in_window:
             self._admit_waiting(step, self.budget, whole_prompts=True)
         if step.prefills:

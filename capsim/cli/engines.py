@@ -127,6 +127,9 @@ def _host_text(h) -> str:
                  else "; decode batches above cuda_graph_max_bs eager (the same floor)")
     if h.async_output_proc:
         text += "; tokens streamed after the next step's host work"
+    if h.outputs_wait_step_return:
+        text += ("; a reply ending inside a multi-step window streams at its end or the next "
+                 "arrival")
     return text
 
 

@@ -109,6 +109,8 @@ class Replica:
         self._output_delay_s = pool.output_delay_s
         # ... and a first token waits for the next step's host work and eager launches
         self._first_token = FirstTokenDelay.of(pool, pricer)
+        if pool.holds_window_finishes:      # vLLM 0.6.0: window finishes leave at its end
+            self.scheduler.hold_window_finishes(pool.output_delay_s)
         self.hooks: ReplicaHooks | None = None   # set by a disaggregated cluster
         self._outstanding = 0           # Σ prompt + output tokens of unreported requests
         self._inflight = 0              # requests submitted here and not reported finished
@@ -179,6 +181,9 @@ class Replica:
             return
         self.runner.arrived(now)
         self.scheduler.add(req)
+        if self.scheduler.held_finishes:   # the request wakes vLLM 0.6.0's loop: they leave
+            self.scheduler.release_held(now)
+            self._report_finished()
         self.wake()
 
     def admit_transferred(self, req: Request) -> None:
@@ -364,15 +369,16 @@ class Replica:
         settled by :class:`~capsim.engine.first_token.FirstTokenDelay` when that step began)."""
         sched = self.scheduler
         if sched.finished:
-            self._inflight -= len(sched.finished)
+            finished = list(sched.finished)     # on_finish may submit, which may report
+            sched.finished.clear()
+            self._inflight -= len(finished)
             delay_s = self._output_delay_s
-            for req in sched.finished:
+            for req in finished:
                 self._outstanding -= req.prompt_tokens + req.output_tokens
                 if delay_s:
                     req.first_token_s += delay_s
                     req.finish_s += delay_s
                 self.on_finish(req)
-            sched.finished.clear()
 
     def _offload_stats(self, counters) -> dict:
         """The host tier's figures for :class:`ReplicaStats` (none without KV offload)."""
@@ -396,6 +402,7 @@ class Replica:
         KV cache are left as they are (the replica is gone)."""
         self.failed = True
         self.runner.abort()
+        self.scheduler.release_held(self.env.now)   # finished: their chunks leave with it
         self._report_finished()
         sched = self.scheduler
         sched.sync()

@@ -35,6 +35,28 @@ freed, its stream ended) and is counted in ``ghost_seqs`` / ``ghost_ctx_tokens``
 the scheduler adds to each step's batch (priced, emitting nothing) until the window ends. ``vllm bench serve`` records one ITL per chunk received (see
 :mod:`capsim.engine.spec_decode_set`); TPOT stays (E2EL − TTFT) / (output − 1).
 
+vLLM 0.6.0-0.6.1 (``hold_finishes``, the vllm-0.6 preset's ``host_overhead.
+outputs_wait_step_return``) delivers such a last chunk later: AsyncLLMEngine runs the driver's
+``execute_model`` in an executor thread (vllm/executor/gpu_executor.py ``execute_model_async``
+-> vllm/utils.py ``make_async``, ``run_in_executor``) and the output callback puts the
+``RequestOutput`` into the request's ``asyncio.Queue`` from that thread
+(vllm/engine/async_llm_engine.py ``AsyncStream.put`` -> ``put_nowait``, no
+``call_soon_threadsafe``), which does not wake the RPC server's uvloop loop
+(vllm/entrypoints/openai/rpc/server.py ``run_rpc_server``). Inside a window nothing syncs the
+CPU with the GPU (the sampler defers its output, ``skip_sampler_cpu_output``;
+``StatefulModelInput.wait_previous_step`` is a stream wait), so the driver launches the
+window's steps ahead of the GPU and processes their outputs within the window's last step,
+whose ``execute_model`` blocks on each in turn (vllm/worker/multi_step_model_runner.py
+``_final_process_outputs``: ``output_proc_callback()`` then the blocking ``pythonize``). The
+finished request's output, put as its step ends, leaves when the loop next wakes: when that
+last step's ``execute_model`` returns at the window's end, or earlier when a new request
+reaches the engine (its ZMQ socket wakes the loop). Here such a member's last chunk is held
+(:attr:`held`) and released at the window's end or at the next arrival
+(:meth:`release`), no earlier than its own step's end plus the output delay every chunk
+waits; its KV is freed at its step, as vLLM's callback frees it as it processes the output.
+A window whose members have all left ends here (capsim runs no step of ghosts alone), and
+its held chunks leave with its last step.
+
 Here, as for speculative decoding, a chunk adds ONE gap per request, whatever it carried,
 and the tokens after a chunk's first are counted in ``merged_tokens`` (the run's
 invariant adds them back). Epochs, buckets, finishes and KV growth are the parent's:
@@ -65,7 +87,14 @@ class WindowDecodeSet(DecodeSet):
         merged_tokens: Σ (tokens − 1) over the chunks streamed so far (tokens without a
             gap of their own).
         buffered_tokens: tokens the members computed since their last chunk (not yet
-            streamed; a failure loses them).
+            streamed; a failure loses them), held last chunks included.
+        hold_delay_s: None, or (vLLM 0.6.0-0.6.1) the output delay every chunk waits, s
+            (:attr:`capsim.scenario.run_config.Pool.output_delay_s`): a member finishing
+            inside a window is :attr:`held` until the window ends or a request arrives.
+        held: rid → (request, its previous chunk's time, its last step's end, tokens not
+            streamed), the finished members whose last chunk is held.
+        released: held requests whose last chunk streamed at the last release (their
+            ``last_token_s`` set to it, before the output delay); the scheduler drains it.
     """
 
     def __init__(self, block_size: int, num_classes: int, itl: ItlRecorder):
@@ -77,6 +106,12 @@ class WindowDecodeSet(DecodeSet):
         self._last_emit = -1          # the latest of them (-1: none yet)
         self.ghost_seqs = 0           # members that finished earlier in this window
         self.ghost_ctx_tokens = 0     # Σ context they attend over in the next step
+        # vLLM 0.6.0-0.6.1: a member finishing inside a window streams its last chunk when
+        # the engine's loop next wakes (see the module docstring); None: at its step.
+        self.hold_delay_s: float | None = None
+        self.held: dict[int, tuple] = {}    # rid → (request, last chunk s, its step's end s, tokens)
+        self.released: list[Request] = []   # held members whose last chunk has now streamed
+        self._finishing = False
 
     def advance(self, clock_s) -> list[Request]:
         """Commit one decode step (``clock_s`` = (start, end); multi-step scheduling plans
@@ -91,6 +126,8 @@ class WindowDecodeSet(DecodeSet):
         self.ghost_ctx_tokens += self.ghost_seqs       # each computed one more token
         if self.window_end:
             self.end_window()
+            if self.held:                  # the window's last step returns: they leave now
+                self.release(now - self.hold_delay_s)
             had = self._cohort_t == self._cohort_t          # a chunk was streamed before
             gap = now - self._cohort_t if had else math.nan
             if had:
@@ -109,13 +146,33 @@ class WindowDecodeSet(DecodeSet):
         self.epoch += 1
         heap = self.finish_heap
         if (heap and heap[0][0] <= self.epoch) or len(self._epoch_end) >= self._trim_at:
+            self._finishing = True
             out = self._finished()
+            self._finishing = False
             if not self.window_end:                    # still computed until the window ends
                 for req in out:
                     self.ghost_seqs += 1
                     self.ghost_ctx_tokens += req.num_computed + 1
+                if self.held and not self.size:        # the window ends here (no ghost steps)
+                    self.release(now - self.hold_delay_s)
             return out
         return []
+
+    def release(self, client_s: float) -> None:
+        """The engine's loop wakes at ``client_s + hold_delay_s``: every held last chunk
+        streams, at ``client_s`` (times here are before the output delay every chunk waits)
+        or, if later, at its own step's end. Its gap is recorded; the request joins
+        :attr:`released`. O(held)."""
+        for req, last_s, step_end_s, unsent in self.held.values():
+            end_s = max(client_s, step_end_s)
+            gap = end_s - last_s
+            self.itl.add_one(gap, req.class_id)
+            req.note_gap(gap)
+            self.merged_tokens += unsent - 1
+            self.buffered_tokens -= unsent
+            req.last_token_s = end_s
+            self.released.append(req)
+        self.held.clear()
 
     def end_window(self) -> None:
         """The window is over: the next one's batch is its members alone (no ghosts)."""
@@ -138,7 +195,11 @@ class WindowDecodeSet(DecodeSet):
         else:
             self._pending[req.last_token_s][req.class_id] -= 1
         unsent = self.epoch - max(e0, self._last_emit + 1)
-        if unsent > 0:                                     # its last chunk, cut mid-window
+        if unsent > 0 and self._finishing and self.hold_delay_s is not None \
+                and req.group is None and req.n == 1:      # vLLM 0.6.0: held (see above)
+            end_s = self._epoch_end[self.epoch - 1 - base]
+            self.held[req.rid] = (req, last_s, end_s, unsent)
+        elif unsent > 0:                                   # its last chunk, cut mid-window
             end_s = self._epoch_end[self.epoch - 1 - base]
             gap = end_s - last_s
             self.itl.add_one(gap, req.class_id)

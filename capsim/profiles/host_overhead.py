@@ -98,6 +98,16 @@ class HostOverhead(StrictModel):
     outputs before scheduling the next, so they leave with the step (its ``per_seq_s`` is in
     series).
 
+    ``outputs_wait_step_return`` (vLLM 0.6.0-0.6.1, with ``async_output_proc``): the callback
+    runs in the executor thread that runs the driver's ``execute_model`` and puts each
+    ``RequestOutput`` into an ``asyncio.Queue`` without waking the engine's event loop
+    (vllm/engine/async_llm_engine.py ``AsyncStream.put``, vllm/utils.py ``make_async`` at v0.6.0,
+    32e7db2), so an output processed inside a call that blocks on the GPU leaves when that call
+    returns or when a new request wakes the loop. capsim applies it where it moves a figure:
+    under multi-step windows a request finishing inside a window streams its last chunk at
+    the window's end or the next arrival (:class:`capsim.engine.window_decode_set.
+    WindowDecodeSet`). 0.6.2's MQLLMEngine sends from the callback itself.
+
     An ``async`` engine composes step k + 1 while step k runs, so a request that arrives
     during step k joins step k + 2 at the earliest (:class:`capsim.engine.replica.Replica`);
     an idle engine schedules an arrival at once. ``async_scheduling_knob``: the scenario's
@@ -130,6 +140,7 @@ class HostOverhead(StrictModel):
     per_extra_tp_worker_s: float = Field(0.0, ge=0, le=MAX_SECONDS)
     async_scheduling_knob: Bool = False
     async_output_proc: Bool = False
+    outputs_wait_step_return: Bool = False
     #: The overlap is off while a drafter runs unless the scenario sets
     #: ``engine.async_scheduling`` (SGLang 0.5 without SGLANG_ENABLE_SPEC_V2:
     #: :attr:`capsim.scenario.run_config.Pool.host_overhead`).

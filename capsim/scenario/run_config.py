@@ -80,6 +80,15 @@ class Pool:
         return host.for_tensor_parallel(eng.tensor_parallel_size).per_step_s
 
     @property
+    def holds_window_finishes(self) -> bool:
+        """Whether a request finishing inside a multi-step window streams its last chunk at
+        the window's end or the next arrival, not at its step: vLLM 0.6.0-0.6.1's output path
+        (the preset's ``outputs_wait_step_return``, with asynchronous output processing on:
+        :attr:`output_delay_s` > 0) under ``num_scheduler_steps`` > 1."""
+        return (self.host_overhead.outputs_wait_step_return and self.output_delay_s > 0
+                and self.engine.num_scheduler_steps > 1)
+
+    @property
     def engine_label(self) -> str:
         """``vllm-v1 (vLLM 0.19.0)``, with ``, async scheduling off`` (or ``on``) where this
         pool's host work does not overlap the GPU as its preset's does by default, and with

@@ -195,6 +195,15 @@ class Scheduler(ABC):
         return 0
 
     @property
+    def held_finishes(self) -> bool:
+        """Whether finished requests wait for the engine's loop to wake before their last
+        chunk streams (vLLM 0.6.0 under multi-step windows only, else False)."""
+        return False
+
+    def release_held(self, now: float) -> None:
+        """A request arrived at ``now``: stream the held last chunks (no-op here)."""
+
+    @property
     def emitted_tokens(self) -> int:
         """Decode tokens the step last completed emitted (speculative decoding only)."""
         raise NotImplementedError(f"{type(self).__name__} does not speculate")

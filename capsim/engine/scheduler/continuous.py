@@ -136,6 +136,38 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         self._kv_ready: list[Request] = []          # decode role: KV arrived, joins at next schedule
         self._lanes: list[DecodeSet] | None = None  # PP > 1: one decode set per batch in flight
         self._max_lanes = 1
+        self._hold = False              # vLLM 0.6.0: window finishes stream late (hold_window_finishes)
+
+    def hold_window_finishes(self, delay_s: float) -> None:
+        """vLLM 0.6.0-0.6.1 under multi-step windows: a request finishing inside a window
+        streams its last chunk when the engine's loop next wakes, at the window's end or at
+        the next arrival (:class:`~capsim.engine.window_decode_set.WindowDecodeSet`,
+        ``hold_delay_s``; ``delay_s``: the output delay every chunk waits, s). Its KV is
+        freed at its step; it is reported finished when its chunk streams. No-op without
+        windows."""
+        if self.num_scheduler_steps > 1:
+            self.decoders.hold_delay_s = delay_s
+            self._hold = True
+
+    @property
+    def held_finishes(self) -> bool:
+        """Whether a finished request's last chunk waits for the engine's loop to wake."""
+        return self._hold and bool(self.decoders.held)
+
+    def release_held(self, now: float) -> None:
+        """A request reached the engine at ``now``, waking its loop: the held last chunks
+        stream (:meth:`WindowDecodeSet.release`) and their requests join ``finished``."""
+        if self.held_finishes:
+            self.decoders.release(now - self.decoders.hold_delay_s)
+            self._deliver_released()
+
+    def _deliver_released(self) -> None:
+        """Report the requests whose held last chunk streamed, finished at that chunk."""
+        released = self.decoders.released
+        for req in released:
+            req.finish_s = req.last_token_s
+            self.finished.append(req)
+        released.clear()
 
     def make_kv(self, allocator: BlockAllocator) -> KVCacheManager:
         """The KV facade over ``allocator`` (a policy with another layout overrides it)."""
@@ -253,6 +285,8 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
     def _schedule_unchunked(self) -> Step:
         step = Step()
         in_window = self._window_left > 0 and self.decoders.size
+        if self._hold and not in_window and self.decoders.held:
+            self.release_held(self._now)     # a window cut short (all preempted): they leave
         if not self.swapped and not in_window:
             self._admit_waiting(step, self.budget, whole_prompts=True)
         if step.prefills:
@@ -427,6 +461,8 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
             now = float(decode_clock_s[-1])
             for req in leavers:
                 self._finish(req, now)
+        if self._hold and self.decoders.released:
+            self._deliver_released()
 
     def _emit_after_prefill(self, req: Request, now: float) -> None:
         del self.prefilling[req.rid]
@@ -463,5 +499,12 @@ class ContinuousScheduler(PipelineLanes, TransferRoles, DecodeRuns, SwapPreempti
         if req is not group:
             group.note_gap(req.max_itl_s)
         if group.samples_left == 0:                 # the request ends with its last sample
+            if self._hold and self._holding(req):
+                return                              # reported when its last chunk streams
             group.finish_s = now
             self.finished.append(group)
+
+    def _holding(self, req: Request) -> bool:
+        """``req``'s last chunk is held, or was released in the step that finished it."""
+        decoders = self.decoders
+        return req.rid in decoders.held or any(r is req for r in decoders.released)

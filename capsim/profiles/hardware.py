@@ -253,6 +253,17 @@ class Efficiency(StrictModel):
         own = (self.grouped_gemm_fp8_engine or {}).get(build) if build is not None else None
         return own if own is not None else self.grouped_gemm_fp8
 
+    @field_validator("attention_decode_fp8_head_dim", mode="before")
+    @classmethod
+    def _head_dim_keys(cls, table: Any) -> Any:
+        """A head_dim key written back as text (JSON-mode dumps, ``capsim calibrate``'s
+        profile) is read as the integer it spells."""
+        if not isinstance(table, dict):
+            return table
+        return {engine: {int(k) if isinstance(k, str) and k.isdigit() else k: v
+                         for k, v in dims.items()} if isinstance(dims, dict) else dims
+                for engine, dims in table.items()}
+
     @field_validator("attention_prefill", "attention_prefill_mla", "elementwise", "fused_moe")
     @classmethod
     def _check_no_seq_s(cls, k: KernelEfficiency | None) -> KernelEfficiency | None:

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from capsim.cost.pricer import StepPricer
-from capsim.profiles.hardware import load_hardware
+from capsim.profiles.hardware import Efficiency, load_hardware
 from capsim.profiles.models import load_model
 
 #: (GPU, model): (bf16 slope, fp8 slope) ms per token, (bf16, fp8) intercept ms.
@@ -162,3 +162,14 @@ def test_head_dim_entry_applies_to_its_head_dim_engine_and_gpu_only():
     h200 = load_hardware("h200-sxm")
     assert h200.efficiency.decode_attention(1, "vllm", 64) == h100.decode_attention(1, "vllm", 64)
     assert "attention_decode_fp8_head_dim" in h200.derivation.classes
+
+
+def test_head_dim_keys_survive_a_json_mode_round_trip():
+    """``capsim calibrate`` writes profiles from JSON-mode dumps, which spell the head_dim key
+    as text ("64"): it is read back as the integer 64."""
+    eff = load_hardware("h100-sxm").efficiency
+    dumped = eff.model_dump(mode="json")
+    assert list(dumped["attention_decode_fp8_head_dim"]["vllm"]) == ["64"]
+    back = Efficiency.model_validate(dumped)
+    assert back.attention_decode_fp8_head_dim == eff.attention_decode_fp8_head_dim
+    assert back.decode_attention(1, "vllm", 64).memory == 0.549

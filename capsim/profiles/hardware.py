@@ -537,26 +537,22 @@ class HardwareProfile(StrictModel):
                        kv_cache_dtype_bytes: int, engine: str | None = None,
                        expert_format: str = "", moe_backend: str = "auto",
                        mla: bool = False, block_scaled: bool = False,
-                       moe_build: str | None = None,
-                       head_dim: int | None = None) -> OperatorRates:
+                       moe_build: str | None = None, head_dim: int | None = None) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
             matmul_dtype, expert_dtype: the compute dtypes of the layer matmuls and of the
                 routed experts (:meth:`~capsim.profiles.quantization.QuantFormat.compute_dtype`).
             model_dtype: the model's 16-bit dtype (``bf16`` / ``fp16``), the LM head's.
-            kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
-                ``engine``'s ``attention_decode_fp8`` entry where there is one, its
-                ``attention_decode_fp8_head_dim`` entry for ``head_dim`` first).
-            head_dim: the model's head_dim (:meth:`Efficiency.decode_attention`; None: any).
+            kv_cache_dtype_bytes, head_dim: 1 for an fp8 KV cache; the model's head_dim
+                (decode attention: :meth:`Efficiency.decode_attention`; None: any).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
                 also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`),
                 ``moe_build`` its fp8 experts' curve (:meth:`Efficiency.grouped_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
                 ``attention_decode_mla`` and ``attention_prefill_mla`` where there).
-            block_scaled: the layer matmuls' weights are block-scaled
-                (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
-                affected).
+            block_scaled: the layer matmuls' weights are block-scaled (:meth:`Efficiency.
+                matmul_curve`; the routed experts and the LM head are not affected).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;

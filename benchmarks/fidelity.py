@@ -538,6 +538,10 @@ def _first_token(m: dict) -> list[Point]:
 FP8_KV_FIT = ("h100-sxm's efficiency.attention_decode_fp8.vllm is fitted to this line: its slope "
               "and intercept against the bf16 line's")
 
+#: Why the H100 gpt-oss fp8-KV line of the single-request case is not scored.
+FP8_KV_HD64_FIT = ("h100-sxm's efficiency.attention_decode_fp8_head_dim.vllm.64 is fitted to "
+                   "this line: its slope against the bf16 line's")
+
 #: Why the H100 and B200 gpt-oss bf16-KV lines of the single-request case are not scored.
 MXFP4_MOE_FIT = ("{gpu}'s efficiency.fused_moe_mxfp4.vllm (vLLM's MXFP4 MoE path) is fitted to "
                  "this line's intercept")
@@ -736,6 +740,7 @@ ENTRIES: dict[str, Entry] = {
         "supplementary/load_vllm0191_h100_b200_llama31_8b_gptoss20b_c1_itl_vs_input_len.yaml",
         serving(_itl_line), fitted=tuple(
             (f"h100_llama_kv_fp8_in{n}", FP8_KV_FIT) for n in ITL_LINE_INPUT_LENS) + tuple(
+            (f"h100_gptoss_kv_fp8_in{n}", FP8_KV_HD64_FIT) for n in ITL_LINE_INPUT_LENS) + tuple(
             (f"{gpu}_gptoss_kv_bf16_in{n}", MXFP4_MOE_FIT.format(gpu=profile))
             for gpu, profile in (("h100", "h100-sxm"), ("b200", "b200"))
             for n in ITL_LINE_INPUT_LENS)),

@@ -117,7 +117,8 @@ class StepPricer:
         engine: the engine family running the step (``vllm``, ``sglang``,
             ``tensorrt-llm``, ``tgi``; an engine preset's ``engine``): with an fp8 KV cache
             decode attention takes the profile's ``attention_decode_fp8`` entry for it
-            (:meth:`~capsim.profiles.hardware.Efficiency.decode_attention`); None or no
+            (its ``attention_decode_fp8_head_dim`` entry for the model's head_dim first:
+            :meth:`~capsim.profiles.hardware.Efficiency.decode_attention`); None or no
             entry: ``attention_decode`` at the fp8 bytes.
         quantization: a format of :mod:`capsim.profiles.quantization` (``awq``,
             ``nvfp4``, …; None: 16-bit weights). It sets the layer matmuls' weight
@@ -310,7 +311,7 @@ class StepPricer:
         self.rates = self.hw.operator_rates(
             self.matmul_dtype, self.expert_dtype, self._model_dtype, self.kv_cache_dtype_bytes,
             self.engine, self.layout.experts.name, self.moe_backend, self.model.is_mla,
-            self.quant.scale == "block", self.moe_build)
+            self.quant.scale == "block", self.moe_build, self.model.head_dim)
         self.terms = OperatorTerms(
             self.model, self.tensor_parallel_size, self.layout, self.dp_attention,
             self.kv_cache_dtype_bytes, self._embedding_on, self._lm_on, self.rates,

@@ -165,6 +165,10 @@ class Efficiency(StrictModel):
     (``vllm``, ``sglang``, ``tensorrt-llm``, ``tgi``), because each runs its own fp8
     kernel (vLLM: FlashAttention 3 in full fp8 on Hopper, FlashInfer on Blackwell); an
     engine without an entry prices fp8 KV with ``attention_decode`` at the fp8 bytes.
+    ``attention_decode_fp8_head_dim``: ``attention_decode_fp8`` for models of one head_dim,
+    per engine family and head_dim (``{vllm: {64: ...}}``), where the engine's fp8 kernel
+    runs another configuration at that head_dim (FlashAttention 3: its fp8 decode tiles
+    differ by head_dim); a model of another head_dim takes ``attention_decode_fp8``.
     ``fused_moe_mxfp4``: the same terms as ``fused_moe`` for routed experts stored in
     MXFP4 (gpt-oss), per engine family, because the engine runs its own MXFP4 MoE path
     there, not the fused-MoE call ``fused_moe`` was measured on (vLLM: OpenAI's
@@ -219,6 +223,7 @@ class Efficiency(StrictModel):
     elementwise: KernelEfficiency | None = None
     fused_moe: KernelEfficiency | None = None
     attention_decode_fp8: dict[EngineFamily, KernelEfficiency] | None = None
+    attention_decode_fp8_head_dim: dict[EngineFamily, dict[Int, KernelEfficiency]] | None = None
     fused_moe_mxfp4: dict[EngineFamily, KernelEfficiency] | None = None
     grouped_gemm_fp8: GemmCurve | None = None
     attention_decode_mla: KernelEfficiency | None = None
@@ -247,6 +252,17 @@ class Efficiency(StrictModel):
         profile measured that build, else ``grouped_gemm_fp8`` (None: neither)."""
         own = (self.grouped_gemm_fp8_engine or {}).get(build) if build is not None else None
         return own if own is not None else self.grouped_gemm_fp8
+
+    @field_validator("attention_decode_fp8_head_dim", mode="before")
+    @classmethod
+    def _head_dim_keys(cls, table: Any) -> Any:
+        """A head_dim key written back as text (JSON-mode dumps, ``capsim calibrate``'s
+        profile) is read as the integer it spells."""
+        if not isinstance(table, dict):
+            return table
+        return {engine: {int(k) if isinstance(k, str) and k.isdigit() else k: v
+                         for k, v in dims.items()} if isinstance(dims, dict) else dims
+                for engine, dims in table.items()}
 
     @field_validator("attention_prefill", "attention_prefill_mla", "elementwise", "fused_moe")
     @classmethod
@@ -317,13 +333,17 @@ class Efficiency(StrictModel):
                 return own
         return self.fused_moe
 
-    def decode_attention(self, kv_cache_dtype_bytes: int,
-                         engine: str | None = None) -> KernelEfficiency:
-        """The factors decode attention runs at: ``engine``'s ``attention_decode_fp8``
-        entry for a 1-byte (fp8) KV cache where the profile has one, else
+    def decode_attention(self, kv_cache_dtype_bytes: int, engine: str | None = None,
+                         head_dim: int | None = None) -> KernelEfficiency:
+        """The factors decode attention runs at: for a 1-byte (fp8) KV cache, ``engine``'s
+        ``attention_decode_fp8_head_dim`` entry for the model's ``head_dim`` where the
+        profile has one, else its ``attention_decode_fp8`` entry where there is one; else
         :meth:`kernel` of ``attention_decode``."""
-        if kv_cache_dtype_bytes == 1 and self.attention_decode_fp8 and engine is not None:
-            own = self.attention_decode_fp8.get(engine)
+        if kv_cache_dtype_bytes == 1 and engine is not None:
+            by_dim = (self.attention_decode_fp8_head_dim or {}).get(engine, {})
+            own = by_dim.get(head_dim) if head_dim is not None else None
+            if own is None and self.attention_decode_fp8:
+                own = self.attention_decode_fp8.get(engine)
             if own is not None:
                 return own
         return self.kernel("attention_decode")
@@ -517,23 +537,22 @@ class HardwareProfile(StrictModel):
                        kv_cache_dtype_bytes: int, engine: str | None = None,
                        expert_format: str = "", moe_backend: str = "auto",
                        mla: bool = False, block_scaled: bool = False,
-                       moe_build: str | None = None) -> OperatorRates:
+                       moe_build: str | None = None, head_dim: int | None = None) -> OperatorRates:
         """The profile's rates for one pricer, in one object (:class:`OperatorRates`).
 
         Args:
             matmul_dtype, expert_dtype: the compute dtypes of the layer matmuls and of the
                 routed experts (:meth:`~capsim.profiles.quantization.QuantFormat.compute_dtype`).
             model_dtype: the model's 16-bit dtype (``bf16`` / ``fp16``), the LM head's.
-            kv_cache_dtype_bytes: 1 for an fp8 KV cache (decode attention then takes
-                ``engine``'s ``attention_decode_fp8`` entry where there is one).
+            kv_cache_dtype_bytes, head_dim: 1 for an fp8 KV cache; the model's head_dim
+                (decode attention: :meth:`Efficiency.decode_attention`; None: any).
             engine, expert_format, moe_backend: as :meth:`Efficiency.moe_kernel`; ``engine``
                 also picks its own fp8 layer-matmul curve (:meth:`Efficiency.matmul_curve`),
                 ``moe_build`` its fp8 experts' curve (:meth:`Efficiency.grouped_curve`).
             mla: the model attends with MLA (decode and prefill attention then take
                 ``attention_decode_mla`` and ``attention_prefill_mla`` where there).
-            block_scaled: the layer matmuls' weights are block-scaled
-                (:meth:`Efficiency.matmul_curve`; the routed experts and the LM head are not
-                affected).
+            block_scaled: the layer matmuls' weights are block-scaled (:meth:`Efficiency.
+                matmul_curve`; the routed experts and the LM head are not affected).
 
         Raises:
             ScenarioError: the chip has no peak for one of the dtypes (:meth:`peak_flops`;
@@ -557,7 +576,7 @@ class HardwareProfile(StrictModel):
             else eff.kernel("attention_prefill"),
             attention_decode=eff.attention_decode_mla
             if mla and eff.attention_decode_mla is not None
-            else eff.decode_attention(kv_cache_dtype_bytes, engine),
+            else eff.decode_attention(kv_cache_dtype_bytes, engine, head_dim),
             elementwise=eff.kernel("elementwise"),
             fused_moe=eff.moe_kernel(expert_format, engine, moe_backend),
             step_overhead_s=self.step_overhead_s,

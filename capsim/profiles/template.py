@@ -173,6 +173,7 @@ def _derivation(base: HardwareProfile) -> str:
     it has none)."""
     classes = [c for c in ("gemm", "gemm_fp8", "attention_prefill", "attention_decode",
                            "elementwise", "fused_moe", "attention_decode_fp8",
+                           "attention_decode_fp8_head_dim",
                            "fused_moe_mxfp4", "grouped_gemm_fp8", "attention_decode_mla",
                            "gemm_fp8_block", "attention_prefill_mla", "fused_moe_runners",
                            "gemm_fp8_engine", "grouped_gemm_fp8_engine")

@@ -211,8 +211,9 @@ def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(
     fitted to measurements is calibrated, the others stay flagged; gemm_fp8, which bf16
     operator rows do not measure, stays flagged after a fit of everything else, and so do
     fused_moe, fused_moe_mxfp4 and grouped_gemm_fp8 (dense operator rows have no MoE
-    layer), attention_decode_fp8 (no row reads an fp8 KV cache), attention_decode_mla (no
-    MLA model) and gemm_fp8_block (no block-scaled weights)."""
+    layer), attention_decode_fp8 and attention_decode_fp8_head_dim (no row reads an fp8 KV
+    cache), attention_decode_mla (no MLA model) and gemm_fp8_block (no block-scaled
+    weights)."""
     h200, model = load_hardware("h200-sxm"), load_model("llama-3.1-8b")
     # The shipped H200's GEMM curves, GQA attention, fp8 fused-MoE curve and MLA decode entry
     # are measured now (tests/profiles/test_measured_gemm.py, test_measured_attention.py,
@@ -230,6 +231,7 @@ def test_calibrating_a_derived_profile_clears_the_flag_of_the_classes_it_fitted(
     assert set(gemm_only.derivation.classes) == set(base.derivation.classes) - {"gemm"}
     everything = calibrate(base, Inputs(csv=tmp_path / "all.csv", model=model)).profile
     assert everything.derivation.classes == ["gemm_fp8", "fused_moe", "attention_decode_fp8",
+                                             "attention_decode_fp8_head_dim",
                                              "fused_moe_mxfp4", "grouped_gemm_fp8",
                                              "attention_decode_mla", "gemm_fp8_block"]
 

@@ -98,7 +98,8 @@ def test_h200_carries_the_h100_entries_over_unchanged():
     assert h200.peak_flops_per_s == h100.peak_flops_per_s
     assert h200.derivation.from_profile == "h100-sxm"
     assert set(h200.derivation.classes) == {"elementwise", "fused_moe",
-                                            "attention_decode_fp8", "fused_moe_mxfp4"}
+                                            "attention_decode_fp8",
+                                            "attention_decode_fp8_head_dim", "fused_moe_mxfp4"}
     for key in h200.derivation.classes:
         assert getattr(h200.efficiency, key) == getattr(h100.efficiency, key), key
     for key in ("compute", "memory", "interconnect"):

@@ -37,6 +37,7 @@ def _one_preset(preset: str) -> None:
     from capsim.profiles.engines import engine_preset_names, load_engine_preset
     from capsim.scenario.paths import locate
     from capsim.scenario.preset_names import warn_shipped_name, warn_unknown_rule_names
+    from capsim.scenario.profile_loading import preset_knob_error
     from capsim.scenario.preset_rules import preset_rules
 
     # a shipped name, or a file relative to here: the scenario's rule, with its messages
@@ -51,7 +52,10 @@ def _one_preset(preset: str) -> None:
             "relative to the scenario's directory", "relative to the working directory"),
             file=exc.file, path=exc.path) from None
     p = load_engine_preset(found)
-    if preset not in engine_preset_names():      # a file of the user's: its typos, as run says
+    if preset not in engine_preset_names():   # a file of the user's: checked as run checks it
+        err = preset_knob_error(p, Path(found))
+        if err is not None:
+            raise err
         warn_shipped_name(p, Path(found))
         warn_unknown_rule_names(p, Path(found), Path.cwd() / "capsim-engines", None)
     table = listing(f"Engine preset {p.name}", _COLUMNS)

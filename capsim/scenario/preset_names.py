@@ -63,10 +63,12 @@ def check_user_preset_names(name: str, preset: EnginePreset, scenario: Path,
 def warn_shipped_name(preset: EnginePreset, file: Path) -> None:
     """Warn when the user's preset ``file`` calls itself by a shipped preset's ``name:``
     (a copy edited but not renamed): every table and line would name it as the shipped
-    preset, whose values it may no longer have."""
+    preset, whose values it may no longer have, and the trust line (looked up by name) would
+    quote the shipped preset's measured errors."""
     if preset.name in engine_preset_names():
         log.warning("%s: name: '%s' is the name of a shipped preset, so capsim's tables and "
-                    "lines will call this file by it (valid: a name of your own, e.g. "
+                    "lines will call this file by it and its 'how far to trust it' line will "
+                    "quote that preset's measured errors (valid: a name of your own, e.g. "
                     "'my-%s')", file, preset.name, preset.name)
 
 

@@ -69,15 +69,24 @@ def load_engine_preset_at(value: str, scenario: Path) -> EnginePreset:
 
 
 def check_preset_knobs(preset: EnginePreset, name: str, scenario: Path, field: str) -> None:
-    """The knobs a preset file sets (``defaults``, the engine knobs among
-    ``scheduler.knobs``, each ``conditional_defaults`` entry's ``set``) must be valid engine
-    knobs: an error names the preset's file and the key in
-    it, then the scenario field that named the preset (not the scenario's engine knob,
-    which the user never wrote)."""
+    """The knobs a preset file sets must be valid engine knobs (:func:`preset_knob_error`):
+    an error names the preset's file and the key in it, then the scenario field that named
+    the preset (not the scenario's engine knob, which the user never wrote)."""
     if name in engine_preset_names():
         return                      # shipped presets: tests/profiles hold them to it
     file = locate(name, scenario.parent, kind="engine preset", shipped=engine_preset_names(),
                   what="an engine preset YAML")
+    err = preset_knob_error(preset, Path(file))
+    if err is not None:
+        raise ScenarioError(f"{err.message} ({field} of {scenario})", file=str(file),
+                            path=err.path)
+
+
+def preset_knob_error(preset: EnginePreset, file: Path) -> ScenarioError | None:
+    """The first knob of the preset ``file`` (``defaults``, the engine knobs among
+    ``scheduler.knobs``, each ``conditional_defaults`` entry's ``set``) that is not a valid
+    engine knob, as one line naming ``file`` and the key; None when all are valid
+    (``capsim engines FILE`` says it as it is; a scenario adds which field named the file)."""
     # scheduler.knobs also holds the engine's own constants; those that are engine knobs
     # (batch_wait_timeout_iters, ...) fill unset knobs as defaults do
     own = {k: v for k, v in preset.scheduler.knobs.items() if k in EngineConfig.model_fields}
@@ -88,9 +97,8 @@ def check_preset_knobs(preset: EnginePreset, name: str, scenario: Path, field: s
         try:
             EngineConfig.model_validate(knobs)
         except ValidationError as exc:
-            err = one_line_error(exc, EngineConfig, Path(file), at)
-            raise ScenarioError(f"{err.message} ({field} of {scenario})", file=str(file),
-                                path=err.path) from None
+            return one_line_error(exc, EngineConfig, file, at)
+    return None
 
 
 def located_link(spec: str | LinkNumbers, scenario: Path) -> str | Path | LinkNumbers:

@@ -103,11 +103,31 @@ def test_a_preset_file_that_keeps_a_shipped_name_is_warned(tmp_path, write_scena
         load(write_scenario(tmp_path, copy.deepcopy(DOC)), [])
     (line,) = [r.getMessage() for r in caplog.records]
     assert line == (f"{tmp_path / 'preset.yaml'}: name: 'sglang-0.5' is the name of a shipped "
-                    "preset, so capsim's tables and lines will call this file by it (valid: "
-                    "a name of your own, e.g. 'my-sglang-0.5')")
+                    "preset, so capsim's tables and lines will call this file by it and its "
+                    "'how far to trust it' line will quote that preset's measured errors "
+                    "(valid: a name of your own, e.g. 'my-sglang-0.5')")
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(["engines", "preset.yaml"])
     assert code == 0 and err.count("is the name of a shipped preset") == 1
+
+
+@pytest.mark.parametrize("edit, path, message", [
+    (lambda d: d["defaults"].update(max_num_seqs="many"), "defaults.max_num_seqs",
+     "expected an integer (got 'many')"),
+    (lambda d: d["defaults"].update(max_num_seq=12), "defaults.max_num_seq",
+     "unknown key 'max_num_seq' (did you mean 'max_num_seqs'?)"),
+    (lambda d: d["conditional_defaults"][0]["set"].update(max_num_batched_tokens="lots"),
+     "conditional_defaults.0.set.max_num_batched_tokens", "expected an integer of tokens"),
+])
+def test_capsim_engines_refuses_a_preset_file_s_bad_knobs_as_validate_does(
+        tmp_path, write_scenario, run_cli, monkeypatch, edit, path, message):
+    _preset(tmp_path, edit)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["engines", "preset.yaml"])
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {tmp_path / 'preset.yaml'}: {path}: {message}")
+    code, _, err_validate = run_cli(["validate", str(write_scenario(tmp_path, DOC))])
+    assert code == 2 and f"preset.yaml: {path}: {message}" in err_validate
 
 
 @pytest.mark.parametrize("folder", ["", "hardware"])

@@ -79,8 +79,8 @@ def read_yaml_mapping(path: Path, what: str = "file",
     """Read a YAML file (a ``what``: profile, scenario) that must hold a mapping.
 
     Raises:
-        ScenarioError: unreadable file, malformed YAML, or not a mapping (``not_a_mapping``);
-            the error names the file.
+        ScenarioError: unreadable file, malformed YAML, an empty file, or not a mapping
+            (``not_a_mapping``); the error names the file.
     """
     text = read_text(path, what)
     data = _PARSED.get(text)
@@ -90,6 +90,8 @@ def read_yaml_mapping(path: Path, what: str = "file",
         except yaml.YAMLError as exc:
             raise ScenarioError(f"invalid YAML {describe_yaml_error(exc)}",
                                 file=str(path)) from None
+        if data is None:                      # no document: nothing but comments or blanks
+            raise ScenarioError(f"the file is empty; {not_a_mapping}", file=str(path))
         if not isinstance(data, dict):
             raise ScenarioError(not_a_mapping, file=str(path))
         if len(_PARSED) >= _PARSED_MAX:

@@ -78,8 +78,10 @@ def locate(value: str, base_dir: Path, *, kind: str, shipped: Iterable[str],
             raise ScenarioError(f"file not found: {value}{shipped_hint}")
         raise ScenarioError(f"file not found: {value} (searched {here}: paths in a scenario are "
                             f"relative to the scenario's directory){shipped_hint}")
-    raise ScenarioError(f"unknown {kind} {value!r}; valid: {', '.join(names)} (or a path to "
-                        f"{what}, relative to the scenario's directory {here}){also}")
+    beside = [f"{value}{ext}" for ext in (".yaml", ".yml") if (here / f"{value}{ext}").is_file()]
+    hint = f" (did you mean the file {beside[0]!r} beside it?)" if beside else ""
+    raise ScenarioError(f"unknown {kind} {value!r}{hint}; valid: {', '.join(names)} (or a path "
+                        f"to {what}, relative to the scenario's directory {here}){also}")
 
 
 #: Keys whose values are a shipped name or a path (the last part of a dotted ``--set`` /

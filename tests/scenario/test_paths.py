@@ -133,6 +133,23 @@ def test_a_missing_file_names_the_directory_searched(project, run_cli, field, va
     assert err.startswith(f"error: {path}: {message.format(d=project)}")
 
 
+def test_a_name_without_its_suffix_suggests_the_file_beside_the_scenario(project, run_cli):
+    shutil.copy(project / "presets/my-vllm.yaml", project / "mine.yaml")
+    path = _write(project, engine={"preset": "mine", "max_model_len": 4096})
+    code, _, err = run_cli(["validate", str(path)])
+    assert code == 2 and err.startswith(
+        f"error: {path}: engine.preset: unknown engine preset 'mine' (did you mean the file "
+        "'mine.yaml' beside it?); valid: ")
+
+
+def test_an_empty_profile_file_says_it_is_empty(project, run_cli):
+    (project / "presets/empty.yaml").write_text("# nothing yet\n")
+    path = _write(project, engine={"preset": "presets/empty.yaml", "max_model_len": 4096})
+    code, _, err = run_cli(["validate", str(path)])
+    assert code == 2 and err.startswith(
+        f"error: {project / 'presets/empty.yaml'}: the file is empty; expected a YAML mapping")
+
+
 def test_an_absolute_path_is_taken_as_written(project, tmp_path):
     gpu = tmp_path / "abs-gpu.yaml"
     shutil.copy(project / "gpus/my-h100.yaml", gpu)

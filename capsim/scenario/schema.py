@@ -58,7 +58,7 @@ class EngineConfig(StrictModel):
     # in error messages
     yaml_example: ClassVar[str] = "{preset: vllm-v1, max_num_seqs: 256, max_model_len: 8192}"
 
-    preset: str = Field(default="vllm-v1", min_length=1)
+    preset: str = "vllm-v1"        # empty: refused where it is located (its valid names)
     scheduler: Literal[POLICY_NAMES] = "continuous"           # one per policy table row
     enable_chunked_prefill: Bool = True
     max_num_seqs: Int = Field(default=256, gt=0)

@@ -122,6 +122,7 @@ def test_shipped_names_are_names_even_next_to_a_file_of_that_name(project):
                                   "shipped hardware is named h100-sxm, without a path or "
                                   "suffix\n"),
     ("model", "", "model: empty; valid: deepseek-v3, "),
+    ("engine", {"preset": ""}, "engine.preset: empty; valid: sglang, sglang-0.3, "),
     ("workload", {"trace": {"path": "traces/absent.csv"}},
      "workload.trace.path: trace file not found: {d}/traces/absent.csv (paths in a scenario are "
      "relative to the scenario's directory, {d})\n"),

@@ -164,15 +164,22 @@ class WindowDecodeSet(DecodeSet):
         or, if later, at its own step's end. Its gap is recorded; the request joins
         :attr:`released`. O(held)."""
         for req, last_s, step_end_s, unsent in self.held.values():
-            end_s = max(client_s, step_end_s)
-            gap = end_s - last_s
-            self.itl.add_one(gap, req.class_id)
-            req.note_gap(gap)
-            self.merged_tokens += unsent - 1
-            self.buffered_tokens -= unsent
-            req.last_token_s = end_s
+            req.last_token_s = self._stream_last_chunk(req, last_s, max(client_s, step_end_s),
+                                                       unsent)
             self.released.append(req)
         self.held.clear()
+
+    def _stream_last_chunk(self, req: Request, last_s: float, end_s: float,
+                           unsent: int) -> float:
+        """``req``'s last chunk of ``unsent`` tokens streams at ``end_s``, ``last_s`` being
+        its previous chunk's time: its gap recorded (ITL) and noted on it, the chunk's
+        tokens counted; returns ``end_s``."""
+        gap = end_s - last_s
+        self.itl.add_one(gap, req.class_id)
+        req.note_gap(gap)
+        self.merged_tokens += unsent - 1
+        self.buffered_tokens -= unsent
+        return end_s
 
     def end_window(self) -> None:
         """The window is over: the next one's batch is its members alone (no ghosts)."""
@@ -195,18 +202,13 @@ class WindowDecodeSet(DecodeSet):
         else:
             self._pending[req.last_token_s][req.class_id] -= 1
         unsent = self.epoch - max(e0, self._last_emit + 1)
-        if unsent > 0 and self._finishing and self.hold_delay_s is not None \
-                and req.group is None and req.n == 1:      # vLLM 0.6.0: held (see above)
+        if unsent > 0:                                     # its last chunk, cut mid-window
             end_s = self._epoch_end[self.epoch - 1 - base]
-            self.held[req.rid] = (req, last_s, end_s, unsent)
-        elif unsent > 0:                                   # its last chunk, cut mid-window
-            end_s = self._epoch_end[self.epoch - 1 - base]
-            gap = end_s - last_s
-            self.itl.add_one(gap, req.class_id)
-            req.note_gap(gap)
-            self.merged_tokens += unsent - 1
-            self.buffered_tokens -= unsent
-            last_s = end_s
+            if self._finishing and self.hold_delay_s is not None and req.group is None \
+                    and req.n == 1:                        # vLLM 0.6.0: held (see above)
+                self.held[req.rid] = (req, last_s, end_s, unsent)
+            else:
+                last_s = self._stream_last_chunk(req, last_s, end_s, unsent)
         req.last_token_s = last_s
         req.dec_epoch0 = -1
         req.dec_version += 1

@@ -51,6 +51,15 @@ def fusion_applies(engine: EngineConfig, preset: EnginePreset, model: ModelShape
                                                     engine.enable_dp_attention)
 
 
+def _graph_limit(preset: EnginePreset) -> tuple[str, str]:
+    """(name, where capsim reads it) of the largest decode batch a preset replays a CUDA
+    graph for: SGLang's ``cuda_graph_max_bs`` (its memory rule's table), else vLLM V1's
+    largest capture size (:attr:`capsim.scenario.run_config.Pool.decode_graph_max_seqs`)."""
+    if preset.memory.static_fraction is not None:
+        return "cuda_graph_max_bs", "memory.static_fraction's table, per DP rank"
+    return "the largest CUDA-graph capture size", "memory.cudagraph_capture"
+
+
 def batch_waiting(engine: EngineConfig) -> bool:
     """Whether a TensorRT-LLM scheduler holds new contexts back
     (:class:`capsim.engine.scheduler.trtllm.InflightBatching`): both knobs above 0 (with
@@ -84,8 +93,7 @@ def applied_rule_lines(pool: Pool, model: ModelShape) -> list[str]:
                    f"per {untuned.block_k}-wide K step in {', '.join(untuned.matmuls)} ({on})")
     graph_seqs = pool.decode_graph_max_seqs
     if graph_seqs is not None and eng.max_num_seqs > graph_seqs:
-        limit = ("cuda_graph_max_bs" if preset.memory.static_fraction is not None
-                 else "the largest CUDA-graph capture size")
+        limit = _graph_limit(preset)[0]
         out.append(f"decode batches above {graph_seqs:,} sequences run eagerly ({limit}; {on})")
     return out
 
@@ -115,9 +123,7 @@ def preset_rules(preset: EnginePreset) -> list[PresetRule]:
     _kernel_rules(preset, add)
     h = preset.host_overhead
     if h.eager_decode_above_graph_bs:
-        limit = ("cuda_graph_max_bs (memory.static_fraction's table, per DP rank)"
-                 if preset.memory.static_fraction is not None
-                 else "the largest CUDA-graph capture size (memory.cudagraph_capture)")
+        limit = "{} ({})".format(*_graph_limit(preset))
         add("host_overhead.eager_decode_above_graph_bs",
             f"decode batches above {limit} run eagerly, at the eager-launch floor "
             f"({(h.eager_decode_op_s or h.eager_prefill_op_s) * 1e6:g} µs per operator)",
